@@ -1,0 +1,7 @@
+# Third-party packages, all from Debian: Eigen (CPU math), fmt, cereal, zlib, OpenMP, threads.
+find_package(Threads REQUIRED)
+find_package(OpenMP REQUIRED COMPONENTS CXX)
+find_package(Eigen3 3.4 REQUIRED NO_MODULE)
+find_package(fmt REQUIRED)
+find_package(ZLIB REQUIRED)
+find_path(COHORT_CEREAL_INCLUDE_DIR cereal/cereal.hpp REQUIRED)

@@ -1,0 +1,97 @@
+#pragma once
+// Device-neutral tensor operations: the only compute entry points that layer, loss and optimizer code
+// call. Each checks shapes and devices, then dispatches to the backend of its operands' device
+// (src/tensor/backend.cpp chooses it in one place). Images are NHWC, convolution kernels HWIO
+// (Keras layout), matrices row-major. Outputs must be allocated by the caller with the right shape.
+//
+//   ops::matmul(x, false, w, false, y);          // y = x * w
+//   ops::activation_forward(Activation::Relu, y, y);
+
+#include <cstdint>
+
+#include "cohort/tensor/tensor.hpp"
+
+namespace cohort {
+
+enum class Activation { Linear, Relu, Sigmoid, Tanh, Softmax };
+
+// Geometry of a 2-D convolution over NHWC input with an HWIO kernel.
+struct Conv2dGeometry {
+  std::int64_t batch = 0, in_h = 0, in_w = 0, in_c = 0;
+  std::int64_t out_h = 0, out_w = 0, out_c = 0;
+  std::int64_t kernel_h = 0, kernel_w = 0, stride_h = 1, stride_w = 1;
+  std::int64_t pad_top = 0, pad_left = 0;  // bottom/right padding is implied by the output size
+};
+
+// Geometry of 2-D pooling over NHWC input; each window is clipped to the input.
+struct Pool2dGeometry {
+  std::int64_t batch = 0, in_h = 0, in_w = 0, channels = 0;
+  std::int64_t out_h = 0, out_w = 0;
+  std::int64_t pool_h = 0, pool_w = 0, stride_h = 1, stride_w = 1;
+  std::int64_t pad_top = 0, pad_left = 0;
+};
+
+namespace ops {
+
+// ---- elementwise and reductions
+void fill(const Tensor& x, float value);
+void copy(const Tensor& source, const Tensor& destination);
+void axpy(float alpha, const Tensor& x, const Tensor& y);            // y += alpha * x
+void scale(const Tensor& x, float alpha);                            // x *= alpha
+void multiply(const Tensor& a, const Tensor& b, const Tensor& out);  // out = a .* b
+double sum(const Tensor& x);
+double sum_of_squares(const Tensor& x);
+
+// ---- matrices: c = alpha * op(a) * op(b) + beta * c, all rank 2
+void matmul(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b, const Tensor& c,
+            float alpha = 1.0f, float beta = 0.0f);
+// y[..., j] += bias[j]
+void add_bias(const Tensor& y, const Tensor& bias);
+// dbias[j] = sum over all leading axes of dy[..., j]  (overwrites)
+void bias_gradient(const Tensor& dy, const Tensor& dbias);
+
+// ---- activations; Softmax acts on the last axis. Backward uses the forward *output* y.
+void activation_forward(Activation activation, const Tensor& x, const Tensor& y);
+void activation_backward(Activation activation, const Tensor& y, const Tensor& dy, const Tensor& dx);
+
+// ---- convolution (bias may be undefined)
+void conv2d_forward(const Tensor& x, const Tensor& kernel, const Tensor& bias, const Tensor& y,
+                    const Conv2dGeometry& geometry);
+// Overwrites dkernel and dbias (when defined); dx is skipped when undefined (first layer).
+void conv2d_backward(const Tensor& x, const Tensor& kernel, const Tensor& dy, const Tensor& dx,
+                     const Tensor& dkernel, const Tensor& dbias, const Conv2dGeometry& geometry);
+
+// ---- pooling
+void max_pool_forward(const Tensor& x, const Tensor& y, const Pool2dGeometry& geometry);
+void max_pool_backward(const Tensor& x, const Tensor& y, const Tensor& dy, const Tensor& dx,
+                       const Pool2dGeometry& geometry);
+// Averages over the window cells that lie inside the input (padding is not counted, as in Keras).
+void avg_pool_forward(const Tensor& x, const Tensor& y, const Pool2dGeometry& geometry);
+void avg_pool_backward(const Tensor& dy, const Tensor& dx, const Pool2dGeometry& geometry);
+
+// ---- batch normalization over all axes but the last (channels)
+// Training: normalizes with the batch statistics and returns them (mean, biased variance).
+void batch_norm_forward_training(const Tensor& x, const Tensor& gamma, const Tensor& beta, float epsilon,
+                                 const Tensor& y, const Tensor& batch_mean, const Tensor& batch_variance);
+void batch_norm_forward_inference(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                  const Tensor& mean, const Tensor& variance, float epsilon, const Tensor& y);
+void batch_norm_backward(const Tensor& x, const Tensor& gamma, const Tensor& dy, const Tensor& batch_mean,
+                         const Tensor& batch_variance, float epsilon, const Tensor& dx, const Tensor& dgamma,
+                         const Tensor& dbeta);
+// moving = moving * momentum + batch * (1 - momentum)
+void moving_average_update(const Tensor& moving, const Tensor& batch, float momentum);
+
+// ---- dropout: mask[i] = 0 with probability rate, else 1 / (1 - rate); drawn from a counter-based
+// generator keyed by (seed, i), so the mask does not depend on the thread count.
+void dropout_mask(const Tensor& mask, float rate, std::uint64_t seed);
+
+// ---- losses and metrics. labels: shape (N) of class indices, or (N, C) one-hot / soft targets.
+// Mean categorical cross-entropy of softmax(logits), computed stably; writes dlogits when defined.
+double softmax_cross_entropy(const Tensor& logits, const Tensor& labels, const Tensor& dlogits);
+// Mean categorical cross-entropy of probabilities clipped to [1e-7, 1 - 1e-7] (Keras); writes dprobs.
+double categorical_cross_entropy(const Tensor& probabilities, const Tensor& labels, const Tensor& dprobabilities);
+// Number of rows whose arg-max matches the label.
+std::int64_t count_correct(const Tensor& scores, const Tensor& labels);
+
+}  // namespace ops
+}  // namespace cohort

@@ -1,0 +1,123 @@
+// Batch normalization over the channels (last axis) of an (M x C) view of the input. Statistics are
+// accumulated in double per thread over row blocks, then combined, so that large batches keep precision.
+#include <omp.h>
+
+#include <cmath>
+#include <vector>
+
+#include "cpu_ops.hpp"
+
+namespace cohort::cpu {
+namespace {
+
+struct Rows {
+  std::int64_t count, channels;
+};
+
+Rows rows_of(const Tensor& x) {
+  const std::int64_t c = x.dim(x.rank() - 1);
+  return {c == 0 ? 0 : x.numel() / c, c};
+}
+
+// Per-channel sums of f(row, channel) over all rows, computed in parallel and reduced in thread order.
+template <typename Term>
+std::vector<double> channel_sums(Rows r, Term&& term) {
+  const int threads = omp_get_max_threads();
+  std::vector<std::vector<double>> partial(static_cast<std::size_t>(threads), std::vector<double>(static_cast<std::size_t>(r.channels), 0.0));
+#pragma omp parallel
+  {
+    auto& mine = partial[static_cast<std::size_t>(omp_get_thread_num())];
+#pragma omp for schedule(static)
+    for (std::int64_t m = 0; m < r.count; ++m)
+      for (std::int64_t c = 0; c < r.channels; ++c) mine[static_cast<std::size_t>(c)] += term(m, c);
+  }
+  for (int t = 1; t < threads; ++t)
+    for (std::int64_t c = 0; c < r.channels; ++c) partial[0][static_cast<std::size_t>(c)] += partial[static_cast<std::size_t>(t)][static_cast<std::size_t>(c)];
+  return partial[0];
+}
+
+// y = (x - mean) * gamma / sqrt(variance + epsilon) + beta, per channel.
+void normalize(const Tensor& x, const float* mean, const float* variance, const Tensor& gamma, const Tensor& beta,
+               float epsilon, const Tensor& y) {
+  const Rows r = rows_of(x);
+  std::vector<float> multiplier(static_cast<std::size_t>(r.channels)), offset(static_cast<std::size_t>(r.channels));
+  for (std::int64_t c = 0; c < r.channels; ++c) {
+    multiplier[c] = gamma.raw()[c] / std::sqrt(variance[c] + epsilon);
+    offset[c] = beta.raw()[c] - mean[c] * multiplier[c];
+  }
+  const float* xp = x.raw();
+  float* yp = y.raw();
+#pragma omp parallel for
+  for (std::int64_t m = 0; m < r.count; ++m) {
+#pragma omp simd
+    for (std::int64_t c = 0; c < r.channels; ++c) yp[m * r.channels + c] = xp[m * r.channels + c] * multiplier[c] + offset[c];
+  }
+}
+
+}  // namespace
+
+void batch_norm_forward_training(const Tensor& x, const Tensor& gamma, const Tensor& beta, float epsilon,
+                                 const Tensor& y, const Tensor& batch_mean, const Tensor& batch_variance) {
+  const Rows r = rows_of(x);
+  const float* xp = x.raw();
+  const auto sums = channel_sums(r, [&](std::int64_t m, std::int64_t c) { return static_cast<double>(xp[m * r.channels + c]); });
+  for (std::int64_t c = 0; c < r.channels; ++c) batch_mean.raw()[c] = static_cast<float>(sums[c] / static_cast<double>(r.count));
+  const float* mean = batch_mean.raw();
+  const auto squares = channel_sums(r, [&](std::int64_t m, std::int64_t c) {
+    const double d = xp[m * r.channels + c] - mean[c];
+    return d * d;
+  });
+  for (std::int64_t c = 0; c < r.channels; ++c)
+    batch_variance.raw()[c] = static_cast<float>(squares[c] / static_cast<double>(r.count));
+  normalize(x, mean, batch_variance.raw(), gamma, beta, epsilon, y);
+}
+
+void batch_norm_forward_inference(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& mean,
+                                  const Tensor& variance, float epsilon, const Tensor& y) {
+  normalize(x, mean.raw(), variance.raw(), gamma, beta, epsilon, y);
+}
+
+void batch_norm_backward(const Tensor& x, const Tensor& gamma, const Tensor& dy, const Tensor& batch_mean,
+                         const Tensor& batch_variance, float epsilon, const Tensor& dx, const Tensor& dgamma,
+                         const Tensor& dbeta) {
+  const Rows r = rows_of(x);
+  const float* xp = x.raw();
+  const float* gp = dy.raw();
+  const float* mean = batch_mean.raw();
+  std::vector<float> inv_std(static_cast<std::size_t>(r.channels));
+  for (std::int64_t c = 0; c < r.channels; ++c) inv_std[c] = 1.0f / std::sqrt(batch_variance.raw()[c] + epsilon);
+  const auto grad_sum = channel_sums(r, [&](std::int64_t m, std::int64_t c) { return static_cast<double>(gp[m * r.channels + c]); });
+  const auto grad_dot_xhat = channel_sums(r, [&](std::int64_t m, std::int64_t c) {
+    return static_cast<double>(gp[m * r.channels + c]) * (xp[m * r.channels + c] - mean[c]) * inv_std[c];
+  });
+  for (std::int64_t c = 0; c < r.channels; ++c) {
+    dbeta.raw()[c] = static_cast<float>(grad_sum[c]);
+    dgamma.raw()[c] = static_cast<float>(grad_dot_xhat[c]);
+  }
+  if (!dx.defined()) return;
+  // dx = gamma * inv_std / M * (M * dy - sum(dy) - xhat * sum(dy * xhat))
+  const float inverse_count = 1.0f / static_cast<float>(r.count);
+  std::vector<float> a(static_cast<std::size_t>(r.channels)), b(static_cast<std::size_t>(r.channels)), s(static_cast<std::size_t>(r.channels));
+  for (std::int64_t c = 0; c < r.channels; ++c) {
+    a[c] = gamma.raw()[c] * inv_std[c];
+    b[c] = static_cast<float>(grad_sum[c]) * inverse_count;
+    s[c] = static_cast<float>(grad_dot_xhat[c]) * inverse_count * inv_std[c];
+  }
+  float* dp = dx.raw();
+#pragma omp parallel for
+  for (std::int64_t m = 0; m < r.count; ++m) {
+#pragma omp simd
+    for (std::int64_t c = 0; c < r.channels; ++c) {
+      const std::int64_t i = m * r.channels + c;
+      dp[i] = a[c] * (gp[i] - b[c] - (xp[i] - mean[c]) * s[c]);
+    }
+  }
+}
+
+void moving_average_update(const Tensor& moving, const Tensor& batch, float momentum) {
+  float* mp = moving.raw();
+  const float* bp = batch.raw();
+  for (std::int64_t i = 0; i < moving.numel(); ++i) mp[i] = mp[i] * momentum + bp[i] * (1.0f - momentum);
+}
+
+}  // namespace cohort::cpu

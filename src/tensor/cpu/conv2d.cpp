@@ -1,0 +1,170 @@
+// 2-D convolution on the CPU: NHWC input, HWIO kernel, lowered to GEMM per chunk of whole samples.
+//
+// With channels-last data the im2col matrix of a sample has one row per output pixel and one column per
+// (kh, kw, c) tap, so its rows are built from contiguous channel runs of the input, and the product
+// col[M x K] * kernel[K x F] is already the NHWC output. Samples are grouped into chunks of about
+// kRowsPerChunk output pixels so that the col buffer stays in L2 and each GEMM is large enough to run
+// near peak; chunks are spread over threads. A chunk never splits a sample, so the col2im scatter of the
+// data gradient never races. The kernel gradient is summed per thread and reduced in thread order, which
+// keeps results bitwise repeatable for a given thread count.
+#include <omp.h>
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "cpu_ops.hpp"
+
+namespace cohort::cpu {
+namespace {
+
+constexpr std::int64_t kRowsPerChunk = 512;
+
+struct Chunking {
+  std::int64_t samples_per_chunk;
+  std::int64_t chunks;
+  bool parallel_over_chunks;  // else one chunk at a time, each GEMM multithreaded
+};
+
+Chunking chunking(const Conv2dGeometry& g) {
+  const std::int64_t pixels = std::max<std::int64_t>(1, g.out_h * g.out_w);
+  const std::int64_t per_chunk = std::clamp<std::int64_t>(kRowsPerChunk / pixels, 1, std::max<std::int64_t>(1, g.batch));
+  const std::int64_t chunks = (g.batch + per_chunk - 1) / per_chunk;
+  return {per_chunk, chunks, chunks >= omp_get_max_threads()};
+}
+
+std::int64_t taps(const Conv2dGeometry& g) { return g.kernel_h * g.kernel_w * g.in_c; }
+
+// Writes the im2col rows of one sample: row (oh, ow) holds the kernel_h x kernel_w x in_c input window.
+void im2col(const float* x, const Conv2dGeometry& g, float* col) {
+  const std::int64_t c = g.in_c;
+  const std::int64_t row_width = taps(g);
+  const std::int64_t span = g.kernel_w * c;
+  for (std::int64_t oh = 0; oh < g.out_h; ++oh) {
+    for (std::int64_t ow = 0; ow < g.out_w; ++ow) {
+      float* row = col + (oh * g.out_w + ow) * row_width;
+      const std::int64_t iw0 = ow * g.stride_w - g.pad_left;
+      const bool columns_inside = iw0 >= 0 && iw0 + g.kernel_w <= g.in_w;
+      for (std::int64_t kh = 0; kh < g.kernel_h; ++kh) {
+        const std::int64_t ih = oh * g.stride_h - g.pad_top + kh;
+        float* dst = row + kh * span;
+        if (ih < 0 || ih >= g.in_h) {
+          std::memset(dst, 0, sizeof(float) * span);
+          continue;
+        }
+        const float* src_row = x + ih * g.in_w * c;
+        if (columns_inside) {
+          std::memcpy(dst, src_row + iw0 * c, sizeof(float) * span);
+          continue;
+        }
+        for (std::int64_t kw = 0; kw < g.kernel_w; ++kw) {
+          const std::int64_t iw = iw0 + kw;
+          if (iw < 0 || iw >= g.in_w) std::memset(dst + kw * c, 0, sizeof(float) * c);
+          else std::memcpy(dst + kw * c, src_row + iw * c, sizeof(float) * c);
+        }
+      }
+    }
+  }
+}
+
+// Adds the im2col rows of one sample back onto its input gradient (the adjoint of im2col).
+void col2im_add(const float* col, const Conv2dGeometry& g, float* dx) {
+  const std::int64_t c = g.in_c;
+  const std::int64_t row_width = taps(g);
+  for (std::int64_t oh = 0; oh < g.out_h; ++oh) {
+    for (std::int64_t ow = 0; ow < g.out_w; ++ow) {
+      const float* row = col + (oh * g.out_w + ow) * row_width;
+      for (std::int64_t kh = 0; kh < g.kernel_h; ++kh) {
+        const std::int64_t ih = oh * g.stride_h - g.pad_top + kh;
+        if (ih < 0 || ih >= g.in_h) continue;
+        for (std::int64_t kw = 0; kw < g.kernel_w; ++kw) {
+          const std::int64_t iw = ow * g.stride_w - g.pad_left + kw;
+          if (iw < 0 || iw >= g.in_w) continue;
+          const float* src = row + (kh * g.kernel_w + kw) * c;
+          float* dst = dx + (ih * g.in_w + iw) * c;
+#pragma omp simd
+          for (std::int64_t i = 0; i < c; ++i) dst[i] += src[i];
+        }
+      }
+    }
+  }
+}
+
+// Runs body(chunk, col_buffer, thread) for every chunk, on the threads the chunking asks for.
+template <typename Body>
+void for_each_chunk(const Conv2dGeometry& g, const Chunking& plan, Body&& body) {
+  const std::int64_t col_floats = plan.samples_per_chunk * g.out_h * g.out_w * taps(g);
+  if (!plan.parallel_over_chunks) {
+    std::vector<float> col(static_cast<std::size_t>(col_floats));
+    for (std::int64_t chunk = 0; chunk < plan.chunks; ++chunk) body(chunk, col.data(), 0);
+    return;
+  }
+#pragma omp parallel
+  {
+    std::vector<float> col(static_cast<std::size_t>(col_floats));
+    const int thread = omp_get_thread_num();
+#pragma omp for schedule(static)
+    for (std::int64_t chunk = 0; chunk < plan.chunks; ++chunk) body(chunk, col.data(), thread);
+  }
+}
+
+}  // namespace
+
+void conv2d_forward(const Tensor& x, const Tensor& kernel, const Tensor& bias, const Tensor& y,
+                    const Conv2dGeometry& g) {
+  const Chunking plan = chunking(g);
+  const std::int64_t in_sample = g.in_h * g.in_w * g.in_c;
+  const std::int64_t pixels = g.out_h * g.out_w;
+  const std::int64_t k = taps(g);
+  for_each_chunk(g, plan, [&](std::int64_t chunk, float* col, int) {
+    const std::int64_t first = chunk * plan.samples_per_chunk;
+    const std::int64_t count = std::min(plan.samples_per_chunk, g.batch - first);
+    for (std::int64_t s = 0; s < count; ++s) im2col(x.raw() + (first + s) * in_sample, g, col + s * pixels * k);
+    float* out = y.raw() + first * pixels * g.out_c;
+    const std::int64_t rows = count * pixels;
+    float beta = 0.0f;
+    if (bias.defined()) {
+      // Start from the bias and accumulate the product onto it: the bias add costs no extra pass.
+      for (std::int64_t r = 0; r < rows; ++r) std::memcpy(out + r * g.out_c, bias.raw(), sizeof(float) * g.out_c);
+      beta = 1.0f;
+    }
+    gemm(false, false, rows, g.out_c, k, 1.0f, col, k, kernel.raw(), g.out_c, beta, out, g.out_c);
+  });
+}
+
+void conv2d_backward(const Tensor& x, const Tensor& kernel, const Tensor& dy, const Tensor& dx,
+                     const Tensor& dkernel, const Tensor& dbias, const Conv2dGeometry& g) {
+  const Chunking plan = chunking(g);
+  const std::int64_t in_sample = g.in_h * g.in_w * g.in_c;
+  const std::int64_t pixels = g.out_h * g.out_w;
+  const std::int64_t k = taps(g);
+  const int threads = plan.parallel_over_chunks ? omp_get_max_threads() : 1;
+  std::vector<std::vector<float>> partial_kernel_grads(static_cast<std::size_t>(threads),
+                                                       std::vector<float>(static_cast<std::size_t>(k * g.out_c), 0.0f));
+  if (dx.defined()) std::memset(dx.raw(), 0, dx.bytes());
+
+  for_each_chunk(g, plan, [&](std::int64_t chunk, float* col, int thread) {
+    const std::int64_t first = chunk * plan.samples_per_chunk;
+    const std::int64_t count = std::min(plan.samples_per_chunk, g.batch - first);
+    const std::int64_t rows = count * pixels;
+    const float* grad_out = dy.raw() + first * pixels * g.out_c;
+    for (std::int64_t s = 0; s < count; ++s) im2col(x.raw() + (first + s) * in_sample, g, col + s * pixels * k);
+    // dkernel += col^T * dy
+    gemm(true, false, k, g.out_c, rows, 1.0f, col, k, grad_out, g.out_c, 1.0f,
+         partial_kernel_grads[static_cast<std::size_t>(thread)].data(), g.out_c);
+    if (!dx.defined()) return;
+    // dcol = dy * kernel^T, then scatter back onto the input gradient
+    gemm(false, true, rows, k, g.out_c, 1.0f, grad_out, g.out_c, kernel.raw(), g.out_c, 0.0f, col, k);
+    for (std::int64_t s = 0; s < count; ++s) col2im_add(col + s * pixels * k, g, dx.raw() + (first + s) * in_sample);
+  });
+
+  float* dk = dkernel.raw();
+  std::memcpy(dk, partial_kernel_grads[0].data(), dkernel.bytes());
+  for (int t = 1; t < threads; ++t) {
+    const float* part = partial_kernel_grads[static_cast<std::size_t>(t)].data();
+    for (std::int64_t i = 0; i < dkernel.numel(); ++i) dk[i] += part[i];
+  }
+  if (dbias.defined()) bias_gradient(dy, dbias);
+}
+
+}  // namespace cohort::cpu

@@ -1,0 +1,110 @@
+// Cross-entropy losses and accuracy for the CPU backend. Labels are class indices of shape (N) or
+// targets of shape (N, C); both reduce to "the target weight of class j in row r".
+#include <algorithm>
+#include <cmath>
+
+#include "cohort/core/check.hpp"
+#include "cpu_ops.hpp"
+
+namespace cohort::cpu {
+namespace {
+
+struct Targets {
+  const float* data;
+  std::int64_t classes;
+  bool sparse;
+
+  float weight(std::int64_t row, std::int64_t j) const {
+    if (!sparse) return data[row * classes + j];
+    return static_cast<std::int64_t>(data[row]) == j ? 1.0f : 0.0f;
+  }
+  std::int64_t label(std::int64_t row) const {
+    if (sparse) return static_cast<std::int64_t>(data[row]);
+    const float* r = data + row * classes;
+    return std::max_element(r, r + classes) - r;
+  }
+};
+
+Targets targets_of(const Tensor& labels, std::int64_t classes) {
+  const bool sparse = labels.rank() == 1;
+  if (sparse) {
+    for (std::int64_t i = 0; i < labels.numel(); ++i) {
+      const float v = labels.raw()[i];
+      COHORT_CHECK(v >= 0 && v < static_cast<float>(classes) && v == std::floor(v),
+                   "label {} of row {} is not a class index in [0, {})", v, i, classes);
+    }
+  }
+  return {labels.raw(), classes, sparse};
+}
+
+}  // namespace
+
+double softmax_cross_entropy(const Tensor& logits, const Tensor& labels, const Tensor& dlogits) {
+  const std::int64_t rows = logits.dim(0);
+  const std::int64_t classes = logits.dim(1);
+  const Targets targets = targets_of(labels, classes);
+  const float* lp = logits.raw();
+  float* gp = dlogits.defined() ? dlogits.raw() : nullptr;
+  const double inverse_rows = rows == 0 ? 0.0 : 1.0 / static_cast<double>(rows);
+  double total = 0;
+#pragma omp parallel for reduction(+ : total) if (rows * classes > 32768)
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const float* row = lp + r * classes;
+    const float peak = *std::max_element(row, row + classes);
+    double normalizer = 0;
+    for (std::int64_t j = 0; j < classes; ++j) normalizer += std::exp(static_cast<double>(row[j] - peak));
+    const double log_normalizer = std::log(normalizer) + peak;
+    double target_mass = 0;
+    for (std::int64_t j = 0; j < classes; ++j) {
+      const double w = targets.weight(r, j);
+      total += w * (log_normalizer - row[j]);
+      target_mass += w;
+    }
+    if (gp != nullptr) {
+      // d/dz of -sum_j w_j log softmax_j = softmax * sum_j w_j - w
+      for (std::int64_t j = 0; j < classes; ++j) {
+        const double p = std::exp(row[j] - log_normalizer);
+        gp[r * classes + j] = static_cast<float>((p * target_mass - targets.weight(r, j)) * inverse_rows);
+      }
+    }
+  }
+  return total * inverse_rows;
+}
+
+double categorical_cross_entropy(const Tensor& probabilities, const Tensor& labels, const Tensor& dprobabilities) {
+  constexpr float kEpsilon = 1e-7f;
+  const std::int64_t rows = probabilities.dim(0);
+  const std::int64_t classes = probabilities.dim(1);
+  const Targets targets = targets_of(labels, classes);
+  const float* pp = probabilities.raw();
+  float* gp = dprobabilities.defined() ? dprobabilities.raw() : nullptr;
+  const double inverse_rows = rows == 0 ? 0.0 : 1.0 / static_cast<double>(rows);
+  double total = 0;
+  for (std::int64_t r = 0; r < rows; ++r) {
+    for (std::int64_t j = 0; j < classes; ++j) {
+      const float raw = pp[r * classes + j];
+      const float p = std::clamp(raw, kEpsilon, 1.0f - kEpsilon);
+      const float w = targets.weight(r, j);
+      total -= w * std::log(p);
+      if (gp != nullptr) {
+        const bool clipped = raw < kEpsilon || raw > 1.0f - kEpsilon;
+        gp[r * classes + j] = clipped ? 0.0f : static_cast<float>(-w / p * inverse_rows);
+      }
+    }
+  }
+  return total * inverse_rows;
+}
+
+std::int64_t count_correct(const Tensor& scores, const Tensor& labels) {
+  const std::int64_t rows = scores.dim(0);
+  const std::int64_t classes = scores.dim(1);
+  const Targets targets = targets_of(labels, classes);
+  std::int64_t correct = 0;
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const float* row = scores.raw() + r * classes;
+    correct += (std::max_element(row, row + classes) - row) == targets.label(r) ? 1 : 0;
+  }
+  return correct;
+}
+
+}  // namespace cohort::cpu

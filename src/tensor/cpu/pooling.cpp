@@ -1,0 +1,124 @@
+// Max and average pooling over NHWC tensors, parallel over samples. Windows are clipped to the input;
+// max pooling sends the gradient to the first maximum of each window, as TensorFlow does.
+#include <algorithm>
+#include <cstring>
+#include <limits>
+
+#include "cpu_ops.hpp"
+
+namespace cohort::cpu {
+namespace {
+
+struct Window {
+  std::int64_t h0, h1, w0, w1;
+};
+
+Window window(const Pool2dGeometry& g, std::int64_t oh, std::int64_t ow) {
+  const std::int64_t h = oh * g.stride_h - g.pad_top;
+  const std::int64_t w = ow * g.stride_w - g.pad_left;
+  return {std::max<std::int64_t>(h, 0), std::min(h + g.pool_h, g.in_h), std::max<std::int64_t>(w, 0),
+          std::min(w + g.pool_w, g.in_w)};
+}
+
+}  // namespace
+
+void max_pool_forward(const Tensor& x, const Tensor& y, const Pool2dGeometry& g) {
+  const std::int64_t c = g.channels;
+#pragma omp parallel for
+  for (std::int64_t n = 0; n < g.batch; ++n) {
+    const float* in = x.raw() + n * g.in_h * g.in_w * c;
+    float* out = y.raw() + n * g.out_h * g.out_w * c;
+    for (std::int64_t oh = 0; oh < g.out_h; ++oh) {
+      for (std::int64_t ow = 0; ow < g.out_w; ++ow) {
+        float* o = out + (oh * g.out_w + ow) * c;
+        std::fill_n(o, c, -std::numeric_limits<float>::infinity());
+        const Window win = window(g, oh, ow);
+        for (std::int64_t ih = win.h0; ih < win.h1; ++ih) {
+          for (std::int64_t iw = win.w0; iw < win.w1; ++iw) {
+            const float* v = in + (ih * g.in_w + iw) * c;
+#pragma omp simd
+            for (std::int64_t i = 0; i < c; ++i) o[i] = std::max(o[i], v[i]);
+          }
+        }
+      }
+    }
+  }
+}
+
+void max_pool_backward(const Tensor& x, const Tensor& y, const Tensor& dy, const Tensor& dx, const Pool2dGeometry& g) {
+  const std::int64_t c = g.channels;
+  std::memset(dx.raw(), 0, dx.bytes());
+#pragma omp parallel for
+  for (std::int64_t n = 0; n < g.batch; ++n) {
+    const float* in = x.raw() + n * g.in_h * g.in_w * c;
+    float* din = dx.raw() + n * g.in_h * g.in_w * c;
+    const float* out = y.raw() + n * g.out_h * g.out_w * c;
+    const float* dout = dy.raw() + n * g.out_h * g.out_w * c;
+    for (std::int64_t oh = 0; oh < g.out_h; ++oh) {
+      for (std::int64_t ow = 0; ow < g.out_w; ++ow) {
+        const std::int64_t o = (oh * g.out_w + ow) * c;
+        const Window win = window(g, oh, ow);
+        for (std::int64_t i = 0; i < c; ++i) {
+          bool routed = false;
+          for (std::int64_t ih = win.h0; ih < win.h1 && !routed; ++ih) {
+            for (std::int64_t iw = win.w0; iw < win.w1; ++iw) {
+              const std::int64_t at = (ih * g.in_w + iw) * c + i;
+              if (in[at] == out[o + i]) {
+                din[at] += dout[o + i];
+                routed = true;
+                break;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+void avg_pool_forward(const Tensor& x, const Tensor& y, const Pool2dGeometry& g) {
+  const std::int64_t c = g.channels;
+#pragma omp parallel for
+  for (std::int64_t n = 0; n < g.batch; ++n) {
+    const float* in = x.raw() + n * g.in_h * g.in_w * c;
+    float* out = y.raw() + n * g.out_h * g.out_w * c;
+    for (std::int64_t oh = 0; oh < g.out_h; ++oh) {
+      for (std::int64_t ow = 0; ow < g.out_w; ++ow) {
+        float* o = out + (oh * g.out_w + ow) * c;
+        std::fill_n(o, c, 0.0f);
+        const Window win = window(g, oh, ow);
+        for (std::int64_t ih = win.h0; ih < win.h1; ++ih)
+          for (std::int64_t iw = win.w0; iw < win.w1; ++iw) {
+            const float* v = in + (ih * g.in_w + iw) * c;
+            for (std::int64_t i = 0; i < c; ++i) o[i] += v[i];
+          }
+        const float inverse = 1.0f / static_cast<float>((win.h1 - win.h0) * (win.w1 - win.w0));
+        for (std::int64_t i = 0; i < c; ++i) o[i] *= inverse;
+      }
+    }
+  }
+}
+
+void avg_pool_backward(const Tensor& dy, const Tensor& dx, const Pool2dGeometry& g) {
+  const std::int64_t c = g.channels;
+  std::memset(dx.raw(), 0, dx.bytes());
+#pragma omp parallel for
+  for (std::int64_t n = 0; n < g.batch; ++n) {
+    float* din = dx.raw() + n * g.in_h * g.in_w * c;
+    const float* dout = dy.raw() + n * g.out_h * g.out_w * c;
+    for (std::int64_t oh = 0; oh < g.out_h; ++oh) {
+      for (std::int64_t ow = 0; ow < g.out_w; ++ow) {
+        const float* d = dout + (oh * g.out_w + ow) * c;
+        const Window win = window(g, oh, ow);
+        const float inverse = 1.0f / static_cast<float>((win.h1 - win.h0) * (win.w1 - win.w0));
+        for (std::int64_t ih = win.h0; ih < win.h1; ++ih)
+          for (std::int64_t iw = win.w0; iw < win.w1; ++iw) {
+            float* v = din + (ih * g.in_w + iw) * c;
+            for (std::int64_t i = 0; i < c; ++i) v[i] += d[i] * inverse;
+          }
+      }
+    }
+  }
+}
+
+}  // namespace cohort::cpu
