@@ -215,6 +215,37 @@ void dropout_mask(const Tensor& mask, float rate, std::uint64_t seed) {
   dispatch("dropout_mask", {&mask}, [&] { cpu::dropout_mask(mask, rate, seed); });
 }
 
+void sgd_update(const Tensor& value, const Tensor& gradient, const Tensor& velocity, float learning_rate,
+                float momentum, bool nesterov, float weight_decay) {
+  check_same_shape("sgd_update", value, gradient);
+  if (velocity.defined()) check_same_shape("sgd_update", value, velocity);
+  COHORT_CHECK(momentum == 0.0f || velocity.defined(), "sgd_update: momentum needs a velocity slot");
+  dispatch("sgd_update", {&value, &gradient, &velocity},
+           [&] { cpu::sgd_update(value, gradient, velocity, learning_rate, momentum, nesterov, weight_decay); });
+}
+
+void adam_update(const Tensor& value, const Tensor& gradient, const Tensor& m, const Tensor& v, float learning_rate,
+                 float beta_1, float beta_2, float epsilon, float weight_decay) {
+  check_same_shape("adam_update", value, gradient);
+  check_same_shape("adam_update", value, m);
+  check_same_shape("adam_update", value, v);
+  dispatch("adam_update", {&value, &gradient, &m, &v},
+           [&] { cpu::adam_update(value, gradient, m, v, learning_rate, beta_1, beta_2, epsilon, weight_decay); });
+}
+
+void rmsprop_update(const Tensor& value, const Tensor& gradient, const Tensor& mean_square, const Tensor& mean_gradient,
+                    const Tensor& velocity, float learning_rate, float rho, float momentum, float epsilon,
+                    float weight_decay) {
+  check_same_shape("rmsprop_update", value, gradient);
+  check_same_shape("rmsprop_update", value, mean_square);
+  if (mean_gradient.defined()) check_same_shape("rmsprop_update", value, mean_gradient);
+  COHORT_CHECK(momentum == 0.0f || velocity.defined(), "rmsprop_update: momentum needs a velocity slot");
+  dispatch("rmsprop_update", {&value, &gradient, &mean_square, &mean_gradient, &velocity}, [&] {
+    cpu::rmsprop_update(value, gradient, mean_square, mean_gradient, velocity, learning_rate, rho, momentum, epsilon,
+                        weight_decay);
+  });
+}
+
 double softmax_cross_entropy(const Tensor& logits, const Tensor& labels, const Tensor& dlogits) {
   check_labels("softmax_cross_entropy", logits, labels);
   if (dlogits.defined()) check_same_shape("softmax_cross_entropy", logits, dlogits);

@@ -85,6 +85,19 @@ void moving_average_update(const Tensor& moving, const Tensor& batch, float mome
 // generator keyed by (seed, i), so the mask does not depend on the thread count.
 void dropout_mask(const Tensor& mask, float rate, std::uint64_t seed);
 
+// ---- optimizer updates, fused into one pass over each variable (Keras semantics, see optim/).
+// L2 weight decay adds weight_decay * w to the gradient first.
+// SGD: with momentum, v = momentum * v - lr * g; w += v (Nesterov: w += momentum * v - lr * g).
+void sgd_update(const Tensor& value, const Tensor& gradient, const Tensor& velocity, float learning_rate,
+                float momentum, bool nesterov, float weight_decay);
+// Adam: m, v moments; the caller folds bias correction into the learning rate.
+void adam_update(const Tensor& value, const Tensor& gradient, const Tensor& m, const Tensor& v, float learning_rate,
+                 float beta_1, float beta_2, float epsilon, float weight_decay);
+// RMSprop: mean_square (and mean_gradient when centered, velocity when momentum > 0) as in Keras.
+void rmsprop_update(const Tensor& value, const Tensor& gradient, const Tensor& mean_square, const Tensor& mean_gradient,
+                    const Tensor& velocity, float learning_rate, float rho, float momentum, float epsilon,
+                    float weight_decay);
+
 // ---- losses and metrics. labels: shape (N) of class indices, or (N, C) one-hot / soft targets.
 // Mean categorical cross-entropy of softmax(logits), computed stably; writes dlogits when defined.
 double softmax_cross_entropy(const Tensor& logits, const Tensor& labels, const Tensor& dlogits);

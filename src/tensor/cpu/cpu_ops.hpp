@@ -44,6 +44,14 @@ void batch_norm_backward(const Tensor& x, const Tensor& gamma, const Tensor& dy,
 void moving_average_update(const Tensor& moving, const Tensor& batch, float momentum);
 void dropout_mask(const Tensor& mask, float rate, std::uint64_t seed);
 
+void sgd_update(const Tensor& value, const Tensor& gradient, const Tensor& velocity, float learning_rate,
+                float momentum, bool nesterov, float weight_decay);
+void adam_update(const Tensor& value, const Tensor& gradient, const Tensor& m, const Tensor& v, float learning_rate,
+                 float beta_1, float beta_2, float epsilon, float weight_decay);
+void rmsprop_update(const Tensor& value, const Tensor& gradient, const Tensor& mean_square, const Tensor& mean_gradient,
+                    const Tensor& velocity, float learning_rate, float rho, float momentum, float epsilon,
+                    float weight_decay);
+
 double softmax_cross_entropy(const Tensor& logits, const Tensor& labels, const Tensor& dlogits);
 double categorical_cross_entropy(const Tensor& probabilities, const Tensor& labels, const Tensor& dprobabilities);
 std::int64_t count_correct(const Tensor& scores, const Tensor& labels);

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "cohort/core/seed.hpp"
 #include "cpu_ops.hpp"
 
 namespace cohort::cpu {
@@ -15,14 +16,6 @@ constexpr std::int64_t kParallelThreshold = 1 << 15;
 std::pair<std::int64_t, std::int64_t> as_rows(const Tensor& t) {
   const std::int64_t width = t.rank() == 0 ? 1 : t.dim(t.rank() - 1);
   return {width == 0 ? 0 : t.numel() / width, width};
-}
-
-// SplitMix64: a counter-based generator, so element i's draw is independent of who computes it.
-std::uint64_t splitmix64(std::uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
 }
 
 }  // namespace
@@ -181,10 +174,11 @@ void dropout_mask(const Tensor& mask, float rate, std::uint64_t seed) {
   const float keep_scale = 1.0f / (1.0f - rate);
   // Compare 53-bit uniform draws with the rate.
   const auto threshold = static_cast<std::uint64_t>(static_cast<double>(rate) * 9007199254740992.0);
-  const std::uint64_t key = splitmix64(seed);
+  // A counter-based generator: element i's draw does not depend on which thread computes it.
+  const std::uint64_t key = mix64(seed);
 #pragma omp parallel for simd if (n > kParallelThreshold)
   for (std::int64_t i = 0; i < n; ++i) {
-    const std::uint64_t draw = splitmix64(key ^ static_cast<std::uint64_t>(i)) >> 11;
+    const std::uint64_t draw = mix64(key ^ static_cast<std::uint64_t>(i)) >> 11;
     p[i] = draw < threshold ? 0.0f : keep_scale;
   }
 }

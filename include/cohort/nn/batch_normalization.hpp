@@ -1,0 +1,36 @@
+#pragma once
+// BatchNormalization over the last axis, as keras.layers.BatchNormalization: momentum 0.99,
+// epsilon 1e-3. Training normalizes with the batch mean and (biased) variance and updates the moving
+// statistics; inference uses the moving statistics.
+// Variables: gamma (ones), beta (zeros) trainable; moving_mean (zeros), moving_variance (ones) not.
+//
+//   model.add(nn::BatchNormalization());
+
+#include "cohort/nn/layer.hpp"
+
+namespace cohort::nn {
+
+struct BatchNormalizationOptions {
+  float momentum = 0.99f;
+  float epsilon = 1e-3f;
+};
+
+class BatchNormalization : public Layer {
+ public:
+  explicit BatchNormalization(BatchNormalizationOptions options = {});
+
+  std::string type_name() const override { return "BatchNormalization"; }
+  std::string name_stem() const override { return "batch_normalization"; }
+  Shape build(const Shape& input_sample_shape, VariableFactory& factory) override;
+  Tensor forward(const Tensor& x, const ForwardContext& context) override;
+  Tensor backward(const Tensor& dy, bool need_input_gradient) override;
+
+  const BatchNormalizationOptions& options() const { return options_; }
+
+ private:
+  BatchNormalizationOptions options_;
+  VariablePtr gamma_, beta_, moving_mean_, moving_variance_;
+  Tensor input_, output_, input_gradient_, batch_mean_, batch_variance_;
+};
+
+}  // namespace cohort::nn

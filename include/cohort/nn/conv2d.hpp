@@ -1,0 +1,34 @@
+#pragma once
+// Conv2D over NHWC input with an HWIO kernel, as keras.layers.Conv2D.
+// Variables: kernel (k, k, in, filters), glorot_uniform; bias (filters), zeros.
+//
+//   model.add(nn::Conv2D(32, 3, nn::Padding::Same));
+
+#include "cohort/nn/layer.hpp"
+#include "cohort/nn/padding.hpp"
+#include "cohort/tensor/ops.hpp"
+
+namespace cohort::nn {
+
+class Conv2D : public Layer {
+ public:
+  Conv2D(int filters, int kernel_size, Padding padding = Padding::Valid, int stride = 1, bool use_bias = true);
+
+  std::string type_name() const override { return "Conv2D"; }
+  std::string name_stem() const override { return "conv2d"; }
+  Shape build(const Shape& input_sample_shape, VariableFactory& factory) override;
+  Tensor forward(const Tensor& x, const ForwardContext& context) override;
+  Tensor backward(const Tensor& dy, bool need_input_gradient) override;
+
+ private:
+  Conv2dGeometry geometry_for(std::int64_t batch) const;
+
+  int filters_, kernel_size_, stride_;
+  Padding padding_;
+  bool use_bias_;
+  Conv2dGeometry geometry_;  // batch filled per call
+  VariablePtr kernel_, bias_;
+  Tensor input_, output_, input_gradient_;
+};
+
+}  // namespace cohort::nn

@@ -1,0 +1,29 @@
+#pragma once
+// Dense: y = x * kernel + bias over the last axis, as keras.layers.Dense (no built-in activation: add
+// an Activation layer). Variables: kernel (in, units), glorot_uniform; bias (units), zeros.
+//
+//   model.add(nn::Dense(512));
+
+#include "cohort/nn/layer.hpp"
+
+namespace cohort::nn {
+
+class Dense : public Layer {
+ public:
+  explicit Dense(int units, bool use_bias = true);
+
+  std::string type_name() const override { return "Dense"; }
+  std::string name_stem() const override { return "dense"; }
+  Shape build(const Shape& input_sample_shape, VariableFactory& factory) override;
+  Tensor forward(const Tensor& x, const ForwardContext& context) override;
+  Tensor backward(const Tensor& dy, bool need_input_gradient) override;
+
+ private:
+  int units_;
+  bool use_bias_;
+  std::int64_t input_features_ = 0;
+  VariablePtr kernel_, bias_;
+  Tensor input_rows_, output_, input_gradient_;
+};
+
+}  // namespace cohort::nn

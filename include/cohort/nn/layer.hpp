@@ -1,0 +1,76 @@
+#pragma once
+// Layer: the contract every layer of a Sequential model fulfils.
+//
+// A layer is built once for a known input sample shape (no batch axis): build() creates its variables
+// through the VariableFactory and returns the output sample shape. forward() maps a batch (N, ...) and
+// keeps what backward() needs; backward() receives dL/dy, writes dL/dw into each trainable variable's
+// gradient and returns dL/dx (an undefined tensor when the caller does not need it).
+// Layers compute through tensor/ops.hpp only, so they run on any device with a backend.
+//
+//   class Square : public nn::Layer { ... };   // see docs/adding_a_layer.md
+
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cohort/nn/variable.hpp"
+#include "cohort/tensor/tensor.hpp"
+
+namespace cohort::nn {
+
+// Per-call facts a layer may need: training or inference, and a counter that changes every training step
+// (dropout masks are drawn from it, so a restored counter replays the same masks).
+struct ForwardContext {
+  bool training = false;
+  std::uint64_t step = 0;
+};
+
+// Creates the variables of one layer with scoped names and a reproducible per-variable random stream.
+class VariableFactory {
+ public:
+  VariableFactory(std::string scope, std::uint64_t seed, int first_creation_order)
+      : scope_(std::move(scope)), seed_(seed), next_order_(first_creation_order) {}
+
+  VariablePtr create(const std::string& name, Shape shape, bool trainable);
+  // A random stream for initializing the variable created last; depends only on the model seed and the
+  // variable's full name, so adding a layer elsewhere does not change this one's initial values.
+  std::mt19937_64 rng_for(const VariablePtr& variable) const;
+  std::uint64_t seed_for(const std::string& purpose) const;
+  int next_creation_order() const { return next_order_; }
+  const std::vector<VariablePtr>& created() const { return created_; }
+
+ private:
+  std::string scope_;
+  std::uint64_t seed_;
+  int next_order_;
+  std::vector<VariablePtr> created_;
+};
+
+class Layer {
+ public:
+  virtual ~Layer() = default;
+
+  // Keras class name ("Conv2D") and the snake_case stem of auto-generated names ("conv2d").
+  virtual std::string type_name() const = 0;
+  virtual std::string name_stem() const = 0;
+
+  virtual Shape build(const Shape& input_sample_shape, VariableFactory& factory) = 0;
+  virtual Tensor forward(const Tensor& x, const ForwardContext& context) = 0;
+  virtual Tensor backward(const Tensor& dy, bool need_input_gradient) = 0;
+
+  const std::string& name() const { return name_; }
+  void set_name(std::string name) { name_ = std::move(name); }
+  const std::vector<VariablePtr>& variables() const { return variables_; }
+
+ protected:
+  // Reuses `buffer` when it already has `shape`, so steady-state steps allocate nothing.
+  static const Tensor& reuse(Tensor& buffer, const Shape& shape);
+
+  std::vector<VariablePtr> variables_;
+
+ private:
+  std::string name_;
+};
+
+}  // namespace cohort::nn

@@ -1,0 +1,80 @@
+#pragma once
+// Sequential: a linear stack of layers with Keras semantics. Each add() builds the layer right away for
+// the current output shape and names it Keras-style (conv2d, conv2d_1, ...), so variables exist, with
+// stable names and creation order, as soon as the model is defined. Initial values depend only on the
+// model seed and the variable names.
+//
+//   nn::Sequential model({28, 28, 1});
+//   model.add(nn::Conv2D(32, 3, nn::Padding::Same)).add(nn::ReLU()).add(nn::Flatten()).add(nn::Dense(10));
+//   fmt::print("{}", model.summary());
+
+#include <concepts>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cohort/nn/layer.hpp"
+
+namespace cohort::nn {
+
+class Sequential {
+ public:
+  explicit Sequential(Shape input_shape, std::uint64_t seed = 0);
+  Sequential(Sequential&&) noexcept = default;
+  Sequential& operator=(Sequential&&) noexcept = default;
+
+  template <std::derived_from<Layer> L>
+  Sequential& add(L layer) {
+    return add(std::unique_ptr<Layer>(new L(std::move(layer))));
+  }
+  Sequential& add(std::unique_ptr<Layer> layer);
+
+  // Mode for forward(): train() enables dropout and batch statistics; eval() is inference.
+  void train() { training_ = true; }
+  void eval() { training_ = false; }
+  bool is_training() const { return training_; }
+
+  // Runs all layers on a batch (N, input_shape...). The result is valid until the next forward().
+  Tensor forward(const Tensor& x);
+  // Runs all layers but a final Softmax, so that a loss can fuse softmax with cross-entropy.
+  Tensor forward_logits(const Tensor& x);
+  bool ends_with_softmax() const;
+  // Back-propagates dL/d(output of the last forward call); fills every trainable variable's gradient.
+  void backward(const Tensor& doutput);
+
+  const Shape& input_shape() const { return input_shape_; }
+  const Shape& output_shape() const { return output_shapes_.empty() ? input_shape_ : output_shapes_.back(); }
+  std::size_t size() const { return layers_.size(); }
+  Layer& layer(std::size_t index) { return *layers_.at(index); }
+
+  // All variables in creation order; trainable ones only.
+  std::vector<VariablePtr> variables() const;
+  std::vector<VariablePtr> trainable_variables() const;
+  VariablePtr variable(const std::string& name) const;
+  std::int64_t parameter_count() const;
+
+  // Counter of training steps taken by forward(); it seeds dropout masks and is saved in checkpoints.
+  std::uint64_t step() const { return step_; }
+  void set_step(std::uint64_t step) { step_ = step; }
+  std::uint64_t seed() const { return seed_; }
+
+  // The table Keras' model.summary() prints for the same model.
+  std::string summary(const std::string& model_name = "sequential") const;
+
+ private:
+  Tensor run(const Tensor& x, std::size_t end);
+
+  Shape input_shape_;
+  std::uint64_t seed_;
+  std::vector<std::unique_ptr<Layer>> layers_;
+  std::vector<Shape> output_shapes_;
+  std::map<std::string, int> names_used_;
+  int next_creation_order_ = 0;
+  bool training_ = false;
+  std::uint64_t step_ = 0;
+  std::size_t last_forward_end_ = 0;
+};
+
+}  // namespace cohort::nn

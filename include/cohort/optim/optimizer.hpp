@@ -1,0 +1,64 @@
+#pragma once
+// Optimizer: applies gradients to variables, one variable at a time, keeping per-variable state
+// ("slots": Adam's moments, SGD's velocity) keyed by the variable's name. Because every update touches
+// only its own variable's slots, a parameter server can own any subset of the variables and their state.
+//
+// Learning rate at iteration t: schedule(t) / (1 + decay * t), Keras' legacy `decay`.
+// The state (slots and iteration count) serializes to a versioned binary archive.
+//
+//   optim::Adam adam({.learning_rate = optim::constant(1e-3)});
+//   adam.apply(model.trainable_variables());   // one step over all of them
+
+#include <cstdint>
+#include <iosfwd>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "cohort/nn/variable.hpp"
+#include "cohort/optim/schedule.hpp"
+#include "cohort/tensor/tensor.hpp"
+
+namespace cohort::optim {
+
+// The state an optimizer keeps for one variable.
+struct SlotState {
+  std::vector<Tensor> slots;
+};
+
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+
+  virtual std::string name() const = 0;
+  // Slots kept per trainable variable, each the variable's size: placement counts them as load.
+  virtual int slots_per_variable() const = 0;
+
+  // Updates one variable from its gradient with the current iteration's learning rate.
+  void apply(const std::string& variable_name, const Tensor& value, const Tensor& gradient);
+  // Updates every trainable variable of the list, then advances the iteration count.
+  void apply(const std::vector<nn::VariablePtr>& variables);
+  void finish_step() { ++iterations_; }
+
+  std::int64_t iterations() const { return iterations_; }
+  void set_iterations(std::int64_t iterations) { iterations_ = iterations; }
+  double learning_rate() const;
+
+  const std::map<std::string, SlotState>& state() const { return state_; }
+  // Binary, versioned; load() replaces the state and checks that the optimizer kind matches.
+  void save_state(std::ostream& out) const;
+  void load_state(std::istream& in);
+
+ protected:
+  Optimizer(Schedule learning_rate, double decay);
+  virtual void update(const Tensor& value, const Tensor& gradient, std::vector<Tensor>& slots,
+                      double learning_rate) = 0;
+
+ private:
+  Schedule schedule_;
+  double decay_;
+  std::int64_t iterations_ = 0;
+  std::map<std::string, SlotState> state_;
+};
+
+}  // namespace cohort::optim

@@ -1,0 +1,33 @@
+#pragma once
+// cereal serialization of tensors for the library's binary archives (optimizer state, checkpoints):
+// the extents, then the raw float32 values. Private to src/: public headers stay free of cereal.
+#include <cereal/archives/portable_binary.hpp>
+#include <cereal/types/string.hpp>
+#include <cereal/types/vector.hpp>
+
+#include "cohort/core/check.hpp"
+#include "cohort/tensor/tensor.hpp"
+
+namespace cohort {
+
+template <class Archive>
+void save(Archive& archive, const Tensor& tensor) {
+  archive(tensor.shape().dims());
+  archive(cereal::binary_data(tensor.data(), tensor.bytes()));
+}
+
+template <class Archive>
+void load(Archive& archive, Tensor& tensor) {
+  std::vector<std::int64_t> dims;
+  archive(dims);
+  std::int64_t count = 1;
+  for (auto d : dims) {
+    COHORT_CHECK_AS(DataError, d >= 0 && d < (std::int64_t{1} << 40) && count * std::max<std::int64_t>(d, 1) < (std::int64_t{1} << 40),
+                    "archived tensor has implausible extents");
+    count *= d;
+  }
+  tensor = Tensor(Shape(std::move(dims)));
+  archive(cereal::binary_data(tensor.data(), tensor.bytes()));
+}
+
+}  // namespace cohort

@@ -1,0 +1,23 @@
+#include "cohort/nn/activation_layer.hpp"
+
+namespace cohort::nn {
+
+ActivationLayer::ActivationLayer(cohort::Activation activation, std::string type_name, std::string name_stem)
+    : activation_(activation), type_name_(std::move(type_name)), name_stem_(std::move(name_stem)) {}
+
+Shape ActivationLayer::build(const Shape& in, VariableFactory&) { return in; }
+
+Tensor ActivationLayer::forward(const Tensor& x, const ForwardContext&) {
+  reuse(output_, x.shape());
+  ops::activation_forward(activation_, x, output_);
+  return output_;
+}
+
+Tensor ActivationLayer::backward(const Tensor& dy, bool need_input_gradient) {
+  if (!need_input_gradient) return Tensor();
+  reuse(input_gradient_, dy.shape());
+  ops::activation_backward(activation_, output_, dy, input_gradient_);
+  return input_gradient_;
+}
+
+}  // namespace cohort::nn

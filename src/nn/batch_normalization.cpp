@@ -1,0 +1,52 @@
+#include "cohort/nn/batch_normalization.hpp"
+
+#include "cohort/core/check.hpp"
+#include "cohort/tensor/ops.hpp"
+
+namespace cohort::nn {
+
+BatchNormalization::BatchNormalization(BatchNormalizationOptions options) : options_(options) {
+  COHORT_CHECK(options.momentum >= 0.0f && options.momentum <= 1.0f, "BatchNormalization momentum {} not in [0, 1]",
+               options.momentum);
+  COHORT_CHECK(options.epsilon > 0.0f, "BatchNormalization epsilon must be positive, got {}", options.epsilon);
+}
+
+Shape BatchNormalization::build(const Shape& in, VariableFactory& factory) {
+  COHORT_CHECK(in.rank() >= 1, "{}: BatchNormalization needs samples with a channel axis", name());
+  const Shape channels{in[in.rank() - 1]};
+  gamma_ = factory.create("gamma", channels, true);
+  beta_ = factory.create("beta", channels, true);
+  moving_mean_ = factory.create("moving_mean", channels, false);
+  moving_variance_ = factory.create("moving_variance", channels, false);
+  ops::fill(gamma_->value, 1.0f);
+  ops::fill(moving_variance_->value, 1.0f);
+  variables_ = {gamma_, beta_, moving_mean_, moving_variance_};
+  batch_mean_ = Tensor(channels);
+  batch_variance_ = Tensor(channels);
+  return in;
+}
+
+Tensor BatchNormalization::forward(const Tensor& x, const ForwardContext& context) {
+  input_ = x;
+  reuse(output_, x.shape());
+  if (!context.training) {
+    ops::batch_norm_forward_inference(x, gamma_->value, beta_->value, moving_mean_->value, moving_variance_->value,
+                                      options_.epsilon, output_);
+    return output_;
+  }
+  ops::batch_norm_forward_training(x, gamma_->value, beta_->value, options_.epsilon, output_, batch_mean_,
+                                   batch_variance_);
+  ops::moving_average_update(moving_mean_->value, batch_mean_, options_.momentum);
+  ops::moving_average_update(moving_variance_->value, batch_variance_, options_.momentum);
+  return output_;
+}
+
+Tensor BatchNormalization::backward(const Tensor& dy, bool need_input_gradient) {
+  if (need_input_gradient) reuse(input_gradient_, input_.shape());
+  const Tensor dx = need_input_gradient ? input_gradient_ : Tensor();
+  ops::batch_norm_backward(input_, gamma_->value, dy, batch_mean_, batch_variance_, options_.epsilon, dx,
+                           gamma_->gradient, beta_->gradient);
+  return dx;
+}
+
+}  // namespace cohort::nn

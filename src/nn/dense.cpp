@@ -1,0 +1,55 @@
+#include "cohort/nn/dense.hpp"
+
+#include "cohort/core/check.hpp"
+#include "cohort/nn/initializers.hpp"
+#include "cohort/tensor/ops.hpp"
+
+namespace cohort::nn {
+
+Dense::Dense(int units, bool use_bias) : units_(units), use_bias_(use_bias) {
+  COHORT_CHECK(units > 0, "Dense needs a positive number of units, got {}", units);
+}
+
+Shape Dense::build(const Shape& in, VariableFactory& factory) {
+  COHORT_CHECK(in.rank() >= 1, "{}: Dense needs samples of rank >= 1", name());
+  input_features_ = in[in.rank() - 1];
+  kernel_ = factory.create("kernel", {input_features_, units_}, true);
+  auto rng = factory.rng_for(kernel_);
+  init::glorot_uniform(kernel_->value, rng);
+  variables_ = {kernel_};
+  if (use_bias_) {
+    bias_ = factory.create("bias", {units_}, true);
+    variables_.push_back(bias_);
+  }
+  std::vector<std::int64_t> out = in.dims();
+  out.back() = units_;
+  return Shape(std::move(out));
+}
+
+Tensor Dense::forward(const Tensor& x, const ForwardContext&) {
+  // Any leading axes are rows: (..., in) -> (rows, in).
+  const std::int64_t rows = x.numel() / input_features_;
+  input_rows_ = x.view({rows, input_features_});
+  std::vector<std::int64_t> out_dims = x.shape().dims();
+  out_dims.back() = units_;
+  reuse(output_, Shape(out_dims));
+  const Tensor out_rows = output_.view({rows, units_});
+  ops::matmul(input_rows_, false, kernel_->value, false, out_rows);
+  if (use_bias_) ops::add_bias(out_rows, bias_->value);
+  return output_;
+}
+
+Tensor Dense::backward(const Tensor& dy, bool need_input_gradient) {
+  const std::int64_t rows = input_rows_.dim(0);
+  const Tensor dy_rows = dy.view({rows, units_});
+  ops::matmul(input_rows_, true, dy_rows, false, kernel_->gradient);
+  if (use_bias_) ops::bias_gradient(dy_rows, bias_->gradient);
+  if (!need_input_gradient) return Tensor();
+  std::vector<std::int64_t> in_dims = dy.shape().dims();
+  in_dims.back() = input_features_;
+  reuse(input_gradient_, Shape(in_dims));
+  ops::matmul(dy_rows, false, kernel_->value, true, input_gradient_.view({rows, input_features_}));
+  return input_gradient_;
+}
+
+}  // namespace cohort::nn

@@ -1,0 +1,32 @@
+#include "cohort/nn/layer.hpp"
+
+#include "cohort/core/check.hpp"
+#include "cohort/core/seed.hpp"
+
+namespace cohort::nn {
+
+VariablePtr VariableFactory::create(const std::string& name, Shape shape, bool trainable) {
+  auto variable = std::make_shared<Variable>();
+  variable->name = scope_ + "/" + name;
+  variable->value = Tensor(shape);
+  if (trainable) variable->gradient = Tensor(shape);
+  variable->trainable = trainable;
+  variable->creation_order = next_order_++;
+  created_.push_back(variable);
+  return variable;
+}
+
+std::mt19937_64 VariableFactory::rng_for(const VariablePtr& variable) const {
+  return std::mt19937_64(derive_seed(seed_, variable->name));
+}
+
+std::uint64_t VariableFactory::seed_for(const std::string& purpose) const {
+  return derive_seed(seed_, scope_ + "#" + purpose);
+}
+
+const Tensor& Layer::reuse(Tensor& buffer, const Shape& shape) {
+  if (!buffer.defined() || buffer.shape() != shape) buffer = Tensor(shape);
+  return buffer;
+}
+
+}  // namespace cohort::nn

@@ -1,0 +1,135 @@
+#include "cohort/nn/sequential.hpp"
+
+#include <algorithm>
+
+#include "cohort/core/check.hpp"
+#include "cohort/nn/activation_layer.hpp"
+
+namespace cohort::nn {
+namespace {
+
+std::string with_thousands(std::int64_t value) {
+  std::string digits = std::to_string(value);
+  for (int i = static_cast<int>(digits.size()) - 3; i > 0; i -= 3) digits.insert(static_cast<std::size_t>(i), ",");
+  return digits;
+}
+
+std::string batch_shape(const Shape& sample) {
+  std::string out = "(None";
+  for (auto d : sample.dims()) out += ", " + std::to_string(d);
+  return out + ")";
+}
+
+std::int64_t count(const std::vector<VariablePtr>& variables, bool trainable) {
+  std::int64_t n = 0;
+  for (const auto& v : variables)
+    if (v->trainable == trainable) n += v->value.numel();
+  return n;
+}
+
+}  // namespace
+
+Sequential::Sequential(Shape input_shape, std::uint64_t seed) : input_shape_(std::move(input_shape)), seed_(seed) {
+  for (auto d : input_shape_.dims())
+    COHORT_CHECK(d > 0, "Sequential input shape must have positive extents, got {}", input_shape_);
+}
+
+Sequential& Sequential::add(std::unique_ptr<Layer> layer) {
+  COHORT_CHECK(layer != nullptr, "Sequential::add got a null layer");
+  if (layer->name().empty()) {
+    // Keras naming: the first layer of a kind is "conv2d", then "conv2d_1", "conv2d_2", ...
+    const int used = names_used_[layer->name_stem()]++;
+    layer->set_name(used == 0 ? layer->name_stem() : fmt::format("{}_{}", layer->name_stem(), used));
+  }
+  for (const auto& existing : layers_)
+    COHORT_CHECK(existing->name() != layer->name(), "a layer named '{}' is already in the model", layer->name());
+  VariableFactory factory(layer->name(), seed_, next_creation_order_);
+  output_shapes_.push_back(layer->build(output_shape(), factory));
+  next_creation_order_ = factory.next_creation_order();
+  layers_.push_back(std::move(layer));
+  return *this;
+}
+
+Tensor Sequential::run(const Tensor& x, std::size_t end) {
+  COHORT_CHECK(!layers_.empty(), "the model has no layers");
+  COHORT_CHECK(x.shape() == input_shape_.batched(x.rank() > 0 ? x.dim(0) : 0),
+               "model input must be a batch of {}, got {}", input_shape_, x.shape());
+  const ForwardContext context{training_, step_};
+  Tensor activation = x;
+  for (std::size_t i = 0; i < end; ++i) activation = layers_[i]->forward(activation, context);
+  if (training_) ++step_;
+  last_forward_end_ = end;
+  return activation;
+}
+
+Tensor Sequential::forward(const Tensor& x) { return run(x, layers_.size()); }
+
+bool Sequential::ends_with_softmax() const {
+  if (layers_.empty()) return false;
+  const auto* last = dynamic_cast<const ActivationLayer*>(layers_.back().get());
+  return last != nullptr && last->activation() == cohort::Activation::Softmax;
+}
+
+Tensor Sequential::forward_logits(const Tensor& x) {
+  return run(x, ends_with_softmax() ? layers_.size() - 1 : layers_.size());
+}
+
+void Sequential::backward(const Tensor& doutput) {
+  COHORT_CHECK(last_forward_end_ > 0, "backward() needs a forward() first");
+  Tensor gradient = doutput;
+  for (std::size_t i = last_forward_end_; i-- > 0;) gradient = layers_[i]->backward(gradient, i > 0);
+}
+
+std::vector<VariablePtr> Sequential::variables() const {
+  std::vector<VariablePtr> all;
+  for (const auto& layer : layers_) all.insert(all.end(), layer->variables().begin(), layer->variables().end());
+  std::sort(all.begin(), all.end(), [](const auto& a, const auto& b) { return a->creation_order < b->creation_order; });
+  return all;
+}
+
+std::vector<VariablePtr> Sequential::trainable_variables() const {
+  auto all = variables();
+  std::erase_if(all, [](const VariablePtr& v) { return !v->trainable; });
+  return all;
+}
+
+VariablePtr Sequential::variable(const std::string& name) const {
+  for (const auto& v : variables())
+    if (v->name == name) return v;
+  throw InvalidArgument(fmt::format("the model has no variable named '{}'", name));
+}
+
+std::int64_t Sequential::parameter_count() const {
+  std::int64_t n = 0;
+  for (const auto& v : variables()) n += v->value.numel();
+  return n;
+}
+
+std::string Sequential::summary(const std::string& model_name) const {
+  std::vector<std::string> names;
+  std::size_t name_width = 28;
+  for (const auto& layer : layers_) {
+    names.push_back(fmt::format("{} ({})", layer->name(), layer->type_name()));
+    name_width = std::max(name_width, names.back().size() + 1);
+  }
+  constexpr std::size_t kShapeWidth = 26, kParamWidth = 10;
+  const std::size_t width = 1 + name_width + kShapeWidth + kParamWidth;
+  const std::string thin(width, '_'), thick(width, '=');
+  std::string out = fmt::format("Model: \"{}\"\n{}\n", model_name, thin);
+  out += fmt::format(" {:<{}}{:<{}}{:<{}}\n{}\n", "Layer (type)", name_width, "Output Shape", kShapeWidth, "Param #",
+                     kParamWidth, thick);
+  for (std::size_t i = 0; i < layers_.size(); ++i) {
+    std::int64_t params = 0;
+    for (const auto& v : layers_[i]->variables()) params += v->value.numel();
+    out += fmt::format(" {:<{}}{:<{}}{:<{}}\n", names[i], name_width, batch_shape(output_shapes_[i]), kShapeWidth,
+                       with_thousands(params), kParamWidth);
+    out += i + 1 < layers_.size() ? "\n" : "";
+  }
+  const auto all = variables();
+  out += fmt::format("{}\nTotal params: {}\nTrainable params: {}\nNon-trainable params: {}\n{}\n", thick,
+                     with_thousands(parameter_count()), with_thousands(count(all, true)),
+                     with_thousands(count(all, false)), thin);
+  return out;
+}
+
+}  // namespace cohort::nn

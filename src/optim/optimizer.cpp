@@ -1,0 +1,73 @@
+#include "cohort/optim/optimizer.hpp"
+
+#include <cereal/types/map.hpp>
+#include <istream>
+#include <ostream>
+
+#include "core/tensor_archive.hpp"
+
+namespace cohort::optim {
+
+template <class Archive>
+void serialize(Archive& archive, SlotState& state) {
+  archive(state.slots);
+}
+
+namespace {
+constexpr std::uint32_t kStateFormatVersion = 1;
+}
+
+Optimizer::Optimizer(Schedule learning_rate, double decay) : schedule_(std::move(learning_rate)), decay_(decay) {
+  COHORT_CHECK(static_cast<bool>(schedule_), "optimizer needs a learning-rate schedule");
+  COHORT_CHECK(decay >= 0, "decay must be >= 0, got {}", decay);
+}
+
+double Optimizer::learning_rate() const {
+  return schedule_(iterations_) / (1.0 + decay_ * static_cast<double>(iterations_));
+}
+
+void Optimizer::apply(const std::string& variable_name, const Tensor& value, const Tensor& gradient) {
+  SlotState& state = state_[variable_name];
+  const auto wanted = static_cast<std::size_t>(slots_per_variable());
+  if (state.slots.empty() && wanted > 0) {
+    for (std::size_t i = 0; i < wanted; ++i) state.slots.emplace_back(value.shape(), value.device());
+  }
+  COHORT_CHECK(state.slots.size() == wanted, "{}: state of '{}' has {} slots, expected {}", name(), variable_name,
+               state.slots.size(), wanted);
+  for (const Tensor& slot : state.slots)
+    COHORT_CHECK(slot.shape() == value.shape(), "{}: state of '{}' has shape {}, the variable {}", name(), variable_name,
+                 slot.shape(), value.shape());
+  update(value, gradient, state.slots, learning_rate());
+}
+
+void Optimizer::apply(const std::vector<nn::VariablePtr>& variables) {
+  for (const auto& variable : variables)
+    if (variable->trainable) apply(variable->name, variable->value, variable->gradient);
+  finish_step();
+}
+
+void Optimizer::save_state(std::ostream& out) const {
+  cereal::PortableBinaryOutputArchive archive(out);
+  archive(kStateFormatVersion, name(), iterations_, state_);
+}
+
+void Optimizer::load_state(std::istream& in) {
+  cereal::PortableBinaryInputArchive archive(in);
+  std::uint32_t version = 0;
+  std::string kind;
+  std::int64_t iterations = 0;
+  std::map<std::string, SlotState> state;
+  try {
+    archive(version);
+    COHORT_CHECK_AS(DataError, version == kStateFormatVersion, "optimizer state has format version {}, expected {}",
+                    version, kStateFormatVersion);
+    archive(kind, iterations, state);
+  } catch (const cereal::Exception& e) {
+    throw DataError(fmt::format("optimizer state is truncated or corrupt: {}", e.what()));
+  }
+  COHORT_CHECK_AS(DataError, kind == name(), "optimizer state was saved by {}, cannot load it into {}", kind, name());
+  iterations_ = iterations;
+  state_ = std::move(state);
+}
+
+}  // namespace cohort::optim

@@ -1,0 +1,74 @@
+// Fused optimizer updates: one pass reads the gradient and the slots and writes the new value, so an
+// update costs one sweep of memory per variable.
+#include <cmath>
+
+#include "cpu_ops.hpp"
+
+namespace cohort::cpu {
+namespace {
+constexpr std::int64_t kParallelThreshold = 1 << 15;
+}
+
+void sgd_update(const Tensor& value, const Tensor& gradient, const Tensor& velocity, float learning_rate,
+                float momentum, bool nesterov, float weight_decay) {
+  float* w = value.raw();
+  const float* g = gradient.raw();
+  float* v = velocity.defined() ? velocity.raw() : nullptr;
+  const std::int64_t n = value.numel();
+#pragma omp parallel for simd if (n > kParallelThreshold)
+  for (std::int64_t i = 0; i < n; ++i) {
+    const float grad = g[i] + weight_decay * w[i];
+    if (v == nullptr) {
+      w[i] -= learning_rate * grad;
+      continue;
+    }
+    v[i] = momentum * v[i] - learning_rate * grad;
+    w[i] += nesterov ? momentum * v[i] - learning_rate * grad : v[i];
+  }
+}
+
+void adam_update(const Tensor& value, const Tensor& gradient, const Tensor& m, const Tensor& v, float learning_rate,
+                 float beta_1, float beta_2, float epsilon, float weight_decay) {
+  float* w = value.raw();
+  const float* g = gradient.raw();
+  float* mp = m.raw();
+  float* vp = v.raw();
+  const std::int64_t n = value.numel();
+#pragma omp parallel for simd if (n > kParallelThreshold)
+  for (std::int64_t i = 0; i < n; ++i) {
+    const float grad = g[i] + weight_decay * w[i];
+    mp[i] = beta_1 * mp[i] + (1.0f - beta_1) * grad;
+    vp[i] = beta_2 * vp[i] + (1.0f - beta_2) * grad * grad;
+    w[i] -= learning_rate * mp[i] / (std::sqrt(vp[i]) + epsilon);
+  }
+}
+
+void rmsprop_update(const Tensor& value, const Tensor& gradient, const Tensor& mean_square, const Tensor& mean_gradient,
+                    const Tensor& velocity, float learning_rate, float rho, float momentum, float epsilon,
+                    float weight_decay) {
+  float* w = value.raw();
+  const float* g = gradient.raw();
+  float* ms = mean_square.raw();
+  float* mg = mean_gradient.defined() ? mean_gradient.raw() : nullptr;
+  float* mom = velocity.defined() ? velocity.raw() : nullptr;
+  const std::int64_t n = value.numel();
+#pragma omp parallel for if (n > kParallelThreshold)
+  for (std::int64_t i = 0; i < n; ++i) {
+    const float grad = g[i] + weight_decay * w[i];
+    ms[i] = rho * ms[i] + (1.0f - rho) * grad * grad;
+    float denominator = ms[i];
+    if (mg != nullptr) {
+      mg[i] = rho * mg[i] + (1.0f - rho) * grad;
+      denominator -= mg[i] * mg[i];
+    }
+    if (mom != nullptr) {
+      // Keras/TensorFlow ApplyRMSProp: epsilon inside the square root when momentum is used.
+      mom[i] = momentum * mom[i] + learning_rate * grad / std::sqrt(denominator + epsilon);
+      w[i] -= mom[i];
+    } else {
+      w[i] -= learning_rate * grad / (std::sqrt(denominator) + epsilon);
+    }
+  }
+}
+
+}  // namespace cohort::cpu
