@@ -1,0 +1,124 @@
+#include "cohort/data/idx.hpp"
+
+#include <zlib.h>
+
+#include "cohort/core/check.hpp"
+
+namespace cohort::data {
+namespace {
+
+constexpr std::int64_t kMaxValues = std::int64_t{1} << 32;
+
+// zlib reads gzip and plain files alike; this wrapper closes the handle and names the file in errors.
+class GzFile {
+ public:
+  explicit GzFile(const std::filesystem::path& path) : path_(path), file_(gzopen(path.c_str(), "rb")) {
+    if (file_ == nullptr) throw DataError(fmt::format("IDX file {}: cannot open it", path.string()));
+  }
+  ~GzFile() { gzclose(file_); }
+  GzFile(const GzFile&) = delete;
+  GzFile& operator=(const GzFile&) = delete;
+
+  // Reads up to `count` bytes; returns how many were read.
+  std::int64_t read(std::uint8_t* out, std::int64_t count) {
+    std::int64_t done = 0;
+    while (done < count) {
+      const auto chunk = static_cast<unsigned>(std::min<std::int64_t>(count - done, 1 << 30));
+      const int got = gzread(file_, out + done, chunk);
+      if (got < 0) {
+        int code = 0;
+        throw DataError(fmt::format("IDX file {}: corrupt compressed data near byte offset {}: {}", path_.string(),
+                                    offset_ + done, gzerror(file_, &code)));
+      }
+      if (got == 0) break;
+      done += got;
+    }
+    offset_ += done;
+    return done;
+  }
+  std::int64_t offset() const { return offset_; }
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  std::filesystem::path path_;
+  gzFile file_;
+  std::int64_t offset_ = 0;
+};
+
+void read_exactly(GzFile& file, std::uint8_t* out, std::int64_t count, const char* what) {
+  const std::int64_t start = file.offset();
+  const std::int64_t got = file.read(out, count);
+  if (got != count)
+    throw DataError(fmt::format("IDX file {}: truncated in the {} at byte offset {}: {} of {} bytes present",
+                                file.path().string(), what, start + got, got, count));
+}
+
+}  // namespace
+
+IdxArray read_idx(const std::filesystem::path& path) {
+  GzFile file(path);
+  std::uint8_t header[4];
+  read_exactly(file, header, 4, "header");
+  if (header[0] != 0 || header[1] != 0)
+    throw DataError(fmt::format("IDX file {}: byte offset 0 does not start with the IDX magic 00 00 (a foreign file?)",
+                                path.string()));
+  if (header[2] != 0x08)
+    throw DataError(fmt::format("IDX file {}: byte offset 2 holds type 0x{:02x}; only unsigned bytes (0x08) are supported",
+                                path.string(), header[2]));
+  if (header[3] < 1 || header[3] > 4)
+    throw DataError(fmt::format("IDX file {}: byte offset 3 holds {} dimensions, expected 1 to 4", path.string(), header[3]));
+  IdxArray array;
+  std::int64_t count = 1;
+  for (int d = 0; d < header[3]; ++d) {
+    std::uint8_t be[4];
+    read_exactly(file, be, 4, "dimensions");
+    const std::int64_t extent = (std::int64_t{be[0]} << 24) | (be[1] << 16) | (be[2] << 8) | be[3];
+    count *= extent;
+    if (count > kMaxValues)
+      throw DataError(fmt::format("IDX file {}: dimensions at byte offset {} describe more than 2^32 values",
+                                  path.string(), 4 + 4 * d));
+    array.dims.push_back(extent);
+  }
+  array.values.resize(static_cast<std::size_t>(count));
+  read_exactly(file, array.values.data(), count, "values");
+  std::uint8_t extra;
+  if (file.read(&extra, 1) != 0)
+    throw DataError(fmt::format("IDX file {}: oversized, data continues past byte offset {} where the {} declared "
+                                "values end",
+                                path.string(), file.offset() - 1, count));
+  return array;
+}
+
+ImageDataset FashionMnist::read(const std::filesystem::path& images, const std::filesystem::path& labels) {
+  IdxArray pixels = read_idx(images);
+  IdxArray classes = read_idx(labels);
+  if (pixels.dims.size() != 3)
+    throw DataError(fmt::format("IDX file {}: expected images (N, H, W), found {} dimensions", images.string(),
+                                pixels.dims.size()));
+  if (classes.dims.size() != 1 || classes.dims[0] != pixels.dims[0])
+    throw DataError(fmt::format("IDX file {}: expected {} labels to match {}", labels.string(), pixels.dims[0],
+                                images.string()));
+  for (std::size_t i = 0; i < classes.values.size(); ++i)
+    if (classes.values[i] > 9)
+      throw DataError(fmt::format("IDX file {}: byte offset {} holds label {}, not a class 0-9", labels.string(), 8 + i,
+                                  classes.values[i]));
+  return ImageDataset({pixels.dims[1], pixels.dims[2], 1}, 10, std::move(pixels.values), std::move(classes.values),
+                      fmt::format("Fashion-MNIST {}", images.string()));
+}
+
+ImageDataset FashionMnist::train(const std::filesystem::path& directory) {
+  return read(directory / "train-images-idx3-ubyte.gz", directory / "train-labels-idx1-ubyte.gz");
+}
+
+ImageDataset FashionMnist::test(const std::filesystem::path& directory) {
+  return read(directory / "t10k-images-idx3-ubyte.gz", directory / "t10k-labels-idx1-ubyte.gz");
+}
+
+bool FashionMnist::present(const std::filesystem::path& directory) {
+  for (const char* f : {"train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz", "t10k-images-idx3-ubyte.gz",
+                        "t10k-labels-idx1-ubyte.gz"})
+    if (!std::filesystem::is_regular_file(directory / f)) return false;
+  return true;
+}
+
+}  // namespace cohort::data

@@ -1,0 +1,117 @@
+#include "cohort/data/loader.hpp"
+
+#include <algorithm>
+
+#include "cohort/core/check.hpp"
+#include "cohort/core/seed.hpp"
+
+namespace cohort::data {
+
+DataLoader::DataLoader(const Dataset& dataset, LoaderOptions options, std::shared_ptr<const Sampler> sampler)
+    : dataset_(dataset), options_(std::move(options)), sampler_(std::move(sampler)) {
+  COHORT_CHECK(options_.batch_size > 0, "batch size must be positive, got {}", options_.batch_size);
+  COHORT_CHECK(options_.prefetch >= 0, "prefetch must be >= 0, got {}", options_.prefetch);
+  if (!sampler_) {
+    if (options_.shuffle) sampler_ = std::make_shared<ShuffleSampler>(dataset_.size(), options_.seed);
+    else sampler_ = std::make_shared<SequentialSampler>(dataset_.size());
+  }
+  order_size_ = static_cast<std::int64_t>(sampler_->indices(0).size());
+}
+
+std::int64_t DataLoader::batches_per_epoch() const {
+  return options_.drop_remainder ? order_size_ / options_.batch_size
+                                 : (order_size_ + options_.batch_size - 1) / options_.batch_size;
+}
+
+std::int64_t DataLoader::samples_per_epoch() const {
+  return options_.drop_remainder ? batches_per_epoch() * options_.batch_size : order_size_;
+}
+
+Batch DataLoader::make_batch(const std::vector<std::int64_t>& order, std::int64_t epoch, std::int64_t batch_index) const {
+  const std::int64_t begin = batch_index * options_.batch_size;
+  const std::int64_t count = std::min<std::int64_t>(options_.batch_size, static_cast<std::int64_t>(order.size()) - begin);
+  const Shape sample_shape = dataset_.sample_shape();
+  const std::int64_t sample_size = sample_shape.numel();
+  Batch batch{Tensor(sample_shape.batched(count)), Tensor(Shape{count}), batch_index};
+  const std::uint64_t epoch_seed = derive_seed(options_.seed, static_cast<std::uint64_t>(epoch));
+  for (std::int64_t i = 0; i < count; ++i) {
+    const std::int64_t index = order[static_cast<std::size_t>(begin + i)];
+    float* sample = batch.images.data() + i * sample_size;
+    batch.labels.data()[i] = static_cast<float>(dataset_.load(index, sample));
+    if (options_.transforms.empty()) continue;
+    std::mt19937_64 rng(derive_seed(epoch_seed, static_cast<std::uint64_t>(index)));
+    for (const auto& transform : options_.transforms)
+      transform({sample, static_cast<std::size_t>(sample_size)}, sample_shape, rng);
+  }
+  return batch;
+}
+
+std::unique_ptr<DataLoader::Epoch> DataLoader::epoch(std::int64_t epoch, std::int64_t first_batch) const {
+  COHORT_CHECK(first_batch >= 0 && first_batch <= batches_per_epoch(), "first batch {} outside [0, {}]", first_batch,
+               batches_per_epoch());
+  return std::unique_ptr<Epoch>(new Epoch(*this, epoch, first_batch));
+}
+
+DataLoader::Epoch::Epoch(const DataLoader& loader, std::int64_t epoch, std::int64_t first_batch)
+    : loader_(loader),
+      epoch_(epoch),
+      order_(loader.sampler_->indices(epoch)),
+      next_to_produce_(first_batch),
+      next_to_return_(first_batch) {
+  if (loader_.options_.prefetch > 0) producer_ = std::thread([this] { produce(); });
+}
+
+DataLoader::Epoch::~Epoch() {
+  {
+    const std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  changed_.notify_all();
+  if (producer_.joinable()) producer_.join();
+}
+
+void DataLoader::Epoch::produce() {
+  const std::int64_t end = loader_.batches_per_epoch();
+  try {
+    for (;;) {
+      std::int64_t index;
+      {
+        std::unique_lock lock(mutex_);
+        changed_.wait(lock, [&] {
+          return stopping_ || static_cast<int>(ready_.size()) < loader_.options_.prefetch;
+        });
+        if (stopping_ || next_to_produce_ >= end) return;
+        index = next_to_produce_++;
+      }
+      Batch batch = loader_.make_batch(order_, epoch_, index);
+      {
+        const std::lock_guard lock(mutex_);
+        ready_.push_back(std::move(batch));
+      }
+      changed_.notify_all();
+    }
+  } catch (...) {
+    {
+      const std::lock_guard lock(mutex_);
+      failure_ = std::current_exception();
+    }
+    changed_.notify_all();
+  }
+}
+
+std::optional<Batch> DataLoader::Epoch::next() {
+  const std::int64_t end = loader_.batches_per_epoch();
+  if (next_to_return_ >= end) return std::nullopt;
+  if (!producer_.joinable()) return loader_.make_batch(order_, epoch_, next_to_return_++);
+  std::unique_lock lock(mutex_);
+  changed_.wait(lock, [&] { return !ready_.empty() || failure_ != nullptr; });
+  if (ready_.empty()) std::rethrow_exception(failure_);
+  Batch batch = std::move(ready_.front());
+  ready_.pop_front();
+  ++next_to_return_;
+  lock.unlock();
+  changed_.notify_all();
+  return batch;
+}
+
+}  // namespace cohort::data
