@@ -1,0 +1,83 @@
+// The flagship example: the Keras CIFAR-10 CNN (as in the SageMaker parameter-server sample), trained
+// on the CIFAR-10 binary files when --data-dir points at them, else on Debian's Fashion-MNIST with the
+// input shape taken from the data.
+#include <cohort/cohort.hpp>
+
+#include "../common/example_options.hpp"
+
+using namespace cohort;
+
+namespace {
+
+nn::Sequential flagship_model(const Shape& input_shape, std::uint64_t seed) {
+  nn::Sequential model(input_shape, seed);
+  const int widths[] = {32, 64, 128};
+  const float dropouts[] = {0.2f, 0.3f, 0.4f};
+  for (int block = 0; block < 3; ++block) {
+    model.add(nn::Conv2D(widths[block], 3, nn::Padding::Same)).add(nn::BatchNormalization()).add(nn::Activation(Activation::Relu));
+    model.add(nn::Conv2D(widths[block], 3, nn::Padding::Valid)).add(nn::BatchNormalization()).add(nn::Activation(Activation::Relu));
+    model.add(nn::MaxPooling2D(2)).add(nn::Dropout(dropouts[block]));
+  }
+  model.add(nn::Flatten()).add(nn::Dense(512)).add(nn::Activation(Activation::Relu)).add(nn::Dropout(0.5f));
+  model.add(nn::Dense(10)).add(nn::Activation(Activation::Softmax));
+  return model;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  examples::ExampleOptions defaults;
+  defaults.epochs = 10;
+  defaults.batch_size = 128;
+  auto options = examples::parse_options(argc, argv, "Trains the flagship Keras CIFAR-10 CNN.", defaults);
+  if (options.demo) {
+    // About a minute on 2 cores: one epoch over a slice of the data, then the test set.
+    options.epochs = 1;
+    if (options.train_samples == 0) options.train_samples = 15000;
+  }
+  set_num_threads(options.threads);
+
+  const bool cifar = !options.data_dir.empty() && data::Cifar10::present(options.data_dir);
+  if (!options.data_dir.empty() && !cifar)
+    log::warning("{} does not hold the CIFAR-10 binary files (data_batch_1..5.bin, test_batch.bin)", options.data_dir);
+  const std::string fashion_dir = cifar || options.data_dir.empty() ? data::FashionMnist::kDebianDirectory : options.data_dir;
+  if (!cifar && !data::FashionMnist::present(fashion_dir))
+    throw DataError(fmt::format("no data: neither CIFAR-10 in '{}' nor Fashion-MNIST in {} (apt-get install "
+                                "dataset-fashion-mnist)",
+                                options.data_dir, fashion_dir));
+  data::ImageDataset train_set = cifar ? data::Cifar10::train(options.data_dir) : data::FashionMnist::train(fashion_dir);
+  const data::ImageDataset test_set = cifar ? data::Cifar10::test(options.data_dir) : data::FashionMnist::test(fashion_dir);
+  if (options.train_samples > 0) train_set = train_set.head(options.train_samples);
+  fmt::print("data: {} ({} training, {} test samples of shape {})\n", cifar ? "CIFAR-10" : "Fashion-MNIST (CIFAR-10 not given)",
+             train_set.size(), test_set.size(), train_set.sample_shape());
+
+  nn::Sequential model = flagship_model(train_set.sample_shape(), options.seed);
+  fmt::print("{}", model.summary());
+  if (options.summary_only) return 0;
+
+  const auto stats = data::channel_statistics(train_set);
+  const auto normalize = data::normalize(stats.mean, stats.stddev);
+  train::FitOptions fit{.epochs = options.epochs,
+                        .max_steps = options.max_steps,
+                        .batch_size = options.batch_size,
+                        .seed = options.seed,
+                        .checkpoint_dir = options.checkpoint_dir,
+                        .resume = options.resume};
+  if (cifar) fit.transforms = {data::random_crop(4), data::random_flip_horizontal()};
+  fit.transforms.push_back(normalize);
+
+  // Evaluation sees the same normalization as training.
+  const data::MappedDataset test_view(test_set, {normalize});
+  fit.validation = &test_view;
+
+  Trainer trainer(model, optim::Adam({.learning_rate = optim::constant(options.learning_rate)}));
+  const auto history = trainer.fit(train_set, fit);
+  if (!options.history_csv.empty()) history.write_csv(options.history_csv);
+  const auto& last = history.epochs.back();
+  fmt::print("final: train accuracy {:.4f}, test accuracy {:.4f}, {:.0f} images/s\n", last.at("accuracy"),
+             last.at("val_accuracy"), last.at("images_per_second"));
+  return 0;
+} catch (const std::exception& e) {
+  fmt::print(stderr, "error: {}\n", e.what());
+  return 1;
+}

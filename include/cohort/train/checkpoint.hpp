@@ -1,0 +1,38 @@
+#pragma once
+// Checkpoints: the model's variables, the optimizer's state, the model's step counter (which seeds
+// dropout), the data seed and the position in training, in one file. The file starts with a magic, a
+// format version, the payload size and a CRC-32 of the payload; it is written to a temporary file,
+// flushed and renamed, so a crash leaves either the old or the new checkpoint. Loading a damaged,
+// foreign or mismatched file raises DataError and changes nothing.
+//
+//   train::save_checkpoint("run/latest.ckpt", model, optimizer, position);
+//   auto position = train::load_checkpoint("run/latest.ckpt", model, optimizer);
+
+#include <cstdint>
+#include <filesystem>
+
+#include "cohort/nn/sequential.hpp"
+#include "cohort/optim/optimizer.hpp"
+#include "cohort/train/history.hpp"
+
+namespace cohort::train {
+
+struct TrainingPosition {
+  std::int64_t epoch = 0;           // epoch to continue in
+  std::int64_t batch_in_epoch = 0;  // first batch of that epoch not yet trained
+  std::int64_t global_step = 0;     // optimizer steps taken
+  std::uint64_t data_seed = 0;
+  History history;                  // completed epochs
+};
+
+inline constexpr std::uint32_t kCheckpointFormatVersion = 1;
+
+void save_checkpoint(const std::filesystem::path& path, const nn::Sequential& model, const optim::Optimizer& optimizer,
+                     const TrainingPosition& position);
+// Restores into `model` and `optimizer`, which must have the same variables (names and shapes).
+TrainingPosition load_checkpoint(const std::filesystem::path& path, nn::Sequential& model, optim::Optimizer& optimizer);
+
+// Writes `bytes` to `path` through a temporary file, fsync and rename.
+void write_file_atomically(const std::filesystem::path& path, const std::string& bytes);
+
+}  // namespace cohort::train

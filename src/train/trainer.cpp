@@ -1,0 +1,201 @@
+#include "cohort/train/trainer.hpp"
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <optional>
+
+#include "cohort/core/check.hpp"
+#include "cohort/core/logging.hpp"
+#include "cohort/data/loader.hpp"
+#include "cohort/nn/loss.hpp"
+#include "cohort/tensor/ops.hpp"
+#include "cohort/train/progress.hpp"
+
+namespace cohort::train {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
+// Restores the model's train/eval mode when it goes out of scope.
+class ModeGuard {
+ public:
+  explicit ModeGuard(nn::Sequential& model) : model_(model), was_training_(model.is_training()) {}
+  ~ModeGuard() { was_training_ ? model_.train() : model_.eval(); }
+  ModeGuard(const ModeGuard&) = delete;
+  ModeGuard& operator=(const ModeGuard&) = delete;
+
+ private:
+  nn::Sequential& model_;
+  bool was_training_;
+};
+
+void check_compatible(const nn::Sequential& model, const data::Dataset& dataset) {
+  COHORT_CHECK(dataset.sample_shape() == model.input_shape(), "data set '{}' has samples of shape {}, the model takes {}",
+               dataset.description(), dataset.sample_shape(), model.input_shape());
+  const Shape& out = model.output_shape();
+  COHORT_CHECK(out.rank() == 1 && out[0] == dataset.num_classes(),
+               "the model outputs {} per sample, the data set '{}' has {} classes", out, dataset.description(),
+               dataset.num_classes());
+}
+
+}  // namespace
+
+Trainer::Trainer(nn::Sequential& model, std::unique_ptr<optim::Optimizer> optimizer, std::shared_ptr<Strategy> strategy)
+    : model_(model), optimizer_(std::move(optimizer)), strategy_(std::move(strategy)) {
+  COHORT_CHECK(optimizer_ != nullptr && strategy_ != nullptr, "Trainer needs an optimizer and a strategy");
+}
+
+std::filesystem::path Trainer::checkpoint_path(const std::filesystem::path& directory) { return directory / "latest.ckpt"; }
+
+std::pair<double, std::int64_t> Trainer::train_step(const Tensor& images, const Tensor& labels) {
+  const bool fused = model_.ends_with_softmax();
+  const Tensor prediction = fused ? model_.forward_logits(images) : model_.forward(images);
+  if (!output_gradient_.defined() || output_gradient_.shape() != prediction.shape())
+    output_gradient_ = Tensor(prediction.shape());
+  const double loss = nn::CategoricalCrossentropy{.from_logits = fused}.compute(prediction, labels, output_gradient_);
+  if (!std::isfinite(loss))
+    throw Error(fmt::format("the training loss became {} at step {} (learning rate {:.3g}); lower the learning rate",
+                            loss, optimizer_->iterations(), optimizer_->learning_rate()));
+  const std::int64_t correct = ops::count_correct(prediction, labels);
+  model_.backward(output_gradient_);
+  strategy_->apply_gradients(model_, *optimizer_);
+  return {loss, correct};
+}
+
+History Trainer::fit(const data::Dataset& train, const FitOptions& options) {
+  COHORT_CHECK(options.epochs > 0 || options.max_steps > 0, "fit() needs epochs > 0 or max_steps > 0");
+  COHORT_CHECK(train.size() > 0, "fit() got an empty training set '{}'", train.description());
+  check_compatible(model_, train);
+  if (options.validation != nullptr) check_compatible(model_, *options.validation);
+  const bool chief = strategy_->is_chief();
+  const bool verbose = chief && options.verbosity != Verbosity::Silent;
+  const std::filesystem::path checkpoint =
+      options.checkpoint_dir.empty() ? std::filesystem::path() : checkpoint_path(options.checkpoint_dir);
+
+  strategy_->initialize(model_, *optimizer_);
+  TrainingPosition position{.data_seed = options.seed};
+  if (options.resume && !checkpoint.empty() && std::filesystem::exists(checkpoint)) {
+    position = load_checkpoint(checkpoint, model_, *optimizer_);
+    if (verbose)
+      log::info("resumed from {}: epoch {}, batch {}, step {}", checkpoint.string(), position.epoch + 1,
+                position.batch_in_epoch, position.global_step);
+  }
+  const std::int64_t epochs = options.epochs > 0 ? options.epochs : std::numeric_limits<std::int64_t>::max();
+
+  data::LoaderOptions loader_options{.batch_size = options.batch_size,
+                                     .shuffle = options.shuffle,
+                                     .seed = position.data_seed,
+                                     .transforms = options.transforms};
+  const data::DataLoader loader(train, loader_options,
+                                strategy_->sampler(train.size(), position.data_seed, options.shuffle));
+  if (verbose)
+    log::info("training on {} with strategy '{}': {} samples per epoch, global batch {} = {} replica(s) x {}, {} steps "
+              "per epoch",
+              train.description(), strategy_->name(), loader.samples_per_epoch() * strategy_->replicas(),
+              options.batch_size * strategy_->replicas(), strategy_->replicas(), options.batch_size,
+              loader.batches_per_epoch());
+
+  auto save = [&] {
+    if (chief && !checkpoint.empty()) save_checkpoint(checkpoint, model_, *optimizer_, position);
+  };
+
+  TrainingControl control;
+  for (auto& callback : options.callbacks) callback->on_train_begin(control);
+  ModeGuard mode(model_);
+  Logs last_logs;
+  std::optional<Logs> partial_epoch;
+  bool step_limit_reached = false;
+  for (std::int64_t epoch = position.epoch; epoch < epochs && !control.stop_requested() && !step_limit_reached; ++epoch) {
+    for (auto& callback : options.callbacks) callback->on_epoch_begin(epoch, control);
+    if (verbose && options.epochs > 0) fmt::print("Epoch {}/{}\n", epoch + 1, options.epochs);
+    std::fflush(stdout);
+    ProgressBar progress(loader.batches_per_epoch(), stdout, options.verbosity == Verbosity::Lines ? 0 : -1);
+    const auto epoch_start = Clock::now();
+    double loss_sum = 0;
+    std::int64_t correct = 0, seen = 0;
+    Logs logs;
+    auto batches = loader.epoch(epoch, position.batch_in_epoch);
+    while (auto batch = batches->next()) {
+      model_.train();
+      const auto [loss, batch_correct] = train_step(batch->images, batch->labels);
+      const std::int64_t count = batch->labels.numel();
+      loss_sum += loss * static_cast<double>(count);
+      correct += batch_correct;
+      seen += count;
+      ++position.global_step;
+      position.batch_in_epoch = batch->index + 1;
+      logs = {{"loss", loss_sum / static_cast<double>(seen)}, {"accuracy", static_cast<double>(correct) / static_cast<double>(seen)}};
+      if (verbose) progress.update(position.batch_in_epoch, logs, static_cast<double>(seen) / seconds_since(epoch_start));
+      for (auto& callback : options.callbacks) callback->on_batch_end(position.global_step, logs, control);
+      if (options.checkpoint_every_steps > 0 && position.global_step % options.checkpoint_every_steps == 0) save();
+      step_limit_reached = options.max_steps > 0 && position.global_step >= options.max_steps;
+      if (step_limit_reached || control.stop_requested()) break;
+    }
+    const double seconds = seconds_since(epoch_start);
+    logs["seconds"] = seconds;
+    logs["images_per_second"] = seen > 0 ? static_cast<double>(seen) / seconds : 0.0;
+    logs["learning_rate"] = optimizer_->learning_rate();
+    if (options.validation != nullptr && chief) {
+      const Logs validation = evaluate(*options.validation);
+      logs["val_loss"] = validation.at("loss");
+      logs["val_accuracy"] = validation.at("accuracy");
+    }
+    if (verbose) {
+      Logs shown = logs;
+      for (const char* hidden : {"seconds", "images_per_second", "learning_rate"}) shown.erase(hidden);
+      progress.finish(shown, seconds, logs["images_per_second"]);
+    }
+    if (position.batch_in_epoch >= loader.batches_per_epoch()) {
+      position.epoch = epoch + 1;
+      position.batch_in_epoch = 0;
+      position.history.epochs.push_back(logs);
+    } else {
+      partial_epoch = logs;  // reported, but the checkpoint resumes inside this epoch
+    }
+    last_logs = logs;
+    for (auto& callback : options.callbacks) callback->on_epoch_end(epoch, logs, control);
+    save();
+  }
+  History result = position.history;
+  if (partial_epoch) result.epochs.push_back(*partial_epoch);
+  for (auto& callback : options.callbacks) callback->on_train_end(last_logs);
+  return result;
+}
+
+Logs Trainer::evaluate(const data::Dataset& dataset, std::int64_t batch_size) {
+  check_compatible(model_, dataset);
+  COHORT_CHECK(dataset.size() > 0, "evaluate() got an empty data set '{}'", dataset.description());
+  ModeGuard mode(model_);
+  model_.eval();
+  const data::DataLoader loader(dataset, {.batch_size = batch_size, .shuffle = false, .prefetch = 1});
+  const bool fused = model_.ends_with_softmax();
+  double loss_sum = 0;
+  std::int64_t correct = 0;
+  auto batches = loader.epoch(0);
+  while (auto batch = batches->next()) {
+    const Tensor prediction = fused ? model_.forward_logits(batch->images) : model_.forward(batch->images);
+    loss_sum += nn::CategoricalCrossentropy{.from_logits = fused}.compute(prediction, batch->labels) *
+                static_cast<double>(batch->labels.numel());
+    correct += ops::count_correct(prediction, batch->labels);
+  }
+  const auto n = static_cast<double>(dataset.size());
+  return {{"loss", loss_sum / n}, {"accuracy", static_cast<double>(correct) / n}};
+}
+
+Tensor Trainer::predict(const Tensor& images, std::int64_t batch_size) {
+  COHORT_CHECK(batch_size > 0, "batch size must be positive, got {}", batch_size);
+  ModeGuard mode(model_);
+  model_.eval();
+  const std::int64_t n = images.dim(0);
+  Tensor outputs(model_.output_shape().batched(n));
+  for (std::int64_t begin = 0; begin < n; begin += batch_size) {
+    const std::int64_t end = std::min(n, begin + batch_size);
+    ops::copy(model_.forward(images.slice(begin, end)), outputs.slice(begin, end));
+  }
+  return outputs;
+}
+
+}  // namespace cohort::train
