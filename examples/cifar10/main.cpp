@@ -7,24 +7,6 @@
 
 using namespace cohort;
 
-namespace {
-
-nn::Sequential flagship_model(const Shape& input_shape, std::uint64_t seed) {
-  nn::Sequential model(input_shape, seed);
-  const int widths[] = {32, 64, 128};
-  const float dropouts[] = {0.2f, 0.3f, 0.4f};
-  for (int block = 0; block < 3; ++block) {
-    model.add(nn::Conv2D(widths[block], 3, nn::Padding::Same)).add(nn::BatchNormalization()).add(nn::Activation(Activation::Relu));
-    model.add(nn::Conv2D(widths[block], 3, nn::Padding::Valid)).add(nn::BatchNormalization()).add(nn::Activation(Activation::Relu));
-    model.add(nn::MaxPooling2D(2)).add(nn::Dropout(dropouts[block]));
-  }
-  model.add(nn::Flatten()).add(nn::Dense(512)).add(nn::Activation(Activation::Relu)).add(nn::Dropout(0.5f));
-  model.add(nn::Dense(10)).add(nn::Activation(Activation::Softmax));
-  return model;
-}
-
-}  // namespace
-
 int main(int argc, char** argv) try {
   examples::ExampleOptions defaults;
   defaults.epochs = 10;
@@ -51,7 +33,7 @@ int main(int argc, char** argv) try {
   fmt::print("data: {} ({} training, {} test samples of shape {})\n", cifar ? "CIFAR-10" : "Fashion-MNIST (CIFAR-10 not given)",
              train_set.size(), test_set.size(), train_set.sample_shape());
 
-  nn::Sequential model = flagship_model(train_set.sample_shape(), options.seed);
+  nn::Sequential model = nn::cifar10_cnn(train_set.sample_shape(), options.seed);
   fmt::print("{}", model.summary());
   if (options.summary_only) return 0;
 

@@ -21,20 +21,16 @@ int main(int argc, char** argv) try {
   const data::ImageDataset test_set = data::FashionMnist::test(dir);
   if (options.train_samples > 0) train_set = train_set.head(options.train_samples);
 
-  nn::Sequential model(train_set.sample_shape(), options.seed);
-  model.add(nn::Conv2D(32, 3, nn::Padding::Same)).add(nn::BatchNormalization()).add(nn::ReLU());
-  model.add(nn::MaxPooling2D(2));
-  model.add(nn::Conv2D(64, 3, nn::Padding::Same)).add(nn::BatchNormalization()).add(nn::ReLU());
-  model.add(nn::MaxPooling2D(2));
-  model.add(nn::Flatten()).add(nn::Dense(128)).add(nn::ReLU()).add(nn::Dropout(0.3f));
-  model.add(nn::Dense(10)).add(nn::Softmax());
+  nn::Sequential model = nn::small_cnn(train_set.sample_shape(), options.seed);
   fmt::print("{}", model.summary());
   if (options.summary_only) return 0;
 
   const auto stats = data::channel_statistics(train_set);
   const auto normalize = data::normalize(stats.mean, stats.stddev);
   const data::MappedDataset test_view(test_set, {normalize});
-  Trainer trainer(model, optim::Adam({.learning_rate = optim::constant(options.learning_rate)}));
+  // Cosine decay to zero over the run: the last epochs refine instead of bouncing around the minimum.
+  const std::int64_t steps = options.epochs * ((train_set.size() + options.batch_size - 1) / options.batch_size);
+  Trainer trainer(model, optim::Adam({.learning_rate = optim::cosine_decay(options.learning_rate, std::max<std::int64_t>(steps, 1))}));
   const auto history = trainer.fit(train_set, {.epochs = options.epochs,
                                                .max_steps = options.max_steps,
                                                .batch_size = options.batch_size,

@@ -25,13 +25,10 @@
 #include "cohort/nn/loss.hpp"
 #include "cohort/nn/pooling2d.hpp"
 #include "cohort/nn/sequential.hpp"
+#include "cohort/nn/zoo.hpp"
 #include "cohort/optim/adam.hpp"
 #include "cohort/optim/rmsprop.hpp"
 #include "cohort/optim/sgd.hpp"
 #include "cohort/tensor/ops.hpp"
 #include "cohort/tensor/tensor.hpp"
 #include "cohort/train/trainer.hpp"
-
-namespace cohort {
-using train::Trainer;
-}  // namespace cohort

@@ -29,6 +29,7 @@ Shape BatchNormalization::build(const Shape& in, VariableFactory& factory) {
 Tensor BatchNormalization::forward(const Tensor& x, const ForwardContext& context) {
   input_ = x;
   reuse(output_, x.shape());
+  used_batch_statistics_ = context.training;
   if (!context.training) {
     ops::batch_norm_forward_inference(x, gamma_->value, beta_->value, moving_mean_->value, moving_variance_->value,
                                       options_.epsilon, output_);
@@ -44,8 +45,12 @@ Tensor BatchNormalization::forward(const Tensor& x, const ForwardContext& contex
 Tensor BatchNormalization::backward(const Tensor& dy, bool need_input_gradient) {
   if (need_input_gradient) reuse(input_gradient_, input_.shape());
   const Tensor dx = need_input_gradient ? input_gradient_ : Tensor();
-  ops::batch_norm_backward(input_, gamma_->value, dy, batch_mean_, batch_variance_, options_.epsilon, dx,
-                           gamma_->gradient, beta_->gradient);
+  if (used_batch_statistics_)
+    ops::batch_norm_backward(input_, gamma_->value, dy, batch_mean_, batch_variance_, options_.epsilon, dx,
+                             gamma_->gradient, beta_->gradient);
+  else
+    ops::batch_norm_backward_inference(input_, gamma_->value, dy, moving_mean_->value, moving_variance_->value,
+                                       options_.epsilon, dx, gamma_->gradient, beta_->gradient);
   return dx;
 }
 

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 #include <random>
 
 #include "cohort/tensor/ops.hpp"
@@ -16,6 +17,23 @@ void fill_uniform(const Tensor& t, std::mt19937_64& rng, double low, double high
   for (float& v : t.values()) v = static_cast<float>(uniform(rng));
 }
 
+// Distinct magnitudes 0.1 + 0.9 k / n in random order with random signs: no input lies near ReLU's kink
+// and no two inputs tie, so max pooling's choice cannot flip within a finite-difference step.
+// Returns the smallest gap between two inputs.
+double fill_distinct(const Tensor& t, std::mt19937_64& rng) {
+  const std::int64_t n = t.numel();
+  std::vector<std::int64_t> rank(static_cast<std::size_t>(n));
+  std::iota(rank.begin(), rank.end(), 0);
+  std::shuffle(rank.begin(), rank.end(), rng);
+  std::bernoulli_distribution negative(0.5);
+  const double gap = 0.9 / static_cast<double>(std::max<std::int64_t>(n, 1));
+  for (std::int64_t i = 0; i < n; ++i) {
+    const double magnitude = 0.1 + gap * static_cast<double>(rank[static_cast<std::size_t>(i)]);
+    t.data()[i] = static_cast<float>(negative(rng) ? -magnitude : magnitude);
+  }
+  return gap;
+}
+
 }  // namespace
 
 GradientCheckReport check_gradients(Layer& layer, const Shape& input_sample_shape, const GradientCheckOptions& options) {
@@ -24,7 +42,7 @@ GradientCheckReport check_gradients(Layer& layer, const Shape& input_sample_shap
   const Shape output_sample_shape = layer.build(input_sample_shape, factory);
   std::mt19937_64 rng(options.seed);
   const Tensor x(input_sample_shape.batched(options.batch));
-  fill_uniform(x, rng, -1.0, 1.0);
+  const double step = std::min(options.step, fill_distinct(x, rng) / 3);
   const Tensor weights(output_sample_shape.batched(options.batch));
   fill_uniform(weights, rng, -1.0, 1.0);
   const ForwardContext context{options.training, 0};
@@ -44,12 +62,12 @@ GradientCheckReport check_gradients(Layer& layer, const Shape& input_sample_shap
     for (std::int64_t i = 0; i < value.numel(); i += stride) {
       float& entry = value.data()[i];
       const float saved = entry;
-      entry = static_cast<float>(saved + options.step);
+      entry = static_cast<float>(saved + step);
       const double plus = loss();
-      entry = static_cast<float>(saved - options.step);
+      entry = static_cast<float>(saved - step);
       const double minus = loss();
       entry = saved;
-      const double numeric = (plus - minus) / (2 * options.step);
+      const double numeric = (plus - minus) / (2 * step);
       const double exact = analytic.data()[i];
       const double error = std::abs(numeric - exact) / std::max({1.0, std::abs(numeric), std::abs(exact)});
       if (error > report.max_relative_error) {

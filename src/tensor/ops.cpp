@@ -205,6 +205,16 @@ void batch_norm_backward(const Tensor& x, const Tensor& gamma, const Tensor& dy,
   });
 }
 
+void batch_norm_backward_inference(const Tensor& x, const Tensor& gamma, const Tensor& dy, const Tensor& mean,
+                                   const Tensor& variance, float epsilon, const Tensor& dx, const Tensor& dgamma,
+                                   const Tensor& dbeta) {
+  check_channels("batch_norm_backward_inference", x, {&gamma, &mean, &variance, &dgamma, &dbeta});
+  check_same_shape("batch_norm_backward_inference", x, dy);
+  if (dx.defined()) check_same_shape("batch_norm_backward_inference", x, dx);
+  dispatch("batch_norm_backward_inference", {&x, &gamma, &dy, &mean, &variance, &dx, &dgamma, &dbeta},
+           [&] { cpu::batch_norm_backward_inference(x, gamma, dy, mean, variance, epsilon, dx, dgamma, dbeta); });
+}
+
 void moving_average_update(const Tensor& moving, const Tensor& batch, float momentum) {
   check_same_shape("moving_average_update", moving, batch);
   dispatch("moving_average_update", {&moving, &batch}, [&] { cpu::moving_average_update(moving, batch, momentum); });

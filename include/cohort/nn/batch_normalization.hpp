@@ -29,6 +29,7 @@ class BatchNormalization : public Layer {
 
  private:
   BatchNormalizationOptions options_;
+  bool used_batch_statistics_ = false;
   VariablePtr gamma_, beta_, moving_mean_, moving_variance_;
   Tensor input_, output_, input_gradient_, batch_mean_, batch_variance_;
 };

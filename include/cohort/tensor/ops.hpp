@@ -78,6 +78,10 @@ void batch_norm_forward_inference(const Tensor& x, const Tensor& gamma, const Te
 void batch_norm_backward(const Tensor& x, const Tensor& gamma, const Tensor& dy, const Tensor& batch_mean,
                          const Tensor& batch_variance, float epsilon, const Tensor& dx, const Tensor& dgamma,
                          const Tensor& dbeta);
+// Backward of batch_norm_forward_inference: the statistics are constants.
+void batch_norm_backward_inference(const Tensor& x, const Tensor& gamma, const Tensor& dy, const Tensor& mean,
+                                   const Tensor& variance, float epsilon, const Tensor& dx, const Tensor& dgamma,
+                                   const Tensor& dbeta);
 // moving = moving * momentum + batch * (1 - momentum)
 void moving_average_update(const Tensor& moving, const Tensor& batch, float momentum);
 

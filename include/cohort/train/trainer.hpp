@@ -73,3 +73,7 @@ class Trainer {
 };
 
 }  // namespace cohort::train
+
+namespace cohort {
+using train::Trainer;
+}  // namespace cohort

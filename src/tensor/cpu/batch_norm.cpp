@@ -114,6 +114,29 @@ void batch_norm_backward(const Tensor& x, const Tensor& gamma, const Tensor& dy,
   }
 }
 
+void batch_norm_backward_inference(const Tensor& x, const Tensor& gamma, const Tensor& dy, const Tensor& mean,
+                                   const Tensor& variance, float epsilon, const Tensor& dx, const Tensor& dgamma,
+                                   const Tensor& dbeta) {
+  const Rows r = rows_of(x);
+  const float* xp = x.raw();
+  const float* gp = dy.raw();
+  std::vector<float> inv_std(static_cast<std::size_t>(r.channels));
+  for (std::int64_t c = 0; c < r.channels; ++c) inv_std[c] = 1.0f / std::sqrt(variance.raw()[c] + epsilon);
+  const auto grad_sum = channel_sums(r, [&](std::int64_t m, std::int64_t c) { return static_cast<double>(gp[m * r.channels + c]); });
+  const auto grad_dot_xhat = channel_sums(r, [&](std::int64_t m, std::int64_t c) {
+    return static_cast<double>(gp[m * r.channels + c]) * (xp[m * r.channels + c] - mean.raw()[c]) * inv_std[c];
+  });
+  for (std::int64_t c = 0; c < r.channels; ++c) {
+    dbeta.raw()[c] = static_cast<float>(grad_sum[c]);
+    dgamma.raw()[c] = static_cast<float>(grad_dot_xhat[c]);
+  }
+  if (!dx.defined()) return;
+  float* dp = dx.raw();
+#pragma omp parallel for
+  for (std::int64_t m = 0; m < r.count; ++m)
+    for (std::int64_t c = 0; c < r.channels; ++c) dp[m * r.channels + c] = gp[m * r.channels + c] * gamma.raw()[c] * inv_std[c];
+}
+
 void moving_average_update(const Tensor& moving, const Tensor& batch, float momentum) {
   float* mp = moving.raw();
   const float* bp = batch.raw();

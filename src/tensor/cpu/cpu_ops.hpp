@@ -41,6 +41,9 @@ void batch_norm_forward_inference(const Tensor& x, const Tensor& gamma, const Te
 void batch_norm_backward(const Tensor& x, const Tensor& gamma, const Tensor& dy, const Tensor& batch_mean,
                          const Tensor& batch_variance, float epsilon, const Tensor& dx, const Tensor& dgamma,
                          const Tensor& dbeta);
+void batch_norm_backward_inference(const Tensor& x, const Tensor& gamma, const Tensor& dy, const Tensor& mean,
+                                   const Tensor& variance, float epsilon, const Tensor& dx, const Tensor& dgamma,
+                                   const Tensor& dbeta);
 void moving_average_update(const Tensor& moving, const Tensor& batch, float momentum);
 void dropout_mask(const Tensor& mask, float rate, std::uint64_t seed);
 

@@ -1,0 +1,106 @@
+// Every layer and the loss against central finite differences (nn::check_gradients).
+#include <catch2/catch.hpp>
+#include <random>
+
+#include "cohort/nn/activation_layer.hpp"
+#include "cohort/nn/batch_normalization.hpp"
+#include "cohort/nn/conv2d.hpp"
+#include "cohort/nn/dense.hpp"
+#include "cohort/nn/dropout.hpp"
+#include "cohort/nn/flatten.hpp"
+#include "cohort/nn/gradcheck.hpp"
+#include "cohort/nn/loss.hpp"
+#include "cohort/nn/pooling2d.hpp"
+#include "test_util.hpp"
+
+using namespace cohort;
+
+namespace {
+constexpr double kTolerance = 1e-2;
+
+void require_gradients(nn::Layer&& layer, const Shape& sample, nn::GradientCheckOptions options = {}) {
+  const auto report = nn::check_gradients(layer, sample, options);
+  INFO(layer.type_name() << " on " << sample.to_string() << ": worst " << report.worst);
+  CHECK(report.max_relative_error < kTolerance);
+}
+}  // namespace
+
+TEST_CASE("Conv2D gradients", "[nn][gradcheck]") {
+  require_gradients(nn::Conv2D(4, 3, nn::Padding::Same), {5, 6, 3});
+  require_gradients(nn::Conv2D(3, 3, nn::Padding::Valid), {5, 5, 2});
+  require_gradients(nn::Conv2D(2, 3, nn::Padding::Same, 2), {7, 6, 2});
+  require_gradients(nn::Conv2D(2, 2, nn::Padding::Valid, 1, false), {4, 4, 3});
+  require_gradients(nn::Conv2D(3, 1), {3, 3, 4}, {.batch = 5});
+}
+
+TEST_CASE("Dense gradients, on flat and on higher-rank input", "[nn][gradcheck]") {
+  require_gradients(nn::Dense(5), {7});
+  require_gradients(nn::Dense(3, false), {4, 6});
+}
+
+TEST_CASE("BatchNormalization gradients in training mode", "[nn][gradcheck]") {
+  require_gradients(nn::BatchNormalization(), {3, 3, 4}, {.batch = 4});
+  require_gradients(nn::BatchNormalization(), {6}, {.batch = 8});
+}
+
+TEST_CASE("BatchNormalization gradients in inference mode", "[nn][gradcheck]") {
+  require_gradients(nn::BatchNormalization(), {2, 2, 3}, {.batch = 3, .training = false});
+}
+
+TEST_CASE("activation gradients", "[nn][gradcheck]") {
+  for (auto activation : {Activation::Relu, Activation::Sigmoid, Activation::Tanh, Activation::Softmax, Activation::Linear}) {
+    INFO("activation " << static_cast<int>(activation));
+    require_gradients(nn::Activation(activation), {3, 5}, {.batch = 3});
+  }
+}
+
+TEST_CASE("pooling gradients", "[nn][gradcheck]") {
+  require_gradients(nn::MaxPooling2D(2), {6, 6, 3});
+  require_gradients(nn::MaxPooling2D(3, 2, nn::Padding::Same), {5, 7, 2});
+  require_gradients(nn::AveragePooling2D(2), {4, 6, 2});
+  require_gradients(nn::AveragePooling2D(3, 2, nn::Padding::Same), {5, 5, 2});
+}
+
+TEST_CASE("Dropout and Flatten gradients", "[nn][gradcheck]") {
+  require_gradients(nn::Dropout(0.4f), {4, 5});
+  require_gradients(nn::Dropout(0.4f), {4, 5}, {.training = false});
+  require_gradients(nn::Flatten(), {2, 3, 4});
+}
+
+TEST_CASE("cross-entropy gradients, fused with softmax and on probabilities", "[nn][gradcheck][loss]") {
+  const std::int64_t rows = 4, classes = 5;
+  for (bool from_logits : {true, false}) {
+    Tensor prediction = test_util::random_tensor({rows, classes}, 11, from_logits ? -3.0f : 0.05f, from_logits ? 3.0f : 0.95f);
+    for (bool sparse : {true, false}) {
+      Tensor labels = sparse ? Tensor::from_values({rows}, std::vector<float>{0, 4, 2, 2})
+                             : test_util::random_tensor({rows, classes}, 12, 0.0f, 1.0f);
+      const nn::CategoricalCrossentropy loss{.from_logits = from_logits};
+      Tensor gradient({rows, classes});
+      loss.compute(prediction, labels, gradient);
+      for (std::int64_t i = 0; i < prediction.numel(); ++i) {
+        const float saved = prediction.data()[i];
+        const double h = 1e-3;
+        prediction.data()[i] = static_cast<float>(saved + h);
+        const double plus = loss.compute(prediction, labels);
+        prediction.data()[i] = static_cast<float>(saved - h);
+        const double minus = loss.compute(prediction, labels);
+        prediction.data()[i] = saved;
+        INFO("from_logits " << from_logits << " sparse " << sparse << " entry " << i);
+        CHECK(gradient.data()[i] == Approx((plus - minus) / (2 * h)).epsilon(2e-2).margin(1e-3));
+      }
+    }
+  }
+}
+
+TEST_CASE("the gradient checker catches a wrong gradient", "[nn][gradcheck]") {
+  // A layer whose backward is off by a factor must fail the check: the check itself can fail.
+  struct Wrong : nn::ActivationLayer {
+    Wrong() : nn::ActivationLayer(Activation::Tanh) {}
+    Tensor backward(const Tensor& dy, bool need) override {
+      Tensor dx = nn::ActivationLayer::backward(dy, need).clone();
+      for (float& v : dx.values()) v *= 1.5f;
+      return dx;
+    }
+  } wrong;
+  CHECK(nn::check_gradients(wrong, {4}).max_relative_error > 0.1);
+}

@@ -1,0 +1,146 @@
+#include <catch2/catch.hpp>
+#include <cmath>
+
+#include "cohort/core/error.hpp"
+#include "cohort/nn/activation_layer.hpp"
+#include "cohort/nn/batch_normalization.hpp"
+#include "cohort/nn/conv2d.hpp"
+#include "cohort/nn/dense.hpp"
+#include "cohort/nn/dropout.hpp"
+#include "cohort/nn/flatten.hpp"
+#include "cohort/nn/pooling2d.hpp"
+#include "cohort/nn/sequential.hpp"
+#include "cohort/nn/zoo.hpp"
+#include "test_util.hpp"
+
+using namespace cohort;
+
+TEST_CASE("same and valid padding give Keras' output shapes", "[nn][shapes]") {
+  nn::Sequential model({7, 8, 3});
+  model.add(nn::Conv2D(4, 3, nn::Padding::Same));
+  CHECK(model.output_shape() == Shape({7, 8, 4}));
+  model.add(nn::Conv2D(4, 3, nn::Padding::Same, 2));
+  CHECK(model.output_shape() == Shape({4, 4, 4}));
+  model.add(nn::Conv2D(2, 3, nn::Padding::Valid));
+  CHECK(model.output_shape() == Shape({2, 2, 2}));
+  model.add(nn::MaxPooling2D(2));
+  CHECK(model.output_shape() == Shape({1, 1, 2}));
+  model.add(nn::Flatten()).add(nn::Dense(3));
+  CHECK(model.output_shape() == Shape({3}));
+  Tensor y = model.forward(Tensor({5, 7, 8, 3}));
+  CHECK(y.shape() == Shape({5, 3}));
+}
+
+TEST_CASE("impossible layer configurations fail when added, naming the problem", "[nn][shapes]") {
+  nn::Sequential model({2, 2, 1});
+  CHECK_THROWS_AS(model.add(nn::Conv2D(1, 3, nn::Padding::Valid)), InvalidArgument);
+  CHECK_THROWS_AS(nn::Conv2D(0, 3), InvalidArgument);
+  CHECK_THROWS_AS(nn::Dropout(1.0f), InvalidArgument);
+  nn::Sequential flat({10});
+  CHECK_THROWS_AS(flat.add(nn::Conv2D(1, 1)), InvalidArgument);
+  CHECK_THROWS_AS(nn::Sequential({0, 3}), InvalidArgument);
+  nn::Sequential ok({4});
+  ok.add(nn::Dense(2));
+  CHECK_THROWS_AS(ok.forward(Tensor({3, 5})), InvalidArgument);
+}
+
+TEST_CASE("variables have Keras names, creation order, trainable flags and default values", "[nn][keras]") {
+  nn::Sequential model({6, 6, 2}, 3);
+  model.add(nn::Conv2D(4, 3, nn::Padding::Same)).add(nn::BatchNormalization()).add(nn::ReLU());
+  model.add(nn::Conv2D(4, 3)).add(nn::BatchNormalization()).add(nn::Flatten()).add(nn::Dense(3));
+  const auto variables = model.variables();
+  std::vector<std::string> names;
+  for (const auto& v : variables) names.push_back(v->name);
+  const std::vector<std::string> expected = {
+      "conv2d/kernel", "conv2d/bias", "batch_normalization/gamma", "batch_normalization/beta",
+      "batch_normalization/moving_mean", "batch_normalization/moving_variance", "conv2d_1/kernel", "conv2d_1/bias",
+      "batch_normalization_1/gamma", "batch_normalization_1/beta", "batch_normalization_1/moving_mean",
+      "batch_normalization_1/moving_variance", "dense/kernel", "dense/bias"};
+  CHECK(names == expected);
+  for (std::size_t i = 0; i < variables.size(); ++i) CHECK(variables[i]->creation_order == static_cast<int>(i));
+  CHECK_FALSE(model.variable("batch_normalization/moving_mean")->trainable);
+  CHECK(model.variable("batch_normalization/gamma")->trainable);
+  CHECK(model.trainable_variables().size() == 10);
+  for (float v : model.variable("batch_normalization/gamma")->value.values()) CHECK(v == 1.0f);
+  for (float v : model.variable("batch_normalization/moving_variance")->value.values()) CHECK(v == 1.0f);
+  for (float v : model.variable("conv2d/bias")->value.values()) CHECK(v == 0.0f);
+  // glorot_uniform: |w| <= sqrt(6 / (fan_in + fan_out)), fan = 3*3*channels
+  const float limit = std::sqrt(6.0f / (9 * 2 + 9 * 4));
+  float largest = 0;
+  for (float v : model.variable("conv2d/kernel")->value.values()) largest = std::max(largest, std::abs(v));
+  CHECK(largest <= limit);
+  CHECK(largest > 0.8f * limit);
+  const nn::BatchNormalization defaults;
+  CHECK(defaults.options().momentum == 0.99f);
+  CHECK(defaults.options().epsilon == 1e-3f);
+  CHECK_THROWS_AS(model.variable("nope"), InvalidArgument);
+}
+
+TEST_CASE("initial values depend on the seed and the variable name only", "[nn]") {
+  auto kernel = [](std::uint64_t seed, bool extra_layer) {
+    nn::Sequential model({4}, seed);
+    if (extra_layer) model.add(nn::Activation(Activation::Tanh));
+    model.add(nn::Dense(3));
+    return model.variable("dense/kernel")->value.to_vector();
+  };
+  CHECK(kernel(1, false) == kernel(1, true));
+  CHECK(kernel(1, false) != kernel(2, false));
+}
+
+TEST_CASE("the flagship model's summary has Keras' shapes and parameter counts", "[nn][keras]") {
+  const nn::Sequential model = nn::cifar10_cnn({32, 32, 3});
+  const std::string summary = model.summary();
+  // Keras: Total params: 556,586; Trainable params: 555,690; Non-trainable params: 896
+  CHECK(model.parameter_count() == 556586);
+  CHECK(summary.find("Total params: 556,586") != std::string::npos);
+  CHECK(summary.find("Trainable params: 555,690") != std::string::npos);
+  CHECK(summary.find("Non-trainable params: 896") != std::string::npos);
+  CHECK(summary.find("conv2d_1 (Conv2D)") != std::string::npos);
+  CHECK(summary.find("(None, 30, 30, 32)") != std::string::npos);
+  CHECK(summary.find("(None, 2, 2, 128)") != std::string::npos);
+  CHECK(summary.find("dense_1 (Dense)") != std::string::npos);
+  CHECK(summary.find("activation_7 (Activation)") != std::string::npos);
+  CHECK(model.ends_with_softmax());
+}
+
+TEST_CASE("BatchNormalization uses batch statistics in training and moving ones in inference", "[nn]") {
+  nn::Sequential model({3});
+  model.add(nn::BatchNormalization());
+  const Tensor x = Tensor::from_values({4, 3}, std::vector<float>{1, 2, 3, 3, 2, 1, 5, 2, 0, 7, 2, 4});
+  model.train();
+  const Tensor y = model.forward(x).clone();
+  // channel 0: mean 4, biased variance 5 -> (1 - 4) / sqrt(5 + 1e-3)
+  CHECK(y.data()[0] == Approx(-3.0 / std::sqrt(5.001)).epsilon(1e-5));
+  const auto moving_mean = model.variable("batch_normalization/moving_mean")->value.to_vector();
+  const auto moving_variance = model.variable("batch_normalization/moving_variance")->value.to_vector();
+  CHECK(moving_mean[0] == Approx(0.01 * 4));
+  CHECK(moving_variance[0] == Approx(0.99 + 0.01 * 5));
+  model.eval();
+  const Tensor z = model.forward(x);
+  CHECK(z.data()[0] == Approx((1 - moving_mean[0]) / std::sqrt(moving_variance[0] + 1e-3)).epsilon(1e-5));
+  CHECK(model.variable("batch_normalization/moving_mean")->value.to_vector() == moving_mean);  // inference does not update
+}
+
+TEST_CASE("Dropout acts only in training, and the same step gives the same mask", "[nn]") {
+  nn::Sequential model({1000}, 5);
+  model.add(nn::Dropout(0.5f));
+  const Tensor x = Tensor::full({2, 1000}, 1.0f);
+  model.eval();
+  CHECK(model.forward(x).to_vector() == x.to_vector());
+  model.train();
+  const auto first = model.forward(x).to_vector();
+  const auto second = model.forward(x).to_vector();
+  CHECK(first != second);  // a new step draws a new mask
+  const auto zeros = std::count(first.begin(), first.end(), 0.0f);
+  CHECK(zeros == Approx(1000).margin(100));
+  model.set_step(0);
+  CHECK(model.forward(x).to_vector() == first);
+}
+
+TEST_CASE("backward needs a forward pass first", "[nn]") {
+  nn::Sequential model({3});
+  model.add(nn::Dense(2));
+  CHECK_THROWS_AS(model.backward(Tensor({1, 2})), InvalidArgument);
+  nn::Sequential empty({3});
+  CHECK_THROWS_AS(empty.forward(Tensor({1, 3})), InvalidArgument);
+}

@@ -1,0 +1,138 @@
+// Optimizer steps against values computed by hand from the Keras update rules.
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <sstream>
+
+#include "cohort/core/error.hpp"
+#include "cohort/optim/adam.hpp"
+#include "cohort/optim/rmsprop.hpp"
+#include "cohort/optim/sgd.hpp"
+
+using namespace cohort;
+
+namespace {
+
+struct Param {
+  Tensor value = Tensor::from_values({2}, std::vector<float>{1.0f, -2.0f});
+  Tensor gradient = Tensor::from_values({2}, std::vector<float>{0.5f, 0.25f});
+};
+
+}  // namespace
+
+TEST_CASE("Keras default hyper-parameters", "[optim][keras]") {
+  CHECK(optim::SGD().learning_rate() == Approx(0.01));
+  CHECK(optim::Adam().learning_rate() == Approx(1e-3));
+  CHECK(optim::RMSprop().learning_rate() == Approx(1e-3));
+  CHECK(optim::AdamOptions{}.beta_1 == 0.9);
+  CHECK(optim::AdamOptions{}.beta_2 == 0.999);
+  CHECK(optim::AdamOptions{}.epsilon == 1e-7);
+  CHECK(optim::RMSpropOptions{}.rho == 0.9);
+  CHECK(optim::Adam().slots_per_variable() == 2);
+}
+
+TEST_CASE("plain SGD and L2 weight decay", "[optim]") {
+  Param p;
+  optim::SGD sgd({.learning_rate = optim::constant(0.1), .weight_decay = 0.01});
+  sgd.apply("w", p.value, p.gradient);
+  // w - lr * (g + wd * w)
+  CHECK(p.value.data()[0] == Approx(1.0 - 0.1 * (0.5 + 0.01 * 1.0)));
+  CHECK(p.value.data()[1] == Approx(-2.0 - 0.1 * (0.25 - 0.02)));
+}
+
+TEST_CASE("SGD momentum and Nesterov over two steps", "[optim]") {
+  for (bool nesterov : {false, true}) {
+    Param p;
+    optim::SGD sgd({.learning_rate = optim::constant(0.1), .momentum = 0.9, .nesterov = nesterov});
+    double w = 1.0, v = 0.0;
+    for (int step = 0; step < 2; ++step) {
+      sgd.apply("w", p.value, p.gradient);
+      sgd.finish_step();
+      v = 0.9 * v - 0.1 * 0.5;
+      w += nesterov ? 0.9 * v - 0.1 * 0.5 : v;
+      CHECK(p.value.data()[0] == Approx(w));
+    }
+  }
+}
+
+TEST_CASE("Adam over two steps with bias correction in the step size", "[optim]") {
+  Param p;
+  optim::Adam adam({.learning_rate = optim::constant(0.01)});
+  double w = 1.0, m = 0, v = 0;
+  for (int t = 1; t <= 2; ++t) {
+    adam.apply("w", p.value, p.gradient);
+    adam.finish_step();
+    m = 0.9 * m + 0.1 * 0.5;
+    v = 0.999 * v + 0.001 * 0.25;
+    const double lr_t = 0.01 * std::sqrt(1 - std::pow(0.999, t)) / (1 - std::pow(0.9, t));
+    w -= lr_t * m / (std::sqrt(v) + 1e-7);
+    CHECK(p.value.data()[0] == Approx(w).epsilon(1e-6));
+  }
+  CHECK(adam.iterations() == 2);
+}
+
+TEST_CASE("RMSprop plain, centered and with momentum", "[optim]") {
+  {
+    Param p;
+    optim::RMSprop rms({.learning_rate = optim::constant(0.01)});
+    rms.apply("w", p.value, p.gradient);
+    const double ms = 0.1 * 0.25;
+    CHECK(p.value.data()[0] == Approx(1.0 - 0.01 * 0.5 / (std::sqrt(ms) + 1e-7)));
+  }
+  {
+    Param p;
+    optim::RMSprop rms({.learning_rate = optim::constant(0.01), .momentum = 0.5, .centered = true});
+    CHECK(rms.slots_per_variable() == 3);
+    rms.apply("w", p.value, p.gradient);
+    const double ms = 0.1 * 0.25, mg = 0.1 * 0.5;
+    const double mom = 0.01 * 0.5 / std::sqrt(ms - mg * mg + 1e-7);
+    CHECK(p.value.data()[0] == Approx(1.0 - mom));
+  }
+}
+
+TEST_CASE("legacy decay and schedules", "[optim]") {
+  optim::SGD sgd({.learning_rate = optim::constant(0.1), .decay = 0.5});
+  sgd.set_iterations(4);
+  CHECK(sgd.learning_rate() == Approx(0.1 / (1 + 0.5 * 4)));
+  const auto step = optim::step_decay(1.0, 0.5, 10);
+  CHECK(step(9) == Approx(1.0));
+  CHECK(step(10) == Approx(0.5));
+  CHECK(step(25) == Approx(0.25));
+  const auto cosine = optim::cosine_decay(1.0, 100, 0.1);
+  CHECK(cosine(0) == Approx(1.0));
+  CHECK(cosine(50) == Approx(0.55));
+  CHECK(cosine(100) == Approx(0.1));
+  CHECK(cosine(500) == Approx(0.1));
+  const auto warm = optim::linear_warmup(optim::constant(0.4), 4);
+  CHECK(warm(0) == Approx(0.0));
+  CHECK(warm(2) == Approx(0.2));
+  CHECK(warm(4) == Approx(0.4));
+  CHECK_THROWS_AS(optim::step_decay(1.0, 0.5, 0), InvalidArgument);
+}
+
+TEST_CASE("optimizer state round-trips and refuses foreign or damaged state", "[optim]") {
+  Param p;
+  optim::Adam adam;
+  adam.apply("w", p.value, p.gradient);
+  adam.finish_step();
+  std::stringstream saved;
+  adam.save_state(saved);
+  const std::string bytes = saved.str();
+
+  optim::Adam restored;
+  std::istringstream in(bytes);
+  restored.load_state(in);
+  CHECK(restored.iterations() == 1);
+  CHECK(restored.state().at("w").slots[0].to_vector() == adam.state().at("w").slots[0].to_vector());
+  CHECK(restored.state().at("w").slots[1].to_vector() == adam.state().at("w").slots[1].to_vector());
+
+  optim::SGD sgd;
+  std::istringstream for_sgd(bytes);
+  CHECK_THROWS_AS(sgd.load_state(for_sgd), DataError);
+  std::istringstream truncated(bytes.substr(0, bytes.size() / 2));
+  CHECK_THROWS_AS(restored.load_state(truncated), DataError);
+  CHECK(restored.iterations() == 1);  // a failed load changes nothing
+
+  // A slot of the wrong shape (state for another model) is refused at the next update.
+  Tensor wide({3});
+  CHECK_THROWS_AS(restored.apply("w", wide, Tensor({3})), InvalidArgument);
+}

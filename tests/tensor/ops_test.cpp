@@ -1,0 +1,194 @@
+// The CPU ops against direct, obviously-correct reference loops, over shapes that do not divide evenly.
+#include <catch2/catch.hpp>
+#include <cmath>
+
+#include "cohort/core/error.hpp"
+#include "cohort/core/parallel.hpp"
+#include "cohort/tensor/ops.hpp"
+#include "test_util.hpp"
+
+using namespace cohort;
+using test_util::max_abs_difference;
+using test_util::random_tensor;
+
+namespace {
+
+Tensor reference_matmul(const Tensor& a, bool ta, const Tensor& b, bool tb) {
+  const std::int64_t m = ta ? a.dim(1) : a.dim(0), k = ta ? a.dim(0) : a.dim(1), n = tb ? b.dim(0) : b.dim(1);
+  Tensor c({m, n});
+  for (std::int64_t i = 0; i < m; ++i)
+    for (std::int64_t j = 0; j < n; ++j) {
+      double s = 0;
+      for (std::int64_t p = 0; p < k; ++p)
+        s += static_cast<double>(ta ? a.data()[p * m + i] : a.data()[i * k + p]) * (tb ? b.data()[j * k + p] : b.data()[p * n + j]);
+      c.data()[i * n + j] = static_cast<float>(s);
+    }
+  return c;
+}
+
+Tensor reference_conv(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dGeometry& g) {
+  Tensor y({g.batch, g.out_h, g.out_w, g.out_c});
+  for (std::int64_t n = 0; n < g.batch; ++n)
+    for (std::int64_t oh = 0; oh < g.out_h; ++oh)
+      for (std::int64_t ow = 0; ow < g.out_w; ++ow)
+        for (std::int64_t f = 0; f < g.out_c; ++f) {
+          double s = bias.defined() ? bias.data()[f] : 0.0;
+          for (std::int64_t kh = 0; kh < g.kernel_h; ++kh)
+            for (std::int64_t kw = 0; kw < g.kernel_w; ++kw) {
+              const std::int64_t ih = oh * g.stride_h - g.pad_top + kh, iw = ow * g.stride_w - g.pad_left + kw;
+              if (ih < 0 || ih >= g.in_h || iw < 0 || iw >= g.in_w) continue;
+              for (std::int64_t c = 0; c < g.in_c; ++c)
+                s += static_cast<double>(x.data()[((n * g.in_h + ih) * g.in_w + iw) * g.in_c + c]) *
+                     w.data()[((kh * g.kernel_w + kw) * g.in_c + c) * g.out_c + f];
+            }
+          y.data()[((n * g.out_h + oh) * g.out_w + ow) * g.out_c + f] = static_cast<float>(s);
+        }
+  return y;
+}
+
+Conv2dGeometry conv_geometry(std::int64_t batch, std::int64_t h, std::int64_t w, std::int64_t c, std::int64_t f,
+                             std::int64_t k, std::int64_t stride, bool same) {
+  Conv2dGeometry g{batch, h, w, c, 0, 0, f, k, k, stride, stride, 0, 0};
+  if (same) {
+    g.out_h = (h + stride - 1) / stride;
+    g.out_w = (w + stride - 1) / stride;
+    g.pad_top = std::max<std::int64_t>((g.out_h - 1) * stride + k - h, 0) / 2;
+    g.pad_left = std::max<std::int64_t>((g.out_w - 1) * stride + k - w, 0) / 2;
+  } else {
+    g.out_h = (h - k) / stride + 1;
+    g.out_w = (w - k) / stride + 1;
+  }
+  return g;
+}
+
+}  // namespace
+
+TEST_CASE("matmul matches the reference for every transpose combination", "[ops]") {
+  for (bool ta : {false, true})
+    for (bool tb : {false, true}) {
+      const std::int64_t m = 7, k = 13, n = 5;
+      const Tensor a = random_tensor(ta ? Shape{k, m} : Shape{m, k}, 1);
+      const Tensor b = random_tensor(tb ? Shape{n, k} : Shape{k, n}, 2);
+      Tensor c({m, n});
+      ops::matmul(a, ta, b, tb, c);
+      CHECK(max_abs_difference(c, reference_matmul(a, ta, b, tb)) < 1e-5f);
+      // beta accumulates onto c
+      const Tensor before = c.clone();
+      ops::matmul(a, ta, b, tb, c, 2.0f, 1.0f);
+      const Tensor expected = reference_matmul(a, ta, b, tb);
+      for (std::int64_t i = 0; i < c.numel(); ++i) CHECK(c.data()[i] == Approx(before.data()[i] + 2 * expected.data()[i]).margin(1e-4));
+    }
+  Tensor bad({3, 3});
+  CHECK_THROWS_AS(ops::matmul(Tensor({2, 3}), false, Tensor({2, 3}), false, bad), InvalidArgument);
+}
+
+TEST_CASE("conv2d forward matches direct convolution over odd shapes, strides, padding and chunking", "[ops][conv]") {
+  struct Case {
+    std::int64_t batch, h, w, c, f, k, stride;
+    bool same;
+  };
+  const Case cases[] = {{1, 5, 5, 1, 1, 3, 1, true},   {3, 7, 6, 3, 4, 3, 1, false}, {2, 8, 8, 2, 5, 3, 2, true},
+                        {2, 9, 7, 3, 2, 2, 2, true},   {5, 4, 4, 3, 3, 1, 1, false}, {40, 3, 3, 2, 3, 3, 1, true},
+                        {2, 6, 6, 4, 3, 5, 1, true},   {1, 3, 3, 2, 2, 3, 1, false}, {70, 5, 5, 3, 4, 3, 2, false}};
+  for (const Case& t : cases) {
+    const Conv2dGeometry g = conv_geometry(t.batch, t.h, t.w, t.c, t.f, t.k, t.stride, t.same);
+    const Tensor x = random_tensor({g.batch, g.in_h, g.in_w, g.in_c}, 3);
+    const Tensor w = random_tensor({g.kernel_h, g.kernel_w, g.in_c, g.out_c}, 4);
+    const Tensor bias = random_tensor({g.out_c}, 5);
+    Tensor y({g.batch, g.out_h, g.out_w, g.out_c});
+    ops::conv2d_forward(x, w, bias, y, g);
+    INFO("batch " << t.batch << " " << t.h << "x" << t.w << "x" << t.c << " k" << t.k << " s" << t.stride << " same " << t.same);
+    CHECK(max_abs_difference(y, reference_conv(x, w, bias, g)) < 1e-4f);
+    ops::conv2d_forward(x, w, Tensor(), y, g);
+    CHECK(max_abs_difference(y, reference_conv(x, w, Tensor(), g)) < 1e-4f);
+  }
+}
+
+TEST_CASE("conv2d results do not depend on the thread count", "[ops][conv]") {
+  const Conv2dGeometry g = conv_geometry(33, 10, 10, 8, 16, 3, 1, true);
+  const Tensor x = random_tensor({g.batch, g.in_h, g.in_w, g.in_c}, 6);
+  const Tensor w = random_tensor({3, 3, 8, 16}, 7);
+  const Tensor dy = random_tensor({g.batch, g.out_h, g.out_w, g.out_c}, 8);
+  auto run = [&](int threads) {
+    set_num_threads(threads);
+    Tensor y({g.batch, g.out_h, g.out_w, g.out_c}), dx(x.shape()), dw(w.shape()), db({16});
+    ops::conv2d_forward(x, w, Tensor(), y, g);
+    ops::conv2d_backward(x, w, dy, dx, dw, db, g);
+    return std::make_tuple(y, dx, dw);
+  };
+  const auto [y1, dx1, dw1] = run(1);
+  const auto [y2, dx2, dw2] = run(2);
+  set_num_threads(0);
+  CHECK(max_abs_difference(y1, y2) < 1e-5f);
+  CHECK(max_abs_difference(dx1, dx2) < 1e-5f);
+  CHECK(max_abs_difference(dw1, dw2) < 1e-3f);
+}
+
+TEST_CASE("pooling matches the reference, including clipped windows", "[ops]") {
+  const Pool2dGeometry g{2, 5, 5, 3, 3, 3, 2, 2, 2, 2, 0, 0};  // same padding: 5 -> 3, last window clipped
+  const Tensor x = random_tensor({2, 5, 5, 3}, 9);
+  Tensor max_y({2, 3, 3, 3}), avg_y({2, 3, 3, 3});
+  ops::max_pool_forward(x, max_y, g);
+  ops::avg_pool_forward(x, avg_y, g);
+  for (std::int64_t n = 0; n < 2; ++n)
+    for (std::int64_t oh = 0; oh < 3; ++oh)
+      for (std::int64_t ow = 0; ow < 3; ++ow)
+        for (std::int64_t c = 0; c < 3; ++c) {
+          float peak = -1e30f;
+          double total = 0;
+          int cells = 0;
+          for (std::int64_t ih = oh * 2; ih < std::min<std::int64_t>(oh * 2 + 2, 5); ++ih)
+            for (std::int64_t iw = ow * 2; iw < std::min<std::int64_t>(ow * 2 + 2, 5); ++iw) {
+              const float v = x.data()[((n * 5 + ih) * 5 + iw) * 3 + c];
+              peak = std::max(peak, v);
+              total += v;
+              ++cells;
+            }
+          const std::int64_t at = ((n * 3 + oh) * 3 + ow) * 3 + c;
+          CHECK(max_y.data()[at] == peak);
+          CHECK(avg_y.data()[at] == Approx(total / cells).margin(1e-6));
+        }
+}
+
+TEST_CASE("softmax cross-entropy is stable for huge logits and matches the direct formula", "[ops][loss]") {
+  Tensor logits = Tensor::from_values({2, 3}, std::vector<float>{1000, 0, -1000, 0.5f, 1.5f, -0.5f});
+  const Tensor sparse = Tensor::from_values({2}, std::vector<float>{0, 1});
+  const Tensor onehot = Tensor::from_values({2, 3}, std::vector<float>{1, 0, 0, 0, 1, 0});
+  Tensor grad({2, 3});
+  const double loss = ops::softmax_cross_entropy(logits, sparse, grad);
+  const double row2 = -std::log(std::exp(1.5) / (std::exp(0.5) + std::exp(1.5) + std::exp(-0.5)));
+  CHECK(std::isfinite(loss));
+  CHECK(loss == Approx((0.0 + row2) / 2).epsilon(1e-6));
+  CHECK(ops::softmax_cross_entropy(logits, onehot, Tensor()) == Approx(loss));
+  CHECK(grad.data()[0] == Approx(0.0).margin(1e-7));  // softmax 1 minus target 1
+  CHECK(ops::count_correct(logits, sparse) == 2);
+  CHECK_THROWS_AS(ops::softmax_cross_entropy(logits, Tensor::from_values({2}, std::vector<float>{0, 3}), grad), InvalidArgument);
+  CHECK_THROWS_AS(ops::softmax_cross_entropy(logits, Tensor({3}), grad), InvalidArgument);
+}
+
+TEST_CASE("dropout masks keep about 1 - rate, scale survivors and depend only on the seed", "[ops]") {
+  Tensor a({100000}), b({100000});
+  set_num_threads(1);
+  ops::dropout_mask(a, 0.3f, 42);
+  set_num_threads(2);
+  ops::dropout_mask(b, 0.3f, 42);
+  set_num_threads(0);
+  CHECK(max_abs_difference(a, b) == 0.0f);
+  std::int64_t kept = 0;
+  for (float v : a.values()) {
+    CHECK((v == 0.0f || v == Approx(1.0f / 0.7f)));
+    kept += v != 0.0f;
+  }
+  CHECK(kept == Approx(70000).margin(700));
+  ops::dropout_mask(b, 0.3f, 43);
+  CHECK(max_abs_difference(a, b) > 0.0f);
+  CHECK_THROWS_AS(ops::dropout_mask(a, 1.0f, 1), InvalidArgument);
+}
+
+TEST_CASE("ops refuse operands of mismatched shapes", "[ops]") {
+  CHECK_THROWS_AS(ops::axpy(1.0f, Tensor({3}), Tensor({4})), InvalidArgument);
+  CHECK_THROWS_AS(ops::add_bias(Tensor({2, 3}), Tensor({2})), InvalidArgument);
+  const Conv2dGeometry g = conv_geometry(1, 4, 4, 2, 3, 3, 1, true);
+  Tensor y({1, 4, 4, 3});
+  CHECK_THROWS_AS(ops::conv2d_forward(Tensor({1, 4, 4, 3}), Tensor({3, 3, 2, 3}), Tensor(), y, g), InvalidArgument);
+}

@@ -1,0 +1,47 @@
+#pragma once
+// Helpers shared by the test files.
+
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <random>
+#include <string>
+#include <unistd.h>
+
+#include "cohort/tensor/tensor.hpp"
+
+namespace test_util {
+
+inline cohort::Tensor random_tensor(const cohort::Shape& shape, std::uint64_t seed, float low = -1.0f, float high = 1.0f) {
+  cohort::Tensor t(shape);
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> uniform(low, high);
+  for (float& v : t.values()) v = uniform(rng);
+  return t;
+}
+
+inline float max_abs_difference(const cohort::Tensor& a, const cohort::Tensor& b) {
+  REQUIRE(a.shape() == b.shape());
+  float worst = 0;
+  for (std::int64_t i = 0; i < a.numel(); ++i) worst = std::max(worst, std::abs(a.data()[i] - b.data()[i]));
+  return worst;
+}
+
+// A fresh directory under the system temp folder, removed when the object goes away.
+class ScratchDirectory {
+ public:
+  explicit ScratchDirectory(const std::string& name)
+      : path_(std::filesystem::temp_directory_path() / ("cohort_test_" + name + "_" + std::to_string(::getpid()))) {
+    std::filesystem::remove_all(path_);
+    std::filesystem::create_directories(path_);
+  }
+  ~ScratchDirectory() {
+    std::error_code ignored;
+    std::filesystem::remove_all(path_, ignored);
+  }
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  std::filesystem::path path_;
+};
+
+}  // namespace test_util

@@ -1,0 +1,102 @@
+#include <catch2/catch.hpp>
+#include <fstream>
+
+#include "cohort/core/error.hpp"
+#include "cohort/nn/activation_layer.hpp"
+#include "cohort/nn/batch_normalization.hpp"
+#include "cohort/nn/dense.hpp"
+#include "cohort/optim/adam.hpp"
+#include "cohort/train/checkpoint.hpp"
+#include "test_util.hpp"
+
+using namespace cohort;
+using test_util::ScratchDirectory;
+
+namespace {
+
+nn::Sequential small_model(std::uint64_t seed) {
+  nn::Sequential model({4}, seed);
+  model.add(nn::Dense(3)).add(nn::BatchNormalization()).add(nn::Softmax());
+  return model;
+}
+
+// One Adam step so that the optimizer has state worth saving.
+void take_a_step(nn::Sequential& model, optim::Adam& adam) {
+  model.train();
+  model.forward(test_util::random_tensor({5, 4}, 3));
+  model.backward(test_util::random_tensor({5, 3}, 4));
+  adam.apply(model.trainable_variables());
+}
+
+std::string read_bytes(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), {}};
+}
+
+void write_bytes(const std::filesystem::path& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary) << bytes;
+}
+
+}  // namespace
+
+TEST_CASE("a checkpoint restores variables, optimizer state, step counter and position", "[train][checkpoint]") {
+  ScratchDirectory dir("checkpoint_ok");
+  nn::Sequential model = small_model(1);
+  optim::Adam adam;
+  take_a_step(model, adam);
+  train::TrainingPosition position{.epoch = 2, .batch_in_epoch = 5, .global_step = 17, .data_seed = 99};
+  position.history.epochs.push_back({{"loss", 0.5}});
+  const auto path = dir.path() / "latest.ckpt";
+  train::save_checkpoint(path, model, adam, position);
+  CHECK(std::distance(std::filesystem::directory_iterator(dir.path()), {}) == 1);  // no temporary left behind
+
+  nn::Sequential other = small_model(2);
+  optim::Adam other_adam;
+  const auto restored = train::load_checkpoint(path, other, other_adam);
+  CHECK(restored.epoch == 2);
+  CHECK(restored.batch_in_epoch == 5);
+  CHECK(restored.global_step == 17);
+  CHECK(restored.data_seed == 99);
+  CHECK(restored.history.epochs.at(0).at("loss") == 0.5);
+  CHECK(other.step() == model.step());
+  CHECK(other_adam.iterations() == 1);
+  for (const auto& v : model.variables()) CHECK(other.variable(v->name)->value.to_vector() == v->value.to_vector());
+  CHECK(other_adam.state().at("dense/kernel").slots[0].to_vector() == adam.state().at("dense/kernel").slots[0].to_vector());
+}
+
+TEST_CASE("damaged, truncated, foreign and mismatched checkpoints are refused and change nothing", "[train][checkpoint]") {
+  ScratchDirectory dir("checkpoint_bad");
+  nn::Sequential model = small_model(1);
+  optim::Adam adam;
+  take_a_step(model, adam);
+  const auto path = dir.path() / "latest.ckpt";
+  train::save_checkpoint(path, model, adam, {});
+  const std::string good = read_bytes(path);
+
+  nn::Sequential target = small_model(7);
+  optim::Adam target_adam;
+  const auto before = target.variable("dense/kernel")->value.to_vector();
+  auto expect_refused = [&](const std::string& bytes, const std::string& fragment) {
+    write_bytes(path, bytes);
+    CHECK_THROWS_WITH(train::load_checkpoint(path, target, target_adam), Catch::Contains(fragment));
+    CHECK(target.variable("dense/kernel")->value.to_vector() == before);
+    CHECK(target_adam.iterations() == 0);
+  };
+  std::string flipped = good;
+  flipped[flipped.size() / 2] ^= 0x40;
+  expect_refused(flipped, "checksum");
+  expect_refused(good.substr(0, good.size() - 10), "truncated");
+  expect_refused(good.substr(0, 10), "shorter than");
+  expect_refused("PK\x03\x04 not a checkpoint at all, just some zip-like bytes", "magic");
+  std::string future = good;
+  future[8] = 9;
+  expect_refused(future, "format version 9");
+
+  // A checkpoint of another architecture.
+  nn::Sequential wider({4}, 1);
+  wider.add(nn::Dense(5)).add(nn::BatchNormalization()).add(nn::Softmax());
+  optim::Adam wider_adam;
+  train::save_checkpoint(path, wider, wider_adam, {});
+  CHECK_THROWS_WITH(train::load_checkpoint(path, target, target_adam), Catch::Contains("dense/kernel"));
+  CHECK_THROWS_AS(train::load_checkpoint(dir.path() / "absent.ckpt", target, target_adam), DataError);
+}

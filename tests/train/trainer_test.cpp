@@ -1,0 +1,132 @@
+#include <catch2/catch.hpp>
+#include <fstream>
+
+#include "cohort/core/error.hpp"
+#include "cohort/data/synthetic.hpp"
+#include "cohort/nn/activation_layer.hpp"
+#include "cohort/nn/batch_normalization.hpp"
+#include "cohort/nn/conv2d.hpp"
+#include "cohort/nn/dense.hpp"
+#include "cohort/nn/dropout.hpp"
+#include "cohort/nn/flatten.hpp"
+#include "cohort/nn/pooling2d.hpp"
+#include "cohort/optim/adam.hpp"
+#include "cohort/optim/sgd.hpp"
+#include "cohort/train/trainer.hpp"
+#include "test_util.hpp"
+
+using namespace cohort;
+using test_util::ScratchDirectory;
+
+namespace {
+
+const data::ImageDataset& synthetic_set() {
+  static const auto set = data::make_synthetic({.samples = 600, .sample_shape = {8, 8, 2}, .classes = 4, .noise = 90});
+  return set;
+}
+
+nn::Sequential tiny_cnn() {
+  nn::Sequential model({8, 8, 2}, 11);
+  model.add(nn::Conv2D(8, 3, nn::Padding::Same)).add(nn::BatchNormalization()).add(nn::ReLU()).add(nn::MaxPooling2D(2));
+  model.add(nn::Flatten()).add(nn::Dropout(0.2f)).add(nn::Dense(4)).add(nn::Softmax());
+  return model;
+}
+
+std::vector<std::vector<float>> snapshot(const nn::Sequential& model) {
+  std::vector<std::vector<float>> values;
+  for (const auto& v : model.variables()) values.push_back(v->value.to_vector());
+  return values;
+}
+
+}  // namespace
+
+TEST_CASE("fit learns a synthetic task and reports per-epoch history", "[train]") {
+  nn::Sequential model = tiny_cnn();
+  Trainer trainer(model, optim::Adam({.learning_rate = optim::constant(3e-3)}));
+  const auto history = trainer.fit(synthetic_set(), {.epochs = 4, .batch_size = 32, .validation = &synthetic_set(),
+                                                     .verbosity = train::Verbosity::Silent});
+  REQUIRE(history.epochs.size() == 4);
+  CHECK(history.epochs.back().at("val_accuracy") > 0.95);
+  CHECK(history.epochs.back().at("loss") < history.epochs.front().at("loss"));
+  CHECK(trainer.optimizer().iterations() == 4 * 19);
+  const std::string csv = history.to_csv();
+  CHECK(csv.rfind("epoch,accuracy,images_per_second,learning_rate,loss,seconds,val_accuracy,val_loss\n1,", 0) == 0);
+  CHECK(std::count(csv.begin(), csv.end(), '\n') == 5);
+  const auto logs = trainer.evaluate(synthetic_set());
+  CHECK(logs.at("accuracy") == Approx(history.epochs.back().at("val_accuracy")));
+  Tensor batch({3, 8, 8, 2});
+  const Tensor probabilities = trainer.predict(batch);
+  CHECK(probabilities.shape() == Shape({3, 4}));
+  CHECK(probabilities.data()[0] + probabilities.data()[1] + probabilities.data()[2] + probabilities.data()[3] == Approx(1.0));
+}
+
+TEST_CASE("max_steps, callbacks and early stop", "[train]") {
+  nn::Sequential model = tiny_cnn();
+  Trainer trainer(model, optim::SGD({.learning_rate = optim::constant(0.05), .momentum = 0.9}));
+  std::int64_t batches = 0, epochs_ended = 0;
+  auto callback = std::make_shared<train::LambdaCallback>();
+  callback->batch_end = [&](std::int64_t, const train::Logs& logs, train::TrainingControl&) {
+    ++batches;
+    CHECK(logs.count("loss") == 1);
+  };
+  callback->epoch_end = [&](std::int64_t, const train::Logs&, train::TrainingControl& control) {
+    if (++epochs_ended == 2) control.stop();
+  };
+  trainer.fit(synthetic_set(), {.epochs = 10, .batch_size = 50, .callbacks = {callback}, .verbosity = train::Verbosity::Silent});
+  CHECK(epochs_ended == 2);
+  CHECK(batches == 24);
+
+  nn::Sequential limited = tiny_cnn();
+  Trainer limited_trainer(limited, optim::SGD());
+  const auto history = limited_trainer.fit(synthetic_set(), {.max_steps = 7, .batch_size = 50, .verbosity = train::Verbosity::Silent});
+  CHECK(limited_trainer.optimizer().iterations() == 7);
+  CHECK(history.epochs.size() == 1);
+}
+
+TEST_CASE("resuming from a checkpoint reproduces an uninterrupted run exactly", "[train][checkpoint]") {
+  ScratchDirectory dir("resume");
+  const train::FitOptions base{.epochs = 3, .batch_size = 40, .seed = 5, .transforms = {data::random_flip_horizontal()},
+                               .verbosity = train::Verbosity::Silent};
+
+  nn::Sequential straight = tiny_cnn();
+  Trainer straight_trainer(straight, optim::Adam());
+  straight_trainer.fit(synthetic_set(), base);
+
+  // Interrupted mid-epoch 2 by a step limit, then resumed by a fresh process-like setup.
+  nn::Sequential first = tiny_cnn();
+  Trainer first_trainer(first, optim::Adam());
+  auto interrupted = base;
+  interrupted.checkpoint_dir = dir.path();
+  interrupted.checkpoint_every_steps = 1;
+  interrupted.max_steps = 22;
+  first_trainer.fit(synthetic_set(), interrupted);
+
+  nn::Sequential resumed = tiny_cnn();
+  Trainer resumed_trainer(resumed, optim::Adam());
+  auto resume = base;
+  resume.checkpoint_dir = dir.path();
+  resume.resume = true;
+  const auto history = resumed_trainer.fit(synthetic_set(), resume);
+  CHECK(resumed_trainer.optimizer().iterations() == straight_trainer.optimizer().iterations());
+  CHECK(snapshot(resumed) == snapshot(straight));
+  CHECK(history.epochs.size() == 3);
+}
+
+TEST_CASE("fit refuses data that does not fit the model, naming both", "[train]") {
+  nn::Sequential model = tiny_cnn();
+  Trainer trainer(model, optim::SGD());
+  const auto wrong_shape = data::make_synthetic({.samples = 10, .sample_shape = {8, 8, 3}, .classes = 4});
+  CHECK_THROWS_WITH(trainer.fit(wrong_shape, {.verbosity = train::Verbosity::Silent}), Catch::Contains("(8, 8, 3)"));
+  const auto wrong_classes = data::make_synthetic({.samples = 10, .sample_shape = {8, 8, 2}, .classes = 5});
+  CHECK_THROWS_WITH(trainer.fit(wrong_classes, {.verbosity = train::Verbosity::Silent}), Catch::Contains("5 classes"));
+  const auto empty = data::make_synthetic({.samples = 0, .sample_shape = {8, 8, 2}, .classes = 4});
+  CHECK_THROWS_AS(trainer.fit(empty, {.verbosity = train::Verbosity::Silent}), InvalidArgument);
+}
+
+TEST_CASE("a diverging run stops with an error that names the step", "[train]") {
+  nn::Sequential model({8, 8, 2}, 1);
+  model.add(nn::Flatten()).add(nn::Dense(4)).add(nn::Softmax());
+  Trainer trainer(model, optim::SGD({.learning_rate = optim::constant(1e38)}));
+  CHECK_THROWS_WITH(trainer.fit(synthetic_set(), {.epochs = 3, .verbosity = train::Verbosity::Silent}),
+                    Catch::Contains("training loss became"));
+}
