@@ -1,0 +1,101 @@
+// CPU performance of cohort: the machine's SGEMM peak (through the same GEMM the layers use), per-layer
+// convolution GFLOP/s of the flagship CIFAR-10 model, and its end-to-end training throughput (forward,
+// backward and Adam update at batch 128), each on 1 and 2 threads.
+//
+//   ./build/benchmarks/cohort_bench                       # everything
+//   ./build/benchmarks/cohort_bench --benchmark_filter=Train
+// benchmarks/run_all.sh puts the training figures beside PyTorch's from the same run.
+#include <benchmark/benchmark.h>
+
+#include <cohort/cohort.hpp>
+
+#include "tensor/cpu/cpu_ops.hpp"
+
+using namespace cohort;
+
+namespace {
+
+Tensor filled(const Shape& shape, float value) { return Tensor::full(shape, value); }
+
+void BM_Sgemm(benchmark::State& state) {
+  const std::int64_t n = state.range(0);
+  set_num_threads(static_cast<int>(state.range(1)));
+  const Tensor a = filled({n, n}, 0.5f), b = filled({n, n}, 0.25f);
+  Tensor c({n, n});
+  for (auto _ : state) {
+    ops::matmul(a, false, b, false, c);
+    benchmark::DoNotOptimize(c.data());
+  }
+  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * n * n * n * static_cast<double>(state.iterations()) * 1e-9,
+                                                 benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_Sgemm)->ArgsProduct({{1024, 2048}, {1, 2}})->ArgNames({"n", "threads"})->UseRealTime()->Unit(benchmark::kMillisecond);
+
+// The six convolutions of the flagship model at batch 128 on 32x32x3 input.
+struct ConvLayer {
+  std::int64_t in_h, in_c, out_c;
+  bool same;
+};
+constexpr ConvLayer kFlagshipConvs[] = {{32, 3, 32, true},   {32, 32, 32, false}, {15, 32, 64, true},
+                                        {15, 64, 64, false}, {6, 64, 128, true},  {6, 128, 128, false}};
+
+Conv2dGeometry geometry(const ConvLayer& layer, std::int64_t batch) {
+  const std::int64_t out = layer.same ? layer.in_h : layer.in_h - 2;
+  return {batch, layer.in_h, layer.in_h, layer.in_c, out, out, layer.out_c, 3, 3, 1, 1, layer.same ? 1 : 0,
+          layer.same ? 1 : 0};
+}
+
+double conv_flops(const Conv2dGeometry& g) {
+  return 2.0 * static_cast<double>(g.batch * g.out_h * g.out_w * g.out_c * g.kernel_h * g.kernel_w * g.in_c);
+}
+
+void BM_Conv2dForward(benchmark::State& state) {
+  const Conv2dGeometry g = geometry(kFlagshipConvs[state.range(0)], 128);
+  set_num_threads(static_cast<int>(state.range(1)));
+  const Tensor x = filled({g.batch, g.in_h, g.in_w, g.in_c}, 0.1f), w = filled({3, 3, g.in_c, g.out_c}, 0.01f),
+               bias = filled({g.out_c}, 0.0f);
+  Tensor y({g.batch, g.out_h, g.out_w, g.out_c});
+  for (auto _ : state) ops::conv2d_forward(x, w, bias, y, g);
+  state.counters["GFLOP/s"] = benchmark::Counter(conv_flops(g) * static_cast<double>(state.iterations()) * 1e-9,
+                                                 benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_Conv2dForward)->ArgsProduct({{0, 1, 2, 3, 4, 5}, {1, 2}})->ArgNames({"layer", "threads"})->UseRealTime()->Unit(benchmark::kMillisecond);
+
+void BM_Conv2dBackward(benchmark::State& state) {
+  const Conv2dGeometry g = geometry(kFlagshipConvs[state.range(0)], 128);
+  set_num_threads(static_cast<int>(state.range(1)));
+  const Tensor x = filled({g.batch, g.in_h, g.in_w, g.in_c}, 0.1f), w = filled({3, 3, g.in_c, g.out_c}, 0.01f);
+  const Tensor dy = filled({g.batch, g.out_h, g.out_w, g.out_c}, 0.01f);
+  Tensor dx(x.shape()), dw(w.shape()), db({g.out_c});
+  for (auto _ : state) ops::conv2d_backward(x, w, dy, dx, dw, db, g);
+  // data and filter gradients: two products of the forward's size
+  state.counters["GFLOP/s"] = benchmark::Counter(2 * conv_flops(g) * static_cast<double>(state.iterations()) * 1e-9,
+                                                 benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_Conv2dBackward)->ArgsProduct({{0, 1, 2, 3, 4, 5}, {1, 2}})->ArgNames({"layer", "threads"})->UseRealTime()->Unit(benchmark::kMillisecond);
+
+// One training step of the flagship model: forward, fused softmax cross-entropy, backward, Adam.
+void BM_FlagshipTrainStep(benchmark::State& state) {
+  set_num_threads(static_cast<int>(state.range(0)));
+  constexpr std::int64_t kBatch = 128;
+  nn::Sequential model = nn::cifar10_cnn({32, 32, 3}, 1);
+  optim::Adam adam;
+  const Tensor images = filled({kBatch, 32, 32, 3}, 0.5f);
+  Tensor labels({kBatch});
+  for (std::int64_t i = 0; i < kBatch; ++i) labels.data()[i] = static_cast<float>(i % 10);
+  Tensor gradient({kBatch, 10});
+  model.train();
+  for (auto _ : state) {
+    const Tensor logits = model.forward_logits(images);
+    ops::softmax_cross_entropy(logits, labels, gradient);
+    model.backward(gradient);
+    adam.apply(model.trainable_variables());
+  }
+  state.SetItemsProcessed(state.iterations() * kBatch);
+  state.counters["images/s"] = benchmark::Counter(static_cast<double>(state.iterations() * kBatch), benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_FlagshipTrainStep)->Arg(1)->Arg(2)->ArgNames({"threads"})->UseRealTime()->MinTime(3.0)->Unit(benchmark::kMillisecond);
+
+}  // namespace
+
+BENCHMARK_MAIN();
