@@ -19,10 +19,12 @@ build: configure
 test: build
 	@cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS) --timeout 900
 
-demo: build
-	@$(BUILD_DIR)/examples/cifar10/cifar10 --demo
+demo: configure
+	@cmake --build $(BUILD_DIR) -j $(JOBS) --target cifar10
+	@$(BUILD_DIR)/examples/cifar10/cifar10 --demo $(DEMO_ARGS)
 
-bench: build
+bench: configure
+	@cmake --build $(BUILD_DIR) -j $(JOBS) --target cohort_bench
 	@benchmarks/run_all.sh $(BUILD_DIR)
 
 clean:
