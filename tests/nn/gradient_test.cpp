@@ -31,6 +31,8 @@ TEST_CASE("Conv2D gradients", "[nn][gradcheck]") {
   require_gradients(nn::Conv2D(2, 3, nn::Padding::Same, 2), {7, 6, 2});
   require_gradients(nn::Conv2D(2, 2, nn::Padding::Valid, 1, false), {4, 4, 3});
   require_gradients(nn::Conv2D(3, 1), {3, 3, 4}, {.batch = 5});
+  require_gradients(nn::Conv2D(8, 3, nn::Padding::Same), {5, 4, 8});    // Winograd
+  require_gradients(nn::Conv2D(9, 3, nn::Padding::Valid), {5, 6, 10});  // Winograd
 }
 
 TEST_CASE("Dense gradients, on flat and on higher-rank input", "[nn][gradcheck]") {

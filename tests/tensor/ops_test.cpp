@@ -89,7 +89,10 @@ TEST_CASE("conv2d forward matches direct convolution over odd shapes, strides, p
   };
   const Case cases[] = {{1, 5, 5, 1, 1, 3, 1, true},   {3, 7, 6, 3, 4, 3, 1, false}, {2, 8, 8, 2, 5, 3, 2, true},
                         {2, 9, 7, 3, 2, 2, 2, true},   {5, 4, 4, 3, 3, 1, 1, false}, {40, 3, 3, 2, 3, 3, 1, true},
-                        {2, 6, 6, 4, 3, 5, 1, true},   {1, 3, 3, 2, 2, 3, 1, false}, {70, 5, 5, 3, 4, 3, 2, false}};
+                        {2, 6, 6, 4, 3, 5, 1, true},   {1, 3, 3, 2, 2, 3, 1, false}, {70, 5, 5, 3, 4, 3, 2, false},
+                        // Winograd geometries: odd output sizes, one-pixel images, many chunks
+                        {3, 9, 7, 8, 9, 3, 1, true},   {2, 6, 5, 16, 8, 3, 1, false}, {1, 1, 1, 8, 8, 3, 1, true},
+                        {130, 4, 4, 8, 12, 3, 1, true}, {2, 3, 3, 8, 8, 3, 1, false}};
   for (const Case& t : cases) {
     const Conv2dGeometry g = conv_geometry(t.batch, t.h, t.w, t.c, t.f, t.k, t.stride, t.same);
     const Tensor x = random_tensor({g.batch, g.in_h, g.in_w, g.in_c}, 3);
@@ -101,6 +104,42 @@ TEST_CASE("conv2d forward matches direct convolution over odd shapes, strides, p
     CHECK(max_abs_difference(y, reference_conv(x, w, bias, g)) < 1e-4f);
     ops::conv2d_forward(x, w, Tensor(), y, g);
     CHECK(max_abs_difference(y, reference_conv(x, w, Tensor(), g)) < 1e-4f);
+  }
+}
+
+TEST_CASE("conv2d backward matches the direct data and kernel gradients", "[ops][conv]") {
+  struct Case {
+    std::int64_t batch, h, w, c, f, stride;
+    bool same;
+  };
+  for (const Case& t : {Case{2, 5, 6, 3, 4, 1, true}, Case{3, 7, 5, 8, 8, 1, true}, Case{2, 6, 6, 9, 8, 1, false},
+                        Case{2, 7, 7, 8, 8, 2, true}, Case{40, 3, 3, 8, 16, 1, true}}) {
+    const Conv2dGeometry g = conv_geometry(t.batch, t.h, t.w, t.c, t.f, 3, t.stride, t.same);
+    const Tensor x = random_tensor({g.batch, g.in_h, g.in_w, g.in_c}, 21);
+    const Tensor w = random_tensor({3, 3, g.in_c, g.out_c}, 22);
+    const Tensor dy = random_tensor({g.batch, g.out_h, g.out_w, g.out_c}, 23);
+    Tensor dx(x.shape()), dw(w.shape()), db({g.out_c});
+    ops::conv2d_backward(x, w, dy, dx, dw, db, g);
+    Tensor expected_dx(x.shape()), expected_dw(w.shape());
+    for (std::int64_t n = 0; n < g.batch; ++n)
+      for (std::int64_t oh = 0; oh < g.out_h; ++oh)
+        for (std::int64_t ow = 0; ow < g.out_w; ++ow)
+          for (std::int64_t kh = 0; kh < 3; ++kh)
+            for (std::int64_t kw = 0; kw < 3; ++kw) {
+              const std::int64_t ih = oh * g.stride_h - g.pad_top + kh, iw = ow * g.stride_w - g.pad_left + kw;
+              if (ih < 0 || ih >= g.in_h || iw < 0 || iw >= g.in_w) continue;
+              for (std::int64_t c = 0; c < g.in_c; ++c)
+                for (std::int64_t f = 0; f < g.out_c; ++f) {
+                  const float grad = dy.data()[((n * g.out_h + oh) * g.out_w + ow) * g.out_c + f];
+                  const std::int64_t xi = ((n * g.in_h + ih) * g.in_w + iw) * g.in_c + c;
+                  const std::int64_t wi = ((kh * 3 + kw) * g.in_c + c) * g.out_c + f;
+                  expected_dx.data()[xi] += grad * w.data()[wi];
+                  expected_dw.data()[wi] += grad * x.data()[xi];
+                }
+            }
+    INFO("batch " << t.batch << " " << t.h << "x" << t.w << "x" << t.c << " -> " << t.f << " stride " << t.stride);
+    CHECK(max_abs_difference(dx, expected_dx) < 1e-4f);
+    CHECK(max_abs_difference(dw, expected_dw) < 1e-3f);
   }
 }
 

@@ -7,6 +7,8 @@
 // near peak; chunks are spread over threads. A chunk never splits a sample, so the col2im scatter of the
 // data gradient never races. The kernel gradient is summed per thread and reduced in thread order, which
 // keeps results bitwise repeatable for a given thread count.
+// Stride-1 3x3 convolutions with enough channels take the Winograd path (winograd.cpp) for the output
+// and the data gradient; the kernel gradient always comes from the im2col products.
 #include <omp.h>
 
 #include <algorithm>
@@ -14,6 +16,7 @@
 #include <vector>
 
 #include "cpu_ops.hpp"
+#include "winograd.hpp"
 
 namespace cohort::cpu {
 namespace {
@@ -112,6 +115,10 @@ void for_each_chunk(const Conv2dGeometry& g, const Chunking& plan, Body&& body) 
 
 void conv2d_forward(const Tensor& x, const Tensor& kernel, const Tensor& bias, const Tensor& y,
                     const Conv2dGeometry& g) {
+  if (winograd_applies(g)) {
+    winograd_conv3x3(x.raw(), kernel.raw(), bias.defined() ? bias.raw() : nullptr, y.raw(), g);
+    return;
+  }
   const Chunking plan = chunking(g);
   const std::int64_t in_sample = g.in_h * g.in_w * g.in_c;
   const std::int64_t pixels = g.out_h * g.out_w;
@@ -141,7 +148,9 @@ void conv2d_backward(const Tensor& x, const Tensor& kernel, const Tensor& dy, co
   const int threads = plan.parallel_over_chunks ? omp_get_max_threads() : 1;
   std::vector<std::vector<float>> partial_kernel_grads(static_cast<std::size_t>(threads),
                                                        std::vector<float>(static_cast<std::size_t>(k * g.out_c), 0.0f));
-  if (dx.defined()) std::memset(dx.raw(), 0, dx.bytes());
+  const bool data_by_winograd = dx.defined() && winograd_applies(g);
+  const bool data_by_col2im = dx.defined() && !data_by_winograd;
+  if (data_by_col2im) std::memset(dx.raw(), 0, dx.bytes());
 
   for_each_chunk(g, plan, [&](std::int64_t chunk, float* col, int thread) {
     const std::int64_t first = chunk * plan.samples_per_chunk;
@@ -152,7 +161,7 @@ void conv2d_backward(const Tensor& x, const Tensor& kernel, const Tensor& dy, co
     // dkernel += col^T * dy
     gemm(true, false, k, g.out_c, rows, 1.0f, col, k, grad_out, g.out_c, 1.0f,
          partial_kernel_grads[static_cast<std::size_t>(thread)].data(), g.out_c);
-    if (!dx.defined()) return;
+    if (!data_by_col2im) return;
     // dcol = dy * kernel^T, then scatter back onto the input gradient
     gemm(false, true, rows, k, g.out_c, 1.0f, grad_out, g.out_c, kernel.raw(), g.out_c, 0.0f, col, k);
     for (std::int64_t s = 0; s < count; ++s) col2im_add(col + s * pixels * k, g, dx.raw() + (first + s) * in_sample);
@@ -165,6 +174,7 @@ void conv2d_backward(const Tensor& x, const Tensor& kernel, const Tensor& dy, co
     for (std::int64_t i = 0; i < dkernel.numel(); ++i) dk[i] += part[i];
   }
   if (dbias.defined()) bias_gradient(dy, dbias);
+  if (data_by_winograd) winograd_conv3x3_data_gradient(dy.raw(), kernel.raw(), dx.raw(), g);
 }
 
 }  // namespace cohort::cpu
