@@ -7,8 +7,7 @@
 // near peak; chunks are spread over threads. A chunk never splits a sample, so the col2im scatter of the
 // data gradient never races. The kernel gradient is summed per thread and reduced in thread order, which
 // keeps results bitwise repeatable for a given thread count.
-// Stride-1 3x3 convolutions with enough channels take the Winograd path (winograd.cpp) for the output
-// and the data gradient; the kernel gradient always comes from the im2col products.
+// Stride-1 3x3 convolutions with enough channels take the Winograd path (winograd.cpp) instead.
 #include <omp.h>
 
 #include <algorithm>
@@ -141,6 +140,12 @@ void conv2d_forward(const Tensor& x, const Tensor& kernel, const Tensor& bias, c
 
 void conv2d_backward(const Tensor& x, const Tensor& kernel, const Tensor& dy, const Tensor& dx,
                      const Tensor& dkernel, const Tensor& dbias, const Conv2dGeometry& g) {
+  if (winograd_applies(g)) {
+    winograd_conv3x3_kernel_gradient(x.raw(), dy.raw(), dkernel.raw(), g);
+    if (dx.defined()) winograd_conv3x3_data_gradient(dy.raw(), kernel.raw(), dx.raw(), g);
+    if (dbias.defined()) bias_gradient(dy, dbias);
+    return;
+  }
   const Chunking plan = chunking(g);
   const std::int64_t in_sample = g.in_h * g.in_w * g.in_c;
   const std::int64_t pixels = g.out_h * g.out_w;
@@ -148,9 +153,7 @@ void conv2d_backward(const Tensor& x, const Tensor& kernel, const Tensor& dy, co
   const int threads = plan.parallel_over_chunks ? omp_get_max_threads() : 1;
   std::vector<std::vector<float>> partial_kernel_grads(static_cast<std::size_t>(threads),
                                                        std::vector<float>(static_cast<std::size_t>(k * g.out_c), 0.0f));
-  const bool data_by_winograd = dx.defined() && winograd_applies(g);
-  const bool data_by_col2im = dx.defined() && !data_by_winograd;
-  if (data_by_col2im) std::memset(dx.raw(), 0, dx.bytes());
+  if (dx.defined()) std::memset(dx.raw(), 0, dx.bytes());
 
   for_each_chunk(g, plan, [&](std::int64_t chunk, float* col, int thread) {
     const std::int64_t first = chunk * plan.samples_per_chunk;
@@ -161,7 +164,7 @@ void conv2d_backward(const Tensor& x, const Tensor& kernel, const Tensor& dy, co
     // dkernel += col^T * dy
     gemm(true, false, k, g.out_c, rows, 1.0f, col, k, grad_out, g.out_c, 1.0f,
          partial_kernel_grads[static_cast<std::size_t>(thread)].data(), g.out_c);
-    if (!data_by_col2im) return;
+    if (!dx.defined()) return;
     // dcol = dy * kernel^T, then scatter back onto the input gradient
     gemm(false, true, rows, k, g.out_c, 1.0f, grad_out, g.out_c, kernel.raw(), g.out_c, 0.0f, col, k);
     for (std::int64_t s = 0; s < count; ++s) col2im_add(col + s * pixels * k, g, dx.raw() + (first + s) * in_sample);
@@ -174,7 +177,6 @@ void conv2d_backward(const Tensor& x, const Tensor& kernel, const Tensor& dy, co
     for (std::int64_t i = 0; i < dkernel.numel(); ++i) dk[i] += part[i];
   }
   if (dbias.defined()) bias_gradient(dy, dbias);
-  if (data_by_winograd) winograd_conv3x3_data_gradient(dy.raw(), kernel.raw(), dx.raw(), g);
 }
 
 }  // namespace cohort::cpu

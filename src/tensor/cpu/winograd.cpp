@@ -96,9 +96,10 @@ void transform_input(const float* x, const Conv2dGeometry& g, const Tiling& tl, 
   }
 }
 
-// y tiles from M[k][t][f]: Y = A^T M A, plus bias, clipped at the bottom and right edges.
+// y tiles from M[k][t][f]: Y = A^T M A, plus bias, clipped at the bottom and right edges. `edge` is
+// scratch of out_c floats: pixels past the edge are written there, which keeps the inner loop branch-free.
 void transform_output(const float* m, const float* bias, const Conv2dGeometry& g, const Tiling& tl, std::int64_t first,
-                      std::int64_t count, float* y) {
+                      std::int64_t count, float* y, float* edge) {
   const std::int64_t f_count = g.out_c;
   const std::int64_t position_stride = count * f_count;
   for (std::int64_t t = 0; t < count; ++t) {
@@ -107,9 +108,9 @@ void transform_output(const float* m, const float* bias, const Conv2dGeometry& g
     const std::int64_t h0 = (within / tl.tiles_w) * 2, w0 = (within % tl.tiles_w) * 2;
     const bool full_h = h0 + 1 < g.out_h, full_w = w0 + 1 < g.out_w;
     float* out00 = y + ((n * g.out_h + h0) * g.out_w + w0) * f_count;
-    float* out01 = out00 + f_count;
-    float* out10 = out00 + g.out_w * f_count;
-    float* out11 = out10 + f_count;
+    float* out01 = full_w ? out00 + f_count : edge;
+    float* out10 = full_h ? out00 + g.out_w * f_count : edge;
+    float* out11 = full_h && full_w ? out00 + (g.out_w + 1) * f_count : edge;
     const float* in = m + t * f_count;
 #pragma omp simd
     for (std::int64_t f = 0; f < f_count; ++f) {
@@ -122,11 +123,80 @@ void transform_output(const float* m, const float* bias, const Conv2dGeometry& g
       }
       const float b = bias != nullptr ? bias[f] : 0.0f;
       out00[f] = r[0][0] + r[0][1] + r[0][2] + b;
-      if (full_w) out01[f] = r[0][1] - r[0][2] - r[0][3] + b;
-      if (full_h) out10[f] = r[1][0] + r[1][1] + r[1][2] + b;
-      if (full_h && full_w) out11[f] = r[1][1] - r[1][2] - r[1][3] + b;
+      out01[f] = r[0][1] - r[0][2] - r[0][3] + b;
+      out10[f] = r[1][0] + r[1][1] + r[1][2] + b;
+      out11[f] = r[1][1] - r[1][2] - r[1][3] + b;
     }
   }
+}
+
+// dy tiles into Z[k][t][f] = (A dy A^T)[k], the adjoint of transform_output; past the edges dy reads as
+// `zeros` (out_c floats), which keeps the inner loop branch-free.
+void transform_output_gradient(const float* dy, const Conv2dGeometry& g, const Tiling& tl, std::int64_t first,
+                               std::int64_t count, float* z, const float* zeros) {
+  const std::int64_t f_count = g.out_c;
+  const std::int64_t position_stride = count * f_count;
+  for (std::int64_t t = 0; t < count; ++t) {
+    const std::int64_t tile = first + t;
+    const std::int64_t n = tile / tl.per_sample, within = tile % tl.per_sample;
+    const std::int64_t h0 = (within / tl.tiles_w) * 2, w0 = (within % tl.tiles_w) * 2;
+    const bool full_h = h0 + 1 < g.out_h, full_w = w0 + 1 < g.out_w;
+    const float* in00 = dy + ((n * g.out_h + h0) * g.out_w + w0) * f_count;
+    const float* in01 = full_w ? in00 + f_count : zeros;
+    const float* in10 = full_h ? in00 + g.out_w * f_count : zeros;
+    const float* in11 = full_h && full_w ? in00 + (g.out_w + 1) * f_count : zeros;
+    float* out = z + t * f_count;
+#pragma omp simd
+    for (std::int64_t f = 0; f < f_count; ++f) {
+      const float e[2][2] = {{in00[f], in01[f]}, {in10[f], in11[f]}};
+      float r[4][2];  // A e
+      for (int b = 0; b < 2; ++b) {
+        r[0][b] = e[0][b];
+        r[1][b] = e[0][b] + e[1][b];
+        r[2][b] = e[0][b] - e[1][b];
+        r[3][b] = -e[1][b];
+      }
+      for (int i = 0; i < 4; ++i) {  // (A e) A^T
+        out[(i * 4 + 0) * position_stride + f] = r[i][0];
+        out[(i * 4 + 1) * position_stride + f] = r[i][0] + r[i][1];
+        out[(i * 4 + 2) * position_stride + f] = r[i][0] - r[i][1];
+        out[(i * 4 + 3) * position_stride + f] = -r[i][1];
+      }
+    }
+  }
+}
+
+// Runs body(chunk_index, first_tile, tile_count, thread) over chunks of `chunk` tiles: in parallel when
+// there are enough chunks for every thread, else one after another (each GEMM then uses the threads).
+template <typename Body>
+void for_each_tile_chunk(std::int64_t total, std::int64_t chunk, Body&& body) {
+  const std::int64_t chunks = (total + chunk - 1) / chunk;
+  auto run = [&](std::int64_t i, int thread) { body(i * chunk, std::min(chunk, total - i * chunk), thread); };
+  if (chunks < omp_get_max_threads()) {
+    for (std::int64_t i = 0; i < chunks; ++i) run(i, 0);
+    return;
+  }
+#pragma omp parallel
+  {
+    const int thread = omp_get_thread_num();
+#pragma omp for schedule(static)
+    for (std::int64_t i = 0; i < chunks; ++i) run(i, thread);
+  }
+}
+
+std::int64_t tiles_per_chunk(const Conv2dGeometry& g, const Tiling& tl) {
+  return std::clamp<std::int64_t>(kChunkFloats / (kPositions * (g.in_c + g.out_c)), 16, std::max<std::int64_t>(tl.total, 16));
+}
+
+// Per-thread scratch buffers, allocated once per call.
+struct Scratch {
+  std::vector<float> a, b, patch, edge;
+};
+
+std::vector<Scratch> scratch_per_thread(std::size_t a, std::size_t b, std::size_t patch, std::size_t edge) {
+  std::vector<Scratch> scratch(static_cast<std::size_t>(omp_get_max_threads()));
+  for (auto& s : scratch) s = {std::vector<float>(a), std::vector<float>(b), std::vector<float>(patch), std::vector<float>(edge)};
+  return scratch;
 }
 
 }  // namespace
@@ -139,32 +209,62 @@ void winograd_conv3x3(const float* x, const float* kernel, const float* bias, fl
   const Tiling tl = tiling(g);
   if (tl.total == 0) return;
   const std::vector<float> u = transform_kernel(kernel, g);
-  const std::int64_t chunk = std::clamp<std::int64_t>(kChunkFloats / (kPositions * (g.in_c + g.out_c)), 16, tl.total);
-  const std::int64_t chunks = (tl.total + chunk - 1) / chunk;
-  const bool parallel_over_chunks = chunks >= omp_get_max_threads();
-
-  auto run_chunk = [&](std::int64_t index, float* v, float* m, float* patch) {
-    const std::int64_t first = index * chunk, count = std::min(chunk, tl.total - first);
-    transform_input(x, g, tl, first, count, v, patch);
+  const std::int64_t chunk = tiles_per_chunk(g, tl);
+  auto scratch = scratch_per_thread(static_cast<std::size_t>(kPositions * chunk * g.in_c),
+                                    static_cast<std::size_t>(kPositions * chunk * g.out_c),
+                                    static_cast<std::size_t>(kPositions * g.in_c), static_cast<std::size_t>(g.out_c));
+  for_each_tile_chunk(tl.total, chunk, [&](std::int64_t first, std::int64_t count, int thread) {
+    Scratch& s = scratch[static_cast<std::size_t>(thread)];
+    float* v = s.a.data();
+    float* m = s.b.data();
+    transform_input(x, g, tl, first, count, v, s.patch.data());
     for (int k = 0; k < kPositions; ++k)
       gemm(false, false, count, g.out_c, g.in_c, 1.0f, v + k * count * g.in_c, g.in_c, u.data() + k * g.in_c * g.out_c,
            g.out_c, 0.0f, m + k * count * g.out_c, g.out_c);
-    transform_output(m, bias, g, tl, first, count, y);
-  };
-  const auto v_floats = static_cast<std::size_t>(kPositions * chunk * g.in_c);
-  const auto m_floats = static_cast<std::size_t>(kPositions * chunk * g.out_c);
-  const auto patch_floats = static_cast<std::size_t>(kPositions * g.in_c);
-  if (!parallel_over_chunks) {
-    std::vector<float> v(v_floats), m(m_floats), patch(patch_floats);
-    for (std::int64_t i = 0; i < chunks; ++i) run_chunk(i, v.data(), m.data(), patch.data());
-    return;
-  }
-#pragma omp parallel
-  {
-    std::vector<float> v(v_floats), m(m_floats), patch(patch_floats);
-#pragma omp for schedule(static)
-    for (std::int64_t i = 0; i < chunks; ++i) run_chunk(i, v.data(), m.data(), patch.data());
-  }
+    transform_output(m, bias, g, tl, first, count, y, s.edge.data());
+  });
+}
+
+void winograd_conv3x3_kernel_gradient(const float* x, const float* dy, float* dkernel, const Conv2dGeometry& g) {
+  const Tiling tl = tiling(g);
+  const std::int64_t c_count = g.in_c, f_count = g.out_c;
+  const std::int64_t chunk = tiles_per_chunk(g, tl);
+  auto scratch = scratch_per_thread(static_cast<std::size_t>(kPositions * chunk * c_count),
+                                    static_cast<std::size_t>(kPositions * chunk * f_count),
+                                    static_cast<std::size_t>(kPositions * c_count), static_cast<std::size_t>(f_count));
+  // dU[k] = sum over tiles of V[k]^T Z[k], summed per thread and reduced in thread order (repeatable).
+  std::vector<std::vector<float>> partial(scratch.size(), std::vector<float>(static_cast<std::size_t>(kPositions * c_count * f_count), 0.0f));
+  for_each_tile_chunk(tl.total, chunk, [&](std::int64_t first, std::int64_t count, int thread) {
+    Scratch& s = scratch[static_cast<std::size_t>(thread)];
+    float* v = s.a.data();
+    float* z = s.b.data();
+    transform_input(x, g, tl, first, count, v, s.patch.data());
+    transform_output_gradient(dy, g, tl, first, count, z, s.edge.data());
+    float* du = partial[static_cast<std::size_t>(thread)].data();
+    for (int k = 0; k < kPositions; ++k)
+      gemm(true, false, c_count, f_count, count, 1.0f, v + k * count * c_count, c_count, z + k * count * f_count, f_count,
+           1.0f, du + k * c_count * f_count, f_count);
+  });
+  std::vector<float>& du = partial[0];
+  for (std::size_t t = 1; t < partial.size(); ++t)
+    for (std::size_t i = 0; i < du.size(); ++i) du[i] += partial[t][i];
+  // dg = G^T dU G for every (c, f), written in HWIO order.
+  for (std::int64_t c = 0; c < c_count; ++c)
+    for (std::int64_t f = 0; f < f_count; ++f) {
+      float d[4][4];
+      for (int k = 0; k < kPositions; ++k) d[k / 4][k % 4] = du[static_cast<std::size_t>((k * c_count + c) * f_count + f)];
+      float t[3][4];  // G^T dU
+      for (int l = 0; l < 4; ++l) {
+        t[0][l] = d[0][l] + 0.5f * (d[1][l] + d[2][l]);
+        t[1][l] = 0.5f * (d[1][l] - d[2][l]);
+        t[2][l] = 0.5f * (d[1][l] + d[2][l]) + d[3][l];
+      }
+      for (int i = 0; i < 3; ++i) {  // (G^T dU) G
+        const float row[3] = {t[i][0] + 0.5f * (t[i][1] + t[i][2]), 0.5f * (t[i][1] - t[i][2]),
+                              0.5f * (t[i][1] + t[i][2]) + t[i][3]};
+        for (int j = 0; j < 3; ++j) dkernel[((i * 3 + j) * c_count + c) * f_count + f] = row[j];
+      }
+    }
 }
 
 void winograd_conv3x3_data_gradient(const float* dy, const float* kernel, float* dx, const Conv2dGeometry& g) {
