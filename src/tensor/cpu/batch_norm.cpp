@@ -19,21 +19,32 @@ Rows rows_of(const Tensor& x) {
   return {c == 0 ? 0 : x.numel() / c, c};
 }
 
-// Per-channel sums of f(row, channel) over all rows, computed in parallel and reduced in thread order.
-template <typename Term>
-std::vector<double> channel_sums(Rows r, Term&& term) {
+// Per-channel sums of two terms, first(m, c) and second(m, c), over all rows in one pass, computed in
+// parallel and reduced in thread order (repeatable for a given thread count).
+template <typename First, typename Second>
+std::pair<std::vector<double>, std::vector<double>> channel_sums(Rows r, First&& first, Second&& second) {
   const int threads = omp_get_max_threads();
-  std::vector<std::vector<double>> partial(static_cast<std::size_t>(threads), std::vector<double>(static_cast<std::size_t>(r.channels), 0.0));
+  const auto channels = static_cast<std::size_t>(r.channels);
+  std::vector<std::vector<double>> partial(static_cast<std::size_t>(threads), std::vector<double>(2 * channels, 0.0));
 #pragma omp parallel
   {
-    auto& mine = partial[static_cast<std::size_t>(omp_get_thread_num())];
+    double* mine = partial[static_cast<std::size_t>(omp_get_thread_num())].data();
 #pragma omp for schedule(static)
-    for (std::int64_t m = 0; m < r.count; ++m)
-      for (std::int64_t c = 0; c < r.channels; ++c) mine[static_cast<std::size_t>(c)] += term(m, c);
+    for (std::int64_t m = 0; m < r.count; ++m) {
+#pragma omp simd
+      for (std::int64_t c = 0; c < r.channels; ++c) {
+        mine[c] += first(m, c);
+        mine[channels + c] += second(m, c);
+      }
+    }
   }
-  for (int t = 1; t < threads; ++t)
-    for (std::int64_t c = 0; c < r.channels; ++c) partial[0][static_cast<std::size_t>(c)] += partial[static_cast<std::size_t>(t)][static_cast<std::size_t>(c)];
-  return partial[0];
+  std::pair<std::vector<double>, std::vector<double>> sums{std::vector<double>(channels, 0.0), std::vector<double>(channels, 0.0)};
+  for (const auto& p : partial)
+    for (std::size_t c = 0; c < channels; ++c) {
+      sums.first[c] += p[c];
+      sums.second[c] += p[channels + c];
+    }
+  return sums;
 }
 
 // y = (x - mean) * gamma / sqrt(variance + epsilon) + beta, per channel.
@@ -60,16 +71,20 @@ void batch_norm_forward_training(const Tensor& x, const Tensor& gamma, const Ten
                                  const Tensor& y, const Tensor& batch_mean, const Tensor& batch_variance) {
   const Rows r = rows_of(x);
   const float* xp = x.raw();
-  const auto sums = channel_sums(r, [&](std::int64_t m, std::int64_t c) { return static_cast<double>(xp[m * r.channels + c]); });
-  for (std::int64_t c = 0; c < r.channels; ++c) batch_mean.raw()[c] = static_cast<float>(sums[c] / static_cast<double>(r.count));
-  const float* mean = batch_mean.raw();
-  const auto squares = channel_sums(r, [&](std::int64_t m, std::int64_t c) {
-    const double d = xp[m * r.channels + c] - mean[c];
-    return d * d;
-  });
-  for (std::int64_t c = 0; c < r.channels; ++c)
-    batch_variance.raw()[c] = static_cast<float>(squares[c] / static_cast<double>(r.count));
-  normalize(x, mean, batch_variance.raw(), gamma, beta, epsilon, y);
+  // One pass for both moments; double accumulators keep E[x^2] - E[x]^2 accurate for activations.
+  const auto [sums, squares] = channel_sums(
+      r, [&](std::int64_t m, std::int64_t c) { return static_cast<double>(xp[m * r.channels + c]); },
+      [&](std::int64_t m, std::int64_t c) {
+        const double v = xp[m * r.channels + c];
+        return v * v;
+      });
+  const double inverse_count = 1.0 / static_cast<double>(r.count);
+  for (std::int64_t c = 0; c < r.channels; ++c) {
+    const double mean = sums[c] * inverse_count;
+    batch_mean.raw()[c] = static_cast<float>(mean);
+    batch_variance.raw()[c] = static_cast<float>(std::max(squares[c] * inverse_count - mean * mean, 0.0));
+  }
+  normalize(x, batch_mean.raw(), batch_variance.raw(), gamma, beta, epsilon, y);
 }
 
 void batch_norm_forward_inference(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& mean,
@@ -86,10 +101,11 @@ void batch_norm_backward(const Tensor& x, const Tensor& gamma, const Tensor& dy,
   const float* mean = batch_mean.raw();
   std::vector<float> inv_std(static_cast<std::size_t>(r.channels));
   for (std::int64_t c = 0; c < r.channels; ++c) inv_std[c] = 1.0f / std::sqrt(batch_variance.raw()[c] + epsilon);
-  const auto grad_sum = channel_sums(r, [&](std::int64_t m, std::int64_t c) { return static_cast<double>(gp[m * r.channels + c]); });
-  const auto grad_dot_xhat = channel_sums(r, [&](std::int64_t m, std::int64_t c) {
-    return static_cast<double>(gp[m * r.channels + c]) * (xp[m * r.channels + c] - mean[c]) * inv_std[c];
-  });
+  const auto [grad_sum, grad_dot_xhat] = channel_sums(
+      r, [&](std::int64_t m, std::int64_t c) { return static_cast<double>(gp[m * r.channels + c]); },
+      [&](std::int64_t m, std::int64_t c) {
+        return static_cast<double>(gp[m * r.channels + c]) * (xp[m * r.channels + c] - mean[c]) * inv_std[c];
+      });
   for (std::int64_t c = 0; c < r.channels; ++c) {
     dbeta.raw()[c] = static_cast<float>(grad_sum[c]);
     dgamma.raw()[c] = static_cast<float>(grad_dot_xhat[c]);
@@ -122,10 +138,12 @@ void batch_norm_backward_inference(const Tensor& x, const Tensor& gamma, const T
   const float* gp = dy.raw();
   std::vector<float> inv_std(static_cast<std::size_t>(r.channels));
   for (std::int64_t c = 0; c < r.channels; ++c) inv_std[c] = 1.0f / std::sqrt(variance.raw()[c] + epsilon);
-  const auto grad_sum = channel_sums(r, [&](std::int64_t m, std::int64_t c) { return static_cast<double>(gp[m * r.channels + c]); });
-  const auto grad_dot_xhat = channel_sums(r, [&](std::int64_t m, std::int64_t c) {
-    return static_cast<double>(gp[m * r.channels + c]) * (xp[m * r.channels + c] - mean.raw()[c]) * inv_std[c];
-  });
+  const float* mp = mean.raw();
+  const auto [grad_sum, grad_dot_xhat] = channel_sums(
+      r, [&](std::int64_t m, std::int64_t c) { return static_cast<double>(gp[m * r.channels + c]); },
+      [&](std::int64_t m, std::int64_t c) {
+        return static_cast<double>(gp[m * r.channels + c]) * (xp[m * r.channels + c] - mp[c]) * inv_std[c];
+      });
   for (std::int64_t c = 0; c < r.channels; ++c) {
     dbeta.raw()[c] = static_cast<float>(grad_sum[c]);
     dgamma.raw()[c] = static_cast<float>(grad_dot_xhat[c]);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
+#include <vector>
 
 #include "cpu_ops.hpp"
 
@@ -48,28 +49,34 @@ void max_pool_forward(const Tensor& x, const Tensor& y, const Pool2dGeometry& g)
 void max_pool_backward(const Tensor& x, const Tensor& y, const Tensor& dy, const Tensor& dx, const Pool2dGeometry& g) {
   const std::int64_t c = g.channels;
   std::memset(dx.raw(), 0, dx.bytes());
-#pragma omp parallel for
-  for (std::int64_t n = 0; n < g.batch; ++n) {
-    const float* in = x.raw() + n * g.in_h * g.in_w * c;
-    float* din = dx.raw() + n * g.in_h * g.in_w * c;
-    const float* out = y.raw() + n * g.out_h * g.out_w * c;
-    const float* dout = dy.raw() + n * g.out_h * g.out_w * c;
-    for (std::int64_t oh = 0; oh < g.out_h; ++oh) {
-      for (std::int64_t ow = 0; ow < g.out_w; ++ow) {
-        const std::int64_t o = (oh * g.out_w + ow) * c;
-        const Window win = window(g, oh, ow);
-        for (std::int64_t i = 0; i < c; ++i) {
-          bool routed = false;
-          for (std::int64_t ih = win.h0; ih < win.h1 && !routed; ++ih) {
+#pragma omp parallel
+  {
+    // routed[i]: channel i's gradient already went to an earlier maximum of this window.
+    std::vector<unsigned char> routed(static_cast<std::size_t>(c));
+#pragma omp for
+    for (std::int64_t n = 0; n < g.batch; ++n) {
+      const float* in = x.raw() + n * g.in_h * g.in_w * c;
+      float* din = dx.raw() + n * g.in_h * g.in_w * c;
+      const float* out = y.raw() + n * g.out_h * g.out_w * c;
+      const float* dout = dy.raw() + n * g.out_h * g.out_w * c;
+      for (std::int64_t oh = 0; oh < g.out_h; ++oh) {
+        for (std::int64_t ow = 0; ow < g.out_w; ++ow) {
+          const float* o = out + (oh * g.out_w + ow) * c;
+          const float* d = dout + (oh * g.out_w + ow) * c;
+          std::fill(routed.begin(), routed.end(), 0);
+          const Window win = window(g, oh, ow);
+          for (std::int64_t ih = win.h0; ih < win.h1; ++ih)
             for (std::int64_t iw = win.w0; iw < win.w1; ++iw) {
-              const std::int64_t at = (ih * g.in_w + iw) * c + i;
-              if (in[at] == out[o + i]) {
-                din[at] += dout[o + i];
-                routed = true;
-                break;
+              const float* v = in + (ih * g.in_w + iw) * c;
+              float* dv = din + (ih * g.in_w + iw) * c;
+              unsigned char* r = routed.data();
+#pragma omp simd
+              for (std::int64_t i = 0; i < c; ++i) {
+                const bool take = r[i] == 0 && v[i] == o[i];
+                dv[i] += take ? d[i] : 0.0f;
+                r[i] |= take ? 1 : 0;
               }
             }
-          }
         }
       }
     }

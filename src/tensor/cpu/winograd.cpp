@@ -22,6 +22,7 @@ namespace {
 
 constexpr int kPositions = 16;
 constexpr std::int64_t kChunkFloats = 1 << 18;  // about 1 MiB of transformed data per chunk
+constexpr std::int64_t kMinTiles = 256;
 
 struct Tiling {
   std::int64_t tiles_h, tiles_w, per_sample, total;
@@ -56,35 +57,32 @@ std::vector<float> transform_kernel(const float* kernel, const Conv2dGeometry& g
   return u;
 }
 
-// V[k][t][c] for the tiles [first, first + count) of the batch.
+// V[k][t][c] for the tiles [first, first + count) of the batch. Patch cells outside the image read from
+// `zeros` (in_c floats), so the inner loop needs neither copies nor branches.
 void transform_input(const float* x, const Conv2dGeometry& g, const Tiling& tl, std::int64_t first, std::int64_t count,
-                     float* v, float* patch) {
+                     float* v, const float* zeros) {
   const std::int64_t c_count = g.in_c;
   const std::int64_t position_stride = count * c_count;
   for (std::int64_t t = 0; t < count; ++t) {
     const std::int64_t tile = first + t;
     const std::int64_t n = tile / tl.per_sample, within = tile % tl.per_sample;
     const std::int64_t h0 = (within / tl.tiles_w) * 2 - g.pad_top, w0 = (within % tl.tiles_w) * 2 - g.pad_left;
-    // Gather the 4x4 x C patch, zero outside the image.
+    const float* cell[4][4];
     for (int i = 0; i < 4; ++i)
       for (int j = 0; j < 4; ++j) {
-        float* dst = patch + (i * 4 + j) * c_count;
         const std::int64_t h = h0 + i, w = w0 + j;
-        if (h < 0 || h >= g.in_h || w < 0 || w >= g.in_w) std::memset(dst, 0, sizeof(float) * c_count);
-        else std::memcpy(dst, x + ((n * g.in_h + h) * g.in_w + w) * c_count, sizeof(float) * c_count);
+        const bool inside = h >= 0 && h < g.in_h && w >= 0 && w < g.in_w;
+        cell[i][j] = inside ? x + ((n * g.in_h + h) * g.in_w + w) * c_count : zeros;
       }
     float* out = v + t * c_count;
 #pragma omp simd
     for (std::int64_t c = 0; c < c_count; ++c) {
-      float d[4][4];
-      for (int i = 0; i < 4; ++i)
-        for (int j = 0; j < 4; ++j) d[i][j] = patch[(i * 4 + j) * c_count + c];
       float r[4][4];  // B^T d
       for (int j = 0; j < 4; ++j) {
-        r[0][j] = d[0][j] - d[2][j];
-        r[1][j] = d[1][j] + d[2][j];
-        r[2][j] = d[2][j] - d[1][j];
-        r[3][j] = d[1][j] - d[3][j];
+        r[0][j] = cell[0][j][c] - cell[2][j][c];
+        r[1][j] = cell[1][j][c] + cell[2][j][c];
+        r[2][j] = cell[2][j][c] - cell[1][j][c];
+        r[3][j] = cell[1][j][c] - cell[3][j][c];
       }
       for (int i = 0; i < 4; ++i) {  // (B^T d) B
         out[(i * 4 + 0) * position_stride + c] = r[i][0] - r[i][2];
@@ -185,17 +183,23 @@ void for_each_tile_chunk(std::int64_t total, std::int64_t chunk, Body&& body) {
 }
 
 std::int64_t tiles_per_chunk(const Conv2dGeometry& g, const Tiling& tl) {
-  return std::clamp<std::int64_t>(kChunkFloats / (kPositions * (g.in_c + g.out_c)), 16, std::max<std::int64_t>(tl.total, 16));
+  // At least kMinTiles rows per GEMM, so that packing the transformed kernel is amortized.
+  return std::clamp<std::int64_t>(kChunkFloats / (kPositions * (g.in_c + g.out_c)), kMinTiles, std::max<std::int64_t>(tl.total, kMinTiles));
 }
 
 // Per-thread scratch buffers, allocated once per call.
+// Per-thread scratch: the two transformed operands, and an edge row (zeros to read or a sink to write).
 struct Scratch {
-  std::vector<float> a, b, patch, edge;
+  std::vector<float> a, b, zeros, edge;
 };
 
-std::vector<Scratch> scratch_per_thread(std::size_t a, std::size_t b, std::size_t patch, std::size_t edge) {
+std::vector<Scratch> scratch_per_thread(const Conv2dGeometry& g, std::int64_t chunk) {
   std::vector<Scratch> scratch(static_cast<std::size_t>(omp_get_max_threads()));
-  for (auto& s : scratch) s = {std::vector<float>(a), std::vector<float>(b), std::vector<float>(patch), std::vector<float>(edge)};
+  for (auto& s : scratch)
+    s = {std::vector<float>(static_cast<std::size_t>(kPositions * chunk * g.in_c)),
+         std::vector<float>(static_cast<std::size_t>(kPositions * chunk * g.out_c)),
+         std::vector<float>(static_cast<std::size_t>(std::max(g.in_c, g.out_c)), 0.0f),
+         std::vector<float>(static_cast<std::size_t>(g.out_c))};
   return scratch;
 }
 
@@ -210,14 +214,12 @@ void winograd_conv3x3(const float* x, const float* kernel, const float* bias, fl
   if (tl.total == 0) return;
   const std::vector<float> u = transform_kernel(kernel, g);
   const std::int64_t chunk = tiles_per_chunk(g, tl);
-  auto scratch = scratch_per_thread(static_cast<std::size_t>(kPositions * chunk * g.in_c),
-                                    static_cast<std::size_t>(kPositions * chunk * g.out_c),
-                                    static_cast<std::size_t>(kPositions * g.in_c), static_cast<std::size_t>(g.out_c));
+  auto scratch = scratch_per_thread(g, chunk);
   for_each_tile_chunk(tl.total, chunk, [&](std::int64_t first, std::int64_t count, int thread) {
     Scratch& s = scratch[static_cast<std::size_t>(thread)];
     float* v = s.a.data();
     float* m = s.b.data();
-    transform_input(x, g, tl, first, count, v, s.patch.data());
+    transform_input(x, g, tl, first, count, v, s.zeros.data());
     for (int k = 0; k < kPositions; ++k)
       gemm(false, false, count, g.out_c, g.in_c, 1.0f, v + k * count * g.in_c, g.in_c, u.data() + k * g.in_c * g.out_c,
            g.out_c, 0.0f, m + k * count * g.out_c, g.out_c);
@@ -229,17 +231,15 @@ void winograd_conv3x3_kernel_gradient(const float* x, const float* dy, float* dk
   const Tiling tl = tiling(g);
   const std::int64_t c_count = g.in_c, f_count = g.out_c;
   const std::int64_t chunk = tiles_per_chunk(g, tl);
-  auto scratch = scratch_per_thread(static_cast<std::size_t>(kPositions * chunk * c_count),
-                                    static_cast<std::size_t>(kPositions * chunk * f_count),
-                                    static_cast<std::size_t>(kPositions * c_count), static_cast<std::size_t>(f_count));
+  auto scratch = scratch_per_thread(g, chunk);
   // dU[k] = sum over tiles of V[k]^T Z[k], summed per thread and reduced in thread order (repeatable).
   std::vector<std::vector<float>> partial(scratch.size(), std::vector<float>(static_cast<std::size_t>(kPositions * c_count * f_count), 0.0f));
   for_each_tile_chunk(tl.total, chunk, [&](std::int64_t first, std::int64_t count, int thread) {
     Scratch& s = scratch[static_cast<std::size_t>(thread)];
     float* v = s.a.data();
     float* z = s.b.data();
-    transform_input(x, g, tl, first, count, v, s.patch.data());
-    transform_output_gradient(dy, g, tl, first, count, z, s.edge.data());
+    transform_input(x, g, tl, first, count, v, s.zeros.data());
+    transform_output_gradient(dy, g, tl, first, count, z, s.zeros.data());
     float* du = partial[static_cast<std::size_t>(thread)].data();
     for (int k = 0; k < kPositions; ++k)
       gemm(true, false, c_count, f_count, count, 1.0f, v + k * count * c_count, c_count, z + k * count * f_count, f_count,
