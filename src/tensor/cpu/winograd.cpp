@@ -5,7 +5,8 @@
 // convolution becomes sixteen independent products M[k] = V[k] * U[k], one per position k of the 4x4
 // transformed patch, each a GEMM of (tiles x in_channels) by (in_channels x out_channels). That is
 // 16 multiply-adds per tile and channel pair instead of 36, a 2.25x cut in arithmetic, for a few
-// additions per value in the transforms. Tiles are processed in chunks whose transformed inputs and
+// additions per value in the transforms. Transformed data is laid out tile-major ([tile][k][channel]) so
+// that the transforms read and write contiguous runs; each GEMM reads its k with a row stride. Tiles are processed in chunks whose transformed inputs and
 // products fit in the cache, chunks spread over threads; chunks write disjoint output tiles.
 #include "winograd.hpp"
 
@@ -57,32 +58,46 @@ std::vector<float> transform_kernel(const float* kernel, const Conv2dGeometry& g
   return u;
 }
 
-// V[k][t][c] for the tiles [first, first + count) of the batch. Patch cells outside the image read from
-// `zeros` (in_c floats), so the inner loop needs neither copies nor branches.
+// V[t][k][c] for the tiles [first, first + count) of the batch: each tile's sixteen transformed rows are
+// contiguous, and V[k] is the (tiles x in_c) matrix with row stride 16 x in_c. A tile's four input rows are each one
+// contiguous run of 4 x in_c floats (NHWC); tiles at the border are first copied into `patch`
+// (16 x in_c floats) with zeros outside the image.
 void transform_input(const float* x, const Conv2dGeometry& g, const Tiling& tl, std::int64_t first, std::int64_t count,
-                     float* v, const float* zeros) {
+                     float* __restrict v, float* __restrict patch) {
   const std::int64_t c_count = g.in_c;
-  const std::int64_t position_stride = count * c_count;
+  const std::int64_t position_stride = c_count;
   for (std::int64_t t = 0; t < count; ++t) {
     const std::int64_t tile = first + t;
     const std::int64_t n = tile / tl.per_sample, within = tile % tl.per_sample;
     const std::int64_t h0 = (within / tl.tiles_w) * 2 - g.pad_top, w0 = (within % tl.tiles_w) * 2 - g.pad_left;
-    const float* cell[4][4];
-    for (int i = 0; i < 4; ++i)
-      for (int j = 0; j < 4; ++j) {
-        const std::int64_t h = h0 + i, w = w0 + j;
-        const bool inside = h >= 0 && h < g.in_h && w >= 0 && w < g.in_w;
-        cell[i][j] = inside ? x + ((n * g.in_h + h) * g.in_w + w) * c_count : zeros;
+    const float* rows[4];
+    if (h0 >= 0 && h0 + 4 <= g.in_h && w0 >= 0 && w0 + 4 <= g.in_w) {
+      for (int i = 0; i < 4; ++i) rows[i] = x + ((n * g.in_h + h0 + i) * g.in_w + w0) * c_count;
+    } else {
+      for (int i = 0; i < 4; ++i) {
+        rows[i] = patch + i * 4 * c_count;
+        for (int j = 0; j < 4; ++j) {
+          float* dst = patch + (i * 4 + j) * c_count;
+          const std::int64_t h = h0 + i, w = w0 + j;
+          if (h < 0 || h >= g.in_h || w < 0 || w >= g.in_w) std::memset(dst, 0, sizeof(float) * c_count);
+          else std::memcpy(dst, x + ((n * g.in_h + h) * g.in_w + w) * c_count, sizeof(float) * c_count);
+        }
       }
-    float* out = v + t * c_count;
+    }
+    const float* __restrict r0 = rows[0];
+    const float* __restrict r1 = rows[1];
+    const float* __restrict r2 = rows[2];
+    const float* __restrict r3 = rows[3];
+    float* __restrict out = v + t * kPositions * c_count;
 #pragma omp simd
     for (std::int64_t c = 0; c < c_count; ++c) {
-      float r[4][4];  // B^T d
+      float r[4][4];  // B^T d, column j at offset j * in_c of each row
       for (int j = 0; j < 4; ++j) {
-        r[0][j] = cell[0][j][c] - cell[2][j][c];
-        r[1][j] = cell[1][j][c] + cell[2][j][c];
-        r[2][j] = cell[2][j][c] - cell[1][j][c];
-        r[3][j] = cell[1][j][c] - cell[3][j][c];
+        const std::int64_t at = j * c_count + c;
+        r[0][j] = r0[at] - r2[at];
+        r[1][j] = r1[at] + r2[at];
+        r[2][j] = r2[at] - r1[at];
+        r[3][j] = r1[at] - r3[at];
       }
       for (int i = 0; i < 4; ++i) {  // (B^T d) B
         out[(i * 4 + 0) * position_stride + c] = r[i][0] - r[i][2];
@@ -94,12 +109,12 @@ void transform_input(const float* x, const Conv2dGeometry& g, const Tiling& tl, 
   }
 }
 
-// y tiles from M[k][t][f]: Y = A^T M A, plus bias, clipped at the bottom and right edges. `edge` is
+// y tiles from M[t][k][f]: Y = A^T M A, plus bias, clipped at the bottom and right edges. `edge` is
 // scratch of out_c floats: pixels past the edge are written there, which keeps the inner loop branch-free.
 void transform_output(const float* m, const float* bias, const Conv2dGeometry& g, const Tiling& tl, std::int64_t first,
                       std::int64_t count, float* y, float* edge) {
   const std::int64_t f_count = g.out_c;
-  const std::int64_t position_stride = count * f_count;
+  const std::int64_t position_stride = f_count;
   for (std::int64_t t = 0; t < count; ++t) {
     const std::int64_t tile = first + t;
     const std::int64_t n = tile / tl.per_sample, within = tile % tl.per_sample;
@@ -109,7 +124,7 @@ void transform_output(const float* m, const float* bias, const Conv2dGeometry& g
     float* out01 = full_w ? out00 + f_count : edge;
     float* out10 = full_h ? out00 + g.out_w * f_count : edge;
     float* out11 = full_h && full_w ? out00 + (g.out_w + 1) * f_count : edge;
-    const float* in = m + t * f_count;
+    const float* in = m + t * kPositions * f_count;
 #pragma omp simd
     for (std::int64_t f = 0; f < f_count; ++f) {
       float s[4][4];
@@ -128,12 +143,12 @@ void transform_output(const float* m, const float* bias, const Conv2dGeometry& g
   }
 }
 
-// dy tiles into Z[k][t][f] = (A dy A^T)[k], the adjoint of transform_output; past the edges dy reads as
+// dy tiles into Z[t][k][f] = (A dy A^T)[k], the adjoint of transform_output; past the edges dy reads as
 // `zeros` (out_c floats), which keeps the inner loop branch-free.
 void transform_output_gradient(const float* dy, const Conv2dGeometry& g, const Tiling& tl, std::int64_t first,
                                std::int64_t count, float* z, const float* zeros) {
   const std::int64_t f_count = g.out_c;
-  const std::int64_t position_stride = count * f_count;
+  const std::int64_t position_stride = f_count;
   for (std::int64_t t = 0; t < count; ++t) {
     const std::int64_t tile = first + t;
     const std::int64_t n = tile / tl.per_sample, within = tile % tl.per_sample;
@@ -143,7 +158,7 @@ void transform_output_gradient(const float* dy, const Conv2dGeometry& g, const T
     const float* in01 = full_w ? in00 + f_count : zeros;
     const float* in10 = full_h ? in00 + g.out_w * f_count : zeros;
     const float* in11 = full_h && full_w ? in00 + (g.out_w + 1) * f_count : zeros;
-    float* out = z + t * f_count;
+    float* out = z + t * kPositions * f_count;
 #pragma omp simd
     for (std::int64_t f = 0; f < f_count; ++f) {
       const float e[2][2] = {{in00[f], in01[f]}, {in10[f], in11[f]}};
@@ -188,9 +203,9 @@ std::int64_t tiles_per_chunk(const Conv2dGeometry& g, const Tiling& tl) {
 }
 
 // Per-thread scratch buffers, allocated once per call.
-// Per-thread scratch: the two transformed operands, and an edge row (zeros to read or a sink to write).
+// Per-thread scratch: the two transformed operands, a border patch, zeros to read and a sink to write.
 struct Scratch {
-  std::vector<float> a, b, zeros, edge;
+  std::vector<float> a, b, patch, zeros, edge;
 };
 
 std::vector<Scratch> scratch_per_thread(const Conv2dGeometry& g, std::int64_t chunk) {
@@ -198,7 +213,8 @@ std::vector<Scratch> scratch_per_thread(const Conv2dGeometry& g, std::int64_t ch
   for (auto& s : scratch)
     s = {std::vector<float>(static_cast<std::size_t>(kPositions * chunk * g.in_c)),
          std::vector<float>(static_cast<std::size_t>(kPositions * chunk * g.out_c)),
-         std::vector<float>(static_cast<std::size_t>(std::max(g.in_c, g.out_c)), 0.0f),
+         std::vector<float>(static_cast<std::size_t>(kPositions * g.in_c)),
+         std::vector<float>(static_cast<std::size_t>(g.out_c), 0.0f),
          std::vector<float>(static_cast<std::size_t>(g.out_c))};
   return scratch;
 }
@@ -219,10 +235,10 @@ void winograd_conv3x3(const float* x, const float* kernel, const float* bias, fl
     Scratch& s = scratch[static_cast<std::size_t>(thread)];
     float* v = s.a.data();
     float* m = s.b.data();
-    transform_input(x, g, tl, first, count, v, s.zeros.data());
+    transform_input(x, g, tl, first, count, v, s.patch.data());
     for (int k = 0; k < kPositions; ++k)
-      gemm(false, false, count, g.out_c, g.in_c, 1.0f, v + k * count * g.in_c, g.in_c, u.data() + k * g.in_c * g.out_c,
-           g.out_c, 0.0f, m + k * count * g.out_c, g.out_c);
+      gemm(false, false, count, g.out_c, g.in_c, 1.0f, v + k * g.in_c, kPositions * g.in_c,
+           u.data() + k * g.in_c * g.out_c, g.out_c, 0.0f, m + k * g.out_c, kPositions * g.out_c);
     transform_output(m, bias, g, tl, first, count, y, s.edge.data());
   });
 }
@@ -238,12 +254,12 @@ void winograd_conv3x3_kernel_gradient(const float* x, const float* dy, float* dk
     Scratch& s = scratch[static_cast<std::size_t>(thread)];
     float* v = s.a.data();
     float* z = s.b.data();
-    transform_input(x, g, tl, first, count, v, s.zeros.data());
+    transform_input(x, g, tl, first, count, v, s.patch.data());
     transform_output_gradient(dy, g, tl, first, count, z, s.zeros.data());
     float* du = partial[static_cast<std::size_t>(thread)].data();
     for (int k = 0; k < kPositions; ++k)
-      gemm(true, false, c_count, f_count, count, 1.0f, v + k * count * c_count, c_count, z + k * count * f_count, f_count,
-           1.0f, du + k * c_count * f_count, f_count);
+      gemm(true, false, c_count, f_count, count, 1.0f, v + k * c_count, kPositions * c_count, z + k * f_count,
+           kPositions * f_count, 1.0f, du + k * c_count * f_count, f_count);
   });
   std::vector<float>& du = partial[0];
   for (std::size_t t = 1; t < partial.size(); ++t)
