@@ -3,6 +3,7 @@
 #include <omp.h>
 
 #include <cmath>
+#include <tuple>
 #include <vector>
 
 #include "cpu_ops.hpp"
@@ -92,33 +93,57 @@ void batch_norm_forward_inference(const Tensor& x, const Tensor& gamma, const Te
   normalize(x, mean.raw(), variance.raw(), gamma, beta, epsilon, y);
 }
 
-void batch_norm_backward(const Tensor& x, const Tensor& gamma, const Tensor& dy, const Tensor& batch_mean,
-                         const Tensor& batch_variance, float epsilon, const Tensor& dx, const Tensor& dgamma,
-                         const Tensor& dbeta) {
+namespace {
+
+// What both backward passes share: 1 / sqrt(variance + epsilon), and the parameter gradients
+// dbeta = sum(dy) and dgamma = sum(dy * xhat), kept in double for the data gradient.
+struct ParameterGradients {
+  std::vector<float> inv_std;
+  std::vector<double> grad_sum, grad_dot_xhat;
+};
+
+ParameterGradients parameter_gradients(const Tensor& x, const Tensor& dy, const Tensor& mean, const Tensor& variance,
+                                       float epsilon, const Tensor& dgamma, const Tensor& dbeta) {
   const Rows r = rows_of(x);
   const float* xp = x.raw();
   const float* gp = dy.raw();
-  const float* mean = batch_mean.raw();
-  std::vector<float> inv_std(static_cast<std::size_t>(r.channels));
-  for (std::int64_t c = 0; c < r.channels; ++c) inv_std[c] = 1.0f / std::sqrt(batch_variance.raw()[c] + epsilon);
-  const auto [grad_sum, grad_dot_xhat] = channel_sums(
+  const float* mp = mean.raw();
+  ParameterGradients out;
+  out.inv_std.resize(static_cast<std::size_t>(r.channels));
+  for (std::int64_t c = 0; c < r.channels; ++c) out.inv_std[c] = 1.0f / std::sqrt(variance.raw()[c] + epsilon);
+  const float* inv_std = out.inv_std.data();
+  std::tie(out.grad_sum, out.grad_dot_xhat) = channel_sums(
       r, [&](std::int64_t m, std::int64_t c) { return static_cast<double>(gp[m * r.channels + c]); },
       [&](std::int64_t m, std::int64_t c) {
-        return static_cast<double>(gp[m * r.channels + c]) * (xp[m * r.channels + c] - mean[c]) * inv_std[c];
+        return static_cast<double>(gp[m * r.channels + c]) * (xp[m * r.channels + c] - mp[c]) * inv_std[c];
       });
   for (std::int64_t c = 0; c < r.channels; ++c) {
-    dbeta.raw()[c] = static_cast<float>(grad_sum[c]);
-    dgamma.raw()[c] = static_cast<float>(grad_dot_xhat[c]);
+    dbeta.raw()[c] = static_cast<float>(out.grad_sum[c]);
+    dgamma.raw()[c] = static_cast<float>(out.grad_dot_xhat[c]);
   }
+  return out;
+}
+
+}  // namespace
+
+void batch_norm_backward(const Tensor& x, const Tensor& gamma, const Tensor& dy, const Tensor& batch_mean,
+                         const Tensor& batch_variance, float epsilon, const Tensor& dx, const Tensor& dgamma,
+                         const Tensor& dbeta) {
+  const ParameterGradients p = parameter_gradients(x, dy, batch_mean, batch_variance, epsilon, dgamma, dbeta);
   if (!dx.defined()) return;
   // dx = gamma * inv_std / M * (M * dy - sum(dy) - xhat * sum(dy * xhat))
+  const Rows r = rows_of(x);
   const float inverse_count = 1.0f / static_cast<float>(r.count);
-  std::vector<float> a(static_cast<std::size_t>(r.channels)), b(static_cast<std::size_t>(r.channels)), s(static_cast<std::size_t>(r.channels));
-  for (std::int64_t c = 0; c < r.channels; ++c) {
-    a[c] = gamma.raw()[c] * inv_std[c];
-    b[c] = static_cast<float>(grad_sum[c]) * inverse_count;
-    s[c] = static_cast<float>(grad_dot_xhat[c]) * inverse_count * inv_std[c];
+  const auto channels = static_cast<std::size_t>(r.channels);
+  std::vector<float> a(channels), b(channels), s(channels);
+  for (std::size_t c = 0; c < channels; ++c) {
+    a[c] = gamma.raw()[c] * p.inv_std[c];
+    b[c] = static_cast<float>(p.grad_sum[c]) * inverse_count;
+    s[c] = static_cast<float>(p.grad_dot_xhat[c]) * inverse_count * p.inv_std[c];
   }
+  const float* xp = x.raw();
+  const float* gp = dy.raw();
+  const float* mean = batch_mean.raw();
   float* dp = dx.raw();
 #pragma omp parallel for
   for (std::int64_t m = 0; m < r.count; ++m) {
@@ -133,26 +158,14 @@ void batch_norm_backward(const Tensor& x, const Tensor& gamma, const Tensor& dy,
 void batch_norm_backward_inference(const Tensor& x, const Tensor& gamma, const Tensor& dy, const Tensor& mean,
                                    const Tensor& variance, float epsilon, const Tensor& dx, const Tensor& dgamma,
                                    const Tensor& dbeta) {
-  const Rows r = rows_of(x);
-  const float* xp = x.raw();
-  const float* gp = dy.raw();
-  std::vector<float> inv_std(static_cast<std::size_t>(r.channels));
-  for (std::int64_t c = 0; c < r.channels; ++c) inv_std[c] = 1.0f / std::sqrt(variance.raw()[c] + epsilon);
-  const float* mp = mean.raw();
-  const auto [grad_sum, grad_dot_xhat] = channel_sums(
-      r, [&](std::int64_t m, std::int64_t c) { return static_cast<double>(gp[m * r.channels + c]); },
-      [&](std::int64_t m, std::int64_t c) {
-        return static_cast<double>(gp[m * r.channels + c]) * (xp[m * r.channels + c] - mp[c]) * inv_std[c];
-      });
-  for (std::int64_t c = 0; c < r.channels; ++c) {
-    dbeta.raw()[c] = static_cast<float>(grad_sum[c]);
-    dgamma.raw()[c] = static_cast<float>(grad_dot_xhat[c]);
-  }
+  const ParameterGradients p = parameter_gradients(x, dy, mean, variance, epsilon, dgamma, dbeta);
   if (!dx.defined()) return;
+  const Rows r = rows_of(x);
+  const float* gp = dy.raw();
   float* dp = dx.raw();
 #pragma omp parallel for
   for (std::int64_t m = 0; m < r.count; ++m)
-    for (std::int64_t c = 0; c < r.channels; ++c) dp[m * r.channels + c] = gp[m * r.channels + c] * gamma.raw()[c] * inv_std[c];
+    for (std::int64_t c = 0; c < r.channels; ++c) dp[m * r.channels + c] = gp[m * r.channels + c] * gamma.raw()[c] * p.inv_std[c];
 }
 
 void moving_average_update(const Tensor& moving, const Tensor& batch, float momentum) {

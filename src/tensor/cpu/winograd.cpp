@@ -34,6 +34,18 @@ Tiling tiling(const Conv2dGeometry& g) {
   return {th, tw, th * tw, g.batch * th * tw};
 }
 
+// Where output tile `tile` starts in y (NHWC), and whether its second row and column exist.
+struct OutputTile {
+  std::int64_t offset;
+  bool full_h, full_w;
+};
+
+OutputTile output_tile(const Conv2dGeometry& g, const Tiling& tl, std::int64_t tile) {
+  const std::int64_t n = tile / tl.per_sample, within = tile % tl.per_sample;
+  const std::int64_t h0 = (within / tl.tiles_w) * 2, w0 = (within % tl.tiles_w) * 2;
+  return {((n * g.out_h + h0) * g.out_w + w0) * g.out_c, h0 + 1 < g.out_h, w0 + 1 < g.out_w};
+}
+
 // U[k][c][f] = (G g G^T)[k] for every input channel c and filter f.
 std::vector<float> transform_kernel(const float* kernel, const Conv2dGeometry& g) {
   const std::int64_t c_count = g.in_c, f_count = g.out_c;
@@ -116,11 +128,8 @@ void transform_output(const float* m, const float* bias, const Conv2dGeometry& g
   const std::int64_t f_count = g.out_c;
   const std::int64_t position_stride = f_count;
   for (std::int64_t t = 0; t < count; ++t) {
-    const std::int64_t tile = first + t;
-    const std::int64_t n = tile / tl.per_sample, within = tile % tl.per_sample;
-    const std::int64_t h0 = (within / tl.tiles_w) * 2, w0 = (within % tl.tiles_w) * 2;
-    const bool full_h = h0 + 1 < g.out_h, full_w = w0 + 1 < g.out_w;
-    float* out00 = y + ((n * g.out_h + h0) * g.out_w + w0) * f_count;
+    const auto [offset, full_h, full_w] = output_tile(g, tl, first + t);
+    float* out00 = y + offset;
     float* out01 = full_w ? out00 + f_count : edge;
     float* out10 = full_h ? out00 + g.out_w * f_count : edge;
     float* out11 = full_h && full_w ? out00 + (g.out_w + 1) * f_count : edge;
@@ -150,11 +159,8 @@ void transform_output_gradient(const float* dy, const Conv2dGeometry& g, const T
   const std::int64_t f_count = g.out_c;
   const std::int64_t position_stride = f_count;
   for (std::int64_t t = 0; t < count; ++t) {
-    const std::int64_t tile = first + t;
-    const std::int64_t n = tile / tl.per_sample, within = tile % tl.per_sample;
-    const std::int64_t h0 = (within / tl.tiles_w) * 2, w0 = (within % tl.tiles_w) * 2;
-    const bool full_h = h0 + 1 < g.out_h, full_w = w0 + 1 < g.out_w;
-    const float* in00 = dy + ((n * g.out_h + h0) * g.out_w + w0) * f_count;
+    const auto [offset, full_h, full_w] = output_tile(g, tl, first + t);
+    const float* in00 = dy + offset;
     const float* in01 = full_w ? in00 + f_count : zeros;
     const float* in10 = full_h ? in00 + g.out_w * f_count : zeros;
     const float* in11 = full_h && full_w ? in00 + (g.out_w + 1) * f_count : zeros;
