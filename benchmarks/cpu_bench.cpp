@@ -1,6 +1,8 @@
 // CPU performance of cohort: the machine's SGEMM peak (through the same GEMM the layers use), per-layer
 // convolution GFLOP/s of the flagship CIFAR-10 model, and its end-to-end training throughput (forward,
-// backward and Adam update at batch 128), each on 1 and 2 threads.
+// backward and Adam update at batch 128), each on 1 and 2 threads. Convolution GFLOP/s count the FLOPs
+// of a direct convolution (2 x outputs x 9 x in_channels), so layers on the Winograd path, which does
+// fewer multiplications, can show more than the SGEMM peak.
 //
 //   ./build/benchmarks/cohort_bench                       # everything
 //   ./build/benchmarks/cohort_bench --benchmark_filter=Train

@@ -204,8 +204,14 @@ void for_each_tile_chunk(std::int64_t total, std::int64_t chunk, Body&& body) {
 }
 
 std::int64_t tiles_per_chunk(const Conv2dGeometry& g, const Tiling& tl) {
-  // At least kMinTiles rows per GEMM, so that packing the transformed kernel is amortized.
-  return std::clamp<std::int64_t>(kChunkFloats / (kPositions * (g.in_c + g.out_c)), kMinTiles, std::max<std::int64_t>(tl.total, kMinTiles));
+  // At least kMinTiles rows per GEMM, so that packing the transformed kernel is amortized...
+  const std::int64_t target =
+      std::clamp<std::int64_t>(kChunkFloats / (kPositions * (g.in_c + g.out_c)), kMinTiles, std::max<std::int64_t>(tl.total, kMinTiles));
+  // ...then evened out so that every thread gets the same number of equal chunks.
+  const std::int64_t threads = omp_get_max_threads();
+  const std::int64_t rounds = std::max<std::int64_t>(1, (tl.total + target * threads - 1) / (target * threads));
+  const std::int64_t chunks = rounds * threads;
+  return std::max<std::int64_t>(1, (tl.total + chunks - 1) / chunks);
 }
 
 // Per-thread scratch buffers, allocated once per call.
