@@ -1,0 +1,114 @@
+#include "cohort/cluster/spec.hpp"
+
+#include <fmt/format.h>
+
+#include <charconv>
+#include <set>
+
+#include "cohort/core/check.hpp"
+
+namespace cohort::cluster {
+namespace {
+
+const std::vector<Endpoint>& members(const ClusterSpec& spec, Role role) {
+  switch (role) {
+    case Role::Chief: return spec.chief;
+    case Role::Worker: return spec.workers;
+    case Role::Ps: return spec.ps;
+  }
+  throw InvalidArgument("unknown role");
+}
+
+}  // namespace
+
+std::string role_name(Role role) {
+  switch (role) {
+    case Role::Chief: return "chief";
+    case Role::Worker: return "worker";
+    case Role::Ps: return "ps";
+  }
+  return "unknown";
+}
+
+std::string Endpoint::to_string() const {
+  return host.find(':') != std::string::npos ? fmt::format("[{}]:{}", host, port) : fmt::format("{}:{}", host, port);
+}
+
+Endpoint parse_endpoint(const std::string& text, const std::string& what) {
+  std::string host, port;
+  if (!text.empty() && text.front() == '[') {
+    const auto close = text.find(']');
+    if (close == std::string::npos || close + 1 >= text.size() || text[close + 1] != ':')
+      throw InvalidArgument(fmt::format("{}: '{}' is not [address]:port", what, text));
+    host = text.substr(1, close - 1);
+    port = text.substr(close + 2);
+  } else {
+    const auto colon = text.rfind(':');
+    if (colon == std::string::npos || text.find(':') != colon)
+      throw InvalidArgument(fmt::format("{}: '{}' is not host:port", what, text));
+    host = text.substr(0, colon);
+    port = text.substr(colon + 1);
+  }
+  if (host.empty()) throw InvalidArgument(fmt::format("{}: '{}' has no host", what, text));
+  unsigned value = 0;
+  const auto [end, error] = std::from_chars(port.data(), port.data() + port.size(), value);
+  if (error != std::errc() || end != port.data() + port.size() || value == 0 || value > 65535)
+    throw InvalidArgument(fmt::format("{}: '{}' has no valid port (1-65535)", what, text));
+  return {host, static_cast<std::uint16_t>(value)};
+}
+
+void ClusterSpec::validate() const {
+  if (chief.size() > 1)
+    throw InvalidArgument(fmt::format("{}: cluster.chief has {} entries; at most one chief", source, chief.size()));
+  if (chief.empty() && workers.empty())
+    throw InvalidArgument(fmt::format("{}: the cluster has neither a chief nor a worker", source));
+  const auto& mine = members(*this, role);
+  if (index < 0 || index >= static_cast<int>(mine.size()))
+    throw InvalidArgument(fmt::format("{}: task index {} is outside cluster.{} (which has {} entries)", source, index,
+                                      role_name(role), mine.size()));
+  std::set<std::string> seen;
+  for (Role r : {Role::Chief, Role::Worker, Role::Ps}) {
+    const auto& list = members(*this, r);
+    for (std::size_t i = 0; i < list.size(); ++i)
+      if (!seen.insert(list[i].to_string()).second)
+        throw InvalidArgument(fmt::format("{}: cluster.{}[{}] = {} is listed twice", source, role_name(r), i,
+                                          list[i].to_string()));
+  }
+}
+
+int ClusterSpec::world_size() const { return static_cast<int>(chief.size() + workers.size() + ps.size()); }
+
+int ClusterSpec::rank_of(Role r, int i) const {
+  COHORT_CHECK(i >= 0 && i < static_cast<int>(members(*this, r).size()), "{} {} is not in the cluster", role_name(r), i);
+  switch (r) {
+    case Role::Chief: return i;
+    case Role::Worker: return static_cast<int>(chief.size()) + i;
+    case Role::Ps: return static_cast<int>(chief.size() + workers.size()) + i;
+  }
+  return -1;
+}
+
+std::pair<Role, int> ClusterSpec::task_of(int rank) const {
+  COHORT_CHECK(rank >= 0 && rank < world_size(), "rank {} outside a cluster of {}", rank, world_size());
+  int r = rank;
+  for (Role role_kind : {Role::Chief, Role::Worker, Role::Ps}) {
+    const int count = static_cast<int>(members(*this, role_kind).size());
+    if (r < count) return {role_kind, r};
+    r -= count;
+  }
+  return {Role::Ps, r};
+}
+
+const Endpoint& ClusterSpec::endpoint(int rank) const {
+  const auto [r, i] = task_of(rank);
+  return members(*this, r)[static_cast<std::size_t>(i)];
+}
+
+bool ClusterSpec::is_chief() const { return role == Role::Chief || (chief.empty() && role == Role::Worker && index == 0); }
+
+std::string ClusterSpec::describe(int rank) const {
+  const auto [r, i] = task_of(rank);
+  return fmt::format("{} {} ({})", role_name(r), i, endpoint(rank).to_string());
+}
+
+}  // namespace cohort::cluster

@@ -1,0 +1,169 @@
+// Cluster discovery from every environment style, from good and from bad inputs: a bad one must fail
+// at once with a message that names the variable and the field.
+#include <catch2/catch.hpp>
+#include <map>
+
+#include "cohort/cluster/discovery.hpp"
+#include "cohort/core/error.hpp"
+
+using namespace cohort;
+using namespace cohort::cluster;
+
+namespace {
+
+Environment environment_of(std::map<std::string, std::string> values) {
+  return [values = std::move(values)](const std::string& name) -> std::optional<std::string> {
+    const auto it = values.find(name);
+    return it == values.end() ? std::nullopt : std::optional<std::string>(it->second);
+  };
+}
+
+template <typename Call>
+void require_invalid(Call&& call, std::initializer_list<std::string> fragments) {
+  try {
+    call();
+    FAIL("expected InvalidArgument");
+  } catch (const InvalidArgument& e) {
+    const std::string message = e.what();
+    INFO(message);
+    for (const auto& fragment : fragments) CHECK(message.find(fragment) != std::string::npos);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("TF_CONFIG as TensorFlow and SageMaker write it", "[cluster]") {
+  const auto spec = parse_tf_config(R"({"cluster": {"chief": ["host0:2222"], "worker": ["host1:2222", "host2:2222"],
+                                        "ps": ["host0:2223", "host1:2223"]},
+                                        "task": {"type": "worker", "index": 1}, "environment": "cloud"})");
+  CHECK(spec.world_size() == 5);
+  CHECK(spec.replicas() == 3);
+  CHECK(spec.rank() == 2);
+  CHECK_FALSE(spec.is_chief());
+  CHECK(spec.describe(3) == "ps 0 (host0:2223)");
+  CHECK(spec.task_of(4) == std::pair<Role, int>{Role::Ps, 1});
+  CHECK(spec.endpoint(0) == Endpoint{"host0", 2222});
+
+  const auto legacy = parse_tf_config(R"({"cluster": {"master": ["m:1"], "ps": ["p:2"]}, "task": {"type": "master"}})");
+  CHECK(legacy.role == Role::Chief);
+  CHECK(legacy.is_chief());
+  CHECK(legacy.rank() == 0);
+
+  const auto v6 = parse_tf_config(R"({"cluster": {"worker": ["[::1]:5000", "[::1]:5001"]}, "task": {"type": "worker", "index": 0}})");
+  CHECK(v6.endpoint(1) == Endpoint{"::1", 5001});
+  CHECK(v6.endpoint(1).to_string() == "[::1]:5001");
+  CHECK(v6.is_chief());  // without a chief, worker 0 takes its duties
+}
+
+TEST_CASE("malformed or contradictory TF_CONFIG fails naming the JSON path", "[cluster]") {
+  require_invalid([] { parse_tf_config("{\"cluster\": "); }, {"TF_CONFIG", "not valid JSON"});
+  require_invalid([] { parse_tf_config("[1, 2]"); }, {"TF_CONFIG", "top level"});
+  require_invalid([] { parse_tf_config(R"({"task": {"type": "worker"}})"); }, {"TF_CONFIG", "'cluster'"});
+  require_invalid([] { parse_tf_config(R"({"cluster": {"worker": ["a:1", "b"]}, "task": {"type": "worker"}})"); },
+                  {"TF_CONFIG", "cluster.worker[1]", "'b'"});
+  require_invalid([] { parse_tf_config(R"({"cluster": {"worker": ["a:99999"]}, "task": {"type": "worker"}})"); },
+                  {"cluster.worker[0]", "port"});
+  require_invalid([] { parse_tf_config(R"({"cluster": {"worker": "a:1"}, "task": {"type": "worker"}})"); },
+                  {"cluster.worker", "list"});
+  require_invalid([] { parse_tf_config(R"({"cluster": {"worker": ["a:1", 7]}, "task": {"type": "worker"}})"); },
+                  {"cluster.worker[1]", "string"});
+  require_invalid([] { parse_tf_config(R"({"cluster": {"evaluator": ["a:1"]}, "task": {"type": "evaluator"}})"); },
+                  {"cluster.evaluator", "not supported"});
+  require_invalid([] { parse_tf_config(R"({"cluster": {"chief": ["a:1"], "master": ["b:1"]}, "task": {"type": "chief"}})"); },
+                  {"both 'chief' and 'master'"});
+  require_invalid([] { parse_tf_config(R"({"cluster": {"chief": ["a:1", "b:1"]}, "task": {"type": "chief"}})"); },
+                  {"cluster.chief", "at most one"});
+  require_invalid([] { parse_tf_config(R"({"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": 3}})"); },
+                  {"task index 3", "cluster.worker"});
+  require_invalid([] { parse_tf_config(R"({"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": -1}})"); },
+                  {"task.index"});
+  require_invalid([] { parse_tf_config(R"({"cluster": {"worker": ["a:1"]}, "task": {"index": 0}})"); }, {"task.type"});
+  require_invalid([] { parse_tf_config(R"({"cluster": {"worker": ["a:1"], "ps": ["a:1"]}, "task": {"type": "ps"}})"); },
+                  {"cluster.ps[0]", "listed twice"});
+  require_invalid([] { parse_tf_config(R"({"cluster": {"ps": ["a:1"]}, "task": {"type": "ps"}})"); },
+                  {"neither a chief nor a worker"});
+  require_invalid([] { parse_tf_config(R"({"cluster": {"worker": ["a:1"]}, "task": {"type": "worker"}, "environment": 3})"); },
+                  {"'environment'"});
+}
+
+TEST_CASE("SageMaker: a worker and a parameter server on every host, the first host's worker is chief", "[cluster]") {
+  const auto env = environment_of({{"SM_HOSTS", R"(["algo-1","algo-2","algo-3"])"}, {"SM_CURRENT_HOST", "algo-2"}});
+  const auto found = discover(env);
+  REQUIRE(std::holds_alternative<ClusterSpec>(found));
+  const auto& spec = std::get<ClusterSpec>(found);
+  CHECK(spec.source == "SM_HOSTS");
+  CHECK(spec.chief == std::vector<Endpoint>{{"algo-1", 2222}});
+  CHECK(spec.workers.size() == 2);
+  CHECK(spec.ps == std::vector<Endpoint>{{"algo-1", 2223}, {"algo-2", 2223}, {"algo-3", 2223}});
+  CHECK(spec.role == Role::Worker);
+  CHECK(spec.index == 0);
+
+  const auto ps = parse_sagemaker(R"(["algo-1","algo-2"])", "algo-1",
+                                  environment_of({{"COHORT_ROLE", "ps"}, {"COHORT_PS_PORT", "3000"}}));
+  CHECK(ps.role == Role::Ps);
+  CHECK(ps.index == 0);
+  CHECK(ps.endpoint(ps.rank()) == Endpoint{"algo-1", 3000});
+  const auto chief = parse_sagemaker(R"(["algo-1"])", "algo-1", environment_of({}));
+  CHECK(chief.is_chief());
+
+  require_invalid([] { parse_sagemaker(R"(["algo-1"])", "algo-9", environment_of({})); }, {"SM_CURRENT_HOST", "algo-9"});
+  require_invalid([] { parse_sagemaker("[]", "algo-1", environment_of({})); }, {"SM_HOSTS", "non-empty"});
+  require_invalid([] { parse_sagemaker(R"(["a","a"])", "a", environment_of({})); }, {"SM_HOSTS[1]", "twice"});
+  require_invalid([] { parse_sagemaker(R"(["a"])", "a", environment_of({{"COHORT_ROLE", "boss"}})); }, {"COHORT_ROLE"});
+  require_invalid([] { parse_sagemaker(R"(["a"])", "a", environment_of({{"COHORT_PS_PORT", "2222"}})); },
+                  {"COHORT_PS_PORT", "2222"});
+  require_invalid([] { discover(environment_of({{"SM_HOSTS", R"(["a"])"}})); }, {"SM_CURRENT_HOST"});
+}
+
+TEST_CASE("rank-only environments ask for a rendezvous at the chief's address", "[cluster]") {
+  const auto mpi = discover(environment_of({{"OMPI_COMM_WORLD_RANK", "2"}, {"OMPI_COMM_WORLD_SIZE", "4"},
+                                            {"MASTER_ADDR", "10.1.1.1"}, {"MASTER_PORT", "29500"}}));
+  REQUIRE(std::holds_alternative<RendezvousRequest>(mpi));
+  CHECK(std::get<RendezvousRequest>(mpi).rank == 2);
+  CHECK(std::get<RendezvousRequest>(mpi).world_size == 4);
+  CHECK(std::get<RendezvousRequest>(mpi).chief == Endpoint{"10.1.1.1", 29500});
+  CHECK(std::get<RendezvousRequest>(mpi).source == "Open MPI");
+
+  const auto slurm = discover(environment_of({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "3"}, {"MASTER_ADDR", "n1"},
+                                              {"MASTER_PORT", "1234"}, {"COHORT_MASTER_ADDR", "n2"}, {"COHORT_NUM_PS", "1"}}));
+  CHECK(std::get<RendezvousRequest>(slurm).chief == Endpoint{"n2", 1234});
+  CHECK(std::get<RendezvousRequest>(slurm).num_ps == 1);
+  CHECK(std::get<RendezvousRequest>(slurm).source == "Slurm");
+
+  const auto torchrun = discover(environment_of({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "1"}}));
+  CHECK(std::get<RendezvousRequest>(torchrun).source == "torchrun");
+
+  require_invalid([] { discover(environment_of({{"RANK", "1"}, {"MASTER_ADDR", "a"}, {"MASTER_PORT", "1"}})); },
+                  {"torchrun", "WORLD_SIZE"});
+  require_invalid([] { discover(environment_of({{"RANK", "4"}, {"WORLD_SIZE", "4"}, {"MASTER_ADDR", "a"}, {"MASTER_PORT", "1"}})); },
+                  {"RANK", "'4'"});
+  require_invalid([] { discover(environment_of({{"RANK", "x"}, {"WORLD_SIZE", "4"}, {"MASTER_ADDR", "a"}, {"MASTER_PORT", "1"}})); },
+                  {"RANK", "'x'"});
+  require_invalid([] { discover(environment_of({{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "2"}})); },
+                  {"Open MPI", "MASTER_ADDR"});
+  require_invalid([] { discover(environment_of({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "a"}, {"MASTER_PORT", "0"}})); },
+                  {"MASTER_PORT"});
+  require_invalid([] { discover(environment_of({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "a"}, {"MASTER_PORT", "5"},
+                                                {"COHORT_NUM_PS", "2"}})); },
+                  {"COHORT_NUM_PS"});
+}
+
+TEST_CASE("precedence: TF_CONFIG over SageMaker over rank environments; nothing set is a single process", "[cluster]") {
+  const auto both = discover(environment_of({{"TF_CONFIG", R"({"cluster": {"worker": ["w:1"]}, "task": {"type": "worker"}})"},
+                                             {"SM_HOSTS", R"(["a"])"}, {"SM_CURRENT_HOST", "a"}, {"RANK", "0"}}));
+  CHECK(std::get<ClusterSpec>(both).source == "TF_CONFIG");
+  const auto sagemaker = discover(environment_of({{"SM_HOSTS", R"(["a"])"}, {"SM_CURRENT_HOST", "a"}, {"RANK", "0"}}));
+  CHECK(std::get<ClusterSpec>(sagemaker).source == "SM_HOSTS");
+  CHECK(std::holds_alternative<SingleProcess>(discover(environment_of({}))));
+}
+
+TEST_CASE("explicit specs are validated like discovered ones", "[cluster]") {
+  ClusterSpec spec{.workers = {{"a", 1}, {"b", 2}}, .ps = {{"c", 3}}, .role = Role::Ps, .index = 0};
+  spec.validate();
+  CHECK(spec.rank() == 2);
+  spec.index = 1;
+  require_invalid([&] { spec.validate(); }, {"explicit configuration", "task index 1", "cluster.ps"});
+  require_invalid([] { parse_endpoint("host:", "peer"); }, {"peer", "port"});
+  require_invalid([] { parse_endpoint(":80", "peer"); }, {"peer", "no host"});
+  require_invalid([] { parse_endpoint("[::1:80", "peer"); }, {"peer"});
+}
