@@ -1,0 +1,38 @@
+#pragma once
+// Collectives written once above the Transport interface, so that every transport gets them. All are
+// blocking, must be called by every rank of the group in the same order, and fail (never hang) when a
+// peer is lost or a wait passes the transport's deadline. Concurrent collectives need distinct tags;
+// successive ones may reuse a tag.
+//
+//   comm::allreduce(transport, gradients, {.op = comm::ReduceOp::Mean});
+//   comm::broadcast(transport, /*root=*/0, std::as_writable_bytes(std::span(weights)));
+
+#include <cstddef>
+#include <span>
+
+#include "cohort/comm/transport.hpp"
+
+namespace cohort::comm {
+
+inline constexpr Tag kCollectiveTag = 0xC011EC7100000000ull;
+
+enum class ReduceOp { Sum, Mean };
+
+struct AllreduceOptions {
+  ReduceOp op = ReduceOp::Sum;
+  // Each ring step moves its chunk in segments of this size, so that reducing one segment overlaps
+  // receiving the next.
+  std::size_t segment_bytes = 256 * 1024;
+  Tag tag = kCollectiveTag;
+};
+
+// Returns once every rank has entered the barrier. Dissemination: ceil(log2 n) rounds of one byte.
+void barrier(Transport& transport, Tag tag = kCollectiveTag);
+// Copies root's `data` into every rank's `data` (same size everywhere) along a binomial tree.
+void broadcast(Transport& transport, int root, std::span<std::byte> data, Tag tag = kCollectiveTag);
+// all = the `mine` of rank 0, then rank 1, ...; all.size() must be size() * mine.size().
+void allgather(Transport& transport, std::span<const std::byte> mine, std::span<std::byte> all, Tag tag = kCollectiveTag);
+// Element-wise sum (or mean) of `data` across ranks, in place; every rank ends with identical values.
+void allreduce(Transport& transport, std::span<float> data, const AllreduceOptions& options = {});
+
+}  // namespace cohort::comm

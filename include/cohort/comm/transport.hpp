@@ -1,0 +1,44 @@
+#pragma once
+// Transport: tagged point-to-point messages between the ranks of a group. This small interface is all
+// the collectives and the parameter store need; TCP (tcp.hpp) and in-process (inproc.hpp) implement it.
+//
+// Contract:
+// - send() and recv() return at once with a Work handle. send()'s bytes and recv()'s buffer must stay
+//   valid until that handle completes.
+// - Messages from one rank to another with the same tag arrive in the order they were sent; recv() takes
+//   the next one, which must have exactly out.size() bytes (else ProtocolError). Different tags and
+//   different peers are independent.
+// - When a peer is lost, every pending and later operation of this rank fails with IoError naming the
+//   lost peer (role, index, address): a group that lost a member cannot complete a collective.
+//
+//   auto s = transport.send(1, tag, std::as_bytes(std::span(values)));
+//   auto r = transport.recv(1, tag, std::as_writable_bytes(std::span(incoming)));
+//   s->wait(timeout);  r->wait(timeout);
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+
+#include "cohort/comm/work.hpp"
+
+namespace cohort::comm {
+
+using Tag = std::uint64_t;
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual WorkPtr send(int peer, Tag tag, std::span<const std::byte> data) = 0;
+  virtual WorkPtr recv(int peer, Tag tag, std::span<std::byte> out) = 0;
+  // How errors name a rank: "worker 1 (127.0.0.1:4001)".
+  virtual std::string describe(int rank) const = 0;
+  // The deadline that blocking helpers (collectives) apply to each wait.
+  virtual std::chrono::milliseconds timeout() const = 0;
+};
+
+}  // namespace cohort::comm

@@ -1,0 +1,45 @@
+#pragma once
+// Work: the completion handle of an asynchronous operation. wait() blocks until the operation is done
+// or its deadline passes; a failure stored by the transport (a lost peer, corrupt bytes) is rethrown
+// there, on the caller's thread.
+//
+//   auto work = transport.send(peer, tag, bytes);
+//   work->wait(std::chrono::seconds(30));   // IoError, ProtocolError or TimeoutError on failure
+
+#include <chrono>
+#include <condition_variable>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace cohort::comm {
+
+class Work {
+ public:
+  // `what` names the operation in a timeout message ("recv from worker 1, tag 7").
+  explicit Work(std::string what) : what_(std::move(what)) {}
+
+  // Returns when done; rethrows the failure; throws TimeoutError after `timeout`.
+  void wait(std::chrono::milliseconds timeout);
+  bool done() const;
+
+  // Called by transports, once; later calls are ignored.
+  void complete();
+  void fail(std::exception_ptr error);
+
+ private:
+  std::string what_;
+  mutable std::mutex mutex_;
+  std::condition_variable finished_;
+  bool done_ = false;
+  std::exception_ptr error_;
+};
+
+using WorkPtr = std::shared_ptr<Work>;
+
+// Waits for every handle, in order, each within the remaining time of one shared deadline.
+void wait_all(const std::vector<WorkPtr>& works, std::chrono::milliseconds timeout);
+
+}  // namespace cohort::comm

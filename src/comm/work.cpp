@@ -1,0 +1,48 @@
+#include "cohort/comm/work.hpp"
+
+#include <fmt/format.h>
+
+#include "cohort/core/error.hpp"
+
+namespace cohort::comm {
+
+void Work::wait(std::chrono::milliseconds timeout) {
+  std::unique_lock lock(mutex_);
+  if (!finished_.wait_for(lock, timeout, [&] { return done_; }))
+    throw TimeoutError(fmt::format("{} did not complete within {} ms", what_, timeout.count()));
+  if (error_) std::rethrow_exception(error_);
+}
+
+bool Work::done() const {
+  const std::lock_guard lock(mutex_);
+  return done_;
+}
+
+void Work::complete() {
+  {
+    const std::lock_guard lock(mutex_);
+    if (done_) return;
+    done_ = true;
+  }
+  finished_.notify_all();
+}
+
+void Work::fail(std::exception_ptr error) {
+  {
+    const std::lock_guard lock(mutex_);
+    if (done_) return;
+    done_ = true;
+    error_ = std::move(error);
+  }
+  finished_.notify_all();
+}
+
+void wait_all(const std::vector<WorkPtr>& works, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (const auto& work : works) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    work->wait(std::max(left, std::chrono::milliseconds(0)));
+  }
+}
+
+}  // namespace cohort::comm
