@@ -1,0 +1,49 @@
+#pragma once
+// The TCP transport: one connection per pair of ranks over standalone Asio, authenticated by a shared
+// secret (HMAC-SHA256 challenge-response in both directions), with length-prefixed frames, heartbeats
+// and a deadline on everything. Only the factory is public; the implementation lives in src/comm/tcp/.
+//
+//   comm::TcpOptions options{.rank = 1, .addresses = {{"127.0.0.1", 4000}, {"127.0.0.1", 4001}},
+//                            .secret = comm::load_secret()};
+//   auto transport = comm::connect_tcp(options);   // returns once every peer is connected
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cohort/comm/transport.hpp"
+
+namespace cohort::comm {
+
+struct Address {
+  std::string host;
+  std::uint16_t port = 0;
+};
+
+struct TcpOptions {
+  int rank = 0;
+  std::vector<Address> addresses;  // one per rank; this rank listens on its own, on that host only
+  std::vector<std::string> names;  // how errors name each rank; default "rank N (host:port)"
+  std::string secret;              // shared by all ranks; an empty secret is refused
+  // Connecting: peers may start in any order; dialing retries with back-off until this deadline.
+  std::chrono::milliseconds connect_timeout{60000};
+  // The deadline collectives apply to each wait.
+  std::chrono::milliseconds timeout{60000};
+  // A heartbeat goes out this often; a peer silent for peer_timeout is declared lost.
+  std::chrono::milliseconds heartbeat_interval{1000};
+  std::chrono::milliseconds peer_timeout{10000};
+  // Frames above this size are a protocol violation.
+  std::uint64_t max_frame_bytes = std::uint64_t{1} << 32;
+};
+
+// Blocks until this rank is connected to and authenticated with every other rank. Throws TimeoutError
+// naming the peers still missing at the deadline, InvalidArgument for bad options.
+std::unique_ptr<Transport> connect_tcp(const TcpOptions& options);
+
+// The shared secret: COHORT_SECRET, else the contents of the file named by COHORT_SECRET_FILE.
+// Throws InvalidArgument when neither is set or the secret is empty.
+std::string load_secret();
+
+}  // namespace cohort::comm

@@ -1,0 +1,44 @@
+#pragma once
+// The wire format of the TCP transport. Every frame starts with a fixed 24-byte header, little-endian:
+//   magic u32 "COHT" | protocol version u16 | frame type u16 | tag u64 | payload length u64
+// followed by `length` payload bytes.
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace cohort::comm::tcp {
+
+inline constexpr std::uint32_t kMagic = 0x54484F43;  // "COHT"
+inline constexpr std::uint16_t kProtocolVersion = 1;
+inline constexpr std::size_t kHeaderBytes = 24;
+inline constexpr std::size_t kNonceBytes = 32;
+inline constexpr std::size_t kMacBytes = 32;
+
+enum class FrameType : std::uint16_t {
+  Hello = 1,      // client: tag = client rank; payload = nonce | expected server rank (u32)
+  Challenge = 2,  // server: tag = server rank; payload = nonce | proof of the secret
+  Response = 3,   // client: payload = proof of the secret
+  Data = 10,      // tag = user tag; payload = message
+  Heartbeat = 11,
+  Abort = 12,     // tag = the rank whose loss the sender observed
+};
+
+struct FrameHeader {
+  std::uint32_t magic = kMagic;
+  std::uint16_t version = kProtocolVersion;
+  FrameType type = FrameType::Data;
+  std::uint64_t tag = 0;
+  std::uint64_t length = 0;
+};
+
+using HeaderBytes = std::array<std::byte, kHeaderBytes>;
+
+HeaderBytes encode(const FrameHeader& header);
+FrameHeader decode(const HeaderBytes& bytes);
+// Why a received header is unacceptable, or nothing when it is fine.
+std::optional<std::string> check(const FrameHeader& header, std::uint64_t max_payload);
+
+}  // namespace cohort::comm::tcp

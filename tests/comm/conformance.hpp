@@ -1,0 +1,144 @@
+#pragma once
+// The transport contract as checks that run against any connected group, so that every transport goes
+// through the same suite (tests/comm/inproc_test.cpp, tests/comm/tcp_test.cpp).
+
+#include <catch2/catch.hpp>
+#include <numeric>
+#include <vector>
+
+#include "cohort/comm/collectives.hpp"
+#include "cohort/comm/transport.hpp"
+#include "cohort/core/error.hpp"
+#include "comm_test_util.hpp"
+
+namespace conformance {
+
+using namespace cohort;
+using namespace cohort::comm;
+
+inline std::span<const std::byte> bytes(const std::vector<int>& v) { return std::as_bytes(std::span(v)); }
+inline std::span<std::byte> bytes(std::vector<int>& v) { return std::as_writable_bytes(std::span(v)); }
+
+// Ranks of one connected group, indexed by rank.
+using Group = std::vector<Transport*>;
+
+// Needs 3 ranks. In-order delivery per tag, no head-of-line blocking across tags, several senders.
+inline void ordering_and_tags(const Group& group) {
+  comm_test::run_ranks(3, [&](int r) {
+    Transport& t = *group[static_cast<std::size_t>(r)];
+    if (r == 0) {
+      std::vector<std::vector<int>> messages;
+      for (int i = 0; i < 200; ++i) messages.push_back({i, i * i});
+      std::vector<WorkPtr> works;
+      for (int i = 0; i < 200; ++i) works.push_back(t.send(1, 7, bytes(messages[static_cast<std::size_t>(i)])));
+      std::vector<int> other{42};
+      works.push_back(t.send(1, 8, bytes(other)));
+      wait_all(works, t.timeout());
+    } else if (r == 1) {
+      std::vector<int> other(1);
+      t.recv(0, 8, bytes(other))->wait(t.timeout());
+      CHECK(other[0] == 42);
+      for (int i = 0; i < 200; ++i) {
+        std::vector<int> got(2);
+        t.recv(0, 7, bytes(got))->wait(t.timeout());
+        REQUIRE(got == std::vector<int>{i, i * i});
+      }
+      std::vector<int> from_two(3);
+      t.recv(2, 7, bytes(from_two))->wait(t.timeout());
+      CHECK(from_two == std::vector<int>{2, 2, 2});
+    } else {
+      std::vector<int> mine{2, 2, 2};
+      t.send(1, 7, bytes(mine))->wait(t.timeout());
+    }
+  });
+}
+
+// Needs 2 ranks. Zero-byte and 12 MB messages, many receives posted before their sends, and a size
+// mismatch that fails as ProtocolError without disturbing the next message.
+inline void sizes_and_mismatch(const Group& group) {
+  comm_test::run_ranks(2, [&](int r) {
+    Transport& t = *group[static_cast<std::size_t>(r)];
+    std::vector<int> big(3'000'000);
+    if (r == 0) {
+      std::iota(big.begin(), big.end(), 0);
+      std::vector<int> empty, three{1, 2, 3}, after{9};
+      std::vector<std::vector<int>> many(100, std::vector<int>(1000));
+      for (int i = 0; i < 100; ++i) many[static_cast<std::size_t>(i)].assign(1000, i);
+      std::vector<WorkPtr> works{t.send(1, 1, bytes(empty)), t.send(1, 2, bytes(big)), t.send(1, 3, bytes(three)),
+                                 t.send(1, 3, bytes(after))};
+      for (int i = 0; i < 100; ++i) works.push_back(t.send(1, 100 + static_cast<Tag>(i), bytes(many[static_cast<std::size_t>(i)])));
+      wait_all(works, t.timeout());
+    } else {
+      std::vector<std::vector<int>> many(100, std::vector<int>(1000));
+      std::vector<WorkPtr> posted;
+      for (int i = 99; i >= 0; --i) posted.push_back(t.recv(0, 100 + static_cast<Tag>(i), bytes(many[static_cast<std::size_t>(i)])));
+      std::vector<int> empty;
+      t.recv(0, 1, bytes(empty))->wait(t.timeout());
+      t.recv(0, 2, bytes(big))->wait(t.timeout());
+      CHECK(big[2'999'999] == 2'999'999);
+      std::vector<int> two(2), one(1);
+      CHECK_THROWS_AS(t.recv(0, 3, bytes(two))->wait(t.timeout()), ProtocolError);
+      t.recv(0, 3, bytes(one))->wait(t.timeout());
+      CHECK(one[0] == 9);
+      wait_all(posted, t.timeout());
+      for (int i = 0; i < 100; ++i) CHECK(many[static_cast<std::size_t>(i)] == std::vector<int>(1000, i));
+    }
+  });
+}
+
+inline std::vector<float> input_of(int rank, std::size_t count) {
+  std::vector<float> v(count);
+  for (std::size_t i = 0; i < count; ++i) v[i] = static_cast<float>((rank + 1) * 1000 + static_cast<int>(i % 977));
+  return v;
+}
+
+// Allreduce (sum and mean) against a serial reference, for sizes that do not divide evenly and zero.
+inline void allreduce_matches_reference(const Group& group, std::initializer_list<std::size_t> counts) {
+  const int n = static_cast<int>(group.size());
+  for (std::size_t count : counts) {
+    for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Mean}) {
+      std::vector<float> expected(count, 0.0f);
+      for (int r = 0; r < n; ++r) {
+        const auto in = input_of(r, count);
+        for (std::size_t i = 0; i < count; ++i) expected[i] += in[i];
+      }
+      if (op == ReduceOp::Mean)
+        for (float& v : expected) v /= static_cast<float>(n);
+      std::vector<std::vector<float>> results(static_cast<std::size_t>(n));
+      comm_test::run_ranks(n, [&](int r) {
+        auto data = input_of(r, count);
+        allreduce(*group[static_cast<std::size_t>(r)], data, {.op = op, .segment_bytes = 4 * 100});
+        results[static_cast<std::size_t>(r)] = std::move(data);
+      });
+      INFO("ranks " << n << " count " << count << " mean " << (op == ReduceOp::Mean));
+      for (int r = 0; r < n; ++r) {
+        const auto& got = results[static_cast<std::size_t>(r)];
+        REQUIRE(got.size() == count);
+        for (std::size_t i = 0; i < count; ++i) REQUIRE(got[i] == Approx(expected[i]).epsilon(1e-6));
+        CHECK(got == results[0]);
+      }
+    }
+  }
+}
+
+inline void broadcast_allgather_barrier(const Group& group) {
+  const int n = static_cast<int>(group.size());
+  comm_test::run_ranks(n, [&](int r) {
+    Transport& t = *group[static_cast<std::size_t>(r)];
+    for (int root = 0; root < n; ++root) {
+      std::vector<int> data(5, r == root ? root + 100 : -1);
+      broadcast(t, root, bytes(data));
+      CHECK(data == std::vector<int>(5, root + 100));
+    }
+    std::vector<int> mine{r, r * 10};
+    std::vector<int> all(static_cast<std::size_t>(2 * n));
+    allgather(t, bytes(mine), bytes(all));
+    for (int q = 0; q < n; ++q) {
+      CHECK(all[static_cast<std::size_t>(2 * q)] == q);
+      CHECK(all[static_cast<std::size_t>(2 * q + 1)] == q * 10);
+    }
+    barrier(t);
+  });
+}
+
+}  // namespace conformance
