@@ -24,6 +24,7 @@ enum class FrameType : std::uint16_t {
   Data = 10,      // tag = user tag; payload = message
   Heartbeat = 11,
   Abort = 12,     // tag = the rank whose loss the sender observed
+  Bye = 13,       // the sender shuts down cleanly
 };
 
 struct FrameHeader {

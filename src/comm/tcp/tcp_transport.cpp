@@ -42,7 +42,6 @@ using asio::ip::tcp;
 using Clock = std::chrono::steady_clock;
 using Socket = std::shared_ptr<tcp::socket>;
 
-constexpr std::uint16_t kByeType = 13;  // a clean shutdown; see FrameType
 constexpr std::chrono::milliseconds kHandshakeTimeout{10000};
 
 struct Outgoing {
@@ -128,12 +127,15 @@ class TcpTransport : public Transport {
   void write_next(int peer);
   void heartbeat();
   // failures
-  void lose(int peer, const std::string& reason);
-  void break_group(const std::string& message);
+  // protocol: the peer sent bytes that break the protocol; operations then fail with ProtocolError.
+  void lose(int peer, const std::string& reason, bool protocol = false);
+  void break_group(const std::string& message, bool protocol = false);
   void fail_pending_of(int peer, const std::string& message);
   void fail_queued_sends(const std::exception_ptr& error);
   void hand_over(int peer, Tag tag, const std::vector<std::byte>& bytes, const Receiver& receiver);
-  std::exception_ptr broken_error() const { return std::make_exception_ptr(IoError(*broken_)); }
+  std::exception_ptr broken_error() const {
+    return broken_by_protocol_ ? std::make_exception_ptr(ProtocolError(*broken_)) : std::make_exception_ptr(IoError(*broken_));
+  }
   void check_peer(int peer) const;
 
   TcpOptions options_;
@@ -146,6 +148,7 @@ class TcpTransport : public Transport {
   std::map<std::pair<int, Tag>, std::deque<Receiver>> receivers_;
   std::map<std::pair<int, Tag>, std::deque<std::vector<std::byte>>> unexpected_;
   std::optional<std::string> broken_;
+  bool broken_by_protocol_ = false;
   Clock::time_point connect_deadline_;
 
   std::mutex setup_mutex_;
@@ -227,7 +230,7 @@ TcpTransport::~TcpTransport() {
         said_goodbye = true;
         for (int r = 0; r < size(); ++r) {
           Peer& p = peers_[static_cast<std::size_t>(r)];
-          if (p.ready && !p.departed && !broken_) enqueue(r, {encode({.type = static_cast<FrameType>(kByeType)}), {}, nullptr});
+          if (p.ready && !p.departed && !broken_) enqueue(r, {encode({.type = FrameType::Bye}), {}, nullptr});
         }
       }
       bool all_idle = true;
@@ -446,19 +449,17 @@ void TcpTransport::read_header(int peer) {
     }
     q.last_heard = Clock::now();
     const FrameHeader header = decode(q.header);
-    if (auto problem = check(header, options_.max_frame_bytes)) return lose(peer, "protocol error: " + *problem);
+    if (auto problem = check(header, options_.max_frame_bytes)) return lose(peer, "protocol error: " + *problem, true);
     on_frame(peer, header);
   });
 }
 
 void TcpTransport::on_frame(int peer, const FrameHeader& header) {
   Peer& p = peers_[static_cast<std::size_t>(peer)];
-  if (static_cast<std::uint16_t>(header.type) == kByeType) {
-    p.departed = true;
-    fail_pending_of(peer, fmt::format("{} left the group", describe(peer)));
-    return;
-  }
   switch (header.type) {
+    case FrameType::Bye:
+      p.departed = true;
+      return fail_pending_of(peer, fmt::format("{} left the group", describe(peer)));
     case FrameType::Heartbeat:
       return read_header(peer);
     case FrameType::Abort: {
@@ -470,7 +471,7 @@ void TcpTransport::on_frame(int peer, const FrameHeader& header) {
     case FrameType::Data:
       break;
     default:
-      return lose(peer, "protocol error: a handshake frame after the handshake");
+      return lose(peer, "protocol error: a handshake frame after the handshake", true);
   }
   const std::pair<int, Tag> key{peer, header.tag};
   auto waiting = receivers_.find(key);
@@ -601,7 +602,7 @@ void TcpTransport::heartbeat() {
 
 // ---- failures
 
-void TcpTransport::lose(int peer, const std::string& reason) {
+void TcpTransport::lose(int peer, const std::string& reason, bool protocol) {
   Peer& p = peers_[static_cast<std::size_t>(peer)];
   if (p.departed || closing_) return;
   p.departed = true;
@@ -614,12 +615,13 @@ void TcpTransport::lose(int peer, const std::string& reason) {
     if (r != peer && other.ready && !other.departed)
       enqueue(r, {encode({.type = FrameType::Abort, .tag = static_cast<std::uint64_t>(peer)}), {}, nullptr});
   }
-  break_group(fmt::format("lost {}: {}", describe(peer), reason));
+  break_group(fmt::format("lost {}: {}", describe(peer), reason), protocol);
 }
 
-void TcpTransport::break_group(const std::string& message) {
+void TcpTransport::break_group(const std::string& message, bool protocol) {
   if (broken_) return;
   broken_ = message;
+  broken_by_protocol_ = protocol;
   const auto error = broken_error();
   for (auto& [key, queue] : receivers_)
     for (auto& receiver : queue) receiver.work->fail(error);

@@ -1,0 +1,366 @@
+// The TCP transport: the shared conformance checks, then what only a network transport has to survive:
+// peers starting in any order, wrong or missing secrets, garbage and replayed handshakes, bad frames from
+// an authenticated peer, and lost peers. All traffic goes to 127.0.0.1.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <fmt/format.h>
+#include <fstream>
+#include <memory>
+#include <optional>
+#include <thread>
+
+#include "cohort/comm/tcp.hpp"
+#include "comm/tcp/frame.hpp"
+#include "comm/tcp/handshake.hpp"
+#include "conformance.hpp"
+
+using namespace cohort;
+using namespace cohort::comm;
+using namespace std::chrono_literals;
+
+namespace {
+
+const std::string kSecret = "a shared secret for tests";
+
+std::vector<Address> free_addresses(int n) {
+  std::vector<Address> addresses;
+  std::vector<int> held;
+  for (int i = 0; i < n; ++i) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0);
+    socklen_t length = sizeof address;
+    ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
+    addresses.push_back({"127.0.0.1", ntohs(address.sin_port)});
+    held.push_back(fd);
+  }
+  for (int fd : held) ::close(fd);
+  return addresses;
+}
+
+TcpOptions options_for(int rank, const std::vector<Address>& addresses, std::string secret = kSecret) {
+  TcpOptions options;
+  options.rank = rank;
+  options.addresses = addresses;
+  options.secret = std::move(secret);
+  options.connect_timeout = 10s;
+  options.timeout = 10s;
+  options.heartbeat_interval = 100ms;
+  options.peer_timeout = 3s;
+  for (int r = 0; r < static_cast<int>(addresses.size()); ++r)
+    options.names.push_back(fmt::format("{} {} (127.0.0.1:{})", r == 0 ? "chief" : "worker", r, addresses[static_cast<std::size_t>(r)].port));
+  return options;
+}
+
+// Connects n ranks concurrently, as n processes would.
+std::vector<std::unique_ptr<Transport>> connect_group(int n, const std::vector<Address>& addresses) {
+  std::vector<std::unique_ptr<Transport>> transports(static_cast<std::size_t>(n));
+  comm_test::run_ranks(n, [&](int r) { transports[static_cast<std::size_t>(r)] = connect_tcp(options_for(r, addresses)); });
+  return transports;
+}
+
+conformance::Group members(const std::vector<std::unique_ptr<Transport>>& transports) {
+  conformance::Group out;
+  for (const auto& t : transports) out.push_back(t.get());
+  return out;
+}
+
+// A raw TCP client for feeding the listener bytes of our choosing.
+class RawClient {
+ public:
+  explicit RawClient(const Address& address) : fd_(::socket(AF_INET, SOCK_STREAM, 0)) {
+    sockaddr_in target{};
+    target.sin_family = AF_INET;
+    target.sin_port = htons(address.port);
+    ::inet_pton(AF_INET, address.host.c_str(), &target.sin_addr);
+    for (int attempt = 0; attempt < 200; ++attempt) {
+      if (::connect(fd_, reinterpret_cast<sockaddr*>(&target), sizeof target) == 0) return;
+      std::this_thread::sleep_for(20ms);
+    }
+    FAIL("cannot connect to the listener");
+  }
+  ~RawClient() { ::close(fd_); }
+  void write(const void* data, std::size_t size) { CHECK(::send(fd_, data, size, MSG_NOSIGNAL) == static_cast<ssize_t>(size)); }
+  template <typename Bytes>
+  void write(const Bytes& bytes) { write(bytes.data(), bytes.size()); }
+  // Reads exactly `size` bytes; false when the peer closes first.
+  bool read(void* data, std::size_t size) {
+    timeval timeout{5, 0};
+    ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
+    std::size_t done = 0;
+    while (done < size) {
+      const ssize_t got = ::recv(fd_, static_cast<char*>(data) + done, size - done, 0);
+      if (got <= 0) return false;
+      done += static_cast<std::size_t>(got);
+    }
+    return true;
+  }
+  // True when the listener has closed the connection.
+  bool closed_by_peer() {
+    char byte;
+    return !read(&byte, 1);
+  }
+
+ private:
+  int fd_;
+};
+
+std::vector<std::byte> hello_frame(int client_rank, const tcp::Nonce& nonce, int server_rank) {
+  const auto header = tcp::encode({.type = tcp::FrameType::Hello, .tag = static_cast<std::uint64_t>(client_rank), .length = tcp::kNonceBytes + 4});
+  std::vector<std::byte> out(header.begin(), header.end());
+  out.insert(out.end(), nonce.begin(), nonce.end());
+  for (int i = 0; i < 4; ++i) out.push_back(static_cast<std::byte>((server_rank >> (8 * i)) & 0xff));
+  return out;
+}
+
+std::vector<std::byte> response_frame(const tcp::Mac& proof) {
+  const auto header = tcp::encode({.type = tcp::FrameType::Response, .length = tcp::kMacBytes});
+  std::vector<std::byte> out(header.begin(), header.end());
+  out.insert(out.end(), proof.begin(), proof.end());
+  return out;
+}
+
+// Runs the client side of the handshake by hand; returns the server nonce (or nothing when refused).
+std::optional<tcp::Nonce> handshake(RawClient& client, int client_rank, const std::string& secret, const tcp::Nonce& nonce) {
+  client.write(hello_frame(client_rank, nonce, 0));
+  tcp::HeaderBytes header{};
+  std::array<std::byte, tcp::kNonceBytes + tcp::kMacBytes> challenge{};
+  if (!client.read(header.data(), header.size()) || !client.read(challenge.data(), challenge.size())) return std::nullopt;
+  tcp::Nonce server{};
+  std::copy_n(challenge.begin(), tcp::kNonceBytes, server.begin());
+  client.write(response_frame(tcp::client_proof(secret, nonce, server, client_rank, 0)));
+  return server;
+}
+
+// The legitimate rank 1 joins rank 0 (already listening in `zero`) and one message goes through.
+void legitimate_peer_still_works(std::unique_ptr<Transport>& zero, const std::vector<Address>& addresses) {
+  auto one = connect_tcp(options_for(1, addresses));
+  std::vector<int> ping{5}, pong(1);
+  auto sent = one->send(0, 1, conformance::bytes(ping));
+  zero->recv(1, 1, conformance::bytes(pong))->wait(5s);
+  sent->wait(5s);
+  CHECK(pong[0] == 5);
+}
+
+}  // namespace
+
+TEST_CASE("tcp: the conformance checks", "[comm][tcp]") {
+  {
+    const auto addresses = free_addresses(3);
+    auto group = connect_group(3, addresses);
+    conformance::ordering_and_tags(members(group));
+  }
+  {
+    const auto addresses = free_addresses(2);
+    auto group = connect_group(2, addresses);
+    conformance::sizes_and_mismatch(members(group));
+  }
+}
+
+TEST_CASE("tcp: collectives match the serial reference on 1 to 4 ranks", "[comm][tcp][collectives]") {
+  for (int n : {1, 2, 3, 4}) {
+    const auto addresses = free_addresses(n);
+    auto group = connect_group(n, addresses);
+    conformance::allreduce_matches_reference(members(group), {0, 1, static_cast<std::size_t>(n > 1 ? n - 1 : 0), 7, 1000, 300001});
+    conformance::broadcast_allgather_barrier(members(group));
+  }
+}
+
+TEST_CASE("tcp: processes may start in any order", "[comm][tcp]") {
+  const auto addresses = free_addresses(3);
+  std::vector<std::unique_ptr<Transport>> group(3);
+  comm_test::run_ranks(3, [&](int r) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300 * (2 - r)));  // rank 2 first, rank 0 last
+    group[static_cast<std::size_t>(r)] = connect_tcp(options_for(r, addresses));
+  });
+  conformance::broadcast_allgather_barrier(members(group));
+}
+
+TEST_CASE("tcp: a missing peer is a TimeoutError naming it; no secret is refused at once", "[comm][tcp]") {
+  const auto addresses = free_addresses(2);
+  auto options = options_for(1, addresses);
+  options.connect_timeout = 500ms;
+  CHECK_THROWS_WITH(connect_tcp(options), Catch::Contains("chief 0") && Catch::Contains("500 ms"));
+  CHECK_THROWS_AS(connect_tcp(options_for(0, addresses, "")), InvalidArgument);
+}
+
+TEST_CASE("tcp: a wrong secret is refused while the legitimate peers carry on", "[comm][tcp][security]") {
+  const auto addresses = free_addresses(2);
+  std::unique_ptr<Transport> zero;
+  std::thread listener([&] { zero = connect_tcp(options_for(0, addresses)); });
+  auto intruder = options_for(1, addresses, "not the secret");
+  intruder.connect_timeout = 1s;
+  CHECK_THROWS_WITH(connect_tcp(intruder), Catch::Contains("chief 0"));
+  std::unique_ptr<Transport> one;
+  std::thread joiner([&] { one = connect_tcp(options_for(1, addresses)); });
+  listener.join();
+  joiner.join();
+  std::vector<int> ping{5}, pong(1);
+  auto sent = one->send(0, 1, conformance::bytes(ping));
+  zero->recv(1, 1, conformance::bytes(pong))->wait(5s);
+  sent->wait(5s);
+  CHECK(pong[0] == 5);
+}
+
+TEST_CASE("tcp: garbage, truncated and replayed handshakes are refused and change nothing", "[comm][tcp][security]") {
+  const auto addresses = free_addresses(2);
+  std::unique_ptr<Transport> zero;
+  std::thread listener([&] { zero = connect_tcp(options_for(0, addresses)); });
+  {
+    RawClient garbage(addresses[0]);
+    std::vector<unsigned char> noise(100);
+    for (std::size_t i = 0; i < noise.size(); ++i) noise[i] = static_cast<unsigned char>(i * 37 + 11);
+    garbage.write(noise);
+    CHECK(garbage.closed_by_peer());
+  }
+  {
+    RawClient http(addresses[0]);
+    const std::string request = "GET / HTTP/1.1\r\nHost: x\r\n\r\n";
+    http.write(request);
+    CHECK(http.closed_by_peer());
+  }
+  {
+    RawClient truncated(addresses[0]);
+    const auto hello = hello_frame(1, tcp::random_nonce(), 0);
+    truncated.write(hello.data(), 30);  // half a hello, then silence until the client gives up
+  }
+  {
+    RawClient oversized(addresses[0]);
+    const auto header = tcp::encode({.type = tcp::FrameType::Hello, .tag = 1, .length = std::uint64_t{1} << 40});
+    oversized.write(header);
+    CHECK(oversized.closed_by_peer());
+  }
+  {
+    // A handshake recorded for an earlier server nonce, replayed against a fresh one.
+    const tcp::Nonce client = tcp::random_nonce(), old_server = tcp::random_nonce();
+    const auto recorded_response = response_frame(tcp::client_proof(kSecret, client, old_server, 1, 0));
+    RawClient replay(addresses[0]);
+    replay.write(hello_frame(1, client, 0));
+    std::array<std::byte, tcp::kHeaderBytes + tcp::kNonceBytes + tcp::kMacBytes> challenge{};
+    REQUIRE(replay.read(challenge.data(), challenge.size()));
+    replay.write(recorded_response);
+    CHECK(replay.closed_by_peer());
+  }
+  {
+    RawClient wrong_rank(addresses[0]);
+    wrong_rank.write(hello_frame(0, tcp::random_nonce(), 0));  // rank 0 never dials rank 0
+    CHECK(wrong_rank.closed_by_peer());
+  }
+  std::unique_ptr<Transport> one;
+  std::thread joiner([&] { one = connect_tcp(options_for(1, addresses)); });
+  listener.join();
+  joiner.join();
+  std::vector<int> ping{7}, pong(1);
+  auto sent = one->send(0, 3, conformance::bytes(ping));
+  zero->recv(1, 3, conformance::bytes(pong))->wait(5s);
+  sent->wait(5s);
+  CHECK(pong[0] == 7);
+}
+
+TEST_CASE("tcp: bad frames from an authenticated peer fail operations with ProtocolError", "[comm][tcp][security]") {
+  for (int variant = 0; variant < 3; ++variant) {
+    const auto addresses = free_addresses(2);
+    std::unique_ptr<Transport> zero;
+    std::thread listener([&] {
+      auto options = options_for(0, addresses);
+      options.max_frame_bytes = 1 << 20;
+      zero = connect_tcp(options);
+    });
+    RawClient peer(addresses[0]);
+    REQUIRE(handshake(peer, 1, kSecret, tcp::random_nonce()));
+    listener.join();
+    std::vector<int> out(4);
+    auto pending = zero->recv(1, 1, conformance::bytes(out));
+    if (variant == 0) {
+      peer.write(tcp::encode({.type = tcp::FrameType::Data, .tag = 1, .length = std::uint64_t{1} << 30}));  // above the limit
+    } else if (variant == 1) {
+      std::vector<unsigned char> noise(24, 0xAB);
+      peer.write(noise);
+    } else {
+      peer.write(tcp::encode({.type = tcp::FrameType::Hello, .tag = 1, .length = 0}));  // a handshake frame again
+    }
+    INFO("variant " << variant);
+    CHECK_THROWS_AS(pending->wait(5s), ProtocolError);
+    CHECK_THROWS_WITH(zero->send(1, 1, conformance::bytes(out))->wait(5s), Catch::Contains("worker 1"));
+  }
+}
+
+TEST_CASE("tcp: a peer that vanishes or falls silent fails every rank's operations, naming it", "[comm][tcp]") {
+  SECTION("connection closed without goodbye") {
+    const auto addresses = free_addresses(3);
+    std::unique_ptr<Transport> zero, one;
+    std::optional<RawClient> two;
+    std::thread a([&] { zero = connect_tcp(options_for(0, addresses)); });
+    std::thread b([&] { one = connect_tcp(options_for(1, addresses)); });
+    // rank 2 is hand-made: it authenticates with ranks 0 and 1, then its link to rank 0 breaks. Rank 1,
+    // whose own link to rank 2 stays open, learns of the loss from rank 0's abort message.
+    two.emplace(addresses[0]);
+    REQUIRE(handshake(*two, 2, kSecret, tcp::random_nonce()));
+    RawClient to_one(addresses[1]);
+    const tcp::Nonce nonce = tcp::random_nonce();
+    to_one.write(hello_frame(2, nonce, 1));
+    tcp::HeaderBytes header{};
+    std::array<std::byte, tcp::kNonceBytes + tcp::kMacBytes> challenge{};
+    REQUIRE(to_one.read(header.data(), header.size()));
+    REQUIRE(to_one.read(challenge.data(), challenge.size()));
+    tcp::Nonce server{};
+    std::copy_n(challenge.begin(), tcp::kNonceBytes, server.begin());
+    to_one.write(response_frame(tcp::client_proof(kSecret, nonce, server, 2, 1)));
+    a.join();
+    b.join();
+    std::vector<int> out(1);
+    auto waiting_on_one = zero->recv(1, 9, conformance::bytes(out));  // not on the lost rank
+    auto one_waiting = one->recv(0, 9, conformance::bytes(out));
+    two.reset();  // rank 2's link to rank 0 closes abruptly
+    CHECK_THROWS_WITH(waiting_on_one->wait(5s), Catch::Contains("lost worker 2"));
+    CHECK_THROWS_WITH(one_waiting->wait(5s), Catch::Contains("lost worker 2"));
+  }
+  SECTION("silent peer") {
+    const auto addresses = free_addresses(2);
+    std::unique_ptr<Transport> zero;
+    std::thread a([&] {
+      auto options = options_for(0, addresses);
+      options.peer_timeout = 500ms;
+      zero = connect_tcp(options);
+    });
+    RawClient hung(addresses[0]);
+    REQUIRE(handshake(hung, 1, kSecret, tcp::random_nonce()));
+    a.join();
+    std::vector<int> out(1);
+    const auto start = std::chrono::steady_clock::now();
+    CHECK_THROWS_WITH(zero->recv(1, 1, conformance::bytes(out))->wait(5s), Catch::Contains("silent"));
+    CHECK(std::chrono::steady_clock::now() - start < 3s);
+  }
+}
+
+TEST_CASE("tcp: a clean shutdown fails only what needed the departed peer", "[comm][tcp]") {
+  const auto addresses = free_addresses(3);
+  auto group = connect_group(3, addresses);
+  std::vector<int> out(1), value{3};
+  auto waiting_on_two = group[0]->recv(2, 1, conformance::bytes(out));
+  group[2].reset();
+  CHECK_THROWS_WITH(waiting_on_two->wait(5s), Catch::Contains("worker 2") && Catch::Contains("left"));
+  auto sent = group[0]->send(1, 1, conformance::bytes(value));
+  group[1]->recv(0, 1, conformance::bytes(out))->wait(5s);
+  sent->wait(5s);
+  CHECK(out[0] == 3);
+}
+
+TEST_CASE("load_secret reads COHORT_SECRET, then COHORT_SECRET_FILE", "[comm][tcp]") {
+  ::setenv("COHORT_SECRET", "from-env", 1);
+  CHECK(load_secret() == "from-env");
+  ::unsetenv("COHORT_SECRET");
+  const std::string path = "/tmp/cohort_test_secret_" + std::to_string(::getpid());
+  { std::ofstream(path) << "from-file\n"; }
+  ::setenv("COHORT_SECRET_FILE", path.c_str(), 1);
+  CHECK(load_secret() == "from-file");
+  ::unsetenv("COHORT_SECRET_FILE");
+  std::remove(path.c_str());
+  CHECK_THROWS_AS(load_secret(), InvalidArgument);
+}
