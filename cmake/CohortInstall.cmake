@@ -2,6 +2,7 @@
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
+install(TARGETS cohort-launch RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 install(TARGETS cohort EXPORT cohortTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}

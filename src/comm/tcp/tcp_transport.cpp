@@ -155,7 +155,8 @@ class TcpTransport : public Transport {
   std::condition_variable setup_changed_;
   int connected_ = 0;
 
-  bool closing_ = false;
+  bool leaving_ = false;  // goodbyes sent
+  bool closing_ = false;  // sockets being closed
   std::unique_ptr<IoThread> io_thread_;  // last: stopped first, before the state its handlers use
 };
 
@@ -228,9 +229,11 @@ TcpTransport::~TcpTransport() {
     asio::post(io_, [&] {
       if (!said_goodbye) {
         said_goodbye = true;
+        leaving_ = true;  // from here on, peers closing their ends is expected
         for (int r = 0; r < size(); ++r) {
-          Peer& p = peers_[static_cast<std::size_t>(r)];
-          if (p.ready && !p.departed && !broken_) enqueue(r, {encode({.type = FrameType::Bye}), {}, nullptr});
+          const Peer& p = peers_[static_cast<std::size_t>(r)];
+          // Peers that already left get one too: they may still be reading until their own shutdown.
+          if (p.ready && p.socket->is_open() && !broken_) enqueue(r, {encode({.type = FrameType::Bye}), {}, nullptr});
         }
       }
       bool all_idle = true;
@@ -444,7 +447,7 @@ void TcpTransport::read_header(int peer) {
   asio::async_read(*p.socket, asio::buffer(p.header), [this, peer](const asio::error_code& error, std::size_t) {
     Peer& q = peers_[static_cast<std::size_t>(peer)];
     if (error) {
-      if (q.departed || closing_) return;
+      if (q.departed || leaving_ || closing_) return;
       return lose(peer, error == asio::error::eof ? "connection closed" : error.message());
     }
     q.last_heard = Clock::now();
@@ -604,7 +607,7 @@ void TcpTransport::heartbeat() {
 
 void TcpTransport::lose(int peer, const std::string& reason, bool protocol) {
   Peer& p = peers_[static_cast<std::size_t>(peer)];
-  if (p.departed || closing_) return;
+  if (p.departed || leaving_ || closing_) return;
   p.departed = true;
   asio::error_code ignored;
   if (p.socket) p.socket->close(ignored);

@@ -1,0 +1,48 @@
+#pragma once
+// Cluster: this process's place in a run and its connection to the others. Built from explicit
+// configuration or discovered from the environment (discovery.hpp); the transport connects lazily, on
+// first use, with the shared secret from COHORT_SECRET or COHORT_SECRET_FILE.
+//
+//   auto cluster = cluster::Cluster::from_environment();
+//   if (cluster.distributed()) comm::allreduce(cluster.transport(), gradients, {.op = comm::ReduceOp::Mean});
+
+#include <chrono>
+#include <memory>
+#include <optional>
+
+#include "cohort/cluster/discovery.hpp"
+#include "cohort/comm/tcp.hpp"
+#include "cohort/comm/transport.hpp"
+
+namespace cohort::cluster {
+
+struct ConnectOptions {
+  std::chrono::milliseconds connect_timeout{60000};
+  std::chrono::milliseconds timeout{60000};
+  std::chrono::milliseconds heartbeat_interval{1000};
+  std::chrono::milliseconds peer_timeout{10000};
+};
+
+class Cluster {
+ public:
+  // A single process: rank 0 of 1, no network.
+  Cluster();
+  // Explicit configuration; validated here.
+  explicit Cluster(ClusterSpec spec, ConnectOptions options = {});
+  // TF_CONFIG, SageMaker, or a single process when nothing is set. Rank-only environments (mpirun,
+  // Slurm, torchrun) need a rendezvous, which this build does not yet perform: they are refused with an
+  // InvalidArgument that says so and names the variables to set instead.
+  static Cluster from_environment(const Environment& environment = process_environment(), ConnectOptions options = {});
+
+  const ClusterSpec& spec() const { return spec_; }
+  bool distributed() const { return spec_.world_size() > 1; }
+  // Connects on the first call (blocking until every peer is there) and returns the same transport after.
+  comm::Transport& transport();
+
+ private:
+  ClusterSpec spec_;
+  ConnectOptions options_;
+  std::unique_ptr<comm::Transport> transport_;
+};
+
+}  // namespace cohort::cluster

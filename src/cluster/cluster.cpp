@@ -1,0 +1,45 @@
+#include "cohort/cluster/cluster.hpp"
+
+#include <fmt/format.h>
+
+#include "cohort/core/error.hpp"
+
+namespace cohort::cluster {
+
+Cluster::Cluster() {
+  spec_.chief = {{"127.0.0.1", 1}};
+  spec_.source = "single process";
+}
+
+Cluster::Cluster(ClusterSpec spec, ConnectOptions options) : spec_(std::move(spec)), options_(options) { spec_.validate(); }
+
+Cluster Cluster::from_environment(const Environment& environment, ConnectOptions options) {
+  const Discovery found = discover(environment);
+  if (const auto* spec = std::get_if<ClusterSpec>(&found)) return Cluster(*spec, options);
+  if (const auto* request = std::get_if<RendezvousRequest>(&found))
+    throw InvalidArgument(fmt::format(
+        "{} names rank {} of {}, but this build of cohort cannot yet run the rendezvous that turns ranks into "
+        "roles; describe the cluster with TF_CONFIG instead (cohort-launch does)",
+        request->source, request->rank, request->world_size));
+  return Cluster();
+}
+
+comm::Transport& Cluster::transport() {
+  if (!transport_) {
+    comm::TcpOptions tcp;
+    tcp.rank = spec_.rank();
+    for (int r = 0; r < spec_.world_size(); ++r) {
+      tcp.addresses.push_back({spec_.endpoint(r).host, spec_.endpoint(r).port});
+      tcp.names.push_back(spec_.describe(r));
+    }
+    tcp.secret = distributed() ? comm::load_secret() : std::string("single process");
+    tcp.connect_timeout = options_.connect_timeout;
+    tcp.timeout = options_.timeout;
+    tcp.heartbeat_interval = options_.heartbeat_interval;
+    tcp.peer_timeout = options_.peer_timeout;
+    transport_ = comm::connect_tcp(tcp);
+  }
+  return *transport_;
+}
+
+}  // namespace cohort::cluster

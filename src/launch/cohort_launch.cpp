@@ -1,0 +1,334 @@
+// cohort-launch: starts a local cluster of one program on 127.0.0.1 and watches it.
+//
+//   cohort-launch --workers 2 --ps 2 -- ./build/examples/cifar10 --epochs 1
+//
+// Each process gets TF_CONFIG (the first worker is the chief), a fresh shared secret in COHORT_SECRET and
+// free ports; every line it prints comes out prefixed with its role and index. When a process fails, the
+// others get a grace period to notice and exit by themselves (they name the lost peer), then are
+// stopped; the launcher exits non-zero with a one-line summary of who failed and how. Ctrl-C stops all.
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <arpa/inet.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Options {
+  int workers = 1;
+  int ps = 0;
+  std::string host = "127.0.0.1";
+  std::chrono::seconds grace{20};
+  std::vector<std::string> command;
+};
+
+struct Process {
+  std::string name;  // "chief 0", "worker 1", "ps 0"
+  std::string tf_config;
+  pid_t pid = -1;
+  int output = -1;  // read end of the pipe carrying stdout and stderr
+  std::string partial;
+  std::optional<int> status;  // waitpid status once exited
+};
+
+int signal_pipe[2] = {-1, -1};
+
+void on_signal(int number) {
+  const unsigned char byte = static_cast<unsigned char>(number);
+  [[maybe_unused]] const auto ignored = ::write(signal_pipe[1], &byte, 1);
+}
+
+[[noreturn]] void usage(const std::string& problem) {
+  if (!problem.empty()) fmt::print(stderr, "cohort-launch: {}\n", problem);
+  fmt::print(stderr,
+             "usage: cohort-launch [--workers N] [--ps N] [--host ADDRESS] [--grace SECONDS] -- PROGRAM [ARGS...]\n"
+             "  --workers N     training processes; the first is the chief (default 1)\n"
+             "  --ps N          parameter-server processes (default 0)\n"
+             "  --host ADDRESS  address every process listens on (default 127.0.0.1)\n"
+             "  --grace S       after a failure, seconds the others get to exit by themselves (default 20)\n");
+  std::exit(problem.empty() ? 0 : 2);
+}
+
+Options parse(int argc, char** argv) {
+  Options options;
+  int i = 1;
+  auto count = [&](const char* flag) {
+    if (i + 1 >= argc) usage(fmt::format("{} needs a value", flag));
+    char* end = nullptr;
+    const long value = std::strtol(argv[++i], &end, 10);
+    if (*end != '\0' || value < 0 || value > 1024) usage(fmt::format("{} needs a count, got '{}'", flag, argv[i]));
+    return static_cast<int>(value);
+  };
+  for (; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--") {
+      for (++i; i < argc; ++i) options.command.emplace_back(argv[i]);
+      break;
+    }
+    if (arg == "--workers") options.workers = count("--workers");
+    else if (arg == "--ps") options.ps = count("--ps");
+    else if (arg == "--grace") options.grace = std::chrono::seconds(count("--grace"));
+    else if (arg == "--host") {
+      if (i + 1 >= argc) usage("--host needs an address");
+      options.host = argv[++i];
+    } else if (arg == "--help" || arg == "-h") usage("");
+    else usage(fmt::format("unknown option '{}'", arg));
+  }
+  if (options.command.empty()) usage("no program given after --");
+  if (options.workers < 1) usage("--workers must be at least 1");
+  return options;
+}
+
+// Free TCP ports on `host`, held open together so that they differ, then released for the processes.
+std::vector<int> free_ports(const std::string& host, int count) {
+  std::vector<int> sockets, ports;
+  for (int i = 0; i < count; ++i) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    if (::inet_pton(AF_INET, host.c_str(), &address.sin_addr) != 1) usage(fmt::format("--host '{}' is not an IPv4 address", host));
+    if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0)
+      usage(fmt::format("cannot bind to {}: {}", host, std::strerror(errno)));
+    socklen_t length = sizeof address;
+    ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
+    ports.push_back(ntohs(address.sin_port));
+    sockets.push_back(fd);
+  }
+  for (int fd : sockets) ::close(fd);
+  return ports;
+}
+
+std::string random_secret() {
+  unsigned char bytes[32];
+  const int fd = ::open("/dev/urandom", O_RDONLY);
+  if (fd < 0 || ::read(fd, bytes, sizeof bytes) != static_cast<ssize_t>(sizeof bytes)) {
+    fmt::print(stderr, "cohort-launch: cannot read /dev/urandom for the shared secret\n");
+    std::exit(2);
+  }
+  ::close(fd);
+  std::string hex;
+  for (unsigned char b : bytes) hex += fmt::format("{:02x}", b);
+  return hex;
+}
+
+std::vector<Process> plan(const Options& options) {
+  const std::vector<int> ports = free_ports(options.host, options.workers + options.ps);
+  auto list = [&](int first, int count) {
+    std::string out;
+    for (int i = 0; i < count; ++i) out += fmt::format("{}\"{}:{}\"", i ? ", " : "", options.host, ports[static_cast<std::size_t>(first + i)]);
+    return "[" + out + "]";
+  };
+  std::string cluster = fmt::format("\"chief\": {}", list(0, 1));
+  if (options.workers > 1) cluster += fmt::format(", \"worker\": {}", list(1, options.workers - 1));
+  if (options.ps > 0) cluster += fmt::format(", \"ps\": {}", list(options.workers, options.ps));
+  std::vector<Process> processes;
+  auto add = [&](const std::string& type, int index, const std::string& name) {
+    Process p;
+    p.name = name;
+    p.tf_config = fmt::format(R"({{"cluster": {{{}}}, "task": {{"type": "{}", "index": {}}}}})", cluster, type, index);
+    processes.push_back(std::move(p));
+  };
+  add("chief", 0, "chief 0");
+  for (int i = 1; i < options.workers; ++i) add("worker", i - 1, fmt::format("worker {}", i - 1));
+  for (int i = 0; i < options.ps; ++i) add("ps", i, fmt::format("ps {}", i));
+  return processes;
+}
+
+void start(Process& p, const Options& options, const std::string& secret) {
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) {
+    fmt::print(stderr, "cohort-launch: pipe failed: {}\n", std::strerror(errno));
+    std::exit(2);
+  }
+  p.pid = ::fork();
+  if (p.pid == 0) {
+    ::dup2(fds[1], STDOUT_FILENO);
+    ::dup2(fds[1], STDERR_FILENO);
+    ::setenv("TF_CONFIG", p.tf_config.c_str(), 1);
+    ::setenv("COHORT_SECRET", secret.c_str(), 1);
+    ::setpgid(0, 0);  // its own process group: a terminal's Ctrl-C goes to the launcher, which decides
+    ::signal(SIGPIPE, SIG_DFL);
+    std::vector<char*> argv;
+    for (const auto& a : options.command) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    ::execvp(argv[0], argv.data());
+    std::fprintf(stderr, "cannot run %s: %s\n", argv[0], std::strerror(errno));
+    std::_Exit(127);
+  }
+  ::setpgid(p.pid, p.pid);  // also here, so that the group exists before the first signal
+  ::close(fds[1]);
+  p.output = fds[0];
+}
+
+void print_lines(Process& p, bool flush_partial) {
+  std::size_t start = 0;
+  for (std::size_t newline; (newline = p.partial.find('\n', start)) != std::string::npos; start = newline + 1) {
+    std::string line = p.partial.substr(start, newline - start);
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    fmt::print("[{}] {}\n", p.name, line);
+  }
+  p.partial.erase(0, start);
+  if (flush_partial && !p.partial.empty()) {
+    fmt::print("[{}] {}\n", p.name, p.partial);
+    p.partial.clear();
+  }
+  std::fflush(stdout);
+}
+
+std::string how(int status) {
+  if (WIFEXITED(status)) return fmt::format("exited with status {}", WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) return fmt::format("was killed by signal {} ({})", WTERMSIG(status), strsignal(WTERMSIG(status)));
+  return "ended";
+}
+
+bool failed(int status) { return !WIFEXITED(status) || WEXITSTATUS(status) != 0; }
+
+// Signals each running process's whole process group, so that helpers it started stop too.
+void signal_all(std::vector<Process>& processes, int number) {
+  for (auto& p : processes)
+    if (!p.status) ::kill(-p.pid, number);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Options options = parse(argc, argv);
+  if (::pipe2(signal_pipe, O_CLOEXEC | O_NONBLOCK) != 0) return 2;
+  struct sigaction action {};
+  action.sa_handler = on_signal;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = SA_RESTART;
+  for (int number : {SIGINT, SIGTERM, SIGCHLD}) ::sigaction(number, &action, nullptr);
+  ::signal(SIGPIPE, SIG_IGN);
+
+  std::vector<Process> processes = plan(options);
+  const std::string secret = random_secret();
+  for (auto& p : processes) start(p, options, secret);
+  std::string started;
+  for (const auto& p : processes) started += fmt::format("{}{} (pid {})", started.empty() ? "" : ", ", p.name, p.pid);
+  fmt::print(stderr, "cohort-launch: started {}\n", started);
+
+  std::optional<std::string> first_failure;       // "worker 1 (pid 42) was killed by signal 9"
+  std::vector<std::string> later_failures;
+  std::optional<Clock::time_point> stop_at, kill_at;
+  bool interrupted = false;
+  int stopped = 0;
+  auto begin_stopping = [&](std::chrono::seconds grace) {
+    if (!stop_at) stop_at = Clock::now() + grace;
+  };
+
+  for (;;) {
+    bool all_exited = true;
+    for (const auto& p : processes) all_exited = all_exited && p.status && p.output < 0;
+    if (all_exited) break;
+
+    std::vector<pollfd> fds{{signal_pipe[0], POLLIN, 0}};
+    std::vector<Process*> readable;
+    for (auto& p : processes)
+      if (p.output >= 0) {
+        fds.push_back({p.output, POLLIN, 0});
+        readable.push_back(&p);
+      }
+    ::poll(fds.data(), fds.size(), 200);
+
+    unsigned char signals[64];
+    for (ssize_t got; (got = ::read(signal_pipe[0], signals, sizeof signals)) > 0;)
+      for (ssize_t i = 0; i < got; ++i)
+        if (signals[i] == SIGINT || signals[i] == SIGTERM) {
+          if (!interrupted) fmt::print(stderr, "cohort-launch: interrupted; stopping all processes\n");
+          interrupted = true;
+          signal_all(processes, SIGTERM);
+          kill_at = Clock::now() + std::chrono::seconds(5);
+        }
+
+    for (std::size_t i = 0; i < readable.size(); ++i) {
+      if ((fds[i + 1].revents & (POLLIN | POLLHUP | POLLERR)) == 0) continue;
+      Process& p = *readable[i];
+      char buffer[65536];
+      const ssize_t got = ::read(p.output, buffer, sizeof buffer);
+      if (got > 0) {
+        p.partial.append(buffer, static_cast<std::size_t>(got));
+        print_lines(p, false);
+      } else if (got == 0 || errno != EINTR) {
+        print_lines(p, true);
+        ::close(p.output);
+        p.output = -1;
+      }
+    }
+
+    // Processes that ended since the last sweep; of those, one killed by a signal is the likelier cause.
+    std::vector<Process*> ended;
+    for (auto& p : processes) {
+      if (p.status) continue;
+      int status = 0;
+      if (::waitpid(p.pid, &status, WNOHANG) != p.pid) continue;
+      p.status = status;
+      if (failed(status)) ended.push_back(&p);
+    }
+    std::stable_sort(ended.begin(), ended.end(), [](const Process* a, const Process* b) {
+      return WIFSIGNALED(*a->status) && !WIFSIGNALED(*b->status);
+    });
+    for (const Process* p : ended) {
+      const std::string what = fmt::format("{} (pid {}) {}", p->name, p->pid, how(*p->status));
+      if (interrupted || (stop_at && Clock::now() > *stop_at)) continue;  // ended by our own signals
+      if (!first_failure) {
+        first_failure = what;
+        fmt::print(stderr, "cohort-launch: {}; the others have {} s to finish\n", what, options.grace.count());
+        begin_stopping(options.grace);
+      } else {
+        later_failures.push_back(what);
+      }
+    }
+
+    bool trainers_done = true, trainers_ok = true;
+    for (const auto& p : processes)
+      if (p.name.rfind("ps", 0) != 0) {
+        trainers_done = trainers_done && p.status.has_value();
+        trainers_ok = trainers_ok && p.status && !failed(*p.status);
+      }
+    if (trainers_done && trainers_ok) begin_stopping(options.grace);  // parameter servers end after the trainers
+
+    const auto now = Clock::now();
+    if (stop_at && now >= *stop_at && !kill_at) {
+      for (const auto& p : processes) stopped += p.status ? 0 : 1;
+      signal_all(processes, SIGTERM);
+      kill_at = now + std::chrono::seconds(5);
+    }
+    if (kill_at && now >= *kill_at) {
+      signal_all(processes, SIGKILL);
+      kill_at = now + std::chrono::hours(1);
+    }
+  }
+
+  if (interrupted) {
+    fmt::print(stderr, "cohort-launch: stopped {} processes on request\n", processes.size());
+    return 130;
+  }
+  if (first_failure) {
+    std::string then;
+    for (const auto& f : later_failures) then += (then.empty() ? "; then " : ", ") + f;
+    fmt::print(stderr, "cohort-launch: failed: {}{}{}\n", *first_failure, then,
+               stopped > 0 ? fmt::format("; stopped {} that did not exit by themselves", stopped) : "");
+    return 1;
+  }
+  if (stopped > 0) {
+    fmt::print(stderr, "cohort-launch: failed: {} process(es) did not exit after the workers finished and were stopped\n", stopped);
+    return 1;
+  }
+  fmt::print(stderr, "cohort-launch: all {} processes succeeded\n", processes.size());
+  return 0;
+}

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# cohort-launch end to end: a failing process is reported and the rest stopped; SIGKILL of one process of
+# a running 4-process allreduce makes the other three exit non-zero within 30 s, each naming the lost
+# peer; Ctrl-C (SIGINT) stops everything.
+#   usage: launch_test.sh LAUNCHER ALLREDUCE_BENCH
+set -uo pipefail
+launcher=$1 bench=$2
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+fail() { echo "FAIL: $*"; echo "--- log"; cat "$work/log" 2>/dev/null; exit 1; }
+
+# 1. One process fails: the launcher names it, stops the others after the grace period, exits non-zero.
+start=$(date +%s)
+timeout 60 "$launcher" --workers 3 --grace 1 -- sh -c \
+  'case "$TF_CONFIG" in *"\"worker\", \"index\": 1"*) echo "failing on purpose"; exit 3;; *) sleep 30;; esac' >"$work/log" 2>&1
+status=$?
+[ $status -ne 0 ] && [ $status -ne 124 ] || fail "launcher exit status $status after a failing process"
+grep -q '^\[worker 1\] failing on purpose' "$work/log" || fail "output is not prefixed with role and index"
+grep -q 'cohort-launch: failed: worker 1 (pid [0-9]*) exited with status 3; stopped 2' "$work/log" || fail "no one-line summary naming worker 1"
+[ $(( $(date +%s) - start )) -lt 20 ] || fail "stopping the others took too long"
+
+# 2. SIGKILL one process of a running allreduce job.
+"$launcher" --workers 4 --grace 40 -- "$bench" --min-bytes 1048576 --max-bytes 4194304 --forever >"$work/log" 2>&1 &
+launcher_pid=$!
+for _ in $(seq 1 200); do grep -q 'correct' "$work/log" && grep -q ' yes$' "$work/log" && break; sleep 0.1; done
+grep -q ' yes$' "$work/log" || fail "the allreduce job did not start"
+victim=$(grep -o 'worker 1 (pid [0-9]*)' "$work/log" | head -1 | grep -o '[0-9]*)' | tr -d ')')
+[ -n "$victim" ] || fail "no pid for worker 1"
+killed_at=$(date +%s)
+kill -9 "$victim"
+wait "$launcher_pid"
+status=$?
+elapsed=$(( $(date +%s) - killed_at ))
+[ $status -ne 0 ] || fail "launcher succeeded although worker 1 was killed"
+[ $elapsed -le 30 ] || fail "the job took $elapsed s to end after the kill"
+grep -q 'worker 1 (pid [0-9]*) was killed by signal 9' "$work/log" || fail "summary does not say worker 1 was killed"
+for survivor in "chief 0" "worker 0" "worker 2"; do
+  grep -q "^\[$survivor\] .*lost worker 1" "$work/log" || fail "$survivor did not name the lost worker 1"
+done
+grep -q 'stopped [0-9]* that did not exit' "$work/log" && fail "survivors had to be stopped instead of failing by themselves"
+
+# 3. Ctrl-C stops everything.
+"$launcher" --workers 2 -- sleep 30 >"$work/log" 2>&1 &
+launcher_pid=$!
+sleep 0.5
+kill -INT "$launcher_pid"
+wait "$launcher_pid"
+status=$?
+[ $status -eq 130 ] || fail "launcher exit status $status after SIGINT"
+pgrep -f "^sleep 30$" >/dev/null && fail "children survived SIGINT"
+echo "launch_test: all checks passed"
