@@ -65,8 +65,8 @@ void allgather(Transport& transport, std::span<const std::byte> mine, std::span<
 // from its predecessor, so that afterwards rank r holds the complete sum of chunk (r + 1) mod n.
 // All-gather: n - 1 more steps pass the finished chunks around the ring. Each rank sends and receives
 // 2 (n - 1) / n of the vector in total, independent of n, which is bandwidth-optimal; the latency is
-// 2 (n - 1) message times. Within a step a chunk moves in segments: the receive of segment j + 1 is
-// posted before segment j is reduced, so arithmetic overlaps transfer. Every chunk is summed in one fixed
+// 2 (n - 1) message times. Within a step a chunk moves in segments, and each segment is reduced as soon
+// as it arrives while the following ones are still in transfer. Every chunk is summed in one fixed
 // order and then copied, so all ranks end with bitwise identical results.
 void allreduce(Transport& transport, std::span<float> data, const AllreduceOptions& options) {
   const int n = transport.size(), r = transport.rank();
@@ -88,20 +88,16 @@ void allreduce(Transport& transport, std::span<float> data, const AllreduceOptio
       std::vector<WorkPtr> sends;
       for (std::size_t at = 0; at < outgoing.size() || (at == 0 && outgoing.empty()); at += segment)
         sends.push_back(transport.send(next, options.tag, bytes_of(outgoing.subspan(at, std::min(segment, outgoing.size() - at)))));
-      auto receive = [&](std::size_t at) {
-        return transport.recv(previous, options.tag,
-                              bytes_of(std::span(incoming).subspan(at, std::min(segment, target.size() - at))));
-      };
-      WorkPtr pending = receive(0);
-      for (std::size_t at = 0;;) {
-        const std::size_t length = std::min(segment, target.size() - at);
-        const std::size_t following = at + segment;
-        WorkPtr next_pending = following < target.size() ? receive(following) : nullptr;
-        pending->wait(transport.timeout());
-        for (std::size_t i = at; i < at + length; ++i) target[i] += incoming[i];
-        if (!next_pending) break;
-        pending = next_pending;
-        at = following;
+      // All receives of the chunk are posted up front, so that every segment lands straight in its place;
+      // each is reduced as soon as it is in, while the later ones are still on the wire.
+      std::vector<WorkPtr> receives;
+      for (std::size_t at = 0; at < target.size() || (at == 0 && target.empty()); at += segment)
+        receives.push_back(transport.recv(previous, options.tag,
+                                          bytes_of(std::span(incoming).subspan(at, std::min(segment, target.size() - at)))));
+      for (std::size_t s = 0; s < receives.size(); ++s) {
+        receives[s]->wait(transport.timeout());
+        const std::size_t at = s * segment, end = std::min(target.size(), at + segment);
+        for (std::size_t i = at; i < end; ++i) target[i] += incoming[i];
       }
       wait_all(sends, transport.timeout());
     }

@@ -1,0 +1,82 @@
+#pragma once
+// The nccl-tests-style sweep shared by cohort's allreduce benchmark and its peers (Open MPI, Gloo), so
+// that all print the same table: size, count, mean time, algbw = bytes / time, busbw = algbw * 2 (n-1) / n
+// (the traffic on each link of a ring), and whether the result equals the exact sum on every rank.
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace sweep {
+
+struct Options {
+  std::size_t min_bytes = 4096, max_bytes = std::size_t{256} << 20;
+  bool forever = false;  // repeat until stopped, for failure drills
+};
+
+inline Options parse(int argc, char** argv) {
+  Options options;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    auto value = [&]() -> std::size_t {
+      if (i + 1 >= argc) throw std::invalid_argument(arg + " needs a value");
+      return std::strtoull(argv[++i], nullptr, 10);
+    };
+    if (arg == "--min-bytes") options.min_bytes = value();
+    else if (arg == "--max-bytes") options.max_bytes = value();
+    else if (arg == "--forever") options.forever = true;
+    else if (arg == "--help") {
+      std::printf("usage: %s [--min-bytes N] [--max-bytes N] [--forever]\n", argv[0]);
+      std::exit(0);
+    } else throw std::invalid_argument("unknown option " + arg);
+  }
+  if (options.min_bytes < 4 || options.max_bytes < options.min_bytes) throw std::invalid_argument("bad size range");
+  return options;
+}
+
+// allreduce(float* data, std::size_t count) sums in place across ranks; barrier() synchronizes.
+// Returns 0 when every result was correct.
+template <typename Allreduce, typename Barrier>
+int run(const char* title, int rank, int size, const Options& options, Allreduce&& allreduce, Barrier&& barrier) {
+  using Clock = std::chrono::steady_clock;
+  const bool printer = rank == 0;
+  if (printer) {
+    std::printf("# %s, float32 sum, %d ranks\n", title, size);
+    std::printf("# %12s %12s %12s %12s %12s %8s\n", "size(B)", "count", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "correct");
+  }
+  bool all_correct = true;
+  do {
+    for (std::size_t bytes = options.min_bytes; bytes <= options.max_bytes; bytes *= 2) {
+      std::vector<float> data(bytes / sizeof(float), 1.0f);
+      // About 64 MiB of traffic per size, at least 3 and at most 50 repetitions.
+      const int iterations = static_cast<int>(std::clamp<std::size_t>((std::size_t{64} << 20) / bytes, 3, 50));
+      allreduce(data.data(), data.size());  // warm-up
+      barrier();
+      const auto start = Clock::now();
+      for (int i = 0; i < iterations; ++i) allreduce(data.data(), data.size());
+      const double seconds = std::chrono::duration<double>(Clock::now() - start).count() / iterations;
+      // Exact in float32: every partial sum is an integer below 2^24.
+      for (std::size_t i = 0; i < data.size(); ++i) data[i] = static_cast<float>((rank + 1) * static_cast<int>(i % 1000));
+      allreduce(data.data(), data.size());
+      const float ranks = static_cast<float>(size * (size + 1) / 2);
+      float wrong = 0.0f;
+      for (std::size_t i = 0; i < data.size(); ++i) wrong += data[i] != ranks * static_cast<float>(i % 1000) ? 1.0f : 0.0f;
+      allreduce(&wrong, 1);  // every rank's verdict
+      const bool correct = wrong == 0.0f;
+      all_correct = all_correct && correct;
+      if (printer) {
+        const double algbw = static_cast<double>(bytes) / seconds / 1e9;
+        std::printf("  %12zu %12zu %12.1f %12.3f %12.3f %8s\n", bytes, data.size(), seconds * 1e6, algbw,
+                    algbw * 2.0 * (size - 1) / size, correct ? "yes" : "NO");
+        std::fflush(stdout);
+      }
+    }
+  } while (options.forever);
+  return all_correct ? 0 : 3;
+}
+
+}  // namespace sweep
