@@ -3,7 +3,7 @@ BUILD_DIR ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=Release
 
-.PHONY: all deps configure build test demo bench clean
+.PHONY: all deps configure build test demo bench bench-allreduce sanitize clean
 
 all: build
 
@@ -27,5 +27,19 @@ bench: configure
 	@cmake --build $(BUILD_DIR) -j $(JOBS) --target cohort_bench
 	@benchmarks/run_all.sh $(BUILD_DIR)
 
+bench-allreduce: build
+	@benchmarks/allreduce_compare.sh $(BUILD_DIR)
+
+# The suite again under AddressSanitizer + UndefinedBehaviorSanitizer, and the transport and collective
+# tests under ThreadSanitizer (OpenMP is not instrumented, so TSan covers the comm tests only).
+SANITIZE_FLAGS = -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCOHORT_BUILD_EXAMPLES=OFF -DCOHORT_BUILD_BENCHMARKS=OFF -DCOHORT_WITH_CUDA=OFF
+sanitize: deps
+	@cmake -S . -B build-asan $(SANITIZE_FLAGS) -DCMAKE_CXX_FLAGS="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" >/dev/null
+	@cmake --build build-asan -j $(JOBS) --target cohort_tests
+	@ASAN_OPTIONS=detect_leaks=1 build-asan/tests/cohort_tests
+	@cmake -S . -B build-tsan $(SANITIZE_FLAGS) -DCMAKE_CXX_FLAGS="-fsanitize=thread" >/dev/null
+	@cmake --build build-tsan -j $(JOBS) --target cohort_tests
+	@TSAN_OPTIONS=halt_on_error=1 build-tsan/tests/cohort_tests "[comm]"
+
 clean:
-	@rm -rf $(BUILD_DIR)
+	@rm -rf $(BUILD_DIR) build-asan build-tsan

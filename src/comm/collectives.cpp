@@ -80,7 +80,9 @@ void allreduce(Transport& transport, std::span<float> data, const AllreduceOptio
     auto chunk_of = [&](int chunk) { return data.subspan(chunk_begin(chunk), chunk_begin(chunk + 1) - chunk_begin(chunk)); };
     const std::size_t segment = std::max<std::size_t>(1, options.segment_bytes / sizeof(float));
     const int next = (r + 1) % n, previous = (r - 1 + n) % n;
-    std::vector<float> incoming(count / static_cast<std::size_t>(n) + 1);
+    // Reused across calls: a fresh multi-megabyte buffer per call costs page faults on every step.
+    thread_local std::vector<float> incoming;
+    if (incoming.size() < count / static_cast<std::size_t>(n) + 1) incoming.resize(count / static_cast<std::size_t>(n) + 1);
 
     for (int step = 0; step + 1 < n; ++step) {
       const auto outgoing = chunk_of((r - step + n) % n);
