@@ -1,14 +1,32 @@
 #pragma once
 // Runs one function per rank on its own thread and collects the first failure, for transport tests.
+// Catch2's assertions are not thread-safe: rank bodies check with expect() / expect_throws(), which
+// throw, and run_ranks() rethrows the first failure on the test's own thread.
 
 #include <catch2/catch.hpp>
 #include <exception>
 #include <functional>
 #include <mutex>
+#include <stdexcept>
+#include <string>
 #include <thread>
 #include <vector>
 
 namespace comm_test {
+
+inline void expect(bool ok, const std::string& what) {
+  if (!ok) throw std::runtime_error("expectation failed: " + what);
+}
+
+template <typename Error, typename Call>
+void expect_throws(Call&& call, const std::string& what) {
+  try {
+    call();
+  } catch (const Error&) {
+    return;
+  }
+  throw std::runtime_error("expected an exception: " + what);
+}
 
 // Calls body(rank) for every rank concurrently; rethrows the first exception after all threads end.
 inline void run_ranks(int ranks, const std::function<void(int)>& body) {

@@ -22,6 +22,8 @@ inline std::span<std::byte> bytes(std::vector<int>& v) { return std::as_writable
 // Ranks of one connected group, indexed by rank.
 using Group = std::vector<Transport*>;
 
+// Rank bodies run on threads and check with comm_test::expect (Catch2 assertions are not thread-safe).
+
 // Needs 3 ranks. In-order delivery per tag, no head-of-line blocking across tags, several senders.
 inline void ordering_and_tags(const Group& group) {
   comm_test::run_ranks(3, [&](int r) {
@@ -37,15 +39,15 @@ inline void ordering_and_tags(const Group& group) {
     } else if (r == 1) {
       std::vector<int> other(1);
       t.recv(0, 8, bytes(other))->wait(t.timeout());
-      CHECK(other[0] == 42);
+      comm_test::expect(other[0] == 42, "tag 8 message");
       for (int i = 0; i < 200; ++i) {
         std::vector<int> got(2);
         t.recv(0, 7, bytes(got))->wait(t.timeout());
-        REQUIRE(got == std::vector<int>{i, i * i});
+        comm_test::expect(got == std::vector<int>{i, i * i}, "message " + std::to_string(i) + " in order");
       }
       std::vector<int> from_two(3);
       t.recv(2, 7, bytes(from_two))->wait(t.timeout());
-      CHECK(from_two == std::vector<int>{2, 2, 2});
+      comm_test::expect(from_two == std::vector<int>{2, 2, 2}, "message from rank 2");
     } else {
       std::vector<int> mine{2, 2, 2};
       t.send(1, 7, bytes(mine))->wait(t.timeout());
@@ -75,13 +77,14 @@ inline void sizes_and_mismatch(const Group& group) {
       std::vector<int> empty;
       t.recv(0, 1, bytes(empty))->wait(t.timeout());
       t.recv(0, 2, bytes(big))->wait(t.timeout());
-      CHECK(big[2'999'999] == 2'999'999);
+      comm_test::expect(big[2'999'999] == 2'999'999, "large message content");
       std::vector<int> two(2), one(1);
-      CHECK_THROWS_AS(t.recv(0, 3, bytes(two))->wait(t.timeout()), ProtocolError);
+      comm_test::expect_throws<ProtocolError>([&] { t.recv(0, 3, bytes(two))->wait(t.timeout()); }, "size mismatch");
       t.recv(0, 3, bytes(one))->wait(t.timeout());
-      CHECK(one[0] == 9);
+      comm_test::expect(one[0] == 9, "the message after a mismatch");
       wait_all(posted, t.timeout());
-      for (int i = 0; i < 100; ++i) CHECK(many[static_cast<std::size_t>(i)] == std::vector<int>(1000, i));
+      for (int i = 0; i < 100; ++i)
+        comm_test::expect(many[static_cast<std::size_t>(i)] == std::vector<int>(1000, i), "pre-posted receive " + std::to_string(i));
     }
   });
 }
@@ -128,14 +131,14 @@ inline void broadcast_allgather_barrier(const Group& group) {
     for (int root = 0; root < n; ++root) {
       std::vector<int> data(5, r == root ? root + 100 : -1);
       broadcast(t, root, bytes(data));
-      CHECK(data == std::vector<int>(5, root + 100));
+      comm_test::expect(data == std::vector<int>(5, root + 100), "broadcast from root " + std::to_string(root));
     }
     std::vector<int> mine{r, r * 10};
     std::vector<int> all(static_cast<std::size_t>(2 * n));
     allgather(t, bytes(mine), bytes(all));
     for (int q = 0; q < n; ++q) {
-      CHECK(all[static_cast<std::size_t>(2 * q)] == q);
-      CHECK(all[static_cast<std::size_t>(2 * q + 1)] == q * 10);
+      comm_test::expect(all[static_cast<std::size_t>(2 * q)] == q && all[static_cast<std::size_t>(2 * q + 1)] == q * 10,
+                        "allgather block " + std::to_string(q));
     }
     barrier(t);
   });
