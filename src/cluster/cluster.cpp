@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "cohort/cluster/rendezvous.hpp"
 #include "cohort/core/error.hpp"
 
 namespace cohort::cluster {
@@ -16,11 +17,19 @@ Cluster::Cluster(ClusterSpec spec, ConnectOptions options) : spec_(std::move(spe
 Cluster Cluster::from_environment(const Environment& environment, ConnectOptions options) {
   const Discovery found = discover(environment);
   if (const auto* spec = std::get_if<ClusterSpec>(&found)) return Cluster(*spec, options);
-  if (const auto* request = std::get_if<RendezvousRequest>(&found))
-    throw InvalidArgument(fmt::format(
-        "{} names rank {} of {}, but this build of cohort cannot yet run the rendezvous that turns ranks into "
-        "roles; describe the cluster with TF_CONFIG instead (cohort-launch does)",
-        request->source, request->rank, request->world_size));
+  if (const auto* request = std::get_if<RendezvousRequest>(&found)) {
+    if (request->world_size == 1) return Cluster();
+    std::string own_host = environment("COHORT_HOST").value_or("");
+    if (own_host.empty()) {
+      const std::string& chief = request->chief.host;
+      if (chief != "127.0.0.1" && chief != "localhost" && chief != "::1")
+        throw InvalidArgument(fmt::format("{}: set COHORT_HOST to the address at which the other ranks can reach "
+                                          "this process (the chief is at {}, not on this machine's loopback)",
+                                          request->source, request->chief.to_string()));
+      own_host = chief == "::1" ? "::1" : "127.0.0.1";
+    }
+    return Cluster(rendezvous(*request, comm::load_secret(), own_host, options), options);
+  }
   return Cluster();
 }
 

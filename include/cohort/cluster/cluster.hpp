@@ -29,9 +29,9 @@ class Cluster {
   Cluster();
   // Explicit configuration; validated here.
   explicit Cluster(ClusterSpec spec, ConnectOptions options = {});
-  // TF_CONFIG, SageMaker, or a single process when nothing is set. Rank-only environments (mpirun,
-  // Slurm, torchrun) need a rendezvous, which this build does not yet perform: they are refused with an
-  // InvalidArgument that says so and names the variables to set instead.
+  // TF_CONFIG, SageMaker, a rank-only environment (mpirun, Slurm, torchrun; meets the others in a
+  // rendezvous at MASTER_ADDR:MASTER_PORT and listens at COHORT_HOST, which may be left out when the
+  // chief is on loopback), or a single process when nothing is set.
   static Cluster from_environment(const Environment& environment = process_environment(), ConnectOptions options = {});
 
   const ClusterSpec& spec() const { return spec_; }

@@ -36,6 +36,9 @@ struct TcpOptions {
   std::chrono::milliseconds peer_timeout{10000};
   // Frames above this size are a protocol violation.
   std::uint64_t max_frame_bytes = std::uint64_t{1} << 32;
+  // Star: only rank 0 listens and every other rank connects to it alone (a rendezvous); rank 0 may then
+  // talk to everybody, the others only to rank 0.
+  bool star = false;
 };
 
 // Blocks until this rank is connected to and authenticated with every other rank. Throws TimeoutError

@@ -105,6 +105,9 @@ class TcpTransport : public Transport {
   ~TcpTransport() override;
 
   int rank() const override { return options_.rank; }
+  // Peers this rank must be connected to before it is ready.
+  int expected_peers() const { return options_.star && options_.rank != 0 ? 1 : size() - 1; }
+  bool linked(int peer) const { return !options_.star || options_.rank == 0 || peer == 0; }
   int size() const override { return static_cast<int>(options_.addresses.size()); }
   std::string describe(int rank) const override { return names_.at(static_cast<std::size_t>(rank)); }
   std::chrono::milliseconds timeout() const override { return options_.timeout; }
@@ -181,7 +184,7 @@ TcpTransport::TcpTransport(const TcpOptions& options) : options_(options) {
   peers_.resize(static_cast<std::size_t>(n));
   for (auto& peer : peers_) peer.retry = std::make_unique<asio::steady_timer>(io_);
 
-  if (n > 1) {
+  if (n > 1 && (!options_.star || options_.rank == 0)) {
     const auto& own = endpoints_[static_cast<std::size_t>(options_.rank)];
     asio::error_code error;
     acceptor_.open(own.protocol(), error);
@@ -194,13 +197,14 @@ TcpTransport::TcpTransport(const TcpOptions& options) : options_(options) {
   io_thread_ = std::make_unique<IoThread>(io_);
   if (n == 1) return;
   asio::post(io_, [this] {
-    accept();
-    for (int peer = 0; peer < options_.rank; ++peer) dial(peer);
+    if (acceptor_.is_open()) accept();
+    for (int peer = 0; peer < options_.rank; ++peer)
+      if (linked(peer)) dial(peer);
     heartbeat();
   });
 
   std::unique_lock lock(setup_mutex_);
-  const bool all = setup_changed_.wait_until(lock, connect_deadline_, [&] { return connected_ == n - 1; });
+  const bool all = setup_changed_.wait_until(lock, connect_deadline_, [&] { return connected_ == expected_peers(); });
   lock.unlock();
   if (!all) {
     std::promise<std::string> missing;
@@ -208,7 +212,7 @@ TcpTransport::TcpTransport(const TcpOptions& options) : options_(options) {
       std::string text;
       for (int r = 0; r < n; ++r) {
         const Peer& p = peers_[static_cast<std::size_t>(r)];
-        if (r == options_.rank || p.ready) continue;
+        if (r == options_.rank || p.ready || !linked(r)) continue;
         text += fmt::format("{}{}{}", text.empty() ? "" : ", ", names_[static_cast<std::size_t>(r)],
                             p.last_failure.empty() ? "" : " (" + p.last_failure + ")");
       }
@@ -265,8 +269,8 @@ TcpTransport::~TcpTransport() {
 }
 
 void TcpTransport::check_peer(int peer) const {
-  COHORT_CHECK(peer >= 0 && peer < size() && peer != options_.rank, "rank {} cannot address peer {} in a group of {}",
-               options_.rank, peer, size());
+  COHORT_CHECK(peer >= 0 && peer < size() && peer != options_.rank && linked(peer),
+               "rank {} cannot address peer {} in a {} group of {}", options_.rank, peer, options_.star ? "star" : "full", size());
 }
 
 // ---- setup
@@ -434,7 +438,7 @@ void TcpTransport::connected(int peer, Socket socket) {
     now_connected = ++connected_;
   }
   setup_changed_.notify_all();
-  if (now_connected == size() - 1) {
+  if (now_connected == expected_peers()) {
     asio::error_code ignored;
     acceptor_.close(ignored);  // everybody is here; nobody else gets in
   }

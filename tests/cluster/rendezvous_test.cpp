@@ -1,0 +1,73 @@
+// Rank-only environments meet in a rendezvous and come out with roles and a connected transport.
+#include <catch2/catch.hpp>
+#include <arpa/inet.h>
+#include <map>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "cohort/cluster/cluster.hpp"
+#include "cohort/comm/collectives.hpp"
+#include "cohort/core/error.hpp"
+#include "comm/comm_test_util.hpp"
+
+using namespace cohort;
+using namespace cohort::cluster;
+
+namespace {
+
+int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address);
+  socklen_t length = sizeof address;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
+  ::close(fd);
+  return ntohs(address.sin_port);
+}
+
+Environment environment_of(std::map<std::string, std::string> values) {
+  return [values = std::move(values)](const std::string& name) -> std::optional<std::string> {
+    const auto it = values.find(name);
+    return it == values.end() ? std::nullopt : std::optional<std::string>(it->second);
+  };
+}
+
+}  // namespace
+
+TEST_CASE("torchrun-style ranks meet at MASTER_ADDR and get roles, ps last", "[cluster][rendezvous]") {
+  ::setenv("COHORT_SECRET", "rendezvous test secret", 1);
+  const int n = 4;
+  const std::string port = std::to_string(free_port());
+  std::vector<Role> roles(n);
+  std::vector<int> indices(n);
+  std::vector<float> sums(n);
+  comm_test::run_ranks(n, [&](int r) {
+    std::map<std::string, std::string> env{{"RANK", std::to_string(r)}, {"WORLD_SIZE", std::to_string(n)},
+                                           {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", port}};
+    if (r == 0) env["COHORT_NUM_PS"] = "1";  // only rank 0's count matters
+    auto cluster = Cluster::from_environment(environment_of(env), {.connect_timeout = std::chrono::seconds(20)});
+    roles[static_cast<std::size_t>(r)] = cluster.spec().role;
+    indices[static_cast<std::size_t>(r)] = cluster.spec().index;
+    comm_test::expect(cluster.spec().rank() == r, "the rendezvous keeps the ranks");
+    comm_test::expect(cluster.spec().source.find("torchrun rendezvous at 127.0.0.1:" + port) == 0, cluster.spec().source);
+    std::vector<float> value{static_cast<float>(r + 1)};
+    comm::allreduce(cluster.transport(), value);
+    sums[static_cast<std::size_t>(r)] = value[0];
+  });
+  ::unsetenv("COHORT_SECRET");
+  CHECK(roles == std::vector<Role>{Role::Chief, Role::Worker, Role::Worker, Role::Ps});
+  CHECK(indices == std::vector<int>{0, 0, 1, 0});
+  CHECK(sums == std::vector<float>(n, 10.0f));
+}
+
+TEST_CASE("a rendezvous off loopback needs COHORT_HOST", "[cluster][rendezvous]") {
+  CHECK_THROWS_WITH(Cluster::from_environment(environment_of({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "10.9.9.9"},
+                                                               {"MASTER_PORT", "29500"}})),
+                    Catch::Contains("COHORT_HOST"));
+  const auto single = Cluster::from_environment(environment_of({{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"MASTER_ADDR", "h"},
+                                                                {"MASTER_PORT", "1"}}));
+  CHECK_FALSE(single.distributed());
+}
