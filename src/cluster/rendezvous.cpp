@@ -7,6 +7,9 @@
 
 #include <fmt/format.h>
 
+#include <cereal/archives/portable_binary.hpp>
+#include <cereal/types/string.hpp>
+#include <cereal/types/vector.hpp>
 #include <cstring>
 #include <sstream>
 
@@ -37,6 +40,31 @@ std::uint16_t free_port(const std::string& host) {
   ::close(fd);
   return ntohs(address.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&address)->sin6_port
                                              : reinterpret_cast<sockaddr_in*>(&address)->sin_port);
+}
+
+void send_text(comm::Transport& transport, int peer, const std::string& text);
+std::string receive_text(comm::Transport& transport, int peer);
+
+// Control messages are cereal archives, sent as a size and then the bytes.
+template <typename... Values>
+void send_message(comm::Transport& transport, int peer, const Values&... values) {
+  std::ostringstream stream;
+  {
+    cereal::PortableBinaryOutputArchive archive(stream);
+    archive(values...);
+  }
+  send_text(transport, peer, stream.str());
+}
+
+template <typename... Values>
+void receive_message(comm::Transport& transport, int peer, Values&... values) {
+  std::istringstream stream(receive_text(transport, peer));
+  try {
+    cereal::PortableBinaryInputArchive archive(stream);
+    archive(values...);
+  } catch (const cereal::Exception& e) {
+    throw ProtocolError(fmt::format("rendezvous: a garbled message from rank {}: {}", peer, e.what()));
+  }
 }
 
 void send_text(comm::Transport& transport, int peer, const std::string& text) {
@@ -83,17 +111,13 @@ ClusterSpec rendezvous(const RendezvousRequest& request, const std::string& secr
     auto transport = comm::connect_tcp(star);
     if (rank == 0) {
       addresses[0] = mine.to_string();
-      for (int r = 1; r < n; ++r) addresses[static_cast<std::size_t>(r)] = receive_text(*transport, r);
-      std::string table = std::to_string(num_ps);
-      for (const auto& a : addresses) table += "\n" + a;
-      for (int r = 1; r < n; ++r) send_text(*transport, r, table);
+      for (int r = 1; r < n; ++r) receive_message(*transport, r, addresses[static_cast<std::size_t>(r)]);
+      for (int r = 1; r < n; ++r) send_message(*transport, r, num_ps, addresses);
     } else {
-      send_text(*transport, 0, mine.to_string());
-      std::istringstream table(receive_text(*transport, 0));
-      std::string line;
-      std::getline(table, line);
-      num_ps = std::stoi(line);
-      for (auto& a : addresses) std::getline(table, a);
+      send_message(*transport, 0, mine.to_string());
+      receive_message(*transport, 0, num_ps, addresses);
+      if (static_cast<int>(addresses.size()) != n)
+        throw ProtocolError(fmt::format("{}: rank 0 sent {} addresses for {} ranks", where, addresses.size(), n));
     }
   }
   if (num_ps < 0 || num_ps >= n)

@@ -248,6 +248,16 @@ TEST_CASE("tcp: garbage, truncated and replayed handshakes are refused and chang
     CHECK(replay.closed_by_peer());
   }
   {
+    RawClient future(addresses[0]);  // a peer speaking another protocol version
+    auto hello = hello_frame(1, tcp::random_nonce(), 0);
+    auto header = tcp::decode(*reinterpret_cast<const tcp::HeaderBytes*>(hello.data()));
+    header.version = tcp::kProtocolVersion + 1;
+    const auto encoded = tcp::encode(header);
+    std::copy(encoded.begin(), encoded.end(), hello.begin());
+    future.write(hello);
+    CHECK(future.closed_by_peer());
+  }
+  {
     RawClient wrong_rank(addresses[0]);
     wrong_rank.write(hello_frame(0, tcp::random_nonce(), 0));  // rank 0 never dials rank 0
     CHECK(wrong_rank.closed_by_peer());

@@ -19,25 +19,33 @@ grep -q '^\[worker 1\] failing on purpose' "$work/log" || fail "output is not pr
 grep -q 'cohort-launch: failed: worker 1 (pid [0-9]*) exited with status 3; stopped 2' "$work/log" || fail "no one-line summary naming worker 1"
 [ $(( $(date +%s) - start )) -lt 20 ] || fail "stopping the others took too long"
 
-# 2. SIGKILL one process of a running allreduce job.
-"$launcher" --workers 4 --grace 40 -- "$bench" --min-bytes 1048576 --max-bytes 4194304 --forever >"$work/log" 2>&1 &
-launcher_pid=$!
-for _ in $(seq 1 200); do grep -q 'correct' "$work/log" && grep -q ' yes$' "$work/log" && break; sleep 0.1; done
-grep -q ' yes$' "$work/log" || fail "the allreduce job did not start"
-victim=$(grep -o 'worker 1 (pid [0-9]*)' "$work/log" | head -1 | grep -o '[0-9]*)' | tr -d ')')
-[ -n "$victim" ] || fail "no pid for worker 1"
-killed_at=$(date +%s)
-kill -9 "$victim"
-wait "$launcher_pid"
-status=$?
-elapsed=$(( $(date +%s) - killed_at ))
-[ $status -ne 0 ] || fail "launcher succeeded although worker 1 was killed"
-[ $elapsed -le 30 ] || fail "the job took $elapsed s to end after the kill"
-grep -q 'worker 1 (pid [0-9]*) was killed by signal 9' "$work/log" || fail "summary does not say worker 1 was killed"
-for survivor in "chief 0" "worker 0" "worker 2"; do
-  grep -q "^\[$survivor\] .*lost worker 1" "$work/log" || fail "$survivor did not name the lost worker 1"
-done
-grep -q 'stopped [0-9]* that did not exit' "$work/log" && fail "survivors had to be stopped instead of failing by themselves"
+# 2. SIGKILL one process of a running allreduce job, a worker and then the chief.
+kill_one() {
+  local victim_name=$1
+  "$launcher" --workers 4 --grace 40 -- "$bench" --min-bytes 1048576 --max-bytes 4194304 --forever >"$work/log" 2>&1 &
+  local launcher_pid=$!
+  for _ in $(seq 1 200); do grep -q ' yes$' "$work/log" && break; sleep 0.1; done
+  grep -q ' yes$' "$work/log" || fail "the allreduce job did not start"
+  local victim
+  victim=$(grep -o "$victim_name (pid [0-9]*)" "$work/log" | head -1 | grep -o '[0-9]*)' | tr -d ')')
+  [ -n "$victim" ] || fail "no pid for $victim_name"
+  local killed_at
+  killed_at=$(date +%s)
+  kill -9 "$victim"
+  wait "$launcher_pid"
+  local status=$?
+  local elapsed=$(( $(date +%s) - killed_at ))
+  [ $status -ne 0 ] || fail "launcher succeeded although $victim_name was killed"
+  [ $elapsed -le 30 ] || fail "the job took $elapsed s to end after the kill of $victim_name"
+  grep -q "failed: $victim_name (pid [0-9]*) was killed by signal 9" "$work/log" || fail "summary does not say $victim_name was killed"
+  for survivor in "chief 0" "worker 0" "worker 1" "worker 2"; do
+    [ "$survivor" = "$victim_name" ] && continue
+    grep -q "^\[$survivor\] .*lost $victim_name" "$work/log" || fail "$survivor did not name the lost $victim_name"
+  done
+  grep -q 'stopped [0-9]* that did not exit' "$work/log" && fail "survivors had to be stopped instead of failing by themselves"
+}
+kill_one "worker 1"
+kill_one "chief 0"
 
 # 3. Ctrl-C stops everything.
 "$launcher" --workers 2 -- sleep 30 >"$work/log" 2>&1 &

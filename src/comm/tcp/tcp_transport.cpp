@@ -65,6 +65,7 @@ struct Peer {
   std::vector<std::byte> payload;  // a frame with no receive posted yet
   Clock::time_point last_heard;
   std::unique_ptr<asio::steady_timer> retry;
+  std::chrono::milliseconds backoff{25};
   std::string last_failure;
 };
 
@@ -366,7 +367,9 @@ void TcpTransport::retry_dial(int peer, const std::string& reason) {
   Peer& p = peers_[static_cast<std::size_t>(peer)];
   p.last_failure = reason;
   if (Clock::now() >= connect_deadline_) return;
-  p.retry->expires_after(std::chrono::milliseconds(100));
+  // Exponential back-off from 25 ms to 1 s: quick when the peer is just starting, light when it is late.
+  p.retry->expires_after(p.backoff);
+  p.backoff = std::min(p.backoff * 2, std::chrono::milliseconds(1000));
   p.retry->async_wait([this, peer](const asio::error_code& error) {
     if (!error) dial(peer);
   });
