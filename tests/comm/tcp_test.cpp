@@ -127,20 +127,23 @@ std::vector<std::byte> response_frame(const tcp::Mac& proof) {
 }
 
 // Runs the client side of the handshake by hand; returns the server nonce (or nothing when refused).
-std::optional<tcp::Nonce> handshake(RawClient& client, int client_rank, const std::string& secret, const tcp::Nonce& nonce) {
-  client.write(hello_frame(client_rank, nonce, 0));
+std::optional<tcp::Nonce> handshake(RawClient& client, int client_rank, const std::string& secret, const tcp::Nonce& nonce,
+                                    int server_rank = 0) {
+  client.write(hello_frame(client_rank, nonce, server_rank));
   tcp::HeaderBytes header{};
   std::array<std::byte, tcp::kNonceBytes + tcp::kMacBytes> challenge{};
   if (!client.read(header.data(), header.size()) || !client.read(challenge.data(), challenge.size())) return std::nullopt;
   tcp::Nonce server{};
   std::copy_n(challenge.begin(), tcp::kNonceBytes, server.begin());
-  client.write(response_frame(tcp::client_proof(secret, nonce, server, client_rank, 0)));
+  client.write(response_frame(tcp::client_proof(secret, nonce, server, client_rank, server_rank)));
   return server;
 }
 
-// The legitimate rank 1 joins rank 0 (already listening in `zero`) and one message goes through.
-void legitimate_peer_still_works(std::unique_ptr<Transport>& zero, const std::vector<Address>& addresses) {
+// The legitimate rank 1 joins rank 0, whose connect_tcp runs on `listener`, and a message goes through.
+void legitimate_peer_still_works(std::thread& listener, std::unique_ptr<Transport>& zero,
+                                 const std::vector<Address>& addresses) {
   auto one = connect_tcp(options_for(1, addresses));
+  listener.join();
   std::vector<int> ping{5}, pong(1);
   auto sent = one->send(0, 1, conformance::bytes(ping));
   zero->recv(1, 1, conformance::bytes(pong))->wait(5s);
@@ -197,15 +200,7 @@ TEST_CASE("tcp: a wrong secret is refused while the legitimate peers carry on", 
   auto intruder = options_for(1, addresses, "not the secret");
   intruder.connect_timeout = 1s;
   CHECK_THROWS_WITH(connect_tcp(intruder), Catch::Contains("chief 0"));
-  std::unique_ptr<Transport> one;
-  std::thread joiner([&] { one = connect_tcp(options_for(1, addresses)); });
-  listener.join();
-  joiner.join();
-  std::vector<int> ping{5}, pong(1);
-  auto sent = one->send(0, 1, conformance::bytes(ping));
-  zero->recv(1, 1, conformance::bytes(pong))->wait(5s);
-  sent->wait(5s);
-  CHECK(pong[0] == 5);
+  legitimate_peer_still_works(listener, zero, addresses);
 }
 
 TEST_CASE("tcp: garbage, truncated and replayed handshakes are refused and change nothing", "[comm][tcp][security]") {
@@ -262,15 +257,7 @@ TEST_CASE("tcp: garbage, truncated and replayed handshakes are refused and chang
     wrong_rank.write(hello_frame(0, tcp::random_nonce(), 0));  // rank 0 never dials rank 0
     CHECK(wrong_rank.closed_by_peer());
   }
-  std::unique_ptr<Transport> one;
-  std::thread joiner([&] { one = connect_tcp(options_for(1, addresses)); });
-  listener.join();
-  joiner.join();
-  std::vector<int> ping{7}, pong(1);
-  auto sent = one->send(0, 3, conformance::bytes(ping));
-  zero->recv(1, 3, conformance::bytes(pong))->wait(5s);
-  sent->wait(5s);
-  CHECK(pong[0] == 7);
+  legitimate_peer_still_works(listener, zero, addresses);
 }
 
 TEST_CASE("tcp: bad frames from an authenticated peer fail operations with ProtocolError", "[comm][tcp][security]") {
@@ -313,15 +300,7 @@ TEST_CASE("tcp: a peer that vanishes or falls silent fails every rank's operatio
     two.emplace(addresses[0]);
     REQUIRE(handshake(*two, 2, kSecret, tcp::random_nonce()));
     RawClient to_one(addresses[1]);
-    const tcp::Nonce nonce = tcp::random_nonce();
-    to_one.write(hello_frame(2, nonce, 1));
-    tcp::HeaderBytes header{};
-    std::array<std::byte, tcp::kNonceBytes + tcp::kMacBytes> challenge{};
-    REQUIRE(to_one.read(header.data(), header.size()));
-    REQUIRE(to_one.read(challenge.data(), challenge.size()));
-    tcp::Nonce server{};
-    std::copy_n(challenge.begin(), tcp::kNonceBytes, server.begin());
-    to_one.write(response_frame(tcp::client_proof(kSecret, nonce, server, 2, 1)));
+    REQUIRE(handshake(to_one, 2, kSecret, tcp::random_nonce(), 1));
     a.join();
     b.join();
     std::vector<int> out(1);
