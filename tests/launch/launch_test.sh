@@ -50,10 +50,12 @@ kill_one "chief 0"
 # 3. Ctrl-C stops everything.
 "$launcher" --workers 2 -- sleep 30 >"$work/log" 2>&1 &
 launcher_pid=$!
-sleep 0.5
+for _ in $(seq 1 50); do grep -q 'started' "$work/log" && break; sleep 0.1; done
+children=$(grep -o '(pid [0-9]*)' "$work/log" | grep -o '[0-9]*')
+[ -n "$children" ] || fail "no child pids reported"
 kill -INT "$launcher_pid"
 wait "$launcher_pid"
 status=$?
 [ $status -eq 130 ] || fail "launcher exit status $status after SIGINT"
-pgrep -f "^sleep 30$" >/dev/null && fail "children survived SIGINT"
+for pid in $children; do kill -0 "$pid" 2>/dev/null && fail "child $pid survived SIGINT"; done
 echo "launch_test: all checks passed"
