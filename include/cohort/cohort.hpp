@@ -34,4 +34,6 @@
 #include "cohort/optim/sgd.hpp"
 #include "cohort/tensor/ops.hpp"
 #include "cohort/tensor/tensor.hpp"
+#include "cohort/ps/placement.hpp"
 #include "cohort/train/trainer.hpp"
+#include "cohort/train/variable_infos.hpp"
