@@ -35,5 +35,6 @@
 #include "cohort/tensor/ops.hpp"
 #include "cohort/tensor/tensor.hpp"
 #include "cohort/ps/placement.hpp"
+#include "cohort/train/ring_allreduce.hpp"
 #include "cohort/train/trainer.hpp"
 #include "cohort/train/variable_infos.hpp"

@@ -11,6 +11,8 @@ DataLoader::DataLoader(const Dataset& dataset, LoaderOptions options, std::share
     : dataset_(dataset), options_(std::move(options)), sampler_(std::move(sampler)) {
   COHORT_CHECK(options_.batch_size > 0, "batch size must be positive, got {}", options_.batch_size);
   COHORT_CHECK(options_.prefetch >= 0, "prefetch must be >= 0, got {}", options_.prefetch);
+  COHORT_CHECK(options_.replicas >= 1 && options_.replica >= 0 && options_.replica < options_.replicas,
+               "replica {} of {} is not a valid share", options_.replica, options_.replicas);
   if (!sampler_) {
     if (options_.shuffle) sampler_ = std::make_shared<ShuffleSampler>(dataset_.size(), options_.seed);
     else sampler_ = std::make_shared<SequentialSampler>(dataset_.size());
@@ -19,17 +21,18 @@ DataLoader::DataLoader(const Dataset& dataset, LoaderOptions options, std::share
 }
 
 std::int64_t DataLoader::batches_per_epoch() const {
-  return options_.drop_remainder ? order_size_ / options_.batch_size
-                                 : (order_size_ + options_.batch_size - 1) / options_.batch_size;
+  const std::int64_t global_batch = options_.batch_size * options_.replicas;
+  return options_.drop_remainder ? order_size_ / global_batch : (order_size_ + global_batch - 1) / global_batch;
 }
 
 std::int64_t DataLoader::samples_per_epoch() const {
-  return options_.drop_remainder ? batches_per_epoch() * options_.batch_size : order_size_;
+  return options_.drop_remainder ? batches_per_epoch() * options_.batch_size * options_.replicas : order_size_;
 }
 
 Batch DataLoader::make_batch(const std::vector<std::int64_t>& order, std::int64_t epoch, std::int64_t batch_index) const {
-  const std::int64_t begin = batch_index * options_.batch_size;
-  const std::int64_t count = std::min<std::int64_t>(options_.batch_size, static_cast<std::int64_t>(order.size()) - begin);
+  const std::int64_t begin = (batch_index * options_.replicas + options_.replica) * options_.batch_size;
+  const std::int64_t count =
+      std::clamp<std::int64_t>(static_cast<std::int64_t>(order.size()) - begin, 0, options_.batch_size);
   const Shape sample_shape = dataset_.sample_shape();
   const std::int64_t sample_size = sample_shape.numel();
   Batch batch{Tensor(sample_shape.batched(count)), Tensor(Shape{count}), batch_index};

@@ -36,4 +36,16 @@ Schedule linear_warmup(Schedule target, std::int64_t warmup_steps, double start_
   };
 }
 
+Schedule scaled_for_replicas(Schedule base, int replicas, ReplicaScaling scaling, std::int64_t warmup_steps) {
+  COHORT_CHECK(replicas >= 1 && warmup_steps >= 0, "scaled_for_replicas needs replicas >= 1 and warmup_steps >= 0");
+  const double factor = scaling == ReplicaScaling::Linear ? replicas
+                        : scaling == ReplicaScaling::Sqrt ? std::sqrt(static_cast<double>(replicas))
+                                                          : 1.0;
+  return [base = std::move(base), factor, warmup_steps](std::int64_t t) {
+    if (t >= warmup_steps) return base(t) * factor;
+    const double fraction = static_cast<double>(t) / static_cast<double>(warmup_steps);
+    return base(t) * (1.0 + (factor - 1.0) * fraction);
+  };
+}
+
 }  // namespace cohort::optim

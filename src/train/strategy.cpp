@@ -2,7 +2,7 @@
 
 namespace cohort::train {
 
-void Local::apply_gradients(nn::Sequential& model, optim::Optimizer& optimizer) {
+void Local::apply_gradients(nn::Sequential& model, optim::Optimizer& optimizer, std::int64_t) {
   optimizer.apply(model.trainable_variables());
 }
 

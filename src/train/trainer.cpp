@@ -51,6 +51,12 @@ Trainer::Trainer(nn::Sequential& model, std::unique_ptr<optim::Optimizer> optimi
 std::filesystem::path Trainer::checkpoint_path(const std::filesystem::path& directory) { return directory / "latest.ckpt"; }
 
 std::pair<double, std::int64_t> Trainer::train_step(const Tensor& images, const Tensor& labels) {
+  if (images.dim(0) == 0) {
+    // This replica's share of the epoch's last step is empty: it contributes zero gradients.
+    for (const auto& v : model_.trainable_variables()) ops::fill(v->gradient, 0.0f);
+    strategy_->apply_gradients(model_, *optimizer_, 0);
+    return {0.0, 0};
+  }
   const bool fused = model_.ends_with_softmax();
   const Tensor prediction = fused ? model_.forward_logits(images) : model_.forward(images);
   if (!output_gradient_.defined() || output_gradient_.shape() != prediction.shape())
@@ -61,7 +67,7 @@ std::pair<double, std::int64_t> Trainer::train_step(const Tensor& images, const 
                             loss, optimizer_->iterations(), optimizer_->learning_rate()));
   const std::int64_t correct = ops::count_correct(prediction, labels);
   model_.backward(output_gradient_);
-  strategy_->apply_gradients(model_, *optimizer_);
+  strategy_->apply_gradients(model_, *optimizer_, images.dim(0));
   return {loss, correct};
 }
 
@@ -75,7 +81,6 @@ History Trainer::fit(const data::Dataset& train, const FitOptions& options) {
   const std::filesystem::path checkpoint =
       options.checkpoint_dir.empty() ? std::filesystem::path() : checkpoint_path(options.checkpoint_dir);
 
-  strategy_->initialize(model_, *optimizer_);
   TrainingPosition position{.data_seed = options.seed};
   if (options.resume && !checkpoint.empty() && std::filesystem::exists(checkpoint)) {
     position = load_checkpoint(checkpoint, model_, *optimizer_);
@@ -83,18 +88,23 @@ History Trainer::fit(const data::Dataset& train, const FitOptions& options) {
       log::info("resumed from {}: epoch {}, batch {}, step {}", checkpoint.string(), position.epoch + 1,
                 position.batch_in_epoch, position.global_step);
   }
+  strategy_->initialize(model_, *optimizer_);  // after a resume, so that all processes start from the chief's
   const std::int64_t epochs = options.epochs > 0 ? options.epochs : std::numeric_limits<std::int64_t>::max();
 
+  const DataShare share = strategy_->data_share();
   data::LoaderOptions loader_options{.batch_size = options.batch_size,
                                      .shuffle = options.shuffle,
-                                     .seed = position.data_seed,
-                                     .transforms = options.transforms};
+                                     .seed = position.data_seed + share.seed_offset,
+                                     .transforms = options.transforms,
+                                     .replica = share.replica,
+                                     .replicas = share.replicas};
   const data::DataLoader loader(train, loader_options,
-                                strategy_->sampler(train.size(), position.data_seed, options.shuffle));
+                                strategy_->sampler(train.size(), loader_options.seed, options.shuffle));
   if (verbose)
-    log::info("training on {} with strategy '{}': {} samples per epoch, global batch {} = {} replica(s) x {}, {} steps "
+    log::info("training on {} with strategy '{}': {} samples per epoch{}, global batch {} = {} replica(s) x {}, {} steps "
               "per epoch",
-              train.description(), strategy_->name(), loader.samples_per_epoch() * strategy_->replicas(),
+              train.description(), strategy_->name(), loader.samples_per_epoch() * (share.replicas == 1 ? strategy_->replicas() : 1),
+              share.replicas == 1 && strategy_->replicas() > 1 ? " (every replica reads the whole set)" : "",
               options.batch_size * strategy_->replicas(), strategy_->replicas(), options.batch_size,
               loader.batches_per_epoch());
 
@@ -125,9 +135,10 @@ History Trainer::fit(const data::Dataset& train, const FitOptions& options) {
       loss_sum += loss * static_cast<double>(count);
       correct += batch_correct;
       seen += count;
+      const double denominator = static_cast<double>(std::max<std::int64_t>(seen, 1));
       ++position.global_step;
       position.batch_in_epoch = batch->index + 1;
-      logs = {{"loss", loss_sum / static_cast<double>(seen)}, {"accuracy", static_cast<double>(correct) / static_cast<double>(seen)}};
+      logs = {{"loss", loss_sum / denominator}, {"accuracy", static_cast<double>(correct) / denominator}};
       if (verbose) progress.update(position.batch_in_epoch, logs, static_cast<double>(seen) / seconds_since(epoch_start));
       for (auto& callback : options.callbacks) callback->on_batch_end(position.global_step, logs, control);
       if (options.checkpoint_every_steps > 0 && position.global_step % options.checkpoint_every_steps == 0) save();

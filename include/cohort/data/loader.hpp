@@ -32,6 +32,12 @@ struct LoaderOptions {
   bool drop_remainder = false;  // drop a final partial batch
   std::vector<Transform> transforms;
   int prefetch = 2;  // batches prepared ahead; 0 prepares on the calling thread
+  // Data-parallel training: `replicas` processes share one pass over the sampler's order per epoch. Global
+  // step k consumes the next replicas x batch_size samples of the order; replica r takes the r-th
+  // batch_size of them. Every replica sees the same number of batches per epoch; at the tail of an epoch
+  // some get a short or an empty batch, so that no sample is dropped or seen twice.
+  int replica = 0;
+  int replicas = 1;
 };
 
 struct Batch {
@@ -74,7 +80,9 @@ class DataLoader {
   // Iterates epoch `epoch`, starting at batch `first_batch` (to resume mid-epoch).
   std::unique_ptr<Epoch> epoch(std::int64_t epoch, std::int64_t first_batch = 0) const;
 
+  // Batches per epoch, the same for every replica.
   std::int64_t batches_per_epoch() const;
+  // Samples per epoch across all replicas.
   std::int64_t samples_per_epoch() const;
   const Dataset& dataset() const { return dataset_; }
   const LoaderOptions& options() const { return options_; }

@@ -20,4 +20,10 @@ Schedule cosine_decay(double learning_rate, std::int64_t decay_steps, double alp
 // Rises linearly from start_factor * target(0) to the target schedule over warmup_steps, then follows it.
 Schedule linear_warmup(Schedule target, std::int64_t warmup_steps, double start_factor = 0.0);
 
+// Learning-rate scaling with the number of data-parallel replicas (Goyal et al. 2017): the rate grows
+// by replicas (Linear), sqrt(replicas) (Sqrt) or not at all, reached through a linear warm-up from the
+// unscaled rate over warmup_steps.
+enum class ReplicaScaling { None, Linear, Sqrt };
+Schedule scaled_for_replicas(Schedule base, int replicas, ReplicaScaling scaling, std::int64_t warmup_steps = 0);
+
 }  // namespace cohort::optim

@@ -16,6 +16,14 @@
 
 namespace cohort::train {
 
+// Which share of each epoch this process reads (data::LoaderOptions::replica/replicas), and an offset
+// for its data seed (non-zero when every process reads the whole set in its own order).
+struct DataShare {
+  int replica = 0;
+  int replicas = 1;
+  std::uint64_t seed_offset = 0;
+};
+
 class Strategy {
  public:
   virtual ~Strategy() = default;
@@ -26,10 +34,12 @@ class Strategy {
   virtual bool is_chief() const = 0;
   // Brings the model's variables to their starting values (the chief's, in a distributed run).
   virtual void initialize(nn::Sequential& model, optim::Optimizer& optimizer) = 0;
-  // Turns the gradients held by the model's trainable variables into one update of the model.
-  virtual void apply_gradients(nn::Sequential& model, optim::Optimizer& optimizer) = 0;
-  // The order in which this process visits its share of every epoch of a data set of `size` samples.
+  // Turns the gradients held by the model's trainable variables, computed over `samples` samples of this
+  // process (0: this process had no data in this step and its gradients are zero), into one update.
+  virtual void apply_gradients(nn::Sequential& model, optim::Optimizer& optimizer, std::int64_t samples) = 0;
+  // The order in which the cluster visits every epoch of a data set of `size` samples.
   virtual std::shared_ptr<const data::Sampler> sampler(std::int64_t size, std::uint64_t seed, bool shuffle) const = 0;
+  virtual DataShare data_share() const { return {}; }
 };
 
 class Local : public Strategy {
@@ -38,7 +48,7 @@ class Local : public Strategy {
   int replicas() const override { return 1; }
   bool is_chief() const override { return true; }
   void initialize(nn::Sequential&, optim::Optimizer&) override {}
-  void apply_gradients(nn::Sequential& model, optim::Optimizer& optimizer) override;
+  void apply_gradients(nn::Sequential& model, optim::Optimizer& optimizer, std::int64_t samples) override;
   std::shared_ptr<const data::Sampler> sampler(std::int64_t size, std::uint64_t seed, bool shuffle) const override;
 };
 

@@ -1,0 +1,135 @@
+// Data-parallel training: sharded epochs and the ring-allreduce strategy against a single process.
+#include <catch2/catch.hpp>
+#include <set>
+
+#include "cohort/comm/inproc.hpp"
+#include "cohort/data/loader.hpp"
+#include "cohort/data/synthetic.hpp"
+#include "cohort/nn/activation_layer.hpp"
+#include "cohort/nn/conv2d.hpp"
+#include "cohort/nn/dense.hpp"
+#include "cohort/nn/flatten.hpp"
+#include "cohort/nn/pooling2d.hpp"
+#include "cohort/optim/sgd.hpp"
+#include "cohort/train/ring_allreduce.hpp"
+#include "cohort/train/trainer.hpp"
+#include "comm/comm_test_util.hpp"
+
+using namespace cohort;
+
+namespace {
+
+// Sample i holds the value i.
+struct IndexDataset : data::Dataset {
+  std::int64_t count;
+  explicit IndexDataset(std::int64_t n) : count(n) {}
+  std::int64_t size() const override { return count; }
+  Shape sample_shape() const override { return {1}; }
+  int num_classes() const override { return 2; }
+  std::string description() const override { return "index"; }
+  int load(std::int64_t index, float* out) const override {
+    out[0] = static_cast<float>(index);
+    return 0;
+  }
+};
+
+std::vector<std::vector<std::int64_t>> batches_of(const data::DataLoader& loader, std::int64_t epoch) {
+  std::vector<std::vector<std::int64_t>> out;
+  auto batches = loader.epoch(epoch);
+  while (auto batch = batches->next()) {
+    std::vector<std::int64_t> ids;
+    for (float v : batch->images.values()) ids.push_back(static_cast<std::int64_t>(v));
+    out.push_back(ids);
+  }
+  return out;
+}
+
+nn::Sequential small_model() {
+  nn::Sequential model({8, 8, 2}, 5);
+  model.add(nn::Conv2D(4, 3, nn::Padding::Same)).add(nn::ReLU()).add(nn::MaxPooling2D(2));
+  model.add(nn::Flatten()).add(nn::Dense(4)).add(nn::Softmax());
+  return model;
+}
+
+}  // namespace
+
+TEST_CASE("replicas share one pass per epoch: every sample exactly once, equal step counts", "[train][distributed]") {
+  const IndexDataset set(103);
+  for (int replicas : {1, 2, 3, 4}) {
+    std::vector<std::vector<std::vector<std::int64_t>>> per_replica;
+    for (int r = 0; r < replicas; ++r)
+      per_replica.push_back(batches_of(data::DataLoader(set, {.batch_size = 8, .seed = 9, .prefetch = 0, .replica = r, .replicas = replicas}), 2));
+    const data::DataLoader single(set, {.batch_size = 8 * replicas, .seed = 9, .prefetch = 0});
+    const auto global = batches_of(single, 2);
+    INFO("replicas " << replicas);
+    std::multiset<std::int64_t> seen;
+    for (int r = 0; r < replicas; ++r) {
+      REQUIRE(per_replica[static_cast<std::size_t>(r)].size() == global.size());
+      for (const auto& batch : per_replica[static_cast<std::size_t>(r)]) seen.insert(batch.begin(), batch.end());
+    }
+    CHECK(seen.size() == 103);
+    CHECK(std::set<std::int64_t>(seen.begin(), seen.end()).size() == 103);
+    // Step k of all replicas together is step k of one process at replicas x the batch.
+    for (std::size_t k = 0; k < global.size(); ++k) {
+      std::vector<std::int64_t> joined;
+      for (int r = 0; r < replicas; ++r)
+        joined.insert(joined.end(), per_replica[static_cast<std::size_t>(r)][k].begin(), per_replica[static_cast<std::size_t>(r)][k].end());
+      CHECK(joined == global[k]);
+    }
+  }
+}
+
+TEST_CASE("ring-allreduce with W workers at batch B takes the steps of one process at batch W x B", "[train][distributed]") {
+  // 44 samples, 2 x 8 per step: steps of 16, 16 and 12 samples, the last shared 8 + 4, so the average must
+  // weight the replicas by their sample counts. Then 41 samples: the last step leaves replica 1 empty.
+  for (std::int64_t samples : {44, 41}) {
+    const auto set = data::make_synthetic({.samples = samples, .sample_shape = {8, 8, 2}, .classes = 4, .seed = 3});
+    const auto sgd = [] { return optim::SGD({.learning_rate = optim::constant(0.1), .momentum = 0.9}); };
+
+    nn::Sequential reference = small_model();
+    Trainer single(reference, sgd());
+    single.fit(set, {.max_steps = 7, .batch_size = 16, .seed = 4, .verbosity = train::Verbosity::Silent});
+
+    comm::InProcessGroup group(2);
+    std::vector<nn::Sequential> models;
+    models.push_back(small_model());
+    models.push_back(small_model());
+    // Different starting values on the second replica: initialize() must replace them with the chief's.
+    for (float& v : models[1].variable("dense/kernel")->value.values()) v += 1.0f;
+    comm_test::run_ranks(2, [&](int r) {
+      Trainer trainer(models[static_cast<std::size_t>(r)], sgd(), std::make_shared<train::RingAllreduce>(group.transport(r)));
+      trainer.fit(set, {.max_steps = 7, .batch_size = 8, .seed = 4, .verbosity = train::Verbosity::Silent});
+    });
+    for (const auto& v : reference.variables()) {
+      const auto expected = v->value.to_vector();
+      for (const auto& model : models) {
+        const auto got = model.variable(v->name)->value.to_vector();
+        REQUIRE(got.size() == expected.size());
+        for (std::size_t i = 0; i < got.size(); ++i) {
+          INFO(v->name << "[" << i << "]");
+          REQUIRE(got[i] == Approx(expected[i]).epsilon(1e-4).margin(1e-5));
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("EachWorkerFullPass: every replica reads the whole set in its own order", "[train][distributed]") {
+  comm::InProcessGroup group(2);
+  const train::RingAllreduce zero(group.transport(0), {.data = train::DataPolicy::EachWorkerFullPass});
+  const train::RingAllreduce one(group.transport(1), {.data = train::DataPolicy::EachWorkerFullPass});
+  CHECK(zero.data_share().replicas == 1);
+  CHECK(zero.data_share().seed_offset != one.data_share().seed_offset);
+  const train::RingAllreduce sharded(group.transport(1));
+  CHECK(sharded.data_share().replica == 1);
+  CHECK(sharded.data_share().replicas == 2);
+}
+
+TEST_CASE("learning rates scale with the replicas after a linear warm-up", "[optim][distributed]") {
+  const auto linear = optim::scaled_for_replicas(optim::constant(0.1), 4, optim::ReplicaScaling::Linear, 10);
+  CHECK(linear(0) == Approx(0.1));
+  CHECK(linear(5) == Approx(0.25));
+  CHECK(linear(10) == Approx(0.4));
+  CHECK(optim::scaled_for_replicas(optim::constant(0.1), 4, optim::ReplicaScaling::Sqrt)(0) == Approx(0.2));
+  CHECK(optim::scaled_for_replicas(optim::constant(0.1), 4, optim::ReplicaScaling::None, 10)(20) == Approx(0.1));
+}
