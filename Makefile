@@ -21,7 +21,7 @@ test: build
 
 demo: configure
 	@cmake --build $(BUILD_DIR) -j $(JOBS) --target cifar10
-	@$(BUILD_DIR)/examples/cifar10/cifar10 --demo $(DEMO_ARGS)
+	@$(BUILD_DIR)/examples/cifar10 --demo $(DEMO_ARGS)
 
 bench: configure
 	@cmake --build $(BUILD_DIR) -j $(JOBS) --target cohort_bench

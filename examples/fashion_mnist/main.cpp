@@ -1,5 +1,6 @@
 // A small CNN on real Fashion-MNIST (Debian's dataset-fashion-mnist), reporting test accuracy after
-// every epoch.
+// every epoch. Under cohort-launch (or any cluster environment) it trains data-parallel with ring
+// allreduce: cohort-launch --workers 2 -- ./build/examples/fashion_mnist
 #include <cohort/cohort.hpp>
 
 #include "../common/example_options.hpp"
@@ -16,21 +17,33 @@ int main(int argc, char** argv) try {
     options.train_samples = 10000;
   }
   set_num_threads(options.threads);
+  auto cluster = cluster::Cluster::from_environment();
+  if (!cluster.spec().ps.empty())
+    throw InvalidArgument("this example trains with ring allreduce; launch it with workers only (no --ps)");
+  const int replicas = cluster.spec().replicas();
+  std::shared_ptr<train::Strategy> strategy = std::make_shared<train::Local>();
+  if (cluster.distributed()) strategy = std::make_shared<train::RingAllreduce>(cluster.transport());
+  const bool chief = strategy->is_chief();
   const std::string dir = options.data_dir.empty() ? data::FashionMnist::kDebianDirectory : options.data_dir;
   data::ImageDataset train_set = data::FashionMnist::train(dir);
   const data::ImageDataset test_set = data::FashionMnist::test(dir);
   if (options.train_samples > 0) train_set = train_set.head(options.train_samples);
 
   nn::Sequential model = nn::small_cnn(train_set.sample_shape(), options.seed);
-  fmt::print("{}", model.summary());
+  if (chief) fmt::print("{}", model.summary());
   if (options.summary_only) return 0;
 
   const auto stats = data::channel_statistics(train_set);
   const auto normalize = data::normalize(stats.mean, stats.stddev);
   const data::MappedDataset test_view(test_set, {normalize});
-  // Cosine decay to zero over the run: the last epochs refine instead of bouncing around the minimum.
-  const std::int64_t steps = options.epochs * ((train_set.size() + options.batch_size - 1) / options.batch_size);
-  Trainer trainer(model, optim::Adam({.learning_rate = optim::cosine_decay(options.learning_rate, std::max<std::int64_t>(steps, 1))}));
+  // Cosine decay to zero over the run: the last epochs refine instead of bouncing around the minimum. With
+  // several replicas the global batch grows, so the rate grows with it after a one-epoch warm-up.
+  const std::int64_t global_batch = options.batch_size * replicas;
+  const std::int64_t steps_per_epoch = (train_set.size() + global_batch - 1) / global_batch;
+  const auto schedule = optim::scaled_for_replicas(
+      optim::cosine_decay(options.learning_rate, std::max<std::int64_t>(options.epochs * steps_per_epoch, 1)), replicas,
+      optim::ReplicaScaling::Sqrt, replicas > 1 ? steps_per_epoch : 0);
+  Trainer trainer(model, optim::Adam({.learning_rate = schedule}), strategy);
   const auto history = trainer.fit(train_set, {.epochs = options.epochs,
                                                .max_steps = options.max_steps,
                                                .batch_size = options.batch_size,
@@ -39,6 +52,7 @@ int main(int argc, char** argv) try {
                                                .validation = &test_view,
                                                .checkpoint_dir = options.checkpoint_dir,
                                                .resume = options.resume});
+  if (!chief) return 0;
   if (!options.history_csv.empty()) history.write_csv(options.history_csv);
   for (std::size_t e = 0; e < history.epochs.size(); ++e)
     fmt::print("epoch {}: test accuracy {:.4f} ({:.1f} s)\n", e + 1, history.epochs[e].at("val_accuracy"),
