@@ -25,7 +25,6 @@
 #include <map>
 #include <mutex>
 #include <optional>
-#include <set>
 #include <thread>
 
 #include "cohort/comm/tcp.hpp"
