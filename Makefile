@@ -27,7 +27,10 @@ bench: configure
 	@cmake --build $(BUILD_DIR) -j $(JOBS) --target cohort_bench
 	@benchmarks/run_all.sh $(BUILD_DIR)
 
-bench-allreduce: build
+bench-allreduce:
+	@scripts/setup-debian --peers
+	@cmake -S . -B $(BUILD_DIR) $(CMAKE_FLAGS) >/dev/null
+	@cmake --build $(BUILD_DIR) -j $(JOBS) --target cohort-launch cohort_allreduce_bench mpi_allreduce_bench gloo_allreduce_bench
 	@benchmarks/allreduce_compare.sh $(BUILD_DIR)
 
 # The suite again under AddressSanitizer + UndefinedBehaviorSanitizer, and the transport and collective
