@@ -100,11 +100,14 @@ History Trainer::fit(const data::Dataset& train, const FitOptions& options) {
                                      .replicas = share.replicas};
   const data::DataLoader loader(train, loader_options,
                                 strategy_->sampler(train.size(), loader_options.seed, options.shuffle));
+  // With EachWorkerFullPass every replica reads the whole set: an epoch then means replicas passes.
+  const bool every_replica_reads_all = share.replicas == 1 && strategy_->replicas() > 1;
   if (verbose)
     log::info("training on {} with strategy '{}': {} samples per epoch{}, global batch {} = {} replica(s) x {}, {} steps "
               "per epoch",
-              train.description(), strategy_->name(), loader.samples_per_epoch() * (share.replicas == 1 ? strategy_->replicas() : 1),
-              share.replicas == 1 && strategy_->replicas() > 1 ? " (every replica reads the whole set)" : "",
+              train.description(), strategy_->name(),
+              loader.samples_per_epoch() * (every_replica_reads_all ? strategy_->replicas() : 1),
+              every_replica_reads_all ? " (every replica reads the whole set)" : "",
               options.batch_size * strategy_->replicas(), strategy_->replicas(), options.batch_size,
               loader.batches_per_epoch());
 
