@@ -1,0 +1,264 @@
+// Setting up the TCP transport: listening, dialing with back-off, and both sides of the handshake.
+#include <fmt/format.h>
+
+#include <future>
+
+#include "cohort/core/check.hpp"
+#include "cohort/core/logging.hpp"
+#include "tcp_transport.hpp"
+
+namespace cohort::comm::tcp {
+namespace {
+
+constexpr std::chrono::milliseconds kHandshakeTimeout{10000};
+
+void tune(tcp::socket& socket) {
+  asio::error_code ignored;
+  socket.set_option(tcp::no_delay(true), ignored);
+  socket.set_option(asio::socket_base::send_buffer_size(4 << 20), ignored);
+  socket.set_option(asio::socket_base::receive_buffer_size(4 << 20), ignored);
+}
+
+std::string remote_of(const tcp::socket& socket) {
+  asio::error_code error;
+  const auto endpoint = socket.remote_endpoint(error);
+  return error ? std::string("unknown address") : fmt::format("{}:{}", endpoint.address().to_string(), endpoint.port());
+}
+
+
+}  // namespace
+
+TcpTransport::TcpTransport(const TcpOptions& options) : options_(options) {
+  const int n = size();
+  COHORT_CHECK(n >= 1, "TCP transport needs at least one address");
+  COHORT_CHECK(options_.rank >= 0 && options_.rank < n, "rank {} outside {} addresses", options_.rank, n);
+  COHORT_CHECK(!options_.secret.empty(), "the TCP transport needs a shared secret (COHORT_SECRET or COHORT_SECRET_FILE)");
+  COHORT_CHECK(options_.names.empty() || static_cast<int>(options_.names.size()) == n, "{} names for {} ranks",
+               options_.names.size(), n);
+  tcp::resolver resolver(io_);
+  for (int r = 0; r < n; ++r) {
+    const Address& a = options_.addresses[static_cast<std::size_t>(r)];
+    names_.push_back(options_.names.empty() ? fmt::format("rank {} ({}:{})", r, a.host, a.port)
+                                            : options_.names[static_cast<std::size_t>(r)]);
+    asio::error_code error;
+    const auto results = resolver.resolve(a.host, std::to_string(a.port), error);
+    if (error || results.empty())
+      throw InvalidArgument(fmt::format("cannot resolve {}: {}", names_.back(), error ? error.message() : "no address"));
+    endpoints_.push_back(*results.begin());
+  }
+  peers_.resize(static_cast<std::size_t>(n));
+  for (auto& peer : peers_) peer.retry = std::make_unique<asio::steady_timer>(io_);
+
+  if (n > 1 && (!options_.star || options_.rank == 0)) {
+    const auto& own = endpoints_[static_cast<std::size_t>(options_.rank)];
+    asio::error_code error;
+    acceptor_.open(own.protocol(), error);
+    if (!error) acceptor_.set_option(tcp::acceptor::reuse_address(true), error);
+    if (!error) acceptor_.bind(own, error);
+    if (!error) acceptor_.listen(asio::socket_base::max_listen_connections, error);
+    if (error) throw IoError(fmt::format("{} cannot listen on its address: {}", names_[static_cast<std::size_t>(options_.rank)], error.message()));
+  }
+  connect_deadline_ = Clock::now() + options_.connect_timeout;
+  io_thread_ = std::make_unique<IoThread>(io_);
+  if (n == 1) return;
+  asio::post(io_, [this] {
+    if (acceptor_.is_open()) accept();
+    for (int peer = 0; peer < options_.rank; ++peer)
+      if (linked(peer)) dial(peer);
+    heartbeat();
+  });
+
+  std::unique_lock lock(setup_mutex_);
+  const bool all = setup_changed_.wait_until(lock, connect_deadline_, [&] { return connected_ == expected_peers(); });
+  lock.unlock();
+  if (!all) {
+    std::promise<std::string> missing;
+    asio::post(io_, [&] {
+      std::string text;
+      for (int r = 0; r < n; ++r) {
+        const Peer& p = peers_[static_cast<std::size_t>(r)];
+        if (r == options_.rank || p.ready || !linked(r)) continue;
+        text += fmt::format("{}{}{}", text.empty() ? "" : ", ", names_[static_cast<std::size_t>(r)],
+                            p.last_failure.empty() ? "" : " (" + p.last_failure + ")");
+      }
+      missing.set_value(text);
+    });
+    const std::string text = missing.get_future().get();
+    throw TimeoutError(fmt::format("{} could not connect within {} ms to {}", names_[static_cast<std::size_t>(options_.rank)],
+                                   options_.connect_timeout.count(), text));
+  }
+}
+
+void TcpTransport::accept() {
+  auto socket = std::make_shared<tcp::socket>(io_);
+  acceptor_.async_accept(*socket, [this, socket](const asio::error_code& error) {
+    if (error) return;  // closed
+    serve_handshake(socket);
+    accept();
+  });
+}
+
+void TcpTransport::serve_handshake(Socket socket) {
+  // Everything the handshake reads lives in one state object shared by its callbacks.
+  struct State {
+    HeaderBytes header{};
+    std::array<std::byte, kNonceBytes + 4> hello{};
+    Nonce server_nonce{};
+    std::array<std::byte, kHeaderBytes + kNonceBytes + kMacBytes> challenge{};
+    Mac response{};
+    int client = -1;
+    asio::steady_timer timer;
+    explicit State(asio::io_context& io) : timer(io) {}
+  };
+  auto state = std::make_shared<State>(io_);
+  const std::string remote = remote_of(*socket);
+  auto reject = [this, socket, state, remote](const std::string& reason) {
+    log::warning("{} rejected a connection from {}: {}", describe(options_.rank), remote, reason);
+    asio::error_code ignored;
+    socket->close(ignored);
+    state->timer.cancel();
+  };
+  state->timer.expires_after(std::min(kHandshakeTimeout, options_.connect_timeout));
+  state->timer.async_wait([socket, reject](const asio::error_code& error) {
+    if (!error && socket->is_open()) reject("no complete handshake in time");
+  });
+  asio::async_read(*socket, asio::buffer(state->header), [this, socket, state, reject](const asio::error_code& error, std::size_t) {
+    if (error) return reject("connection closed before its hello (" + error.message() + ")");
+    const FrameHeader header = decode(state->header);
+    if (auto problem = check(header, kNonceBytes + 4)) return reject(*problem);
+    if (header.type != FrameType::Hello || header.length != kNonceBytes + 4) return reject("the first frame is not a hello");
+    state->client = static_cast<int>(header.tag);
+    asio::async_read(*socket, asio::buffer(state->hello), [this, socket, state, reject](const asio::error_code& error, std::size_t) {
+      if (error) return reject("connection closed during its hello (" + error.message() + ")");
+      std::uint32_t expected_rank = 0;
+      for (int i = 0; i < 4; ++i) expected_rank |= static_cast<std::uint32_t>(state->hello[kNonceBytes + static_cast<std::size_t>(i)]) << (8 * i);
+      const int client = state->client;
+      if (static_cast<int>(expected_rank) != options_.rank)
+        return reject(fmt::format("it wants rank {}, this is rank {}", expected_rank, options_.rank));
+      if (client <= options_.rank || client >= size()) return reject(fmt::format("it claims rank {}, which does not dial rank {}", client, options_.rank));
+      if (peers_[static_cast<std::size_t>(client)].ready) return reject(fmt::format("rank {} is already connected", client));
+      Nonce client_nonce{};
+      std::copy_n(state->hello.begin(), kNonceBytes, client_nonce.begin());
+      state->server_nonce = random_nonce();
+      const Mac proof = server_proof(options_.secret, client_nonce, state->server_nonce, client, options_.rank);
+      const HeaderBytes header = encode({.type = FrameType::Challenge, .tag = static_cast<std::uint64_t>(options_.rank),
+                                         .length = kNonceBytes + kMacBytes});
+      std::copy(header.begin(), header.end(), state->challenge.begin());
+      std::copy(state->server_nonce.begin(), state->server_nonce.end(), state->challenge.begin() + kHeaderBytes);
+      std::copy(proof.begin(), proof.end(), state->challenge.begin() + kHeaderBytes + kNonceBytes);
+      asio::async_write(*socket, asio::buffer(state->challenge), [this, socket, state, reject, client_nonce](const asio::error_code& error, std::size_t) {
+        if (error) return reject("connection closed during the challenge (" + error.message() + ")");
+        asio::async_read(*socket, asio::buffer(state->header), [this, socket, state, reject, client_nonce](const asio::error_code& error, std::size_t) {
+          if (error) return reject("connection closed before its response (" + error.message() + ")");
+          const FrameHeader header = decode(state->header);
+          if (auto problem = check(header, kMacBytes)) return reject(*problem);
+          if (header.type != FrameType::Response || header.length != kMacBytes) return reject("expected a response to the challenge");
+          asio::async_read(*socket, asio::buffer(state->response), [this, socket, state, reject, client_nonce](const asio::error_code& error, std::size_t) {
+            if (error) return reject("connection closed during its response (" + error.message() + ")");
+            const Mac expected = client_proof(options_.secret, client_nonce, state->server_nonce, state->client, options_.rank);
+            if (!same(expected, state->response)) return reject("it does not know the shared secret");
+            if (peers_[static_cast<std::size_t>(state->client)].ready) return reject(fmt::format("rank {} is already connected", state->client));
+            state->timer.cancel();
+            connected(state->client, socket);
+          });
+        });
+      });
+    });
+  });
+}
+
+void TcpTransport::dial(int peer) {
+  auto socket = std::make_shared<tcp::socket>(io_);
+  socket->async_connect(endpoints_[static_cast<std::size_t>(peer)], [this, peer, socket](const asio::error_code& error) {
+    if (error) return retry_dial(peer, error.message());
+    tune(*socket);
+    client_handshake(peer, socket);
+  });
+}
+
+void TcpTransport::retry_dial(int peer, const std::string& reason) {
+  Peer& p = peers_[static_cast<std::size_t>(peer)];
+  p.last_failure = reason;
+  if (Clock::now() >= connect_deadline_) return;
+  // Exponential back-off from 25 ms to 1 s: quick when the peer is just starting, light when it is late.
+  p.retry->expires_after(p.backoff);
+  p.backoff = std::min(p.backoff * 2, std::chrono::milliseconds(1000));
+  p.retry->async_wait([this, peer](const asio::error_code& error) {
+    if (!error) dial(peer);
+  });
+}
+
+void TcpTransport::client_handshake(int peer, Socket socket) {
+  struct State {
+    std::array<std::byte, kHeaderBytes + kNonceBytes + 4> hello{};
+    Nonce client_nonce{};
+    HeaderBytes header{};
+    std::array<std::byte, kNonceBytes + kMacBytes> challenge{};
+    std::array<std::byte, kHeaderBytes + kMacBytes> response{};
+  };
+  auto state = std::make_shared<State>();
+  auto give_up = [this, peer, socket](const std::string& reason) {
+    asio::error_code ignored;
+    socket->close(ignored);
+    retry_dial(peer, reason);
+  };
+  state->client_nonce = random_nonce();
+  const HeaderBytes header = encode({.type = FrameType::Hello, .tag = static_cast<std::uint64_t>(options_.rank),
+                                     .length = kNonceBytes + 4});
+  std::copy(header.begin(), header.end(), state->hello.begin());
+  std::copy(state->client_nonce.begin(), state->client_nonce.end(), state->hello.begin() + kHeaderBytes);
+  for (int i = 0; i < 4; ++i)
+    state->hello[kHeaderBytes + kNonceBytes + static_cast<std::size_t>(i)] = static_cast<std::byte>((static_cast<unsigned>(peer) >> (8 * i)) & 0xff);
+  asio::async_write(*socket, asio::buffer(state->hello), [this, peer, socket, state, give_up](const asio::error_code& error, std::size_t) {
+    if (error) return give_up("hello failed: " + error.message());
+    asio::async_read(*socket, asio::buffer(state->header), [this, peer, socket, state, give_up](const asio::error_code& error, std::size_t) {
+      if (error) return give_up("refused during the handshake (wrong secret?)");
+      const FrameHeader header = decode(state->header);
+      if (auto problem = check(header, kNonceBytes + kMacBytes)) return give_up(*problem);
+      if (header.type != FrameType::Challenge || header.length != kNonceBytes + kMacBytes || static_cast<int>(header.tag) != peer)
+        return give_up("the listener answered with an unexpected frame");
+      asio::async_read(*socket, asio::buffer(state->challenge), [this, peer, socket, state, give_up](const asio::error_code& error, std::size_t) {
+        if (error) return give_up("closed during the challenge");
+        Nonce server_nonce{};
+        Mac proof{};
+        std::copy_n(state->challenge.begin(), kNonceBytes, server_nonce.begin());
+        std::copy_n(state->challenge.begin() + kNonceBytes, kMacBytes, proof.begin());
+        if (!same(proof, server_proof(options_.secret, state->client_nonce, server_nonce, options_.rank, peer))) {
+          log::warning("{}: the listener at {} does not know the shared secret", describe(options_.rank), remote_of(*socket));
+          return give_up("it does not know the shared secret");
+        }
+        const Mac answer = client_proof(options_.secret, state->client_nonce, server_nonce, options_.rank, peer);
+        const HeaderBytes header = encode({.type = FrameType::Response, .length = kMacBytes});
+        std::copy(header.begin(), header.end(), state->response.begin());
+        std::copy(answer.begin(), answer.end(), state->response.begin() + kHeaderBytes);
+        asio::async_write(*socket, asio::buffer(state->response), [this, peer, socket, state, give_up](const asio::error_code& error, std::size_t) {
+          if (error) return give_up("closed during the response");
+          connected(peer, socket);
+        });
+      });
+    });
+  });
+}
+
+void TcpTransport::connected(int peer, Socket socket) {
+  tune(*socket);
+  Peer& p = peers_[static_cast<std::size_t>(peer)];
+  p.socket = std::move(socket);
+  p.ready = true;
+  p.last_heard = Clock::now();
+  read_header(peer);
+  if (!p.queue.empty() && !p.writing) write_next(peer);
+  int now_connected = 0;
+  {
+    const std::lock_guard lock(setup_mutex_);
+    now_connected = ++connected_;
+  }
+  setup_changed_.notify_all();
+  if (now_connected == expected_peers()) {
+    asio::error_code ignored;
+    acceptor_.close(ignored);  // everybody is here; nobody else gets in
+  }
+}
+
+
+}  // namespace cohort::comm::tcp

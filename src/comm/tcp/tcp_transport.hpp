@@ -1,0 +1,148 @@
+#pragma once
+// TcpTransport, the implementation behind comm::connect_tcp (private to src/comm/tcp/). Setting up
+// lives in tcp_connect.cpp, the data path and failure handling in tcp_transport.cpp.
+//
+// All socket work runs on one I/O thread (Asio's io_context); send() and recv()
+// post to it and return their Work handle at once.
+//
+// Setting up: every rank listens on its own address. A rank dials every lower rank (retrying with
+// back-off, so processes may start in any order) and accepts every higher one. Each connection is
+// authenticated both ways (handshake.hpp) before it carries data; a connection that fails the handshake
+// is logged with its address and the reason, closed, and the listener goes on accepting. When every
+// peer is connected the listener closes.
+//
+// Data: a frame header, then the payload. Sends are written as a scatter/gather pair (header, caller's
+// bytes), so payloads are not copied; a frame whose receive is already posted is read straight into the
+// caller's buffer, others are queued until their receive comes.
+//
+// Failures: a connection that breaks, sends a bad frame, or stays silent longer than peer_timeout
+// (heartbeats keep idle links audible) makes the peer lost. The rank then fails every pending and later
+// operation with IoError naming the lost peer and tells every other peer (an Abort frame), so that all
+// ranks fail naming the same peer, whichever link they were waiting on. A rank that shuts down cleanly
+// says goodbye first; only operations that need it fail then.
+#include <asio.hpp>
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include "cohort/comm/tcp.hpp"
+#include "frame.hpp"
+#include "handshake.hpp"
+
+namespace cohort::comm::tcp {
+
+using asio::ip::tcp;
+using Clock = std::chrono::steady_clock;
+using Socket = std::shared_ptr<tcp::socket>;
+
+struct Outgoing {
+  HeaderBytes header;
+  std::span<const std::byte> payload;
+  WorkPtr work;  // null for control frames
+};
+
+struct Receiver {
+  std::span<std::byte> out;
+  WorkPtr work;
+};
+
+struct Peer {
+  Socket socket;
+  bool ready = false;
+  bool departed = false;
+  std::deque<Outgoing> queue;
+  bool writing = false;
+  HeaderBytes header{};
+  std::vector<std::byte> payload;  // a frame with no receive posted yet
+  Clock::time_point last_heard;
+  std::unique_ptr<asio::steady_timer> retry;
+  std::chrono::milliseconds backoff{25};
+  std::string last_failure;
+};
+
+// Runs an io_context on its own thread; stops and joins it on destruction.
+class IoThread {
+ public:
+  explicit IoThread(asio::io_context& io) : io_(io), keep_running_(io.get_executor()), thread_([&io] { io.run(); }) {}
+  ~IoThread() {
+    keep_running_.reset();
+    io_.stop();
+    thread_.join();
+  }
+  IoThread(const IoThread&) = delete;
+  IoThread& operator=(const IoThread&) = delete;
+
+ private:
+  asio::io_context& io_;
+  asio::executor_work_guard<asio::io_context::executor_type> keep_running_;
+  std::thread thread_;
+};
+
+class TcpTransport : public Transport {
+ public:
+  explicit TcpTransport(const TcpOptions& options);
+  ~TcpTransport() override;
+
+  int rank() const override { return options_.rank; }
+  // Peers this rank must be connected to before it is ready.
+  int expected_peers() const { return options_.star && options_.rank != 0 ? 1 : size() - 1; }
+  bool linked(int peer) const { return !options_.star || options_.rank == 0 || peer == 0; }
+  int size() const override { return static_cast<int>(options_.addresses.size()); }
+  std::string describe(int rank) const override { return names_.at(static_cast<std::size_t>(rank)); }
+  std::chrono::milliseconds timeout() const override { return options_.timeout; }
+  WorkPtr send(int peer, Tag tag, std::span<const std::byte> data) override;
+  WorkPtr recv(int peer, Tag tag, std::span<std::byte> out) override;
+
+ private:
+  // setup
+  void accept();
+  void serve_handshake(Socket socket);
+  void dial(int peer);
+  void retry_dial(int peer, const std::string& reason);
+  void client_handshake(int peer, Socket socket);
+  void connected(int peer, Socket socket);
+  // data
+  void read_header(int peer);
+  void on_frame(int peer, const FrameHeader& header);
+  void deliver(int peer, Tag tag, std::vector<std::byte> bytes);
+  void enqueue(int peer, Outgoing outgoing);
+  void write_next(int peer);
+  void heartbeat();
+  // failures
+  // protocol: the peer sent bytes that break the protocol; operations then fail with ProtocolError.
+  void lose(int peer, const std::string& reason, bool protocol = false);
+  void break_group(const std::string& message, bool protocol = false);
+  void fail_pending_of(int peer, const std::string& message);
+  void fail_queued_sends(const std::exception_ptr& error);
+  void hand_over(int peer, Tag tag, const std::vector<std::byte>& bytes, const Receiver& receiver);
+  std::exception_ptr broken_error() const {
+    return broken_by_protocol_ ? std::make_exception_ptr(ProtocolError(*broken_)) : std::make_exception_ptr(IoError(*broken_));
+  }
+  void check_peer(int peer) const;
+
+  TcpOptions options_;
+  std::vector<std::string> names_;
+  std::vector<tcp::endpoint> endpoints_;
+  asio::io_context io_;
+  tcp::acceptor acceptor_{io_};
+  asio::steady_timer heartbeat_timer_{io_};
+  std::vector<Peer> peers_;
+  std::map<std::pair<int, Tag>, std::deque<Receiver>> receivers_;
+  std::map<std::pair<int, Tag>, std::deque<std::vector<std::byte>>> unexpected_;
+  std::optional<std::string> broken_;
+  bool broken_by_protocol_ = false;
+  Clock::time_point connect_deadline_;
+
+  std::mutex setup_mutex_;
+  std::condition_variable setup_changed_;
+  int connected_ = 0;
+
+  bool leaving_ = false;  // goodbyes sent
+  bool closing_ = false;  // sockets being closed
+  std::unique_ptr<IoThread> io_thread_;  // last: stopped first, before the state its handlers use
+};
+
+}  // namespace cohort::comm::tcp
