@@ -42,7 +42,7 @@ sanitize: deps
 	@ASAN_OPTIONS=detect_leaks=1 build-asan/tests/cohort_tests
 	@cmake -S . -B build-tsan $(SANITIZE_FLAGS) -DCMAKE_CXX_FLAGS="-fsanitize=thread" >/dev/null
 	@cmake --build build-tsan -j $(JOBS) --target cohort_tests
-	@TSAN_OPTIONS=halt_on_error=1 build-tsan/tests/cohort_tests "[comm]"
+	@TSAN_OPTIONS="halt_on_error=1 suppressions=$(CURDIR)/tests/tsan.supp" build-tsan/tests/cohort_tests "[comm]"
 
 clean:
 	@rm -rf $(BUILD_DIR) build-asan build-tsan

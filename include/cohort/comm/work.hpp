@@ -25,7 +25,8 @@ class Work {
   void wait(std::chrono::milliseconds timeout);
   bool done() const;
 
-  // Called by transports, once; later calls are ignored.
+  // Called by transports, once; later calls are ignored. Give every Work its own exception object:
+  // waiters on different threads rethrow and destroy them independently.
   void complete();
   void fail(std::exception_ptr error);
 

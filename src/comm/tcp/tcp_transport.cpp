@@ -39,10 +39,10 @@ TcpTransport::~TcpTransport() {
     asio::error_code ignored;
     acceptor_.close(ignored);
     heartbeat_timer_.cancel();
-    const auto error = std::make_exception_ptr(IoError("the transport was shut down"));
-    fail_queued_sends(error);
+    const auto shut_down = [] { return std::make_exception_ptr(IoError("the transport was shut down")); };
+    fail_queued_sends(shut_down);
     for (auto& [key, queue] : receivers_)
-      for (auto& receiver : queue) receiver.work->fail(error);
+      for (auto& receiver : queue) receiver.work->fail(shut_down());
     receivers_.clear();
     for (auto& p : peers_) {
       p.retry->cancel();
@@ -244,14 +244,13 @@ void TcpTransport::break_group(const std::string& message, bool protocol) {
   if (broken_) return;
   broken_ = message;
   broken_by_protocol_ = protocol;
-  const auto error = broken_error();
   for (auto& [key, queue] : receivers_)
-    for (auto& receiver : queue) receiver.work->fail(error);
+    for (auto& receiver : queue) receiver.work->fail(broken_error());
   receivers_.clear();
-  fail_queued_sends(error);
+  fail_queued_sends([this] { return broken_error(); });
 }
 
-void TcpTransport::fail_queued_sends(const std::exception_ptr& error) {
+void TcpTransport::fail_queued_sends(const std::function<std::exception_ptr()>& error) {
   // Data frames not yet on the wire are dropped and failed, so that their callers may free the bytes;
   // the frame being written stays until its write completes, and control frames (no payload) still go.
   for (auto& p : peers_) {
@@ -259,17 +258,16 @@ void TcpTransport::fail_queued_sends(const std::exception_ptr& error) {
     for (std::size_t i = 0; i < p.queue.size(); ++i) {
       Outgoing& outgoing = p.queue[i];
       if ((i == 0 && p.writing) || !outgoing.work) kept.push_back(std::move(outgoing));
-      else outgoing.work->fail(error);
+      else outgoing.work->fail(error());
     }
     p.queue = std::move(kept);
   }
 }
 
 void TcpTransport::fail_pending_of(int peer, const std::string& message) {
-  const auto error = std::make_exception_ptr(IoError(message));
   for (auto& [key, queue] : receivers_) {
     if (key.first != peer) continue;
-    for (auto& receiver : queue) receiver.work->fail(error);
+    for (auto& receiver : queue) receiver.work->fail(std::make_exception_ptr(IoError(message)));
     queue.clear();
   }
 }

@@ -23,6 +23,7 @@
 #include <asio.hpp>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -116,7 +117,8 @@ class TcpTransport : public Transport {
   void lose(int peer, const std::string& reason, bool protocol = false);
   void break_group(const std::string& message, bool protocol = false);
   void fail_pending_of(int peer, const std::string& message);
-  void fail_queued_sends(const std::exception_ptr& error);
+  // Each failed operation gets its own exception object: waiters on other threads rethrow them.
+  void fail_queued_sends(const std::function<std::exception_ptr()>& error);
   void hand_over(int peer, Tag tag, const std::vector<std::byte>& bytes, const Receiver& receiver);
   std::exception_ptr broken_error() const {
     return broken_by_protocol_ ? std::make_exception_ptr(ProtocolError(*broken_)) : std::make_exception_ptr(IoError(*broken_));
