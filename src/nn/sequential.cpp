@@ -3,16 +3,11 @@
 #include <algorithm>
 
 #include "cohort/core/check.hpp"
+#include "cohort/core/format.hpp"
 #include "cohort/nn/activation_layer.hpp"
 
 namespace cohort::nn {
 namespace {
-
-std::string with_thousands(std::int64_t value) {
-  std::string digits = std::to_string(value);
-  for (int i = static_cast<int>(digits.size()) - 3; i > 0; i -= 3) digits.insert(static_cast<std::size_t>(i), ",");
-  return digits;
-}
 
 std::string batch_shape(const Shape& sample) {
   std::string out = "(None";

@@ -8,16 +8,11 @@
 
 #include "cohort/comm/collectives.hpp"
 #include "cohort/core/check.hpp"
+#include "cohort/core/format.hpp"
 #include "cohort/core/seed.hpp"
 
 namespace cohort::ps {
 namespace {
-
-std::string with_thousands(std::int64_t value) {
-  std::string digits = std::to_string(value);
-  for (int i = static_cast<int>(digits.size()) - 3; i > 0; i -= 3) digits.insert(static_cast<std::size_t>(i), ",");
-  return digits;
-}
 
 int least_loaded(const std::vector<std::int64_t>& loads) {
   return static_cast<int>(std::min_element(loads.begin(), loads.end()) - loads.begin());  // first on ties
