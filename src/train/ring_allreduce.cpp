@@ -42,11 +42,6 @@ void RingAllreduce::apply_gradients(nn::Sequential& model, optim::Optimizer& opt
   optimizer.apply(variables);
 }
 
-std::shared_ptr<const data::Sampler> RingAllreduce::sampler(std::int64_t size, std::uint64_t seed, bool shuffle) const {
-  if (shuffle) return std::make_shared<data::ShuffleSampler>(size, seed);
-  return std::make_shared<data::SequentialSampler>(size);
-}
-
 DataShare RingAllreduce::data_share() const {
   if (options_.data == DataPolicy::EachWorkerFullPass)
     return {.replica = 0, .replicas = 1, .seed_offset = static_cast<std::uint64_t>(transport_.rank()) * 0x9E3779B97F4A7C15ull};

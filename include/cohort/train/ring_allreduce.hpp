@@ -35,7 +35,6 @@ class RingAllreduce : public Strategy {
   bool is_chief() const override { return transport_.rank() == 0; }
   void initialize(nn::Sequential& model, optim::Optimizer& optimizer) override;
   void apply_gradients(nn::Sequential& model, optim::Optimizer& optimizer, std::int64_t samples) override;
-  std::shared_ptr<const data::Sampler> sampler(std::int64_t size, std::uint64_t seed, bool shuffle) const override;
   DataShare data_share() const override;
 
  private:

@@ -37,8 +37,9 @@ class Strategy {
   // Turns the gradients held by the model's trainable variables, computed over `samples` samples of this
   // process (0: this process had no data in this step and its gradients are zero), into one update.
   virtual void apply_gradients(nn::Sequential& model, optim::Optimizer& optimizer, std::int64_t samples) = 0;
-  // The order in which the cluster visits every epoch of a data set of `size` samples.
-  virtual std::shared_ptr<const data::Sampler> sampler(std::int64_t size, std::uint64_t seed, bool shuffle) const = 0;
+  // The order in which the cluster visits every epoch of a data set of `size` samples; by default the
+  // seeded permutation (or the plain order), the same on every process.
+  virtual std::shared_ptr<const data::Sampler> sampler(std::int64_t size, std::uint64_t seed, bool shuffle) const;
   virtual DataShare data_share() const { return {}; }
 };
 
@@ -49,7 +50,6 @@ class Local : public Strategy {
   bool is_chief() const override { return true; }
   void initialize(nn::Sequential&, optim::Optimizer&) override {}
   void apply_gradients(nn::Sequential& model, optim::Optimizer& optimizer, std::int64_t samples) override;
-  std::shared_ptr<const data::Sampler> sampler(std::int64_t size, std::uint64_t seed, bool shuffle) const override;
 };
 
 }  // namespace cohort::train
