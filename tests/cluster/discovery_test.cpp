@@ -5,18 +5,13 @@
 
 #include "cohort/cluster/discovery.hpp"
 #include "cohort/core/error.hpp"
+#include "environment.hpp"
 
 using namespace cohort;
 using namespace cohort::cluster;
+using cluster_test::environment_of;
 
 namespace {
-
-Environment environment_of(std::map<std::string, std::string> values) {
-  return [values = std::move(values)](const std::string& name) -> std::optional<std::string> {
-    const auto it = values.find(name);
-    return it == values.end() ? std::nullopt : std::optional<std::string>(it->second);
-  };
-}
 
 template <typename Call>
 void require_invalid(Call&& call, std::initializer_list<std::string> fragments) {

@@ -1,46 +1,20 @@
 // Rank-only environments meet in a rendezvous and come out with roles and a connected transport.
 #include <catch2/catch.hpp>
-#include <arpa/inet.h>
-#include <map>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include "cohort/cluster/cluster.hpp"
 #include "cohort/comm/collectives.hpp"
 #include "cohort/core/error.hpp"
 #include "comm/comm_test_util.hpp"
+#include "environment.hpp"
 
 using namespace cohort;
 using namespace cohort::cluster;
-
-namespace {
-
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address);
-  socklen_t length = sizeof address;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
-  ::close(fd);
-  return ntohs(address.sin_port);
-}
-
-Environment environment_of(std::map<std::string, std::string> values) {
-  return [values = std::move(values)](const std::string& name) -> std::optional<std::string> {
-    const auto it = values.find(name);
-    return it == values.end() ? std::nullopt : std::optional<std::string>(it->second);
-  };
-}
-
-}  // namespace
+using cluster_test::environment_of;
 
 TEST_CASE("torchrun-style ranks meet at MASTER_ADDR and get roles, ps last", "[cluster][rendezvous]") {
   ::setenv("COHORT_SECRET", "rendezvous test secret", 1);
   const int n = 4;
-  const std::string port = std::to_string(free_port());
+  const std::string port = std::to_string(comm_test::free_addresses(1)[0].port);
   std::vector<Role> roles(n);
   std::vector<int> indices(n);
   std::vector<float> sums(n);

@@ -3,6 +3,11 @@
 // Catch2's assertions are not thread-safe: rank bodies check with expect() / expect_throws(), which
 // throw, and run_ranks() rethrows the first failure on the test's own thread.
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
 #include <exception>
 #include <functional>
@@ -11,6 +16,8 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "cohort/comm/tcp.hpp"
 
 namespace comm_test {
 
@@ -44,6 +51,25 @@ inline void run_ranks(int ranks, const std::function<void(int)>& body) {
     });
   for (auto& t : threads) t.join();
   if (first) std::rethrow_exception(first);
+}
+
+// Loopback addresses with ports that were free a moment ago, all different.
+inline std::vector<cohort::comm::Address> free_addresses(int n) {
+  std::vector<cohort::comm::Address> addresses;
+  std::vector<int> held;
+  for (int i = 0; i < n; ++i) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0);
+    socklen_t length = sizeof address;
+    ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
+    addresses.push_back({"127.0.0.1", ntohs(address.sin_port)});
+    held.push_back(fd);
+  }
+  for (int fd : held) ::close(fd);
+  return addresses;
 }
 
 }  // namespace comm_test

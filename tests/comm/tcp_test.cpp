@@ -2,8 +2,6 @@
 // peers starting in any order, wrong or missing secrets, garbage and replayed handshakes, bad frames from
 // an authenticated peer, and lost peers. All traffic goes to 127.0.0.1.
 #include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
@@ -25,24 +23,6 @@ using namespace std::chrono_literals;
 namespace {
 
 const std::string kSecret = "a shared secret for tests";
-
-std::vector<Address> free_addresses(int n) {
-  std::vector<Address> addresses;
-  std::vector<int> held;
-  for (int i = 0; i < n; ++i) {
-    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in address{};
-    address.sin_family = AF_INET;
-    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0);
-    socklen_t length = sizeof address;
-    ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
-    addresses.push_back({"127.0.0.1", ntohs(address.sin_port)});
-    held.push_back(fd);
-  }
-  for (int fd : held) ::close(fd);
-  return addresses;
-}
 
 TcpOptions options_for(int rank, const std::vector<Address>& addresses, std::string secret = kSecret) {
   TcpOptions options;
@@ -155,12 +135,12 @@ void legitimate_peer_still_works(std::thread& listener, std::unique_ptr<Transpor
 
 TEST_CASE("tcp: the conformance checks", "[comm][tcp]") {
   {
-    const auto addresses = free_addresses(3);
+    const auto addresses = comm_test::free_addresses(3);
     auto group = connect_group(3, addresses);
     conformance::ordering_and_tags(members(group));
   }
   {
-    const auto addresses = free_addresses(2);
+    const auto addresses = comm_test::free_addresses(2);
     auto group = connect_group(2, addresses);
     conformance::sizes_and_mismatch(members(group));
   }
@@ -168,7 +148,7 @@ TEST_CASE("tcp: the conformance checks", "[comm][tcp]") {
 
 TEST_CASE("tcp: collectives match the serial reference on 1 to 4 ranks", "[comm][tcp][collectives]") {
   for (int n : {1, 2, 3, 4}) {
-    const auto addresses = free_addresses(n);
+    const auto addresses = comm_test::free_addresses(n);
     auto group = connect_group(n, addresses);
     conformance::allreduce_matches_reference(members(group), {0, 1, static_cast<std::size_t>(n > 1 ? n - 1 : 0), 7, 1000, 300001});
     conformance::broadcast_allgather_barrier(members(group));
@@ -176,7 +156,7 @@ TEST_CASE("tcp: collectives match the serial reference on 1 to 4 ranks", "[comm]
 }
 
 TEST_CASE("tcp: processes may start in any order", "[comm][tcp]") {
-  const auto addresses = free_addresses(3);
+  const auto addresses = comm_test::free_addresses(3);
   std::vector<std::unique_ptr<Transport>> group(3);
   comm_test::run_ranks(3, [&](int r) {
     std::this_thread::sleep_for(std::chrono::milliseconds(300 * (2 - r)));  // rank 2 first, rank 0 last
@@ -186,7 +166,7 @@ TEST_CASE("tcp: processes may start in any order", "[comm][tcp]") {
 }
 
 TEST_CASE("tcp: a missing peer is a TimeoutError naming it; no secret is refused at once", "[comm][tcp]") {
-  const auto addresses = free_addresses(2);
+  const auto addresses = comm_test::free_addresses(2);
   auto options = options_for(1, addresses);
   options.connect_timeout = 500ms;
   CHECK_THROWS_WITH(connect_tcp(options), Catch::Contains("chief 0") && Catch::Contains("500 ms"));
@@ -194,7 +174,7 @@ TEST_CASE("tcp: a missing peer is a TimeoutError naming it; no secret is refused
 }
 
 TEST_CASE("tcp: a wrong secret is refused while the legitimate peers carry on", "[comm][tcp][security]") {
-  const auto addresses = free_addresses(2);
+  const auto addresses = comm_test::free_addresses(2);
   std::unique_ptr<Transport> zero;
   std::thread listener([&] { zero = connect_tcp(options_for(0, addresses)); });
   auto intruder = options_for(1, addresses, "not the secret");
@@ -204,7 +184,7 @@ TEST_CASE("tcp: a wrong secret is refused while the legitimate peers carry on", 
 }
 
 TEST_CASE("tcp: garbage, truncated and replayed handshakes are refused and change nothing", "[comm][tcp][security]") {
-  const auto addresses = free_addresses(2);
+  const auto addresses = comm_test::free_addresses(2);
   std::unique_ptr<Transport> zero;
   std::thread listener([&] { zero = connect_tcp(options_for(0, addresses)); });
   {
@@ -262,7 +242,7 @@ TEST_CASE("tcp: garbage, truncated and replayed handshakes are refused and chang
 
 TEST_CASE("tcp: bad frames from an authenticated peer fail operations with ProtocolError", "[comm][tcp][security]") {
   for (int variant = 0; variant < 3; ++variant) {
-    const auto addresses = free_addresses(2);
+    const auto addresses = comm_test::free_addresses(2);
     std::unique_ptr<Transport> zero;
     std::thread listener([&] {
       auto options = options_for(0, addresses);
@@ -290,7 +270,7 @@ TEST_CASE("tcp: bad frames from an authenticated peer fail operations with Proto
 
 TEST_CASE("tcp: a peer that vanishes or falls silent fails every rank's operations, naming it", "[comm][tcp]") {
   SECTION("connection closed without goodbye") {
-    const auto addresses = free_addresses(3);
+    const auto addresses = comm_test::free_addresses(3);
     std::unique_ptr<Transport> zero, one;
     std::optional<RawClient> two;
     std::thread a([&] { zero = connect_tcp(options_for(0, addresses)); });
@@ -311,7 +291,7 @@ TEST_CASE("tcp: a peer that vanishes or falls silent fails every rank's operatio
     CHECK_THROWS_WITH(one_waiting->wait(5s), Catch::Contains("lost worker 2"));
   }
   SECTION("silent peer") {
-    const auto addresses = free_addresses(2);
+    const auto addresses = comm_test::free_addresses(2);
     std::unique_ptr<Transport> zero;
     std::thread a([&] {
       auto options = options_for(0, addresses);
@@ -329,7 +309,7 @@ TEST_CASE("tcp: a peer that vanishes or falls silent fails every rank's operatio
 }
 
 TEST_CASE("tcp: a clean shutdown fails only what needed the departed peer", "[comm][tcp]") {
-  const auto addresses = free_addresses(3);
+  const auto addresses = comm_test::free_addresses(3);
   auto group = connect_group(3, addresses);
   std::vector<int> out(1), value{3};
   auto waiting_on_two = group[0]->recv(2, 1, conformance::bytes(out));
