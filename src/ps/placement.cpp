@@ -193,4 +193,11 @@ void verify_same_plan(comm::Transport& transport, const Plan& plan) {
                                       transport.describe(0), all[0], plan.policy(), plan.servers(), differing));
 }
 
+AnyPolicy parse_policy(std::string_view name) {
+  if (name == "round-robin") return placement::RoundRobin{};
+  if (name == "size-balanced") return placement::SizeBalanced{};
+  if (name == "tensorflow-greedy") return placement::TensorFlowGreedy{};
+  throw InvalidArgument(fmt::format("placement policy '{}': expected round-robin, size-balanced or tensorflow-greedy", name));
+}
+
 }  // namespace cohort::ps

@@ -1,9 +1,5 @@
 #include "cohort/train/checkpoint.hpp"
 
-#include <fcntl.h>
-#include <unistd.h>
-#include <zlib.h>
-
 #include <cereal/types/map.hpp>
 #include <cereal/types/utility.hpp>
 #include <cstring>
@@ -11,14 +7,14 @@
 #include <sstream>
 
 #include "cohort/tensor/ops.hpp"
+#include "core/sealed_file.hpp"
 #include "core/tensor_archive.hpp"
+#include "train/position_codec.hpp"
 
 namespace cohort::train {
 namespace {
 
-constexpr char kMagic[8] = {'C', 'O', 'H', 'O', 'R', 'T', 'C', 'K'};
-// magic, version (u32), payload bytes (u64), payload CRC-32 (u32), all little-endian
-constexpr std::size_t kHeaderBytes = 8 + 4 + 8 + 4;
+constexpr std::string_view kMagic = "COHORTCK";
 
 struct Payload {
   std::vector<std::pair<std::string, Tensor>> variables;
@@ -34,67 +30,7 @@ struct Payload {
   }
 };
 
-template <typename T>
-void put(std::string& out, T value) {
-  char bytes[sizeof(T)];
-  for (std::size_t i = 0; i < sizeof(T); ++i) bytes[i] = static_cast<char>((static_cast<std::uint64_t>(value) >> (8 * i)) & 0xff);
-  out.append(bytes, sizeof(T));
-}
-
-template <typename T>
-T get(const std::string& in, std::size_t offset) {
-  std::uint64_t value = 0;
-  for (std::size_t i = 0; i < sizeof(T); ++i) value |= static_cast<std::uint64_t>(static_cast<unsigned char>(in[offset + i])) << (8 * i);
-  return static_cast<T>(value);
-}
-
-std::uint32_t crc32_of(const char* data, std::size_t size) {
-  uLong crc = crc32(0L, Z_NULL, 0);
-  while (size > 0) {
-    const auto chunk = static_cast<uInt>(std::min<std::size_t>(size, 1u << 30));
-    crc = crc32(crc, reinterpret_cast<const Bytef*>(data), chunk);
-    data += chunk;
-    size -= chunk;
-  }
-  return static_cast<std::uint32_t>(crc);
-}
-
-std::string read_whole_file(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw DataError(fmt::format("checkpoint {}: cannot open it", path.string()));
-  std::ostringstream content;
-  content << in.rdbuf();
-  return content.str();
-}
-
-void fsync_path(const std::filesystem::path& path, int flags) {
-  const int fd = ::open(path.c_str(), flags);
-  if (fd < 0) return;
-  ::fsync(fd);
-  ::close(fd);
-}
-
 }  // namespace
-
-void write_file_atomically(const std::filesystem::path& path, const std::string& bytes) {
-  const std::filesystem::path directory = path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
-  std::filesystem::create_directories(directory);
-  const std::filesystem::path temporary = path.string() + fmt::format(".tmp.{}", ::getpid());
-  {
-    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
-    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    out.flush();
-    if (!out) throw IoError(fmt::format("cannot write {}: {}", temporary.string(), std::strerror(errno)));
-  }
-  fsync_path(temporary, O_RDONLY);
-  std::error_code error;
-  std::filesystem::rename(temporary, path, error);
-  if (error) {
-    std::filesystem::remove(temporary, error);
-    throw IoError(fmt::format("cannot rename {} to {}: {}", temporary.string(), path.string(), error.message()));
-  }
-  fsync_path(directory, O_RDONLY | O_DIRECTORY);
-}
 
 void save_checkpoint(const std::filesystem::path& path, const nn::Sequential& model, const optim::Optimizer& optimizer,
                      const TrainingPosition& position) {
@@ -115,41 +51,15 @@ void save_checkpoint(const std::filesystem::path& path, const nn::Sequential& mo
     cereal::PortableBinaryOutputArchive archive(body);
     archive(payload);
   }
-  const std::string content = body.str();
-  std::string file(kMagic, sizeof kMagic);
-  put<std::uint32_t>(file, kCheckpointFormatVersion);
-  put<std::uint64_t>(file, content.size());
-  put<std::uint32_t>(file, crc32_of(content.data(), content.size()));
-  file += content;
-  write_file_atomically(path, file);
+  write_sealed_file(path, kMagic, kCheckpointFormatVersion, body.str());
 }
 
 TrainingPosition load_checkpoint(const std::filesystem::path& path, nn::Sequential& model, optim::Optimizer& optimizer) {
-  const std::string file = read_whole_file(path);
   const std::string name = path.string();
-  if (file.size() < kHeaderBytes)
-    throw DataError(fmt::format("checkpoint {}: truncated, {} bytes is shorter than the {}-byte header", name,
-                                file.size(), kHeaderBytes));
-  if (std::memcmp(file.data(), kMagic, sizeof kMagic) != 0)
-    throw DataError(fmt::format("checkpoint {}: byte offset 0 lacks the COHORTCK magic; not a cohort checkpoint", name));
-  const auto version = get<std::uint32_t>(file, 8);
-  if (version != kCheckpointFormatVersion)
-    throw DataError(fmt::format("checkpoint {}: format version {}, this build reads version {}", name, version,
-                                kCheckpointFormatVersion));
-  const auto size = get<std::uint64_t>(file, 12);
-  if (size != file.size() - kHeaderBytes)
-    throw DataError(fmt::format("checkpoint {}: header announces {} payload bytes, the file holds {} (truncated or "
-                                "appended to)",
-                                name, size, file.size() - kHeaderBytes));
-  const auto expected_crc = get<std::uint32_t>(file, 20);
-  const std::uint32_t actual_crc = crc32_of(file.data() + kHeaderBytes, size);
-  if (expected_crc != actual_crc)
-    throw DataError(fmt::format("checkpoint {}: payload checksum {:08x} does not match the recorded {:08x}; the file "
-                                "is damaged",
-                                name, actual_crc, expected_crc));
+  const std::string content = read_sealed_file(path, kMagic, kCheckpointFormatVersion, "checkpoint");
   Payload payload;
   try {
-    std::istringstream body(file.substr(kHeaderBytes));
+    std::istringstream body(content);
     cereal::PortableBinaryInputArchive archive(body);
     archive(payload);
   } catch (const cereal::Exception& e) {
@@ -174,6 +84,45 @@ TrainingPosition load_checkpoint(const std::filesystem::path& path, nn::Sequenti
   for (const auto& v : variables) ops::copy(*saved[v->name], v->value);
   model.set_step(payload.model_step);
   return {payload.epoch, payload.batch_in_epoch, payload.global_step, payload.data_seed, History{payload.history}};
+}
+
+namespace {
+
+struct PositionRecord {
+  std::uint64_t model_step = 0;
+  std::int64_t epoch = 0, batch_in_epoch = 0, global_step = 0;
+  std::uint64_t data_seed = 0;
+  std::vector<Logs> history;
+
+  template <class Archive>
+  void serialize(Archive& archive) {
+    archive(model_step, epoch, batch_in_epoch, global_step, data_seed, history);
+  }
+};
+
+}  // namespace
+
+std::string encode_position(const TrainingPosition& position, std::uint64_t model_step) {
+  const PositionRecord record{model_step, position.epoch, position.batch_in_epoch, position.global_step,
+                              position.data_seed, position.history.epochs};
+  std::ostringstream out;
+  {
+    cereal::PortableBinaryOutputArchive archive(out);
+    archive(record);
+  }
+  return out.str();
+}
+
+std::pair<TrainingPosition, std::uint64_t> decode_position(const std::string& bytes) {
+  PositionRecord record;
+  try {
+    std::istringstream in(bytes);
+    cereal::PortableBinaryInputArchive archive(in);
+    archive(record);
+  } catch (const cereal::Exception& e) {
+    throw DataError(fmt::format("checkpoint manifest: the training position cannot be decoded: {}", e.what()));
+  }
+  return {{record.epoch, record.batch_in_epoch, record.global_step, record.data_seed, History{record.history}}, record.model_step};
 }
 
 }  // namespace cohort::train

@@ -5,7 +5,7 @@
 #include <limits>
 #include <set>
 
-#include "cohort/train/checkpoint.hpp"
+#include "core/sealed_file.hpp"
 
 namespace cohort::train {
 

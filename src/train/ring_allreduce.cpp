@@ -42,10 +42,6 @@ void RingAllreduce::apply_gradients(nn::Sequential& model, optim::Optimizer& opt
   optimizer.apply(variables);
 }
 
-DataShare RingAllreduce::data_share() const {
-  if (options_.data == DataPolicy::EachWorkerFullPass)
-    return {.replica = 0, .replicas = 1, .seed_offset = static_cast<std::uint64_t>(transport_.rank()) * 0x9E3779B97F4A7C15ull};
-  return {.replica = transport_.rank(), .replicas = transport_.size()};
-}
+DataShare RingAllreduce::data_share() const { return data_share_for(options_.data, transport_.rank(), transport_.size()); }
 
 }  // namespace cohort::train

@@ -3,6 +3,8 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <string_view>
 #include <optional>
 
 #include "cohort/core/check.hpp"
@@ -18,6 +20,12 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
+// cohort-launch --restarts sets COHORT_RESTART to the restart's number: continue from the latest checkpoint.
+bool restarted_by_launcher() {
+  const char* restart = std::getenv("COHORT_RESTART");
+  return restart != nullptr && *restart != '\0' && std::string_view(restart) != "0";
+}
 
 // Restores the model's train/eval mode when it goes out of scope.
 class ModeGuard {
@@ -48,7 +56,7 @@ Trainer::Trainer(nn::Sequential& model, std::unique_ptr<optim::Optimizer> optimi
   COHORT_CHECK(optimizer_ != nullptr && strategy_ != nullptr, "Trainer needs an optimizer and a strategy");
 }
 
-std::filesystem::path Trainer::checkpoint_path(const std::filesystem::path& directory) { return directory / "latest.ckpt"; }
+std::filesystem::path Trainer::checkpoint_path(const std::filesystem::path& directory) { return directory / kCheckpointFile; }
 
 std::pair<double, std::int64_t> Trainer::train_step(const Tensor& images, const Tensor& labels) {
   if (images.dim(0) == 0) {
@@ -78,17 +86,26 @@ History Trainer::fit(const data::Dataset& train, const FitOptions& options) {
   if (options.validation != nullptr) check_compatible(model_, *options.validation);
   const bool chief = strategy_->is_chief();
   const bool verbose = chief && options.verbosity != Verbosity::Silent;
-  const std::filesystem::path checkpoint =
-      options.checkpoint_dir.empty() ? std::filesystem::path() : checkpoint_path(options.checkpoint_dir);
+  const std::filesystem::path& checkpoint_dir = options.checkpoint_dir;
 
   TrainingPosition position{.data_seed = options.seed};
-  if (options.resume && !checkpoint.empty() && std::filesystem::exists(checkpoint)) {
-    position = load_checkpoint(checkpoint, model_, *optimizer_);
-    if (verbose)
-      log::info("resumed from {}: epoch {}, batch {}, step {}", checkpoint.string(), position.epoch + 1,
-                position.batch_in_epoch, position.global_step);
+  if ((options.resume || restarted_by_launcher()) && !checkpoint_dir.empty()) {
+    if (auto restored = strategy_->restore_checkpoint(checkpoint_dir, model_, *optimizer_)) {
+      position = std::move(*restored);
+      if (verbose)
+        log::info("resumed from {}: epoch {}, batch {}, step {}", checkpoint_dir.string(), position.epoch + 1,
+                  position.batch_in_epoch, position.global_step);
+    }
   }
   strategy_->initialize(model_, *optimizer_);  // after a resume, so that all processes start from the chief's
+  if (strategy_->is_server()) {
+    strategy_->serve(model_, *optimizer_, checkpoint_dir);
+    return position.history;
+  }
+  if (verbose) {
+    const std::string setup = strategy_->setup_report();
+    if (!setup.empty()) fmt::print("{}", setup);
+  }
   const std::int64_t epochs = options.epochs > 0 ? options.epochs : std::numeric_limits<std::int64_t>::max();
 
   const DataShare share = strategy_->data_share();
@@ -112,7 +129,7 @@ History Trainer::fit(const data::Dataset& train, const FitOptions& options) {
               loader.batches_per_epoch());
 
   auto save = [&] {
-    if (chief && !checkpoint.empty()) save_checkpoint(checkpoint, model_, *optimizer_, position);
+    if (!checkpoint_dir.empty()) strategy_->save_checkpoint(checkpoint_dir, model_, *optimizer_, position);
   };
 
   TrainingControl control;
@@ -146,12 +163,14 @@ History Trainer::fit(const data::Dataset& train, const FitOptions& options) {
       for (auto& callback : options.callbacks) callback->on_batch_end(position.global_step, logs, control);
       if (options.checkpoint_every_steps > 0 && position.global_step % options.checkpoint_every_steps == 0) save();
       step_limit_reached = options.max_steps > 0 && position.global_step >= options.max_steps;
+      if (strategy_->should_stop()) control.stop();
       if (step_limit_reached || control.stop_requested()) break;
     }
     const double seconds = seconds_since(epoch_start);
     logs["seconds"] = seconds;
     logs["images_per_second"] = seen > 0 ? static_cast<double>(seen) / seconds : 0.0;
     logs["learning_rate"] = optimizer_->learning_rate();
+    strategy_->add_epoch_logs(logs);
     if (options.validation != nullptr && chief) {
       const Logs validation = evaluate(*options.validation);
       logs["val_loss"] = validation.at("loss");
@@ -172,6 +191,11 @@ History Trainer::fit(const data::Dataset& train, const FitOptions& options) {
     last_logs = logs;
     for (auto& callback : options.callbacks) callback->on_epoch_end(epoch, logs, control);
     save();
+  }
+  strategy_->finish();
+  if (verbose) {
+    const std::string report = strategy_->final_report();
+    if (!report.empty()) fmt::print("{}", report);
   }
   History result = position.history;
   if (partial_epoch) result.epochs.push_back(*partial_epoch);

@@ -45,6 +45,8 @@ class Optimizer {
   double learning_rate() const;
 
   const std::map<std::string, SlotState>& state() const { return state_; }
+  // Replaces one variable's state (a parameter server restoring its shards from a checkpoint).
+  void set_slots(const std::string& variable_name, SlotState state) { state_[variable_name] = std::move(state); }
   // Binary, versioned; load() replaces the state and checks that the optimizer kind matches.
   void save_state(std::ostream& out) const;
   void load_state(std::istream& in);

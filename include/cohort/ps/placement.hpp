@@ -16,7 +16,9 @@
 
 #include <concepts>
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "cohort/comm/transport.hpp"
@@ -75,6 +77,24 @@ struct TensorFlowGreedy {
 };
 
 }  // namespace placement
+
+// Any placement policy behind one type, for choosing one at run time (from the command line).
+class AnyPolicy {
+ public:
+  template <PlacementPolicy P>
+  AnyPolicy(P policy)  // NOLINT: implicit, so that any policy converts
+      : name_(policy.name()), assign_([policy](const std::vector<Shard>& shards, int servers) { return policy.assign(shards, servers); }) {}
+
+  std::string name() const { return name_; }
+  std::vector<int> assign(const std::vector<Shard>& shards, int servers) const { return assign_(shards, servers); }
+
+ private:
+  std::string name_;
+  std::function<std::vector<int>(const std::vector<Shard>&, int)> assign_;
+};
+
+// "round-robin", "size-balanced" or "tensorflow-greedy"; throws InvalidArgument naming the text otherwise.
+AnyPolicy parse_policy(std::string_view name);
 
 struct PlanOptions {
   int optimizer_slots = 0;               // slots per trainable variable (optim::Optimizer::slots_per_variable)

@@ -32,7 +32,4 @@ void save_checkpoint(const std::filesystem::path& path, const nn::Sequential& mo
 // Restores into `model` and `optimizer`, which must have the same variables (names and shapes).
 TrainingPosition load_checkpoint(const std::filesystem::path& path, nn::Sequential& model, optim::Optimizer& optimizer);
 
-// Writes `bytes` to `path` through a temporary file, fsync and rename.
-void write_file_atomically(const std::filesystem::path& path, const std::string& bytes);
-
 }  // namespace cohort::train

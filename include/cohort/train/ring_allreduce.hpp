@@ -19,8 +19,6 @@
 
 namespace cohort::train {
 
-enum class DataPolicy { OnePassPerEpoch, EachWorkerFullPass };
-
 struct RingAllreduceOptions {
   DataPolicy data = DataPolicy::OnePassPerEpoch;
 };

@@ -7,12 +7,16 @@
 //   Trainer trainer(model, optim::Adam(), std::make_shared<train::Local>());
 
 #include <cstdint>
+#include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "cohort/data/sampler.hpp"
 #include "cohort/nn/sequential.hpp"
 #include "cohort/optim/optimizer.hpp"
+#include "cohort/train/checkpoint.hpp"
+#include "cohort/train/logs.hpp"
 
 namespace cohort::train {
 
@@ -23,6 +27,13 @@ struct DataShare {
   int replicas = 1;
   std::uint64_t seed_offset = 0;
 };
+
+// By default an epoch is one pass over the data set across all replicas; EachWorkerFullPass reproduces
+// TensorFlow's behaviour, where every worker reads the whole set (an epoch is then replicas passes).
+enum class DataPolicy { OnePassPerEpoch, EachWorkerFullPass };
+
+// The share of each epoch replica `replica` of `replicas` reads under `policy`.
+DataShare data_share_for(DataPolicy policy, int replica, int replicas);
 
 class Strategy {
  public:
@@ -41,7 +52,30 @@ class Strategy {
   // seeded permutation (or the plain order), the same on every process.
   virtual std::shared_ptr<const data::Sampler> sampler(std::int64_t size, std::uint64_t seed, bool shuffle) const;
   virtual DataShare data_share() const { return {}; }
+
+  // A process that serves instead of training (a parameter server): fit() calls serve() after
+  // initialize() and returns when the run is over.
+  virtual bool is_server() const { return false; }
+  virtual void serve(nn::Sequential& model, optim::Optimizer& optimizer, const std::filesystem::path& checkpoint_dir);
+  // True once another process has ended the run (the chief stopped early): this one stops too.
+  virtual bool should_stop() const { return false; }
+
+  // Checkpoints. By default the chief writes directory/latest.ckpt and every process reads it.
+  virtual void save_checkpoint(const std::filesystem::path& directory, const nn::Sequential& model,
+                               const optim::Optimizer& optimizer, const TrainingPosition& position);
+  virtual std::optional<TrainingPosition> restore_checkpoint(const std::filesystem::path& directory, nn::Sequential& model,
+                                                             optim::Optimizer& optimizer);
+
+  // What the chief prints before training (a placement plan) and after it (traffic); may be empty.
+  virtual std::string setup_report() const { return {}; }
+  virtual std::string final_report() { return {}; }
+  // Called at the end of fit() on every training process, before final_report().
+  virtual void finish() {}
+  // Adds strategy figures (time spent communicating) to an epoch's logs.
+  virtual void add_epoch_logs(Logs&) {}
 };
+
+inline constexpr const char* kCheckpointFile = "latest.ckpt";
 
 class Local : public Strategy {
  public:

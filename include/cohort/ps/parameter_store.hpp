@@ -1,0 +1,105 @@
+#pragma once
+// ParameterStore: a worker's view of the variables held by the parameter servers. The store maps every
+// variable of the worker's model, row range by row range, onto the servers of the placement plan; per step
+// it sends each server one message with all the gradients it holds and receives the fresh values in the
+// same round trip, straight into the model's tensors. Non-trainable variables (BatchNormalization's moving
+// statistics) travel as their change since the last read, so the servers keep one consistent copy.
+//
+//   ps::ParameterStore store(transport, plan, /*server_ranks=*/{2, 3}, ps::bind(model_variables));
+//   fmt::print("{}", store.placement().table());
+//   store.initialize_servers();           // the chief; every other worker calls store.pull()
+//   store.push_pull(batch_samples);        // after backward(): gradients out, new values in
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "cohort/comm/transport.hpp"
+#include "cohort/ps/placement.hpp"
+#include "cohort/ps/snapshot.hpp"
+#include "cohort/ps/stats.hpp"
+#include "cohort/tensor/tensor.hpp"
+
+namespace cohort::ps {
+
+namespace protocol {
+struct ReplyHeader;
+}
+
+// A model variable as the store sees it; the tensors are shared with the model, not copied.
+struct LocalVariable {
+  std::string name;
+  Tensor value;
+  Tensor gradient;  // trainable variables only
+  bool trainable = true;
+};
+
+// What this worker saw of each server, and its time spent communicating.
+struct ClientTraffic {
+  struct PerServer {
+    std::int64_t requests = 0;
+    std::int64_t bytes_sent = 0;
+    std::int64_t bytes_received = 0;
+  };
+  std::vector<PerServer> servers;
+  std::int64_t steps = 0;
+  double communication_seconds = 0;  // inside push_pull(), waiting for the other workers included
+  std::int64_t max_staleness = 0;    // of this worker's gradients, as the servers reported
+};
+
+class ParameterStore {
+ public:
+  // `transport` must outlive the store; server_ranks[k] is the rank of ps k.
+  ParameterStore(comm::Transport& transport, Plan plan, std::vector<int> server_ranks, std::vector<LocalVariable> variables);
+
+  const Plan& placement() const { return plan_; }
+
+  // The chief sends its values to every server.
+  void initialize_servers();
+  // Reads every variable from the servers (waiting until the chief has initialized them).
+  void pull();
+  // Sends the gradients of a step over `samples` samples (0: none) and reads the new values.
+  void push_pull(std::int64_t samples);
+  // Every server writes its snapshot for checkpoint step `step`; returns the files for the manifest.
+  std::vector<SnapshotFile> save(std::int64_t step);
+  std::vector<ServerStats> server_stats();
+  // This worker is finished; from the chief it also ends the run for everybody.
+  void finish();
+
+  // Updates the servers have applied (the most of any server).
+  std::int64_t step() const;
+  // True once a server said the chief has ended the run.
+  bool run_ended() const { return run_ended_; }
+  const ClientTraffic& traffic() const { return traffic_; }
+
+ private:
+  struct Piece {
+    std::size_t variable;
+    std::int64_t element_begin, count;
+    std::size_t offset;  // in the server's payload
+  };
+  struct Link {
+    int rank;
+    std::vector<Piece> pieces;
+    std::vector<float> outgoing, incoming, last_read;
+    std::int64_t step = 0;
+  };
+
+  void send_request(Link& link, std::uint16_t kind, std::int64_t step, std::int64_t samples, const std::vector<float>* payload);
+  // Waits for one answer's header; throws ProtocolError for a refusal or a malformed header.
+  protocol::ReplyHeader receive_header(Link& link, std::uint16_t kind);
+  // Receives an answer's payload of exactly header.payload_bytes into `out` and checks its CRC.
+  void receive_payload(Link& link, const protocol::ReplyHeader& header, std::span<std::byte> out);
+  // Receives an answer carrying values and writes them into the model's variables.
+  void receive_values(Link& link, std::uint16_t kind);
+
+  comm::Transport& transport_;
+  Plan plan_;
+  std::vector<LocalVariable> variables_;
+  std::vector<Link> links_;
+  bool run_ended_ = false;
+  ClientTraffic traffic_;
+};
+
+}  // namespace cohort::ps

@@ -1,0 +1,126 @@
+#pragma once
+// Server: one parameter server. It owns the shards the plan gives it and their optimizer state, and applies
+// the optimizer itself. Every worker is served by its own thread: per step a worker sends one request with
+// all its gradients for this server and gets the fresh values back in the same round trip; how gradients
+// become updates follows the consistency mode (consistency.hpp).
+//
+// Requests are checked before anything changes: header magic and version, the plan fingerprint, the kind,
+// the payload size the plan implies, the payload's CRC-32 and finite gradients. A bad request is refused
+// with a reason sent back to the worker, counted, logged, and that worker is no longer served; the
+// variables stay as they were. A lost worker (IoError from the transport) ends serve() with that error.
+//
+//   ps::Server server(transport, plan, /*server=*/0, /*worker_ranks=*/{0, 1}, optimizer, ps::Sync{});
+//   server.serve();   // returns when every worker has said Done
+
+#include <chrono>
+#include <condition_variable>
+#include <exception>
+#include <span>
+#include <filesystem>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "cohort/comm/transport.hpp"
+#include "cohort/optim/optimizer.hpp"
+#include "cohort/ps/consistency.hpp"
+#include "cohort/ps/placement.hpp"
+#include "cohort/ps/snapshot.hpp"
+#include "cohort/ps/stats.hpp"
+
+namespace cohort::ps {
+
+namespace protocol {
+struct RequestHeader;
+}
+
+struct ServerOptions {
+  Consistency consistency = Sync{};
+  // Where Save requests write snapshots (the same directory the chief writes the manifest to).
+  std::filesystem::path checkpoint_dir;
+  // A Sync step, or a BoundedStaleness wait, that lasts longer than this fails, naming the workers missing.
+  // Lost processes are detected much sooner by the transport; this bounds a live but stuck one.
+  std::chrono::milliseconds wait_timeout{std::chrono::minutes(10)};
+};
+
+class Server {
+ public:
+  // `optimizer` and `transport` must outlive the server.
+  Server(comm::Transport& transport, Plan plan, int server, std::vector<int> worker_ranks, optim::Optimizer& optimizer,
+         ServerOptions options = {});
+
+  // Takes this server's shards from a checkpoint written by any topology; then no Init is awaited.
+  void restore(const std::vector<ServerSnapshot>& snapshots);
+  // Serves until every worker has said Done (or was refused); rethrows the first transport failure.
+  void serve();
+
+  ServerStats stats() const;
+  // The current value of one of this server's shards (by Shard::name()), for tests and tools.
+  std::vector<float> value_of(const std::string& shard_name) const;
+
+ private:
+  struct Held {
+    const Shard* shard;
+    Tensor value, gradient;  // gradient: scratch for the optimizer, trainable shards only
+    std::size_t offset;      // in floats, within a payload
+  };
+
+  void serve_worker(int worker);
+  // An empty string when the header is acceptable, else why not.
+  std::string check_header(const protocol::RequestHeader& header, int worker) const;
+  std::string check_finite(const std::vector<float>& payload) const;
+  // Answers one request; true when this worker is finished.
+  bool handle(int worker, const protocol::RequestHeader& header, const std::vector<float>& payload);
+  bool push_sync_locked(std::unique_lock<std::mutex>& lock, int worker, std::int64_t step, std::int64_t samples,
+                        const std::vector<float>& payload, std::int64_t& staleness);
+  bool push_async_locked(std::unique_lock<std::mutex>& lock, int worker, std::int64_t step, std::int64_t samples,
+                         const std::vector<float>& payload, std::int64_t& staleness);
+  void complete_sync_step_if_ready_locked();
+  // gradients x gradient_scale into the optimizer (skipped when 0), value changes x delta_scale added.
+  void apply_locked(const float* source, double gradient_scale, double delta_scale);
+  void finish_worker_locked(int worker);
+  int active_workers_locked() const;
+  std::int64_t slowest_clock_locked() const;
+  std::string missing_workers_locked() const;
+  // Waits until ready(); false when serving failed meanwhile; TimeoutError after options_.wait_timeout.
+  template <typename Ready>
+  bool wait_locked(std::unique_lock<std::mutex>& lock, Ready ready, const std::string& what);
+  void copy_values_locked(std::vector<float>& out) const;
+  ServerSnapshot snapshot_locked() const;
+  ServerStats stats_locked() const;
+  void refuse(int worker, const std::string& reason);
+  void reply(int worker, std::int64_t staleness, std::span<const std::byte> payload);
+  void record_latency(double milliseconds);
+
+  comm::Transport& transport_;
+  Plan plan_;
+  int server_;
+  std::vector<int> worker_ranks_;
+  optim::Optimizer& optimizer_;
+  ServerOptions options_;
+  std::vector<Held> held_;
+  std::size_t payload_floats_ = 0;
+  std::vector<std::vector<float>> reply_values_;  // per worker, touched by its own thread only
+
+  mutable std::mutex mutex_;
+  std::condition_variable changed_;
+  std::exception_ptr first_error_;
+  bool initialized_ = false;
+  bool run_ended_ = false;
+  bool failed_ = false;
+  std::int64_t version_ = 0;  // updates applied
+  // Sync: the current step's gradients so far
+  std::vector<float> accumulator_;
+  int contributors_ = 0;
+  std::int64_t contributed_samples_ = 0;
+  std::vector<char> contributed_;     // per worker: in the current step
+  std::vector<std::int64_t> clocks_;  // per worker: pushes applied (BoundedStaleness)
+  std::vector<char> finished_;        // per worker: Done or refused
+  ServerStats stats_;
+  std::vector<double> latencies_ms_;  // the most recent ones, a ring, for the p99
+  std::size_t latency_next_ = 0;
+  std::int64_t latency_count_ = 0;
+  double latency_sum_ms_ = 0;
+};
+
+}  // namespace cohort::ps

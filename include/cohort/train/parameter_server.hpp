@@ -1,0 +1,91 @@
+#pragma once
+// ParameterServer: parameter-server training. The same main() runs in every process: in a chief or worker
+// process fit() trains, reading the variables from the servers and sending them gradients; in a ps process
+// fit() serves the variables the placement plan gives it until the chief ends the run, then returns.
+//
+// - Placement: every process computes the plan from the model (SizeBalanced by default, any
+//   ps::PlacementPolicy) and the fingerprints are compared at start-up; the chief prints the table.
+// - Consistency: ps::Sync (W workers at batch B step like one process at batch W x B), ps::Async or
+//   ps::BoundedStaleness, per run (ps/consistency.hpp).
+// - Start: the chief's variables initialize the servers; the other workers read them from there.
+// - Data: an epoch is one pass over the data set across the workers (DataPolicy::OnePassPerEpoch), or
+//   every worker reads everything (EachWorkerFullPass, TensorFlow's behaviour).
+// - Checkpoints: each server writes its own snapshot, the chief writes the manifest (ps/snapshot.hpp);
+//   a run resumes onto any number of servers and any placement policy.
+// - At the end the chief prints each server's traffic, latency and the workers' staleness.
+//
+//   auto cluster = cluster::Cluster::from_environment();       // e.g. under cohort-launch --workers 2 --ps 2
+//   auto strategy = std::make_shared<train::ParameterServer>(cluster, train::ParameterServerOptions{
+//       .consistency = ps::Sync{}, .placement = ps::placement::SizeBalanced{}});
+//   Trainer trainer(model, optim::Adam(), strategy);
+//   trainer.fit(train_set, options);                              // in a ps process: serves, then returns
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "cohort/cluster/cluster.hpp"
+#include "cohort/comm/transport.hpp"
+#include "cohort/ps/consistency.hpp"
+#include "cohort/ps/parameter_store.hpp"
+#include "cohort/ps/placement.hpp"
+#include "cohort/ps/snapshot.hpp"
+#include "cohort/train/strategy.hpp"
+
+namespace cohort::train {
+
+struct ParameterServerOptions {
+  ps::Consistency consistency = ps::Sync{};
+  ps::AnyPolicy placement = ps::placement::SizeBalanced{};
+  std::int64_t max_shard_bytes = 0;  // > 0: partition larger variables along their first axis
+  DataPolicy data = DataPolicy::OnePassPerEpoch;
+  // How long a server waits for a Sync step's missing workers before failing (lost processes are reported
+  // by the transport within its peer timeout).
+  std::chrono::milliseconds wait_timeout{std::chrono::minutes(10)};
+};
+
+class ParameterServer : public Strategy {
+ public:
+  // Ranks [0, workers) of `transport` train (rank 0 is the chief); ranks [workers, size) are the servers.
+  ParameterServer(comm::Transport& transport, int workers, ParameterServerOptions options = {});
+  // The cluster's chief and workers train, its ps tasks serve.
+  explicit ParameterServer(cluster::Cluster& cluster, ParameterServerOptions options = {});
+
+  std::string name() const override;
+  int replicas() const override { return workers_; }
+  bool is_chief() const override { return transport_.rank() == 0; }
+  bool is_server() const override { return transport_.rank() >= workers_; }
+  void initialize(nn::Sequential& model, optim::Optimizer& optimizer) override;
+  void apply_gradients(nn::Sequential& model, optim::Optimizer& optimizer, std::int64_t samples) override;
+  DataShare data_share() const override;
+  void serve(nn::Sequential& model, optim::Optimizer& optimizer, const std::filesystem::path& checkpoint_dir) override;
+  bool should_stop() const override { return store_ && store_->run_ended(); }
+  void save_checkpoint(const std::filesystem::path& directory, const nn::Sequential& model,
+                       const optim::Optimizer& optimizer, const TrainingPosition& position) override;
+  std::optional<TrainingPosition> restore_checkpoint(const std::filesystem::path& directory, nn::Sequential& model,
+                                                     optim::Optimizer& optimizer) override;
+  std::string setup_report() const override;
+  std::string final_report() override;
+  void finish() override;
+  void add_epoch_logs(Logs& logs) override;
+
+  // After initialize(): the placement plan (every process), and on workers the store with its live
+  // traffic counters and server_stats().
+  const ps::Plan& placement() const;
+  ps::ParameterStore& store();
+
+ private:
+  comm::Transport& transport_;
+  int workers_;
+  ParameterServerOptions options_;
+  std::optional<ps::Plan> plan_;
+  std::unique_ptr<ps::ParameterStore> store_;
+  std::optional<ps::Manifest> resumed_from_;
+  std::filesystem::path resumed_dir_;
+  double reported_communication_seconds_ = 0;
+  std::int64_t reported_steps_ = 0;
+  std::vector<ps::ServerStats> final_stats_;
+};
+
+}  // namespace cohort::train

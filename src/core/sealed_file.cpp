@@ -1,0 +1,121 @@
+#include "core/sealed_file.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "cohort/core/check.hpp"
+
+namespace cohort {
+namespace {
+
+// magic, version (u32), payload bytes (u64), payload CRC-32 (u32), all little-endian
+constexpr std::size_t kMagicBytes = 8;
+constexpr std::size_t kHeaderBytes = kMagicBytes + 4 + 8 + 4;
+
+template <typename T>
+void put(std::string& out, T value) {
+  char bytes[sizeof(T)];
+  for (std::size_t i = 0; i < sizeof(T); ++i) bytes[i] = static_cast<char>((static_cast<std::uint64_t>(value) >> (8 * i)) & 0xff);
+  out.append(bytes, sizeof(T));
+}
+
+template <typename T>
+T get(const std::string& in, std::size_t offset) {
+  std::uint64_t value = 0;
+  for (std::size_t i = 0; i < sizeof(T); ++i) value |= static_cast<std::uint64_t>(static_cast<unsigned char>(in[offset + i])) << (8 * i);
+  return static_cast<T>(value);
+}
+
+std::string read_whole_file(const std::filesystem::path& path, std::string_view what) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw DataError(fmt::format("{} {}: cannot open it", what, path.string()));
+  std::ostringstream content;
+  content << in.rdbuf();
+  return content.str();
+}
+
+void fsync_path(const std::filesystem::path& path, int flags) {
+  const int fd = ::open(path.c_str(), flags);
+  if (fd < 0) return;
+  ::fsync(fd);
+  ::close(fd);
+}
+
+}  // namespace
+
+std::uint32_t crc32_of(const void* data, std::size_t size) {
+  auto bytes = static_cast<const Bytef*>(data);
+  uLong crc = crc32(0L, Z_NULL, 0);
+  while (size > 0) {
+    const auto chunk = static_cast<uInt>(std::min<std::size_t>(size, 1u << 30));
+    crc = crc32(crc, bytes, chunk);
+    bytes += chunk;
+    size -= chunk;
+  }
+  return static_cast<std::uint32_t>(crc);
+}
+
+void write_file_atomically(const std::filesystem::path& path, const std::string& bytes) {
+  const std::filesystem::path directory = path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
+  std::filesystem::create_directories(directory);
+  const std::filesystem::path temporary = path.string() + fmt::format(".tmp.{}", ::getpid());
+  {
+    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    out.flush();
+    if (!out) throw IoError(fmt::format("cannot write {}: {}", temporary.string(), std::strerror(errno)));
+  }
+  fsync_path(temporary, O_RDONLY);
+  std::error_code error;
+  std::filesystem::rename(temporary, path, error);
+  if (error) {
+    std::filesystem::remove(temporary, error);
+    throw IoError(fmt::format("cannot rename {} to {}: {}", temporary.string(), path.string(), error.message()));
+  }
+  fsync_path(directory, O_RDONLY | O_DIRECTORY);
+}
+
+std::uint32_t write_sealed_file(const std::filesystem::path& path, std::string_view magic, std::uint32_t version,
+                                const std::string& payload) {
+  COHORT_CHECK(magic.size() == kMagicBytes, "a sealed file's magic has {} characters, not {}", kMagicBytes, magic.size());
+  const std::uint32_t crc = crc32_of(payload.data(), payload.size());
+  std::string file(magic);
+  put<std::uint32_t>(file, version);
+  put<std::uint64_t>(file, payload.size());
+  put<std::uint32_t>(file, crc);
+  file += payload;
+  write_file_atomically(path, file);
+  return crc;
+}
+
+std::string read_sealed_file(const std::filesystem::path& path, std::string_view magic, std::uint32_t version,
+                             std::string_view what) {
+  const std::string file = read_whole_file(path, what);
+  const std::string name = path.string();
+  if (file.size() < kHeaderBytes)
+    throw DataError(fmt::format("{} {}: truncated, {} bytes is shorter than the {}-byte header", what, name, file.size(),
+                                kHeaderBytes));
+  if (std::string_view(file.data(), kMagicBytes) != magic)
+    throw DataError(fmt::format("{} {}: byte offset 0 lacks the {} magic; not a cohort {}", what, name, magic, what));
+  const auto found_version = get<std::uint32_t>(file, kMagicBytes);
+  if (found_version != version)
+    throw DataError(fmt::format("{} {}: format version {}, this build reads version {}", what, name, found_version, version));
+  const auto size = get<std::uint64_t>(file, kMagicBytes + 4);
+  if (size != file.size() - kHeaderBytes)
+    throw DataError(fmt::format("{} {}: header announces {} payload bytes, the file holds {} (truncated or appended to)",
+                                what, name, size, file.size() - kHeaderBytes));
+  const auto expected_crc = get<std::uint32_t>(file, kMagicBytes + 12);
+  const std::uint32_t actual_crc = crc32_of(file.data() + kHeaderBytes, size);
+  if (expected_crc != actual_crc)
+    throw DataError(fmt::format("{} {}: payload checksum {:08x} does not match the recorded {:08x}; the file is damaged",
+                                what, name, actual_crc, expected_crc));
+  return file.substr(kHeaderBytes);
+}
+
+}  // namespace cohort

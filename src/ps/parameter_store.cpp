@@ -1,0 +1,192 @@
+#include "cohort/ps/parameter_store.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+
+#include "cohort/core/check.hpp"
+#include "core/sealed_file.hpp"
+#include "ps/protocol.hpp"
+#include "ps/stats_codec.hpp"
+
+namespace cohort::ps {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+namespace proto = protocol;
+
+// A Sync answer waits for the slowest worker, which may be validating or checkpointing; a lost process is
+// reported by the transport long before this.
+constexpr auto kReplyWait = std::chrono::minutes(15);
+
+std::int64_t row_elements(const Shape& shape) {
+  return shape.rank() > 0 && shape[0] > 0 ? shape.numel() / shape[0] : shape.numel();
+}
+
+}  // namespace
+
+ParameterStore::ParameterStore(comm::Transport& transport, Plan plan, std::vector<int> server_ranks,
+                               std::vector<LocalVariable> variables)
+    : transport_(transport), plan_(std::move(plan)), variables_(std::move(variables)) {
+  COHORT_CHECK(static_cast<int>(server_ranks.size()) == plan_.servers(), "the plan places on {} servers, {} ranks given",
+               plan_.servers(), server_ranks.size());
+  std::map<std::string, std::size_t> by_name;
+  for (std::size_t i = 0; i < variables_.size(); ++i) by_name[variables_[i].name] = i;
+  for (int rank : server_ranks) links_.push_back({.rank = rank});
+  for (const Shard& shard : plan_.shards()) {
+    const auto it = by_name.find(shard.variable);
+    COHORT_CHECK(it != by_name.end(), "the plan holds '{}', which the model lacks", shard.variable);
+    const LocalVariable& variable = variables_[it->second];
+    COHORT_CHECK(variable.trainable == shard.trainable && (!variable.trainable || variable.gradient.defined()),
+                 "'{}' is {}trainable in the model but not in the plan", variable.name, variable.trainable ? "" : "not ");
+    Link& link = links_[static_cast<std::size_t>(shard.server)];
+    const std::int64_t row = row_elements(variable.value.shape());
+    link.pieces.push_back({.variable = it->second,
+                           .element_begin = shard.row_begin * row,
+                           .count = shard.shape.numel(),
+                           .offset = link.outgoing.size()});
+    link.outgoing.resize(link.outgoing.size() + static_cast<std::size_t>(shard.shape.numel()));
+  }
+  for (Link& link : links_) {
+    link.incoming.resize(link.outgoing.size());
+    link.last_read.resize(link.outgoing.size());
+  }
+  traffic_.servers.resize(links_.size());
+}
+
+void ParameterStore::send_request(Link& link, std::uint16_t kind, std::int64_t step, std::int64_t samples,
+                                  const std::vector<float>* payload) {
+  proto::RequestHeader header;
+  header.kind = kind;
+  header.plan_fingerprint = plan_.fingerprint();
+  header.step = step;
+  header.samples = samples;
+  const std::size_t bytes = payload != nullptr ? payload->size() * sizeof(float) : 0;
+  header.payload_bytes = bytes;
+  header.payload_crc = crc32_of(payload != nullptr ? payload->data() : nullptr, bytes);
+  auto sent = transport_.send(link.rank, proto::kRequestTag, std::as_bytes(std::span(&header, 1)));
+  if (bytes > 0) transport_.send(link.rank, proto::kRequestPayloadTag, std::as_bytes(std::span(*payload)))->wait(transport_.timeout());
+  sent->wait(transport_.timeout());
+  auto& counters = traffic_.servers[static_cast<std::size_t>(&link - links_.data())];
+  ++counters.requests;
+  counters.bytes_sent += static_cast<std::int64_t>(sizeof header + bytes);
+}
+
+proto::ReplyHeader ParameterStore::receive_header(Link& link, std::uint16_t kind) {
+  proto::ReplyHeader header;
+  transport_.recv(link.rank, proto::kReplyTag, std::as_writable_bytes(std::span(&header, 1)))->wait(kReplyWait);
+  const std::string server = transport_.describe(link.rank);
+  if (header.magic != proto::kReplyMagic || header.version != proto::kVersion)
+    throw ProtocolError(fmt::format("{} answered {} with a malformed header (magic {:08x}, version {})", server,
+                                    proto::kind_name(kind), header.magic, header.version));
+  if (header.status != static_cast<std::uint16_t>(proto::Status::Ok))
+    throw ProtocolError(fmt::format("{}: {}", server, proto::message_of(header)));
+  if (header.flags & proto::kRunEnded) run_ended_ = true;
+  link.step = header.step;
+  traffic_.max_staleness = std::max(traffic_.max_staleness, header.staleness);
+  traffic_.servers[static_cast<std::size_t>(&link - links_.data())].bytes_received +=
+      static_cast<std::int64_t>(sizeof header + header.payload_bytes);
+  return header;
+}
+
+void ParameterStore::receive_payload(Link& link, const proto::ReplyHeader& header, std::span<std::byte> out) {
+  const std::string server = transport_.describe(link.rank);
+  if (header.payload_bytes != out.size())
+    throw ProtocolError(fmt::format("{} answered with {} payload bytes, {} expected", server, header.payload_bytes, out.size()));
+  if (out.empty()) return;
+  transport_.recv(link.rank, proto::kReplyPayloadTag, out)->wait(transport_.timeout());
+  if (crc32_of(out.data(), out.size()) != header.payload_crc)
+    throw ProtocolError(fmt::format("the answer of {} fails its checksum (garbled in transit)", server));
+}
+
+void ParameterStore::receive_values(Link& link, std::uint16_t kind) {
+  const proto::ReplyHeader header = receive_header(link, kind);
+  receive_payload(link, header, std::as_writable_bytes(std::span(link.incoming)));
+  for (const Piece& piece : link.pieces) {
+    float* value = variables_[piece.variable].value.data() + piece.element_begin;
+    std::copy_n(link.incoming.data() + piece.offset, piece.count, value);
+  }
+  link.last_read = link.incoming;
+}
+
+void ParameterStore::initialize_servers() {
+  for (Link& link : links_) {
+    for (const Piece& piece : link.pieces)
+      std::copy_n(variables_[piece.variable].value.data() + piece.element_begin, piece.count,
+                  link.outgoing.data() + piece.offset);
+    send_request(link, static_cast<std::uint16_t>(proto::Kind::Init), 0, 0, &link.outgoing);
+    link.last_read = link.outgoing;
+  }
+  for (Link& link : links_) receive_payload(link, receive_header(link, static_cast<std::uint16_t>(proto::Kind::Init)), {});
+}
+
+void ParameterStore::pull() {
+  const auto kind = static_cast<std::uint16_t>(proto::Kind::Pull);
+  for (Link& link : links_) send_request(link, kind, link.step, 0, nullptr);
+  for (Link& link : links_) receive_values(link, kind);
+}
+
+void ParameterStore::push_pull(std::int64_t samples) {
+  const auto start = Clock::now();
+  const auto kind = static_cast<std::uint16_t>(proto::Kind::Push);
+  for (Link& link : links_) {
+    for (const Piece& piece : link.pieces) {
+      const LocalVariable& variable = variables_[piece.variable];
+      float* out = link.outgoing.data() + piece.offset;
+      if (variable.trainable) {
+        std::copy_n(variable.gradient.data() + piece.element_begin, piece.count, out);
+      } else {
+        // The change this worker made since its last read: the servers add it up.
+        const float* now = variable.value.data() + piece.element_begin;
+        const float* before = link.last_read.data() + piece.offset;
+        for (std::int64_t i = 0; i < piece.count; ++i) out[i] = now[i] - before[i];
+      }
+    }
+    send_request(link, kind, link.step, samples, &link.outgoing);
+  }
+  for (Link& link : links_) receive_values(link, kind);
+  traffic_.communication_seconds += std::chrono::duration<double>(Clock::now() - start).count();
+  ++traffic_.steps;
+}
+
+std::vector<SnapshotFile> ParameterStore::save(std::int64_t step) {
+  const auto kind = static_cast<std::uint16_t>(proto::Kind::Save);
+  for (Link& link : links_) send_request(link, kind, step, 0, nullptr);
+  std::vector<SnapshotFile> files;
+  for (std::size_t s = 0; s < links_.size(); ++s) {
+    const proto::ReplyHeader header = receive_header(links_[s], kind);
+    proto::SnapshotReceipt receipt;
+    receive_payload(links_[s], header, std::as_writable_bytes(std::span(&receipt, 1)));
+    files.push_back({.name = snapshot_name(step, static_cast<int>(s), plan_.servers()), .bytes = receipt.bytes, .crc = receipt.crc});
+  }
+  return files;
+}
+
+std::vector<ServerStats> ParameterStore::server_stats() {
+  const auto kind = static_cast<std::uint16_t>(proto::Kind::Stats);
+  for (Link& link : links_) send_request(link, kind, link.step, 0, nullptr);
+  std::vector<ServerStats> stats;
+  for (Link& link : links_) {
+    const proto::ReplyHeader header = receive_header(link, kind);
+    COHORT_CHECK_AS(ProtocolError, header.payload_bytes < (1u << 24), "{} announced {} bytes of statistics",
+                    transport_.describe(link.rank), header.payload_bytes);
+    std::string bytes(header.payload_bytes, '\0');
+    receive_payload(link, header, std::as_writable_bytes(std::span(bytes)));
+    stats.push_back(decode_stats(bytes));
+  }
+  return stats;
+}
+
+void ParameterStore::finish() {
+  const auto kind = static_cast<std::uint16_t>(proto::Kind::Done);
+  for (Link& link : links_) send_request(link, kind, link.step, 0, nullptr);
+  for (Link& link : links_) receive_payload(link, receive_header(link, kind), {});
+}
+
+std::int64_t ParameterStore::step() const {
+  std::int64_t step = 0;
+  for (const Link& link : links_) step = std::max(step, link.step);
+  return step;
+}
+
+}  // namespace cohort::ps

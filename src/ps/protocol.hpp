@@ -1,0 +1,102 @@
+#pragma once
+// The parameter-server wire protocol, above an authenticated Transport. Every request and every reply is
+// a fixed-size header on one tag, followed (when payload_bytes > 0) by the payload on another, so that a
+// server reads the header, checks it, and only then accepts exactly the announced payload.
+//
+// A payload of floats follows the server's shards in plan order: gradients (trainable) and changes of
+// the value since the last read (non-trainable: BatchNormalization's moving statistics) in a Push, values
+// in an Init and in every answer to Init, Pull and Push. Headers carry the plan fingerprint, so a process
+// built with another model or placement is refused, and a CRC-32 of the payload, so garbled bytes are.
+// Byte order is the hosts'; cohort runs on little-endian machines.
+
+#include <bit>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <string_view>
+
+#include "cohort/comm/transport.hpp"
+
+namespace cohort::ps::protocol {
+
+static_assert(std::endian::native == std::endian::little, "the parameter-server protocol assumes little-endian hosts");
+
+inline constexpr comm::Tag kRequestTag = 0x5053524551000000ull;         // "PSREQ"
+inline constexpr comm::Tag kRequestPayloadTag = 0x5053524551000001ull;
+inline constexpr comm::Tag kReplyTag = 0x5053524550000000ull;           // "PSREP"
+inline constexpr comm::Tag kReplyPayloadTag = 0x5053524550000001ull;
+
+inline constexpr std::uint32_t kRequestMagic = 0x51535043;  // "CPSQ"
+inline constexpr std::uint32_t kReplyMagic = 0x52535043;    // "CPSR"
+inline constexpr std::uint16_t kVersion = 1;
+
+enum class Kind : std::uint16_t {
+  Init = 1,   // the chief's starting values (payload: values)
+  Pull = 2,   // current values, once initialized
+  Push = 3,   // gradients of step `step` over `samples` samples (payload), answered with the new values
+  Save = 4,   // write this server's snapshot for checkpoint step `step`; answered with its size and CRC
+  Stats = 5,  // the server's counters
+  Done = 6,   // this worker is finished; from the chief it also ends the run
+};
+
+inline std::string_view kind_name(std::uint16_t kind) {
+  switch (static_cast<Kind>(kind)) {
+    case Kind::Init: return "Init";
+    case Kind::Pull: return "Pull";
+    case Kind::Push: return "Push";
+    case Kind::Save: return "Save";
+    case Kind::Stats: return "Stats";
+    case Kind::Done: return "Done";
+  }
+  return "unknown request";
+}
+
+struct RequestHeader {
+  std::uint32_t magic = kRequestMagic;
+  std::uint16_t version = kVersion;
+  std::uint16_t kind = 0;
+  std::uint64_t plan_fingerprint = 0;
+  std::int64_t step = 0;
+  std::int64_t samples = 0;
+  std::uint64_t payload_bytes = 0;
+  std::uint32_t payload_crc = 0;
+  std::uint32_t reserved = 0;
+};
+static_assert(sizeof(RequestHeader) == 48);
+
+enum class Status : std::uint16_t { Ok = 0, Refused = 1 };
+
+inline constexpr std::uint32_t kRunEnded = 1;  // reply flag: the chief has ended the run
+
+struct ReplyHeader {
+  std::uint32_t magic = kReplyMagic;
+  std::uint16_t version = kVersion;
+  std::uint16_t status = 0;
+  std::int64_t step = 0;       // updates the server has applied
+  std::int64_t staleness = 0;  // of the answered push
+  std::uint64_t payload_bytes = 0;
+  std::uint32_t payload_crc = 0;
+  std::uint32_t flags = 0;
+  char message[216] = {};      // why a request was refused
+};
+static_assert(sizeof(ReplyHeader) == 256);
+
+inline void set_message(ReplyHeader& header, std::string_view text) {
+  const std::size_t n = std::min(text.size(), sizeof header.message - 1);
+  std::memcpy(header.message, text.data(), n);
+  header.message[n] = '\0';
+}
+
+inline std::string message_of(const ReplyHeader& header) {
+  return std::string(header.message, strnlen(header.message, sizeof header.message));
+}
+
+// What a Save answers with.
+struct SnapshotReceipt {
+  std::uint64_t bytes = 0;
+  std::uint32_t crc = 0;
+  std::uint32_t reserved = 0;
+};
+static_assert(sizeof(SnapshotReceipt) == 16);
+
+}  // namespace cohort::ps::protocol

@@ -1,0 +1,452 @@
+#include "cohort/ps/server.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <thread>
+
+#include "cohort/core/check.hpp"
+#include "cohort/core/logging.hpp"
+#include "core/sealed_file.hpp"
+#include "ps/protocol.hpp"
+#include "ps/stats_codec.hpp"
+
+namespace cohort::ps {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+namespace proto = protocol;
+
+// Between two requests a worker may compute, validate or write checkpoints for a long time; a lost worker
+// is reported by the transport, so the wait for its next request is not bounded here.
+constexpr auto kIdleWait = std::chrono::hours(24 * 365);
+constexpr std::size_t kLatencyWindow = 4096;
+
+template <typename T>
+std::span<const std::byte> bytes_of(const T& value) {
+  return std::as_bytes(std::span(&value, 1));
+}
+
+}  // namespace
+
+Server::Server(comm::Transport& transport, Plan plan, int server, std::vector<int> worker_ranks,
+               optim::Optimizer& optimizer, ServerOptions options)
+    : transport_(transport),
+      plan_(std::move(plan)),
+      server_(server),
+      worker_ranks_(std::move(worker_ranks)),
+      optimizer_(optimizer),
+      options_(std::move(options)) {
+  COHORT_CHECK(server_ >= 0 && server_ < plan_.servers(), "server index {} is outside the plan's {} servers", server_,
+               plan_.servers());
+  COHORT_CHECK(!worker_ranks_.empty(), "a parameter server needs at least one worker");
+  if (const auto* sync = std::get_if<Sync>(&options_.consistency))
+    COHORT_CHECK(sync->backup_workers >= 0 && sync->backup_workers < static_cast<int>(worker_ranks_.size()),
+                 "{} backup workers among {} workers: at least one gradient must count", sync->backup_workers,
+                 worker_ranks_.size());
+  if (const auto* bounded = std::get_if<BoundedStaleness>(&options_.consistency))
+    COHORT_CHECK(bounded->max_staleness >= 0, "bounded staleness must be >= 0, got {}", bounded->max_staleness);
+  for (const Shard& shard : plan_.shards()) {
+    if (shard.server != server_) continue;
+    held_.push_back({&shard, Tensor(shard.shape), shard.trainable ? Tensor(shard.shape) : Tensor(), payload_floats_});
+    payload_floats_ += static_cast<std::size_t>(shard.shape.numel());
+  }
+  accumulator_.assign(payload_floats_, 0.0f);
+  const std::size_t workers = worker_ranks_.size();
+  contributed_.assign(workers, 0);
+  clocks_.assign(workers, 0);
+  finished_.assign(workers, 0);
+  reply_values_.resize(workers);
+  stats_.server = server_;
+  stats_.workers.resize(workers);
+}
+
+void Server::restore(const std::vector<ServerSnapshot>& snapshots) {
+  const std::lock_guard lock(mutex_);
+  for (Held& held : held_) {
+    std::vector<Tensor> slots;
+    copy_rows(snapshots, held.shard->variable, held.shard->row_begin, held.shard->row_end, held.value,
+              held.shard->trainable ? &slots : nullptr);
+    if (!held.shard->trainable) continue;
+    COHORT_CHECK_AS(DataError, static_cast<int>(slots.size()) == optimizer_.slots_per_variable(),
+                    "checkpoint: '{}' has {} optimizer slots saved, {} keeps {}", held.shard->name(), slots.size(),
+                    optimizer_.name(), optimizer_.slots_per_variable());
+    if (!slots.empty()) optimizer_.set_slots(held.shard->name(), {std::move(slots)});
+  }
+  std::int64_t iterations = 0, step = 0;
+  for (const auto& snapshot : snapshots) {
+    COHORT_CHECK_AS(DataError, snapshot.optimizer == optimizer_.name(),
+                    "checkpoint: server {} saved {} state, this run uses {}", snapshot.server, snapshot.optimizer,
+                    optimizer_.name());
+    iterations = std::max(iterations, snapshot.iterations);
+    step = std::max(step, snapshot.step);
+  }
+  optimizer_.set_iterations(iterations);
+  version_ = step;
+  initialized_ = true;
+}
+
+void Server::serve() {
+  std::vector<std::thread> threads;
+  for (int w = 0; w < static_cast<int>(worker_ranks_.size()); ++w)
+    threads.emplace_back([this, w] {
+      try {
+        serve_worker(w);
+      } catch (...) {
+        const std::lock_guard lock(mutex_);
+        if (!first_error_) first_error_ = std::current_exception();
+        failed_ = true;
+        changed_.notify_all();
+      }
+    });
+  for (auto& thread : threads) thread.join();
+  if (first_error_) std::rethrow_exception(first_error_);
+}
+
+void Server::serve_worker(int worker) {
+  const int rank = worker_ranks_[static_cast<std::size_t>(worker)];
+  std::vector<float> payload;
+  for (;;) {
+    proto::RequestHeader header;
+    transport_.recv(rank, proto::kRequestTag, std::as_writable_bytes(std::span(&header, 1)))->wait(kIdleWait);
+    const auto start = Clock::now();
+    if (const std::string problem = check_header(header, worker); !problem.empty()) {
+      refuse(worker, problem);
+      return;
+    }
+    payload.resize(header.payload_bytes / sizeof(float));
+    if (!payload.empty())
+      transport_.recv(rank, proto::kRequestPayloadTag, std::as_writable_bytes(std::span(payload)))->wait(transport_.timeout());
+    {
+      const std::lock_guard lock(mutex_);
+      ++stats_.requests;
+      stats_.bytes_in += static_cast<std::int64_t>(sizeof header + header.payload_bytes);
+    }
+    if (crc32_of(payload.data(), header.payload_bytes) != header.payload_crc) {
+      refuse(worker, fmt::format("{} payload of {} bytes fails its checksum (garbled in transit)",
+                                 proto::kind_name(header.kind), header.payload_bytes));
+      return;
+    }
+    if (const std::string problem = check_finite(payload); !problem.empty()) {
+      refuse(worker, problem);
+      return;
+    }
+    const bool done = handle(worker, header, payload);
+    record_latency(std::chrono::duration<double, std::milli>(Clock::now() - start).count());
+    if (done) return;
+  }
+}
+
+std::string Server::check_header(const protocol::RequestHeader& header, int worker) const {
+  if (header.magic != proto::kRequestMagic)
+    return fmt::format("not a parameter-server request (magic {:08x}, expected {:08x})", header.magic, proto::kRequestMagic);
+  if (header.version != proto::kVersion)
+    return fmt::format("protocol version {}, this server speaks {}", header.version, proto::kVersion);
+  if (header.plan_fingerprint != plan_.fingerprint())
+    return fmt::format("placement plan {:016x} differs from this server's {:016x} (another model, policy or server count)",
+                       header.plan_fingerprint, plan_.fingerprint());
+  const auto kind = static_cast<proto::Kind>(header.kind);
+  if (header.kind < static_cast<std::uint16_t>(proto::Kind::Init) || header.kind > static_cast<std::uint16_t>(proto::Kind::Done))
+    return fmt::format("unknown request kind {}", header.kind);
+  const std::uint64_t expected =
+      kind == proto::Kind::Init || kind == proto::Kind::Push ? payload_floats_ * sizeof(float) : 0;
+  if (header.payload_bytes != expected)
+    return fmt::format("{} announces {} payload bytes, the plan gives this server {}", proto::kind_name(header.kind),
+                       header.payload_bytes, expected);
+  if (kind == proto::Kind::Init && worker != 0) return "only the chief initializes the variables";
+  if (header.samples < 0) return fmt::format("negative sample count {}", header.samples);
+  if (header.step < 0) return fmt::format("negative step {}", header.step);
+  return {};
+}
+
+std::string Server::check_finite(const std::vector<float>& payload) const {
+  for (const Held& held : held_) {
+    const auto begin = payload.begin() + static_cast<std::ptrdiff_t>(held.offset);
+    if (begin >= payload.end()) break;
+    const auto end = begin + held.value.numel();
+    const auto bad = std::find_if(begin, end, [](float v) { return !std::isfinite(v); });
+    if (bad != end) return fmt::format("'{}' holds {} at element {}", held.shard->name(), *bad, bad - begin);
+  }
+  return {};
+}
+
+bool Server::handle(int worker, const protocol::RequestHeader& header, const std::vector<float>& payload) {
+  auto& out = reply_values_[static_cast<std::size_t>(worker)];
+  std::unique_lock lock(mutex_);
+  switch (static_cast<proto::Kind>(header.kind)) {
+    case proto::Kind::Init: {
+      if (initialized_) {
+        lock.unlock();
+        refuse(worker, "Init, but the variables are already initialized");
+        return true;
+      }
+      for (Held& held : held_)
+        std::copy_n(payload.data() + held.offset, held.value.numel(), held.value.data());
+      initialized_ = true;
+      changed_.notify_all();
+      lock.unlock();
+      reply(worker, 0, {});
+      return false;
+    }
+    case proto::Kind::Pull: {
+      if (!wait_locked(lock, [&] { return initialized_; }, "the chief's initial values")) return true;
+      copy_values_locked(out);
+      lock.unlock();
+      reply(worker, 0, std::as_bytes(std::span(out)));
+      return false;
+    }
+    case proto::Kind::Push: {
+      if (!initialized_ || header.step > version_) {
+        const std::string reason = !initialized_ ? std::string("Push before the variables were initialized")
+                                                 : fmt::format("Push for step {}, the server is at step {}", header.step, version_);
+        lock.unlock();
+        refuse(worker, reason);
+        return true;
+      }
+      std::int64_t staleness = 0;
+      if (std::holds_alternative<Sync>(options_.consistency)) {
+        if (!push_sync_locked(lock, worker, header.step, header.samples, payload, staleness)) return true;
+      } else if (!push_async_locked(lock, worker, header.step, header.samples, payload, staleness)) {
+        return true;
+      }
+      copy_values_locked(out);
+      lock.unlock();
+      reply(worker, staleness, std::as_bytes(std::span(out)));
+      return false;
+    }
+    case proto::Kind::Save: {
+      if (options_.checkpoint_dir.empty()) {
+        lock.unlock();
+        refuse(worker, "Save, but this server was given no checkpoint directory");
+        return true;
+      }
+      ServerSnapshot snapshot = snapshot_locked();
+      lock.unlock();
+      const SnapshotFile file = write_snapshot(options_.checkpoint_dir, header.step, snapshot);
+      const proto::SnapshotReceipt receipt{.bytes = file.bytes, .crc = file.crc};
+      reply(worker, 0, bytes_of(receipt));
+      return false;
+    }
+    case proto::Kind::Stats: {
+      const std::string encoded = encode_stats(stats_locked());
+      lock.unlock();
+      reply(worker, 0, std::as_bytes(std::span(encoded)));
+      return false;
+    }
+    case proto::Kind::Done: {
+      finish_worker_locked(worker);
+      if (worker == 0) run_ended_ = true;
+      lock.unlock();
+      reply(worker, 0, {});
+      return true;
+    }
+  }
+  return true;
+}
+
+bool Server::push_sync_locked(std::unique_lock<std::mutex>& lock, int worker, std::int64_t step, std::int64_t samples,
+                              const std::vector<float>& payload, std::int64_t& staleness) {
+  WorkerCounters& counters = stats_.workers[static_cast<std::size_t>(worker)];
+  ++counters.pushes;
+  if (step < version_) {
+    // A backup worker's gradient that came after its step was complete: dropped and counted.
+    ++counters.dropped;
+    staleness = version_ - step;
+    return true;
+  }
+  const auto weight = static_cast<float>(samples);
+  for (const Held& held : held_) {
+    const float* in = payload.data() + held.offset;
+    float* acc = accumulator_.data() + held.offset;
+    const std::int64_t n = held.value.numel();
+    // Trainable: mean gradient x samples, so the step averages over all samples of the global batch;
+    // non-trainable: the change of the moving statistics, averaged over the workers.
+    if (held.shard->trainable)
+      for (std::int64_t i = 0; i < n; ++i) acc[i] += in[i] * weight;
+    else
+      for (std::int64_t i = 0; i < n; ++i) acc[i] += in[i];
+  }
+  contributed_[static_cast<std::size_t>(worker)] = 1;
+  ++contributors_;
+  contributed_samples_ += samples;
+  complete_sync_step_if_ready_locked();
+  return wait_locked(lock, [&] { return version_ > step; }, fmt::format("the gradients of step {} ({})", step, missing_workers_locked()));
+}
+
+void Server::complete_sync_step_if_ready_locked() {
+  const int backups = std::get<Sync>(options_.consistency).backup_workers;
+  const int needed = std::max(1, active_workers_locked() - backups);
+  if (contributors_ == 0 || contributors_ < needed) return;
+  const double gradient_scale = contributed_samples_ > 0 ? 1.0 / static_cast<double>(contributed_samples_) : 0.0;
+  apply_locked(accumulator_.data(), gradient_scale, 1.0 / contributors_);
+  std::fill(accumulator_.begin(), accumulator_.end(), 0.0f);
+  std::fill(contributed_.begin(), contributed_.end(), 0);
+  contributors_ = 0;
+  contributed_samples_ = 0;
+  changed_.notify_all();
+}
+
+bool Server::push_async_locked(std::unique_lock<std::mutex>& lock, int worker, std::int64_t step, std::int64_t samples,
+                               const std::vector<float>& payload, std::int64_t& staleness) {
+  const auto w = static_cast<std::size_t>(worker);
+  WorkerCounters& counters = stats_.workers[w];
+  staleness = version_ - step;
+  ++counters.pushes;
+  counters.staleness_sum += staleness;
+  counters.max_staleness = std::max(counters.max_staleness, staleness);
+  apply_locked(payload.data(), samples > 0 ? 1.0 : 0.0, 1.0);
+  ++clocks_[w];
+  changed_.notify_all();
+  if (const auto* bounded = std::get_if<BoundedStaleness>(&options_.consistency)) {
+    const std::int64_t bound = bounded->max_staleness;
+    if (!wait_locked(lock, [&] { return clocks_[w] - slowest_clock_locked() <= bound; },
+                     fmt::format("the slowest worker to come within {} steps", bound)))
+      return false;
+  }
+  counters.max_lead = std::max(counters.max_lead, clocks_[w] - slowest_clock_locked());
+  return true;
+}
+
+void Server::apply_locked(const float* source, double gradient_scale, double delta_scale) {
+  for (Held& held : held_) {
+    const float* in = source + held.offset;
+    const std::int64_t n = held.value.numel();
+    if (held.shard->trainable) {
+      if (gradient_scale == 0.0) continue;
+      const auto scale = static_cast<float>(gradient_scale);
+      float* g = held.gradient.data();
+      for (std::int64_t i = 0; i < n; ++i) g[i] = in[i] * scale;
+      optimizer_.apply(held.shard->name(), held.value, held.gradient);
+    } else {
+      const auto scale = static_cast<float>(delta_scale);
+      float* v = held.value.data();
+      for (std::int64_t i = 0; i < n; ++i) v[i] += in[i] * scale;
+    }
+  }
+  optimizer_.finish_step();
+  ++version_;
+  ++stats_.updates;
+}
+
+void Server::finish_worker_locked(int worker) {
+  finished_[static_cast<std::size_t>(worker)] = 1;
+  // A worker that leaves may have been the one a Sync step or a bounded wait was waiting for.
+  if (std::holds_alternative<Sync>(options_.consistency)) complete_sync_step_if_ready_locked();
+  changed_.notify_all();
+}
+
+int Server::active_workers_locked() const {
+  return static_cast<int>(std::count(finished_.begin(), finished_.end(), 0));
+}
+
+std::int64_t Server::slowest_clock_locked() const {
+  std::int64_t slowest = std::numeric_limits<std::int64_t>::max();
+  for (std::size_t w = 0; w < clocks_.size(); ++w)
+    if (!finished_[w]) slowest = std::min(slowest, clocks_[w]);
+  return slowest == std::numeric_limits<std::int64_t>::max() ? 0 : slowest;
+}
+
+std::string Server::missing_workers_locked() const {
+  std::string missing;
+  for (std::size_t w = 0; w < contributed_.size(); ++w)
+    if (!contributed_[w] && !finished_[w])
+      missing += (missing.empty() ? "" : ", ") + transport_.describe(worker_ranks_[w]);
+  return missing.empty() ? "none missing" : "missing: " + missing;
+}
+
+template <typename Ready>
+bool Server::wait_locked(std::unique_lock<std::mutex>& lock, Ready ready, const std::string& what) {
+  const bool in_time = changed_.wait_for(lock, options_.wait_timeout, [&] { return ready() || failed_; });
+  if (failed_) return false;  // another worker's failure ends serving; serve() reports it
+  if (!in_time)
+    throw TimeoutError(fmt::format("ps {} waited {} s for {}", server_,
+                                   std::chrono::duration_cast<std::chrono::seconds>(options_.wait_timeout).count(), what));
+  return true;
+}
+
+void Server::copy_values_locked(std::vector<float>& out) const {
+  out.resize(payload_floats_);
+  for (const Held& held : held_) std::copy_n(held.value.data(), held.value.numel(), out.data() + held.offset);
+}
+
+ServerSnapshot Server::snapshot_locked() const {
+  ServerSnapshot snapshot{.server = server_, .servers = plan_.servers(), .step = version_, .optimizer = optimizer_.name(),
+                          .iterations = optimizer_.iterations()};
+  for (const Held& held : held_) {
+    SavedShard saved{.variable = held.shard->variable, .row_begin = held.shard->row_begin, .row_end = held.shard->row_end,
+                     .trainable = held.shard->trainable, .value = held.value.clone()};
+    const auto& state = optimizer_.state();
+    if (const auto it = state.find(held.shard->name()); it != state.end())
+      for (const Tensor& slot : it->second.slots) saved.slots.push_back(slot.clone());
+    snapshot.shards.push_back(std::move(saved));
+  }
+  return snapshot;
+}
+
+void Server::refuse(int worker, const std::string& reason) {
+  log::warning("ps {}: refused a request from {}: {}; that worker is no longer served", server_,
+               transport_.describe(worker_ranks_[static_cast<std::size_t>(worker)]), reason);
+  {
+    const std::lock_guard lock(mutex_);
+    ++stats_.refused;
+    finish_worker_locked(worker);
+  }
+  proto::ReplyHeader header;
+  header.status = static_cast<std::uint16_t>(proto::Status::Refused);
+  proto::set_message(header, fmt::format("ps {} refused the request: {}", server_, reason));
+  transport_.send(worker_ranks_[static_cast<std::size_t>(worker)], proto::kReplyTag, bytes_of(header))->wait(transport_.timeout());
+}
+
+void Server::reply(int worker, std::int64_t staleness, std::span<const std::byte> payload) {
+  const int rank = worker_ranks_[static_cast<std::size_t>(worker)];
+  proto::ReplyHeader header;
+  {
+    const std::lock_guard lock(mutex_);
+    header.step = version_;
+    header.flags = run_ended_ ? proto::kRunEnded : 0;
+    stats_.bytes_out += static_cast<std::int64_t>(sizeof header + payload.size());
+  }
+  header.staleness = staleness;
+  header.payload_bytes = payload.size();
+  header.payload_crc = crc32_of(payload.data(), payload.size());
+  auto sent_header = transport_.send(rank, proto::kReplyTag, bytes_of(header));
+  if (!payload.empty()) transport_.send(rank, proto::kReplyPayloadTag, payload)->wait(transport_.timeout());
+  sent_header->wait(transport_.timeout());
+}
+
+void Server::record_latency(double milliseconds) {
+  const std::lock_guard lock(mutex_);
+  latency_sum_ms_ += milliseconds;
+  ++latency_count_;
+  if (latencies_ms_.size() < kLatencyWindow) {
+    latencies_ms_.push_back(milliseconds);
+  } else {
+    latencies_ms_[latency_next_] = milliseconds;
+    latency_next_ = (latency_next_ + 1) % kLatencyWindow;
+  }
+}
+
+ServerStats Server::stats_locked() const {
+  ServerStats stats = stats_;
+  stats.mean_latency_ms = latency_count_ > 0 ? latency_sum_ms_ / static_cast<double>(latency_count_) : 0.0;
+  if (!latencies_ms_.empty()) {
+    std::vector<double> sorted = latencies_ms_;
+    const auto rank = static_cast<std::size_t>(std::ceil(0.99 * static_cast<double>(sorted.size()))) - 1;
+    std::nth_element(sorted.begin(), sorted.begin() + static_cast<std::ptrdiff_t>(rank), sorted.end());
+    stats.p99_latency_ms = sorted[rank];
+  }
+  return stats;
+}
+
+ServerStats Server::stats() const {
+  const std::lock_guard lock(mutex_);
+  return stats_locked();
+}
+
+std::vector<float> Server::value_of(const std::string& shard_name) const {
+  const std::lock_guard lock(mutex_);
+  for (const Held& held : held_)
+    if (held.shard->name() == shard_name) return held.value.to_vector();
+  throw InvalidArgument(fmt::format("ps {} holds no shard '{}'", server_, shard_name));
+}
+
+}  // namespace cohort::ps

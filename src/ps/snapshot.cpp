@@ -1,0 +1,148 @@
+#include "cohort/ps/snapshot.hpp"
+
+#include <cereal/types/vector.hpp>
+#include <sstream>
+
+#include "cohort/core/check.hpp"
+#include "core/sealed_file.hpp"
+#include "core/tensor_archive.hpp"
+
+namespace cohort::ps {
+
+template <class Archive>
+void serialize(Archive& archive, SavedShard& s) {
+  archive(s.variable, s.row_begin, s.row_end, s.trainable, s.value, s.slots);
+}
+
+template <class Archive>
+void serialize(Archive& archive, ServerSnapshot& s) {
+  archive(s.server, s.servers, s.step, s.optimizer, s.iterations, s.shards);
+}
+
+template <class Archive>
+void serialize(Archive& archive, SnapshotFile& f) {
+  archive(f.name, f.bytes, f.crc);
+}
+
+template <class Archive>
+void serialize(Archive& archive, Manifest& m) {
+  archive(m.step, m.policy, m.servers, m.plan_fingerprint, m.files, m.trainer_state);
+}
+
+namespace {
+
+constexpr std::string_view kSnapshotMagic = "COHORTPS";
+constexpr std::string_view kManifestMagic = "COHORTMF";
+constexpr std::uint32_t kFormatVersion = 1;
+
+template <typename T>
+std::string encode(const T& value) {
+  std::ostringstream out;
+  {
+    cereal::PortableBinaryOutputArchive archive(out);
+    archive(value);
+  }
+  return out.str();
+}
+
+template <typename T>
+T decode(const std::string& bytes, const std::filesystem::path& path, std::string_view what) {
+  T value;
+  try {
+    std::istringstream in(bytes);
+    cereal::PortableBinaryInputArchive archive(in);
+    archive(value);
+  } catch (const cereal::Exception& e) {
+    throw DataError(fmt::format("{} {}: payload cannot be decoded: {}", what, path.string(), e.what()));
+  }
+  return value;
+}
+
+std::int64_t row_elements(const Tensor& tensor) {
+  return tensor.dim(0) > 0 ? tensor.numel() / tensor.dim(0) : 0;
+}
+
+}  // namespace
+
+std::string snapshot_name(std::int64_t step, int server, int servers) {
+  return fmt::format("ps-step-{}/server-{}-of-{}.snapshot", step, server, servers);
+}
+
+SnapshotFile write_snapshot(const std::filesystem::path& directory, std::int64_t checkpoint_step, const ServerSnapshot& snapshot) {
+  const std::string name = snapshot_name(checkpoint_step, snapshot.server, snapshot.servers);
+  const std::string payload = encode(snapshot);
+  const std::uint32_t crc = write_sealed_file(directory / name, kSnapshotMagic, kFormatVersion, payload);
+  return {.name = name, .bytes = payload.size(), .crc = crc};
+}
+
+void write_manifest(const std::filesystem::path& directory, const Manifest& manifest) {
+  write_sealed_file(directory / kManifestName, kManifestMagic, kFormatVersion, encode(manifest));
+}
+
+Manifest read_manifest(const std::filesystem::path& directory) {
+  const auto path = directory / kManifestName;
+  return decode<Manifest>(read_sealed_file(path, kManifestMagic, kFormatVersion, "checkpoint manifest"), path,
+                          "checkpoint manifest");
+}
+
+std::vector<ServerSnapshot> read_snapshots(const std::filesystem::path& directory, const Manifest& manifest) {
+  std::vector<ServerSnapshot> snapshots;
+  for (const SnapshotFile& file : manifest.files) {
+    const auto path = directory / file.name;
+    const std::string payload = read_sealed_file(path, kSnapshotMagic, kFormatVersion, "parameter-server snapshot");
+    COHORT_CHECK_AS(DataError, payload.size() == file.bytes && crc32_of(payload.data(), payload.size()) == file.crc,
+                    "parameter-server snapshot {}: not the file the manifest names ({} bytes, CRC {:08x} recorded)",
+                    path.string(), file.bytes, file.crc);
+    snapshots.push_back(decode<ServerSnapshot>(payload, path, "parameter-server snapshot"));
+  }
+  return snapshots;
+}
+
+void remove_old_snapshots(const std::filesystem::path& directory, std::int64_t keep_step) {
+  const std::string keep = fmt::format("ps-step-{}", keep_step);
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator(directory, error)) {
+    const std::string name = entry.path().filename().string();
+    if (entry.is_directory() && name.starts_with("ps-step-") && name != keep) std::filesystem::remove_all(entry.path(), error);
+  }
+}
+
+void copy_rows(const std::vector<ServerSnapshot>& snapshots, const std::string& variable, std::int64_t row_begin,
+               std::int64_t row_end, Tensor& value, std::vector<Tensor>* slots) {
+  const std::int64_t row_size = row_elements(value);
+  std::int64_t covered = 0;
+  std::size_t slot_count = 0;
+  bool first = true;
+  for (const auto& snapshot : snapshots) {
+    for (const SavedShard& saved : snapshot.shards) {
+      if (saved.variable != variable) continue;
+      const std::int64_t begin = std::max(row_begin, saved.row_begin), end = std::min(row_end, saved.row_end);
+      if (begin >= end) continue;
+      COHORT_CHECK_AS(DataError, row_elements(saved.value) == row_size,
+                      "checkpoint: '{}' was saved with rows of {} values, this model has {}", variable,
+                      row_elements(saved.value), row_size);
+      if (first) {
+        slot_count = saved.slots.size();
+        if (slots != nullptr) {
+          slots->clear();
+          for (std::size_t i = 0; i < slot_count; ++i) slots->emplace_back(value.shape());
+        }
+        first = false;
+      }
+      COHORT_CHECK_AS(DataError, saved.slots.size() == slot_count, "checkpoint: shards of '{}' disagree on optimizer slots",
+                      variable);
+      const std::int64_t count = (end - begin) * row_size;
+      const std::int64_t from = (begin - saved.row_begin) * row_size, to = (begin - row_begin) * row_size;
+      std::copy_n(saved.value.data() + from, count, value.data() + to);
+      if (slots != nullptr)
+        for (std::size_t i = 0; i < slot_count; ++i)
+          std::copy_n(saved.slots[i].data() + from, count, (*slots)[i].data() + to);
+      covered += end - begin;
+    }
+  }
+  COHORT_CHECK_AS(DataError, covered == row_end - row_begin,
+                  "checkpoint: rows {}..{} of '{}' are not all in the snapshots ({} of {} found)", row_begin, row_end,
+                  variable, covered, row_end - row_begin);
+}
+
+}  // namespace cohort::ps

@@ -1,0 +1,75 @@
+#include "cohort/ps/stats.hpp"
+
+#include <fmt/format.h>
+
+#include <cereal/archives/portable_binary.hpp>
+#include <cereal/types/vector.hpp>
+#include <sstream>
+
+#include "cohort/core/error.hpp"
+#include "cohort/core/format.hpp"
+#include "ps/stats_codec.hpp"
+
+namespace cohort::ps {
+
+template <class Archive>
+void serialize(Archive& archive, WorkerCounters& c) {
+  archive(c.pushes, c.dropped, c.staleness_sum, c.max_staleness, c.max_lead);
+}
+
+template <class Archive>
+void serialize(Archive& archive, ServerStats& s) {
+  archive(s.server, s.bytes_in, s.bytes_out, s.requests, s.refused, s.updates, s.mean_latency_ms, s.p99_latency_ms, s.workers);
+}
+
+std::string encode_stats(const ServerStats& stats) {
+  std::ostringstream out;
+  {
+    cereal::PortableBinaryOutputArchive archive(out);
+    archive(stats);
+  }
+  return out.str();
+}
+
+ServerStats decode_stats(const std::string& bytes) {
+  ServerStats stats;
+  try {
+    std::istringstream in(bytes);
+    cereal::PortableBinaryInputArchive archive(in);
+    archive(stats);
+  } catch (const cereal::Exception& e) {
+    throw ProtocolError(fmt::format("server statistics cannot be decoded: {}", e.what()));
+  }
+  return stats;
+}
+
+std::string traffic_table(const std::vector<ServerStats>& servers) {
+  std::string out = fmt::format("{:<6} {:>14} {:>14} {:>9} {:>8} {:>10} {:>10} {:>8}\n", "server", "bytes in",
+                                "bytes out", "requests", "updates", "mean ms", "p99 ms", "refused");
+  for (const auto& s : servers)
+    out += fmt::format("ps {:<3} {:>14} {:>14} {:>9} {:>8} {:>10.3f} {:>10.3f} {:>8}\n", s.server,
+                       with_thousands(s.bytes_in), with_thousands(s.bytes_out), s.requests, s.updates,
+                       s.mean_latency_ms, s.p99_latency_ms, s.refused);
+  if (servers.empty()) return out;
+  out += fmt::format("{:<9} {:>8} {:>9} {:>15} {:>14} {:>9}\n", "worker", "pushes", "dropped", "mean staleness",
+                     "max staleness", "max lead");
+  for (std::size_t w = 0; w < servers.front().workers.size(); ++w) {
+    // Every server sees every push of a worker; report the largest counts over the servers.
+    WorkerCounters worst;
+    double mean = 0;
+    for (const auto& s : servers) {
+      if (w >= s.workers.size()) continue;
+      const auto& c = s.workers[w];
+      worst.pushes = std::max(worst.pushes, c.pushes);
+      worst.dropped = std::max(worst.dropped, c.dropped);
+      worst.max_staleness = std::max(worst.max_staleness, c.max_staleness);
+      worst.max_lead = std::max(worst.max_lead, c.max_lead);
+      mean = std::max(mean, c.mean_staleness());
+    }
+    out += fmt::format("worker {:<2} {:>8} {:>9} {:>15.2f} {:>14} {:>9}\n", w, worst.pushes, worst.dropped, mean,
+                       worst.max_staleness, worst.max_lead);
+  }
+  return out;
+}
+
+}  // namespace cohort::ps

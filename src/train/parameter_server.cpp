@@ -1,0 +1,131 @@
+#include "cohort/train/parameter_server.hpp"
+
+#include "cohort/core/check.hpp"
+#include "cohort/core/format.hpp"
+#include "cohort/core/logging.hpp"
+#include "cohort/ps/server.hpp"
+#include "cohort/train/variable_infos.hpp"
+#include "train/position_codec.hpp"
+
+namespace cohort::train {
+namespace {
+
+comm::Transport& transport_with_servers(cluster::Cluster& cluster) {
+  COHORT_CHECK(!cluster.spec().ps.empty(),
+               "parameter-server training needs ps tasks in the cluster ({} has none; TF_CONFIG cluster.ps, "
+               "or cohort-launch --ps N)",
+               cluster.spec().source);
+  return cluster.transport();
+}
+
+}  // namespace
+
+ParameterServer::ParameterServer(comm::Transport& transport, int workers, ParameterServerOptions options)
+    : transport_(transport), workers_(workers), options_(std::move(options)) {
+  COHORT_CHECK(workers_ >= 1 && workers_ < transport_.size(),
+               "parameter-server training needs at least one worker and one server: {} workers among {} processes",
+               workers_, transport_.size());
+}
+
+ParameterServer::ParameterServer(cluster::Cluster& cluster, ParameterServerOptions options)
+    : ParameterServer(transport_with_servers(cluster), cluster.spec().replicas(), std::move(options)) {}
+
+std::string ParameterServer::name() const {
+  const int servers = transport_.size() - workers_;
+  return fmt::format("parameter-server ({}, {} server{})", ps::describe(options_.consistency), servers,
+                     servers == 1 ? "" : "s");
+}
+
+void ParameterServer::initialize(nn::Sequential& model, optim::Optimizer& optimizer) {
+  plan_ = ps::make_plan(variable_infos(model), transport_.size() - workers_, options_.placement,
+                        {.optimizer_slots = optimizer.slots_per_variable(), .max_shard_bytes = options_.max_shard_bytes});
+  ps::verify_same_plan(transport_, *plan_);
+  if (is_server()) return;
+  std::vector<ps::LocalVariable> variables;
+  for (const auto& v : model.variables()) variables.push_back({v->name, v->value, v->gradient, v->trainable});
+  std::vector<int> server_ranks;
+  for (int rank = workers_; rank < transport_.size(); ++rank) server_ranks.push_back(rank);
+  store_ = std::make_unique<ps::ParameterStore>(transport_, *plan_, std::move(server_ranks), std::move(variables));
+  // A fresh run starts from the chief's variables; a resumed one from the servers' snapshots.
+  if (is_chief() && !resumed_from_) store_->initialize_servers();
+  store_->pull();
+  optimizer.set_iterations(store_->step());
+}
+
+void ParameterServer::apply_gradients(nn::Sequential&, optim::Optimizer& optimizer, std::int64_t samples) {
+  store_->push_pull(samples);
+  optimizer.set_iterations(store_->step());  // the servers' optimizers decide the learning rate
+}
+
+DataShare ParameterServer::data_share() const { return data_share_for(options_.data, transport_.rank(), workers_); }
+
+void ParameterServer::serve(nn::Sequential&, optim::Optimizer& optimizer, const std::filesystem::path& checkpoint_dir) {
+  const int index = transport_.rank() - workers_;
+  std::vector<int> worker_ranks;
+  for (int rank = 0; rank < workers_; ++rank) worker_ranks.push_back(rank);
+  ps::Server server(transport_, *plan_, index, std::move(worker_ranks), optimizer,
+                    {.consistency = options_.consistency, .checkpoint_dir = checkpoint_dir, .wait_timeout = options_.wait_timeout});
+  if (resumed_from_) server.restore(ps::read_snapshots(resumed_dir_, *resumed_from_));
+  log::info("ps {}: serving {} bytes of variables to {} workers ({})", index,
+            with_thousands(plan_->bytes_per_server()[static_cast<std::size_t>(index)]), workers_,
+            ps::describe(options_.consistency));
+  server.serve();
+  log::info("ps {}: the run is over after {} updates", index, server.stats().updates);
+}
+
+void ParameterServer::save_checkpoint(const std::filesystem::path& directory, const nn::Sequential& model,
+                                      const optim::Optimizer&, const TrainingPosition& position) {
+  if (!is_chief()) return;
+  const ps::Manifest manifest{.step = position.global_step,
+                              .policy = plan_->policy(),
+                              .servers = plan_->servers(),
+                              .plan_fingerprint = plan_->fingerprint(),
+                              .files = store_->save(position.global_step),
+                              .trainer_state = encode_position(position, model.step())};
+  ps::write_manifest(directory, manifest);  // the commit point: it names a complete set of snapshots
+  ps::remove_old_snapshots(directory, position.global_step);
+}
+
+std::optional<TrainingPosition> ParameterServer::restore_checkpoint(const std::filesystem::path& directory,
+                                                                    nn::Sequential& model, optim::Optimizer&) {
+  if (!std::filesystem::exists(directory / ps::kManifestName)) return std::nullopt;
+  resumed_from_ = ps::read_manifest(directory);
+  resumed_dir_ = directory;
+  auto [position, model_step] = decode_position(resumed_from_->trainer_state);
+  model.set_step(model_step);
+  return position;
+}
+
+std::string ParameterServer::setup_report() const {
+  return fmt::format("Parameter servers: {}, placement {}\n{}", name(), plan_->policy(), plan_->table());
+}
+
+void ParameterServer::finish() {
+  if (is_chief()) final_stats_ = store_->server_stats();
+  store_->finish();
+}
+
+std::string ParameterServer::final_report() {
+  const auto& traffic = store_->traffic();
+  const double per_step = traffic.steps > 0 ? 1000.0 * traffic.communication_seconds / static_cast<double>(traffic.steps) : 0.0;
+  return fmt::format("Parameter-server traffic:\n{}chief: {:.1f} s communicating over {} steps, {:.2f} ms per step\n",
+                     ps::traffic_table(final_stats_), traffic.communication_seconds, traffic.steps, per_step);
+}
+
+void ParameterServer::add_epoch_logs(Logs& logs) {
+  const auto& traffic = store_->traffic();
+  logs["comm_seconds"] = traffic.communication_seconds - reported_communication_seconds_;
+  reported_communication_seconds_ = traffic.communication_seconds;
+}
+
+const ps::Plan& ParameterServer::placement() const {
+  COHORT_CHECK(plan_.has_value(), "the placement is known after initialize()");
+  return *plan_;
+}
+
+ps::ParameterStore& ParameterServer::store() {
+  COHORT_CHECK(store_ != nullptr, "only a worker has a parameter store, after initialize()");
+  return *store_;
+}
+
+}  // namespace cohort::train
