@@ -81,8 +81,8 @@ class ParameterStore {
   };
   struct Link {
     int rank;
-    std::vector<Piece> pieces;
-    std::vector<float> outgoing, incoming, last_read;
+    std::vector<Piece> pieces{};
+    std::vector<float> outgoing{}, incoming{}, last_read{};
     std::int64_t step = 0;
   };
 

@@ -26,7 +26,7 @@ struct SavedShard {
   std::int64_t row_begin = 0, row_end = 0;  // along the variable's first axis
   bool trainable = true;
   Tensor value;
-  std::vector<Tensor> slots;  // the optimizer's state for this shard
+  std::vector<Tensor> slots{};  // the optimizer's state for this shard
 };
 
 struct ServerSnapshot {
@@ -34,7 +34,7 @@ struct ServerSnapshot {
   std::int64_t step = 0;  // updates applied when it was taken
   std::string optimizer;  // Optimizer::name()
   std::int64_t iterations = 0;
-  std::vector<SavedShard> shards;
+  std::vector<SavedShard> shards{};
 };
 
 struct SnapshotFile {

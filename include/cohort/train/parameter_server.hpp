@@ -74,6 +74,8 @@ class ParameterServer : public Strategy {
   // traffic counters and server_stats().
   const ps::Plan& placement() const;
   ps::ParameterStore& store();
+  // On the chief after fit(): every server's counters as they were at the end.
+  const std::vector<ps::ServerStats>& final_server_stats() const { return final_stats_; }
 
  private:
   comm::Transport& transport_;

@@ -1,0 +1,55 @@
+#pragma once
+// Parameter-server runs inside one test: every process of the run is a thread over an InProcessGroup,
+// workers first (rank 0 is the chief), then the servers.
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cohort/comm/inproc.hpp"
+#include "cohort/data/synthetic.hpp"
+#include "cohort/nn/activation_layer.hpp"
+#include "cohort/nn/batch_normalization.hpp"
+#include "cohort/nn/conv2d.hpp"
+#include "cohort/nn/dense.hpp"
+#include "cohort/nn/flatten.hpp"
+#include "cohort/nn/pooling2d.hpp"
+#include "cohort/train/parameter_server.hpp"
+#include "cohort/train/trainer.hpp"
+#include "comm/comm_test_util.hpp"
+
+namespace ps_test {
+
+using namespace cohort;
+
+inline nn::Sequential small_model(bool batch_norm = false) {
+  nn::Sequential model({8, 8, 2}, 5);
+  model.add(nn::Conv2D(4, 3, nn::Padding::Same));
+  if (batch_norm) model.add(nn::BatchNormalization());
+  model.add(nn::ReLU()).add(nn::MaxPooling2D(2));
+  model.add(nn::Flatten()).add(nn::Dense(4)).add(nn::Softmax());
+  return model;
+}
+
+// "worker 0" .. then "ps 0" ..: how errors name the processes of a run.
+inline std::vector<std::string> process_names(int workers, int servers) {
+  std::vector<std::string> names;
+  for (int w = 0; w < workers; ++w) names.push_back(w == 0 ? "chief 0" : "worker " + std::to_string(w));
+  for (int s = 0; s < servers; ++s) names.push_back("ps " + std::to_string(s));
+  return names;
+}
+
+// One parameter-server run: body(rank, strategy) on every process's thread; returns the strategies
+// (the chief's holds the final server statistics).
+inline std::vector<std::shared_ptr<train::ParameterServer>> run_cluster(
+    comm::InProcessGroup& group, int workers, int servers, const train::ParameterServerOptions& options,
+    const std::function<void(int, std::shared_ptr<train::ParameterServer>)>& body) {
+  std::vector<std::shared_ptr<train::ParameterServer>> strategies;
+  for (int r = 0; r < workers + servers; ++r)
+    strategies.push_back(std::make_shared<train::ParameterServer>(group.transport(r), workers, options));
+  comm_test::run_ranks(workers + servers, [&](int r) { body(r, strategies[static_cast<std::size_t>(r)]); });
+  return strategies;
+}
+
+}  // namespace ps_test

@@ -1,0 +1,225 @@
+// Parameter-server training end to end, with every process a thread: Sync against one process, Async and
+// BoundedStaleness, backup workers, BatchNorm statistics on the servers, checkpoints across topologies,
+// lost processes.
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <filesystem>
+#include <thread>
+
+#include "cohort/core/error.hpp"
+#include "cohort/optim/adam.hpp"
+#include "cohort/optim/sgd.hpp"
+#include "ps/ps_test_util.hpp"
+
+using namespace cohort;
+using ps_test::small_model;
+
+namespace {
+
+const auto kSet = data::make_synthetic({.samples = 44, .sample_shape = {8, 8, 2}, .classes = 4, .seed = 3});
+
+optim::SGD momentum_sgd() { return optim::SGD({.learning_rate = optim::constant(0.1), .momentum = 0.9}); }
+
+void require_same_variables(const nn::Sequential& expected, const nn::Sequential& got, double tolerance = 1e-4) {
+  for (const auto& v : expected.variables()) {
+    const auto want = v->value.to_vector();
+    const auto have = got.variable(v->name)->value.to_vector();
+    REQUIRE(have.size() == want.size());
+    for (std::size_t i = 0; i < have.size(); ++i) {
+      INFO(v->name << "[" << i << "]");
+      REQUIRE(have[i] == Approx(want[i]).epsilon(tolerance).margin(1e-5));
+    }
+  }
+}
+
+// Sleeps after every batch: a slow worker.
+struct Slowdown : train::Callback {
+  std::chrono::milliseconds delay;
+  explicit Slowdown(std::chrono::milliseconds d) : delay(d) {}
+  void on_batch_end(std::int64_t, const train::Logs&, train::TrainingControl&) override { std::this_thread::sleep_for(delay); }
+};
+
+struct TempDir {
+  std::filesystem::path path;
+  explicit TempDir(const std::string& name) : path(std::filesystem::temp_directory_path() / (name + std::to_string(::getpid()))) {
+    std::filesystem::remove_all(path);
+  }
+  ~TempDir() { std::filesystem::remove_all(path); }
+};
+
+}  // namespace
+
+TEST_CASE("Sync: W workers at batch B take the steps of one process at batch W x B", "[ps][train]") {
+  nn::Sequential reference = small_model();
+  Trainer single(reference, momentum_sgd());
+  single.fit(kSet, {.epochs = 1000, .max_steps = 7, .batch_size = 16, .seed = 4, .verbosity = train::Verbosity::Silent});
+
+  // Two servers, and the dense kernel cut into shards: the worker must see whole variables.
+  for (const std::int64_t max_shard_bytes : {std::int64_t{0}, std::int64_t{256}}) {
+    INFO("max_shard_bytes " << max_shard_bytes);
+    comm::InProcessGroup group(4);
+    std::vector<nn::Sequential> models;
+    for (int r = 0; r < 4; ++r) models.push_back(small_model());
+    // Other starting values elsewhere: the chief's must win.
+    for (float& v : models[1].variable("dense/kernel")->value.values()) v += 1.0f;
+    ps_test::run_cluster(group, 2, 2, {.max_shard_bytes = max_shard_bytes}, [&](int r, auto strategy) {
+      Trainer trainer(models[static_cast<std::size_t>(r)], momentum_sgd(), strategy);
+      trainer.fit(kSet, {.epochs = 1000, .max_steps = 7, .batch_size = 8, .seed = 4, .verbosity = train::Verbosity::Silent});
+    });
+    require_same_variables(reference, models[0]);
+    require_same_variables(reference, models[1]);
+  }
+}
+
+TEST_CASE("BatchNorm moving statistics are kept on the servers and agree everywhere", "[ps][train]") {
+  comm::InProcessGroup group(3);
+  std::vector<nn::Sequential> models;
+  for (int r = 0; r < 3; ++r) models.push_back(small_model(true));
+  ps_test::run_cluster(group, 2, 1, {}, [&](int r, auto strategy) {
+    Trainer trainer(models[static_cast<std::size_t>(r)], optim::Adam(), strategy);
+    trainer.fit(kSet, {.epochs = 1000, .max_steps = 6, .batch_size = 8, .seed = 4, .verbosity = train::Verbosity::Silent});
+  });
+  const auto moving_mean = models[0].variable("batch_normalization/moving_mean")->value.to_vector();
+  bool moved = false;
+  for (float v : moving_mean) moved = moved || v != 0.0f;
+  CHECK(moved);
+  // Both workers read the servers' values at the last step: one model, not one per worker.
+  require_same_variables(models[0], models[1], 0.0);
+}
+
+TEST_CASE("Async and BoundedStaleness converge; the bound holds while Async runs ahead", "[ps][train]") {
+  const auto set = data::make_synthetic({.samples = 512, .sample_shape = {8, 8, 2}, .classes = 4, .seed = 7});
+  struct Case {
+    ps::Consistency consistency;
+    std::int64_t lead_at_most;
+  };
+  for (const auto& [consistency, lead_at_most] : {Case{ps::Async{}, -1}, Case{ps::BoundedStaleness{2}, 2}}) {
+    INFO(ps::describe(consistency));
+    comm::InProcessGroup group(4);
+    std::vector<nn::Sequential> models;
+    for (int r = 0; r < 4; ++r) models.push_back(small_model());
+    double accuracy = 0;
+    auto strategies = ps_test::run_cluster(group, 2, 2, {.consistency = consistency}, [&](int r, auto strategy) {
+      Trainer trainer(models[static_cast<std::size_t>(r)], optim::Adam({.learning_rate = optim::constant(0.01)}), strategy);
+      train::FitOptions options{.epochs = 3, .batch_size = 16, .seed = 2, .verbosity = train::Verbosity::Silent};
+      // Worker 1 is slow: under Async the chief runs far ahead of it.
+      if (r == 1) options.callbacks.push_back(std::make_shared<Slowdown>(std::chrono::milliseconds(15)));
+      trainer.fit(set, options);
+      if (r == 0) accuracy = trainer.evaluate(set).at("accuracy");
+    });
+    CHECK(accuracy > 0.9);
+    const auto& stats = strategies[0]->final_server_stats();
+    REQUIRE(stats.size() == 2);
+    const std::int64_t chief_lead = stats[0].workers[0].max_lead;
+    if (lead_at_most >= 0) {
+      CHECK(chief_lead <= lead_at_most);
+      CHECK(stats[0].workers[1].max_lead <= lead_at_most);
+    } else {
+      CHECK(chief_lead > 4);  // without a bound the fast worker pulls away
+    }
+    CHECK(stats[0].updates == stats[0].workers[0].pushes + stats[0].workers[1].pushes);
+  }
+}
+
+TEST_CASE("Sync with a backup worker: late gradients are dropped and counted, training goes on", "[ps][train]") {
+  // Three workers, one a backup: every step takes the first two gradients; worker 2 is slow and late.
+  comm::InProcessGroup group(4);
+  std::vector<nn::Sequential> models;
+  for (int r = 0; r < 4; ++r) models.push_back(small_model());
+  auto strategies = ps_test::run_cluster(group, 3, 1, {.consistency = ps::Sync{.backup_workers = 1}}, [&](int r, auto strategy) {
+    Trainer trainer(models[static_cast<std::size_t>(r)], momentum_sgd(), strategy);
+    train::FitOptions options{.epochs = 1000, .max_steps = 20, .batch_size = 4, .seed = 4, .verbosity = train::Verbosity::Silent};
+    options.callbacks.push_back(std::make_shared<Slowdown>(std::chrono::milliseconds(r == 2 ? 60 : 5)));
+    trainer.fit(kSet, options);
+  });
+  const auto& stats = strategies[0]->final_server_stats();
+  REQUIRE(stats.size() == 1);
+  CHECK(stats[0].workers[2].dropped > 0);
+  CHECK(stats[0].workers[2].dropped > stats[0].workers[0].dropped);
+  CHECK(stats[0].updates >= 20);
+}
+
+TEST_CASE("checkpoints restore onto another number of servers and another placement", "[ps][train]") {
+  const auto options = [](std::int64_t steps, const std::filesystem::path& dir) {
+    return train::FitOptions{.epochs = 1000, .max_steps = steps, .batch_size = 8, .seed = 4, .verbosity = train::Verbosity::Silent,
+                             .checkpoint_dir = dir, .checkpoint_every_steps = 4, .resume = true};
+  };
+  const auto adam = [] { return optim::Adam({.learning_rate = optim::constant(0.01)}); };
+  // Uninterrupted: 8 steps on 2 workers + 2 servers.
+  TempDir straight_dir("cohort_ps_straight_");
+  std::vector<nn::Sequential> straight;
+  {
+    comm::InProcessGroup group(4);
+    for (int r = 0; r < 4; ++r) straight.push_back(small_model());
+    ps_test::run_cluster(group, 2, 2, {}, [&](int r, auto strategy) {
+      Trainer(straight[static_cast<std::size_t>(r)], adam(), strategy).fit(kSet, options(8, straight_dir.path));
+    });
+  }
+  // 4 steps on 2 + 2, then the rest on 2 workers + 3 servers placed round-robin with partitioning.
+  TempDir dir("cohort_ps_moved_");
+  {
+    comm::InProcessGroup group(4);
+    std::vector<nn::Sequential> models;
+    for (int r = 0; r < 4; ++r) models.push_back(small_model());
+    ps_test::run_cluster(group, 2, 2, {}, [&](int r, auto strategy) {
+      Trainer(models[static_cast<std::size_t>(r)], adam(), strategy).fit(kSet, options(4, dir.path));
+    });
+  }
+  REQUIRE(std::filesystem::exists(dir.path / ps::kManifestName));
+  comm::InProcessGroup group(5);
+  std::vector<nn::Sequential> models;
+  for (int r = 0; r < 5; ++r) models.push_back(small_model(false));
+  for (float& v : models[0].variable("dense/kernel")->value.values()) v = 0;  // must come from the snapshots
+  const train::ParameterServerOptions moved{.placement = ps::placement::RoundRobin{}, .max_shard_bytes = 200};
+  ps_test::run_cluster(group, 2, 3, moved, [&](int r, auto strategy) {
+    Trainer(models[static_cast<std::size_t>(r)], adam(), strategy).fit(kSet, options(8, dir.path));
+  });
+  require_same_variables(straight[0], models[0]);
+  require_same_variables(straight[0], models[1]);
+}
+
+TEST_CASE("a lost worker or server ends every process of a 2 + 2 run with an error naming it", "[ps][train]") {
+  for (const int victim : {1, 3}) {
+    INFO("victim rank " << victim);
+    comm::InProcessGroup group(4, std::chrono::seconds(20), ps_test::process_names(2, 2));
+    std::vector<nn::Sequential> models;
+    for (int r = 0; r < 4; ++r) models.push_back(small_model());
+    std::vector<std::string> errors(4);
+    const auto start = std::chrono::steady_clock::now();
+    std::vector<std::shared_ptr<train::ParameterServer>> strategies;
+    for (int r = 0; r < 4; ++r) strategies.push_back(std::make_shared<train::ParameterServer>(group.transport(r), 2));
+    std::vector<std::thread> threads;
+    for (int r = 0; r < 4; ++r)
+      threads.emplace_back([&, r] {
+        try {
+          Trainer trainer(models[static_cast<std::size_t>(r)], momentum_sgd(), strategies[static_cast<std::size_t>(r)]);
+          trainer.fit(kSet, {.epochs = 1000, .batch_size = 8, .verbosity = train::Verbosity::Silent});
+        } catch (const std::exception& e) {
+          errors[static_cast<std::size_t>(r)] = e.what();
+        }
+      });
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    group.kill(victim);
+    for (auto& t : threads) t.join();
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    CHECK(seconds < 10);
+    const std::string name = ps_test::process_names(2, 2)[static_cast<std::size_t>(victim)];
+    for (int r = 0; r < 4; ++r) {
+      INFO("rank " << r << ": " << errors[static_cast<std::size_t>(r)]);
+      CHECK(errors[static_cast<std::size_t>(r)].find(name) != std::string::npos);
+    }
+  }
+}
+
+TEST_CASE("consistency and placement names parse, and bad ones are refused", "[ps]") {
+  CHECK(ps::describe(ps::parse_consistency("sync")) == "sync");
+  CHECK(ps::describe(ps::parse_consistency("sync:backup=1")) == "sync, 1 backup worker");
+  CHECK(ps::describe(ps::parse_consistency("async")) == "async");
+  CHECK(ps::describe(ps::parse_consistency("stale:3")) == "bounded staleness 3");
+  CHECK_THROWS_AS(ps::parse_consistency("stale:-1"), InvalidArgument);
+  CHECK_THROWS_AS(ps::parse_consistency("eventually"), InvalidArgument);
+  CHECK(ps::parse_policy("round-robin").name() == "RoundRobin");
+  CHECK(ps::parse_policy("size-balanced").name() == "SizeBalanced");
+  CHECK(ps::parse_policy("tensorflow-greedy").name() == "TensorFlowGreedy");
+  CHECK_THROWS_AS(ps::parse_policy("random"), InvalidArgument);
+}
