@@ -135,7 +135,7 @@ TEST_CASE("Sync with a backup worker: late gradients are dropped and counted, tr
   const auto& stats = strategies[0]->final_server_stats();
   REQUIRE(stats.size() == 1);
   CHECK(stats[0].workers[2].dropped > 0);
-  CHECK(stats[0].workers[2].dropped > stats[0].workers[0].dropped);
+  CHECK(stats[0].workers[2].pushes < 20);  // the steps did not wait for it
   CHECK(stats[0].updates >= 20);
 }
 
