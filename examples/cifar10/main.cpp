@@ -1,9 +1,10 @@
 // The flagship example: the Keras CIFAR-10 CNN (as in the SageMaker parameter-server sample), trained
 // on the CIFAR-10 binary files when --data-dir points at them, else on Debian's Fashion-MNIST with the
-// input shape taken from the data.
+// input shape taken from the data. The same program runs alone or as any process of a cluster:
+//   cohort-launch --workers 2 --ps 2 -- ./build/examples/cifar10      (parameter servers, `make demo`)
 #include <cohort/cohort.hpp>
 
-#include "../common/example_options.hpp"
+#include "../common/distributed.hpp"
 
 using namespace cohort;
 
@@ -16,6 +17,9 @@ int main(int argc, char** argv) try {
   // BatchNormalization moving statistics (momentum 0.99) too close to their initial values.
   if (options.demo) options.epochs = 1;
   set_num_threads(options.threads);
+  auto cluster = cluster::Cluster::from_environment();
+  const auto strategy = train::strategy_for(cluster, examples::distributed_options(options));
+  const bool chief = strategy->is_chief();
 
   const bool cifar = !options.data_dir.empty() && data::Cifar10::present(options.data_dir);
   if (!options.data_dir.empty() && !cifar)
@@ -28,11 +32,12 @@ int main(int argc, char** argv) try {
   data::ImageDataset train_set = cifar ? data::Cifar10::train(options.data_dir) : data::FashionMnist::train(fashion_dir);
   const data::ImageDataset test_set = cifar ? data::Cifar10::test(options.data_dir) : data::FashionMnist::test(fashion_dir);
   if (options.train_samples > 0) train_set = train_set.head(options.train_samples);
-  fmt::print("data: {} ({} training, {} test samples of shape {})\n", cifar ? "CIFAR-10" : "Fashion-MNIST (CIFAR-10 not given)",
-             train_set.size(), test_set.size(), train_set.sample_shape());
+  if (chief)
+    fmt::print("data: {} ({} training, {} test samples of shape {})\n", cifar ? "CIFAR-10" : "Fashion-MNIST (CIFAR-10 not given)",
+               train_set.size(), test_set.size(), train_set.sample_shape());
 
   nn::Sequential model = nn::cifar10_cnn(train_set.sample_shape(), options.seed);
-  fmt::print("{}", model.summary());
+  if (chief) fmt::print("{}", model.summary());
   if (options.summary_only) return 0;
 
   const auto stats = data::channel_statistics(train_set);
@@ -42,6 +47,7 @@ int main(int argc, char** argv) try {
                         .batch_size = options.batch_size,
                         .seed = options.seed,
                         .checkpoint_dir = options.checkpoint_dir,
+                        .checkpoint_every_steps = options.checkpoint_every,
                         .resume = options.resume};
   if (cifar) fit.transforms = {data::random_crop(4), data::random_flip_horizontal()};
   fit.transforms.push_back(normalize);
@@ -50,8 +56,13 @@ int main(int argc, char** argv) try {
   const data::MappedDataset test_view(test_set, {normalize});
   fit.validation = &test_view;
 
-  Trainer trainer(model, optim::Adam({.learning_rate = optim::constant(options.learning_rate)}));
+  const int replicas = cluster.spec().replicas();
+  const std::int64_t global_batch = options.batch_size * (options.each_worker_full_pass ? 1 : replicas);
+  const std::int64_t steps_per_epoch = (train_set.size() + global_batch - 1) / global_batch;
+  const auto schedule = examples::scaled_for_workers(optim::constant(options.learning_rate), replicas, steps_per_epoch, options);
+  Trainer trainer(model, optim::Adam({.learning_rate = schedule}), strategy);
   const auto history = trainer.fit(train_set, fit);
+  if (!chief) return 0;
   if (!options.history_csv.empty()) history.write_csv(options.history_csv);
   const auto& last = history.epochs.back();
   fmt::print("final: train accuracy {:.4f}, test accuracy {:.4f}, {:.0f} images/s\n", last.at("accuracy"),

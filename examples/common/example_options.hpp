@@ -24,6 +24,13 @@ struct ExampleOptions {
   std::string checkpoint_dir;
   bool resume = false;
   std::string history_csv;
+  // Distributed runs (cohort-launch): see train::strategy_for
+  std::string consistency = "sync";
+  std::string placement = "size-balanced";
+  std::int64_t max_shard_bytes = 0;
+  bool each_worker_full_pass = false;
+  std::string lr_scaling = "sqrt";
+  std::int64_t checkpoint_every = 0;
 };
 
 inline void print_usage(const char* program, const char* purpose, const ExampleOptions& d) {
@@ -37,9 +44,16 @@ inline void print_usage(const char* program, const char* purpose, const ExampleO
       "  --threads N         CPU threads (default: all cores)\n"
       "  --learning-rate X   Adam learning rate (default {})\n"
       "  --seed N            seed for initialization, data order and augmentation (default {})\n"
-      "  --checkpoint-dir D  write D/latest.ckpt after every epoch\n"
+      "  --checkpoint-dir D  write a checkpoint to D after every epoch\n"
+      "  --checkpoint-every N  and every N steps\n"
       "  --resume            continue from D/latest.ckpt when it exists\n"
       "  --history-csv FILE  write per-epoch metrics as CSV\n"
+      "distributed (under cohort-launch):\n"
+      "  --consistency C     parameter servers: sync, sync:backup=N, async or stale:N (default sync)\n"
+      "  --placement P       round-robin, size-balanced or tensorflow-greedy (default size-balanced)\n"
+      "  --max-shard-bytes N partition variables larger than N bytes across servers\n"
+      "  --each-worker-full-pass  every worker reads the whole data set per epoch (TensorFlow's way)\n"
+      "  --lr-scaling S      learning rate x workers: linear, sqrt or none (default sqrt), warmed up over an epoch\n"
       "  --demo              a short run for `make demo`\n"
       "  --summary           print the model summary and exit\n"
       "  --help              print this help and exit\n",
@@ -85,6 +99,16 @@ inline ExampleOptions parse_options(int argc, char** argv, const char* purpose, 
     } else if (arg == "--checkpoint-dir") options.checkpoint_dir = value(i);
     else if (arg == "--resume") options.resume = true;
     else if (arg == "--history-csv") options.history_csv = value(i);
+    else if (arg == "--checkpoint-every") options.checkpoint_every = number(i);
+    else if (arg == "--consistency") options.consistency = value(i);
+    else if (arg == "--placement") options.placement = value(i);
+    else if (arg == "--max-shard-bytes") options.max_shard_bytes = number(i);
+    else if (arg == "--each-worker-full-pass") options.each_worker_full_pass = true;
+    else if (arg == "--lr-scaling") {
+      options.lr_scaling = value(i);
+      if (options.lr_scaling != "linear" && options.lr_scaling != "sqrt" && options.lr_scaling != "none")
+        fail("--lr-scaling takes linear, sqrt or none");
+    }
     else if (arg == "--demo") options.demo = true;
     else if (arg == "--summary") options.summary_only = true;
     else fail(fmt::format("unknown option '{}'", arg));

@@ -1,9 +1,10 @@
 // A small CNN on real Fashion-MNIST (Debian's dataset-fashion-mnist), reporting test accuracy after
-// every epoch. Under cohort-launch (or any cluster environment) it trains data-parallel with ring
-// allreduce: cohort-launch --workers 2 -- ./build/examples/fashion_mnist
+// every epoch. Under cohort-launch (or any cluster environment) it trains data-parallel: with parameter
+// servers (cohort-launch --workers 2 --ps 2 -- ./build/examples/fashion_mnist) or, without ps tasks, with
+// ring allreduce (cohort-launch --workers 2 -- ./build/examples/fashion_mnist).
 #include <cohort/cohort.hpp>
 
-#include "../common/example_options.hpp"
+#include "../common/distributed.hpp"
 
 using namespace cohort;
 
@@ -18,11 +19,8 @@ int main(int argc, char** argv) try {
   }
   set_num_threads(options.threads);
   auto cluster = cluster::Cluster::from_environment();
-  if (!cluster.spec().ps.empty())
-    throw InvalidArgument("this example trains with ring allreduce; launch it with workers only (no --ps)");
   const int replicas = cluster.spec().replicas();
-  std::shared_ptr<train::Strategy> strategy = std::make_shared<train::Local>();
-  if (cluster.distributed()) strategy = std::make_shared<train::RingAllreduce>(cluster.transport());
+  const auto strategy = train::strategy_for(cluster, examples::distributed_options(options));
   const bool chief = strategy->is_chief();
   const std::string dir = options.data_dir.empty() ? data::FashionMnist::kDebianDirectory : options.data_dir;
   data::ImageDataset train_set = data::FashionMnist::train(dir);
@@ -38,11 +36,11 @@ int main(int argc, char** argv) try {
   const data::MappedDataset test_view(test_set, {normalize});
   // Cosine decay to zero over the run: the last epochs refine instead of bouncing around the minimum. With
   // several replicas the global batch grows, so the rate grows with it after a one-epoch warm-up.
-  const std::int64_t global_batch = options.batch_size * replicas;
+  const std::int64_t global_batch = options.batch_size * (options.each_worker_full_pass ? 1 : replicas);
   const std::int64_t steps_per_epoch = (train_set.size() + global_batch - 1) / global_batch;
-  const auto schedule = optim::scaled_for_replicas(
+  const auto schedule = examples::scaled_for_workers(
       optim::cosine_decay(options.learning_rate, std::max<std::int64_t>(options.epochs * steps_per_epoch, 1)), replicas,
-      optim::ReplicaScaling::Sqrt, replicas > 1 ? steps_per_epoch : 0);
+      steps_per_epoch, options);
   Trainer trainer(model, optim::Adam({.learning_rate = schedule}), strategy);
   const auto history = trainer.fit(train_set, {.epochs = options.epochs,
                                                .max_steps = options.max_steps,
@@ -51,6 +49,7 @@ int main(int argc, char** argv) try {
                                                .transforms = {normalize},
                                                .validation = &test_view,
                                                .checkpoint_dir = options.checkpoint_dir,
+                                               .checkpoint_every_steps = options.checkpoint_every,
                                                .resume = options.resume});
   if (!chief) return 0;
   if (!options.history_csv.empty()) history.write_csv(options.history_csv);

@@ -40,5 +40,6 @@
 #include "cohort/ps/server.hpp"
 #include "cohort/train/parameter_server.hpp"
 #include "cohort/train/ring_allreduce.hpp"
+#include "cohort/train/strategy_for.hpp"
 #include "cohort/train/trainer.hpp"
 #include "cohort/train/variable_infos.hpp"

@@ -6,6 +6,9 @@
 // free ports; every line it prints comes out prefixed with its role and index. When a process fails, the
 // others get a grace period to notice and exit by themselves (they name the lost peer), then are
 // stopped; the launcher exits non-zero with a one-line summary of who failed and how. Ctrl-C stops all.
+// With --restarts N a failed job is started again, up to N times, with COHORT_RESTART set to the
+// restart's number: fit() then continues from the latest checkpoint of its checkpoint directory.
+// Unless OMP_NUM_THREADS is set, the cores are shared among the workers; parameter servers get one thread.
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -33,6 +36,7 @@ struct Options {
   int ps = 0;
   std::string host = "127.0.0.1";
   std::chrono::seconds grace{20};
+  int restarts = 0;
   std::vector<std::string> command;
 };
 
@@ -55,11 +59,12 @@ void on_signal(int number) {
 [[noreturn]] void usage(const std::string& problem) {
   if (!problem.empty()) fmt::print(stderr, "cohort-launch: {}\n", problem);
   fmt::print(stderr,
-             "usage: cohort-launch [--workers N] [--ps N] [--host ADDRESS] [--grace SECONDS] -- PROGRAM [ARGS...]\n"
+             "usage: cohort-launch [--workers N] [--ps N] [--host ADDRESS] [--grace SECONDS] [--restarts N] -- PROGRAM [ARGS...]\n"
              "  --workers N     training processes; the first is the chief (default 1)\n"
              "  --ps N          parameter-server processes (default 0)\n"
              "  --host ADDRESS  address every process listens on (default 127.0.0.1)\n"
-             "  --grace S       after a failure, seconds the others get to exit by themselves (default 20)\n");
+             "  --grace S       after a failure, seconds the others get to exit by themselves (default 20)\n"
+             "  --restarts N    after a failure, start the whole job again from its latest checkpoint, up to N times\n");
   std::exit(problem.empty() ? 0 : 2);
 }
 
@@ -82,6 +87,7 @@ Options parse(int argc, char** argv) {
     if (arg == "--workers") options.workers = count("--workers");
     else if (arg == "--ps") options.ps = count("--ps");
     else if (arg == "--grace") options.grace = std::chrono::seconds(count("--grace"));
+    else if (arg == "--restarts") options.restarts = count("--restarts");
     else if (arg == "--host") {
       if (i + 1 >= argc) usage("--host needs an address");
       options.host = argv[++i];
@@ -148,7 +154,14 @@ std::vector<Process> plan(const Options& options) {
   return processes;
 }
 
-void start(Process& p, const Options& options, const std::string& secret) {
+// Threads for one process of the job, unless the user chose with OMP_NUM_THREADS.
+std::string thread_count(const Process& p, const Options& options) {
+  if (p.name.rfind("ps", 0) == 0) return "1";
+  const long cores = std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN));
+  return std::to_string(std::max(1L, cores / options.workers));
+}
+
+void start(Process& p, const Options& options, const std::string& secret, int restart) {
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) {
     fmt::print(stderr, "cohort-launch: pipe failed: {}\n", std::strerror(errno));
@@ -160,6 +173,8 @@ void start(Process& p, const Options& options, const std::string& secret) {
     ::dup2(fds[1], STDERR_FILENO);
     ::setenv("TF_CONFIG", p.tf_config.c_str(), 1);
     ::setenv("COHORT_SECRET", secret.c_str(), 1);
+    ::setenv("COHORT_RESTART", std::to_string(restart).c_str(), 1);
+    ::setenv("OMP_NUM_THREADS", thread_count(p, options).c_str(), 0);
     ::setpgid(0, 0);  // its own process group: a terminal's Ctrl-C goes to the launcher, which decides
     ::signal(SIGPIPE, SIG_DFL);
     std::vector<char*> argv;
@@ -203,21 +218,13 @@ void signal_all(std::vector<Process>& processes, int number) {
     if (!p.status) ::kill(-p.pid, number);
 }
 
-}  // namespace
+constexpr int kInterrupted = 130;
 
-int main(int argc, char** argv) {
-  const Options options = parse(argc, argv);
-  if (::pipe2(signal_pipe, O_CLOEXEC | O_NONBLOCK) != 0) return 2;
-  struct sigaction action {};
-  action.sa_handler = on_signal;
-  sigemptyset(&action.sa_mask);
-  action.sa_flags = SA_RESTART;
-  for (int number : {SIGINT, SIGTERM, SIGCHLD}) ::sigaction(number, &action, nullptr);
-  ::signal(SIGPIPE, SIG_IGN);
-
+// Runs the job once; returns the launcher's exit status.
+int run(const Options& options, int restart) {
   std::vector<Process> processes = plan(options);
   const std::string secret = random_secret();
-  for (auto& p : processes) start(p, options, secret);
+  for (auto& p : processes) start(p, options, secret, restart);
   std::string started;
   for (const auto& p : processes) started += fmt::format("{}{} (pid {})", started.empty() ? "" : ", ", p.name, p.pid);
   fmt::print(stderr, "cohort-launch: started {}\n", started);
@@ -316,7 +323,7 @@ int main(int argc, char** argv) {
 
   if (interrupted) {
     fmt::print(stderr, "cohort-launch: stopped {} processes on request\n", processes.size());
-    return 130;
+    return kInterrupted;
   }
   if (first_failure) {
     std::string then;
@@ -331,4 +338,24 @@ int main(int argc, char** argv) {
   }
   fmt::print(stderr, "cohort-launch: all {} processes succeeded\n", processes.size());
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Options options = parse(argc, argv);
+  if (::pipe2(signal_pipe, O_CLOEXEC | O_NONBLOCK) != 0) return 2;
+  struct sigaction action {};
+  action.sa_handler = on_signal;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = SA_RESTART;
+  for (int number : {SIGINT, SIGTERM, SIGCHLD}) ::sigaction(number, &action, nullptr);
+  ::signal(SIGPIPE, SIG_IGN);
+
+  for (int restart = 0;; ++restart) {
+    const int status = run(options, restart);
+    if (status == 0 || status == kInterrupted || restart >= options.restarts) return status;
+    fmt::print(stderr, "cohort-launch: restarting the job from its latest checkpoint (restart {} of {})\n", restart + 1,
+               options.restarts);
+  }
 }

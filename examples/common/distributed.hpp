@@ -1,0 +1,29 @@
+#pragma once
+// How the examples turn their command line into a distributed setup: the strategy (train::strategy_for
+// picks local, ring allreduce or parameter servers from the cluster) and the learning rate scaled with the
+// number of workers, warmed up over the first epoch (Goyal et al. 2017).
+
+#include <cohort/cohort.hpp>
+
+#include "example_options.hpp"
+
+namespace examples {
+
+inline cohort::train::ParameterServerOptions distributed_options(const ExampleOptions& options) {
+  using namespace cohort;
+  return {.consistency = ps::parse_consistency(options.consistency),
+          .placement = ps::parse_policy(options.placement),
+          .max_shard_bytes = options.max_shard_bytes,
+          .data = options.each_worker_full_pass ? train::DataPolicy::EachWorkerFullPass : train::DataPolicy::OnePassPerEpoch};
+}
+
+inline cohort::optim::Schedule scaled_for_workers(cohort::optim::Schedule base, int replicas, std::int64_t steps_per_epoch,
+                                                  const ExampleOptions& options) {
+  using cohort::optim::ReplicaScaling;
+  const ReplicaScaling scaling = options.lr_scaling == "linear" ? ReplicaScaling::Linear
+                                 : options.lr_scaling == "none" ? ReplicaScaling::None
+                                                                : ReplicaScaling::Sqrt;
+  return cohort::optim::scaled_for_replicas(std::move(base), replicas, scaling, replicas > 1 ? steps_per_epoch : 0);
+}
+
+}  // namespace examples
