@@ -21,6 +21,54 @@ constexpr int kServerRank = kWorkers;
 
 struct Answer {
   proto::ReplyHeader header;
+  std::vector<float> values;
+};
+
+void send(comm::Transport& transport, proto::RequestHeader header, const std::vector<float>& payload) {
+  auto sent = transport.send(kServerRank, proto::kRequestTag, std::as_bytes(std::span(&header, 1)));
+  if (!payload.empty())
+    transport.send(kServerRank, proto::kRequestPayloadTag, std::as_bytes(std::span(payload)))->wait(std::chrono::seconds(10));
+  sent->wait(std::chrono::seconds(10));
+}
+
+Answer receive(comm::Transport& transport) {
+  Answer answer;
+  transport.recv(kServerRank, proto::kReplyTag, std::as_writable_bytes(std::span(&answer.header, 1)))->wait(std::chrono::seconds(10));
+  answer.values.resize(answer.header.payload_bytes / sizeof(float));
+  if (!answer.values.empty())
+    transport.recv(kServerRank, proto::kReplyPayloadTag, std::as_writable_bytes(std::span(answer.values)))->wait(std::chrono::seconds(10));
+  return answer;
+}
+
+proto::RequestHeader header_for(const ps::Plan& plan, proto::Kind kind, const std::vector<float>& payload) {
+  proto::RequestHeader header;
+  header.kind = static_cast<std::uint16_t>(kind);
+  header.plan_fingerprint = plan.fingerprint();
+  header.samples = 8;
+  header.payload_bytes = payload.size() * sizeof(float);
+  header.payload_crc = crc32_of(payload.data(), header.payload_bytes);
+  return header;
+}
+
+}  // namespace
+
+TEST_CASE("a parameter server refuses garbled and foreign requests and keeps its variables", "[ps]") {
+  nn::Sequential model = ps_test::small_model();
+  const ps::Plan plan = ps::make_plan(train::variable_infos(model), 1, ps::placement::SizeBalanced{});
+  comm::InProcessGroup group(kWorkers + 1);
+  optim::SGD sgd;
+  std::vector<int> workers;
+  for (int w = 0; w < kWorkers; ++w) workers.push_back(w);
+  ps::Server server(group.transport(kServerRank), plan, 0, workers, sgd);
+  std::exception_ptr serve_error;
+  std::thread serving([&] {
+    try {
+      server.serve();
+    } catch (...) {
+      serve_error = std::current_exception();
+    }
+  });
+
   // The plan may order the shards differently from the model: send what the server expects, in its order.
   std::vector<float> initial;
   for (const auto& shard : plan.shards()) {
