@@ -19,9 +19,11 @@ build: configure
 test: build
 	@cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS) --timeout 900
 
+# The flagship model on 2 workers + 2 parameter servers on loopback: placement table, progress, accuracy,
+# per-server traffic.
 demo: configure
-	@cmake --build $(BUILD_DIR) -j $(JOBS) --target cifar10
-	@$(BUILD_DIR)/examples/cifar10 --demo $(DEMO_ARGS)
+	@cmake --build $(BUILD_DIR) -j $(JOBS) --target cifar10 cohort-launch
+	@$(BUILD_DIR)/cohort-launch --workers 2 --ps 2 -- $(BUILD_DIR)/examples/cifar10 --demo $(DEMO_ARGS)
 
 bench: configure
 	@cmake --build $(BUILD_DIR) -j $(JOBS) --target cohort_bench

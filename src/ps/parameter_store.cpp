@@ -5,7 +5,7 @@
 #include <map>
 
 #include "cohort/core/check.hpp"
-#include "core/sealed_file.hpp"
+#include "core/crc32c.hpp"
 #include "ps/protocol.hpp"
 #include "ps/stats_codec.hpp"
 
@@ -63,7 +63,7 @@ void ParameterStore::send_request(Link& link, std::uint16_t kind, std::int64_t s
   header.samples = samples;
   const std::size_t bytes = payload != nullptr ? payload->size() * sizeof(float) : 0;
   header.payload_bytes = bytes;
-  header.payload_crc = crc32_of(payload != nullptr ? payload->data() : nullptr, bytes);
+  header.payload_crc = crc32c_of(payload != nullptr ? payload->data() : nullptr, bytes);
   auto sent = transport_.send(link.rank, proto::kRequestTag, std::as_bytes(std::span(&header, 1)));
   if (bytes > 0) transport_.send(link.rank, proto::kRequestPayloadTag, std::as_bytes(std::span(*payload)))->wait(transport_.timeout());
   sent->wait(transport_.timeout());
@@ -95,18 +95,30 @@ void ParameterStore::receive_payload(Link& link, const proto::ReplyHeader& heade
     throw ProtocolError(fmt::format("{} answered with {} payload bytes, {} expected", server, header.payload_bytes, out.size()));
   if (out.empty()) return;
   transport_.recv(link.rank, proto::kReplyPayloadTag, out)->wait(transport_.timeout());
-  if (crc32_of(out.data(), out.size()) != header.payload_crc)
+  if (crc32c_of(out.data(), out.size()) != header.payload_crc)
     throw ProtocolError(fmt::format("the answer of {} fails its checksum (garbled in transit)", server));
 }
 
-void ParameterStore::receive_values(Link& link, std::uint16_t kind) {
+comm::WorkPtr ParameterStore::post_values_receive(Link& link) {
+  return transport_.recv(link.rank, proto::kReplyPayloadTag, std::as_writable_bytes(std::span(link.incoming)));
+}
+
+void ParameterStore::receive_values(Link& link, std::uint16_t kind, const comm::WorkPtr& posted) {
   const proto::ReplyHeader header = receive_header(link, kind);
-  receive_payload(link, header, std::as_writable_bytes(std::span(link.incoming)));
+  const std::string server = transport_.describe(link.rank);
+  if (header.payload_bytes != link.incoming.size() * sizeof(float))
+    throw ProtocolError(fmt::format("{} answered with {} payload bytes, {} expected", server, header.payload_bytes,
+                                    link.incoming.size() * sizeof(float)));
+  posted->wait(transport_.timeout());
+  if (crc32c_of(link.incoming.data(), header.payload_bytes) != header.payload_crc)
+    throw ProtocolError(fmt::format("the answer of {} fails its checksum (garbled in transit)", server));
   for (const Piece& piece : link.pieces) {
-    float* value = variables_[piece.variable].value.data() + piece.element_begin;
-    std::copy_n(link.incoming.data() + piece.offset, piece.count, value);
+    const LocalVariable& variable = variables_[piece.variable];
+    const float* in = link.incoming.data() + piece.offset;
+    std::copy_n(in, piece.count, variable.value.data() + piece.element_begin);
+    // Non-trainable variables are sent back as changes since this read.
+    if (!variable.trainable) std::copy_n(in, piece.count, link.last_read.data() + piece.offset);
   }
-  link.last_read = link.incoming;
 }
 
 void ParameterStore::initialize_servers() {
@@ -122,13 +134,18 @@ void ParameterStore::initialize_servers() {
 
 void ParameterStore::pull() {
   const auto kind = static_cast<std::uint16_t>(proto::Kind::Pull);
+  std::vector<comm::WorkPtr> posted;
+  for (Link& link : links_) posted.push_back(post_values_receive(link));
   for (Link& link : links_) send_request(link, kind, link.step, 0, nullptr);
-  for (Link& link : links_) receive_values(link, kind);
+  for (std::size_t s = 0; s < links_.size(); ++s) receive_values(links_[s], kind, posted[s]);
 }
 
 void ParameterStore::push_pull(std::int64_t samples) {
   const auto start = Clock::now();
   const auto kind = static_cast<std::uint16_t>(proto::Kind::Push);
+  // Receives posted first, so that the answers land straight in their buffers.
+  std::vector<comm::WorkPtr> posted;
+  for (Link& link : links_) posted.push_back(post_values_receive(link));
   for (Link& link : links_) {
     for (const Piece& piece : link.pieces) {
       const LocalVariable& variable = variables_[piece.variable];
@@ -144,7 +161,7 @@ void ParameterStore::push_pull(std::int64_t samples) {
     }
     send_request(link, kind, link.step, samples, &link.outgoing);
   }
-  for (Link& link : links_) receive_values(link, kind);
+  for (std::size_t s = 0; s < links_.size(); ++s) receive_values(links_[s], kind, posted[s]);
   traffic_.communication_seconds += std::chrono::duration<double>(Clock::now() - start).count();
   ++traffic_.steps;
 }

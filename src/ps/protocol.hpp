@@ -6,7 +6,7 @@
 // A payload of floats follows the server's shards in plan order: gradients (trainable) and changes of
 // the value since the last read (non-trainable: BatchNormalization's moving statistics) in a Push, values
 // in an Init and in every answer to Init, Pull and Push. Headers carry the plan fingerprint, so a process
-// built with another model or placement is refused, and a CRC-32 of the payload, so garbled bytes are.
+// built with another model or placement is refused, and a CRC-32C of the payload, so garbled bytes are.
 // Byte order is the hosts'; cohort runs on little-endian machines.
 
 #include <bit>

@@ -6,7 +6,7 @@
 
 #include "cohort/core/check.hpp"
 #include "cohort/core/logging.hpp"
-#include "core/sealed_file.hpp"
+#include "core/crc32c.hpp"
 #include "ps/protocol.hpp"
 #include "ps/stats_codec.hpp"
 
@@ -121,7 +121,7 @@ void Server::serve_worker(int worker) {
       ++stats_.requests;
       stats_.bytes_in += static_cast<std::int64_t>(sizeof header + header.payload_bytes);
     }
-    if (crc32_of(payload.data(), header.payload_bytes) != header.payload_crc) {
+    if (crc32c_of(payload.data(), header.payload_bytes) != header.payload_crc) {
       refuse(worker, fmt::format("{} payload of {} bytes fails its checksum (garbled in transit)",
                                  proto::kind_name(header.kind), header.payload_bytes));
       return;
@@ -407,7 +407,7 @@ void Server::reply(int worker, std::int64_t staleness, std::span<const std::byte
   }
   header.staleness = staleness;
   header.payload_bytes = payload.size();
-  header.payload_crc = crc32_of(payload.data(), payload.size());
+  header.payload_crc = crc32c_of(payload.data(), payload.size());
   auto sent_header = transport_.send(rank, proto::kReplyTag, bytes_of(header));
   if (!payload.empty()) transport_.send(rank, proto::kReplyPayloadTag, payload)->wait(transport_.timeout());
   sent_header->wait(transport_.timeout());

@@ -7,7 +7,7 @@
 #include "cohort/optim/sgd.hpp"
 #include "cohort/ps/server.hpp"
 #include "cohort/train/variable_infos.hpp"
-#include "core/sealed_file.hpp"
+#include "core/crc32c.hpp"
 #include "ps/protocol.hpp"
 #include "ps/ps_test_util.hpp"
 
@@ -46,7 +46,7 @@ proto::RequestHeader header_for(const ps::Plan& plan, proto::Kind kind, const st
   header.plan_fingerprint = plan.fingerprint();
   header.samples = 8;
   header.payload_bytes = payload.size() * sizeof(float);
-  header.payload_crc = crc32_of(payload.data(), header.payload_bytes);
+  header.payload_crc = crc32c_of(payload.data(), header.payload_bytes);
   return header;
 }
 
@@ -90,7 +90,7 @@ TEST_CASE("a parameter server refuses garbled and foreign requests and keeps its
       {"announces", [](auto& h, auto&) { h.payload_bytes -= 4; }},
       {"holds nan", [](auto& h, auto& payload) {
          payload[1] = std::nanf("");
-         h.payload_crc = crc32_of(payload.data(), payload.size() * sizeof(float));
+         h.payload_crc = crc32c_of(payload.data(), payload.size() * sizeof(float));
        }},
   };
   for (std::size_t i = 0; i < garbles.size(); ++i) {

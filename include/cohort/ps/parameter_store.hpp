@@ -91,8 +91,10 @@ class ParameterStore {
   protocol::ReplyHeader receive_header(Link& link, std::uint16_t kind);
   // Receives an answer's payload of exactly header.payload_bytes into `out` and checks its CRC.
   void receive_payload(Link& link, const protocol::ReplyHeader& header, std::span<std::byte> out);
-  // Receives an answer carrying values and writes them into the model's variables.
-  void receive_values(Link& link, std::uint16_t kind);
+  // Posts the receive of an answer carrying values (pull, push) before the request goes out.
+  comm::WorkPtr post_values_receive(Link& link);
+  // Receives such an answer and writes the values into the model's variables.
+  void receive_values(Link& link, std::uint16_t kind, const comm::WorkPtr& posted);
 
   comm::Transport& transport_;
   Plan plan_;

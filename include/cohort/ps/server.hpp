@@ -5,7 +5,7 @@
 // become updates follows the consistency mode (consistency.hpp).
 //
 // Requests are checked before anything changes: header magic and version, the plan fingerprint, the kind,
-// the payload size the plan implies, the payload's CRC-32 and finite gradients. A bad request is refused
+// the payload size the plan implies, the payload's CRC-32C and finite gradients. A bad request is refused
 // with a reason sent back to the worker, counted, logged, and that worker is no longer served; the
 // variables stay as they were. A lost worker (IoError from the transport) ends serve() with that error.
 //
