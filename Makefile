@@ -3,7 +3,7 @@ BUILD_DIR ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=Release
 
-.PHONY: all deps configure build test demo bench bench-allreduce sanitize clean
+.PHONY: all deps configure build test demo bench bench-allreduce bench-ps sanitize clean
 
 all: build
 
@@ -34,6 +34,16 @@ bench-allreduce:
 	@cmake -S . -B $(BUILD_DIR) $(CMAKE_FLAGS) >/dev/null
 	@cmake --build $(BUILD_DIR) -j $(JOBS) --target cohort-launch cohort_allreduce_bench mpi_allreduce_bench gloo_allreduce_bench
 	@benchmarks/allreduce_compare.sh $(BUILD_DIR)
+
+# Parameter servers: push+pull GB/s, 2 workers + 2 ps against 1 process, and TensorFlow's parameter servers
+# (tensorflow-cpu from PyPI into .venv-peers unless PYTHON names an interpreter that has it).
+bench-ps:
+	@scripts/setup-debian --peers
+	@cmake -S . -B $(BUILD_DIR) $(CMAKE_FLAGS) >/dev/null
+	@cmake --build $(BUILD_DIR) -j $(JOBS) --target cohort_ps_bench cifar10 cohort-launch
+	@if [ -z "$(PYTHON)" ] && [ ! -x .venv-peers/bin/python ]; then \
+	  python3 -m venv .venv-peers && .venv-peers/bin/pip install -q tensorflow-cpu || echo "(tensorflow-cpu not installed)"; fi
+	@PYTHON=$${PYTHON:-.venv-peers/bin/python} benchmarks/ps_compare.sh $(BUILD_DIR)
 
 # The suite again under AddressSanitizer + UndefinedBehaviorSanitizer, and the transport and collective
 # tests under ThreadSanitizer (OpenMP is not instrumented, so TSan covers the comm tests only).

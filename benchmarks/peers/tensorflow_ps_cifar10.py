@@ -4,7 +4,7 @@ parameter servers: 2 workers + 2 parameter servers on 127.0.0.1 by default, betw
 tf.compat.v1.train.replica_device_setter (the path of the SageMaker parameter-server sample), Adam at
 batch 128 per worker on CIFAR-shaped inputs generated on the workers. --mode sync wraps Adam in
 SyncReplicasOptimizer (all workers' gradients averaged per step), async applies each gradient on arrival.
-Prints the cluster's training throughput:
+The chief measures the cluster's training throughput by the global step and prints it:
     tensorflow-ps mode=sync workers=2 ps=2 images/s=X
 Needs tensorflow-cpu (pip install tensorflow-cpu).
 """
@@ -94,14 +94,22 @@ def run_task(args):
     with tf.compat.v1.train.MonitoredTrainingSession(master=server.target, is_chief=args.index == 0, hooks=hooks,
                                                      config=config, save_checkpoint_secs=None,
                                                      save_summaries_steps=None, log_step_count_steps=0) as session:
-        for _ in range(args.warmup):
+        # The chief measures the cluster by the global step; the other workers train until they are stopped
+        # (a SyncReplicasOptimizer worker blocks once the chief stops handing out tokens).
+        while session.run(step) < args.warmup:
             session.run(train_op)
-        start = time.perf_counter()
-        for _ in range(args.steps):
+        first, start = session.run(step), time.perf_counter()
+        while (last := session.run(step)) < first + args.steps:
             session.run(train_op)
         seconds = time.perf_counter() - start
-    print(f"worker={args.index} steps={args.steps} seconds={seconds:.3f} images/s={args.steps * args.batch_size / seconds:.1f}",
-          flush=True)
+        if args.index == 0:
+            # A sync global step consumes every worker's batch; an async one a single worker's.
+            per_step = args.batch_size * (workers if args.mode == "sync" else 1)
+            print(f"global_steps={last - first} seconds={seconds:.3f} images/s={(last - first) * per_step / seconds:.1f}",
+                  flush=True)
+        else:
+            while True:
+                session.run(train_op)
 
 
 def launch(args):
@@ -117,20 +125,18 @@ def launch(args):
               "--steps", str(args.steps), "--warmup", str(args.warmup), "--batch-size", str(args.batch_size),
               "--threads", str(args.threads)]
     servers = [subprocess.Popen(common + ["--role", "ps", "--index", str(i)]) for i in range(args.ps)]
-    workers = [subprocess.Popen(common + ["--role", "worker", "--index", str(i)], stdout=subprocess.PIPE, text=True)
-               for i in range(args.workers)]
+    chief = subprocess.Popen(common + ["--role", "worker", "--index", "0"], stdout=subprocess.PIPE, text=True)
+    others = [subprocess.Popen(common + ["--role", "worker", "--index", str(i)]) for i in range(1, args.workers)]
     try:
-        outputs = [w.communicate(timeout=args.timeout)[0] for w in workers]
+        output = chief.communicate(timeout=args.timeout)[0]
     finally:
-        for p in servers + workers:
+        for p in servers + others + [chief]:
             p.kill()
-    if any(w.returncode != 0 for w in workers):
-        print("tensorflow-ps: a worker failed", file=sys.stderr)
+    rates = [float(line.split("images/s=")[1]) for line in output.splitlines() if "images/s=" in line]
+    if chief.returncode != 0 or not rates:
+        print("tensorflow-ps: the chief worker failed", file=sys.stderr)
         sys.exit(1)
-    rates = [float(line.split("images/s=")[1]) for out in outputs for line in out.splitlines() if "images/s=" in line]
-    # Sync: every worker steps at the cluster's pace; async: each at its own. Either way the cluster's
-    # throughput is the sum over the workers.
-    print(f"tensorflow-ps mode={args.mode} workers={args.workers} ps={args.ps} images/s={sum(rates):.1f}")
+    print(f"tensorflow-ps mode={args.mode} workers={args.workers} ps={args.ps} images/s={rates[-1]:.1f}")
 
 
 def main():
