@@ -65,7 +65,7 @@ int main(int argc, char** argv) try {
   if (!chief) return 0;
   if (!options.history_csv.empty()) history.write_csv(options.history_csv);
   const auto& last = history.epochs.back();
-  fmt::print("final: train accuracy {:.4f}, test accuracy {:.4f}, {:.0f} images/s\n", last.at("accuracy"),
+  fmt::print("final: train accuracy {:.4f}, test accuracy {:.4f}, {:.0f} images/s per worker\n", last.at("accuracy"),
              last.at("val_accuracy"), last.at("images_per_second"));
   return 0;
 } catch (const std::exception& e) {
