@@ -1,9 +1,9 @@
 #include "cohort/ps/snapshot.hpp"
 
 #include <cereal/types/vector.hpp>
-#include <sstream>
 
 #include "cohort/core/check.hpp"
+#include "core/archive_bytes.hpp"
 #include "core/sealed_file.hpp"
 #include "core/tensor_archive.hpp"
 
@@ -36,26 +36,8 @@ constexpr std::string_view kManifestMagic = "COHORTMF";
 constexpr std::uint32_t kFormatVersion = 1;
 
 template <typename T>
-std::string encode(const T& value) {
-  std::ostringstream out;
-  {
-    cereal::PortableBinaryOutputArchive archive(out);
-    archive(value);
-  }
-  return out.str();
-}
-
-template <typename T>
 T decode(const std::string& bytes, const std::filesystem::path& path, std::string_view what) {
-  T value;
-  try {
-    std::istringstream in(bytes);
-    cereal::PortableBinaryInputArchive archive(in);
-    archive(value);
-  } catch (const cereal::Exception& e) {
-    throw DataError(fmt::format("{} {}: payload cannot be decoded: {}", what, path.string(), e.what()));
-  }
-  return value;
+  return from_archive_bytes<DataError, T>(bytes, fmt::format("{} {}: payload", what, path.string()));
 }
 
 std::int64_t row_elements(const Tensor& tensor) {
@@ -70,13 +52,13 @@ std::string snapshot_name(std::int64_t step, int server, int servers) {
 
 SnapshotFile write_snapshot(const std::filesystem::path& directory, std::int64_t checkpoint_step, const ServerSnapshot& snapshot) {
   const std::string name = snapshot_name(checkpoint_step, snapshot.server, snapshot.servers);
-  const std::string payload = encode(snapshot);
+  const std::string payload = to_archive_bytes(snapshot);
   const std::uint32_t crc = write_sealed_file(directory / name, kSnapshotMagic, kFormatVersion, payload);
   return {.name = name, .bytes = payload.size(), .crc = crc};
 }
 
 void write_manifest(const std::filesystem::path& directory, const Manifest& manifest) {
-  write_sealed_file(directory / kManifestName, kManifestMagic, kFormatVersion, encode(manifest));
+  write_sealed_file(directory / kManifestName, kManifestMagic, kFormatVersion, to_archive_bytes(manifest));
 }
 
 Manifest read_manifest(const std::filesystem::path& directory) {

@@ -2,12 +2,11 @@
 
 #include <fmt/format.h>
 
-#include <cereal/archives/portable_binary.hpp>
 #include <cereal/types/vector.hpp>
-#include <sstream>
 
 #include "cohort/core/error.hpp"
 #include "cohort/core/format.hpp"
+#include "core/archive_bytes.hpp"
 #include "ps/stats_codec.hpp"
 
 namespace cohort::ps {
@@ -22,25 +21,10 @@ void serialize(Archive& archive, ServerStats& s) {
   archive(s.server, s.bytes_in, s.bytes_out, s.requests, s.refused, s.updates, s.mean_latency_ms, s.p99_latency_ms, s.workers);
 }
 
-std::string encode_stats(const ServerStats& stats) {
-  std::ostringstream out;
-  {
-    cereal::PortableBinaryOutputArchive archive(out);
-    archive(stats);
-  }
-  return out.str();
-}
+std::string encode_stats(const ServerStats& stats) { return to_archive_bytes(stats); }
 
 ServerStats decode_stats(const std::string& bytes) {
-  ServerStats stats;
-  try {
-    std::istringstream in(bytes);
-    cereal::PortableBinaryInputArchive archive(in);
-    archive(stats);
-  } catch (const cereal::Exception& e) {
-    throw ProtocolError(fmt::format("server statistics cannot be decoded: {}", e.what()));
-  }
-  return stats;
+  return from_archive_bytes<ProtocolError, ServerStats>(bytes, "server statistics");
 }
 
 std::string traffic_table(const std::vector<ServerStats>& servers) {

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "cohort/tensor/ops.hpp"
+#include "core/archive_bytes.hpp"
 #include "core/sealed_file.hpp"
 #include "core/tensor_archive.hpp"
 #include "train/position_codec.hpp"
@@ -16,17 +17,33 @@ namespace {
 
 constexpr std::string_view kMagic = "COHORTCK";
 
-struct Payload {
-  std::vector<std::pair<std::string, Tensor>> variables;
-  std::string optimizer_state;
+// Where training stands, with the model's step counter (dropout's seed).
+struct PositionRecord {
   std::uint64_t model_step = 0;
   std::int64_t epoch = 0, batch_in_epoch = 0, global_step = 0;
   std::uint64_t data_seed = 0;
   std::vector<Logs> history;
 
+  PositionRecord() = default;
+  PositionRecord(const TrainingPosition& position, std::uint64_t step)
+      : model_step(step), epoch(position.epoch), batch_in_epoch(position.batch_in_epoch),
+        global_step(position.global_step), data_seed(position.data_seed), history(position.history.epochs) {}
+  TrainingPosition position() const { return {epoch, batch_in_epoch, global_step, data_seed, History{history}}; }
+
   template <class Archive>
   void serialize(Archive& archive) {
-    archive(variables, optimizer_state, model_step, epoch, batch_in_epoch, global_step, data_seed, history);
+    archive(model_step, epoch, batch_in_epoch, global_step, data_seed, history);
+  }
+};
+
+struct Payload {
+  std::vector<std::pair<std::string, Tensor>> variables;
+  std::string optimizer_state;
+  PositionRecord position;
+
+  template <class Archive>
+  void serialize(Archive& archive) {
+    archive(variables, optimizer_state, position);
   }
 };
 
@@ -39,32 +56,14 @@ void save_checkpoint(const std::filesystem::path& path, const nn::Sequential& mo
   std::ostringstream optimizer_state;
   optimizer.save_state(optimizer_state);
   payload.optimizer_state = optimizer_state.str();
-  payload.model_step = model.step();
-  payload.epoch = position.epoch;
-  payload.batch_in_epoch = position.batch_in_epoch;
-  payload.global_step = position.global_step;
-  payload.data_seed = position.data_seed;
-  payload.history = position.history.epochs;
-
-  std::ostringstream body;
-  {
-    cereal::PortableBinaryOutputArchive archive(body);
-    archive(payload);
-  }
-  write_sealed_file(path, kMagic, kCheckpointFormatVersion, body.str());
+  payload.position = PositionRecord(position, model.step());
+  write_sealed_file(path, kMagic, kCheckpointFormatVersion, to_archive_bytes(payload));
 }
 
 TrainingPosition load_checkpoint(const std::filesystem::path& path, nn::Sequential& model, optim::Optimizer& optimizer) {
   const std::string name = path.string();
-  const std::string content = read_sealed_file(path, kMagic, kCheckpointFormatVersion, "checkpoint");
-  Payload payload;
-  try {
-    std::istringstream body(content);
-    cereal::PortableBinaryInputArchive archive(body);
-    archive(payload);
-  } catch (const cereal::Exception& e) {
-    throw DataError(fmt::format("checkpoint {}: payload cannot be decoded: {}", name, e.what()));
-  }
+  const auto payload = from_archive_bytes<DataError, Payload>(
+      read_sealed_file(path, kMagic, kCheckpointFormatVersion, "checkpoint"), fmt::format("checkpoint {}: payload", name));
 
   // Check everything before changing anything.
   std::map<std::string, const Tensor*> saved;
@@ -82,47 +81,17 @@ TrainingPosition load_checkpoint(const std::filesystem::path& path, nn::Sequenti
   std::istringstream optimizer_state(payload.optimizer_state);
   optimizer.load_state(optimizer_state);
   for (const auto& v : variables) ops::copy(*saved[v->name], v->value);
-  model.set_step(payload.model_step);
-  return {payload.epoch, payload.batch_in_epoch, payload.global_step, payload.data_seed, History{payload.history}};
+  model.set_step(payload.position.model_step);
+  return payload.position.position();
 }
 
-namespace {
-
-struct PositionRecord {
-  std::uint64_t model_step = 0;
-  std::int64_t epoch = 0, batch_in_epoch = 0, global_step = 0;
-  std::uint64_t data_seed = 0;
-  std::vector<Logs> history;
-
-  template <class Archive>
-  void serialize(Archive& archive) {
-    archive(model_step, epoch, batch_in_epoch, global_step, data_seed, history);
-  }
-};
-
-}  // namespace
-
 std::string encode_position(const TrainingPosition& position, std::uint64_t model_step) {
-  const PositionRecord record{model_step, position.epoch, position.batch_in_epoch, position.global_step,
-                              position.data_seed, position.history.epochs};
-  std::ostringstream out;
-  {
-    cereal::PortableBinaryOutputArchive archive(out);
-    archive(record);
-  }
-  return out.str();
+  return to_archive_bytes(PositionRecord(position, model_step));
 }
 
 std::pair<TrainingPosition, std::uint64_t> decode_position(const std::string& bytes) {
-  PositionRecord record;
-  try {
-    std::istringstream in(bytes);
-    cereal::PortableBinaryInputArchive archive(in);
-    archive(record);
-  } catch (const cereal::Exception& e) {
-    throw DataError(fmt::format("checkpoint manifest: the training position cannot be decoded: {}", e.what()));
-  }
-  return {{record.epoch, record.batch_in_epoch, record.global_step, record.data_seed, History{record.history}}, record.model_step};
+  const auto record = from_archive_bytes<DataError, PositionRecord>(bytes, "checkpoint manifest: the training position");
+  return {record.position(), record.model_step};
 }
 
 }  // namespace cohort::train

@@ -1,0 +1,37 @@
+#pragma once
+// Values to and from cereal portable binary bytes, for the library's own records (checkpoint payloads,
+// manifests, server statistics). Decoding failures become the caller's error type, naming `what`.
+
+#include <cereal/archives/portable_binary.hpp>
+#include <fmt/format.h>
+
+#include <sstream>
+#include <string>
+#include <string_view>
+
+namespace cohort {
+
+template <typename T>
+std::string to_archive_bytes(const T& value) {
+  std::ostringstream out;
+  {
+    cereal::PortableBinaryOutputArchive archive(out);
+    archive(value);
+  }
+  return out.str();
+}
+
+template <typename Error, typename T>
+T from_archive_bytes(const std::string& bytes, std::string_view what) {
+  T value{};
+  try {
+    std::istringstream in(bytes);
+    cereal::PortableBinaryInputArchive archive(in);
+    archive(value);
+  } catch (const cereal::Exception& e) {
+    throw Error(fmt::format("{} cannot be decoded: {}", what, e.what()));
+  }
+  return value;
+}
+
+}  // namespace cohort
