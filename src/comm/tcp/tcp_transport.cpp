@@ -185,7 +185,7 @@ void TcpTransport::enqueue(int peer, Outgoing outgoing) {
 
 void TcpTransport::write_next(int peer) {
   Peer& p = peers_[static_cast<std::size_t>(peer)];
-  if (p.queue.empty() || !p.socket || !p.socket->is_open()) return;
+  if (p.queue.empty() || p.write_failed || !p.socket || !p.socket->is_open()) return;
   p.writing = true;
   const Outgoing& front = p.queue.front();
   const std::array<asio::const_buffer, 2> buffers{asio::buffer(front.header), asio::buffer(front.payload.data(), front.payload.size())};
@@ -193,11 +193,17 @@ void TcpTransport::write_next(int peer) {
     Peer& q = peers_[static_cast<std::size_t>(peer)];
     q.writing = false;
     if (q.queue.empty()) return;
+    if (error && !q.departed && !broken_ && !closing_) {
+      // A peer that failed first sends an Abort naming the peer it lost, then exits; a write to it can fail
+      // before that Abort is read. The reader, which drains the socket, says why the connection ended and
+      // fails this send with the rest; the heartbeat deadline covers a reader that never hears.
+      q.write_failed = true;
+      return;
+    }
     Outgoing done = std::move(q.queue.front());
     q.queue.pop_front();
     if (error) {
       if (done.work) done.work->fail(std::make_exception_ptr(IoError(fmt::format("lost {}: {}", describe(peer), error.message()))));
-      if (!closing_) lose(peer, error.message());
       return;
     }
     if (done.work) done.work->complete();

@@ -56,6 +56,7 @@ struct Peer {
   bool departed = false;
   std::deque<Outgoing> queue;
   bool writing = false;
+  bool write_failed = false;  // the reader reports why: an Abort may still be in the receive buffer
   HeaderBytes header{};
   std::vector<std::byte> payload;  // a frame with no receive posted yet
   Clock::time_point last_heard;
