@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <map>
 
 #include "cohort/core/check.hpp"
@@ -18,10 +19,6 @@ namespace proto = protocol;
 // A Sync answer waits for the slowest worker, which may be validating or checkpointing; a lost process is
 // reported by the transport long before this.
 constexpr auto kReplyWait = std::chrono::minutes(15);
-
-std::int64_t row_elements(const Shape& shape) {
-  return shape.rank() > 0 && shape[0] > 0 ? shape.numel() / shape[0] : shape.numel();
-}
 
 }  // namespace
 
@@ -50,26 +47,32 @@ ParameterStore::ParameterStore(comm::Transport& transport, Plan plan, std::vecto
   for (Link& link : links_) {
     link.incoming.resize(link.outgoing.size());
     link.last_read.resize(link.outgoing.size());
+    link.request.resize(sizeof(proto::RequestHeader));
   }
   traffic_.servers.resize(links_.size());
 }
 
-void ParameterStore::send_request(Link& link, std::uint16_t kind, std::int64_t step, std::int64_t samples,
-                                  const std::vector<float>* payload) {
-  proto::RequestHeader header;
-  header.kind = kind;
-  header.plan_fingerprint = plan_.fingerprint();
-  header.step = step;
-  header.samples = samples;
-  const std::size_t bytes = payload != nullptr ? payload->size() * sizeof(float) : 0;
-  header.payload_bytes = bytes;
-  header.payload_crc = crc32c_of(payload != nullptr ? payload->data() : nullptr, bytes);
-  auto sent = transport_.send(link.rank, proto::kRequestTag, std::as_bytes(std::span(&header, 1)));
-  if (bytes > 0) transport_.send(link.rank, proto::kRequestPayloadTag, std::as_bytes(std::span(*payload)))->wait(transport_.timeout());
-  sent->wait(transport_.timeout());
-  auto& counters = traffic_.servers[static_cast<std::size_t>(&link - links_.data())];
-  ++counters.requests;
-  counters.bytes_sent += static_cast<std::int64_t>(sizeof header + bytes);
+void ParameterStore::send_to_all(std::uint16_t kind, std::int64_t samples, bool with_payload, std::optional<std::int64_t> step) {
+  // Every server's request goes out before any is waited for, so that the transfers overlap.
+  std::vector<comm::WorkPtr> sends;
+  for (std::size_t s = 0; s < links_.size(); ++s) {
+    Link& link = links_[s];
+    const std::size_t bytes = with_payload ? link.outgoing.size() * sizeof(float) : 0;
+    proto::RequestHeader header;
+    header.kind = kind;
+    header.plan_fingerprint = plan_.fingerprint();
+    header.step = step.value_or(link.step);
+    header.samples = samples;
+    header.payload_bytes = bytes;
+    header.payload_crc = crc32c_of(link.outgoing.data(), bytes);
+    // Kept in the link: the transport reads the bytes until the send completes.
+    std::memcpy(link.request.data(), &header, sizeof header);
+    sends.push_back(transport_.send(link.rank, proto::kRequestTag, link.request));
+    if (bytes > 0) sends.push_back(transport_.send(link.rank, proto::kRequestPayloadTag, std::as_bytes(std::span(link.outgoing))));
+    ++traffic_.servers[s].requests;
+    traffic_.servers[s].bytes_sent += static_cast<std::int64_t>(sizeof header + bytes);
+  }
+  comm::wait_all(sends, transport_.timeout());
 }
 
 proto::ReplyHeader ParameterStore::receive_header(Link& link, std::uint16_t kind) {
@@ -89,63 +92,52 @@ proto::ReplyHeader ParameterStore::receive_header(Link& link, std::uint16_t kind
   return header;
 }
 
-void ParameterStore::receive_payload(Link& link, const proto::ReplyHeader& header, std::span<std::byte> out) {
+void ParameterStore::receive_payload(Link& link, const proto::ReplyHeader& header, std::span<std::byte> out,
+                                     const comm::WorkPtr& posted) {
   const std::string server = transport_.describe(link.rank);
   if (header.payload_bytes != out.size())
     throw ProtocolError(fmt::format("{} answered with {} payload bytes, {} expected", server, header.payload_bytes, out.size()));
   if (out.empty()) return;
-  transport_.recv(link.rank, proto::kReplyPayloadTag, out)->wait(transport_.timeout());
+  (posted ? posted : transport_.recv(link.rank, proto::kReplyPayloadTag, out))->wait(transport_.timeout());
   if (crc32c_of(out.data(), out.size()) != header.payload_crc)
     throw ProtocolError(fmt::format("the answer of {} fails its checksum (garbled in transit)", server));
 }
 
-comm::WorkPtr ParameterStore::post_values_receive(Link& link) {
-  return transport_.recv(link.rank, proto::kReplyPayloadTag, std::as_writable_bytes(std::span(link.incoming)));
-}
-
-void ParameterStore::receive_values(Link& link, std::uint16_t kind, const comm::WorkPtr& posted) {
-  const proto::ReplyHeader header = receive_header(link, kind);
-  const std::string server = transport_.describe(link.rank);
-  if (header.payload_bytes != link.incoming.size() * sizeof(float))
-    throw ProtocolError(fmt::format("{} answered with {} payload bytes, {} expected", server, header.payload_bytes,
-                                    link.incoming.size() * sizeof(float)));
-  posted->wait(transport_.timeout());
-  if (crc32c_of(link.incoming.data(), header.payload_bytes) != header.payload_crc)
-    throw ProtocolError(fmt::format("the answer of {} fails its checksum (garbled in transit)", server));
-  for (const Piece& piece : link.pieces) {
-    const LocalVariable& variable = variables_[piece.variable];
-    const float* in = link.incoming.data() + piece.offset;
-    std::copy_n(in, piece.count, variable.value.data() + piece.element_begin);
-    // Non-trainable variables are sent back as changes since this read.
-    if (!variable.trainable) std::copy_n(in, piece.count, link.last_read.data() + piece.offset);
+void ParameterStore::exchange_values(std::uint16_t kind, std::int64_t samples, bool with_payload) {
+  // The answers' receives are posted first, so that the values land straight in their buffers.
+  std::vector<comm::WorkPtr> posted;
+  for (Link& link : links_)
+    posted.push_back(transport_.recv(link.rank, proto::kReplyPayloadTag, std::as_writable_bytes(std::span(link.incoming))));
+  send_to_all(kind, samples, with_payload);
+  for (std::size_t s = 0; s < links_.size(); ++s) {
+    Link& link = links_[s];
+    receive_payload(link, receive_header(link, kind), std::as_writable_bytes(std::span(link.incoming)), posted[s]);
+    for (const Piece& piece : link.pieces) {
+      const LocalVariable& variable = variables_[piece.variable];
+      const float* in = link.incoming.data() + piece.offset;
+      std::copy_n(in, piece.count, variable.value.data() + piece.element_begin);
+      // Non-trainable variables are sent back as changes since this read.
+      if (!variable.trainable) std::copy_n(in, piece.count, link.last_read.data() + piece.offset);
+    }
   }
 }
 
 void ParameterStore::initialize_servers() {
+  const auto kind = static_cast<std::uint16_t>(proto::Kind::Init);
   for (Link& link : links_) {
     for (const Piece& piece : link.pieces)
       std::copy_n(variables_[piece.variable].value.data() + piece.element_begin, piece.count,
                   link.outgoing.data() + piece.offset);
-    send_request(link, static_cast<std::uint16_t>(proto::Kind::Init), 0, 0, &link.outgoing);
     link.last_read = link.outgoing;
   }
-  for (Link& link : links_) receive_payload(link, receive_header(link, static_cast<std::uint16_t>(proto::Kind::Init)), {});
+  send_to_all(kind, 0, true, 0);
+  for (Link& link : links_) receive_payload(link, receive_header(link, kind), {});
 }
 
-void ParameterStore::pull() {
-  const auto kind = static_cast<std::uint16_t>(proto::Kind::Pull);
-  std::vector<comm::WorkPtr> posted;
-  for (Link& link : links_) posted.push_back(post_values_receive(link));
-  for (Link& link : links_) send_request(link, kind, link.step, 0, nullptr);
-  for (std::size_t s = 0; s < links_.size(); ++s) receive_values(links_[s], kind, posted[s]);
-}
+void ParameterStore::pull() { exchange_values(static_cast<std::uint16_t>(proto::Kind::Pull), 0, false); }
 
 void ParameterStore::push_pull(std::int64_t samples) {
   const auto start = Clock::now();
-  const auto kind = static_cast<std::uint16_t>(proto::Kind::Push);
-  // Receives posted first, so that the answers land straight in their buffers.
-  std::vector<comm::WorkPtr> posted;
-  for (Link& link : links_) posted.push_back(post_values_receive(link));
   for (Link& link : links_) {
     for (const Piece& piece : link.pieces) {
       const LocalVariable& variable = variables_[piece.variable];
@@ -159,16 +151,15 @@ void ParameterStore::push_pull(std::int64_t samples) {
         for (std::int64_t i = 0; i < piece.count; ++i) out[i] = now[i] - before[i];
       }
     }
-    send_request(link, kind, link.step, samples, &link.outgoing);
   }
-  for (std::size_t s = 0; s < links_.size(); ++s) receive_values(links_[s], kind, posted[s]);
+  exchange_values(static_cast<std::uint16_t>(proto::Kind::Push), samples, true);
   traffic_.communication_seconds += std::chrono::duration<double>(Clock::now() - start).count();
   ++traffic_.steps;
 }
 
 std::vector<SnapshotFile> ParameterStore::save(std::int64_t step) {
   const auto kind = static_cast<std::uint16_t>(proto::Kind::Save);
-  for (Link& link : links_) send_request(link, kind, step, 0, nullptr);
+  send_to_all(kind, 0, false, step);  // a Save carries the checkpoint's step
   std::vector<SnapshotFile> files;
   for (std::size_t s = 0; s < links_.size(); ++s) {
     const proto::ReplyHeader header = receive_header(links_[s], kind);
@@ -181,7 +172,7 @@ std::vector<SnapshotFile> ParameterStore::save(std::int64_t step) {
 
 std::vector<ServerStats> ParameterStore::server_stats() {
   const auto kind = static_cast<std::uint16_t>(proto::Kind::Stats);
-  for (Link& link : links_) send_request(link, kind, link.step, 0, nullptr);
+  send_to_all(kind, 0, false);
   std::vector<ServerStats> stats;
   for (Link& link : links_) {
     const proto::ReplyHeader header = receive_header(link, kind);
@@ -196,7 +187,7 @@ std::vector<ServerStats> ParameterStore::server_stats() {
 
 void ParameterStore::finish() {
   const auto kind = static_cast<std::uint16_t>(proto::Kind::Done);
-  for (Link& link : links_) send_request(link, kind, link.step, 0, nullptr);
+  send_to_all(kind, 0, false);
   for (Link& link : links_) receive_payload(link, receive_header(link, kind), {});
 }
 

@@ -60,6 +60,13 @@ std::vector<int> TensorFlowGreedy::assign(const std::vector<Shard>& shards, int 
 
 }  // namespace placement
 
+std::int64_t rows_of(const Shape& shape) { return shape.rank() > 0 ? shape[0] : 1; }
+
+std::int64_t row_elements(const Shape& shape) {
+  const std::int64_t rows = rows_of(shape);
+  return rows > 0 ? shape.numel() / rows : 0;
+}
+
 std::vector<Shard> make_shards(const std::vector<VariableInfo>& variables, const PlanOptions& options) {
   COHORT_CHECK(options.optimizer_slots >= 0 && options.max_shard_bytes >= 0, "placement options must not be negative");
   std::vector<const VariableInfo*> ordered;
@@ -70,7 +77,7 @@ std::vector<Shard> make_shards(const std::vector<VariableInfo>& variables, const
   std::vector<Shard> shards;
   for (const VariableInfo* v : ordered) {
     const std::int64_t bytes = v->bytes();
-    const std::int64_t rows = v->shape.rank() > 0 ? v->shape[0] : 1;
+    const std::int64_t rows = rows_of(v->shape);
     int count = 1;
     if (options.max_shard_bytes > 0 && bytes > options.max_shard_bytes && v->shape.rank() > 0)
       count = static_cast<int>(std::min<std::int64_t>(rows, (bytes + options.max_shard_bytes - 1) / options.max_shard_bytes));

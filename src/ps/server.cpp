@@ -169,16 +169,31 @@ std::string Server::check_finite(const std::vector<float>& payload) const {
   return {};
 }
 
+std::string Server::refusal_locked(const protocol::RequestHeader& header) const {
+  switch (static_cast<proto::Kind>(header.kind)) {
+    case proto::Kind::Init:
+      return initialized_ ? "Init, but the variables are already initialized" : "";
+    case proto::Kind::Push:
+      if (!initialized_) return "Push before the variables were initialized";
+      if (header.step > version_) return fmt::format("Push for step {}, the server is at step {}", header.step, version_);
+      return {};
+    case proto::Kind::Save:
+      return options_.checkpoint_dir.empty() ? "Save, but this server was given no checkpoint directory" : "";
+    default:
+      return {};
+  }
+}
+
 bool Server::handle(int worker, const protocol::RequestHeader& header, const std::vector<float>& payload) {
   auto& out = reply_values_[static_cast<std::size_t>(worker)];
   std::unique_lock lock(mutex_);
+  if (const std::string reason = refusal_locked(header); !reason.empty()) {
+    lock.unlock();
+    refuse(worker, reason);
+    return true;
+  }
   switch (static_cast<proto::Kind>(header.kind)) {
     case proto::Kind::Init: {
-      if (initialized_) {
-        lock.unlock();
-        refuse(worker, "Init, but the variables are already initialized");
-        return true;
-      }
       for (Held& held : held_)
         std::copy_n(payload.data() + held.offset, held.value.numel(), held.value.data());
       initialized_ = true;
@@ -195,30 +210,17 @@ bool Server::handle(int worker, const protocol::RequestHeader& header, const std
       return false;
     }
     case proto::Kind::Push: {
-      if (!initialized_ || header.step > version_) {
-        const std::string reason = !initialized_ ? std::string("Push before the variables were initialized")
-                                                 : fmt::format("Push for step {}, the server is at step {}", header.step, version_);
-        lock.unlock();
-        refuse(worker, reason);
-        return true;
-      }
       std::int64_t staleness = 0;
-      if (std::holds_alternative<Sync>(options_.consistency)) {
-        if (!push_sync_locked(lock, worker, header.step, header.samples, payload, staleness)) return true;
-      } else if (!push_async_locked(lock, worker, header.step, header.samples, payload, staleness)) {
-        return true;
-      }
+      const bool answered = std::holds_alternative<Sync>(options_.consistency)
+                                ? push_sync_locked(lock, worker, header.step, header.samples, payload, staleness)
+                                : push_async_locked(lock, worker, header.step, header.samples, payload, staleness);
+      if (!answered) return true;
       copy_values_locked(out);
       lock.unlock();
       reply(worker, staleness, std::as_bytes(std::span(out)));
       return false;
     }
     case proto::Kind::Save: {
-      if (options_.checkpoint_dir.empty()) {
-        lock.unlock();
-        refuse(worker, "Save, but this server was given no checkpoint directory");
-        return true;
-      }
       ServerSnapshot snapshot = snapshot_locked();
       lock.unlock();
       const SnapshotFile file = write_snapshot(options_.checkpoint_dir, header.step, snapshot);

@@ -3,6 +3,7 @@
 #include <cereal/types/vector.hpp>
 
 #include "cohort/core/check.hpp"
+#include "cohort/ps/placement.hpp"
 #include "core/archive_bytes.hpp"
 #include "core/sealed_file.hpp"
 #include "core/tensor_archive.hpp"
@@ -38,10 +39,6 @@ constexpr std::uint32_t kFormatVersion = 1;
 template <typename T>
 T decode(const std::string& bytes, const std::filesystem::path& path, std::string_view what) {
   return from_archive_bytes<DataError, T>(bytes, fmt::format("{} {}: payload", what, path.string()));
-}
-
-std::int64_t row_elements(const Tensor& tensor) {
-  return tensor.dim(0) > 0 ? tensor.numel() / tensor.dim(0) : 0;
 }
 
 }  // namespace
@@ -91,7 +88,7 @@ void remove_old_snapshots(const std::filesystem::path& directory, std::int64_t k
 
 void copy_rows(const std::vector<ServerSnapshot>& snapshots, const std::string& variable, std::int64_t row_begin,
                std::int64_t row_end, Tensor& value, std::vector<Tensor>* slots) {
-  const std::int64_t row_size = row_elements(value);
+  const std::int64_t row_size = row_elements(value.shape());
   std::int64_t covered = 0;
   std::size_t slot_count = 0;
   bool first = true;
@@ -100,9 +97,9 @@ void copy_rows(const std::vector<ServerSnapshot>& snapshots, const std::string& 
       if (saved.variable != variable) continue;
       const std::int64_t begin = std::max(row_begin, saved.row_begin), end = std::min(row_end, saved.row_end);
       if (begin >= end) continue;
-      COHORT_CHECK_AS(DataError, row_elements(saved.value) == row_size,
+      COHORT_CHECK_AS(DataError, row_elements(saved.value.shape()) == row_size,
                       "checkpoint: '{}' was saved with rows of {} values, this model has {}", variable,
-                      row_elements(saved.value), row_size);
+                      row_elements(saved.value.shape()), row_size);
       if (first) {
         slot_count = saved.slots.size();
         if (slots != nullptr) {

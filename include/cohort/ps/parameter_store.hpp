@@ -11,6 +11,7 @@
 //   store.push_pull(batch_samples);        // after backward(): gradients out, new values in
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -83,18 +84,21 @@ class ParameterStore {
     int rank;
     std::vector<Piece> pieces{};
     std::vector<float> outgoing{}, incoming{}, last_read{};
+    std::vector<std::byte> request{};  // the request header while it is being sent
     std::int64_t step = 0;
   };
 
-  void send_request(Link& link, std::uint16_t kind, std::int64_t step, std::int64_t samples, const std::vector<float>* payload);
+  // Sends one request to every server (a payload: each link's outgoing values); step defaults to each
+  // link's last answered step. Returns once every request is out.
+  void send_to_all(std::uint16_t kind, std::int64_t samples, bool with_payload, std::optional<std::int64_t> step = {});
   // Waits for one answer's header; throws ProtocolError for a refusal or a malformed header.
   protocol::ReplyHeader receive_header(Link& link, std::uint16_t kind);
-  // Receives an answer's payload of exactly header.payload_bytes into `out` and checks its CRC.
-  void receive_payload(Link& link, const protocol::ReplyHeader& header, std::span<std::byte> out);
-  // Posts the receive of an answer carrying values (pull, push) before the request goes out.
-  comm::WorkPtr post_values_receive(Link& link);
-  // Receives such an answer and writes the values into the model's variables.
-  void receive_values(Link& link, std::uint16_t kind, const comm::WorkPtr& posted);
+  // Receives an answer's payload of exactly header.payload_bytes into `out` (through `posted` when its
+  // receive was posted early) and checks its CRC.
+  void receive_payload(Link& link, const protocol::ReplyHeader& header, std::span<std::byte> out,
+                       const comm::WorkPtr& posted = nullptr);
+  // A request to every server answered with values (Pull, Push), written into the model's variables.
+  void exchange_values(std::uint16_t kind, std::int64_t samples, bool with_payload);
 
   comm::Transport& transport_;
   Plan plan_;

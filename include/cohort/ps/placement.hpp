@@ -52,6 +52,10 @@ struct Shard {
   std::string name() const;
 };
 
+// Variables are partitioned along their first axis: its rows (a scalar is one row), each of row_elements values.
+std::int64_t rows_of(const Shape& shape);
+std::int64_t row_elements(const Shape& shape);
+
 template <typename P>
 concept PlacementPolicy = requires(const P& policy, const std::vector<Shard>& shards, int servers) {
   { policy.name() } -> std::convertible_to<std::string>;

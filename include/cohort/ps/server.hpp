@@ -69,6 +69,8 @@ class Server {
   // An empty string when the header is acceptable, else why not.
   std::string check_header(const protocol::RequestHeader& header, int worker) const;
   std::string check_finite(const std::vector<float>& payload) const;
+  // Why a well-formed request cannot be served in the server's current state; empty when it can.
+  std::string refusal_locked(const protocol::RequestHeader& header) const;
   // Answers one request; true when this worker is finished.
   bool handle(int worker, const protocol::RequestHeader& header, const std::vector<float>& payload);
   bool push_sync_locked(std::unique_lock<std::mutex>& lock, int worker, std::int64_t step, std::int64_t samples,
