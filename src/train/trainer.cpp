@@ -56,8 +56,6 @@ Trainer::Trainer(nn::Sequential& model, std::unique_ptr<optim::Optimizer> optimi
   COHORT_CHECK(optimizer_ != nullptr && strategy_ != nullptr, "Trainer needs an optimizer and a strategy");
 }
 
-std::filesystem::path Trainer::checkpoint_path(const std::filesystem::path& directory) { return directory / kCheckpointFile; }
-
 std::pair<double, std::int64_t> Trainer::train_step(const Tensor& images, const Tensor& labels) {
   if (images.dim(0) == 0) {
     // This replica's share of the epoch's last step is empty: it contributes zero gradients.

@@ -86,7 +86,6 @@ class ParameterServer : public Strategy {
   std::optional<ps::Manifest> resumed_from_;
   std::filesystem::path resumed_dir_;
   double reported_communication_seconds_ = 0;
-  std::int64_t reported_steps_ = 0;
   std::vector<ps::ServerStats> final_stats_;
 };
 

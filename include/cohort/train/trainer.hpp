@@ -37,8 +37,9 @@ struct FitOptions {
   const data::Dataset* validation = nullptr;
   std::vector<std::shared_ptr<Callback>> callbacks;
   Verbosity verbosity = Verbosity::Auto;
-  // Checkpoints go to checkpoint_dir/latest.ckpt at the end of every epoch and, when
-  // checkpoint_every_steps > 0, every that many steps; resume continues from it when present.
+  // Checkpoints go to checkpoint_dir at the end of every epoch and, when checkpoint_every_steps > 0, every
+  // that many steps (latest.ckpt, or the parameter servers' snapshots and ps.manifest); resume continues
+  // from the latest one when present, as does a job that cohort-launch --restarts started again.
   std::filesystem::path checkpoint_dir;
   std::int64_t checkpoint_every_steps = 0;
   bool resume = false;
@@ -60,7 +61,6 @@ class Trainer {
 
   optim::Optimizer& optimizer() { return *optimizer_; }
   nn::Sequential& model() { return model_; }
-  static std::filesystem::path checkpoint_path(const std::filesystem::path& directory);
 
  private:
   // One forward/backward/update on a batch; returns (loss, correct predictions).
