@@ -5,6 +5,7 @@
 #include "cohort/comm/inproc.hpp"
 #include "cohort/core/error.hpp"
 #include "cohort/ps/placement.hpp"
+#include "cohort/ps/snapshot.hpp"
 #include "comm/comm_test_util.hpp"
 
 using namespace cohort;
@@ -116,4 +117,18 @@ TEST_CASE("a process with another plan is found at start-up and named", "[ps][pl
   }
   comm::InProcessGroup agreeing(2);
   comm_test::run_ranks(2, [&](int r) { verify_same_plan(agreeing.transport(r), make_plan(five_variables(), 2, placement::RoundRobin{})); });
+}
+
+TEST_CASE("variables partition by rows of their first axis; a scalar is one row", "[ps]") {
+  CHECK(ps::rows_of(Shape{4, 3}) == 4);
+  CHECK(ps::row_elements(Shape{4, 3}) == 3);
+  CHECK(ps::rows_of(Shape{}) == 1);
+  CHECK(ps::row_elements(Shape{}) == 1);
+  // A checkpointed scalar restores like any other variable.
+  Tensor saved{Shape{}};
+  saved.data()[0] = 2.5f;
+  const std::vector<ps::ServerSnapshot> snapshots{{.shards = {{.variable = "scale", .row_begin = 0, .row_end = 1, .value = saved}}}};
+  Tensor restored{Shape{}};
+  ps::copy_rows(snapshots, "scale", 0, 1, restored, nullptr);
+  CHECK(restored.data()[0] == 2.5f);
 }
