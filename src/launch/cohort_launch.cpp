@@ -154,9 +154,11 @@ std::vector<Process> plan(const Options& options) {
   return processes;
 }
 
+bool is_parameter_server(const Process& p) { return p.name.rfind("ps", 0) == 0; }
+
 // Threads for one process of the job, unless the user chose with OMP_NUM_THREADS.
 std::string thread_count(const Process& p, const Options& options) {
-  if (p.name.rfind("ps", 0) == 0) return "1";
+  if (is_parameter_server(p)) return "1";
   const long cores = std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN));
   return std::to_string(std::max(1L, cores / options.workers));
 }
@@ -219,6 +221,10 @@ void signal_all(std::vector<Process>& processes, int number) {
 }
 
 constexpr int kInterrupted = 130;
+constexpr auto kAttributionWindow = std::chrono::milliseconds(500);
+
+// "worker 1 (pid 42) was killed by signal 9 (Killed)"
+std::string describe_ending(const Process& p) { return fmt::format("{} (pid {}) {}", p.name, p.pid, how(*p.status)); }
 
 // Runs the job once; returns the launcher's exit status.
 int run(const Options& options, int restart) {
@@ -231,6 +237,8 @@ int run(const Options& options, int restart) {
 
   std::optional<std::string> first_failure;       // "worker 1 (pid 42) was killed by signal 9"
   std::vector<std::string> later_failures;
+  std::vector<const Process*> undecided;           // failed before a cause was named
+  Clock::time_point undecided_since;
   std::optional<Clock::time_point> stop_at, kill_at;
   bool interrupted = false;
   int stopped = 0;
@@ -277,33 +285,38 @@ int run(const Options& options, int restart) {
       }
     }
 
-    // Processes that ended since the last sweep; of those, one killed by a signal is the likelier cause.
-    std::vector<Process*> ended;
+    // Failed processes, reaped as they end. A process killed by a signal is the likelier cause, but a peer
+    // that noticed its loss can exit before the killed one has been torn down and can be reaped: the first
+    // failures are weighed together for a short window before one is named as the cause.
     for (auto& p : processes) {
       if (p.status) continue;
       int status = 0;
       if (::waitpid(p.pid, &status, WNOHANG) != p.pid) continue;
       p.status = status;
-      if (failed(status)) ended.push_back(&p);
-    }
-    std::stable_sort(ended.begin(), ended.end(), [](const Process* a, const Process* b) {
-      return WIFSIGNALED(*a->status) && !WIFSIGNALED(*b->status);
-    });
-    for (const Process* p : ended) {
-      const std::string what = fmt::format("{} (pid {}) {}", p->name, p->pid, how(*p->status));
-      if (interrupted || (stop_at && Clock::now() > *stop_at)) continue;  // ended by our own signals
-      if (!first_failure) {
-        first_failure = what;
-        fmt::print(stderr, "cohort-launch: {}; the others have {} s to finish\n", what, options.grace.count());
-        begin_stopping(options.grace);
+      if (!failed(status) || interrupted || (stop_at && Clock::now() > *stop_at)) continue;  // or ended by our signals
+      if (first_failure) {
+        later_failures.push_back(describe_ending(p));
       } else {
-        later_failures.push_back(what);
+        if (undecided.empty()) undecided_since = Clock::now();
+        undecided.push_back(&p);
       }
+    }
+    const bool signaled = std::any_of(undecided.begin(), undecided.end(), [](const Process* p) { return WIFSIGNALED(*p->status); });
+    const bool everyone_ended = std::all_of(processes.begin(), processes.end(), [](const Process& p) { return p.status.has_value(); });
+    if (!undecided.empty() && (signaled || everyone_ended || Clock::now() - undecided_since >= kAttributionWindow)) {
+      std::stable_sort(undecided.begin(), undecided.end(), [](const Process* a, const Process* b) {
+        return WIFSIGNALED(*a->status) && !WIFSIGNALED(*b->status);
+      });
+      first_failure = describe_ending(*undecided.front());
+      for (std::size_t i = 1; i < undecided.size(); ++i) later_failures.push_back(describe_ending(*undecided[i]));
+      undecided.clear();
+      fmt::print(stderr, "cohort-launch: {}; the others have {} s to finish\n", *first_failure, options.grace.count());
+      begin_stopping(options.grace);
     }
 
     bool trainers_done = true, trainers_ok = true;
     for (const auto& p : processes)
-      if (p.name.rfind("ps", 0) != 0) {
+      if (!is_parameter_server(p)) {
         trainers_done = trainers_done && p.status.has_value();
         trainers_ok = trainers_ok && p.status && !failed(*p.status);
       }
