@@ -7,7 +7,7 @@ set -uo pipefail
 launcher=$1 bench=$2
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-fail() { echo "FAIL: $*"; echo "--- log"; cat "$work/log" 2>/dev/null; exit 1; }
+source "$(dirname "$0")/common.sh"
 
 # 1. One process fails: the launcher names it, stops the others after the grace period, exits non-zero.
 start=$(date +%s)
@@ -26,23 +26,7 @@ kill_one() {
   local launcher_pid=$!
   for _ in $(seq 1 200); do grep -q ' yes$' "$work/log" && break; sleep 0.1; done
   grep -q ' yes$' "$work/log" || fail "the allreduce job did not start"
-  local victim
-  victim=$(grep -o "$victim_name (pid [0-9]*)" "$work/log" | head -1 | grep -o '[0-9]*)' | tr -d ')')
-  [ -n "$victim" ] || fail "no pid for $victim_name"
-  local killed_at
-  killed_at=$(date +%s)
-  kill -9 "$victim"
-  wait "$launcher_pid"
-  local status=$?
-  local elapsed=$(( $(date +%s) - killed_at ))
-  [ $status -ne 0 ] || fail "launcher succeeded although $victim_name was killed"
-  [ $elapsed -le 30 ] || fail "the job took $elapsed s to end after the kill of $victim_name"
-  grep -q "failed: $victim_name (pid [0-9]*) was killed by signal 9" "$work/log" || fail "summary does not say $victim_name was killed"
-  for survivor in "chief 0" "worker 0" "worker 1" "worker 2"; do
-    [ "$survivor" = "$victim_name" ] && continue
-    grep -q "^\[$survivor\] .*lost $victim_name" "$work/log" || fail "$survivor did not name the lost $victim_name"
-  done
-  grep -q 'stopped [0-9]* that did not exit' "$work/log" && fail "survivors had to be stopped instead of failing by themselves"
+  kill_and_expect "$launcher_pid" "$victim_name" "chief 0" "worker 0" "worker 1" "worker 2"
 }
 kill_one "worker 1"
 kill_one "chief 0"

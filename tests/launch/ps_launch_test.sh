@@ -9,10 +9,9 @@ set -uo pipefail
 launcher=$1 example=$2
 work=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$work"' EXIT
-fail() { echo "FAIL: $*"; echo "--- log"; cat "$work/log" 2>/dev/null; exit 1; }
+source "$(dirname "$0")/common.sh"
 args=(--train-samples 20000 --batch-size 64 --epochs 1 --threads 1)
 
-pid_of() { grep -o "$1 (pid [0-9]*)" "$work/log" | head -1 | grep -o '[0-9]*)' | tr -d ')'; }
 wait_for() {  # pattern in the log, within 60 s
   for _ in $(seq 1 600); do grep -q "$1" "$work/log" && return 0; sleep 0.1; done
   return 1
@@ -23,22 +22,7 @@ kill_one() {
   "$launcher" --workers 2 --ps 2 --grace 40 -- "$example" "${args[@]}" >"$work/log" 2>&1 &
   local launcher_pid=$!
   wait_for '^\[chief 0\] *[0-9]*/157' || fail "the job did not start training"
-  local victim
-  victim=$(pid_of "$victim_name")
-  [ -n "$victim" ] || fail "no pid for $victim_name"
-  local killed_at
-  killed_at=$(date +%s)
-  kill -9 "$victim"
-  wait "$launcher_pid"
-  local status=$?
-  local elapsed=$(( $(date +%s) - killed_at ))
-  [ $status -ne 0 ] || fail "launcher succeeded although $victim_name was killed"
-  [ $elapsed -le 30 ] || fail "the job took $elapsed s to end after the kill of $victim_name"
-  for survivor in "chief 0" "worker 0" "ps 0" "ps 1"; do
-    [ "$survivor" = "$victim_name" ] && continue
-    grep -q "^\[$survivor\] .*lost $victim_name" "$work/log" || fail "$survivor did not name the lost $victim_name"
-  done
-  grep -q 'stopped [0-9]* that did not exit' "$work/log" && fail "survivors had to be stopped instead of failing by themselves"
+  kill_and_expect "$launcher_pid" "$victim_name" "chief 0" "worker 0" "ps 0" "ps 1"
 }
 kill_one "worker 0"
 kill_one "ps 1"
