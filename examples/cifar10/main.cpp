@@ -57,8 +57,7 @@ int main(int argc, char** argv) try {
   fit.validation = &test_view;
 
   const int replicas = cluster.spec().replicas();
-  const std::int64_t global_batch = options.batch_size * (options.each_worker_full_pass ? 1 : replicas);
-  const std::int64_t steps_per_epoch = (train_set.size() + global_batch - 1) / global_batch;
+  const std::int64_t steps_per_epoch = examples::steps_per_epoch(train_set.size(), replicas, options);
   const auto schedule = examples::scaled_for_workers(optim::constant(options.learning_rate), replicas, steps_per_epoch, options);
   Trainer trainer(model, optim::Adam({.learning_rate = schedule}), strategy);
   const auto history = trainer.fit(train_set, fit);

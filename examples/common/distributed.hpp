@@ -17,6 +17,13 @@ inline cohort::train::ParameterServerOptions distributed_options(const ExampleOp
           .data = options.each_worker_full_pass ? train::DataPolicy::EachWorkerFullPass : train::DataPolicy::OnePassPerEpoch};
 }
 
+// Optimizer steps in one epoch: the global batch is the workers' batches together, unless every worker reads
+// the whole set.
+inline std::int64_t steps_per_epoch(std::int64_t samples, int replicas, const ExampleOptions& options) {
+  const std::int64_t global_batch = options.batch_size * (options.each_worker_full_pass ? 1 : replicas);
+  return (samples + global_batch - 1) / global_batch;
+}
+
 inline cohort::optim::Schedule scaled_for_workers(cohort::optim::Schedule base, int replicas, std::int64_t steps_per_epoch,
                                                   const ExampleOptions& options) {
   using cohort::optim::ReplicaScaling;

@@ -36,8 +36,7 @@ int main(int argc, char** argv) try {
   const data::MappedDataset test_view(test_set, {normalize});
   // Cosine decay to zero over the run: the last epochs refine instead of bouncing around the minimum. With
   // several replicas the global batch grows, so the rate grows with it after a one-epoch warm-up.
-  const std::int64_t global_batch = options.batch_size * (options.each_worker_full_pass ? 1 : replicas);
-  const std::int64_t steps_per_epoch = (train_set.size() + global_batch - 1) / global_batch;
+  const std::int64_t steps_per_epoch = examples::steps_per_epoch(train_set.size(), replicas, options);
   const auto schedule = examples::scaled_for_workers(
       optim::cosine_decay(options.learning_rate, std::max<std::int64_t>(options.epochs * steps_per_epoch, 1)), replicas,
       steps_per_epoch, options);
