@@ -46,7 +46,8 @@ bench-ps:
 	@PYTHON=$${PYTHON:-.venv-peers/bin/python} benchmarks/ps_compare.sh $(BUILD_DIR)
 
 # The suite again under AddressSanitizer + UndefinedBehaviorSanitizer, and the transport and collective
-# tests under ThreadSanitizer (OpenMP is not instrumented, so TSan covers the comm tests only).
+# tests and the parameter server spoken to by hand under ThreadSanitizer (OpenMP is not instrumented, so TSan
+# covers the tests that do not train).
 SANITIZE_FLAGS = -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCOHORT_BUILD_EXAMPLES=OFF -DCOHORT_BUILD_BENCHMARKS=OFF -DCOHORT_WITH_CUDA=OFF
 sanitize: deps
 	@cmake -S . -B build-asan $(SANITIZE_FLAGS) -DCMAKE_CXX_FLAGS="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" >/dev/null
@@ -54,7 +55,7 @@ sanitize: deps
 	@ASAN_OPTIONS=detect_leaks=1 build-asan/tests/cohort_tests
 	@cmake -S . -B build-tsan $(SANITIZE_FLAGS) -DCMAKE_CXX_FLAGS="-fsanitize=thread" >/dev/null
 	@cmake --build build-tsan -j $(JOBS) --target cohort_tests
-	@TSAN_OPTIONS="halt_on_error=1 suppressions=$(CURDIR)/tests/tsan.supp" build-tsan/tests/cohort_tests "[comm]"
+	@TSAN_OPTIONS="halt_on_error=1 suppressions=$(CURDIR)/tests/tsan.supp" build-tsan/tests/cohort_tests "[comm],[threads]"
 
 clean:
 	@rm -rf $(BUILD_DIR) build-asan build-tsan

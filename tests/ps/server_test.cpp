@@ -52,7 +52,7 @@ proto::RequestHeader header_for(const ps::Plan& plan, proto::Kind kind, const st
 
 }  // namespace
 
-TEST_CASE("a parameter server refuses garbled and foreign requests and keeps its variables", "[ps]") {
+TEST_CASE("a parameter server refuses garbled and foreign requests and keeps its variables", "[ps][threads]") {
   nn::Sequential model = ps_test::small_model();
   const ps::Plan plan = ps::make_plan(train::variable_infos(model), 1, ps::placement::SizeBalanced{});
   comm::InProcessGroup group(kWorkers + 1);
