@@ -11,8 +11,6 @@
 
 #include <cohort/cohort.hpp>
 
-#include "tensor/cpu/cpu_ops.hpp"
-
 using namespace cohort;
 
 namespace {
@@ -57,7 +55,8 @@ void BM_Conv2dForward(benchmark::State& state) {
   const Tensor x = filled({g.batch, g.in_h, g.in_w, g.in_c}, 0.1f), w = filled({3, 3, g.in_c, g.out_c}, 0.01f),
                bias = filled({g.out_c}, 0.0f);
   Tensor y({g.batch, g.out_h, g.out_w, g.out_c});
-  for (auto _ : state) ops::conv2d_forward(x, w, bias, y, g);
+  Conv2dPlan plan(g, Device::CPU);
+  for (auto _ : state) ops::conv2d_forward(plan, x, w, bias, y);
   state.counters["GFLOP/s"] = benchmark::Counter(conv_flops(g) * static_cast<double>(state.iterations()) * 1e-9,
                                                  benchmark::Counter::kIsRate);
 }
@@ -69,7 +68,8 @@ void BM_Conv2dBackward(benchmark::State& state) {
   const Tensor x = filled({g.batch, g.in_h, g.in_w, g.in_c}, 0.1f), w = filled({3, 3, g.in_c, g.out_c}, 0.01f);
   const Tensor dy = filled({g.batch, g.out_h, g.out_w, g.out_c}, 0.01f);
   Tensor dx(x.shape()), dw(w.shape()), db({g.out_c});
-  for (auto _ : state) ops::conv2d_backward(x, w, dy, dx, dw, db, g);
+  Conv2dPlan plan(g, Device::CPU);
+  for (auto _ : state) ops::conv2d_backward(plan, x, w, dy, dx, dw, db);
   // data and filter gradients: two products of the forward's size
   state.counters["GFLOP/s"] = benchmark::Counter(2 * conv_flops(g) * static_cast<double>(state.iterations()) * 1e-9,
                                                  benchmark::Counter::kIsRate);
@@ -91,7 +91,7 @@ void BM_FlagshipTrainStep(benchmark::State& state) {
     const Tensor logits = model.forward_logits(images);
     ops::softmax_cross_entropy(logits, labels, gradient);
     model.backward(gradient);
-    adam.apply(model.trainable_variables());
+    train::update_variables(adam, model.trainable_variables());
   }
   state.SetItemsProcessed(state.iterations() * kBatch);
   state.counters["images/s"] = benchmark::Counter(static_cast<double>(state.iterations() * kBatch), benchmark::Counter::kIsRate);

@@ -5,6 +5,7 @@
 //   using namespace cohort;
 
 #include "cohort/core/config.hpp"
+#include "cohort/core/device.hpp"
 #include "cohort/core/error.hpp"
 #include "cohort/core/logging.hpp"
 #include "cohort/core/parallel.hpp"
@@ -32,6 +33,8 @@
 #include "cohort/optim/adam.hpp"
 #include "cohort/optim/rmsprop.hpp"
 #include "cohort/optim/sgd.hpp"
+#include "cohort/tensor/allocator.hpp"
+#include "cohort/tensor/copy_stream.hpp"
 #include "cohort/tensor/ops.hpp"
 #include "cohort/tensor/tensor.hpp"
 #include "cohort/ps/consistency.hpp"
@@ -42,4 +45,5 @@
 #include "cohort/train/ring_allreduce.hpp"
 #include "cohort/train/strategy_for.hpp"
 #include "cohort/train/trainer.hpp"
+#include "cohort/train/update.hpp"
 #include "cohort/train/variable_infos.hpp"

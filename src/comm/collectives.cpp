@@ -9,8 +9,8 @@
 namespace cohort::comm {
 namespace {
 
-std::span<const std::byte> bytes_of(std::span<const float> values) { return std::as_bytes(values); }
-std::span<std::byte> bytes_of(std::span<float> values) { return std::as_writable_bytes(values); }
+template <typename T>
+std::span<std::byte> bytes_of(std::span<T> values) { return std::as_writable_bytes(values); }
 
 }  // namespace
 
@@ -60,6 +60,8 @@ void allgather(Transport& transport, std::span<const std::byte> mine, std::span<
   }
 }
 
+namespace {
+
 // Ring allreduce (Patarasuk and Yuan 2009; Horovod, Gloo, NCCL): the vector is cut into n chunks.
 // Reduce-scatter: in n - 1 steps every rank sends one chunk to its successor and adds the chunk coming
 // from its predecessor, so that afterwards rank r holds the complete sum of chunk (r + 1) mod n.
@@ -68,7 +70,8 @@ void allgather(Transport& transport, std::span<const std::byte> mine, std::span<
 // 2 (n - 1) message times. Within a step a chunk moves in segments, and each segment is reduced as soon
 // as it arrives while the following ones are still in transfer. Every chunk is summed in one fixed
 // order and then copied, so all ranks end with bitwise identical results.
-void allreduce(Transport& transport, std::span<float> data, const AllreduceOptions& options) {
+template <typename T>
+void ring_allreduce(Transport& transport, std::span<T> data, const AllreduceOptions& options) {
   const int n = transport.size(), r = transport.rank();
   if (n > 1) {
     const std::size_t count = data.size();
@@ -78,10 +81,10 @@ void allreduce(Transport& transport, std::span<float> data, const AllreduceOptio
       return c * base + std::min(c, extra);
     };
     auto chunk_of = [&](int chunk) { return data.subspan(chunk_begin(chunk), chunk_begin(chunk + 1) - chunk_begin(chunk)); };
-    const std::size_t segment = std::max<std::size_t>(1, options.segment_bytes / sizeof(float));
+    const std::size_t segment = std::max<std::size_t>(1, options.segment_bytes / sizeof(T));
     const int next = (r + 1) % n, previous = (r - 1 + n) % n;
     // Reused across calls: a fresh multi-megabyte buffer per call costs page faults on every step.
-    thread_local std::vector<float> incoming;
+    thread_local std::vector<T> incoming;
     if (incoming.size() < count / static_cast<std::size_t>(n) + 1) incoming.resize(count / static_cast<std::size_t>(n) + 1);
 
     for (int step = 0; step + 1 < n; ++step) {
@@ -110,8 +113,20 @@ void allreduce(Transport& transport, std::span<float> data, const AllreduceOptio
     }
   }
   if (options.op == ReduceOp::Mean) {
-    const float inverse = 1.0f / static_cast<float>(n);
-    for (float& v : data) v *= inverse;
+    const T inverse = T(1) / static_cast<T>(n);
+    for (T& v : data) v *= inverse;
+  }
+}
+
+}  // namespace
+
+void allreduce(Transport& transport, std::span<std::byte> data, const AllreduceOptions& options) {
+  const std::size_t element = size_of(options.type);
+  COHORT_CHECK(data.size() % element == 0, "allreduce: {} bytes are not whole elements of {} bytes", data.size(), element);
+  switch (options.type) {
+    case DataType::Float32:
+      ring_allreduce(transport, std::span(reinterpret_cast<float*>(data.data()), data.size() / element), options);
+      return;
   }
 }
 

@@ -35,7 +35,8 @@ Batch DataLoader::make_batch(const std::vector<std::int64_t>& order, std::int64_
       std::clamp<std::int64_t>(static_cast<std::int64_t>(order.size()) - begin, 0, options_.batch_size);
   const Shape sample_shape = dataset_.sample_shape();
   const std::int64_t sample_size = sample_shape.numel();
-  Batch batch{Tensor(sample_shape.batched(count)), Tensor(Shape{count}), batch_index};
+  auto host_tensor = [&](Shape shape) { return options_.pinned ? Tensor::pinned(std::move(shape)) : Tensor(std::move(shape)); };
+  Batch batch{host_tensor(sample_shape.batched(count)), host_tensor(Shape{count}), batch_index};
   const std::uint64_t epoch_seed = derive_seed(options_.seed, static_cast<std::uint64_t>(epoch));
   for (std::int64_t i = 0; i < count; ++i) {
     const std::int64_t index = order[static_cast<std::size_t>(begin + i)];

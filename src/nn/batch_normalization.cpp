@@ -21,36 +21,37 @@ Shape BatchNormalization::build(const Shape& in, VariableFactory& factory) {
   ops::fill(gamma_->value, 1.0f);
   ops::fill(moving_variance_->value, 1.0f);
   variables_ = {gamma_, beta_, moving_mean_, moving_variance_};
-  batch_mean_ = Tensor(channels);
-  batch_variance_ = Tensor(channels);
+  plan_ = BatchNormPlan({.channels = channels[0], .epsilon = options_.epsilon}, factory.device());
   return in;
 }
 
 Tensor BatchNormalization::forward(const Tensor& x, const ForwardContext& context) {
   input_ = x;
-  reuse(output_, x.shape());
+  reuse(output_, x.shape(), x.device());
   used_batch_statistics_ = context.training;
   if (!context.training) {
-    ops::batch_norm_forward_inference(x, gamma_->value, beta_->value, moving_mean_->value, moving_variance_->value,
-                                      options_.epsilon, output_);
+    ops::batch_norm_forward_inference(plan_, x, gamma_->value, beta_->value, moving_mean_->value,
+                                      moving_variance_->value, output_);
     return output_;
   }
-  ops::batch_norm_forward_training(x, gamma_->value, beta_->value, options_.epsilon, output_, batch_mean_,
-                                   batch_variance_);
+  const Shape channels{x.dim(x.rank() - 1)};
+  reuse(batch_mean_, channels, x.device());
+  reuse(batch_variance_, channels, x.device());
+  ops::batch_norm_forward_training(plan_, x, gamma_->value, beta_->value, output_, batch_mean_, batch_variance_);
   ops::moving_average_update(moving_mean_->value, batch_mean_, options_.momentum);
   ops::moving_average_update(moving_variance_->value, batch_variance_, options_.momentum);
   return output_;
 }
 
 Tensor BatchNormalization::backward(const Tensor& dy, bool need_input_gradient) {
-  if (need_input_gradient) reuse(input_gradient_, input_.shape());
+  if (need_input_gradient) reuse(input_gradient_, input_.shape(), dy.device());
   const Tensor dx = need_input_gradient ? input_gradient_ : Tensor();
   if (used_batch_statistics_)
-    ops::batch_norm_backward(input_, gamma_->value, dy, batch_mean_, batch_variance_, options_.epsilon, dx,
-                             gamma_->gradient, beta_->gradient);
+    ops::batch_norm_backward(plan_, input_, gamma_->value, dy, batch_mean_, batch_variance_, dx, gamma_->gradient,
+                             beta_->gradient);
   else
-    ops::batch_norm_backward_inference(input_, gamma_->value, dy, moving_mean_->value, moving_variance_->value,
-                                       options_.epsilon, dx, gamma_->gradient, beta_->gradient);
+    ops::batch_norm_backward_inference(plan_, input_, gamma_->value, dy, moving_mean_->value, moving_variance_->value,
+                                       dx, gamma_->gradient, beta_->gradient);
   return dx;
 }
 

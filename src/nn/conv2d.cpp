@@ -15,8 +15,9 @@ Shape Conv2D::build(const Shape& in, VariableFactory& factory) {
   COHORT_CHECK(in.rank() == 3, "{}: Conv2D expects (height, width, channels) samples, got {}", name(), in);
   const PaddedExtent rows = padded_extent(in[0], kernel_size_, stride_, padding_);
   const PaddedExtent cols = padded_extent(in[1], kernel_size_, stride_, padding_);
-  geometry_ = {0, in[0], in[1], in[2], rows.out, cols.out, filters_, kernel_size_, kernel_size_,
-               stride_, stride_, rows.pad_before, cols.pad_before};
+  plan_ = Conv2dPlan({0, in[0], in[1], in[2], rows.out, cols.out, filters_, kernel_size_, kernel_size_, stride_,
+                      stride_, rows.pad_before, cols.pad_before},
+                     factory.device());
   kernel_ = factory.create("kernel", {kernel_size_, kernel_size_, in[2], filters_}, true);
   auto rng = factory.rng_for(kernel_);
   init::glorot_uniform(kernel_->value, rng);
@@ -28,25 +29,18 @@ Shape Conv2D::build(const Shape& in, VariableFactory& factory) {
   return {rows.out, cols.out, filters_};
 }
 
-Conv2dGeometry Conv2D::geometry_for(std::int64_t batch) const {
-  Conv2dGeometry g = geometry_;
-  g.batch = batch;
-  return g;
-}
-
 Tensor Conv2D::forward(const Tensor& x, const ForwardContext&) {
-  const Conv2dGeometry g = geometry_for(x.dim(0));
+  const Conv2dGeometry& g = plan_.geometry();
   input_ = x;
-  reuse(output_, {g.batch, g.out_h, g.out_w, g.out_c});
-  ops::conv2d_forward(x, kernel_->value, use_bias_ ? bias_->value : Tensor(), output_, g);
+  reuse(output_, {x.dim(0), g.out_h, g.out_w, g.out_c}, x.device());
+  ops::conv2d_forward(plan_, x, kernel_->value, use_bias_ ? bias_->value : Tensor(), output_);
   return output_;
 }
 
 Tensor Conv2D::backward(const Tensor& dy, bool need_input_gradient) {
-  const Conv2dGeometry g = geometry_for(input_.dim(0));
-  if (need_input_gradient) reuse(input_gradient_, input_.shape());
+  if (need_input_gradient) reuse(input_gradient_, input_.shape(), dy.device());
   const Tensor dx = need_input_gradient ? input_gradient_ : Tensor();
-  ops::conv2d_backward(input_, kernel_->value, dy, dx, kernel_->gradient, use_bias_ ? bias_->gradient : Tensor(), g);
+  ops::conv2d_backward(plan_, input_, kernel_->value, dy, dx, kernel_->gradient, use_bias_ ? bias_->gradient : Tensor());
   return dx;
 }
 

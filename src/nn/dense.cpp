@@ -32,7 +32,7 @@ Tensor Dense::forward(const Tensor& x, const ForwardContext&) {
   input_rows_ = x.view({rows, input_features_});
   std::vector<std::int64_t> out_dims = x.shape().dims();
   out_dims.back() = units_;
-  reuse(output_, Shape(out_dims));
+  reuse(output_, Shape(out_dims), x.device());
   const Tensor out_rows = output_.view({rows, units_});
   ops::matmul(input_rows_, false, kernel_->value, false, out_rows);
   if (use_bias_) ops::add_bias(out_rows, bias_->value);
@@ -47,7 +47,7 @@ Tensor Dense::backward(const Tensor& dy, bool need_input_gradient) {
   if (!need_input_gradient) return Tensor();
   std::vector<std::int64_t> in_dims = dy.shape().dims();
   in_dims.back() = input_features_;
-  reuse(input_gradient_, Shape(in_dims));
+  reuse(input_gradient_, Shape(in_dims), dy.device());
   ops::matmul(dy_rows, false, kernel_->value, true, input_gradient_.view({rows, input_features_}));
   return input_gradient_;
 }

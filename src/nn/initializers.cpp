@@ -14,7 +14,10 @@ void glorot_uniform(const Tensor& kernel, std::mt19937_64& rng) {
   const double fan_out = static_cast<double>(kernel.dim(kernel.rank() - 1) * receptive_field);
   const double limit = std::sqrt(6.0 / (fan_in + fan_out));
   std::uniform_real_distribution<double> uniform(-limit, limit);
-  for (float& v : kernel.values()) v = static_cast<float>(uniform(rng));
+  // Drawn on the host, in one order whatever the kernel's device, then copied there.
+  const Tensor drawn(kernel.shape());
+  for (float& v : drawn.values()) v = static_cast<float>(uniform(rng));
+  ops::copy(drawn, kernel);
 }
 
 void constant(const Tensor& t, float value) { ops::fill(t, value); }

@@ -8,8 +8,8 @@ namespace cohort::nn {
 VariablePtr VariableFactory::create(const std::string& name, Shape shape, bool trainable) {
   auto variable = std::make_shared<Variable>();
   variable->name = scope_ + "/" + name;
-  variable->value = Tensor(shape);
-  if (trainable) variable->gradient = Tensor(shape);
+  variable->value = Tensor(shape, device_);
+  if (trainable) variable->gradient = Tensor(shape, device_);
   variable->trainable = trainable;
   variable->creation_order = next_order_++;
   created_.push_back(variable);
@@ -24,8 +24,8 @@ std::uint64_t VariableFactory::seed_for(const std::string& purpose) const {
   return derive_seed(seed_, scope_ + "#" + purpose);
 }
 
-const Tensor& Layer::reuse(Tensor& buffer, const Shape& shape) {
-  if (!buffer.defined() || buffer.shape() != shape) buffer = Tensor(shape);
+const Tensor& Layer::reuse(Tensor& buffer, const Shape& shape, Device device) {
+  if (!buffer.defined() || buffer.shape() != shape || buffer.device() != device) buffer = Tensor(shape, device);
   return buffer;
 }
 

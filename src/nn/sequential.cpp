@@ -5,9 +5,13 @@
 #include "cohort/core/check.hpp"
 #include "cohort/core/format.hpp"
 #include "cohort/nn/activation_layer.hpp"
+#include "cohort/tensor/allocator.hpp"
 
 namespace cohort::nn {
 namespace {
+
+// Fails at once, naming the build option, for a device this build has no backend for.
+void backend_device_check(Device device) { allocator_for(device); }
 
 std::string batch_shape(const Shape& sample) {
   std::string out = "(None";
@@ -24,7 +28,9 @@ std::int64_t count(const std::vector<VariablePtr>& variables, bool trainable) {
 
 }  // namespace
 
-Sequential::Sequential(Shape input_shape, std::uint64_t seed) : input_shape_(std::move(input_shape)), seed_(seed) {
+Sequential::Sequential(Shape input_shape, std::uint64_t seed, Device device)
+    : input_shape_(std::move(input_shape)), seed_(seed), device_(device) {
+  backend_device_check(device);
   for (auto d : input_shape_.dims())
     COHORT_CHECK(d > 0, "Sequential input shape must have positive extents, got {}", input_shape_);
 }
@@ -38,7 +44,7 @@ Sequential& Sequential::add(std::unique_ptr<Layer> layer) {
   }
   for (const auto& existing : layers_)
     COHORT_CHECK(existing->name() != layer->name(), "a layer named '{}' is already in the model", layer->name());
-  VariableFactory factory(layer->name(), seed_, next_creation_order_);
+  VariableFactory factory(layer->name(), seed_, next_creation_order_, device_);
   output_shapes_.push_back(layer->build(output_shape(), factory));
   next_creation_order_ = factory.next_creation_order();
   layers_.push_back(std::move(layer));
@@ -49,6 +55,9 @@ Tensor Sequential::run(const Tensor& x, std::size_t end) {
   COHORT_CHECK(!layers_.empty(), "the model has no layers");
   COHORT_CHECK(x.shape() == input_shape_.batched(x.rank() > 0 ? x.dim(0) : 0),
                "model input must be a batch of {}, got {}", input_shape_, x.shape());
+  if (x.device() != device_)
+    throw DeviceError(fmt::format("the model is on {}, its input batch {} on {}: copy the batch with to()",
+                                  device_name(device_), x.shape(), device_name(x.device())));
   const ForwardContext context{training_, step_};
   Tensor activation = x;
   for (std::size_t i = 0; i < end; ++i) activation = layers_[i]->forward(activation, context);
@@ -58,6 +67,16 @@ Tensor Sequential::run(const Tensor& x, std::size_t end) {
 }
 
 Tensor Sequential::forward(const Tensor& x) { return run(x, layers_.size()); }
+
+Sequential& Sequential::to(Device device) {
+  backend_device_check(device);
+  for (const auto& v : variables()) {
+    v->value = v->value.to(device);
+    if (v->gradient.defined()) v->gradient = v->gradient.to(device);
+  }
+  device_ = device;
+  return *this;
+}
 
 bool Sequential::ends_with_softmax() const {
   if (layers_.empty()) return false;

@@ -4,7 +4,7 @@
 #include <istream>
 #include <ostream>
 
-#include "core/tensor_archive.hpp"
+#include "tensor/tensor_archive.hpp"
 
 namespace cohort::optim {
 
@@ -34,16 +34,20 @@ void Optimizer::apply(const std::string& variable_name, const Tensor& value, con
   }
   COHORT_CHECK(state.slots.size() == wanted, "{}: state of '{}' has {} slots, expected {}", name(), variable_name,
                state.slots.size(), wanted);
-  for (const Tensor& slot : state.slots)
+  for (const Tensor& slot : state.slots) {
     COHORT_CHECK(slot.shape() == value.shape(), "{}: state of '{}' has shape {}, the variable {}", name(), variable_name,
                  slot.shape(), value.shape());
+    if (slot.device() != value.device())
+      throw DeviceError(fmt::format("{}: the state of '{}' {} is on {}, the variable on {}; move it with optimizer.to()",
+                                    name(), variable_name, slot.shape(), device_name(slot.device()),
+                                    device_name(value.device())));
+  }
   update(value, gradient, state.slots, learning_rate());
 }
 
-void Optimizer::apply(const std::vector<nn::VariablePtr>& variables) {
-  for (const auto& variable : variables)
-    if (variable->trainable) apply(variable->name, variable->value, variable->gradient);
-  finish_step();
+void Optimizer::to(Device device) {
+  for (auto& [name, state] : state_)
+    for (Tensor& slot : state.slots) slot = slot.to(device);
 }
 
 void Optimizer::save_state(std::ostream& out) const {

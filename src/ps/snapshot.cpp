@@ -6,7 +6,7 @@
 #include "cohort/ps/placement.hpp"
 #include "core/archive_bytes.hpp"
 #include "core/sealed_file.hpp"
-#include "core/tensor_archive.hpp"
+#include "tensor/tensor_archive.hpp"
 
 namespace cohort::ps {
 

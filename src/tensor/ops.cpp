@@ -1,33 +1,57 @@
-// The device-neutral op layer: validates operands, then hands them to the backend of their device.
-// This file is the one place where a backend is chosen; a CUDA backend adds its branch in dispatch().
+// The device-neutral op layer: validates operands once, then hands them to the backend of their device
+// (backend_for() in backend.cpp is the one place that maps a device to its backend).
 #include "cohort/tensor/ops.hpp"
 
 #include <initializer_list>
 
 #include "cohort/core/check.hpp"
-#include "cpu/cpu_ops.hpp"
+#include "tensor/backend.hpp"
 
-namespace cohort::ops {
+namespace cohort {
+
+template <class Geometry>
+Plan<Geometry>::Plan(const Geometry& geometry, Device device) : geometry_(geometry), device_(device) {
+  state_ = backend_for(device).plan(geometry_);
+}
+
+template <class Geometry>
+void Plan<Geometry>::prepare(Device device) {
+  if (state_ != nullptr && device == device_) return;
+  state_ = backend_for(device).plan(geometry_);
+  device_ = device;
+}
+
+template class Plan<Conv2dGeometry>;
+template class Plan<Pool2dGeometry>;
+template class Plan<BatchNormGeometry>;
+
+namespace ops {
 namespace {
 
-// Checks that all defined operands live on one device and returns it.
-Device common_device(const char* op, std::initializer_list<const Tensor*> operands) {
+std::string describe_operands(std::initializer_list<const Tensor*> operands) {
+  std::string out;
+  for (const Tensor* t : operands)
+    if (t->defined()) out += fmt::format("{}{} on {}", out.empty() ? "" : ", ", t->shape(), device_name(t->device()));
+  return out;
+}
+
+// The backend of the device every defined operand lives on. Operands on different devices, or still
+// being copied asynchronously, are the caller's error: DeviceError naming the op, devices and shapes.
+Backend& backend_of(const char* op, std::initializer_list<const Tensor*> operands) {
   const Tensor* first = nullptr;
   for (const Tensor* t : operands) {
     if (!t->defined()) continue;
     if (first == nullptr) first = t;
-    COHORT_CHECK(t->device() == first->device(), "{}: operands on {} and {}", op, device_name(first->device()),
-                 device_name(t->device()));
+    if (t->device() != first->device()) [[unlikely]]
+      throw DeviceError(fmt::format("{}: operands on different devices ({}); move them with to() first", op,
+                                    describe_operands(operands)));
+    if (t->copy_in_flight()) [[unlikely]]
+      throw DeviceError(fmt::format("{}: an operand of shape {} on {} is still being copied by a CopyStream; call its "
+                                    "synchronize() first",
+                                    op, t->shape(), device_name(t->device())));
   }
   COHORT_CHECK(first != nullptr, "{}: no defined operand", op);
-  return first->device();
-}
-
-template <typename CpuKernel>
-decltype(auto) dispatch(const char* op, std::initializer_list<const Tensor*> operands, CpuKernel&& cpu_kernel) {
-  const Device device = common_device(op, operands);
-  if (device == Device::CPU) return cpu_kernel();
-  throw DeviceError(fmt::format("{}: no {} kernel in this build", op, device_name(device)));
+  return backend_for(first->device());
 }
 
 void check_same_shape(const char* op, const Tensor& a, const Tensor& b) {
@@ -70,35 +94,50 @@ void check_channels(const char* op, const Tensor& x, std::initializer_list<const
 }  // namespace
 
 void fill(const Tensor& x, float value) {
-  dispatch("fill", {&x}, [&] { cpu::fill(x, value); });
+  backend_of("fill", {&x}).fill(x, value);
 }
 
 void copy(const Tensor& source, const Tensor& destination) {
   COHORT_CHECK(source.numel() == destination.numel(), "copy: {} into {}", source.shape(), destination.shape());
-  dispatch("copy", {&source, &destination}, [&] { cpu::copy(source, destination); });
+  if (source.device() == destination.device()) {
+    backend_of("copy", {&source, &destination}).copy(source, destination);
+    return;
+  }
+  // Between devices: through the host, which every backend reaches.
+  backend_of("copy", {&source});
+  backend_of("copy", {&destination});
+  if (destination.device() == Device::CPU) {
+    backend_for(source.device()).copy_to_host(source, destination.data());
+  } else if (source.device() == Device::CPU) {
+    backend_for(destination.device()).copy_from_host(source.data(), destination);
+  } else {
+    const Tensor staging = Tensor::uninitialized(source.shape(), Device::CPU);
+    backend_for(source.device()).copy_to_host(source, staging.data());
+    backend_for(destination.device()).copy_from_host(staging.data(), destination);
+  }
 }
 
 void axpy(float alpha, const Tensor& x, const Tensor& y) {
   check_same_shape("axpy", x, y);
-  dispatch("axpy", {&x, &y}, [&] { cpu::axpy(alpha, x, y); });
+  backend_of("axpy", {&x, &y}).axpy(alpha, x, y);
 }
 
 void scale(const Tensor& x, float alpha) {
-  dispatch("scale", {&x}, [&] { cpu::scale(x, alpha); });
+  backend_of("scale", {&x}).scale(x, alpha);
 }
 
 void multiply(const Tensor& a, const Tensor& b, const Tensor& out) {
   check_same_shape("multiply", a, b);
   check_same_shape("multiply", a, out);
-  dispatch("multiply", {&a, &b, &out}, [&] { cpu::multiply(a, b, out); });
+  backend_of("multiply", {&a, &b, &out}).multiply(a, b, out);
 }
 
 double sum(const Tensor& x) {
-  return dispatch("sum", {&x}, [&] { return cpu::sum(x); });
+  return backend_of("sum", {&x}).sum(x);
 }
 
 double sum_of_squares(const Tensor& x) {
-  return dispatch("sum_of_squares", {&x}, [&] { return cpu::sum_of_squares(x); });
+  return backend_of("sum_of_squares", {&x}).sum_of_squares(x);
 }
 
 void matmul(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b, const Tensor& c, float alpha,
@@ -111,118 +150,125 @@ void matmul(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b
   const std::int64_t n = transpose_b ? b.dim(0) : b.dim(1);
   COHORT_CHECK(k == kb && c.dim(0) == m && c.dim(1) == n, "matmul: {}{} x {}{} into {}", a.shape(),
                transpose_a ? "^T" : "", b.shape(), transpose_b ? "^T" : "", c.shape());
-  dispatch("matmul", {&a, &b, &c}, [&] {
-    cpu::gemm(transpose_a, transpose_b, m, n, k, alpha, a.raw(), a.dim(1), b.raw(), b.dim(1), beta, c.raw(), n);
-  });
+  backend_of("matmul", {&a, &b, &c}).matmul(a, transpose_a, b, transpose_b, c, alpha, beta);
 }
 
 void add_bias(const Tensor& y, const Tensor& bias) {
   check_channels("add_bias", y, {&bias});
-  dispatch("add_bias", {&y, &bias}, [&] { cpu::add_bias(y, bias); });
+  backend_of("add_bias", {&y, &bias}).add_bias(y, bias);
 }
 
 void bias_gradient(const Tensor& dy, const Tensor& dbias) {
   check_channels("bias_gradient", dy, {&dbias});
-  dispatch("bias_gradient", {&dy, &dbias}, [&] { cpu::bias_gradient(dy, dbias); });
+  backend_of("bias_gradient", {&dy, &dbias}).bias_gradient(dy, dbias);
 }
 
 void activation_forward(Activation activation, const Tensor& x, const Tensor& y) {
   check_same_shape("activation_forward", x, y);
-  dispatch("activation_forward", {&x, &y}, [&] { cpu::activation_forward(activation, x, y); });
+  backend_of("activation_forward", {&x, &y}).activation_forward(activation, x, y);
 }
 
 void activation_backward(Activation activation, const Tensor& y, const Tensor& dy, const Tensor& dx) {
   check_same_shape("activation_backward", y, dy);
   check_same_shape("activation_backward", y, dx);
-  dispatch("activation_backward", {&y, &dy, &dx}, [&] { cpu::activation_backward(activation, y, dy, dx); });
+  backend_of("activation_backward", {&y, &dy, &dx}).activation_backward(activation, y, dy, dx);
 }
 
-void conv2d_forward(const Tensor& x, const Tensor& kernel, const Tensor& bias, const Tensor& y,
-                    const Conv2dGeometry& geometry) {
-  check_conv(x, kernel, y, geometry);
-  if (bias.defined()) COHORT_CHECK(bias.shape() == Shape({geometry.out_c}), "conv2d: bias {}", bias.shape());
-  dispatch("conv2d_forward", {&x, &kernel, &bias, &y}, [&] { cpu::conv2d_forward(x, kernel, bias, y, geometry); });
+void conv2d_forward(Conv2dPlan& plan, const Tensor& x, const Tensor& kernel, const Tensor& bias, const Tensor& y) {
+  Backend& backend = backend_of("conv2d_forward", {&x, &kernel, &bias, &y});
+  Conv2dGeometry g = plan.geometry();
+  g.batch = x.rank() > 0 ? x.dim(0) : 0;
+  check_conv(x, kernel, y, g);
+  if (bias.defined()) COHORT_CHECK(bias.shape() == Shape({g.out_c}), "conv2d: bias {}", bias.shape());
+  plan.prepare(x.device());
+  backend.conv2d_forward(plan.state(), g, x, kernel, bias, y);
 }
 
-void conv2d_backward(const Tensor& x, const Tensor& kernel, const Tensor& dy, const Tensor& dx, const Tensor& dkernel,
-                     const Tensor& dbias, const Conv2dGeometry& geometry) {
-  check_conv(x, kernel, dy, geometry);
+void conv2d_backward(Conv2dPlan& plan, const Tensor& x, const Tensor& kernel, const Tensor& dy, const Tensor& dx,
+                     const Tensor& dkernel, const Tensor& dbias) {
+  Backend& backend = backend_of("conv2d_backward", {&x, &kernel, &dy, &dx, &dkernel, &dbias});
+  Conv2dGeometry g = plan.geometry();
+  g.batch = x.rank() > 0 ? x.dim(0) : 0;
+  check_conv(x, kernel, dy, g);
   check_same_shape("conv2d_backward", kernel, dkernel);
   if (dx.defined()) check_same_shape("conv2d_backward", x, dx);
-  if (dbias.defined()) COHORT_CHECK(dbias.shape() == Shape({geometry.out_c}), "conv2d: dbias {}", dbias.shape());
-  dispatch("conv2d_backward", {&x, &kernel, &dy, &dx, &dkernel, &dbias},
-           [&] { cpu::conv2d_backward(x, kernel, dy, dx, dkernel, dbias, geometry); });
+  if (dbias.defined()) COHORT_CHECK(dbias.shape() == Shape({g.out_c}), "conv2d: dbias {}", dbias.shape());
+  plan.prepare(x.device());
+  backend.conv2d_backward(plan.state(), g, x, kernel, dy, dx, dkernel, dbias);
 }
 
-void max_pool_forward(const Tensor& x, const Tensor& y, const Pool2dGeometry& geometry) {
-  check_pool(x, y, geometry);
-  dispatch("max_pool_forward", {&x, &y}, [&] { cpu::max_pool_forward(x, y, geometry); });
+void pool2d_forward(Pool2dPlan& plan, const Tensor& x, const Tensor& y) {
+  Backend& backend = backend_of("pool2d_forward", {&x, &y});
+  Pool2dGeometry g = plan.geometry();
+  g.batch = x.rank() > 0 ? x.dim(0) : 0;
+  check_pool(x, y, g);
+  plan.prepare(x.device());
+  backend.pool2d_forward(plan.state(), g, x, y);
 }
 
-void max_pool_backward(const Tensor& x, const Tensor& y, const Tensor& dy, const Tensor& dx,
-                       const Pool2dGeometry& geometry) {
-  check_pool(x, y, geometry);
-  check_same_shape("max_pool_backward", y, dy);
-  check_same_shape("max_pool_backward", x, dx);
-  dispatch("max_pool_backward", {&x, &y, &dy, &dx}, [&] { cpu::max_pool_backward(x, y, dy, dx, geometry); });
+void pool2d_backward(Pool2dPlan& plan, const Tensor& x, const Tensor& y, const Tensor& dy, const Tensor& dx) {
+  Backend& backend = backend_of("pool2d_backward", {&x, &y, &dy, &dx});
+  Pool2dGeometry g = plan.geometry();
+  g.batch = x.rank() > 0 ? x.dim(0) : 0;
+  check_pool(x, y, g);
+  check_same_shape("pool2d_backward", y, dy);
+  check_same_shape("pool2d_backward", x, dx);
+  plan.prepare(x.device());
+  backend.pool2d_backward(plan.state(), g, x, y, dy, dx);
 }
 
-void avg_pool_forward(const Tensor& x, const Tensor& y, const Pool2dGeometry& geometry) {
-  check_pool(x, y, geometry);
-  dispatch("avg_pool_forward", {&x, &y}, [&] { cpu::avg_pool_forward(x, y, geometry); });
-}
-
-void avg_pool_backward(const Tensor& dy, const Tensor& dx, const Pool2dGeometry& geometry) {
-  check_pool(dx, dy, geometry);
-  dispatch("avg_pool_backward", {&dy, &dx}, [&] { cpu::avg_pool_backward(dy, dx, geometry); });
-}
-
-void batch_norm_forward_training(const Tensor& x, const Tensor& gamma, const Tensor& beta, float epsilon,
+void batch_norm_forward_training(BatchNormPlan& plan, const Tensor& x, const Tensor& gamma, const Tensor& beta,
                                  const Tensor& y, const Tensor& batch_mean, const Tensor& batch_variance) {
+  Backend& backend = backend_of("batch_norm_forward_training", {&x, &gamma, &beta, &y, &batch_mean, &batch_variance});
   check_channels("batch_norm", x, {&gamma, &beta, &batch_mean, &batch_variance});
   check_same_shape("batch_norm", x, y);
   COHORT_CHECK(x.numel() > 0, "batch_norm: training needs a non-empty batch, got {}", x.shape());
-  dispatch("batch_norm_forward_training", {&x, &gamma, &beta, &y, &batch_mean, &batch_variance},
-           [&] { cpu::batch_norm_forward_training(x, gamma, beta, epsilon, y, batch_mean, batch_variance); });
+  plan.prepare(x.device());
+  backend.batch_norm_forward_training(plan.state(), plan.geometry(), x, gamma, beta, y, batch_mean, batch_variance);
 }
 
-void batch_norm_forward_inference(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& mean,
-                                  const Tensor& variance, float epsilon, const Tensor& y) {
+void batch_norm_forward_inference(BatchNormPlan& plan, const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                  const Tensor& mean, const Tensor& variance, const Tensor& y) {
+  Backend& backend = backend_of("batch_norm_forward_inference", {&x, &gamma, &beta, &mean, &variance, &y});
   check_channels("batch_norm", x, {&gamma, &beta, &mean, &variance});
   check_same_shape("batch_norm", x, y);
-  dispatch("batch_norm_forward_inference", {&x, &gamma, &beta, &mean, &variance, &y},
-           [&] { cpu::batch_norm_forward_inference(x, gamma, beta, mean, variance, epsilon, y); });
+  plan.prepare(x.device());
+  backend.batch_norm_forward_inference(plan.state(), plan.geometry(), x, gamma, beta, mean, variance, y);
 }
 
-void batch_norm_backward(const Tensor& x, const Tensor& gamma, const Tensor& dy, const Tensor& batch_mean,
-                         const Tensor& batch_variance, float epsilon, const Tensor& dx, const Tensor& dgamma,
+void batch_norm_backward(BatchNormPlan& plan, const Tensor& x, const Tensor& gamma, const Tensor& dy,
+                         const Tensor& batch_mean, const Tensor& batch_variance, const Tensor& dx, const Tensor& dgamma,
                          const Tensor& dbeta) {
+  Backend& backend =
+      backend_of("batch_norm_backward", {&x, &gamma, &dy, &batch_mean, &batch_variance, &dx, &dgamma, &dbeta});
   check_channels("batch_norm_backward", x, {&gamma, &batch_mean, &batch_variance, &dgamma, &dbeta});
   check_same_shape("batch_norm_backward", x, dy);
   if (dx.defined()) check_same_shape("batch_norm_backward", x, dx);
-  dispatch("batch_norm_backward", {&x, &gamma, &dy, &batch_mean, &batch_variance, &dx, &dgamma, &dbeta}, [&] {
-    cpu::batch_norm_backward(x, gamma, dy, batch_mean, batch_variance, epsilon, dx, dgamma, dbeta);
-  });
+  plan.prepare(x.device());
+  backend.batch_norm_backward(plan.state(), plan.geometry(), x, gamma, dy, batch_mean, batch_variance, dx, dgamma,
+                              dbeta);
 }
 
-void batch_norm_backward_inference(const Tensor& x, const Tensor& gamma, const Tensor& dy, const Tensor& mean,
-                                   const Tensor& variance, float epsilon, const Tensor& dx, const Tensor& dgamma,
+void batch_norm_backward_inference(BatchNormPlan& plan, const Tensor& x, const Tensor& gamma, const Tensor& dy,
+                                   const Tensor& mean, const Tensor& variance, const Tensor& dx, const Tensor& dgamma,
                                    const Tensor& dbeta) {
+  Backend& backend =
+      backend_of("batch_norm_backward_inference", {&x, &gamma, &dy, &mean, &variance, &dx, &dgamma, &dbeta});
   check_channels("batch_norm_backward_inference", x, {&gamma, &mean, &variance, &dgamma, &dbeta});
   check_same_shape("batch_norm_backward_inference", x, dy);
   if (dx.defined()) check_same_shape("batch_norm_backward_inference", x, dx);
-  dispatch("batch_norm_backward_inference", {&x, &gamma, &dy, &mean, &variance, &dx, &dgamma, &dbeta},
-           [&] { cpu::batch_norm_backward_inference(x, gamma, dy, mean, variance, epsilon, dx, dgamma, dbeta); });
+  plan.prepare(x.device());
+  backend.batch_norm_backward_inference(plan.state(), plan.geometry(), x, gamma, dy, mean, variance, dx, dgamma, dbeta);
 }
 
 void moving_average_update(const Tensor& moving, const Tensor& batch, float momentum) {
   check_same_shape("moving_average_update", moving, batch);
-  dispatch("moving_average_update", {&moving, &batch}, [&] { cpu::moving_average_update(moving, batch, momentum); });
+  backend_of("moving_average_update", {&moving, &batch}).moving_average_update(moving, batch, momentum);
 }
 
 void dropout_mask(const Tensor& mask, float rate, std::uint64_t seed) {
   COHORT_CHECK(rate >= 0.0f && rate < 1.0f, "dropout rate must be in [0, 1), got {}", rate);
-  dispatch("dropout_mask", {&mask}, [&] { cpu::dropout_mask(mask, rate, seed); });
+  backend_of("dropout_mask", {&mask}).dropout_mask(mask, rate, seed);
 }
 
 void sgd_update(const Tensor& value, const Tensor& gradient, const Tensor& velocity, float learning_rate,
@@ -230,8 +276,7 @@ void sgd_update(const Tensor& value, const Tensor& gradient, const Tensor& veloc
   check_same_shape("sgd_update", value, gradient);
   if (velocity.defined()) check_same_shape("sgd_update", value, velocity);
   COHORT_CHECK(momentum == 0.0f || velocity.defined(), "sgd_update: momentum needs a velocity slot");
-  dispatch("sgd_update", {&value, &gradient, &velocity},
-           [&] { cpu::sgd_update(value, gradient, velocity, learning_rate, momentum, nesterov, weight_decay); });
+  backend_of("sgd_update", {&value, &gradient, &velocity}).sgd_update(value, gradient, velocity, learning_rate, momentum, nesterov, weight_decay);
 }
 
 void adam_update(const Tensor& value, const Tensor& gradient, const Tensor& m, const Tensor& v, float learning_rate,
@@ -239,8 +284,7 @@ void adam_update(const Tensor& value, const Tensor& gradient, const Tensor& m, c
   check_same_shape("adam_update", value, gradient);
   check_same_shape("adam_update", value, m);
   check_same_shape("adam_update", value, v);
-  dispatch("adam_update", {&value, &gradient, &m, &v},
-           [&] { cpu::adam_update(value, gradient, m, v, learning_rate, beta_1, beta_2, epsilon, weight_decay); });
+  backend_of("adam_update", {&value, &gradient, &m, &v}).adam_update(value, gradient, m, v, learning_rate, beta_1, beta_2, epsilon, weight_decay);
 }
 
 void rmsprop_update(const Tensor& value, const Tensor& gradient, const Tensor& mean_square, const Tensor& mean_gradient,
@@ -250,29 +294,26 @@ void rmsprop_update(const Tensor& value, const Tensor& gradient, const Tensor& m
   check_same_shape("rmsprop_update", value, mean_square);
   if (mean_gradient.defined()) check_same_shape("rmsprop_update", value, mean_gradient);
   COHORT_CHECK(momentum == 0.0f || velocity.defined(), "rmsprop_update: momentum needs a velocity slot");
-  dispatch("rmsprop_update", {&value, &gradient, &mean_square, &mean_gradient, &velocity}, [&] {
-    cpu::rmsprop_update(value, gradient, mean_square, mean_gradient, velocity, learning_rate, rho, momentum, epsilon,
+  backend_of("rmsprop_update", {&value, &gradient, &mean_square, &mean_gradient, &velocity}).rmsprop_update(value, gradient, mean_square, mean_gradient, velocity, learning_rate, rho, momentum, epsilon,
                         weight_decay);
-  });
 }
 
 double softmax_cross_entropy(const Tensor& logits, const Tensor& labels, const Tensor& dlogits) {
   check_labels("softmax_cross_entropy", logits, labels);
   if (dlogits.defined()) check_same_shape("softmax_cross_entropy", logits, dlogits);
-  return dispatch("softmax_cross_entropy", {&logits, &labels, &dlogits},
-                  [&] { return cpu::softmax_cross_entropy(logits, labels, dlogits); });
+  return backend_of("softmax_cross_entropy", {&logits, &labels, &dlogits}).softmax_cross_entropy(logits, labels, dlogits);
 }
 
 double categorical_cross_entropy(const Tensor& probabilities, const Tensor& labels, const Tensor& dprobabilities) {
   check_labels("categorical_cross_entropy", probabilities, labels);
   if (dprobabilities.defined()) check_same_shape("categorical_cross_entropy", probabilities, dprobabilities);
-  return dispatch("categorical_cross_entropy", {&probabilities, &labels, &dprobabilities},
-                  [&] { return cpu::categorical_cross_entropy(probabilities, labels, dprobabilities); });
+  return backend_of("categorical_cross_entropy", {&probabilities, &labels, &dprobabilities}).categorical_cross_entropy(probabilities, labels, dprobabilities);
 }
 
 std::int64_t count_correct(const Tensor& scores, const Tensor& labels) {
   check_labels("count_correct", scores, labels);
-  return dispatch("count_correct", {&scores, &labels}, [&] { return cpu::count_correct(scores, labels); });
+  return backend_of("count_correct", {&scores, &labels}).count_correct(scores, labels);
 }
 
-}  // namespace cohort::ops
+}  // namespace ops
+}  // namespace cohort

@@ -1,35 +1,29 @@
 #include "cohort/tensor/tensor.hpp"
 
-#include <cstdlib>
 #include <cstring>
 
 #include "cohort/core/check.hpp"
-#include "cohort/core/config.hpp"
+#include "cohort/tensor/ops.hpp"
+#include "tensor/backend.hpp"
+#include "tensor/backend_access.hpp"
 
 namespace cohort {
-namespace {
 
-std::shared_ptr<float> allocate(std::int64_t count, Device device) {
-  if (device != Device::CPU) {
-    throw DeviceError(fmt::format("cannot allocate a {} tensor: this build of cohort (CUDA {}) has no backend for it",
-                                  device_name(device), COHORT_HAS_CUDA ? "found" : "not found"));
-  }
-  const std::size_t bytes = static_cast<std::size_t>(count) * sizeof(float);
-  // aligned_alloc needs a size that is a multiple of the alignment; never ask for zero bytes.
-  const std::size_t rounded = std::max<std::size_t>(Tensor::kAlignment,
-                                                    (bytes + Tensor::kAlignment - 1) / Tensor::kAlignment * Tensor::kAlignment);
-  auto* memory = static_cast<float*>(std::aligned_alloc(Tensor::kAlignment, rounded));
-  if (memory == nullptr) throw std::bad_alloc();
-  std::memset(memory, 0, rounded);
-  return std::shared_ptr<float>(memory, [](float* p) { std::free(p); });
-}
+Tensor::Tensor(Shape shape, Device device) : Tensor(std::move(shape), device, true, false) {}
 
-}  // namespace
-
-Tensor::Tensor(Shape shape, Device device) : shape_(std::move(shape)), device_(device) {
+Tensor::Tensor(Shape shape, Device device, bool zero_filled, bool pinned) : shape_(std::move(shape)), device_(device) {
   for (auto d : shape_.dims()) COHORT_CHECK(d >= 0, "tensor extents must be non-negative, got {}", shape_);
-  storage_ = allocate(shape_.numel(), device_);
+  Allocator& allocator = pinned ? pinned_host_allocator() : allocator_for(device);
+  storage_ = std::make_shared<Storage>(bytes(), device, allocator);
+  values_ = storage_->data();
+  if (!zero_filled || numel() == 0) return;
+  if (device == Device::CPU) std::memset(values_, 0, bytes());
+  else backend_for(device).fill(*this, 0.0f);
 }
+
+Tensor Tensor::uninitialized(Shape shape, Device device) { return Tensor(std::move(shape), device, false, false); }
+
+Tensor Tensor::pinned(Shape shape) { return Tensor(std::move(shape), Device::CPU, true, true); }
 
 Tensor Tensor::full(Shape shape, float value) {
   Tensor t(std::move(shape));
@@ -47,14 +41,37 @@ Tensor Tensor::from_values(Shape shape, std::span<const float> values) {
 
 float* Tensor::data() const {
   COHORT_CHECK(defined(), "tensor has no storage");
-  COHORT_CHECK(device_ == Device::CPU, "host access to a {} tensor", device_name(device_));
-  return raw();
+  if (device_ != Device::CPU) [[unlikely]]
+    throw DeviceError(fmt::format("host access to a {} tensor of shape {}: copy it to the host with to(Device::CPU) "
+                                  "or compute on it with ops",
+                                  device_name(device_), shape_));
+  return values_;
 }
 
 std::vector<float> Tensor::to_vector() const {
-  auto v = values();
+  const Tensor host = to(Device::CPU);
+  auto v = host.values();
   return {v.begin(), v.end()};
 }
+
+Tensor Tensor::to(Device device) const {
+  COHORT_CHECK(defined(), "to({}): tensor has no storage", device_name(device));
+  if (device == device_) return *this;
+  Tensor moved = uninitialized(shape_, device);
+  ops::copy(*this, moved);
+  return moved;
+}
+
+Tensor Tensor::clone() const {
+  COHORT_CHECK(defined(), "clone(): tensor has no storage");
+  Tensor t = uninitialized(shape_, device_);
+  ops::copy(*this, t);
+  return t;
+}
+
+void* Tensor::device_pointer() const { return values_; }
+
+bool Tensor::copy_in_flight() const { return storage_ != nullptr && storage_->copies_in_flight().load() > 0; }
 
 Tensor Tensor::view(Shape shape) const {
   COHORT_CHECK(shape.numel() == numel(), "cannot view shape {} as {}", shape_, shape);
@@ -68,14 +85,8 @@ Tensor Tensor::slice(std::int64_t begin, std::int64_t end) const {
                begin, end, shape_);
   Tensor t = *this;
   const std::int64_t row = dim(0) == 0 ? 0 : numel() / dim(0);
-  t.offset_ += begin * row;
+  t.values_ += begin * row;
   t.shape_[0] = end - begin;
-  return t;
-}
-
-Tensor Tensor::clone() const {
-  Tensor t(shape_, device_);
-  if (numel() > 0) std::memcpy(t.raw(), raw(), bytes());
   return t;
 }
 

@@ -9,7 +9,7 @@
 #include "cohort/tensor/ops.hpp"
 #include "core/archive_bytes.hpp"
 #include "core/sealed_file.hpp"
-#include "core/tensor_archive.hpp"
+#include "tensor/tensor_archive.hpp"
 #include "train/position_codec.hpp"
 
 namespace cohort::train {
@@ -80,6 +80,7 @@ TrainingPosition load_checkpoint(const std::filesystem::path& path, nn::Sequenti
     throw DataError(fmt::format("checkpoint {}: holds {} variables, the model {}", name, saved.size(), variables.size()));
   std::istringstream optimizer_state(payload.optimizer_state);
   optimizer.load_state(optimizer_state);
+  optimizer.to(model.device());
   for (const auto& v : variables) ops::copy(*saved[v->name], v->value);
   model.set_step(payload.position.model_step);
   return payload.position.position();

@@ -4,6 +4,7 @@
 #include "cohort/core/format.hpp"
 #include "cohort/core/logging.hpp"
 #include "cohort/ps/server.hpp"
+#include "cohort/tensor/ops.hpp"
 #include "cohort/train/variable_infos.hpp"
 #include "train/position_codec.hpp"
 
@@ -41,20 +42,49 @@ void ParameterServer::initialize(nn::Sequential& model, optim::Optimizer& optimi
                         {.optimizer_slots = optimizer.slots_per_variable(), .max_shard_bytes = options_.max_shard_bytes});
   ps::verify_same_plan(transport_, *plan_);
   if (is_server()) return;
+  // Servers and the wire work on host memory: a model on a device is staged through pinned buffers.
+  staged_ = model.device() != Device::CPU;
   std::vector<ps::LocalVariable> variables;
-  for (const auto& v : model.variables()) variables.push_back({v->name, v->value, v->gradient, v->trainable});
+  for (const auto& v : model.variables()) {
+    Mirror mirror{v, v->value, v->gradient};
+    if (staged_) {
+      mirror.value = Tensor::pinned(v->value.shape());
+      if (v->trainable) mirror.gradient = Tensor::pinned(v->gradient.shape());
+    }
+    variables.push_back({v->name, mirror.value, mirror.gradient, v->trainable});
+    mirrors_.push_back(std::move(mirror));
+  }
   std::vector<int> server_ranks;
   for (int rank = workers_; rank < transport_.size(); ++rank) server_ranks.push_back(rank);
   store_ = std::make_unique<ps::ParameterStore>(transport_, *plan_, std::move(server_ranks), std::move(variables));
   // A fresh run starts from the chief's variables; a resumed one from the servers' snapshots.
+  values_to_host(true);
   if (is_chief() && !resumed_from_) store_->initialize_servers();
   store_->pull();
+  values_from_host();
   optimizer.set_iterations(store_->step());
 }
 
 void ParameterServer::apply_gradients(nn::Sequential&, optim::Optimizer& optimizer, std::int64_t samples) {
+  if (staged_) {
+    for (const Mirror& m : mirrors_)
+      if (m.variable->trainable) ops::copy(m.variable->gradient, m.gradient);
+    values_to_host(false);  // non-trainable variables travel as their change since the last read
+  }
   store_->push_pull(samples);
+  values_from_host();
   optimizer.set_iterations(store_->step());  // the servers' optimizers decide the learning rate
+}
+
+void ParameterServer::values_to_host(bool trainable_too) {
+  if (!staged_) return;
+  for (const Mirror& m : mirrors_)
+    if (trainable_too || !m.variable->trainable) ops::copy(m.variable->value, m.value);
+}
+
+void ParameterServer::values_from_host() {
+  if (!staged_) return;
+  for (const Mirror& m : mirrors_) ops::copy(m.value, m.variable->value);
 }
 
 DataShare ParameterServer::data_share() const { return data_share_for(options_.data, transport_.rank(), workers_); }

@@ -1,47 +1,75 @@
 #include "cohort/train/ring_allreduce.hpp"
 
-#include <cstring>
-
-#include "cohort/comm/collectives.hpp"
 #include "cohort/core/check.hpp"
+#include "cohort/tensor/ops.hpp"
+#include "cohort/train/update.hpp"
 
 namespace cohort::train {
 
 RingAllreduce::RingAllreduce(comm::Transport& transport, RingAllreduceOptions options)
-    : transport_(transport), options_(options) {}
+    : RingAllreduce(std::shared_ptr<comm::Communicator>(comm::make_ring_communicator(transport)), options) {}
+
+RingAllreduce::RingAllreduce(std::shared_ptr<comm::Communicator> communicator, RingAllreduceOptions options)
+    : communicator_(std::move(communicator)), options_(options) {
+  COHORT_CHECK(communicator_ != nullptr, "RingAllreduce needs a communicator");
+}
+
+std::string RingAllreduce::name() const {
+  return communicator_->name() == "ring" ? "ring-allreduce" : "allreduce over " + communicator_->name();
+}
+
+void RingAllreduce::run_collective(const Tensor& buffer, bool broadcast) {
+  const bool direct = communicator_->accepts(buffer.device());
+  if (!direct) {
+    if (!staging_.defined() || staging_.numel() < buffer.numel()) staging_ = Tensor::pinned({buffer.numel()});
+    ops::copy(buffer, staging_.slice(0, buffer.numel()));
+  }
+  const Tensor& exchanged = direct ? buffer : staging_;
+  const comm::Buffer data{exchanged.device_pointer(), static_cast<std::size_t>(buffer.numel()), comm::DataType::Float32,
+                          exchanged.device()};
+  auto work = broadcast ? communicator_->broadcast(data, 0) : communicator_->allreduce(data, comm::ReduceOp::Sum);
+  work->wait(communicator_->timeout());
+  if (!direct) ops::copy(staging_.slice(0, buffer.numel()), buffer);
+}
 
 void RingAllreduce::initialize(nn::Sequential& model, optim::Optimizer&) {
   // Every variable, trainable or not, starts from the chief's value.
-  for (const auto& v : model.variables())
-    comm::broadcast(transport_, 0, std::as_writable_bytes(v->value.values()));
+  for (const auto& v : model.variables()) run_collective(v->value.view({v->value.numel()}), true);
 }
 
 void RingAllreduce::apply_gradients(nn::Sequential& model, optim::Optimizer& optimizer, std::int64_t samples) {
   const auto variables = model.trainable_variables();
-  std::size_t total = 1;
-  for (const auto& v : variables) total += static_cast<std::size_t>(v->gradient.numel());
-  buffer_.resize(total);
+  std::int64_t total = 0;
+  for (const auto& v : variables) total += v->gradient.numel();
+  if (!fused_.defined() || fused_.numel() != total + 1 || fused_.device() != model.device())
+    fused_ = Tensor({total + 1}, model.device());
   // Each process's mean gradient times its sample count, summed, over the summed counts: the gradient
   // of the mean loss over the whole global batch, however unevenly it was shared.
   const auto weight = static_cast<float>(samples);
-  std::size_t at = 0;
+  std::int64_t at = 0;
   for (const auto& v : variables) {
-    const float* g = v->gradient.data();
-    for (std::int64_t i = 0; i < v->gradient.numel(); ++i) buffer_[at++] = g[i] * weight;
+    const std::int64_t n = v->gradient.numel();
+    ops::copy(v->gradient.view({n}), fused_.slice(at, at + n));
+    at += n;
   }
-  buffer_[at] = weight;
-  comm::allreduce(transport_, buffer_);
-  const float global_samples = buffer_.back();
+  const Tensor gradients = fused_.slice(0, total), sample_count = fused_.slice(total, total + 1);
+  ops::scale(gradients, weight);
+  ops::fill(sample_count, weight);
+  run_collective(fused_, false);
+  const double global_samples = ops::sum(sample_count);
   COHORT_CHECK(global_samples > 0, "a step in which no process had any data");
-  const float inverse = 1.0f / global_samples;
+  ops::scale(gradients, 1.0f / static_cast<float>(global_samples));
   at = 0;
   for (const auto& v : variables) {
-    float* g = v->gradient.data();
-    for (std::int64_t i = 0; i < v->gradient.numel(); ++i) g[i] = buffer_[at++] * inverse;
+    const std::int64_t n = v->gradient.numel();
+    ops::copy(fused_.slice(at, at + n), v->gradient.view({n}));
+    at += n;
   }
-  optimizer.apply(variables);
+  update_variables(optimizer, variables);
 }
 
-DataShare RingAllreduce::data_share() const { return data_share_for(options_.data, transport_.rank(), transport_.size()); }
+DataShare RingAllreduce::data_share() const {
+  return data_share_for(options_.data, communicator_->rank(), communicator_->size());
+}
 
 }  // namespace cohort::train

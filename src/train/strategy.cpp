@@ -1,11 +1,12 @@
 #include "cohort/train/strategy.hpp"
 
 #include "cohort/core/error.hpp"
+#include "cohort/train/update.hpp"
 
 namespace cohort::train {
 
 void Local::apply_gradients(nn::Sequential& model, optim::Optimizer& optimizer, std::int64_t) {
-  optimizer.apply(model.trainable_variables());
+  update_variables(optimizer, model.trainable_variables());
 }
 
 DataShare data_share_for(DataPolicy policy, int replica, int replicas) {

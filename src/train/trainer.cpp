@@ -11,6 +11,7 @@
 #include "cohort/core/logging.hpp"
 #include "cohort/data/loader.hpp"
 #include "cohort/nn/loss.hpp"
+#include "cohort/tensor/copy_stream.hpp"
 #include "cohort/tensor/ops.hpp"
 #include "cohort/train/progress.hpp"
 
@@ -49,6 +50,53 @@ void check_compatible(const nn::Sequential& model, const data::Dataset& dataset)
                dataset.num_classes());
 }
 
+// Batches on the model's device. On the CPU they are the loader's own; elsewhere each batch is copied on
+// a CopyStream into one of two device buffers, so that the copy of batch k + 1 overlaps step k.
+class DeviceBatches {
+ public:
+  DeviceBatches(data::DataLoader::Epoch& source, Device device) : source_(source), device_(device) {
+    if (device_ != Device::CPU) stream_.emplace(device_);
+    pending_ = stage(source_.next());
+  }
+
+  std::optional<data::Batch> next() {
+    std::optional<data::Batch> ready = std::move(pending_);
+    if (!ready) return std::nullopt;
+    if (stream_) stream_->synchronize();
+    pending_ = stage(source_.next());
+    return ready;
+  }
+
+ private:
+  std::optional<data::Batch> stage(std::optional<data::Batch> host) {
+    if (!host || !stream_) return host;
+    Slot& slot = slots_[next_slot_];
+    next_slot_ = 1 - next_slot_;
+    data::Batch on_device{slot.take(host->images, device_), slot.take_labels(host->labels, device_), host->index};
+    stream_->copy(host->images, on_device.images);
+    stream_->copy(host->labels, on_device.labels);
+    return on_device;
+  }
+
+  // Two device buffers per kind, reused while the batch shape stays the same.
+  struct Slot {
+    Tensor images, labels;
+    Tensor take(const Tensor& like, Device device) { return reuse(images, like, device); }
+    Tensor take_labels(const Tensor& like, Device device) { return reuse(labels, like, device); }
+    static Tensor reuse(Tensor& buffer, const Tensor& like, Device device) {
+      if (!buffer.defined() || buffer.shape() != like.shape()) buffer = Tensor::uninitialized(like.shape(), device);
+      return buffer;
+    }
+  };
+
+  data::DataLoader::Epoch& source_;
+  Device device_;
+  std::optional<CopyStream> stream_;
+  Slot slots_[2];
+  int next_slot_ = 0;
+  std::optional<data::Batch> pending_;
+};
+
 }  // namespace
 
 Trainer::Trainer(nn::Sequential& model, std::unique_ptr<optim::Optimizer> optimizer, std::shared_ptr<Strategy> strategy)
@@ -65,8 +113,9 @@ std::pair<double, std::int64_t> Trainer::train_step(const Tensor& images, const 
   }
   const bool fused = model_.ends_with_softmax();
   const Tensor prediction = fused ? model_.forward_logits(images) : model_.forward(images);
-  if (!output_gradient_.defined() || output_gradient_.shape() != prediction.shape())
-    output_gradient_ = Tensor(prediction.shape());
+  if (!output_gradient_.defined() || output_gradient_.shape() != prediction.shape() ||
+      output_gradient_.device() != prediction.device())
+    output_gradient_ = Tensor(prediction.shape(), prediction.device());
   const double loss = nn::CategoricalCrossentropy{.from_logits = fused}.compute(prediction, labels, output_gradient_);
   if (!std::isfinite(loss))
     throw Error(fmt::format("the training loss became {} at step {} (learning rate {:.3g}); lower the learning rate",
@@ -95,6 +144,7 @@ History Trainer::fit(const data::Dataset& train, const FitOptions& options) {
                   position.batch_in_epoch, position.global_step);
     }
   }
+  optimizer_->to(model_.device());
   strategy_->initialize(model_, *optimizer_);  // after a resume, so that all processes start from the chief's
   if (strategy_->is_server()) {
     strategy_->serve(model_, *optimizer_, checkpoint_dir);
@@ -112,7 +162,8 @@ History Trainer::fit(const data::Dataset& train, const FitOptions& options) {
                                      .seed = position.data_seed + share.seed_offset,
                                      .transforms = options.transforms,
                                      .replica = share.replica,
-                                     .replicas = share.replicas};
+                                     .replicas = share.replicas,
+                                     .pinned = model_.device() != Device::CPU};
   const data::DataLoader loader(train, loader_options,
                                 strategy_->sampler(train.size(), loader_options.seed, options.shuffle));
   // With EachWorkerFullPass every replica reads the whole set: an epoch then means replicas passes.
@@ -145,8 +196,9 @@ History Trainer::fit(const data::Dataset& train, const FitOptions& options) {
     double loss_sum = 0;
     std::int64_t correct = 0, seen = 0;
     Logs logs;
-    auto batches = loader.epoch(epoch, position.batch_in_epoch);
-    while (auto batch = batches->next()) {
+    auto host_batches = loader.epoch(epoch, position.batch_in_epoch);
+    DeviceBatches batches(*host_batches, model_.device());
+    while (auto batch = batches.next()) {
       model_.train();
       const auto [loss, batch_correct] = train_step(batch->images, batch->labels);
       const std::int64_t count = batch->labels.numel();
@@ -206,12 +258,14 @@ Logs Trainer::evaluate(const data::Dataset& dataset, std::int64_t batch_size) {
   COHORT_CHECK(dataset.size() > 0, "evaluate() got an empty data set '{}'", dataset.description());
   ModeGuard mode(model_);
   model_.eval();
-  const data::DataLoader loader(dataset, {.batch_size = batch_size, .shuffle = false, .prefetch = 1});
+  const data::DataLoader loader(
+      dataset, {.batch_size = batch_size, .shuffle = false, .prefetch = 1, .pinned = model_.device() != Device::CPU});
   const bool fused = model_.ends_with_softmax();
   double loss_sum = 0;
   std::int64_t correct = 0;
-  auto batches = loader.epoch(0);
-  while (auto batch = batches->next()) {
+  auto host_batches = loader.epoch(0);
+  DeviceBatches batches(*host_batches, model_.device());
+  while (auto batch = batches.next()) {
     const Tensor prediction = fused ? model_.forward_logits(batch->images) : model_.forward(batch->images);
     loss_sum += nn::CategoricalCrossentropy{.from_logits = fused}.compute(prediction, batch->labels) *
                 static_cast<double>(batch->labels.numel());
@@ -229,7 +283,7 @@ Tensor Trainer::predict(const Tensor& images, std::int64_t batch_size) {
   Tensor outputs(model_.output_shape().batched(n));
   for (std::int64_t begin = 0; begin < n; begin += batch_size) {
     const std::int64_t end = std::min(n, begin + batch_size);
-    ops::copy(model_.forward(images.slice(begin, end)), outputs.slice(begin, end));
+    ops::copy(model_.forward(images.slice(begin, end).to(model_.device())), outputs.slice(begin, end));
   }
   return outputs;
 }

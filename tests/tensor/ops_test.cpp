@@ -95,14 +95,15 @@ TEST_CASE("conv2d forward matches direct convolution over odd shapes, strides, p
                         {130, 4, 4, 8, 12, 3, 1, true}, {2, 3, 3, 8, 8, 3, 1, false}};
   for (const Case& t : cases) {
     const Conv2dGeometry g = conv_geometry(t.batch, t.h, t.w, t.c, t.f, t.k, t.stride, t.same);
+    Conv2dPlan plan(g, Device::CPU);
     const Tensor x = random_tensor({g.batch, g.in_h, g.in_w, g.in_c}, 3);
     const Tensor w = random_tensor({g.kernel_h, g.kernel_w, g.in_c, g.out_c}, 4);
     const Tensor bias = random_tensor({g.out_c}, 5);
     Tensor y({g.batch, g.out_h, g.out_w, g.out_c});
-    ops::conv2d_forward(x, w, bias, y, g);
+    ops::conv2d_forward(plan, x, w, bias, y);
     INFO("batch " << t.batch << " " << t.h << "x" << t.w << "x" << t.c << " k" << t.k << " s" << t.stride << " same " << t.same);
     CHECK(max_abs_difference(y, reference_conv(x, w, bias, g)) < 1e-4f);
-    ops::conv2d_forward(x, w, Tensor(), y, g);
+    ops::conv2d_forward(plan, x, w, Tensor(), y);
     CHECK(max_abs_difference(y, reference_conv(x, w, Tensor(), g)) < 1e-4f);
   }
 }
@@ -115,11 +116,12 @@ TEST_CASE("conv2d backward matches the direct data and kernel gradients", "[ops]
   for (const Case& t : {Case{2, 5, 6, 3, 4, 1, true}, Case{3, 7, 5, 8, 8, 1, true}, Case{2, 6, 6, 9, 8, 1, false},
                         Case{2, 7, 7, 8, 8, 2, true}, Case{40, 3, 3, 8, 16, 1, true}}) {
     const Conv2dGeometry g = conv_geometry(t.batch, t.h, t.w, t.c, t.f, 3, t.stride, t.same);
+    Conv2dPlan plan(g, Device::CPU);
     const Tensor x = random_tensor({g.batch, g.in_h, g.in_w, g.in_c}, 21);
     const Tensor w = random_tensor({3, 3, g.in_c, g.out_c}, 22);
     const Tensor dy = random_tensor({g.batch, g.out_h, g.out_w, g.out_c}, 23);
     Tensor dx(x.shape()), dw(w.shape()), db({g.out_c});
-    ops::conv2d_backward(x, w, dy, dx, dw, db, g);
+    ops::conv2d_backward(plan, x, w, dy, dx, dw, db);
     Tensor expected_dx(x.shape()), expected_dw(w.shape());
     for (std::int64_t n = 0; n < g.batch; ++n)
       for (std::int64_t oh = 0; oh < g.out_h; ++oh)
@@ -145,14 +147,15 @@ TEST_CASE("conv2d backward matches the direct data and kernel gradients", "[ops]
 
 TEST_CASE("conv2d results do not depend on the thread count", "[ops][conv]") {
   const Conv2dGeometry g = conv_geometry(33, 10, 10, 8, 16, 3, 1, true);
+  Conv2dPlan plan(g, Device::CPU);
   const Tensor x = random_tensor({g.batch, g.in_h, g.in_w, g.in_c}, 6);
   const Tensor w = random_tensor({3, 3, 8, 16}, 7);
   const Tensor dy = random_tensor({g.batch, g.out_h, g.out_w, g.out_c}, 8);
   auto run = [&](int threads) {
     set_num_threads(threads);
     Tensor y({g.batch, g.out_h, g.out_w, g.out_c}), dx(x.shape()), dw(w.shape()), db({16});
-    ops::conv2d_forward(x, w, Tensor(), y, g);
-    ops::conv2d_backward(x, w, dy, dx, dw, db, g);
+    ops::conv2d_forward(plan, x, w, Tensor(), y);
+    ops::conv2d_backward(plan, x, w, dy, dx, dw, db);
     return std::make_tuple(y, dx, dw);
   };
   const auto [y1, dx1, dw1] = run(1);
@@ -167,8 +170,12 @@ TEST_CASE("pooling matches the reference, including clipped windows", "[ops]") {
   const Pool2dGeometry g{2, 5, 5, 3, 3, 3, 2, 2, 2, 2, 0, 0};  // same padding: 5 -> 3, last window clipped
   const Tensor x = random_tensor({2, 5, 5, 3}, 9);
   Tensor max_y({2, 3, 3, 3}), avg_y({2, 3, 3, 3});
-  ops::max_pool_forward(x, max_y, g);
-  ops::avg_pool_forward(x, avg_y, g);
+  Pool2dPlan max_plan(g, Device::CPU);
+  Pool2dGeometry average = g;
+  average.mode = PoolMode::Average;
+  Pool2dPlan avg_plan(average, Device::CPU);
+  ops::pool2d_forward(max_plan, x, max_y);
+  ops::pool2d_forward(avg_plan, x, avg_y);
   for (std::int64_t n = 0; n < 2; ++n)
     for (std::int64_t oh = 0; oh < 3; ++oh)
       for (std::int64_t ow = 0; ow < 3; ++ow)
@@ -227,7 +234,7 @@ TEST_CASE("dropout masks keep about 1 - rate, scale survivors and depend only on
 TEST_CASE("ops refuse operands of mismatched shapes", "[ops]") {
   CHECK_THROWS_AS(ops::axpy(1.0f, Tensor({3}), Tensor({4})), InvalidArgument);
   CHECK_THROWS_AS(ops::add_bias(Tensor({2, 3}), Tensor({2})), InvalidArgument);
-  const Conv2dGeometry g = conv_geometry(1, 4, 4, 2, 3, 3, 1, true);
+  Conv2dPlan plan(conv_geometry(1, 4, 4, 2, 3, 3, 1, true), Device::CPU);
   Tensor y({1, 4, 4, 3});
-  CHECK_THROWS_AS(ops::conv2d_forward(Tensor({1, 4, 4, 3}), Tensor({3, 3, 2, 3}), Tensor(), y, g), InvalidArgument);
+  CHECK_THROWS_AS(ops::conv2d_forward(plan, Tensor({1, 4, 4, 3}), Tensor({3, 3, 2, 3}), Tensor(), y), InvalidArgument);
 }

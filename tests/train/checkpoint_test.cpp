@@ -7,6 +7,7 @@
 #include "cohort/nn/dense.hpp"
 #include "cohort/optim/adam.hpp"
 #include "cohort/train/checkpoint.hpp"
+#include "cohort/train/update.hpp"
 #include "test_util.hpp"
 
 using namespace cohort;
@@ -25,7 +26,7 @@ void take_a_step(nn::Sequential& model, optim::Adam& adam) {
   model.train();
   model.forward(test_util::random_tensor({5, 4}, 3));
   model.backward(test_util::random_tensor({5, 3}, 4));
-  adam.apply(model.trainable_variables());
+  train::update_variables(adam, model.trainable_variables());
 }
 
 std::string read_bytes(const std::filesystem::path& path) {

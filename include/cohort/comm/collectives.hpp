@@ -6,6 +6,8 @@
 //
 //   comm::allreduce(transport, gradients, {.op = comm::ReduceOp::Mean});
 //   comm::broadcast(transport, /*root=*/0, std::as_writable_bytes(std::span(weights)));
+// The element type is an option of the reductions (gloo's AllreduceOptions), so that 16-bit gradients
+// need no second code path; the wire carries the elements as they are.
 
 #include <cstddef>
 #include <span>
@@ -18,8 +20,13 @@ inline constexpr Tag kCollectiveTag = 0xC011EC7100000000ull;
 
 enum class ReduceOp { Sum, Mean };
 
+// The element types collectives reduce. Float32 is the one gradients use today.
+enum class DataType { Float32 };
+constexpr std::size_t size_of(DataType) { return 4; }
+
 struct AllreduceOptions {
   ReduceOp op = ReduceOp::Sum;
+  DataType type = DataType::Float32;
   // Each ring step moves its chunk in segments of this size, so that reducing one segment overlaps
   // receiving the next.
   std::size_t segment_bytes = 256 * 1024;
@@ -33,6 +40,10 @@ void broadcast(Transport& transport, int root, std::span<std::byte> data, Tag ta
 // all = the `mine` of rank 0, then rank 1, ...; all.size() must be size() * mine.size().
 void allgather(Transport& transport, std::span<const std::byte> mine, std::span<std::byte> all, Tag tag = kCollectiveTag);
 // Element-wise sum (or mean) of `data` across ranks, in place; every rank ends with identical values.
-void allreduce(Transport& transport, std::span<float> data, const AllreduceOptions& options = {});
+// `data` holds elements of options.type.
+void allreduce(Transport& transport, std::span<std::byte> data, const AllreduceOptions& options = {});
+inline void allreduce(Transport& transport, std::span<float> data, const AllreduceOptions& options = {}) {
+  allreduce(transport, std::as_writable_bytes(data), options);
+}
 
 }  // namespace cohort::comm

@@ -38,6 +38,8 @@ struct LoaderOptions {
   // some get a short or an empty batch, so that no sample is dropped or seen twice.
   int replica = 0;
   int replicas = 1;
+  // Batches in page-locked host memory, the fast source of copies to a GPU.
+  bool pinned = false;
 };
 
 struct Batch {

@@ -7,6 +7,7 @@
 //   model.add(nn::BatchNormalization());
 
 #include "cohort/nn/layer.hpp"
+#include "cohort/tensor/ops.hpp"
 
 namespace cohort::nn {
 
@@ -30,6 +31,7 @@ class BatchNormalization : public Layer {
  private:
   BatchNormalizationOptions options_;
   bool used_batch_statistics_ = false;
+  BatchNormPlan plan_;
   VariablePtr gamma_, beta_, moving_mean_, moving_variance_;
   Tensor input_, output_, input_gradient_, batch_mean_, batch_variance_;
 };

@@ -21,12 +21,10 @@ class Conv2D : public Layer {
   Tensor backward(const Tensor& dy, bool need_input_gradient) override;
 
  private:
-  Conv2dGeometry geometry_for(std::int64_t batch) const;
-
   int filters_, kernel_size_, stride_;
   Padding padding_;
   bool use_bias_;
-  Conv2dGeometry geometry_;  // batch filled per call
+  Conv2dPlan plan_;
   VariablePtr kernel_, bias_;
   Tensor input_, output_, input_gradient_;
 };

@@ -5,7 +5,9 @@
 // through the VariableFactory and returns the output sample shape. forward() maps a batch (N, ...) and
 // keeps what backward() needs; backward() receives dL/dy, writes dL/dw into each trainable variable's
 // gradient and returns dL/dx (an undefined tensor when the caller does not need it).
-// Layers compute through tensor/ops.hpp only, so they run on any device with a backend.
+// Layers compute through tensor/ops.hpp only, so they run on any device with a backend: variables come
+// from the factory on the model's device, buffers follow the device of the tensors passed in (reuse()),
+// and host values are never read or written on a device path.
 //
 //   class Square : public nn::Layer { ... };   // see docs/adding_a_layer.md
 
@@ -29,9 +31,11 @@ struct ForwardContext {
 // Creates the variables of one layer with scoped names and a reproducible per-variable random stream.
 class VariableFactory {
  public:
-  VariableFactory(std::string scope, std::uint64_t seed, int first_creation_order)
-      : scope_(std::move(scope)), seed_(seed), next_order_(first_creation_order) {}
+  VariableFactory(std::string scope, std::uint64_t seed, int first_creation_order, Device device = Device::CPU)
+      : scope_(std::move(scope)), seed_(seed), next_order_(first_creation_order), device_(device) {}
 
+  // The model's device: variables and a layer's plans are made there.
+  Device device() const { return device_; }
   VariablePtr create(const std::string& name, Shape shape, bool trainable);
   // A random stream for initializing the variable created last; depends only on the model seed and the
   // variable's full name, so adding a layer elsewhere does not change this one's initial values.
@@ -44,6 +48,7 @@ class VariableFactory {
   std::string scope_;
   std::uint64_t seed_;
   int next_order_;
+  Device device_;
   std::vector<VariablePtr> created_;
 };
 
@@ -64,8 +69,8 @@ class Layer {
   const std::vector<VariablePtr>& variables() const { return variables_; }
 
  protected:
-  // Reuses `buffer` when it already has `shape`, so steady-state steps allocate nothing.
-  static const Tensor& reuse(Tensor& buffer, const Shape& shape);
+  // Reuses `buffer` when it already has `shape` on `device`, so steady-state steps allocate nothing.
+  static const Tensor& reuse(Tensor& buffer, const Shape& shape, Device device);
 
   std::vector<VariablePtr> variables_;
 

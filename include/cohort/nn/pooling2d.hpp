@@ -13,48 +13,34 @@ namespace cohort::nn {
 class Pooling2D : public Layer {
  public:
   // stride 0 means "equal to the pool size".
-  Pooling2D(int pool_size, int stride, Padding padding);
+  Pooling2D(PoolMode mode, int pool_size, int stride, Padding padding);
 
   Shape build(const Shape& input_sample_shape, VariableFactory& factory) override;
   Tensor forward(const Tensor& x, const ForwardContext& context) override;
   Tensor backward(const Tensor& dy, bool need_input_gradient) override;
 
- protected:
-  virtual void pool_forward(const Tensor& x, const Tensor& y, const Pool2dGeometry& g) = 0;
-  virtual void pool_backward(const Tensor& x, const Tensor& y, const Tensor& dy, const Tensor& dx,
-                             const Pool2dGeometry& g) = 0;
-
  private:
+  PoolMode mode_;
   int pool_size_, stride_;
   Padding padding_;
-  Pool2dGeometry geometry_;
+  Pool2dPlan plan_;
   Tensor input_, output_, input_gradient_;
 };
 
 class MaxPooling2D : public Pooling2D {
  public:
   explicit MaxPooling2D(int pool_size = 2, int stride = 0, Padding padding = Padding::Valid)
-      : Pooling2D(pool_size, stride, padding) {}
+      : Pooling2D(PoolMode::Max, pool_size, stride, padding) {}
   std::string type_name() const override { return "MaxPooling2D"; }
   std::string name_stem() const override { return "max_pooling2d"; }
-
- protected:
-  void pool_forward(const Tensor& x, const Tensor& y, const Pool2dGeometry& g) override;
-  void pool_backward(const Tensor& x, const Tensor& y, const Tensor& dy, const Tensor& dx,
-                     const Pool2dGeometry& g) override;
 };
 
 class AveragePooling2D : public Pooling2D {
  public:
   explicit AveragePooling2D(int pool_size = 2, int stride = 0, Padding padding = Padding::Valid)
-      : Pooling2D(pool_size, stride, padding) {}
+      : Pooling2D(PoolMode::Average, pool_size, stride, padding) {}
   std::string type_name() const override { return "AveragePooling2D"; }
   std::string name_stem() const override { return "average_pooling2d"; }
-
- protected:
-  void pool_forward(const Tensor& x, const Tensor& y, const Pool2dGeometry& g) override;
-  void pool_backward(const Tensor& x, const Tensor& y, const Tensor& dy, const Tensor& dx,
-                     const Pool2dGeometry& g) override;
 };
 
 }  // namespace cohort::nn

@@ -2,7 +2,8 @@
 // Sequential: a linear stack of layers with Keras semantics. Each add() builds the layer right away for
 // the current output shape and names it Keras-style (conv2d, conv2d_1, ...), so variables exist, with
 // stable names and creation order, as soon as the model is defined. Initial values depend only on the
-// model seed and the variable names.
+// model seed and the variable names, not on the device. A model lives on one device: it is built there
+// (the constructor's device) or moved there with to(); its batches must be on that device too.
 //
 //   nn::Sequential model({28, 28, 1});
 //   model.add(nn::Conv2D(32, 3, nn::Padding::Same)).add(nn::ReLU()).add(nn::Flatten()).add(nn::Dense(10));
@@ -21,7 +22,7 @@ namespace cohort::nn {
 
 class Sequential {
  public:
-  explicit Sequential(Shape input_shape, std::uint64_t seed = 0);
+  explicit Sequential(Shape input_shape, std::uint64_t seed = 0, Device device = Device::CPU);
   Sequential(Sequential&&) noexcept = default;
   Sequential& operator=(Sequential&&) noexcept = default;
 
@@ -30,6 +31,10 @@ class Sequential {
     return add(std::unique_ptr<Layer>(new L(std::move(layer))));
   }
   Sequential& add(std::unique_ptr<Layer> layer);
+
+  Device device() const { return device_; }
+  // Moves every variable and gradient to `device`; layers' buffers and plans follow on the next call.
+  Sequential& to(Device device);
 
   // Mode for forward(): train() enables dropout and batch statistics; eval() is inference.
   void train() { training_ = true; }
@@ -68,6 +73,7 @@ class Sequential {
 
   Shape input_shape_;
   std::uint64_t seed_;
+  Device device_;
   std::vector<std::unique_ptr<Layer>> layers_;
   std::vector<Shape> output_shapes_;
   std::map<std::string, int> names_used_;

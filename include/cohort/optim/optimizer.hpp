@@ -4,10 +4,13 @@
 // only its own variable's slots, a parameter server can own any subset of the variables and their state.
 //
 // Learning rate at iteration t: schedule(t) / (1 + decay * t), Keras' legacy `decay`.
-// The state (slots and iteration count) serializes to a versioned binary archive.
+// The state (slots and iteration count) serializes to a versioned binary archive. Slots live on the
+// device of their variable; to() moves them (after loading state saved on another device).
 //
 //   optim::Adam adam({.learning_rate = optim::constant(1e-3)});
-//   adam.apply(model.trainable_variables());   // one step over all of them
+//   adam.apply("dense/kernel", kernel, kernel_gradient);
+//   adam.finish_step();
+// (train::apply_gradients(optimizer, model.trainable_variables()) does one step over a model.)
 
 #include <cstdint>
 #include <iosfwd>
@@ -15,7 +18,6 @@
 #include <string>
 #include <vector>
 
-#include "cohort/nn/variable.hpp"
 #include "cohort/optim/schedule.hpp"
 #include "cohort/tensor/tensor.hpp"
 
@@ -34,11 +36,12 @@ class Optimizer {
   // Slots kept per trainable variable, each the variable's size: placement counts them as load.
   virtual int slots_per_variable() const = 0;
 
-  // Updates one variable from its gradient with the current iteration's learning rate.
+  // Updates one variable from its gradient with the current iteration's learning rate. State kept on
+  // another device than the variable's is a DeviceError (move it with to()).
   void apply(const std::string& variable_name, const Tensor& value, const Tensor& gradient);
-  // Updates every trainable variable of the list, then advances the iteration count.
-  void apply(const std::vector<nn::VariablePtr>& variables);
   void finish_step() { ++iterations_; }
+  // Moves every slot to `device`.
+  void to(Device device);
 
   std::int64_t iterations() const { return iterations_; }
   void set_iterations(std::int64_t iterations) { iterations_ = iterations; }

@@ -1,13 +1,22 @@
 #pragma once
 // Device-neutral tensor operations: the only compute entry points that layer, loss and optimizer code
-// call. Each checks shapes and devices, then dispatches to the backend of its operands' device
-// (src/tensor/backend.cpp chooses it in one place). Images are NHWC, convolution kernels HWIO
-// (Keras layout), matrices row-major. Outputs must be allocated by the caller with the right shape.
+// call. Each checks shapes and devices once, then calls the backend of its operands' device
+// (src/tensor/backend.hpp lists what a backend implements; src/tensor/backend.cpp picks it). Operands on
+// different devices, or in the middle of an asynchronous copy, are a DeviceError naming the op, the
+// devices and the shapes. Images are NHWC, convolution kernels HWIO (Keras layout), matrices row-major.
+// Outputs must be allocated by the caller with the right shape.
+//
+// Convolution, pooling and batch normalization take a plan: made once per layer at build time, it is
+// where a backend keeps what it prepares for a shape (descriptors, the algorithm it chose, a workspace
+// size). A plan follows its operands to another device by planning again there.
 //
 //   ops::matmul(x, false, w, false, y);          // y = x * w
 //   ops::activation_forward(Activation::Relu, y, y);
+//   Conv2dPlan plan(geometry, Device::CPU);      // once
+//   ops::conv2d_forward(plan, x, kernel, bias, y);
 
 #include <cstdint>
+#include <memory>
 
 #include "cohort/tensor/tensor.hpp"
 
@@ -23,18 +32,61 @@ struct Conv2dGeometry {
   std::int64_t pad_top = 0, pad_left = 0;  // bottom/right padding is implied by the output size
 };
 
-// Geometry of 2-D pooling over NHWC input; each window is clipped to the input.
+// Geometry of 2-D pooling over NHWC input; each window is clipped to the input. Average pooling counts
+// only the window cells inside the input (padding is not counted, as in Keras).
+enum class PoolMode { Max, Average };
 struct Pool2dGeometry {
   std::int64_t batch = 0, in_h = 0, in_w = 0, channels = 0;
   std::int64_t out_h = 0, out_w = 0;
   std::int64_t pool_h = 0, pool_w = 0, stride_h = 1, stride_w = 1;
   std::int64_t pad_top = 0, pad_left = 0;
+  PoolMode mode = PoolMode::Max;
 };
+
+// Batch normalization over all axes but the last, the channels.
+struct BatchNormGeometry {
+  std::int64_t channels = 0;
+  float epsilon = 1e-3f;
+};
+
+// What a backend prepared for one geometry; each backend derives its own.
+struct PlanState {
+  virtual ~PlanState() = default;
+};
+
+// A layer's plan for one op: its geometry (the batch size is taken from each call's operands) and the
+// state its device's backend made for it.
+template <class Geometry>
+class Plan {
+ public:
+  Plan() = default;
+  Plan(const Geometry& geometry, Device device);
+
+  const Geometry& geometry() const { return geometry_; }
+  Device device() const { return device_; }
+  const PlanState* state() const { return state_.get(); }
+  // Plans again when the operands have moved to another device.
+  void prepare(Device device);
+
+ private:
+  Geometry geometry_{};
+  Device device_ = Device::CPU;
+  std::shared_ptr<const PlanState> state_;
+};
+
+using Conv2dPlan = Plan<Conv2dGeometry>;
+using Pool2dPlan = Plan<Pool2dGeometry>;
+using BatchNormPlan = Plan<BatchNormGeometry>;
+extern template class Plan<Conv2dGeometry>;
+extern template class Plan<Pool2dGeometry>;
+extern template class Plan<BatchNormGeometry>;
 
 namespace ops {
 
 // ---- elementwise and reductions
 void fill(const Tensor& x, float value);
+// The one op whose operands may be on different devices: a synchronous transfer (CopyStream for
+// asynchronous ones).
 void copy(const Tensor& source, const Tensor& destination);
 void axpy(float alpha, const Tensor& x, const Tensor& y);            // y += alpha * x
 void scale(const Tensor& x, float alpha);                            // x *= alpha
@@ -55,32 +107,27 @@ void activation_forward(Activation activation, const Tensor& x, const Tensor& y)
 void activation_backward(Activation activation, const Tensor& y, const Tensor& dy, const Tensor& dx);
 
 // ---- convolution (bias may be undefined)
-void conv2d_forward(const Tensor& x, const Tensor& kernel, const Tensor& bias, const Tensor& y,
-                    const Conv2dGeometry& geometry);
+void conv2d_forward(Conv2dPlan& plan, const Tensor& x, const Tensor& kernel, const Tensor& bias, const Tensor& y);
 // Overwrites dkernel and dbias (when defined); dx is skipped when undefined (first layer).
-void conv2d_backward(const Tensor& x, const Tensor& kernel, const Tensor& dy, const Tensor& dx,
-                     const Tensor& dkernel, const Tensor& dbias, const Conv2dGeometry& geometry);
+void conv2d_backward(Conv2dPlan& plan, const Tensor& x, const Tensor& kernel, const Tensor& dy, const Tensor& dx,
+                     const Tensor& dkernel, const Tensor& dbias);
 
-// ---- pooling
-void max_pool_forward(const Tensor& x, const Tensor& y, const Pool2dGeometry& geometry);
-void max_pool_backward(const Tensor& x, const Tensor& y, const Tensor& dy, const Tensor& dx,
-                       const Pool2dGeometry& geometry);
-// Averages over the window cells that lie inside the input (padding is not counted, as in Keras).
-void avg_pool_forward(const Tensor& x, const Tensor& y, const Pool2dGeometry& geometry);
-void avg_pool_backward(const Tensor& dy, const Tensor& dx, const Pool2dGeometry& geometry);
+// ---- pooling (max or average, as the plan's geometry says); backward uses the forward's x and y
+void pool2d_forward(Pool2dPlan& plan, const Tensor& x, const Tensor& y);
+void pool2d_backward(Pool2dPlan& plan, const Tensor& x, const Tensor& y, const Tensor& dy, const Tensor& dx);
 
 // ---- batch normalization over all axes but the last (channels)
 // Training: normalizes with the batch statistics and returns them (mean, biased variance).
-void batch_norm_forward_training(const Tensor& x, const Tensor& gamma, const Tensor& beta, float epsilon,
+void batch_norm_forward_training(BatchNormPlan& plan, const Tensor& x, const Tensor& gamma, const Tensor& beta,
                                  const Tensor& y, const Tensor& batch_mean, const Tensor& batch_variance);
-void batch_norm_forward_inference(const Tensor& x, const Tensor& gamma, const Tensor& beta,
-                                  const Tensor& mean, const Tensor& variance, float epsilon, const Tensor& y);
-void batch_norm_backward(const Tensor& x, const Tensor& gamma, const Tensor& dy, const Tensor& batch_mean,
-                         const Tensor& batch_variance, float epsilon, const Tensor& dx, const Tensor& dgamma,
+void batch_norm_forward_inference(BatchNormPlan& plan, const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                  const Tensor& mean, const Tensor& variance, const Tensor& y);
+void batch_norm_backward(BatchNormPlan& plan, const Tensor& x, const Tensor& gamma, const Tensor& dy,
+                         const Tensor& batch_mean, const Tensor& batch_variance, const Tensor& dx, const Tensor& dgamma,
                          const Tensor& dbeta);
 // Backward of batch_norm_forward_inference: the statistics are constants.
-void batch_norm_backward_inference(const Tensor& x, const Tensor& gamma, const Tensor& dy, const Tensor& mean,
-                                   const Tensor& variance, float epsilon, const Tensor& dx, const Tensor& dgamma,
+void batch_norm_backward_inference(BatchNormPlan& plan, const Tensor& x, const Tensor& gamma, const Tensor& dy,
+                                   const Tensor& mean, const Tensor& variance, const Tensor& dx, const Tensor& dgamma,
                                    const Tensor& dbeta);
 // moving = moving * momentum + batch * (1 - momentum)
 void moving_average_update(const Tensor& moving, const Tensor& batch, float momentum);

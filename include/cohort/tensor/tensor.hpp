@@ -1,21 +1,28 @@
 #pragma once
-// Tensor: a dense, row-major float32 array with a shape and a device tag.
-// Storage is owned through a shared pointer and 64-byte aligned; view() and slice() are cheap views that
-// share it, clone() copies. New tensors are zero-filled.
+// Tensor: a dense, row-major float32 array with a shape, on a device.
+// Storage comes from the device's allocator and is owned through a shared pointer; view() and slice() are
+// cheap views that share it, clone() and to() copy. New tensors are zero-filled unless made uninitialized.
+// Host code reads and writes values only on the CPU (data(), values()); anything else goes through ops or
+// to(Device::CPU), so that a model on a GPU never touches device memory from the host.
 //
-//   Tensor x({2, 3});                 // zeros
-//   Tensor row = x.slice(1, 2);       // view of the second row, shape (1, 3)
-//   Tensor flat = x.view({6});        // same storage, new shape
+//   Tensor x({2, 3});                         // zeros, on the CPU
+//   Tensor row = x.slice(1, 2);               // view of the second row, shape (1, 3)
+//   Tensor on_device = x.to(Device::CUDA);    // a copy on the GPU; x.to(Device::CPU) is x itself
 
 #include <cstdint>
 #include <memory>
 #include <span>
 #include <vector>
 
-#include "cohort/tensor/device.hpp"
+#include "cohort/core/device.hpp"
 #include "cohort/tensor/shape.hpp"
 
 namespace cohort {
+
+class Storage;
+namespace detail {
+class BackendAccess;
+}
 
 class Tensor {
  public:
@@ -24,6 +31,10 @@ class Tensor {
   Tensor() = default;
   explicit Tensor(Shape shape, Device device = Device::CPU);
 
+  // Storage whose values are whatever the allocator handed out: for buffers that are written before read.
+  static Tensor uninitialized(Shape shape, Device device = Device::CPU);
+  // A zero-filled host tensor in page-locked memory, the fast source and target of device copies.
+  static Tensor pinned(Shape shape);
   static Tensor full(Shape shape, float value);
   static Tensor from_values(Shape shape, std::span<const float> values);
 
@@ -35,24 +46,34 @@ class Tensor {
   std::size_t bytes() const { return static_cast<std::size_t>(numel()) * sizeof(float); }
   Device device() const { return device_; }
 
-  // Host pointers; valid for CPU tensors only (checked).
+  // Host access, for CPU tensors only: DeviceError on any other device.
   float* data() const;
   std::span<float> values() const { return {data(), static_cast<std::size_t>(numel())}; }
+  // The values on the host, from any device (a copy).
   std::vector<float> to_vector() const;
 
-  // Raw pointer for backends, without the device check.
-  float* raw() const { return storage_.get() + offset_; }
+  // The tensor on `device`: itself when it is there already, else a copy.
+  Tensor to(Device device) const;
+  // A new tensor with the same values on the same device.
+  Tensor clone() const;
+  // The storage address, to hand to a library that works on this device (a communicator). Never
+  // dereference it on the host unless device() is Device::CPU.
+  void* device_pointer() const;
+  // True while an asynchronous copy (CopyStream) reads or writes this tensor's storage.
+  bool copy_in_flight() const;
 
   // A tensor with a new shape over the same storage; numel must match.
   Tensor view(Shape shape) const;
   // Rows [begin, end) along axis 0, sharing storage.
   Tensor slice(std::int64_t begin, std::int64_t end) const;
-  Tensor clone() const;
   bool shares_storage_with(const Tensor& other) const { return storage_ == other.storage_; }
 
  private:
-  std::shared_ptr<float> storage_;
-  std::int64_t offset_ = 0;
+  friend class detail::BackendAccess;
+  Tensor(Shape shape, Device device, bool zero_filled, bool pinned);
+
+  std::shared_ptr<Storage> storage_;
+  float* values_ = nullptr;  // the storage's base plus this view's offset
   Shape shape_;
   Device device_ = Device::CPU;
 };

@@ -78,11 +78,22 @@ class ParameterServer : public Strategy {
   const std::vector<ps::ServerStats>& final_server_stats() const { return final_stats_; }
 
  private:
+  // A model variable and the host tensors the store reads and writes for it: the variable's own on the
+  // CPU, pinned copies when the model is on a device.
+  struct Mirror {
+    nn::VariablePtr variable;
+    Tensor value, gradient;
+  };
+  void values_to_host(bool trainable_too);
+  void values_from_host();
+
   comm::Transport& transport_;
   int workers_;
   ParameterServerOptions options_;
   std::optional<ps::Plan> plan_;
   std::unique_ptr<ps::ParameterStore> store_;
+  std::vector<Mirror> mirrors_;
+  bool staged_ = false;  // the model is not on the CPU
   std::optional<ps::Manifest> resumed_from_;
   std::filesystem::path resumed_dir_;
   double reported_communication_seconds_ = 0;

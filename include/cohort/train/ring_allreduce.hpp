@@ -1,9 +1,13 @@
 #pragma once
 // RingAllreduce: Horovod-style data parallelism. Every process holds the whole model; the chief's
 // variables are broadcast at the start; each step every process computes gradients on its share of the
-// global batch, and the ring allreduce averages them, weighted by each process's sample count, so that
+// global batch, and an allreduce averages them, weighted by each process's sample count, so that
 // W processes at batch B take exactly the steps one process takes at batch W x B (up to float rounding).
 // Then every process applies the same update with its own optimizer.
+//
+// The allreduce runs on a Communicator: by default the ring over the cluster's transport, or Open MPI
+// (comm/mpi.hpp). Gradients on a device the communicator does not accept (a GPU without NCCL, the
+// emulated device) travel through one pinned host buffer.
 //
 // Data: by default an epoch is one pass over the data set across all processes (DataPolicy::OnePass);
 // EachWorkerFullPass reproduces TensorFlow's behaviour, where every worker reads the whole set.
@@ -12,8 +16,9 @@
 //   auto cluster = cluster::Cluster::from_environment();
 //   Trainer trainer(model, optim::SGD(...), std::make_shared<train::RingAllreduce>(cluster.transport()));
 
-#include <vector>
+#include <memory>
 
+#include "cohort/comm/communicator.hpp"
 #include "cohort/comm/transport.hpp"
 #include "cohort/train/strategy.hpp"
 
@@ -25,20 +30,26 @@ struct RingAllreduceOptions {
 
 class RingAllreduce : public Strategy {
  public:
-  // `transport` must outlive the strategy.
+  // The ring over `transport`, which must outlive the strategy.
   explicit RingAllreduce(comm::Transport& transport, RingAllreduceOptions options = {});
+  explicit RingAllreduce(std::shared_ptr<comm::Communicator> communicator, RingAllreduceOptions options = {});
 
-  std::string name() const override { return "ring-allreduce"; }
-  int replicas() const override { return transport_.size(); }
-  bool is_chief() const override { return transport_.rank() == 0; }
+  std::string name() const override;
+  int replicas() const override { return communicator_->size(); }
+  bool is_chief() const override { return communicator_->rank() == 0; }
   void initialize(nn::Sequential& model, optim::Optimizer& optimizer) override;
   void apply_gradients(nn::Sequential& model, optim::Optimizer& optimizer, std::int64_t samples) override;
   DataShare data_share() const override;
 
  private:
-  comm::Transport& transport_;
+  // Runs one collective on `buffer` (any device), through the pinned host buffer when the communicator
+  // does not take the buffer's device.
+  void run_collective(const Tensor& buffer, bool broadcast);
+
+  std::shared_ptr<comm::Communicator> communicator_;
   RingAllreduceOptions options_;
-  std::vector<float> buffer_;  // every gradient, then the sample count
+  Tensor fused_;    // every gradient, then the sample count, on the model's device
+  Tensor staging_;  // its host copy, where the communicator needs one
 };
 
 }  // namespace cohort::train

@@ -2,6 +2,9 @@
 // Trainer: fit(), evaluate() and predict() for a Sequential classifier, Keras-style. The loss is
 // categorical cross-entropy, fused with a final Softmax layer when the model has one. The same Trainer
 // runs single-process (train::Local) or distributed: the Strategy decides the rest.
+// Training runs on the model's device: the optimizer's state is moved there, and each batch is copied
+// there from pinned host memory on a CopyStream while the previous step computes. predict() takes
+// samples on any device and returns its outputs on the host.
 //
 //   nn::Sequential model({28, 28, 1});  ...
 //   Trainer trainer(model, optim::Adam());

@@ -6,7 +6,8 @@
 #include <tuple>
 #include <vector>
 
-#include "cpu_ops.hpp"
+#include "cpu_backend.hpp"
+#include "tensor/backend_access.hpp"
 
 namespace cohort::cpu {
 namespace {
@@ -54,11 +55,11 @@ void normalize(const Tensor& x, const float* mean, const float* variance, const 
   const Rows r = rows_of(x);
   std::vector<float> multiplier(static_cast<std::size_t>(r.channels)), offset(static_cast<std::size_t>(r.channels));
   for (std::int64_t c = 0; c < r.channels; ++c) {
-    multiplier[c] = gamma.raw()[c] / std::sqrt(variance[c] + epsilon);
-    offset[c] = beta.raw()[c] - mean[c] * multiplier[c];
+    multiplier[c] = device_data(gamma)[c] / std::sqrt(variance[c] + epsilon);
+    offset[c] = device_data(beta)[c] - mean[c] * multiplier[c];
   }
-  const float* xp = x.raw();
-  float* yp = y.raw();
+  const float* xp = device_data(x);
+  float* yp = device_data(y);
 #pragma omp parallel for
   for (std::int64_t m = 0; m < r.count; ++m) {
 #pragma omp simd
@@ -68,10 +69,11 @@ void normalize(const Tensor& x, const float* mean, const float* variance, const 
 
 }  // namespace
 
-void batch_norm_forward_training(const Tensor& x, const Tensor& gamma, const Tensor& beta, float epsilon,
-                                 const Tensor& y, const Tensor& batch_mean, const Tensor& batch_variance) {
+void CpuBackend::batch_norm_forward_training(const PlanState*, const BatchNormGeometry& g, const Tensor& x,
+                                             const Tensor& gamma, const Tensor& beta, const Tensor& y,
+                                             const Tensor& batch_mean, const Tensor& batch_variance) {
   const Rows r = rows_of(x);
-  const float* xp = x.raw();
+  const float* xp = device_data(x);
   // One pass for both moments; double accumulators keep E[x^2] - E[x]^2 accurate for activations.
   const auto [sums, squares] = channel_sums(
       r, [&](std::int64_t m, std::int64_t c) { return static_cast<double>(xp[m * r.channels + c]); },
@@ -82,15 +84,16 @@ void batch_norm_forward_training(const Tensor& x, const Tensor& gamma, const Ten
   const double inverse_count = 1.0 / static_cast<double>(r.count);
   for (std::int64_t c = 0; c < r.channels; ++c) {
     const double mean = sums[c] * inverse_count;
-    batch_mean.raw()[c] = static_cast<float>(mean);
-    batch_variance.raw()[c] = static_cast<float>(std::max(squares[c] * inverse_count - mean * mean, 0.0));
+    device_data(batch_mean)[c] = static_cast<float>(mean);
+    device_data(batch_variance)[c] = static_cast<float>(std::max(squares[c] * inverse_count - mean * mean, 0.0));
   }
-  normalize(x, batch_mean.raw(), batch_variance.raw(), gamma, beta, epsilon, y);
+  normalize(x, device_data(batch_mean), device_data(batch_variance), gamma, beta, g.epsilon, y);
 }
 
-void batch_norm_forward_inference(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& mean,
-                                  const Tensor& variance, float epsilon, const Tensor& y) {
-  normalize(x, mean.raw(), variance.raw(), gamma, beta, epsilon, y);
+void CpuBackend::batch_norm_forward_inference(const PlanState*, const BatchNormGeometry& g, const Tensor& x,
+                                              const Tensor& gamma, const Tensor& beta, const Tensor& mean,
+                                              const Tensor& variance, const Tensor& y) {
+  normalize(x, device_data(mean), device_data(variance), gamma, beta, g.epsilon, y);
 }
 
 namespace {
@@ -105,12 +108,12 @@ struct ParameterGradients {
 ParameterGradients parameter_gradients(const Tensor& x, const Tensor& dy, const Tensor& mean, const Tensor& variance,
                                        float epsilon, const Tensor& dgamma, const Tensor& dbeta) {
   const Rows r = rows_of(x);
-  const float* xp = x.raw();
-  const float* gp = dy.raw();
-  const float* mp = mean.raw();
+  const float* xp = device_data(x);
+  const float* gp = device_data(dy);
+  const float* mp = device_data(mean);
   ParameterGradients out;
   out.inv_std.resize(static_cast<std::size_t>(r.channels));
-  for (std::int64_t c = 0; c < r.channels; ++c) out.inv_std[c] = 1.0f / std::sqrt(variance.raw()[c] + epsilon);
+  for (std::int64_t c = 0; c < r.channels; ++c) out.inv_std[c] = 1.0f / std::sqrt(device_data(variance)[c] + epsilon);
   const float* inv_std = out.inv_std.data();
   std::tie(out.grad_sum, out.grad_dot_xhat) = channel_sums(
       r, [&](std::int64_t m, std::int64_t c) { return static_cast<double>(gp[m * r.channels + c]); },
@@ -118,18 +121,19 @@ ParameterGradients parameter_gradients(const Tensor& x, const Tensor& dy, const 
         return static_cast<double>(gp[m * r.channels + c]) * (xp[m * r.channels + c] - mp[c]) * inv_std[c];
       });
   for (std::int64_t c = 0; c < r.channels; ++c) {
-    dbeta.raw()[c] = static_cast<float>(out.grad_sum[c]);
-    dgamma.raw()[c] = static_cast<float>(out.grad_dot_xhat[c]);
+    device_data(dbeta)[c] = static_cast<float>(out.grad_sum[c]);
+    device_data(dgamma)[c] = static_cast<float>(out.grad_dot_xhat[c]);
   }
   return out;
 }
 
 }  // namespace
 
-void batch_norm_backward(const Tensor& x, const Tensor& gamma, const Tensor& dy, const Tensor& batch_mean,
-                         const Tensor& batch_variance, float epsilon, const Tensor& dx, const Tensor& dgamma,
-                         const Tensor& dbeta) {
-  const ParameterGradients p = parameter_gradients(x, dy, batch_mean, batch_variance, epsilon, dgamma, dbeta);
+void CpuBackend::batch_norm_backward(const PlanState*, const BatchNormGeometry& g, const Tensor& x,
+                                     const Tensor& gamma, const Tensor& dy, const Tensor& batch_mean,
+                                     const Tensor& batch_variance, const Tensor& dx, const Tensor& dgamma,
+                                     const Tensor& dbeta) {
+  const ParameterGradients p = parameter_gradients(x, dy, batch_mean, batch_variance, g.epsilon, dgamma, dbeta);
   if (!dx.defined()) return;
   // dx = gamma * inv_std / M * (M * dy - sum(dy) - xhat * sum(dy * xhat))
   const Rows r = rows_of(x);
@@ -137,14 +141,14 @@ void batch_norm_backward(const Tensor& x, const Tensor& gamma, const Tensor& dy,
   const auto channels = static_cast<std::size_t>(r.channels);
   std::vector<float> a(channels), b(channels), s(channels);
   for (std::size_t c = 0; c < channels; ++c) {
-    a[c] = gamma.raw()[c] * p.inv_std[c];
+    a[c] = device_data(gamma)[c] * p.inv_std[c];
     b[c] = static_cast<float>(p.grad_sum[c]) * inverse_count;
     s[c] = static_cast<float>(p.grad_dot_xhat[c]) * inverse_count * p.inv_std[c];
   }
-  const float* xp = x.raw();
-  const float* gp = dy.raw();
-  const float* mean = batch_mean.raw();
-  float* dp = dx.raw();
+  const float* xp = device_data(x);
+  const float* gp = device_data(dy);
+  const float* mean = device_data(batch_mean);
+  float* dp = device_data(dx);
 #pragma omp parallel for
   for (std::int64_t m = 0; m < r.count; ++m) {
 #pragma omp simd
@@ -155,22 +159,23 @@ void batch_norm_backward(const Tensor& x, const Tensor& gamma, const Tensor& dy,
   }
 }
 
-void batch_norm_backward_inference(const Tensor& x, const Tensor& gamma, const Tensor& dy, const Tensor& mean,
-                                   const Tensor& variance, float epsilon, const Tensor& dx, const Tensor& dgamma,
-                                   const Tensor& dbeta) {
-  const ParameterGradients p = parameter_gradients(x, dy, mean, variance, epsilon, dgamma, dbeta);
+void CpuBackend::batch_norm_backward_inference(const PlanState*, const BatchNormGeometry& g, const Tensor& x,
+                                               const Tensor& gamma, const Tensor& dy, const Tensor& mean,
+                                               const Tensor& variance, const Tensor& dx, const Tensor& dgamma,
+                                               const Tensor& dbeta) {
+  const ParameterGradients p = parameter_gradients(x, dy, mean, variance, g.epsilon, dgamma, dbeta);
   if (!dx.defined()) return;
   const Rows r = rows_of(x);
-  const float* gp = dy.raw();
-  float* dp = dx.raw();
+  const float* gp = device_data(dy);
+  float* dp = device_data(dx);
 #pragma omp parallel for
   for (std::int64_t m = 0; m < r.count; ++m)
-    for (std::int64_t c = 0; c < r.channels; ++c) dp[m * r.channels + c] = gp[m * r.channels + c] * gamma.raw()[c] * p.inv_std[c];
+    for (std::int64_t c = 0; c < r.channels; ++c) dp[m * r.channels + c] = gp[m * r.channels + c] * device_data(gamma)[c] * p.inv_std[c];
 }
 
-void moving_average_update(const Tensor& moving, const Tensor& batch, float momentum) {
-  float* mp = moving.raw();
-  const float* bp = batch.raw();
+void CpuBackend::moving_average_update(const Tensor& moving, const Tensor& batch, float momentum) {
+  float* mp = device_data(moving);
+  const float* bp = device_data(batch);
   for (std::int64_t i = 0; i < moving.numel(); ++i) mp[i] = mp[i] * momentum + bp[i] * (1.0f - momentum);
 }
 

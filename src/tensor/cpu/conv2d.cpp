@@ -14,7 +14,8 @@
 #include <cstring>
 #include <vector>
 
-#include "cpu_ops.hpp"
+#include "cpu_backend.hpp"
+#include "tensor/backend_access.hpp"
 #include "winograd.hpp"
 
 namespace cohort::cpu {
@@ -110,12 +111,25 @@ void for_each_chunk(const Conv2dGeometry& g, const Chunking& plan, Body&& body) 
   }
 }
 
+// The CPU's algorithm choice for one convolution, made once per layer.
+struct ConvPlan : PlanState {
+  bool winograd = false;
+};
+
+bool uses_winograd(const PlanState* plan) { return static_cast<const ConvPlan*>(plan)->winograd; }
+
 }  // namespace
 
-void conv2d_forward(const Tensor& x, const Tensor& kernel, const Tensor& bias, const Tensor& y,
-                    const Conv2dGeometry& g) {
-  if (winograd_applies(g)) {
-    winograd_conv3x3(x.raw(), kernel.raw(), bias.defined() ? bias.raw() : nullptr, y.raw(), g);
+std::shared_ptr<const PlanState> CpuBackend::plan(const Conv2dGeometry& geometry) {
+  auto plan = std::make_shared<ConvPlan>();
+  plan->winograd = winograd_applies(geometry);
+  return plan;
+}
+
+void CpuBackend::conv2d_forward(const PlanState* conv_plan, const Conv2dGeometry& g, const Tensor& x,
+                                const Tensor& kernel, const Tensor& bias, const Tensor& y) {
+  if (uses_winograd(conv_plan)) {
+    winograd_conv3x3(device_data(x), device_data(kernel), bias.defined() ? device_data(bias) : nullptr, device_data(y), g);
     return;
   }
   const Chunking plan = chunking(g);
@@ -125,24 +139,25 @@ void conv2d_forward(const Tensor& x, const Tensor& kernel, const Tensor& bias, c
   for_each_chunk(g, plan, [&](std::int64_t chunk, float* col, int) {
     const std::int64_t first = chunk * plan.samples_per_chunk;
     const std::int64_t count = std::min(plan.samples_per_chunk, g.batch - first);
-    for (std::int64_t s = 0; s < count; ++s) im2col(x.raw() + (first + s) * in_sample, g, col + s * pixels * k);
-    float* out = y.raw() + first * pixels * g.out_c;
+    for (std::int64_t s = 0; s < count; ++s) im2col(device_data(x) + (first + s) * in_sample, g, col + s * pixels * k);
+    float* out = device_data(y) + first * pixels * g.out_c;
     const std::int64_t rows = count * pixels;
     float beta = 0.0f;
     if (bias.defined()) {
       // Start from the bias and accumulate the product onto it: the bias add costs no extra pass.
-      for (std::int64_t r = 0; r < rows; ++r) std::memcpy(out + r * g.out_c, bias.raw(), sizeof(float) * g.out_c);
+      for (std::int64_t r = 0; r < rows; ++r) std::memcpy(out + r * g.out_c, device_data(bias), sizeof(float) * g.out_c);
       beta = 1.0f;
     }
-    gemm(false, false, rows, g.out_c, k, 1.0f, col, k, kernel.raw(), g.out_c, beta, out, g.out_c);
+    gemm(false, false, rows, g.out_c, k, 1.0f, col, k, device_data(kernel), g.out_c, beta, out, g.out_c);
   });
 }
 
-void conv2d_backward(const Tensor& x, const Tensor& kernel, const Tensor& dy, const Tensor& dx,
-                     const Tensor& dkernel, const Tensor& dbias, const Conv2dGeometry& g) {
-  if (winograd_applies(g)) {
-    winograd_conv3x3_kernel_gradient(x.raw(), dy.raw(), dkernel.raw(), g);
-    if (dx.defined()) winograd_conv3x3_data_gradient(dy.raw(), kernel.raw(), dx.raw(), g);
+void CpuBackend::conv2d_backward(const PlanState* conv_plan, const Conv2dGeometry& g, const Tensor& x,
+                                 const Tensor& kernel, const Tensor& dy, const Tensor& dx, const Tensor& dkernel,
+                                 const Tensor& dbias) {
+  if (uses_winograd(conv_plan)) {
+    winograd_conv3x3_kernel_gradient(device_data(x), device_data(dy), device_data(dkernel), g);
+    if (dx.defined()) winograd_conv3x3_data_gradient(device_data(dy), device_data(kernel), device_data(dx), g);
     if (dbias.defined()) bias_gradient(dy, dbias);
     return;
   }
@@ -153,24 +168,24 @@ void conv2d_backward(const Tensor& x, const Tensor& kernel, const Tensor& dy, co
   const int threads = plan.parallel_over_chunks ? omp_get_max_threads() : 1;
   std::vector<std::vector<float>> partial_kernel_grads(static_cast<std::size_t>(threads),
                                                        std::vector<float>(static_cast<std::size_t>(k * g.out_c), 0.0f));
-  if (dx.defined()) std::memset(dx.raw(), 0, dx.bytes());
+  if (dx.defined()) std::memset(device_data(dx), 0, dx.bytes());
 
   for_each_chunk(g, plan, [&](std::int64_t chunk, float* col, int thread) {
     const std::int64_t first = chunk * plan.samples_per_chunk;
     const std::int64_t count = std::min(plan.samples_per_chunk, g.batch - first);
     const std::int64_t rows = count * pixels;
-    const float* grad_out = dy.raw() + first * pixels * g.out_c;
-    for (std::int64_t s = 0; s < count; ++s) im2col(x.raw() + (first + s) * in_sample, g, col + s * pixels * k);
+    const float* grad_out = device_data(dy) + first * pixels * g.out_c;
+    for (std::int64_t s = 0; s < count; ++s) im2col(device_data(x) + (first + s) * in_sample, g, col + s * pixels * k);
     // dkernel += col^T * dy
     gemm(true, false, k, g.out_c, rows, 1.0f, col, k, grad_out, g.out_c, 1.0f,
          partial_kernel_grads[static_cast<std::size_t>(thread)].data(), g.out_c);
     if (!dx.defined()) return;
     // dcol = dy * kernel^T, then scatter back onto the input gradient
-    gemm(false, true, rows, k, g.out_c, 1.0f, grad_out, g.out_c, kernel.raw(), g.out_c, 0.0f, col, k);
-    for (std::int64_t s = 0; s < count; ++s) col2im_add(col + s * pixels * k, g, dx.raw() + (first + s) * in_sample);
+    gemm(false, true, rows, k, g.out_c, 1.0f, grad_out, g.out_c, device_data(kernel), g.out_c, 0.0f, col, k);
+    for (std::int64_t s = 0; s < count; ++s) col2im_add(col + s * pixels * k, g, device_data(dx) + (first + s) * in_sample);
   });
 
-  float* dk = dkernel.raw();
+  float* dk = device_data(dkernel);
   std::memcpy(dk, partial_kernel_grads[0].data(), dkernel.bytes());
   for (int t = 1; t < threads; ++t) {
     const float* part = partial_kernel_grads[static_cast<std::size_t>(t)].data();

@@ -5,7 +5,8 @@
 #include <cstring>
 
 #include "cohort/core/seed.hpp"
-#include "cpu_ops.hpp"
+#include "cpu_backend.hpp"
+#include "tensor/backend_access.hpp"
 
 namespace cohort::cpu {
 namespace {
@@ -20,59 +21,59 @@ std::pair<std::int64_t, std::int64_t> as_rows(const Tensor& t) {
 
 }  // namespace
 
-void fill(const Tensor& x, float value) {
-  float* p = x.raw();
+void CpuBackend::fill(const Tensor& x, float value) {
+  float* p = device_data(x);
   const std::int64_t n = x.numel();
 #pragma omp parallel for simd if (n > kParallelThreshold)
   for (std::int64_t i = 0; i < n; ++i) p[i] = value;
 }
 
-void copy(const Tensor& source, const Tensor& destination) {
-  if (source.raw() != destination.raw() && source.numel() > 0) std::memcpy(destination.raw(), source.raw(), source.bytes());
+void CpuBackend::copy(const Tensor& source, const Tensor& destination) {
+  if (device_data(source) != device_data(destination) && source.numel() > 0) std::memcpy(device_data(destination), device_data(source), source.bytes());
 }
 
-void axpy(float alpha, const Tensor& x, const Tensor& y) {
-  const float* xp = x.raw();
-  float* yp = y.raw();
+void CpuBackend::axpy(float alpha, const Tensor& x, const Tensor& y) {
+  const float* xp = device_data(x);
+  float* yp = device_data(y);
   const std::int64_t n = x.numel();
 #pragma omp parallel for simd if (n > kParallelThreshold)
   for (std::int64_t i = 0; i < n; ++i) yp[i] += alpha * xp[i];
 }
 
-void scale(const Tensor& x, float alpha) {
-  float* p = x.raw();
+void CpuBackend::scale(const Tensor& x, float alpha) {
+  float* p = device_data(x);
   const std::int64_t n = x.numel();
 #pragma omp parallel for simd if (n > kParallelThreshold)
   for (std::int64_t i = 0; i < n; ++i) p[i] *= alpha;
 }
 
-void multiply(const Tensor& a, const Tensor& b, const Tensor& out) {
-  const float* ap = a.raw();
-  const float* bp = b.raw();
-  float* op = out.raw();
+void CpuBackend::multiply(const Tensor& a, const Tensor& b, const Tensor& out) {
+  const float* ap = device_data(a);
+  const float* bp = device_data(b);
+  float* op = device_data(out);
   const std::int64_t n = a.numel();
 #pragma omp parallel for simd if (n > kParallelThreshold)
   for (std::int64_t i = 0; i < n; ++i) op[i] = ap[i] * bp[i];
 }
 
-double sum(const Tensor& x) {
-  const float* p = x.raw();
+double CpuBackend::sum(const Tensor& x) {
+  const float* p = device_data(x);
   double total = 0;
   for (std::int64_t i = 0; i < x.numel(); ++i) total += p[i];
   return total;
 }
 
-double sum_of_squares(const Tensor& x) {
-  const float* p = x.raw();
+double CpuBackend::sum_of_squares(const Tensor& x) {
+  const float* p = device_data(x);
   double total = 0;
   for (std::int64_t i = 0; i < x.numel(); ++i) total += static_cast<double>(p[i]) * p[i];
   return total;
 }
 
-void add_bias(const Tensor& y, const Tensor& bias) {
+void CpuBackend::add_bias(const Tensor& y, const Tensor& bias) {
   const auto [rows, width] = as_rows(y);
-  float* yp = y.raw();
-  const float* bp = bias.raw();
+  float* yp = device_data(y);
+  const float* bp = device_data(bias);
 #pragma omp parallel for if (y.numel() > kParallelThreshold)
   for (std::int64_t r = 0; r < rows; ++r) {
     float* row = yp + r * width;
@@ -81,10 +82,10 @@ void add_bias(const Tensor& y, const Tensor& bias) {
   }
 }
 
-void bias_gradient(const Tensor& dy, const Tensor& dbias) {
+void CpuBackend::bias_gradient(const Tensor& dy, const Tensor& dbias) {
   const auto [rows, width] = as_rows(dy);
-  const float* dp = dy.raw();
-  float* out = dbias.raw();
+  const float* dp = device_data(dy);
+  float* out = device_data(dbias);
   std::fill_n(out, width, 0.0f);
   for (std::int64_t r = 0; r < rows; ++r) {
     const float* row = dp + r * width;
@@ -93,9 +94,9 @@ void bias_gradient(const Tensor& dy, const Tensor& dbias) {
   }
 }
 
-void activation_forward(Activation activation, const Tensor& x, const Tensor& y) {
-  const float* xp = x.raw();
-  float* yp = y.raw();
+void CpuBackend::activation_forward(Activation activation, const Tensor& x, const Tensor& y) {
+  const float* xp = device_data(x);
+  float* yp = device_data(y);
   const std::int64_t n = x.numel();
   switch (activation) {
     case Activation::Linear:
@@ -130,10 +131,10 @@ void activation_forward(Activation activation, const Tensor& x, const Tensor& y)
   }
 }
 
-void activation_backward(Activation activation, const Tensor& y, const Tensor& dy, const Tensor& dx) {
-  const float* yp = y.raw();
-  const float* gp = dy.raw();
-  float* dp = dx.raw();
+void CpuBackend::activation_backward(Activation activation, const Tensor& y, const Tensor& dy, const Tensor& dx) {
+  const float* yp = device_data(y);
+  const float* gp = device_data(dy);
+  float* dp = device_data(dx);
   const std::int64_t n = y.numel();
   switch (activation) {
     case Activation::Linear:
@@ -168,8 +169,8 @@ void activation_backward(Activation activation, const Tensor& y, const Tensor& d
   }
 }
 
-void dropout_mask(const Tensor& mask, float rate, std::uint64_t seed) {
-  float* p = mask.raw();
+void CpuBackend::dropout_mask(const Tensor& mask, float rate, std::uint64_t seed) {
+  float* p = device_data(mask);
   const std::int64_t n = mask.numel();
   const float keep_scale = 1.0f / (1.0f - rate);
   // Compare 53-bit uniform draws with the rate.

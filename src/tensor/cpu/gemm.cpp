@@ -3,7 +3,7 @@
 // OpenMP thread budget, and runs it on the calling thread alone when called inside a parallel region.
 #include <Eigen/Core>
 
-#include "cpu_ops.hpp"
+#include "cpu_backend.hpp"
 
 namespace cohort::cpu {
 namespace {

@@ -4,7 +4,8 @@
 #include <cmath>
 
 #include "cohort/core/check.hpp"
-#include "cpu_ops.hpp"
+#include "cpu_backend.hpp"
+#include "tensor/backend_access.hpp"
 
 namespace cohort::cpu {
 namespace {
@@ -29,22 +30,22 @@ Targets targets_of(const Tensor& labels, std::int64_t classes) {
   const bool sparse = labels.rank() == 1;
   if (sparse) {
     for (std::int64_t i = 0; i < labels.numel(); ++i) {
-      const float v = labels.raw()[i];
+      const float v = device_data(labels)[i];
       COHORT_CHECK(v >= 0 && v < static_cast<float>(classes) && v == std::floor(v),
                    "label {} of row {} is not a class index in [0, {})", v, i, classes);
     }
   }
-  return {labels.raw(), classes, sparse};
+  return {device_data(labels), classes, sparse};
 }
 
 }  // namespace
 
-double softmax_cross_entropy(const Tensor& logits, const Tensor& labels, const Tensor& dlogits) {
+double CpuBackend::softmax_cross_entropy(const Tensor& logits, const Tensor& labels, const Tensor& dlogits) {
   const std::int64_t rows = logits.dim(0);
   const std::int64_t classes = logits.dim(1);
   const Targets targets = targets_of(labels, classes);
-  const float* lp = logits.raw();
-  float* gp = dlogits.defined() ? dlogits.raw() : nullptr;
+  const float* lp = device_data(logits);
+  float* gp = dlogits.defined() ? device_data(dlogits) : nullptr;
   const double inverse_rows = rows == 0 ? 0.0 : 1.0 / static_cast<double>(rows);
   double total = 0;
 #pragma omp parallel for reduction(+ : total) if (rows * classes > 32768)
@@ -71,13 +72,13 @@ double softmax_cross_entropy(const Tensor& logits, const Tensor& labels, const T
   return total * inverse_rows;
 }
 
-double categorical_cross_entropy(const Tensor& probabilities, const Tensor& labels, const Tensor& dprobabilities) {
+double CpuBackend::categorical_cross_entropy(const Tensor& probabilities, const Tensor& labels, const Tensor& dprobabilities) {
   constexpr float kEpsilon = 1e-7f;
   const std::int64_t rows = probabilities.dim(0);
   const std::int64_t classes = probabilities.dim(1);
   const Targets targets = targets_of(labels, classes);
-  const float* pp = probabilities.raw();
-  float* gp = dprobabilities.defined() ? dprobabilities.raw() : nullptr;
+  const float* pp = device_data(probabilities);
+  float* gp = dprobabilities.defined() ? device_data(dprobabilities) : nullptr;
   const double inverse_rows = rows == 0 ? 0.0 : 1.0 / static_cast<double>(rows);
   double total = 0;
   for (std::int64_t r = 0; r < rows; ++r) {
@@ -95,13 +96,13 @@ double categorical_cross_entropy(const Tensor& probabilities, const Tensor& labe
   return total * inverse_rows;
 }
 
-std::int64_t count_correct(const Tensor& scores, const Tensor& labels) {
+std::int64_t CpuBackend::count_correct(const Tensor& scores, const Tensor& labels) {
   const std::int64_t rows = scores.dim(0);
   const std::int64_t classes = scores.dim(1);
   const Targets targets = targets_of(labels, classes);
   std::int64_t correct = 0;
   for (std::int64_t r = 0; r < rows; ++r) {
-    const float* row = scores.raw() + r * classes;
+    const float* row = device_data(scores) + r * classes;
     correct += (std::max_element(row, row + classes) - row) == targets.label(r) ? 1 : 0;
   }
   return correct;

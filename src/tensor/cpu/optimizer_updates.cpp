@@ -2,18 +2,19 @@
 // update costs one sweep of memory per variable.
 #include <cmath>
 
-#include "cpu_ops.hpp"
+#include "cpu_backend.hpp"
+#include "tensor/backend_access.hpp"
 
 namespace cohort::cpu {
 namespace {
 constexpr std::int64_t kParallelThreshold = 1 << 15;
 }
 
-void sgd_update(const Tensor& value, const Tensor& gradient, const Tensor& velocity, float learning_rate,
+void CpuBackend::sgd_update(const Tensor& value, const Tensor& gradient, const Tensor& velocity, float learning_rate,
                 float momentum, bool nesterov, float weight_decay) {
-  float* w = value.raw();
-  const float* g = gradient.raw();
-  float* v = velocity.defined() ? velocity.raw() : nullptr;
+  float* w = device_data(value);
+  const float* g = device_data(gradient);
+  float* v = velocity.defined() ? device_data(velocity) : nullptr;
   const std::int64_t n = value.numel();
 #pragma omp parallel for simd if (n > kParallelThreshold)
   for (std::int64_t i = 0; i < n; ++i) {
@@ -27,12 +28,12 @@ void sgd_update(const Tensor& value, const Tensor& gradient, const Tensor& veloc
   }
 }
 
-void adam_update(const Tensor& value, const Tensor& gradient, const Tensor& m, const Tensor& v, float learning_rate,
+void CpuBackend::adam_update(const Tensor& value, const Tensor& gradient, const Tensor& m, const Tensor& v, float learning_rate,
                  float beta_1, float beta_2, float epsilon, float weight_decay) {
-  float* w = value.raw();
-  const float* g = gradient.raw();
-  float* mp = m.raw();
-  float* vp = v.raw();
+  float* w = device_data(value);
+  const float* g = device_data(gradient);
+  float* mp = device_data(m);
+  float* vp = device_data(v);
   const std::int64_t n = value.numel();
 #pragma omp parallel for simd if (n > kParallelThreshold)
   for (std::int64_t i = 0; i < n; ++i) {
@@ -43,14 +44,14 @@ void adam_update(const Tensor& value, const Tensor& gradient, const Tensor& m, c
   }
 }
 
-void rmsprop_update(const Tensor& value, const Tensor& gradient, const Tensor& mean_square, const Tensor& mean_gradient,
+void CpuBackend::rmsprop_update(const Tensor& value, const Tensor& gradient, const Tensor& mean_square, const Tensor& mean_gradient,
                     const Tensor& velocity, float learning_rate, float rho, float momentum, float epsilon,
                     float weight_decay) {
-  float* w = value.raw();
-  const float* g = gradient.raw();
-  float* ms = mean_square.raw();
-  float* mg = mean_gradient.defined() ? mean_gradient.raw() : nullptr;
-  float* mom = velocity.defined() ? velocity.raw() : nullptr;
+  float* w = device_data(value);
+  const float* g = device_data(gradient);
+  float* ms = device_data(mean_square);
+  float* mg = mean_gradient.defined() ? device_data(mean_gradient) : nullptr;
+  float* mom = velocity.defined() ? device_data(velocity) : nullptr;
   const std::int64_t n = value.numel();
 #pragma omp parallel for if (n > kParallelThreshold)
   for (std::int64_t i = 0; i < n; ++i) {

@@ -5,7 +5,8 @@
 #include <limits>
 #include <vector>
 
-#include "cpu_ops.hpp"
+#include "cpu_backend.hpp"
+#include "tensor/backend_access.hpp"
 
 namespace cohort::cpu {
 namespace {
@@ -21,14 +22,12 @@ Window window(const Pool2dGeometry& g, std::int64_t oh, std::int64_t ow) {
           std::min(w + g.pool_w, g.in_w)};
 }
 
-}  // namespace
-
 void max_pool_forward(const Tensor& x, const Tensor& y, const Pool2dGeometry& g) {
   const std::int64_t c = g.channels;
 #pragma omp parallel for
   for (std::int64_t n = 0; n < g.batch; ++n) {
-    const float* in = x.raw() + n * g.in_h * g.in_w * c;
-    float* out = y.raw() + n * g.out_h * g.out_w * c;
+    const float* in = device_data(x) + n * g.in_h * g.in_w * c;
+    float* out = device_data(y) + n * g.out_h * g.out_w * c;
     for (std::int64_t oh = 0; oh < g.out_h; ++oh) {
       for (std::int64_t ow = 0; ow < g.out_w; ++ow) {
         float* o = out + (oh * g.out_w + ow) * c;
@@ -48,17 +47,17 @@ void max_pool_forward(const Tensor& x, const Tensor& y, const Pool2dGeometry& g)
 
 void max_pool_backward(const Tensor& x, const Tensor& y, const Tensor& dy, const Tensor& dx, const Pool2dGeometry& g) {
   const std::int64_t c = g.channels;
-  std::memset(dx.raw(), 0, dx.bytes());
+  std::memset(device_data(dx), 0, dx.bytes());
 #pragma omp parallel
   {
     // routed[i]: channel i's gradient already went to an earlier maximum of this window.
     std::vector<unsigned char> routed(static_cast<std::size_t>(c));
 #pragma omp for
     for (std::int64_t n = 0; n < g.batch; ++n) {
-      const float* in = x.raw() + n * g.in_h * g.in_w * c;
-      float* din = dx.raw() + n * g.in_h * g.in_w * c;
-      const float* out = y.raw() + n * g.out_h * g.out_w * c;
-      const float* dout = dy.raw() + n * g.out_h * g.out_w * c;
+      const float* in = device_data(x) + n * g.in_h * g.in_w * c;
+      float* din = device_data(dx) + n * g.in_h * g.in_w * c;
+      const float* out = device_data(y) + n * g.out_h * g.out_w * c;
+      const float* dout = device_data(dy) + n * g.out_h * g.out_w * c;
       for (std::int64_t oh = 0; oh < g.out_h; ++oh) {
         for (std::int64_t ow = 0; ow < g.out_w; ++ow) {
           const float* o = out + (oh * g.out_w + ow) * c;
@@ -87,8 +86,8 @@ void avg_pool_forward(const Tensor& x, const Tensor& y, const Pool2dGeometry& g)
   const std::int64_t c = g.channels;
 #pragma omp parallel for
   for (std::int64_t n = 0; n < g.batch; ++n) {
-    const float* in = x.raw() + n * g.in_h * g.in_w * c;
-    float* out = y.raw() + n * g.out_h * g.out_w * c;
+    const float* in = device_data(x) + n * g.in_h * g.in_w * c;
+    float* out = device_data(y) + n * g.out_h * g.out_w * c;
     for (std::int64_t oh = 0; oh < g.out_h; ++oh) {
       for (std::int64_t ow = 0; ow < g.out_w; ++ow) {
         float* o = out + (oh * g.out_w + ow) * c;
@@ -108,11 +107,11 @@ void avg_pool_forward(const Tensor& x, const Tensor& y, const Pool2dGeometry& g)
 
 void avg_pool_backward(const Tensor& dy, const Tensor& dx, const Pool2dGeometry& g) {
   const std::int64_t c = g.channels;
-  std::memset(dx.raw(), 0, dx.bytes());
+  std::memset(device_data(dx), 0, dx.bytes());
 #pragma omp parallel for
   for (std::int64_t n = 0; n < g.batch; ++n) {
-    float* din = dx.raw() + n * g.in_h * g.in_w * c;
-    const float* dout = dy.raw() + n * g.out_h * g.out_w * c;
+    float* din = device_data(dx) + n * g.in_h * g.in_w * c;
+    const float* dout = device_data(dy) + n * g.out_h * g.out_w * c;
     for (std::int64_t oh = 0; oh < g.out_h; ++oh) {
       for (std::int64_t ow = 0; ow < g.out_w; ++ow) {
         const float* d = dout + (oh * g.out_w + ow) * c;
@@ -126,6 +125,19 @@ void avg_pool_backward(const Tensor& dy, const Tensor& dx, const Pool2dGeometry&
       }
     }
   }
+}
+
+}  // namespace
+
+void CpuBackend::pool2d_forward(const PlanState*, const Pool2dGeometry& g, const Tensor& x, const Tensor& y) {
+  if (g.mode == PoolMode::Max) max_pool_forward(x, y, g);
+  else avg_pool_forward(x, y, g);
+}
+
+void CpuBackend::pool2d_backward(const PlanState*, const Pool2dGeometry& g, const Tensor& x, const Tensor& y,
+                                 const Tensor& dy, const Tensor& dx) {
+  if (g.mode == PoolMode::Max) max_pool_backward(x, y, dy, dx, g);
+  else avg_pool_backward(dy, dx, g);
 }
 
 }  // namespace cohort::cpu

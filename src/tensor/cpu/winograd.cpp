@@ -16,7 +16,7 @@
 #include <cstring>
 #include <vector>
 
-#include "cpu_ops.hpp"
+#include "cpu_backend.hpp"
 
 namespace cohort::cpu {
 namespace {

@@ -1,6 +1,8 @@
 #pragma once
 // cereal serialization of tensors for the library's binary archives (optimizer state, checkpoints):
 // the extents, then the raw float32 values. Private to src/: public headers stay free of cereal.
+// Tensors of any device are saved through the host and always load onto the CPU, so an archive moves
+// between devices unchanged.
 #include <cereal/archives/portable_binary.hpp>
 #include <cereal/types/string.hpp>
 #include <cereal/types/vector.hpp>
@@ -13,7 +15,8 @@ namespace cohort {
 template <class Archive>
 void save(Archive& archive, const Tensor& tensor) {
   archive(tensor.shape().dims());
-  archive(cereal::binary_data(tensor.data(), tensor.bytes()));
+  const Tensor host = tensor.to(Device::CPU);
+  archive(cereal::binary_data(host.data(), host.bytes()));
 }
 
 template <class Archive>

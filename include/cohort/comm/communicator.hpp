@@ -1,0 +1,63 @@
+#pragma once
+// Communicator: the collectives of data-parallel training over buffers on a device, asynchronous in the
+// style of c10d: each call returns a Work at once, the collectives of one communicator run one after the
+// other in call order (which must be the same on every rank), and a failure is rethrown by wait().
+// Implementations: the ring over any Transport (make_ring_communicator, host memory), Open MPI
+// (comm/mpi.hpp, host memory, the cluster's own fabric), and for GPUs, NCCL. A strategy picks the one that
+// accepts the device its gradients live on, and stages through pinned host memory when none does.
+//
+//   auto communicator = comm::make_ring_communicator(cluster.transport());
+//   communicator->allreduce(comm::Buffer::of(std::span(gradients)), comm::ReduceOp::Sum)->wait(timeout);
+
+#include <chrono>
+#include <cstddef>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "cohort/comm/collectives.hpp"
+#include "cohort/comm/transport.hpp"
+#include "cohort/comm/work.hpp"
+#include "cohort/core/device.hpp"
+
+namespace cohort::comm {
+
+// A run of elements of one type on one device; the memory must stay valid until the collective's Work
+// completes.
+struct Buffer {
+  void* data = nullptr;
+  std::size_t count = 0;
+  DataType type = DataType::Float32;
+  Device device = Device::CPU;
+
+  std::size_t bytes() const { return count * size_of(type); }
+  static Buffer of(std::span<float> values) { return {values.data(), values.size(), DataType::Float32, Device::CPU}; }
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+
+  // "ring", "mpi", ...
+  virtual std::string name() const = 0;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // Whether buffers on `device` can be handed over as they are.
+  virtual bool accepts(Device device) const = 0;
+  // How long a caller should wait for one collective before declaring the group stuck.
+  virtual std::chrono::milliseconds timeout() const = 0;
+
+  // Element-wise sum (or mean) across ranks, in place; every rank ends with identical values.
+  virtual WorkPtr allreduce(Buffer data, ReduceOp op) = 0;
+  // Copies root's data into every rank's (the same count everywhere).
+  virtual WorkPtr broadcast(Buffer data, int root) = 0;
+  // all = the `mine` of rank 0, then rank 1, ...; all.count must be size() * mine.count.
+  virtual WorkPtr allgather(Buffer mine, Buffer all) = 0;
+};
+
+// The ring algorithms of collectives.hpp over `transport`, on a thread of their own so that calls
+// return at once. The transport must outlive the communicator and be used by no other collective on
+// kCollectiveTag meanwhile.
+std::unique_ptr<Communicator> make_ring_communicator(Transport& transport);
+
+}  // namespace cohort::comm

@@ -1,0 +1,63 @@
+// The Communicator over any Transport: the ring algorithms of collectives.cpp, run on the executor's
+// thread so that a strategy can go on while a collective is in flight.
+#include <fmt/format.h>
+
+#include "cohort/comm/communicator.hpp"
+#include "cohort/core/check.hpp"
+#include "comm/serial_executor.hpp"
+
+namespace cohort::comm {
+namespace {
+
+std::span<std::byte> bytes_of(const Buffer& buffer) { return {static_cast<std::byte*>(buffer.data), buffer.bytes()}; }
+
+class RingCommunicator final : public Communicator {
+ public:
+  explicit RingCommunicator(Transport& transport) : transport_(transport) {}
+
+  std::string name() const override { return "ring"; }
+  int rank() const override { return transport_.rank(); }
+  int size() const override { return transport_.size(); }
+  bool accepts(Device device) const override { return device == Device::CPU; }
+  std::chrono::milliseconds timeout() const override { return transport_.timeout(); }
+
+  WorkPtr allreduce(Buffer data, ReduceOp op) override {
+    check_host("allreduce", data);
+    return executor_.submit(fmt::format("ring allreduce of {} bytes", data.bytes()), [this, data, op] {
+      comm::allreduce(transport_, bytes_of(data), {.op = op, .type = data.type});
+    });
+  }
+
+  WorkPtr broadcast(Buffer data, int root) override {
+    check_host("broadcast", data);
+    return executor_.submit(fmt::format("broadcast of {} bytes from rank {}", data.bytes(), root),
+                            [this, data, root] { comm::broadcast(transport_, root, bytes_of(data)); });
+  }
+
+  WorkPtr allgather(Buffer mine, Buffer all) override {
+    check_host("allgather", mine);
+    check_host("allgather", all);
+    COHORT_CHECK(mine.type == all.type, "allgather: elements of different types");
+    return executor_.submit(fmt::format("allgather of {} bytes", all.bytes()),
+                            [this, mine, all] { comm::allgather(transport_, bytes_of(mine), bytes_of(all)); });
+  }
+
+ private:
+  static void check_host(const char* op, const Buffer& buffer) {
+    if (buffer.device != Device::CPU)
+      throw DeviceError(fmt::format("ring communicator {}: a buffer on {}; the ring reduces host memory only, stage "
+                                    "device buffers through the host",
+                                    op, device_name(buffer.device)));
+  }
+
+  Transport& transport_;
+  SerialExecutor executor_;  // last: its thread stops before the members it uses go away
+};
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_ring_communicator(Transport& transport) {
+  return std::make_unique<RingCommunicator>(transport);
+}
+
+}  // namespace cohort::comm

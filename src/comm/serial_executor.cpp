@@ -1,0 +1,44 @@
+#include "comm/serial_executor.hpp"
+
+namespace cohort::comm {
+
+SerialExecutor::SerialExecutor() : worker_([this] { run(); }) {}
+
+SerialExecutor::~SerialExecutor() {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  changed_.notify_all();
+  worker_.join();
+}
+
+WorkPtr SerialExecutor::submit(std::string what, std::function<void()> job) {
+  auto work = std::make_shared<Work>(std::move(what));
+  {
+    std::lock_guard lock(mutex_);
+    queue_.push_back({std::move(job), work});
+  }
+  changed_.notify_all();
+  return work;
+}
+
+void SerialExecutor::run() {
+  std::unique_lock lock(mutex_);
+  for (;;) {
+    changed_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+    if (queue_.empty()) return;
+    Job job = std::move(queue_.front());
+    queue_.pop_front();
+    lock.unlock();
+    try {
+      job.body();
+      job.work->complete();
+    } catch (...) {
+      job.work->fail(std::current_exception());
+    }
+    lock.lock();
+  }
+}
+
+}  // namespace cohort::comm

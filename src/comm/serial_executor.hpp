@@ -1,0 +1,41 @@
+#pragma once
+// SerialExecutor: runs submitted jobs one after another on a thread of its own and reports each through
+// a Work, so that a communicator's collectives return at once yet keep their call order.
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "cohort/comm/work.hpp"
+
+namespace cohort::comm {
+
+class SerialExecutor {
+ public:
+  SerialExecutor();
+  // Runs what is queued, then stops.
+  ~SerialExecutor();
+  SerialExecutor(const SerialExecutor&) = delete;
+  SerialExecutor& operator=(const SerialExecutor&) = delete;
+
+  // `what` names the job in a timeout ("allreduce of 4096 bytes over ring"); a job that throws fails its
+  // Work with that exception.
+  WorkPtr submit(std::string what, std::function<void()> job);
+
+ private:
+  void run();
+
+  struct Job {
+    std::function<void()> body;
+    WorkPtr work;
+  };
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::deque<Job> queue_;
+  bool stopping_ = false;
+  std::thread worker_;
+};
+
+}  // namespace cohort::comm

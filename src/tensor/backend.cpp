@@ -1,0 +1,38 @@
+// The one place that maps a device to its backend.
+#include "tensor/backend.hpp"
+
+#include "cohort/core/check.hpp"
+#include "cohort/core/config.hpp"
+#include "tensor/cpu/cpu_backend.hpp"
+
+namespace cohort {
+
+Backend& backend_for(Device device) {
+  switch (device) {
+    case Device::CPU: {
+      static cpu::CpuBackend cpu(Device::CPU, std::make_unique<HostAllocator>("host"));
+      return cpu;
+    }
+    case Device::Emulated: {
+      // The CPU kernels on storage of its own, drawn through a caching allocator as a GPU's would be.
+      static cpu::CpuBackend emulated(Device::Emulated,
+                                      std::make_unique<CachingAllocator>(std::make_unique<HostAllocator>("emulated")));
+      return emulated;
+    }
+    case Device::CUDA:
+      break;
+  }
+  throw DeviceError(fmt::format("this build of cohort has no {} backend (CUDA toolkit {}): configure with "
+                                "-DCOHORT_WITH_CUDA=ON on a machine with the CUDA toolkit, cuDNN and cuBLAS",
+                                device_name(device), COHORT_HAS_CUDA ? "found" : "not found"));
+}
+
+Allocator& allocator_for(Device device) { return backend_for(device).allocator(); }
+
+Allocator& pinned_host_allocator() {
+  // Page-locking needs a GPU runtime; without one, staging buffers are plain host memory.
+  static HostAllocator pinned("pinned host (plain host memory: no GPU backend)");
+  return pinned;
+}
+
+}  // namespace cohort

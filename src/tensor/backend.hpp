@@ -1,0 +1,106 @@
+#pragma once
+// Backend: everything a device must compute for layers, losses and optimizers, listed once. The op layer
+// (ops.cpp) has checked shapes and devices before any call, so a backend only computes; its operands
+// all live on its device, except where a signature says host. A new device implements this interface in
+// its own folder (src/tensor/<device>/) with an allocator and a copy stream, and registers in
+// backend.cpp (docs/adding_a_backend.md).
+#include <memory>
+
+#include "cohort/tensor/allocator.hpp"
+#include "cohort/tensor/ops.hpp"
+
+namespace cohort {
+
+// An ordered queue of copies on one device (a CUDA stream); copies between host and device memory
+// may run while the caller goes on.
+class BackendStream {
+ public:
+  virtual ~BackendStream() = default;
+  // Copies bytes between two tensors' storage; either side may be host memory. Both stay alive and
+  // untouched until synchronize() returns.
+  virtual void enqueue_copy(const Tensor& source, const Tensor& destination) = 0;
+  // Waits for every enqueued copy; rethrows the first failure.
+  virtual void synchronize() = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  virtual Device device() const = 0;
+  virtual Allocator& allocator() = 0;
+  virtual std::unique_ptr<BackendStream> make_stream() = 0;
+
+  // ---- memory: host pointers are on the CPU; the tensors on this device
+  virtual void copy_from_host(const float* source, const Tensor& destination) = 0;
+  virtual void copy_to_host(const Tensor& source, float* destination) = 0;
+
+  // ---- plans
+  virtual std::shared_ptr<const PlanState> plan(const Conv2dGeometry& geometry) = 0;
+  virtual std::shared_ptr<const PlanState> plan(const Pool2dGeometry& geometry) = 0;
+  virtual std::shared_ptr<const PlanState> plan(const BatchNormGeometry& geometry) = 0;
+
+  // ---- elementwise and reductions
+  virtual void fill(const Tensor& x, float value) = 0;
+  virtual void copy(const Tensor& source, const Tensor& destination) = 0;
+  virtual void axpy(float alpha, const Tensor& x, const Tensor& y) = 0;
+  virtual void scale(const Tensor& x, float alpha) = 0;
+  virtual void multiply(const Tensor& a, const Tensor& b, const Tensor& out) = 0;
+  virtual double sum(const Tensor& x) = 0;
+  virtual double sum_of_squares(const Tensor& x) = 0;
+
+  // ---- matrices and biases
+  virtual void matmul(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b, const Tensor& c,
+                      float alpha, float beta) = 0;
+  virtual void add_bias(const Tensor& y, const Tensor& bias) = 0;
+  virtual void bias_gradient(const Tensor& dy, const Tensor& dbias) = 0;
+
+  // ---- activations
+  virtual void activation_forward(Activation activation, const Tensor& x, const Tensor& y) = 0;
+  virtual void activation_backward(Activation activation, const Tensor& y, const Tensor& dy, const Tensor& dx) = 0;
+
+  // ---- convolution, pooling, batch normalization: `g` is the plan's geometry for this call's batch
+  virtual void conv2d_forward(const PlanState* plan, const Conv2dGeometry& g, const Tensor& x, const Tensor& kernel,
+                              const Tensor& bias, const Tensor& y) = 0;
+  virtual void conv2d_backward(const PlanState* plan, const Conv2dGeometry& g, const Tensor& x, const Tensor& kernel,
+                               const Tensor& dy, const Tensor& dx, const Tensor& dkernel, const Tensor& dbias) = 0;
+  virtual void pool2d_forward(const PlanState* plan, const Pool2dGeometry& g, const Tensor& x, const Tensor& y) = 0;
+  virtual void pool2d_backward(const PlanState* plan, const Pool2dGeometry& g, const Tensor& x, const Tensor& y,
+                               const Tensor& dy, const Tensor& dx) = 0;
+  virtual void batch_norm_forward_training(const PlanState* plan, const BatchNormGeometry& g, const Tensor& x,
+                                           const Tensor& gamma, const Tensor& beta, const Tensor& y,
+                                           const Tensor& batch_mean, const Tensor& batch_variance) = 0;
+  virtual void batch_norm_forward_inference(const PlanState* plan, const BatchNormGeometry& g, const Tensor& x,
+                                            const Tensor& gamma, const Tensor& beta, const Tensor& mean,
+                                            const Tensor& variance, const Tensor& y) = 0;
+  virtual void batch_norm_backward(const PlanState* plan, const BatchNormGeometry& g, const Tensor& x,
+                                   const Tensor& gamma, const Tensor& dy, const Tensor& batch_mean,
+                                   const Tensor& batch_variance, const Tensor& dx, const Tensor& dgamma,
+                                   const Tensor& dbeta) = 0;
+  virtual void batch_norm_backward_inference(const PlanState* plan, const BatchNormGeometry& g, const Tensor& x,
+                                             const Tensor& gamma, const Tensor& dy, const Tensor& mean,
+                                             const Tensor& variance, const Tensor& dx, const Tensor& dgamma,
+                                             const Tensor& dbeta) = 0;
+  virtual void moving_average_update(const Tensor& moving, const Tensor& batch, float momentum) = 0;
+  virtual void dropout_mask(const Tensor& mask, float rate, std::uint64_t seed) = 0;
+
+  // ---- optimizer updates
+  virtual void sgd_update(const Tensor& value, const Tensor& gradient, const Tensor& velocity, float learning_rate,
+                          float momentum, bool nesterov, float weight_decay) = 0;
+  virtual void adam_update(const Tensor& value, const Tensor& gradient, const Tensor& m, const Tensor& v,
+                           float learning_rate, float beta_1, float beta_2, float epsilon, float weight_decay) = 0;
+  virtual void rmsprop_update(const Tensor& value, const Tensor& gradient, const Tensor& mean_square,
+                              const Tensor& mean_gradient, const Tensor& velocity, float learning_rate, float rho,
+                              float momentum, float epsilon, float weight_decay) = 0;
+
+  // ---- losses and metrics
+  virtual double softmax_cross_entropy(const Tensor& logits, const Tensor& labels, const Tensor& dlogits) = 0;
+  virtual double categorical_cross_entropy(const Tensor& probabilities, const Tensor& labels,
+                                           const Tensor& dprobabilities) = 0;
+  virtual std::int64_t count_correct(const Tensor& scores, const Tensor& labels) = 0;
+};
+
+// The backend of `device`; DeviceError naming the build option when this build has none for it.
+Backend& backend_for(Device device);
+
+}  // namespace cohort

@@ -1,0 +1,85 @@
+#pragma once
+// The CPU backend: Eigen GEMM, im2col and Winograd convolutions, OpenMP loops. Its kernels live in the
+// files of this folder, one family each. One instance serves Device::CPU with host memory; another
+// serves Device::Emulated with storage of its own (backend.cpp).
+#include <cstdint>
+
+#include "tensor/backend.hpp"
+
+namespace cohort::cpu {
+
+// Row-major single-precision GEMM: c[m x n] = alpha * op(a) * op(b) + beta * c, with leading dimensions.
+// Multithreaded, unless called from inside an OpenMP parallel region.
+void gemm(bool transpose_a, bool transpose_b, std::int64_t m, std::int64_t n, std::int64_t k, float alpha,
+          const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float beta, float* c,
+          std::int64_t ldc);
+
+class CpuBackend final : public Backend {
+ public:
+  CpuBackend(Device device, std::unique_ptr<Allocator> allocator);
+
+  Device device() const override { return device_; }
+  Allocator& allocator() override { return *allocator_; }
+  std::unique_ptr<BackendStream> make_stream() override;
+  void copy_from_host(const float* source, const Tensor& destination) override;
+  void copy_to_host(const Tensor& source, float* destination) override;
+
+  std::shared_ptr<const PlanState> plan(const Conv2dGeometry& geometry) override;
+  std::shared_ptr<const PlanState> plan(const Pool2dGeometry& geometry) override;
+  std::shared_ptr<const PlanState> plan(const BatchNormGeometry& geometry) override;
+
+  void fill(const Tensor& x, float value) override;
+  void copy(const Tensor& source, const Tensor& destination) override;
+  void axpy(float alpha, const Tensor& x, const Tensor& y) override;
+  void scale(const Tensor& x, float alpha) override;
+  void multiply(const Tensor& a, const Tensor& b, const Tensor& out) override;
+  double sum(const Tensor& x) override;
+  double sum_of_squares(const Tensor& x) override;
+  void matmul(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b, const Tensor& c, float alpha,
+              float beta) override;
+  void add_bias(const Tensor& y, const Tensor& bias) override;
+  void bias_gradient(const Tensor& dy, const Tensor& dbias) override;
+  void activation_forward(Activation activation, const Tensor& x, const Tensor& y) override;
+  void activation_backward(Activation activation, const Tensor& y, const Tensor& dy, const Tensor& dx) override;
+
+  void conv2d_forward(const PlanState* plan, const Conv2dGeometry& g, const Tensor& x, const Tensor& kernel,
+                      const Tensor& bias, const Tensor& y) override;
+  void conv2d_backward(const PlanState* plan, const Conv2dGeometry& g, const Tensor& x, const Tensor& kernel,
+                       const Tensor& dy, const Tensor& dx, const Tensor& dkernel, const Tensor& dbias) override;
+  void pool2d_forward(const PlanState* plan, const Pool2dGeometry& g, const Tensor& x, const Tensor& y) override;
+  void pool2d_backward(const PlanState* plan, const Pool2dGeometry& g, const Tensor& x, const Tensor& y,
+                       const Tensor& dy, const Tensor& dx) override;
+  void batch_norm_forward_training(const PlanState* plan, const BatchNormGeometry& g, const Tensor& x,
+                                   const Tensor& gamma, const Tensor& beta, const Tensor& y, const Tensor& batch_mean,
+                                   const Tensor& batch_variance) override;
+  void batch_norm_forward_inference(const PlanState* plan, const BatchNormGeometry& g, const Tensor& x,
+                                    const Tensor& gamma, const Tensor& beta, const Tensor& mean,
+                                    const Tensor& variance, const Tensor& y) override;
+  void batch_norm_backward(const PlanState* plan, const BatchNormGeometry& g, const Tensor& x, const Tensor& gamma,
+                           const Tensor& dy, const Tensor& batch_mean, const Tensor& batch_variance, const Tensor& dx,
+                           const Tensor& dgamma, const Tensor& dbeta) override;
+  void batch_norm_backward_inference(const PlanState* plan, const BatchNormGeometry& g, const Tensor& x,
+                                     const Tensor& gamma, const Tensor& dy, const Tensor& mean, const Tensor& variance,
+                                     const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta) override;
+  void moving_average_update(const Tensor& moving, const Tensor& batch, float momentum) override;
+  void dropout_mask(const Tensor& mask, float rate, std::uint64_t seed) override;
+
+  void sgd_update(const Tensor& value, const Tensor& gradient, const Tensor& velocity, float learning_rate,
+                  float momentum, bool nesterov, float weight_decay) override;
+  void adam_update(const Tensor& value, const Tensor& gradient, const Tensor& m, const Tensor& v, float learning_rate,
+                   float beta_1, float beta_2, float epsilon, float weight_decay) override;
+  void rmsprop_update(const Tensor& value, const Tensor& gradient, const Tensor& mean_square,
+                      const Tensor& mean_gradient, const Tensor& velocity, float learning_rate, float rho,
+                      float momentum, float epsilon, float weight_decay) override;
+
+  double softmax_cross_entropy(const Tensor& logits, const Tensor& labels, const Tensor& dlogits) override;
+  double categorical_cross_entropy(const Tensor& probabilities, const Tensor& labels,
+                                   const Tensor& dprobabilities) override;
+  std::int64_t count_correct(const Tensor& scores, const Tensor& labels) override;
+
+ private:
+  Device device_;
+  std::unique_ptr<Allocator> allocator_;
+};
+
+}  // namespace cohort::cpu

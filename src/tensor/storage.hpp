@@ -1,0 +1,31 @@
+#pragma once
+// The memory behind tensors: one allocation from a device's allocator, shared by every view of it.
+#include <atomic>
+#include <cstddef>
+
+#include "cohort/tensor/allocator.hpp"
+
+namespace cohort {
+
+class Storage {
+ public:
+  Storage(std::size_t bytes, Device device, Allocator& allocator)
+      : data_(static_cast<float*>(allocator.allocate(bytes))), bytes_(bytes), device_(device), allocator_(allocator) {}
+  ~Storage() { allocator_.deallocate(data_, bytes_); }
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+
+  float* data() const { return data_; }
+  Device device() const { return device_; }
+  // Asynchronous copies that read or write this storage and have not been synchronized yet.
+  std::atomic<int>& copies_in_flight() { return copies_in_flight_; }
+
+ private:
+  float* data_;
+  std::size_t bytes_;
+  Device device_;
+  Allocator& allocator_;
+  std::atomic<int> copies_in_flight_{0};
+};
+
+}  // namespace cohort

@@ -1,0 +1,90 @@
+// Device storage: allocators, moves between devices, asynchronous copies, and what host code may touch.
+#include <catch2/catch.hpp>
+
+#include "cohort/core/error.hpp"
+#include "cohort/nn/sequential.hpp"
+#include "cohort/tensor/allocator.hpp"
+#include "cohort/tensor/copy_stream.hpp"
+#include "cohort/tensor/ops.hpp"
+#include "test_util.hpp"
+
+using namespace cohort;
+
+TEST_CASE("the caching allocator reuses freed blocks of a size class and keeps statistics", "[tensor][device]") {
+  CachingAllocator allocator(std::make_unique<HostAllocator>("test"));
+  CHECK(CachingAllocator::size_class(1) == 512);
+  CHECK(CachingAllocator::size_class(4096) == 4096);
+  CHECK(CachingAllocator::size_class(4097) == 5120);
+  CHECK(CachingAllocator::size_class(1 << 20) == std::size_t{1} << 20);
+  CHECK(CachingAllocator::size_class((1 << 20) + 1) == (std::size_t{1} << 20) + (std::size_t{1} << 18));
+  void* a = allocator.allocate(5000);
+  void* b = allocator.allocate(100);
+  CHECK(allocator.stats().in_use == 5120 + 512);
+  allocator.deallocate(a, 5000);
+  CHECK(allocator.stats().cached == 5120);
+  void* again = allocator.allocate(4500);  // same class: the freed block comes back
+  CHECK(again == a);
+  CHECK(allocator.stats().upstream_allocations == 2);
+  CHECK(allocator.stats().peak == 5120 + 512);
+  allocator.deallocate(again, 4500);
+  allocator.deallocate(b, 100);
+  CHECK(allocator.stats().in_use == 0);
+  CHECK(allocator.stats().cached == 5120 + 512);
+  allocator.release_cached();
+  CHECK(allocator.stats().cached == 0);
+}
+
+TEST_CASE("tensors move between devices and keep their values", "[tensor][device]") {
+  const Tensor host = test_util::random_tensor({3, 5}, 1);
+  const Tensor device = host.to(Device::Emulated);
+  CHECK(device.device() == Device::Emulated);
+  CHECK(!device.shares_storage_with(host));
+  CHECK(host.to(Device::CPU).shares_storage_with(host));
+  CHECK(device.to_vector() == host.to_vector());
+  const Tensor copy = device.clone();
+  CHECK(copy.device() == Device::Emulated);
+  CHECK(!copy.shares_storage_with(device));
+  CHECK(copy.slice(1, 2).to_vector() == host.slice(1, 2).to_vector());
+  CHECK(Tensor({4}, Device::Emulated).to_vector() == std::vector<float>(4, 0.0f));  // zero-filled there too
+  const AllocatorStats stats = allocator_for(Device::Emulated).stats();
+  CHECK(stats.in_use > 0);
+  CHECK(stats.peak >= stats.in_use);
+}
+
+TEST_CASE("host access to device memory is caught, and mixed devices are refused by name", "[tensor][device]") {
+  const Tensor device({2, 3}, Device::Emulated);
+  CHECK_THROWS_AS(device.data(), DeviceError);
+  CHECK_THROWS_WITH(device.values(), Catch::Contains("host access to a emulated tensor of shape (2, 3)"));
+  const Tensor host({2, 3});
+  CHECK_NOTHROW(host.data());
+  CHECK_THROWS_AS(ops::axpy(1.0f, host, device), DeviceError);
+  CHECK_THROWS_WITH(ops::multiply(host, device, host),
+                    Catch::Contains("multiply") && Catch::Contains("(2, 3) on cpu") && Catch::Contains("(2, 3) on emulated"));
+  CHECK_NOTHROW(ops::copy(host, device));  // the one op that crosses devices
+}
+
+TEST_CASE("a device the build lacks is refused naming the build option", "[tensor][device]") {
+  CHECK_THROWS_WITH(Tensor({2}, Device::CUDA), Catch::Contains("no cuda backend") && Catch::Contains("COHORT_WITH_CUDA"));
+  CHECK_THROWS_AS(nn::Sequential({4}, 0, Device::CUDA), DeviceError);
+}
+
+TEST_CASE("a copy stream copies asynchronously and guards tensors in flight", "[tensor][device]") {
+  const Tensor host = test_util::random_tensor({64, 33}, 2);
+  const Tensor device = Tensor::uninitialized(host.shape(), Device::Emulated);
+  CopyStream stream(Device::Emulated);
+  stream.copy(host, device);
+  CHECK(device.copy_in_flight());
+  CHECK(host.copy_in_flight());
+  CHECK_THROWS_AS(ops::scale(device, 2.0f), DeviceError);  // half-copied values are never read
+  CHECK_THROWS_AS(device.to(Device::CPU), DeviceError);
+  CHECK_THROWS_AS(stream.copy(host, device), DeviceError);  // two copies into one tensor at once
+  stream.synchronize();
+  CHECK(!device.copy_in_flight());
+  CHECK(device.to_vector() == host.to_vector());
+  // Back to pinned host memory.
+  const Tensor back = Tensor::pinned(host.shape());
+  stream.copy(device, back);
+  stream.synchronize();
+  CHECK(back.to_vector() == host.to_vector());
+  CHECK_THROWS_AS(stream.copy(host, Tensor({64, 32}, Device::Emulated)), InvalidArgument);
+}

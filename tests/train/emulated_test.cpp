@@ -1,0 +1,248 @@
+// The emulated device runs the CPU kernels on storage host code may not touch. Everything a model does
+// (layers, optimizers, fit/evaluate/predict, checkpoints, both distributed strategies) must give the
+// CPU's results bitwise there: any difference, or any DeviceError, is a missing transfer or a host
+// access on a device path.
+#include <catch2/catch.hpp>
+#include <functional>
+
+#include "cohort/comm/inproc.hpp"
+#include "cohort/core/error.hpp"
+#include "cohort/data/synthetic.hpp"
+#include "cohort/nn/activation_layer.hpp"
+#include "cohort/nn/batch_normalization.hpp"
+#include "cohort/nn/conv2d.hpp"
+#include "cohort/nn/dense.hpp"
+#include "cohort/nn/dropout.hpp"
+#include "cohort/nn/flatten.hpp"
+#include "cohort/nn/pooling2d.hpp"
+#include "cohort/optim/adam.hpp"
+#include "cohort/optim/rmsprop.hpp"
+#include "cohort/optim/sgd.hpp"
+#include "cohort/tensor/ops.hpp"
+#include "cohort/train/checkpoint.hpp"
+#include "cohort/train/ring_allreduce.hpp"
+#include "cohort/train/trainer.hpp"
+#include "cohort/train/update.hpp"
+#include "comm/comm_test_util.hpp"
+#include "ps/ps_test_util.hpp"
+#include "test_util.hpp"
+
+using namespace cohort;
+
+namespace {
+
+const auto kSet = data::make_synthetic({.samples = 44, .sample_shape = {8, 8, 2}, .classes = 4, .seed = 3});
+
+void require_equal(const Tensor& cpu, const Tensor& emulated, const std::string& what) {
+  INFO(what);
+  REQUIRE(cpu.device() == Device::CPU);
+  REQUIRE(emulated.device() == Device::Emulated);
+  REQUIRE(cpu.to_vector() == emulated.to_vector());
+}
+
+void require_same_variables(const nn::Sequential& cpu, const nn::Sequential& emulated) {
+  for (const auto& v : cpu.variables()) require_equal(v->value, emulated.variable(v->name)->value, v->name);
+}
+
+nn::Sequential full_model(Device device) {
+  nn::Sequential model({8, 8, 2}, 5, device);
+  model.add(nn::Conv2D(8, 3, nn::Padding::Same)).add(nn::BatchNormalization()).add(nn::ReLU());
+  model.add(nn::Conv2D(8, 3, nn::Padding::Same)).add(nn::ReLU()).add(nn::AveragePooling2D(2));
+  model.add(nn::MaxPooling2D(2)).add(nn::Flatten()).add(nn::Dense(6)).add(nn::Dropout(0.3f));
+  model.add(nn::Dense(4)).add(nn::Softmax());
+  return model;
+}
+
+}  // namespace
+
+TEST_CASE("every layer computes the same forward and backward on the emulated device", "[device][nn]") {
+  using Factory = std::function<std::unique_ptr<nn::Layer>()>;
+  const std::vector<std::pair<std::string, Factory>> layers = {
+      {"conv same", [] { return std::make_unique<nn::Conv2D>(8, 3, nn::Padding::Same); }},
+      {"conv valid stride 2", [] { return std::make_unique<nn::Conv2D>(3, 3, nn::Padding::Valid, 2); }},
+      {"conv 1x1 no bias", [] { return std::make_unique<nn::Conv2D>(4, 1, nn::Padding::Valid, 1, false); }},
+      {"dense", [] { return std::make_unique<nn::Dense>(5); }},
+      {"batch norm", [] { return std::make_unique<nn::BatchNormalization>(); }},
+      {"relu", [] { return std::make_unique<nn::ActivationLayer>(nn::ReLU()); }},
+      {"sigmoid", [] { return std::make_unique<nn::ActivationLayer>(nn::Activation(cohort::Activation::Sigmoid)); }},
+      {"tanh", [] { return std::make_unique<nn::ActivationLayer>(nn::Activation(cohort::Activation::Tanh)); }},
+      {"softmax", [] { return std::make_unique<nn::ActivationLayer>(nn::Softmax()); }},
+      {"max pooling", [] { return std::make_unique<nn::MaxPooling2D>(2); }},
+      {"average pooling same", [] { return std::make_unique<nn::AveragePooling2D>(3, 2, nn::Padding::Same); }},
+      {"dropout", [] { return std::make_unique<nn::Dropout>(0.4f); }},
+      {"flatten", [] { return std::make_unique<nn::Flatten>(); }},
+  };
+  const Shape sample{7, 6, 8};
+  for (const auto& [name, make] : layers) {
+    for (bool training : {true, false}) {
+      INFO(name << (training ? " training" : " inference"));
+      auto cpu = make(), emulated = make();
+      cpu->set_name("layer");
+      emulated->set_name("layer");
+      nn::VariableFactory cpu_factory("layer", 9, 0, Device::CPU), emulated_factory("layer", 9, 0, Device::Emulated);
+      const Shape out = cpu->build(sample, cpu_factory);
+      REQUIRE(emulated->build(sample, emulated_factory) == out);
+      for (std::size_t i = 0; i < cpu->variables().size(); ++i)
+        require_equal(cpu->variables()[i]->value, emulated->variables()[i]->value, "initial " + cpu->variables()[i]->name);
+      const Tensor x = test_util::random_tensor(sample.batched(3), 11);
+      const Tensor dy = test_util::random_tensor(out.batched(3), 12);
+      const nn::ForwardContext context{training, 4};
+      require_equal(cpu->forward(x, context), emulated->forward(x.to(Device::Emulated), context), "forward");
+      require_equal(cpu->backward(dy, true), emulated->backward(dy.to(Device::Emulated), true), "input gradient");
+      for (std::size_t i = 0; i < cpu->variables().size(); ++i) {
+        const auto& v = cpu->variables()[i];
+        if (v->trainable) require_equal(v->gradient, emulated->variables()[i]->gradient, "gradient of " + v->name);
+        else require_equal(v->value, emulated->variables()[i]->value, "statistics " + v->name);
+      }
+    }
+  }
+}
+
+TEST_CASE("every optimizer updates identically on the emulated device", "[device][optim]") {
+  using Factory = std::function<std::unique_ptr<optim::Optimizer>()>;
+  const std::vector<std::pair<std::string, Factory>> optimizers = {
+      {"sgd", [] { return std::make_unique<optim::SGD>(); }},
+      {"nesterov", [] { return std::make_unique<optim::SGD>(optim::SGDOptions{.momentum = 0.9, .nesterov = true, .weight_decay = 1e-3}); }},
+      {"adam", [] { return std::make_unique<optim::Adam>(); }},
+      {"rmsprop", [] { return std::make_unique<optim::RMSprop>(optim::RMSpropOptions{.momentum = 0.5, .centered = true}); }},
+  };
+  for (const auto& [name, make] : optimizers) {
+    INFO(name);
+    auto cpu = make(), emulated = make();
+    const Tensor value = test_util::random_tensor({17, 3}, 1);
+    const Tensor on_device = value.to(Device::Emulated);
+    for (int step = 0; step < 3; ++step) {
+      const Tensor gradient = test_util::random_tensor({17, 3}, 20 + static_cast<std::uint64_t>(step));
+      cpu->apply("w", value, gradient);
+      emulated->apply("w", on_device, gradient.to(Device::Emulated));
+      cpu->finish_step();
+      emulated->finish_step();
+    }
+    require_equal(value, on_device, "value");
+    for (std::size_t s = 0; s < cpu->state().at("w").slots.size(); ++s)
+      require_equal(cpu->state().at("w").slots[s], emulated->state().at("w").slots[s], "slot");
+  }
+}
+
+TEST_CASE("fit, evaluate and predict on the emulated device equal the CPU's", "[device][train]") {
+  const auto test_set = data::make_synthetic({.samples = 20, .sample_shape = {8, 8, 2}, .classes = 4, .seed = 8});
+  std::vector<train::History> histories;
+  std::vector<train::Logs> evaluations;
+  std::vector<nn::Sequential> models;
+  for (Device device : {Device::CPU, Device::Emulated}) {
+    models.push_back(full_model(device));
+    Trainer trainer(models.back(), optim::Adam());
+    histories.push_back(trainer.fit(kSet, {.epochs = 2, .batch_size = 8, .seed = 4, .validation = &test_set,
+                                           .verbosity = train::Verbosity::Silent}));
+    evaluations.push_back(trainer.evaluate(test_set, 7));
+  }
+  require_same_variables(models[0], models[1]);
+  REQUIRE(histories[0].epochs.size() == 2);
+  for (std::size_t e = 0; e < 2; ++e)
+    for (const char* key : {"loss", "accuracy", "val_loss", "val_accuracy"})
+      CHECK(histories[0].epochs[e].at(key) == histories[1].epochs[e].at(key));
+  CHECK(evaluations[0] == evaluations[1]);
+  const Tensor images = test_util::random_tensor({9, 8, 8, 2}, 3);
+  Trainer cpu(models[0], optim::Adam()), emulated(models[1], optim::Adam());
+  const Tensor on_host = emulated.predict(images, 4);
+  CHECK(on_host.device() == Device::CPU);
+  CHECK(cpu.predict(images, 4).to_vector() == on_host.to_vector());
+  CHECK(emulated.predict(images.to(Device::Emulated)).to_vector() == on_host.to_vector());
+}
+
+TEST_CASE("a model moved with to() trains on its new device; checkpoints cross devices", "[device][train]") {
+  test_util::ScratchDirectory directory("emulated_checkpoint");
+  const auto path = directory.path() / "latest.ckpt";
+  nn::Sequential reference = full_model(Device::CPU);
+  Trainer continuous(reference, optim::Adam());
+  continuous.fit(kSet, {.epochs = 100, .max_steps = 8, .batch_size = 8, .seed = 4, .verbosity = train::Verbosity::Silent});
+
+  // Emulated for 4 steps, saved, resumed on the CPU, saved, resumed on the emulated device again.
+  nn::Sequential first = full_model(Device::CPU);
+  first.to(Device::Emulated);
+  REQUIRE(first.variable("dense/kernel")->value.device() == Device::Emulated);
+  Trainer trainer(first, optim::Adam());
+  trainer.fit(kSet, {.epochs = 100, .max_steps = 4, .batch_size = 8, .seed = 4, .verbosity = train::Verbosity::Silent,
+                     .checkpoint_dir = directory.path()});
+  // Other initial values: only a working resume can make the end result equal the continuous run's.
+  nn::Sequential second = full_model(Device::CPU);
+  ops::fill(second.variable("dense/kernel")->value, 0.5f);
+  Trainer resumed(second, optim::Adam());
+  resumed.fit(kSet, {.epochs = 100, .max_steps = 6, .batch_size = 8, .seed = 4, .verbosity = train::Verbosity::Silent,
+                     .checkpoint_dir = directory.path(), .resume = true});
+  nn::Sequential third = full_model(Device::Emulated);
+  ops::fill(third.variable("dense/kernel")->value, 0.5f);
+  Trainer last(third, optim::Adam());
+  last.fit(kSet, {.epochs = 100, .max_steps = 8, .batch_size = 8, .seed = 4, .verbosity = train::Verbosity::Silent,
+                  .checkpoint_dir = directory.path(), .resume = true});
+  require_same_variables(reference, third);
+  CHECK(last.optimizer().iterations() == 8);
+  CHECK(last.optimizer().state().at("dense/kernel").slots[0].device() == Device::Emulated);
+}
+
+TEST_CASE("host access and device mix-ups on a device path fail with DeviceError", "[device][train]") {
+  // A layer that reads its input on the host works on the CPU and is caught on the emulated device.
+  struct HostPeekingLayer : nn::Layer {
+    std::string type_name() const override { return "HostPeeking"; }
+    std::string name_stem() const override { return "host_peeking"; }
+    Shape build(const Shape& in, nn::VariableFactory&) override { return in; }
+    Tensor forward(const Tensor& x, const nn::ForwardContext&) override {
+      if (x.numel() > 0 && x.data()[0] > 1e30f) return {};
+      return x;
+    }
+    Tensor backward(const Tensor& dy, bool) override { return dy; }
+  };
+  for (Device device : {Device::CPU, Device::Emulated}) {
+    nn::Sequential model({4}, 0, device);
+    model.add(nn::Dense(3)).add(std::make_unique<HostPeekingLayer>()).add(nn::Softmax());
+    const Tensor batch = Tensor({2, 4}).to(device);
+    if (device == Device::CPU) CHECK_NOTHROW(model.forward(batch));
+    else CHECK_THROWS_AS(model.forward(batch), DeviceError);
+  }
+  nn::Sequential model = full_model(Device::Emulated);
+  CHECK_THROWS_AS(model.variable("dense/kernel")->value.values(), DeviceError);
+  CHECK_THROWS_WITH(model.forward(Tensor({2, 8, 8, 2})), Catch::Contains("the model is on emulated"));
+  // Optimizer state left on the CPU while the model moved: named, not silently mixed.
+  nn::Sequential cpu_model = full_model(Device::CPU);
+  optim::Adam adam;
+  train::update_variables(adam, cpu_model.trainable_variables());
+  cpu_model.to(Device::Emulated);
+  CHECK_THROWS_WITH(train::update_variables(adam, cpu_model.trainable_variables()),
+                    Catch::Contains("is on cpu, the variable on emulated"));
+  adam.to(Device::Emulated);
+  CHECK_NOTHROW(train::update_variables(adam, cpu_model.trainable_variables()));
+}
+
+TEST_CASE("ring-allreduce training on the emulated device equals the same run on the CPU", "[device][distributed]") {
+  std::vector<std::vector<nn::Sequential>> runs;
+  for (Device device : {Device::CPU, Device::Emulated}) {
+    comm::InProcessGroup group(2);
+    std::vector<nn::Sequential> models;
+    models.push_back(full_model(device));
+    models.push_back(full_model(device));
+    comm_test::run_ranks(2, [&](int r) {
+      Trainer trainer(models[static_cast<std::size_t>(r)], optim::SGD({.momentum = 0.9}),
+                      std::make_shared<train::RingAllreduce>(group.transport(r)));
+      trainer.fit(kSet, {.epochs = 100, .max_steps = 5, .batch_size = 8, .seed = 4, .verbosity = train::Verbosity::Silent});
+    });
+    runs.push_back(std::move(models));
+  }
+  require_same_variables(runs[0][0], runs[1][0]);
+  require_same_variables(runs[0][1], runs[1][1]);
+}
+
+TEST_CASE("parameter-server training of emulated workers equals the same run on the CPU", "[device][ps]") {
+  std::vector<std::vector<nn::Sequential>> runs;
+  for (Device device : {Device::CPU, Device::Emulated}) {
+    comm::InProcessGroup group(4);
+    std::vector<nn::Sequential> models;
+    for (int r = 0; r < 4; ++r) models.push_back(full_model(r < 2 ? device : Device::CPU));  // servers stay on the CPU
+    ps_test::run_cluster(group, 2, 2, {}, [&](int r, auto strategy) {
+      Trainer trainer(models[static_cast<std::size_t>(r)], optim::Adam(), strategy);
+      trainer.fit(kSet, {.epochs = 100, .max_steps = 5, .batch_size = 8, .seed = 4, .verbosity = train::Verbosity::Silent});
+    });
+    runs.push_back(std::move(models));
+  }
+  require_same_variables(runs[0][0], runs[1][0]);
+  require_same_variables(runs[0][1], runs[1][1]);
+}
