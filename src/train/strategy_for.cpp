@@ -1,12 +1,32 @@
 #include "cohort/train/strategy_for.hpp"
 
+#include <cstdlib>
+#include <string_view>
+
+#include "cohort/comm/mpi.hpp"
+#include "cohort/core/error.hpp"
 #include "cohort/train/ring_allreduce.hpp"
 
 namespace cohort::train {
+namespace {
+
+// COHORT_COMMUNICATOR picks what carries the gradients of data-parallel training: "ring" (the default,
+// over the cluster's transport) or "mpi" (Open MPI's collectives, for a job started by mpirun).
+std::string_view requested_communicator() {
+  const char* name = std::getenv("COHORT_COMMUNICATOR");
+  return name == nullptr || *name == '\0' ? "ring" : name;
+}
+
+}  // namespace
 
 std::shared_ptr<Strategy> strategy_for(cluster::Cluster& cluster, const ParameterServerOptions& options) {
   if (!cluster.spec().ps.empty()) return std::make_shared<ParameterServer>(cluster, options);
-  if (cluster.distributed()) return std::make_shared<RingAllreduce>(cluster.transport(), RingAllreduceOptions{.data = options.data});
+  const RingAllreduceOptions allreduce{.data = options.data};
+  const std::string_view communicator = requested_communicator();
+  if (communicator == "mpi") return std::make_shared<RingAllreduce>(comm::make_mpi_communicator(), allreduce);
+  if (communicator != "ring")
+    throw InvalidArgument(fmt::format("COHORT_COMMUNICATOR is '{}'; use 'ring' or 'mpi'", communicator));
+  if (cluster.distributed()) return std::make_shared<RingAllreduce>(cluster.transport(), allreduce);
   return std::make_shared<Local>();
 }
 

@@ -1,7 +1,8 @@
 #pragma once
 // The strategy a cluster calls for: Local for a single process, ParameterServer when the cluster has ps
 // tasks, RingAllreduce when it has several workers and no ps. One main() then runs unchanged alone, under
-// cohort-launch --workers N, or under cohort-launch --workers N --ps M.
+// cohort-launch --workers N, or under cohort-launch --workers N --ps M. Under mpirun,
+// COHORT_COMMUNICATOR=mpi makes data-parallel training reduce through Open MPI (comm/mpi.hpp).
 //
 //   auto cluster = cluster::Cluster::from_environment();
 //   auto strategy = train::strategy_for(cluster, {.consistency = ps::parse_consistency("async")});

@@ -1,0 +1,50 @@
+#pragma once
+// The contract every Communicator meets, run on each rank of a group: allreduce of sizes that do not
+// divide evenly (and zero) with exact sums and means, broadcast from every root, allgather, calls in
+// flight at once completing in call order, and a device buffer it does not accept refused by name.
+// Rank bodies check with comm_test::expect, which throws (Catch2 assertions are not thread-safe).
+
+#include <string>
+#include <vector>
+
+#include "cohort/comm/communicator.hpp"
+#include "cohort/core/error.hpp"
+#include "comm/comm_test_util.hpp"
+
+namespace comm_test {
+
+inline void check_communicator_contract(cohort::comm::Communicator& communicator) {
+  using namespace cohort;
+  const int n = communicator.size(), r = communicator.rank();
+  const auto timeout = communicator.timeout();
+  for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{3}, std::size_t{1000}, std::size_t{65537}}) {
+    std::vector<float> values(count), mean(count);
+    for (std::size_t i = 0; i < count; ++i) values[i] = mean[i] = static_cast<float>((r + 1) * (i % 17));
+    auto sum = communicator.allreduce(comm::Buffer::of(values), comm::ReduceOp::Sum);
+    auto averaged = communicator.allreduce(comm::Buffer::of(mean), comm::ReduceOp::Mean);  // both in flight
+    sum->wait(timeout);
+    averaged->wait(timeout);
+    const float ranks = static_cast<float>(n * (n + 1) / 2);
+    for (std::size_t i = 0; i < count; ++i) {
+      expect(values[i] == ranks * static_cast<float>(i % 17), "allreduce sum of " + std::to_string(count));
+      expect(std::abs(mean[i] - ranks * static_cast<float>(i % 17) / static_cast<float>(n)) < 1e-4f,
+             "allreduce mean of " + std::to_string(count));
+    }
+  }
+  for (int root = 0; root < n; ++root) {
+    std::vector<float> data(257, static_cast<float>(r == root ? root + 10 : -1));
+    communicator.broadcast(comm::Buffer::of(data), root)->wait(timeout);
+    for (float v : data) expect(v == static_cast<float>(root + 10), "broadcast from " + std::to_string(root));
+  }
+  std::vector<float> mine{static_cast<float>(r), static_cast<float>(r * 10)}, all(2 * static_cast<std::size_t>(n));
+  communicator.allgather(comm::Buffer::of(mine), comm::Buffer::of(all))->wait(timeout);
+  for (int k = 0; k < n; ++k)
+    expect(all[2 * k] == static_cast<float>(k) && all[2 * k + 1] == static_cast<float>(k * 10), "allgather block");
+  std::vector<float> device_values(4);
+  comm::Buffer on_device = comm::Buffer::of(device_values);
+  on_device.device = Device::Emulated;
+  expect(!communicator.accepts(Device::Emulated), "host communicators do not accept device buffers");
+  expect_throws<DeviceError>([&] { communicator.allreduce(on_device, comm::ReduceOp::Sum); }, "device buffer refused");
+}
+
+}  // namespace comm_test
