@@ -1,11 +1,15 @@
 // cohort's ring allreduce over the TCP transport, swept nccl-tests style (allreduce_sweep.hpp). It takes
-// the cluster from the environment, so it runs under cohort-launch:
+// the cluster from the environment, so it runs under cohort-launch; with COHORT_COMMUNICATOR=mpi under
+// mpirun it measures cohort's MPI communicator instead:
 //
 //   ./build/cohort-launch --workers 4 -- ./build/benchmarks/cohort_allreduce_bench
+//   COHORT_COMMUNICATOR=mpi mpirun -np 4 ./build/benchmarks/cohort_allreduce_bench
 //   ... --min-bytes 4096 --max-bytes 268435456     (defaults)
 //   ... --forever                                  (repeat the sweep until stopped; for failure drills)
 // benchmarks/allreduce_compare.sh puts it beside Open MPI and Gloo.
 #include <cstdio>
+#include <cstdlib>
+#include <string_view>
 
 #include <cohort/cohort.hpp>
 
@@ -15,6 +19,16 @@ using namespace cohort;
 
 int main(int argc, char** argv) try {
   const sweep::Options options = sweep::parse(argc, argv);
+  const char* requested = std::getenv("COHORT_COMMUNICATOR");
+  if (requested != nullptr && std::string_view(requested) == "mpi") {
+    auto mpi = comm::make_mpi_communicator();
+    auto wait = [&](comm::WorkPtr work) { work->wait(mpi->timeout()); };
+    float token = 0;
+    return sweep::run(
+        "cohort MPI communicator", mpi->rank(), mpi->size(), options,
+        [&](float* data, std::size_t count) { wait(mpi->allreduce(comm::Buffer::of({data, count}), comm::ReduceOp::Sum)); },
+        [&] { wait(mpi->allreduce(comm::Buffer::of({&token, 1}), comm::ReduceOp::Sum)); });
+  }
   auto cluster = cluster::Cluster::from_environment();
   comm::Transport& transport = cluster.transport();
   return sweep::run(

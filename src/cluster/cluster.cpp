@@ -3,7 +3,7 @@
 #include <fmt/format.h>
 
 #include "cohort/cluster/rendezvous.hpp"
-#include "cohort/core/error.hpp"
+#include "cohort/core/check.hpp"
 
 namespace cohort::cluster {
 
@@ -46,7 +46,8 @@ comm::Transport& Cluster::transport() {
     tcp.timeout = options_.timeout;
     tcp.heartbeat_interval = options_.heartbeat_interval;
     tcp.peer_timeout = options_.peer_timeout;
-    transport_ = comm::connect_tcp(tcp);
+    COHORT_CHECK(static_cast<bool>(options_.transport_factory), "ConnectOptions::transport_factory is empty");
+    transport_ = options_.transport_factory(tcp);
   }
   return *transport_;
 }

@@ -6,7 +6,6 @@
 #include <numeric>
 #include <nlohmann/json.hpp>
 
-#include "cohort/comm/collectives.hpp"
 #include "cohort/core/check.hpp"
 #include "cohort/core/format.hpp"
 #include "cohort/core/seed.hpp"
@@ -184,20 +183,6 @@ std::string Plan::json() const {
                               {"rows", {s.row_begin, s.row_end}}, {"shape", s.shape.dims()}, {"bytes", s.bytes},
                               {"load", s.load}, {"trainable", s.trainable}, {"server", s.server}});
   return root.dump(2);
-}
-
-void verify_same_plan(comm::Transport& transport, const Plan& plan) {
-  const std::uint64_t mine = plan.fingerprint();
-  std::vector<std::uint64_t> all(static_cast<std::size_t>(transport.size()));
-  comm::allgather(transport, std::as_bytes(std::span(&mine, 1)), std::as_writable_bytes(std::span(all)));
-  std::string differing;
-  for (int r = 0; r < transport.size(); ++r)
-    if (all[static_cast<std::size_t>(r)] != all[0])
-      differing += fmt::format("{}{} has {:016x}", differing.empty() ? "" : ", ", transport.describe(r), all[static_cast<std::size_t>(r)]);
-  if (!differing.empty())
-    throw InvalidArgument(fmt::format("placement plans differ between processes: {} has {:016x} ({} on {} servers), {}; "
-                                      "every process must build the same model with the same policy and server count",
-                                      transport.describe(0), all[0], plan.policy(), plan.servers(), differing));
 }
 
 AnyPolicy parse_policy(std::string_view name) {

@@ -4,6 +4,7 @@
 #include "cohort/core/format.hpp"
 #include "cohort/core/logging.hpp"
 #include "cohort/ps/server.hpp"
+#include "cohort/ps/verify_plan.hpp"
 #include "cohort/tensor/ops.hpp"
 #include "cohort/train/variable_infos.hpp"
 #include "train/position_codec.hpp"

@@ -3,7 +3,11 @@
 #include <catch2/catch.hpp>
 #include <map>
 
+#include <cstdlib>
+
+#include "cohort/cluster/cluster.hpp"
 #include "cohort/cluster/discovery.hpp"
+#include "cohort/comm/inproc.hpp"
 #include "cohort/core/error.hpp"
 #include "environment.hpp"
 
@@ -161,4 +165,34 @@ TEST_CASE("explicit specs are validated like discovered ones", "[cluster]") {
   require_invalid([] { parse_endpoint("host:", "peer"); }, {"peer", "port"});
   require_invalid([] { parse_endpoint(":80", "peer"); }, {"peer", "no host"});
   require_invalid([] { parse_endpoint("[::1:80", "peer"); }, {"peer"});
+}
+
+TEST_CASE("a cluster makes its transport through the factory it is given", "[cluster]") {
+  comm::InProcessGroup group(2);
+  std::vector<comm::TcpOptions> asked;
+  cluster::ConnectOptions options;
+  options.transport_factory = [&](const comm::TcpOptions& peers) -> std::unique_ptr<comm::Transport> {
+    asked.push_back(peers);
+    struct Borrowed : comm::Transport {
+      comm::Transport& inner;
+      explicit Borrowed(comm::Transport& t) : inner(t) {}
+      int rank() const override { return inner.rank(); }
+      int size() const override { return inner.size(); }
+      comm::WorkPtr send(int p, comm::Tag t, std::span<const std::byte> d) override { return inner.send(p, t, d); }
+      comm::WorkPtr recv(int p, comm::Tag t, std::span<std::byte> o) override { return inner.recv(p, t, o); }
+      std::string describe(int r) const override { return inner.describe(r); }
+      std::chrono::milliseconds timeout() const override { return inner.timeout(); }
+    };
+    return std::make_unique<Borrowed>(group.transport(peers.rank));
+  };
+  cluster::Cluster cluster(ClusterSpec{.chief = {{"127.0.0.1", 4000}}, .workers = {{"127.0.0.1", 4001}},
+                                       .role = Role::Worker, .index = 0},
+                           options);
+  ::setenv("COHORT_SECRET", "factory test", 1);  // a distributed cluster loads its secret before connecting
+  CHECK(cluster.transport().rank() == 1);
+  ::unsetenv("COHORT_SECRET");
+  CHECK(&cluster.transport() == &cluster.transport());  // made once
+  REQUIRE(asked.size() == 1);
+  CHECK(asked[0].addresses.size() == 2);
+  CHECK(asked[0].names[0].find("chief 0") != std::string::npos);
 }

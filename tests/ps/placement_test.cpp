@@ -5,6 +5,7 @@
 #include "cohort/comm/inproc.hpp"
 #include "cohort/core/error.hpp"
 #include "cohort/ps/placement.hpp"
+#include "cohort/ps/verify_plan.hpp"
 #include "cohort/ps/snapshot.hpp"
 #include "comm/comm_test_util.hpp"
 

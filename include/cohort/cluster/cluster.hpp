@@ -21,6 +21,8 @@ struct ConnectOptions {
   std::chrono::milliseconds timeout{60000};
   std::chrono::milliseconds heartbeat_interval{1000};
   std::chrono::milliseconds peer_timeout{10000};
+  // How the transport is made once the peers are known (TCP by default).
+  comm::TransportFactory transport_factory = comm::connect_tcp;
 };
 
 class Cluster {

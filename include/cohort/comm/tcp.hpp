@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -44,6 +45,10 @@ struct TcpOptions {
 // Blocks until this rank is connected to and authenticated with every other rank. Throws TimeoutError
 // naming the peers still missing at the deadline, InvalidArgument for bad options.
 std::unique_ptr<Transport> connect_tcp(const TcpOptions& options);
+
+// Makes a group's transport from its peers' addresses, names, secret and deadlines: connect_tcp, or
+// another transport for the same group (shared memory between peers on one host).
+using TransportFactory = std::function<std::unique_ptr<Transport>(const TcpOptions& options)>;
 
 // The shared secret: COHORT_SECRET, else the contents of the file named by COHORT_SECRET_FILE.
 // Throws InvalidArgument when neither is set or the secret is empty.

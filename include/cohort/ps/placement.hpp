@@ -21,7 +21,6 @@
 #include <string_view>
 #include <vector>
 
-#include "cohort/comm/transport.hpp"
 #include "cohort/tensor/shape.hpp"
 
 namespace cohort::ps {
@@ -147,9 +146,5 @@ Plan make_plan(const std::vector<VariableInfo>& variables, int servers, const Po
   const std::vector<int> assignment = policy.assign(shards, servers);
   return finish_plan(policy.name(), servers, std::move(shards), assignment);
 }
-
-// Compares the plan's fingerprint across all ranks of `transport`; throws InvalidArgument naming the ranks
-// that disagree (they built another model, policy or server count).
-void verify_same_plan(comm::Transport& transport, const Plan& plan);
 
 }  // namespace cohort::ps
