@@ -7,17 +7,19 @@
 
 namespace cohort {
 
+// Backends are never destroyed: a tensor in a static object may release its storage after every
+// function-local static is gone.
 Backend& backend_for(Device device) {
   switch (device) {
     case Device::CPU: {
-      static cpu::CpuBackend cpu(Device::CPU, std::make_unique<HostAllocator>("host"));
-      return cpu;
+      static auto* cpu = new cpu::CpuBackend(Device::CPU, std::make_unique<HostAllocator>("host"));
+      return *cpu;
     }
     case Device::Emulated: {
       // The CPU kernels on storage of its own, drawn through a caching allocator as a GPU's would be.
-      static cpu::CpuBackend emulated(Device::Emulated,
-                                      std::make_unique<CachingAllocator>(std::make_unique<HostAllocator>("emulated")));
-      return emulated;
+      static auto* emulated = new cpu::CpuBackend(
+          Device::Emulated, std::make_unique<CachingAllocator>(std::make_unique<HostAllocator>("emulated")));
+      return *emulated;
     }
     case Device::CUDA:
       break;
@@ -31,8 +33,8 @@ Allocator& allocator_for(Device device) { return backend_for(device).allocator()
 
 Allocator& pinned_host_allocator() {
   // Page-locking needs a GPU runtime; without one, staging buffers are plain host memory.
-  static HostAllocator pinned("pinned host (plain host memory: no GPU backend)");
-  return pinned;
+  static auto* pinned = new HostAllocator("pinned host (plain host memory: no GPU backend)");
+  return *pinned;
 }
 
 }  // namespace cohort
