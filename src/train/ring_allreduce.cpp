@@ -10,16 +10,32 @@ RingAllreduce::RingAllreduce(comm::Transport& transport, RingAllreduceOptions op
     : RingAllreduce(std::shared_ptr<comm::Communicator>(comm::make_ring_communicator(transport)), options) {}
 
 RingAllreduce::RingAllreduce(std::shared_ptr<comm::Communicator> communicator, RingAllreduceOptions options)
-    : communicator_(std::move(communicator)), options_(options) {
-  COHORT_CHECK(communicator_ != nullptr, "RingAllreduce needs a communicator");
+    : RingAllreduce(std::vector{std::move(communicator)}, options) {}
+
+RingAllreduce::RingAllreduce(std::vector<std::shared_ptr<comm::Communicator>> communicators, RingAllreduceOptions options)
+    : communicators_(std::move(communicators)), options_(options) {
+  COHORT_CHECK(!communicators_.empty(), "RingAllreduce needs a communicator");
+  for (const auto& c : communicators_) {
+    COHORT_CHECK(c != nullptr, "RingAllreduce got a null communicator");
+    COHORT_CHECK(c->rank() == communicators_[0]->rank() && c->size() == communicators_[0]->size(),
+                 "communicators '{}' (rank {} of {}) and '{}' (rank {} of {}) span different groups", c->name(),
+                 c->rank(), c->size(), communicators_[0]->name(), communicators_[0]->rank(), communicators_[0]->size());
+  }
 }
 
 std::string RingAllreduce::name() const {
-  return communicator_->name() == "ring" ? "ring-allreduce" : "allreduce over " + communicator_->name();
+  const std::string& first = communicators_.front()->name();
+  return first == "ring" ? "ring-allreduce" : "allreduce over " + first;
 }
 
 void RingAllreduce::run_collective(const Tensor& buffer, bool broadcast) {
-  const bool direct = communicator_->accepts(buffer.device());
+  comm::Communicator* communicator = communicators_.front().get();
+  for (const auto& c : communicators_)
+    if (c->accepts(buffer.device())) {
+      communicator = c.get();
+      break;
+    }
+  const bool direct = communicator->accepts(buffer.device());
   if (!direct) {
     if (!staging_.defined() || staging_.numel() < buffer.numel()) staging_ = Tensor::pinned({buffer.numel()});
     ops::copy(buffer, staging_.slice(0, buffer.numel()));
@@ -27,8 +43,8 @@ void RingAllreduce::run_collective(const Tensor& buffer, bool broadcast) {
   const Tensor& exchanged = direct ? buffer : staging_;
   const comm::Buffer data{exchanged.device_pointer(), static_cast<std::size_t>(buffer.numel()), comm::DataType::Float32,
                           exchanged.device()};
-  auto work = broadcast ? communicator_->broadcast(data, 0) : communicator_->allreduce(data, comm::ReduceOp::Sum);
-  work->wait(communicator_->timeout());
+  auto work = broadcast ? communicator->broadcast(data, 0) : communicator->allreduce(data, comm::ReduceOp::Sum);
+  work->wait(communicator->timeout());
   if (!direct) ops::copy(staging_.slice(0, buffer.numel()), buffer);
 }
 
@@ -69,7 +85,7 @@ void RingAllreduce::apply_gradients(nn::Sequential& model, optim::Optimizer& opt
 }
 
 DataShare RingAllreduce::data_share() const {
-  return data_share_for(options_.data, communicator_->rank(), communicator_->size());
+  return data_share_for(options_.data, communicators_.front()->rank(), communicators_.front()->size());
 }
 
 }  // namespace cohort::train

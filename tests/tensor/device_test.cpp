@@ -68,7 +68,7 @@ TEST_CASE("a device the build lacks is refused naming the build option", "[tenso
   CHECK_THROWS_AS(nn::Sequential({4}, 0, Device::CUDA), DeviceError);
 }
 
-TEST_CASE("a copy stream copies asynchronously and guards tensors in flight", "[tensor][device]") {
+TEST_CASE("a copy stream copies asynchronously and guards tensors in flight", "[tensor][device][threads]") {
   const Tensor host = test_util::random_tensor({64, 33}, 2);
   const Tensor device = Tensor::uninitialized(host.shape(), Device::Emulated);
   CopyStream stream(Device::Emulated);

@@ -3,6 +3,7 @@
 // CPU's results bitwise there: any difference, or any DeviceError, is a missing transfer or a host
 // access on a device path.
 #include <catch2/catch.hpp>
+#include <atomic>
 #include <functional>
 
 #include "cohort/comm/inproc.hpp"
@@ -245,4 +246,57 @@ TEST_CASE("parameter-server training of emulated workers equals the same run on 
   }
   require_same_variables(runs[0][0], runs[1][0]);
   require_same_variables(runs[0][1], runs[1][1]);
+}
+
+TEST_CASE("ring allreduce picks the communicator that accepts the gradients' device", "[device][distributed]") {
+  // Stands in for a device's own collective library (NCCL): it takes emulated buffers and, since emulated
+  // memory is host memory underneath, lets the ring reduce them.
+  struct EmulatedCollectives : comm::Communicator {
+    std::shared_ptr<comm::Communicator> ring;
+    std::atomic<int> calls{0};
+    explicit EmulatedCollectives(std::shared_ptr<comm::Communicator> r) : ring(std::move(r)) {}
+    std::string name() const override { return "emulated-collectives"; }
+    int rank() const override { return ring->rank(); }
+    int size() const override { return ring->size(); }
+    bool accepts(Device device) const override { return device == Device::Emulated; }
+    std::chrono::milliseconds timeout() const override { return ring->timeout(); }
+    static comm::Buffer on_host(comm::Buffer b) {
+      b.device = Device::CPU;
+      return b;
+    }
+    comm::WorkPtr allreduce(comm::Buffer data, comm::ReduceOp op) override {
+      ++calls;
+      return ring->allreduce(on_host(data), op);
+    }
+    comm::WorkPtr broadcast(comm::Buffer data, int root) override {
+      ++calls;
+      return ring->broadcast(on_host(data), root);
+    }
+    comm::WorkPtr allgather(comm::Buffer mine, comm::Buffer all) override {
+      ++calls;
+      return ring->allgather(on_host(mine), on_host(all));
+    }
+  };
+  std::vector<std::vector<nn::Sequential>> runs;
+  for (Device device : {Device::CPU, Device::Emulated}) {
+    comm::InProcessGroup group(2);
+    std::vector<nn::Sequential> models;
+    models.push_back(full_model(device));
+    models.push_back(full_model(device));
+    std::atomic<int> device_calls{0};
+    comm_test::run_ranks(2, [&](int r) {
+      std::shared_ptr<comm::Communicator> ring = comm::make_ring_communicator(group.transport(r));
+      auto collectives = std::make_shared<EmulatedCollectives>(ring);
+      Trainer trainer(models[static_cast<std::size_t>(r)], optim::SGD({.momentum = 0.9}),
+                      std::make_shared<train::RingAllreduce>(
+                          std::vector<std::shared_ptr<comm::Communicator>>{ring, collectives}));
+      trainer.fit(kSet, {.epochs = 100, .max_steps = 5, .batch_size = 8, .seed = 4, .verbosity = train::Verbosity::Silent});
+      device_calls += collectives->calls.load();
+    });
+    // Emulated gradients go to the collectives that take them, host ones to the ring.
+    if (device == Device::CPU) CHECK(device_calls == 0);
+    else CHECK(device_calls > 0);
+    runs.push_back(std::move(models));
+  }
+  require_same_variables(runs[0][0], runs[1][0]);
 }

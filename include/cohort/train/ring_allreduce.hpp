@@ -5,9 +5,10 @@
 // W processes at batch B take exactly the steps one process takes at batch W x B (up to float rounding).
 // Then every process applies the same update with its own optimizer.
 //
-// The allreduce runs on a Communicator: by default the ring over the cluster's transport, or Open MPI
-// (comm/mpi.hpp). Gradients on a device the communicator does not accept (a GPU without NCCL, the
-// emulated device) travel through one pinned host buffer.
+// The allreduce runs on a Communicator chosen by the device of the gradients, Horovod-style: of the
+// communicators given, in order of preference, the first that accepts that device carries them (NCCL for
+// GPU memory, the ring or Open MPI for host memory); when none does (a GPU without NCCL, the emulated
+// device), the first one reduces a pinned host copy.
 //
 // Data: by default an epoch is one pass over the data set across all processes (DataPolicy::OnePass);
 // EachWorkerFullPass reproduces TensorFlow's behaviour, where every worker reads the whole set.
@@ -17,6 +18,7 @@
 //   Trainer trainer(model, optim::SGD(...), std::make_shared<train::RingAllreduce>(cluster.transport()));
 
 #include <memory>
+#include <vector>
 
 #include "cohort/comm/communicator.hpp"
 #include "cohort/comm/transport.hpp"
@@ -33,10 +35,13 @@ class RingAllreduce : public Strategy {
   // The ring over `transport`, which must outlive the strategy.
   explicit RingAllreduce(comm::Transport& transport, RingAllreduceOptions options = {});
   explicit RingAllreduce(std::shared_ptr<comm::Communicator> communicator, RingAllreduceOptions options = {});
+  // All communicators span the same ranks.
+  explicit RingAllreduce(std::vector<std::shared_ptr<comm::Communicator>> communicators,
+                         RingAllreduceOptions options = {});
 
   std::string name() const override;
-  int replicas() const override { return communicator_->size(); }
-  bool is_chief() const override { return communicator_->rank() == 0; }
+  int replicas() const override { return communicators_.front()->size(); }
+  bool is_chief() const override { return communicators_.front()->rank() == 0; }
   void initialize(nn::Sequential& model, optim::Optimizer& optimizer) override;
   void apply_gradients(nn::Sequential& model, optim::Optimizer& optimizer, std::int64_t samples) override;
   DataShare data_share() const override;
@@ -46,7 +51,7 @@ class RingAllreduce : public Strategy {
   // does not take the buffer's device.
   void run_collective(const Tensor& buffer, bool broadcast);
 
-  std::shared_ptr<comm::Communicator> communicator_;
+  std::vector<std::shared_ptr<comm::Communicator>> communicators_;
   RingAllreduceOptions options_;
   Tensor fused_;    // every gradient, then the sample count, on the model's device
   Tensor staging_;  // its host copy, where the communicator needs one
