@@ -2,6 +2,8 @@
 // thread so that a strategy can go on while a collective is in flight.
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "cohort/comm/communicator.hpp"
 #include "cohort/core/check.hpp"
 #include "comm/serial_executor.hpp"
@@ -19,7 +21,9 @@ class RingCommunicator final : public Communicator {
   int rank() const override { return transport_.rank(); }
   int size() const override { return transport_.size(); }
   bool accepts(Device device) const override { return device == Device::CPU; }
-  std::chrono::milliseconds timeout() const override { return transport_.timeout(); }
+  // Each of the ring's 2 (n - 1) steps may take the transport's timeout; a lost peer is reported by the
+  // transport long before.
+  std::chrono::milliseconds timeout() const override { return transport_.timeout() * (2 * std::max(1, size())); }
 
   WorkPtr allreduce(Buffer data, ReduceOp op) override {
     check_host("allreduce", data);

@@ -2,6 +2,7 @@
 
 #include <bit>
 #include <cstdlib>
+#include <limits>
 #include <new>
 
 #include "cohort/core/check.hpp"
@@ -22,6 +23,8 @@ void count_allocation(AllocatorStats& stats, std::size_t bytes) {
 }  // namespace
 
 void* HostAllocator::allocate(std::size_t bytes) {
+  if (bytes > std::numeric_limits<std::size_t>::max() / 2)
+    throw DeviceError(fmt::format("{} allocator: cannot allocate {} bytes", name_, bytes));
   // aligned_alloc needs a size that is a multiple of the alignment; never ask for zero bytes.
   const std::size_t rounded = std::max(kAlignment, (bytes + kAlignment - 1) / kAlignment * kAlignment);
   void* memory = std::aligned_alloc(kAlignment, rounded);
@@ -54,6 +57,9 @@ std::string CachingAllocator::name() const { return "caching " + upstream_->name
 
 std::size_t CachingAllocator::size_class(std::size_t bytes) {
   constexpr std::size_t kSmallStep = 512, kSmallLimit = 4096;
+  // Beyond this a class would not fit in size_t; no device has that much memory anyway.
+  if (bytes > std::numeric_limits<std::size_t>::max() / 2)
+    throw DeviceError(fmt::format("cannot allocate {} bytes: more than any device holds", bytes));
   if (bytes <= kSmallLimit) return std::max(kSmallStep, (bytes + kSmallStep - 1) / kSmallStep * kSmallStep);
   // Four classes between consecutive powers of two: 4096, 5120, 6144, 7168, 8192, 10240, ...
   const std::size_t power = std::bit_floor(bytes);

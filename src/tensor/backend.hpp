@@ -12,7 +12,9 @@
 namespace cohort {
 
 // An ordered queue of copies on one device (a CUDA stream); copies between host and device memory
-// may run while the caller goes on.
+// may run while the caller goes on. A copy must not start before the device work already queued when it
+// was enqueued (on an asynchronous device: the stream waits for an event of the compute stream), since
+// its destination may be a buffer that earlier kernels still read.
 class BackendStream {
  public:
   virtual ~BackendStream() = default;

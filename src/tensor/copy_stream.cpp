@@ -26,14 +26,26 @@ void CopyStream::copy(const Tensor& source, const Tensor& destination) {
       throw DeviceError(fmt::format("CopyStream on {}: cannot copy a tensor of shape {} on {}", device_name(device_),
                                     t->shape(), device_name(t->device())));
   }
-  if (destination.copy_in_flight())
-    throw DeviceError(fmt::format("CopyStream::copy: the destination of shape {} on {} is already being copied into",
+  Storage& from = *detail::BackendAccess::storage(source);
+  Storage& into = *detail::BackendAccess::storage(destination);
+  // A copy may read what other copies read; nothing may read or write what a copy writes.
+  if (from.copies_writing().load() > 0)
+    throw DeviceError(fmt::format("CopyStream::copy: the source of shape {} on {} is still being copied into",
+                                  source.shape(), device_name(source.device())));
+  if (into.copy_in_flight())
+    throw DeviceError(fmt::format("CopyStream::copy: the destination of shape {} on {} is still being copied",
                                   destination.shape(), device_name(destination.device())));
-  for (const Tensor* t : {&source, &destination}) {
-    ++detail::BackendAccess::storage(*t)->copies_in_flight();
-    in_flight_.push_back(*t);
+  in_flight_.reserve(in_flight_.size() + 1);  // nothing below may fail between marking and queueing
+  ++from.copies_reading();
+  ++into.copies_writing();
+  try {
+    stream_->enqueue_copy(source, destination);
+  } catch (...) {
+    --from.copies_reading();
+    --into.copies_writing();
+    throw;
   }
-  stream_->enqueue_copy(source, destination);
+  in_flight_.push_back({source, destination});
 }
 
 void CopyStream::synchronize() {
@@ -47,7 +59,10 @@ void CopyStream::synchronize() {
 }
 
 void CopyStream::release_in_flight() noexcept {
-  for (const Tensor& t : in_flight_) --detail::BackendAccess::storage(t)->copies_in_flight();
+  for (const auto& [source, destination] : in_flight_) {
+    --detail::BackendAccess::storage(source)->copies_reading();
+    --detail::BackendAccess::storage(destination)->copies_writing();
+  }
   in_flight_.clear();
 }
 

@@ -17,15 +17,17 @@ class Storage {
 
   float* data() const { return data_; }
   Device device() const { return device_; }
-  // Asynchronous copies that read or write this storage and have not been synchronized yet.
-  std::atomic<int>& copies_in_flight() { return copies_in_flight_; }
+  // Asynchronous copies that read from (write into) this storage and have not been synchronized yet.
+  std::atomic<int>& copies_reading() { return copies_reading_; }
+  std::atomic<int>& copies_writing() { return copies_writing_; }
+  bool copy_in_flight() const { return copies_reading_.load() > 0 || copies_writing_.load() > 0; }
 
  private:
   float* data_;
   std::size_t bytes_;
   Device device_;
   Allocator& allocator_;
-  std::atomic<int> copies_in_flight_{0};
+  std::atomic<int> copies_reading_{0}, copies_writing_{0};
 };
 
 }  // namespace cohort

@@ -12,7 +12,13 @@ namespace cohort {
 Tensor::Tensor(Shape shape, Device device) : Tensor(std::move(shape), device, true, false) {}
 
 Tensor::Tensor(Shape shape, Device device, bool zero_filled, bool pinned) : shape_(std::move(shape)), device_(device) {
-  for (auto d : shape_.dims()) COHORT_CHECK(d >= 0, "tensor extents must be non-negative, got {}", shape_);
+  // The byte count must be representable before numel() or bytes() are trusted.
+  std::int64_t elements = 1;
+  for (auto d : shape_.dims()) {
+    COHORT_CHECK(d >= 0, "tensor extents must be non-negative, got {}", shape_);
+    COHORT_CHECK(!__builtin_mul_overflow(elements, d, &elements) && elements <= (std::int64_t{1} << 60) / 4,
+                 "tensor of shape {} is too large to allocate", shape_);
+  }
   Allocator& allocator = pinned ? pinned_host_allocator() : allocator_for(device);
   storage_ = std::make_shared<Storage>(bytes(), device, allocator);
   values_ = storage_->data();
@@ -45,6 +51,10 @@ float* Tensor::data() const {
     throw DeviceError(fmt::format("host access to a {} tensor of shape {}: copy it to the host with to(Device::CPU) "
                                   "or compute on it with ops",
                                   device_name(device_), shape_));
+  if (storage_->copy_in_flight()) [[unlikely]]
+    throw DeviceError(fmt::format("host access to a tensor of shape {} that a CopyStream is still copying; call its "
+                                  "synchronize() first",
+                                  shape_));
   return values_;
 }
 
@@ -71,7 +81,7 @@ Tensor Tensor::clone() const {
 
 void* Tensor::device_pointer() const { return values_; }
 
-bool Tensor::copy_in_flight() const { return storage_ != nullptr && storage_->copies_in_flight().load() > 0; }
+bool Tensor::copy_in_flight() const { return storage_ != nullptr && storage_->copy_in_flight(); }
 
 Tensor Tensor::view(Shape shape) const {
   COHORT_CHECK(shape.numel() == numel(), "cannot view shape {} as {}", shape_, shape);

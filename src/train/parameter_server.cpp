@@ -46,6 +46,7 @@ void ParameterServer::initialize(nn::Sequential& model, optim::Optimizer& optimi
   // Servers and the wire work on host memory: a model on a device is staged through pinned buffers.
   staged_ = model.device() != Device::CPU;
   std::vector<ps::LocalVariable> variables;
+  mirrors_.clear();
   for (const auto& v : model.variables()) {
     Mirror mirror{v, v->value, v->gradient};
     if (staged_) {

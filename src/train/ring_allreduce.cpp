@@ -13,7 +13,7 @@ RingAllreduce::RingAllreduce(std::shared_ptr<comm::Communicator> communicator, R
     : RingAllreduce(std::vector{std::move(communicator)}, options) {}
 
 RingAllreduce::RingAllreduce(std::vector<std::shared_ptr<comm::Communicator>> communicators, RingAllreduceOptions options)
-    : communicators_(std::move(communicators)), options_(options) {
+    : options_(options), communicators_(std::move(communicators)) {
   COHORT_CHECK(!communicators_.empty(), "RingAllreduce needs a communicator");
   for (const auto& c : communicators_) {
     COHORT_CHECK(c != nullptr, "RingAllreduce got a null communicator");
@@ -41,8 +41,10 @@ void RingAllreduce::run_collective(const Tensor& buffer, bool broadcast) {
     ops::copy(buffer, staging_.slice(0, buffer.numel()));
   }
   const Tensor& exchanged = direct ? buffer : staging_;
+  // The buffer owns a reference to the storage: a collective still running after a failed wait writes
+  // into memory that is still there.
   const comm::Buffer data{exchanged.device_pointer(), static_cast<std::size_t>(buffer.numel()), comm::DataType::Float32,
-                          exchanged.device()};
+                          exchanged.device(), std::make_shared<const Tensor>(exchanged)};
   auto work = broadcast ? communicator->broadcast(data, 0) : communicator->allreduce(data, comm::ReduceOp::Sum);
   work->wait(communicator->timeout());
   if (!direct) ops::copy(staging_.slice(0, buffer.numel()), buffer);

@@ -61,6 +61,7 @@ class DeviceBatches {
 
   std::optional<data::Batch> next() {
     std::optional<data::Batch> ready = std::move(pending_);
+    pending_.reset();
     if (!ready) return std::nullopt;
     if (stream_) stream_->synchronize();
     pending_ = stage(source_.next());

@@ -1,5 +1,6 @@
 // Device storage: allocators, moves between devices, asynchronous copies, and what host code may touch.
 #include <catch2/catch.hpp>
+#include <limits>
 
 #include "cohort/core/error.hpp"
 #include "cohort/nn/sequential.hpp"
@@ -78,7 +79,12 @@ TEST_CASE("a copy stream copies asynchronously and guards tensors in flight", "[
   CHECK_THROWS_AS(ops::scale(device, 2.0f), DeviceError);  // half-copied values are never read
   CHECK_THROWS_AS(device.to(Device::CPU), DeviceError);
   CHECK_THROWS_AS(stream.copy(host, device), DeviceError);  // two copies into one tensor at once
+  CHECK_THROWS_AS(stream.copy(device, Tensor::pinned(host.shape())), DeviceError);  // reading what is being written
+  CHECK_THROWS_AS(host.data(), DeviceError);                                        // even the source, on the host
+  const Tensor second = Tensor::uninitialized(host.shape(), Device::Emulated);
+  stream.copy(host, second);  // a source may feed several copies
   stream.synchronize();
+  CHECK(second.to_vector() == host.to_vector());
   CHECK(!device.copy_in_flight());
   CHECK(device.to_vector() == host.to_vector());
   // Back to pinned host memory.
@@ -87,4 +93,10 @@ TEST_CASE("a copy stream copies asynchronously and guards tensors in flight", "[
   stream.synchronize();
   CHECK(back.to_vector() == host.to_vector());
   CHECK_THROWS_AS(stream.copy(host, Tensor({64, 32}, Device::Emulated)), InvalidArgument);
+}
+
+TEST_CASE("absurd tensor sizes are refused before any allocation", "[tensor][device]") {
+  CHECK_THROWS_AS(Tensor({std::int64_t{1} << 40, std::int64_t{1} << 40}), InvalidArgument);
+  CHECK_THROWS_AS(Tensor({std::int64_t{1} << 62, 4}, Device::Emulated), InvalidArgument);
+  CHECK_THROWS_AS(CachingAllocator::size_class(std::numeric_limits<std::size_t>::max()), DeviceError);
 }

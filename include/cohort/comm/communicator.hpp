@@ -22,16 +22,18 @@
 
 namespace cohort::comm {
 
-// A run of elements of one type on one device; the memory must stay valid until the collective's Work
-// completes.
+// A run of elements of one type on one device. The memory must stay valid until the collective has run,
+// which may be after a caller gave up waiting: `owner`, when set, keeps it alive that long (communicators
+// hold a copy of the Buffer until their job is done).
 struct Buffer {
   void* data = nullptr;
   std::size_t count = 0;
   DataType type = DataType::Float32;
   Device device = Device::CPU;
+  std::shared_ptr<const void> owner;
 
   std::size_t bytes() const { return count * size_of(type); }
-  static Buffer of(std::span<float> values) { return {values.data(), values.size(), DataType::Float32, Device::CPU}; }
+  static Buffer of(std::span<float> values) { return {values.data(), values.size(), DataType::Float32, Device::CPU, {}}; }
 };
 
 class Communicator {
@@ -44,7 +46,7 @@ class Communicator {
   virtual int size() const = 0;
   // Whether buffers on `device` can be handed over as they are.
   virtual bool accepts(Device device) const = 0;
-  // How long a caller should wait for one collective before declaring the group stuck.
+  // How long a caller should wait for one whole collective before declaring the group stuck.
   virtual std::chrono::milliseconds timeout() const = 0;
 
   // Element-wise sum (or mean) across ranks, in place; every rank ends with identical values.

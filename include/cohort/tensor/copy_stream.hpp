@@ -1,8 +1,8 @@
 #pragma once
 // CopyStream: an ordered queue of asynchronous copies on one device's stream, for overlapping transfers
 // (the next batch to the GPU) with computation. Until synchronize() returns, both sides of every queued
-// copy are in flight: an op that uses them, or a to()/clone() of them, is a DeviceError, so a copy can
-// never be read half-done.
+// copy are in flight: an op that uses them, host access, or a to()/clone() of them is a DeviceError, so a
+// copy can never be read half-done; another copy may read a source, but nothing touches a destination.
 //
 //   CopyStream stream(Device::CUDA);
 //   stream.copy(host_batch, device_batch);   // returns at once
@@ -37,7 +37,10 @@ class CopyStream {
 
   Device device_;
   std::unique_ptr<BackendStream> stream_;
-  std::vector<Tensor> in_flight_;
+  struct Queued {
+    Tensor source, destination;
+  };
+  std::vector<Queued> in_flight_;
 };
 
 }  // namespace cohort

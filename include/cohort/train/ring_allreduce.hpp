@@ -51,10 +51,11 @@ class RingAllreduce : public Strategy {
   // does not take the buffer's device.
   void run_collective(const Tensor& buffer, bool broadcast);
 
-  std::vector<std::shared_ptr<comm::Communicator>> communicators_;
-  RingAllreduceOptions options_;
   Tensor fused_;    // every gradient, then the sample count, on the model's device
   Tensor staging_;  // its host copy, where the communicator needs one
+  RingAllreduceOptions options_;
+  // Last: destroyed first, so that their threads stop before the buffers above go away.
+  std::vector<std::shared_ptr<comm::Communicator>> communicators_;
 };
 
 }  // namespace cohort::train

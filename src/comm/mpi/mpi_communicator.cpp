@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <cstdio>
 #include <limits>
 #include <mutex>
 
@@ -58,7 +59,11 @@ class MpiCommunicator final : public Communicator {
     try {
       executor_.submit("MPI_Finalize", [] { MPI_Finalize(); })->wait(options_.timeout);
     } catch (...) {
-      // Finalizing is best effort: mpirun reports a rank that never got there.
+      // A collective that never returns (a peer died inside it) holds the MPI thread: waiting for it would
+      // hang this process, so the job is ended through mpirun, which names the rank.
+      std::fprintf(stderr, "cohort: MPI did not finalize within %lld ms; aborting the MPI job\n",
+                   static_cast<long long>(options_.timeout.count()));
+      MPI_Abort(MPI_COMM_WORLD, 1);
     }
   }
 

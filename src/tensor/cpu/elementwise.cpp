@@ -29,7 +29,7 @@ void CpuBackend::fill(const Tensor& x, float value) {
 }
 
 void CpuBackend::copy(const Tensor& source, const Tensor& destination) {
-  if (device_data(source) != device_data(destination) && source.numel() > 0) std::memcpy(device_data(destination), device_data(source), source.bytes());
+  if (device_data(source) != device_data(destination) && source.numel() > 0) std::memmove(device_data(destination), device_data(source), source.bytes());
 }
 
 void CpuBackend::axpy(float alpha, const Tensor& x, const Tensor& y) {
