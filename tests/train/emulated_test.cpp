@@ -16,6 +16,7 @@
 #include "cohort/nn/dropout.hpp"
 #include "cohort/nn/flatten.hpp"
 #include "cohort/nn/pooling2d.hpp"
+#include "cohort/nn/zoo.hpp"
 #include "cohort/optim/adam.hpp"
 #include "cohort/optim/rmsprop.hpp"
 #include "cohort/optim/sgd.hpp"
@@ -299,4 +300,16 @@ TEST_CASE("ring allreduce picks the communicator that accepts the gradients' dev
     runs.push_back(std::move(models));
   }
   require_same_variables(runs[0][0], runs[1][0]);
+}
+
+TEST_CASE("the flagship CIFAR-10 model moved to the emulated device trains as on the CPU", "[device][train]") {
+  const auto images = data::make_synthetic({.samples = 12, .sample_shape = {32, 32, 3}, .classes = 10, .seed = 6});
+  std::vector<nn::Sequential> models;
+  for (Device device : {Device::CPU, Device::Emulated}) {
+    models.push_back(nn::cifar10_cnn({32, 32, 3}, 1));
+    models.back().to(device);
+    Trainer trainer(models.back(), optim::Adam());
+    trainer.fit(images, {.epochs = 100, .max_steps = 2, .batch_size = 6, .seed = 1, .verbosity = train::Verbosity::Silent});
+  }
+  require_same_variables(models[0], models[1]);
 }
