@@ -90,6 +90,9 @@ Tensor Sequential::forward_logits(const Tensor& x) {
 
 void Sequential::backward(const Tensor& doutput) {
   COHORT_CHECK(last_forward_end_ > 0, "backward() needs a forward() first");
+  if (doutput.device() != device_)
+    throw DeviceError(fmt::format("the model is on {}, the gradient {} passed to backward() on {}: copy it with to()",
+                                  device_name(device_), doutput.shape(), device_name(doutput.device())));
   Tensor gradient = doutput;
   for (std::size_t i = last_forward_end_; i-- > 0;) gradient = layers_[i]->backward(gradient, i > 0);
 }

@@ -84,9 +84,10 @@ void* CachingAllocator::allocate(std::size_t bytes) {
       release_cached_locked();
       try {
         block = upstream_->allocate(size);
-      } catch (const DeviceError& e) {
-        throw DeviceError(fmt::format("{} allocator: out of memory allocating {} bytes ({}); {}", name(), bytes,
-                                      describe(stats_), e.what()));
+      } catch (const DeviceError&) {
+        throw DeviceError(fmt::format("{} allocator: out of memory allocating {} bytes ({}, after returning the cached "
+                                      "blocks)",
+                                      name(), bytes, describe(stats_)));
       }
     }
     ++stats_.upstream_allocations;

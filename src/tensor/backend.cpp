@@ -24,9 +24,14 @@ Backend& backend_for(Device device) {
     case Device::CUDA:
       break;
   }
-  throw DeviceError(fmt::format("this build of cohort has no {} backend (CUDA toolkit {}): configure with "
-                                "-DCOHORT_WITH_CUDA=ON on a machine with the CUDA toolkit, cuDNN and cuBLAS",
-                                device_name(device), COHORT_HAS_CUDA ? "found" : "not found"));
+  if (COHORT_HAS_CUDA)
+    throw DeviceError(fmt::format("this build of cohort has no {} backend: the CUDA toolkit was found at configure "
+                                  "time, but this version of cohort has no CUDA kernels yet; use Device::CPU, or "
+                                  "Device::Emulated to check a program's transfers",
+                                  device_name(device)));
+  throw DeviceError(fmt::format("this build of cohort has no {} backend: configure with -DCOHORT_WITH_CUDA=ON on a "
+                                "machine with the CUDA toolkit, cuDNN and cuBLAS",
+                                device_name(device)));
 }
 
 Allocator& allocator_for(Device device) { return backend_for(device).allocator(); }

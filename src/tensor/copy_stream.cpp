@@ -26,14 +26,20 @@ void CopyStream::copy(const Tensor& source, const Tensor& destination) {
       throw DeviceError(fmt::format("CopyStream on {}: cannot copy a tensor of shape {} on {}", device_name(device_),
                                     t->shape(), device_name(t->device())));
   }
+  if (source.device() != device_ && destination.device() != device_)
+    throw DeviceError(fmt::format("CopyStream on {}: a copy from {} to {} does not touch this stream's device",
+                                  device_name(device_), device_name(source.device()),
+                                  device_name(destination.device())));
   Storage& from = *detail::BackendAccess::storage(source);
   Storage& into = *detail::BackendAccess::storage(destination);
   // A copy may read what other copies read; nothing may read or write what a copy writes.
   if (from.copies_writing().load() > 0)
-    throw DeviceError(fmt::format("CopyStream::copy: the source of shape {} on {} is still being copied into",
+    throw DeviceError(fmt::format("CopyStream::copy: the source of shape {} on {} is still being copied into; call "
+                                  "synchronize() first",
                                   source.shape(), device_name(source.device())));
   if (into.copy_in_flight())
-    throw DeviceError(fmt::format("CopyStream::copy: the destination of shape {} on {} is still being copied",
+    throw DeviceError(fmt::format("CopyStream::copy: the destination of shape {} on {} is still being copied; call "
+                                  "synchronize() first",
                                   destination.shape(), device_name(destination.device())));
   in_flight_.reserve(in_flight_.size() + 1);  // nothing below may fail between marking and queueing
   ++from.copies_reading();

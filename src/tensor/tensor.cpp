@@ -48,9 +48,9 @@ Tensor Tensor::from_values(Shape shape, std::span<const float> values) {
 float* Tensor::data() const {
   COHORT_CHECK(defined(), "tensor has no storage");
   if (device_ != Device::CPU) [[unlikely]]
-    throw DeviceError(fmt::format("host access to a {} tensor of shape {}: copy it to the host with to(Device::CPU) "
-                                  "or compute on it with ops",
-                                  device_name(device_), shape_));
+    throw DeviceError(fmt::format("host access to a tensor of shape {} on {}: copy it to the host with "
+                                  "to(Device::CPU) or compute on it with ops",
+                                  shape_, device_name(device_)));
   if (storage_->copy_in_flight()) [[unlikely]]
     throw DeviceError(fmt::format("host access to a tensor of shape {} that a CopyStream is still copying; call its "
                                   "synchronize() first",

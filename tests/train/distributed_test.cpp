@@ -1,5 +1,6 @@
 // Data-parallel training: sharded epochs and the ring-allreduce strategy against a single process.
 #include <catch2/catch.hpp>
+#include <cstdlib>
 #include <set>
 
 #include "cohort/comm/inproc.hpp"
@@ -12,6 +13,7 @@
 #include "cohort/nn/pooling2d.hpp"
 #include "cohort/optim/sgd.hpp"
 #include "cohort/train/ring_allreduce.hpp"
+#include "cohort/train/strategy_for.hpp"
 #include "cohort/train/trainer.hpp"
 #include "comm/comm_test_util.hpp"
 
@@ -132,4 +134,13 @@ TEST_CASE("learning rates scale with the replicas after a linear warm-up", "[opt
   CHECK(linear(10) == Approx(0.4));
   CHECK(optim::scaled_for_replicas(optim::constant(0.1), 4, optim::ReplicaScaling::Sqrt)(0) == Approx(0.2));
   CHECK(optim::scaled_for_replicas(optim::constant(0.1), 4, optim::ReplicaScaling::None, 10)(20) == Approx(0.1));
+}
+
+TEST_CASE("an unknown COHORT_COMMUNICATOR is refused by name", "[train][distributed]") {
+  cluster::Cluster single;
+  ::setenv("COHORT_COMMUNICATOR", "carrier-pigeon", 1);
+  CHECK_THROWS_WITH(train::strategy_for(single), Catch::Contains("'carrier-pigeon'") && Catch::Contains("'mpi'"));
+  ::setenv("COHORT_COMMUNICATOR", "Ring", 1);
+  CHECK(train::strategy_for(single)->name() == "local");
+  ::unsetenv("COHORT_COMMUNICATOR");
 }

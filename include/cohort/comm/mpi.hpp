@@ -4,7 +4,9 @@
 // Built when Open MPI is found at configure time (-DCOHORT_WITH_MPI=ON, Debian's libopenmpi-dev); used
 // when the job runs under mpirun and asks for it (COHORT_COMMUNICATOR=mpi, see train::strategy_for).
 // Its rank and size are MPI_COMM_WORLD's. MPI is initialized on first use and finalized when the last
-// communicator goes away; every MPI call is made from the communicator's own thread.
+// communicator goes away; every MPI call is made from the communicator's own thread. MPI cannot cancel a
+// collective: if one never returns (a rank stopped joining) and MPI cannot finalize within the timeout,
+// the communicator asks mpirun to end the job (MPI_Abort) rather than hang the process.
 //
 //   auto communicator = comm::make_mpi_communicator();
 //   Trainer trainer(model, optim::Adam(), std::make_shared<train::RingAllreduce>(std::move(communicator)));

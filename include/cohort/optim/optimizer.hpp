@@ -10,7 +10,7 @@
 //   optim::Adam adam({.learning_rate = optim::constant(1e-3)});
 //   adam.apply("dense/kernel", kernel, kernel_gradient);
 //   adam.finish_step();
-// (train::apply_gradients(optimizer, model.trainable_variables()) does one step over a model.)
+// (train::update_variables(optimizer, model.trainable_variables()) does one step over a model.)
 
 #include <cstdint>
 #include <iosfwd>
