@@ -1,7 +1,8 @@
 #pragma once
 // Tensor: a dense, row-major float32 array with a shape, on a device.
-// Storage comes from the device's allocator and is owned through a shared pointer; view() and slice() are
-// cheap views that share it, clone() and to() copy. New tensors are zero-filled unless made uninitialized.
+// Storage (kAlignment-aligned) comes from the device's allocator and is owned through a shared pointer;
+// view() and slice() are cheap views that share it, clone() and to() copy. New tensors are zero-filled
+// unless made uninitialized.
 // Host code reads and writes values only on the CPU (data(), values()); anything else goes through ops or
 // to(Device::CPU), so that a model on a GPU never touches device memory from the host.
 //
