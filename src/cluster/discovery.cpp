@@ -4,6 +4,7 @@
 
 #include <charconv>
 #include <cstdlib>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -94,6 +95,8 @@ ClusterSpec parse_tf_config(const std::string& text) {
     root = json::parse(text);
   } catch (const json::parse_error& e) {
     throw InvalidArgument(fmt::format("TF_CONFIG: not valid JSON (byte {}): {}", e.byte, e.what()));
+  } catch (const json::exception& e) {  // a number out of range ("index": 1e999)
+    throw InvalidArgument(fmt::format("TF_CONFIG: not usable JSON: {}", e.what()));
   }
   if (!root.is_object()) throw InvalidArgument("TF_CONFIG: expected a JSON object at the top level");
   if (!root.contains("cluster") || !root["cluster"].is_object())
@@ -126,9 +129,16 @@ ClusterSpec parse_tf_config(const std::string& text) {
     throw InvalidArgument("TF_CONFIG: task.type is missing or not a string");
   spec.role = role_from_name(task["type"].get<std::string>(), "task.type");
   if (task.contains("index")) {
-    if (!task["index"].is_number_integer() || task["index"].get<long long>() < 0)
-      throw InvalidArgument("TF_CONFIG: task.index must be a non-negative integer");
-    spec.index = static_cast<int>(task["index"].get<long long>());
+    // Read through the widest type of its sign, so that 4294967296 is refused instead of becoming 0.
+    const json& index = task["index"];
+    constexpr auto kMaxIndex = static_cast<std::int64_t>(std::numeric_limits<int>::max());
+    const bool valid = index.is_number_unsigned() ? index.get<std::uint64_t>() <= static_cast<std::uint64_t>(kMaxIndex)
+                       : index.is_number_integer() ? index.get<std::int64_t>() >= 0 && index.get<std::int64_t>() <= kMaxIndex
+                                                   : false;
+    if (!valid)
+      throw InvalidArgument(fmt::format("TF_CONFIG: task.index must be an integer from 0 to {}, got {}", kMaxIndex,
+                                        index.dump()));
+    spec.index = static_cast<int>(index.get<std::int64_t>());
   }
   spec.validate();
   return spec;
@@ -140,6 +150,8 @@ ClusterSpec parse_sagemaker(const std::string& hosts_json, const std::string& cu
     hosts = json::parse(hosts_json);
   } catch (const json::parse_error& e) {
     throw InvalidArgument(fmt::format("SM_HOSTS: not valid JSON (byte {}): {}", e.byte, e.what()));
+  } catch (const json::exception& e) {
+    throw InvalidArgument(fmt::format("SM_HOSTS: not usable JSON: {}", e.what()));
   }
   if (!hosts.is_array() || hosts.empty()) throw InvalidArgument("SM_HOSTS: expected a non-empty JSON list of host names");
   const std::uint16_t worker_port = port_setting(environment, "COHORT_WORKER_PORT", 2222);

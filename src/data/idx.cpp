@@ -8,6 +8,9 @@ namespace cohort::data {
 namespace {
 
 constexpr std::int64_t kMaxValues = std::int64_t{1} << 32;
+// Values are read in steps of this size, so that a header promising more than the file holds costs no more
+// memory than the file.
+constexpr std::int64_t kReadStep = std::int64_t{16} << 20;
 
 // zlib reads gzip and plain files alike; this wrapper closes the handle and names the file in errors.
 class GzFile {
@@ -72,15 +75,25 @@ IdxArray read_idx(const std::filesystem::path& path) {
   for (int d = 0; d < header[3]; ++d) {
     std::uint8_t be[4];
     read_exactly(file, be, 4, "dimensions");
-    const std::int64_t extent = (std::int64_t{be[0]} << 24) | (be[1] << 16) | (be[2] << 8) | be[3];
-    count *= extent;
-    if (count > kMaxValues)
+    const std::int64_t extent =
+        (std::int64_t{be[0]} << 24) | (std::int64_t{be[1]} << 16) | (std::int64_t{be[2]} << 8) | std::int64_t{be[3]};
+    // Checked before multiplying, so that the product cannot overflow.
+    if (extent > 0 && count > kMaxValues / extent)
       throw DataError(fmt::format("IDX file {}: dimensions at byte offset {} describe more than 2^32 values",
                                   path.string(), 4 + 4 * d));
+    count *= extent;
     array.dims.push_back(extent);
   }
-  array.values.resize(static_cast<std::size_t>(count));
-  read_exactly(file, array.values.data(), count, "values");
+  const std::int64_t values_start = file.offset();
+  for (std::int64_t have = 0; have < count;) {
+    const std::int64_t step = std::min(kReadStep, count - have);
+    array.values.resize(static_cast<std::size_t>(have + step));
+    const std::int64_t got = file.read(array.values.data() + have, step);
+    have += got;
+    if (got != step)
+      throw DataError(fmt::format("IDX file {}: truncated in the values at byte offset {}: {} of {} bytes present",
+                                  path.string(), values_start + have, have, count));
+  }
   std::uint8_t extra;
   if (file.read(&extra, 1) != 0)
     throw DataError(fmt::format("IDX file {}: oversized, data continues past byte offset {} where the {} declared "

@@ -77,6 +77,15 @@ TEST_CASE("malformed or contradictory TF_CONFIG fails naming the JSON path", "[c
   require_invalid([] { parse_tf_config(R"({"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": -1}})"); },
                   {"task.index"});
   require_invalid([] { parse_tf_config(R"({"cluster": {"worker": ["a:1"]}, "task": {"index": 0}})"); }, {"task.type"});
+  // Numbers beyond what the fields hold: refused by name, never wrapped or thrown raw.
+  require_invalid([] { parse_tf_config(R"({"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": 1e999}})"); },
+                  {"TF_CONFIG", "not usable JSON"});
+  require_invalid([] { parse_tf_config(R"({"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": 4294967296}})"); },
+                  {"task.index", "4294967296"});
+  require_invalid([] { parse_tf_config(R"({"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": 18446744073709551615}})"); },
+                  {"task.index"});
+  require_invalid([] { parse_tf_config(R"({"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": 0.5}})"); },
+                  {"task.index"});
   require_invalid([] { parse_tf_config(R"({"cluster": {"worker": ["a:1"], "ps": ["a:1"]}, "task": {"type": "ps"}})"); },
                   {"cluster.ps[0]", "listed twice"});
   require_invalid([] { parse_tf_config(R"({"cluster": {"ps": ["a:1"]}, "task": {"type": "ps"}})"); },

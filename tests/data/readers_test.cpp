@@ -2,6 +2,8 @@
 // and on Debian's real Fashion-MNIST when it is installed.
 #include <zlib.h>
 
+#include <sys/resource.h>
+
 #include <catch2/catch.hpp>
 #include <fstream>
 
@@ -36,13 +38,17 @@ void write_gz(const std::filesystem::path& path, const std::vector<std::uint8_t>
   gzclose(f);
 }
 
-std::vector<std::uint8_t> idx_bytes(std::vector<std::uint32_t> dims, std::uint8_t fill_mod) {
+std::vector<std::uint8_t> idx_header(const std::vector<std::uint32_t>& dims) {
   std::vector<std::uint8_t> bytes = {0, 0, 0x08, static_cast<std::uint8_t>(dims.size())};
-  std::size_t count = 1;
-  for (auto d : dims) {
+  for (auto d : dims)
     for (int s = 24; s >= 0; s -= 8) bytes.push_back(static_cast<std::uint8_t>(d >> s));
-    count *= d;
-  }
+  return bytes;
+}
+
+std::vector<std::uint8_t> idx_bytes(std::vector<std::uint32_t> dims, std::uint8_t fill_mod) {
+  std::vector<std::uint8_t> bytes = idx_header(dims);
+  std::size_t count = 1;
+  for (auto d : dims) count *= d;
   for (std::size_t i = 0; i < count; ++i) bytes.push_back(static_cast<std::uint8_t>(i % fill_mod));
   return bytes;
 }
@@ -151,6 +157,22 @@ TEST_CASE("IDX rejects damaged and foreign files with file and offset", "[data][
   require_data_error([&] { data::FashionMnist::read(dir.path() / "images", dir.path() / "badlabels"); },
                      {"badlabels", "byte offset 9", "label 42"});
   require_data_error([&] { data::read_idx(dir.path() / "missing.gz"); }, {"missing.gz", "cannot open"});
+}
+
+TEST_CASE("IDX headers that promise too much are refused before memory is spent on them", "[data][idx]") {
+  ScratchDirectory dir("idx_header");
+  // Extents whose product overflows 64 bits: refused at the dimension that passes 2^32, no arithmetic overflow.
+  write(dir.path() / "huge", idx_header({0xFFFFFFFF, 0xFFFFFFFF, 0xFFFFFFFF, 0xFFFFFFFF}));
+  require_data_error([&] { data::read_idx(dir.path() / "huge"); }, {"huge", "byte offset 8", "more than 2^32"});
+  // 16 bytes of header promising 2^32 values: truncated at the first value, without allocating 4 GiB.
+  write(dir.path() / "promises.gz", idx_header({65536, 65536}));
+  rusage before{};
+  ::getrusage(RUSAGE_SELF, &before);
+  require_data_error([&] { data::read_idx(dir.path() / "promises.gz"); },
+                     {"promises.gz", "truncated in the values", "byte offset 12", "0 of 4294967296"});
+  rusage after{};
+  ::getrusage(RUSAGE_SELF, &after);
+  CHECK(after.ru_maxrss - before.ru_maxrss < 256 * 1024);  // kilobytes: far below 4 GiB
 }
 
 TEST_CASE("Debian's Fashion-MNIST reads as 60000 + 10000 labelled 28x28 images", "[data][idx][fashion]") {
