@@ -1,10 +1,12 @@
 #include "core/sealed_file.hpp"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <unistd.h>
 #include <zlib.h>
 
 #include <cerrno>
+#include <charconv>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -40,6 +42,22 @@ std::string read_whole_file(const std::filesystem::path& path, std::string_view 
   return content.str();
 }
 
+// Removes `path`.tmp.<pid> files left by processes that no longer run (a crash, or a write that failed
+// before this code removed its own), so that a full disk does not stay full across restarts.
+void remove_stale_temporaries(const std::filesystem::path& directory, const std::filesystem::path& path) {
+  const std::string prefix = path.filename().string() + ".tmp.";
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator(directory, error)) {
+    const std::string name = entry.path().filename().string();
+    if (!name.starts_with(prefix)) continue;
+    pid_t pid = 0;
+    const char* digits = name.c_str() + prefix.size();
+    const auto [end, parsed] = std::from_chars(digits, name.c_str() + name.size(), pid);
+    if (parsed != std::errc() || *end != '\0' || pid <= 0) continue;
+    if (pid == ::getpid() || (::kill(pid, 0) != 0 && errno == ESRCH)) std::filesystem::remove(entry.path(), error);
+  }
+}
+
 void fsync_path(const std::filesystem::path& path, int flags) {
   const int fd = ::open(path.c_str(), flags);
   if (fd < 0) return;
@@ -64,12 +82,19 @@ std::uint32_t crc32_of(const void* data, std::size_t size) {
 void write_file_atomically(const std::filesystem::path& path, const std::string& bytes) {
   const std::filesystem::path directory = path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
   std::filesystem::create_directories(directory);
+  remove_stale_temporaries(directory, path);
   const std::filesystem::path temporary = path.string() + fmt::format(".tmp.{}", ::getpid());
   {
     std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
     out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
     out.flush();
-    if (!out) throw IoError(fmt::format("cannot write {}: {}", temporary.string(), std::strerror(errno)));
+    if (!out) {
+      const std::string reason = std::strerror(errno);
+      out.close();
+      std::error_code ignored;
+      std::filesystem::remove(temporary, ignored);  // a partial file would keep a full disk full
+      throw IoError(fmt::format("cannot write {}: {}", temporary.string(), reason));
+    }
   }
   fsync_path(temporary, O_RDONLY);
   std::error_code error;

@@ -120,7 +120,17 @@ void ParameterServer::save_checkpoint(const std::filesystem::path& directory, co
 
 std::optional<TrainingPosition> ParameterServer::restore_checkpoint(const std::filesystem::path& directory,
                                                                     nn::Sequential& model, optim::Optimizer&) {
-  if (!std::filesystem::exists(directory / ps::kManifestName)) return std::nullopt;
+  if (!std::filesystem::exists(directory / ps::kManifestName)) {
+    // Snapshots without the manifest that names them: starting over would delete them at the first
+    // checkpoint, so the run refuses and says how to proceed.
+    std::error_code error;
+    for (const auto& entry : std::filesystem::directory_iterator(directory, error))
+      if (entry.is_directory() && entry.path().filename().string().starts_with("ps-step-"))
+        throw DataError(fmt::format("{} holds parameter-server snapshots ({}) but no {}: refusing to start over and "
+                                    "delete them; restore the manifest to resume, or remove the directory to start afresh",
+                                    directory.string(), entry.path().filename().string(), ps::kManifestName));
+    return std::nullopt;
+  }
   resumed_from_ = ps::read_manifest(directory);
   resumed_dir_ = directory;
   auto [position, model_step] = decode_position(resumed_from_->trainer_state);

@@ -1,12 +1,15 @@
 #include <catch2/catch.hpp>
 #include <fstream>
+#include <unistd.h>
 
 #include "cohort/core/error.hpp"
 #include "cohort/nn/activation_layer.hpp"
 #include "cohort/nn/batch_normalization.hpp"
 #include "cohort/nn/dense.hpp"
 #include "cohort/optim/adam.hpp"
+#include "cohort/comm/inproc.hpp"
 #include "cohort/train/checkpoint.hpp"
+#include "cohort/train/parameter_server.hpp"
 #include "cohort/train/update.hpp"
 #include "test_util.hpp"
 
@@ -100,4 +103,41 @@ TEST_CASE("damaged, truncated, foreign and mismatched checkpoints are refused an
   train::save_checkpoint(path, wider, wider_adam, {});
   CHECK_THROWS_WITH(train::load_checkpoint(path, target, target_adam), Catch::Contains("dense/kernel"));
   CHECK_THROWS_AS(train::load_checkpoint(dir.path() / "absent.ckpt", target, target_adam), DataError);
+}
+
+TEST_CASE("temporary files of writers that died are removed by the next checkpoint", "[train][checkpoint]") {
+  ScratchDirectory dir("checkpoint_temporaries");
+  const auto path = dir.path() / "latest.ckpt";
+  // A writer that no longer runs (pids never reach this value) and one that still does (our parent).
+  const auto dead = dir.path() / "latest.ckpt.tmp.2147483646";
+  const auto alive = dir.path() / fmt::format("latest.ckpt.tmp.{}", ::getppid());
+  const auto other = dir.path() / "other.ckpt.tmp.2147483646";
+  for (const auto& p : {dead, alive, other}) write_bytes(p, std::string(1000, 'x'));
+  nn::Sequential model = small_model(1);
+  optim::Adam adam;
+  train::save_checkpoint(path, model, adam, {});
+  CHECK(std::filesystem::exists(path));
+  CHECK(!std::filesystem::exists(dead));
+  CHECK(std::filesystem::exists(alive));  // its writer may still rename it
+  CHECK(std::filesystem::exists(other));  // another file's business
+}
+
+TEST_CASE("resuming parameter servers without their manifest refuses instead of deleting the snapshots", "[train][checkpoint][ps]") {
+  ScratchDirectory dir("ps_without_manifest");
+  std::filesystem::create_directories(dir.path() / "ps-step-40");
+  write_bytes(dir.path() / "ps-step-40" / "server-0-of-1.snapshot", "snapshot");
+  comm::InProcessGroup group(2);
+  train::ParameterServer strategy(group.transport(0), 1);
+  nn::Sequential model = small_model(1);
+  optim::Adam adam;
+  try {
+    strategy.restore_checkpoint(dir.path(), model, adam);
+    FAIL("expected a DataError");
+  } catch (const DataError& e) {
+    CHECK_THAT(e.what(), Catch::Contains("ps-step-40") && Catch::Contains("ps.manifest") && Catch::Contains("refusing"));
+  }
+  CHECK(std::filesystem::exists(dir.path() / "ps-step-40" / "server-0-of-1.snapshot"));
+  // An empty directory is a fresh start.
+  ScratchDirectory empty("ps_fresh");
+  CHECK(!strategy.restore_checkpoint(empty.path(), model, adam).has_value());
 }
