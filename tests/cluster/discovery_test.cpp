@@ -197,7 +197,7 @@ TEST_CASE("a cluster makes its transport through the factory it is given", "[clu
   cluster::Cluster cluster(ClusterSpec{.chief = {{"127.0.0.1", 4000}}, .workers = {{"127.0.0.1", 4001}},
                                        .role = Role::Worker, .index = 0},
                            options);
-  ::setenv("COHORT_SECRET", "factory test", 1);  // a distributed cluster loads its secret before connecting
+  ::setenv("COHORT_SECRET", "transport factory test", 1);  // a distributed cluster loads its secret before connecting
   CHECK(cluster.transport().rank() == 1);
   ::unsetenv("COHORT_SECRET");
   CHECK(&cluster.transport() == &cluster.transport());  // made once

@@ -322,14 +322,28 @@ TEST_CASE("tcp: a clean shutdown fails only what needed the departed peer", "[co
 }
 
 TEST_CASE("load_secret reads COHORT_SECRET, then COHORT_SECRET_FILE", "[comm][tcp]") {
-  ::setenv("COHORT_SECRET", "from-env", 1);
-  CHECK(load_secret() == "from-env");
+  ::setenv("COHORT_SECRET", "from-the-environment", 1);
+  CHECK(load_secret() == "from-the-environment");
   ::unsetenv("COHORT_SECRET");
   const std::string path = "/tmp/cohort_test_secret_" + std::to_string(::getpid());
-  { std::ofstream(path) << "from-file\n"; }
+  { std::ofstream(path) << "from-a-secret-file\n"; }
   ::setenv("COHORT_SECRET_FILE", path.c_str(), 1);
-  CHECK(load_secret() == "from-file");
+  CHECK(load_secret() == "from-a-secret-file");
   ::unsetenv("COHORT_SECRET_FILE");
   std::remove(path.c_str());
   CHECK_THROWS_AS(load_secret(), InvalidArgument);
+}
+
+TEST_CASE("load_secret refuses guessable secrets and secret files that are not files", "[comm][tcp]") {
+  ::setenv("COHORT_SECRET", "x", 1);
+  CHECK_THROWS_WITH(load_secret(), Catch::Contains("COHORT_SECRET has 1 characters") && Catch::Contains("at least 16"));
+  ::unsetenv("COHORT_SECRET");
+  ::setenv("COHORT_SECRET_FILE", "/tmp", 1);
+  CHECK_THROWS_WITH(load_secret(), Catch::Contains("/tmp is not a readable file"));
+  const std::string path = "/tmp/cohort_test_short_secret_" + std::to_string(::getpid());
+  { std::ofstream(path) << "short\n"; }
+  ::setenv("COHORT_SECRET_FILE", path.c_str(), 1);
+  CHECK_THROWS_WITH(load_secret(), Catch::Contains("holds 5 characters"));
+  ::unsetenv("COHORT_SECRET_FILE");
+  std::remove(path.c_str());
 }

@@ -1,5 +1,6 @@
 // The TCP transport's data path (frames in and out, matching receives) and its failure handling.
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <future>
 
@@ -283,16 +284,23 @@ void TcpTransport::fail_pending_of(int peer, const std::string& message) {
 std::unique_ptr<Transport> connect_tcp(const TcpOptions& options) { return std::make_unique<tcp::TcpTransport>(options); }
 
 std::string load_secret() {
+  // Short enough to guess is as good as none: the HMAC handshake is only as strong as the secret.
+  constexpr std::size_t kMinimumLength = 16;
   if (const char* secret = std::getenv("COHORT_SECRET"); secret != nullptr) {
-    COHORT_CHECK(*secret != '\0', "COHORT_SECRET is empty");
+    COHORT_CHECK(std::strlen(secret) >= kMinimumLength,
+                 "COHORT_SECRET has {} characters; use at least {} (e.g. openssl rand -hex 32)", std::strlen(secret),
+                 kMinimumLength);
     return secret;
   }
   if (const char* file = std::getenv("COHORT_SECRET_FILE"); file != nullptr) {
+    std::error_code error;
+    COHORT_CHECK(std::filesystem::is_regular_file(file, error), "COHORT_SECRET_FILE {} is not a readable file", file);
     std::ifstream in(file, std::ios::binary);
     COHORT_CHECK(in.good(), "COHORT_SECRET_FILE {} cannot be read", file);
     std::string secret((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     while (!secret.empty() && (secret.back() == '\n' || secret.back() == '\r')) secret.pop_back();
-    COHORT_CHECK(!secret.empty(), "COHORT_SECRET_FILE {} is empty", file);
+    COHORT_CHECK(secret.size() >= kMinimumLength, "COHORT_SECRET_FILE {} holds {} characters; use at least {}", file,
+                 secret.size(), kMinimumLength);
     return secret;
   }
   throw InvalidArgument("no shared secret: set COHORT_SECRET or COHORT_SECRET_FILE (cohort-launch sets one per run)");
