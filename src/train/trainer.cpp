@@ -73,21 +73,21 @@ class DeviceBatches {
     if (!host || !stream_) return host;
     Slot& slot = slots_[next_slot_];
     next_slot_ = 1 - next_slot_;
-    data::Batch on_device{slot.take(host->images, device_), slot.take_labels(host->labels, device_), host->index};
+    data::Batch on_device{reuse(slot.images, host->images), reuse(slot.labels, host->labels), host->index};
     stream_->copy(host->images, on_device.images);
     stream_->copy(host->labels, on_device.labels);
     return on_device;
   }
 
-  // Two device buffers per kind, reused while the batch shape stays the same.
+  // A device buffer for `like`, kept while the batch shape stays the same.
+  Tensor reuse(Tensor& buffer, const Tensor& like) const {
+    if (!buffer.defined() || buffer.shape() != like.shape()) buffer = Tensor::uninitialized(like.shape(), device_);
+    return buffer;
+  }
+
+  // Two slots, so that a batch is copied into one while the other is in use.
   struct Slot {
     Tensor images, labels;
-    Tensor take(const Tensor& like, Device device) { return reuse(images, like, device); }
-    Tensor take_labels(const Tensor& like, Device device) { return reuse(labels, like, device); }
-    static Tensor reuse(Tensor& buffer, const Tensor& like, Device device) {
-      if (!buffer.defined() || buffer.shape() != like.shape()) buffer = Tensor::uninitialized(like.shape(), device);
-      return buffer;
-    }
   };
 
   data::DataLoader::Epoch& source_;

@@ -5,29 +5,17 @@
 
 #include "cohort/comm/mpi.hpp"
 #include "cohort/data/synthetic.hpp"
-#include "cohort/nn/activation_layer.hpp"
-#include "cohort/nn/batch_normalization.hpp"
-#include "cohort/nn/conv2d.hpp"
-#include "cohort/nn/dense.hpp"
-#include "cohort/nn/flatten.hpp"
-#include "cohort/nn/pooling2d.hpp"
 #include "cohort/optim/sgd.hpp"
 #include "cohort/train/ring_allreduce.hpp"
 #include "cohort/train/trainer.hpp"
 #include "comm/communicator_contract.hpp"
+#include "ps/ps_test_util.hpp"
 
 using namespace cohort;
 
 namespace {
 
 std::shared_ptr<comm::Communicator> communicator;
-
-nn::Sequential small_model() {
-  nn::Sequential model({8, 8, 2}, 5);
-  model.add(nn::Conv2D(4, 3, nn::Padding::Same)).add(nn::ReLU()).add(nn::MaxPooling2D(2));
-  model.add(nn::Flatten()).add(nn::Dense(4)).add(nn::Softmax());
-  return model;
-}
 
 }  // namespace
 
@@ -44,12 +32,12 @@ TEST_CASE("allreduce training over MPI with W ranks at batch B takes the steps o
     INFO(samples << " samples on " << ranks << " ranks");
     const auto set = data::make_synthetic({.samples = samples, .sample_shape = {8, 8, 2}, .classes = 4, .seed = 3});
     const auto sgd = [] { return optim::SGD({.learning_rate = optim::constant(0.1), .momentum = 0.9}); };
-    nn::Sequential reference = small_model();
+    nn::Sequential reference = ps_test::small_model();
     Trainer single(reference, sgd());
     single.fit(set, {.epochs = 100, .max_steps = 7, .batch_size = 8 * ranks, .seed = 4,
                      .verbosity = train::Verbosity::Silent});
 
-    nn::Sequential model = small_model();
+    nn::Sequential model = ps_test::small_model();
     // Other starting values off the chief: initialize() must replace them with the chief's.
     if (communicator->rank() != 0)
       for (float& v : model.variable("dense/kernel")->value.values()) v += 1.0f;

@@ -55,6 +55,21 @@ nn::Sequential full_model(Device device) {
   return model;
 }
 
+// Two data-parallel replicas of full_model on `device`, five steps; make_strategy gives each rank's strategy
+// from its transport.
+std::vector<nn::Sequential> train_two_replicas(
+    Device device, const std::function<std::shared_ptr<train::Strategy>(comm::Transport&)>& make_strategy) {
+  comm::InProcessGroup group(2);
+  std::vector<nn::Sequential> models;
+  models.push_back(full_model(device));
+  models.push_back(full_model(device));
+  comm_test::run_ranks(2, [&](int r) {
+    Trainer trainer(models[static_cast<std::size_t>(r)], optim::SGD({.momentum = 0.9}), make_strategy(group.transport(r)));
+    trainer.fit(kSet, {.epochs = 100, .max_steps = 5, .batch_size = 8, .seed = 4, .verbosity = train::Verbosity::Silent});
+  });
+  return models;
+}
+
 }  // namespace
 
 TEST_CASE("every layer computes the same forward and backward on the emulated device", "[device][nn]") {
@@ -217,18 +232,9 @@ TEST_CASE("host access and device mix-ups on a device path fail with DeviceError
 
 TEST_CASE("ring-allreduce training on the emulated device equals the same run on the CPU", "[device][distributed]") {
   std::vector<std::vector<nn::Sequential>> runs;
-  for (Device device : {Device::CPU, Device::Emulated}) {
-    comm::InProcessGroup group(2);
-    std::vector<nn::Sequential> models;
-    models.push_back(full_model(device));
-    models.push_back(full_model(device));
-    comm_test::run_ranks(2, [&](int r) {
-      Trainer trainer(models[static_cast<std::size_t>(r)], optim::SGD({.momentum = 0.9}),
-                      std::make_shared<train::RingAllreduce>(group.transport(r)));
-      trainer.fit(kSet, {.epochs = 100, .max_steps = 5, .batch_size = 8, .seed = 4, .verbosity = train::Verbosity::Silent});
-    });
-    runs.push_back(std::move(models));
-  }
+  for (Device device : {Device::CPU, Device::Emulated})
+    runs.push_back(train_two_replicas(
+        device, [](comm::Transport& transport) { return std::make_shared<train::RingAllreduce>(transport); }));
   require_same_variables(runs[0][0], runs[1][0]);
   require_same_variables(runs[0][1], runs[1][1]);
 }
@@ -254,8 +260,9 @@ TEST_CASE("ring allreduce picks the communicator that accepts the gradients' dev
   // memory is host memory underneath, lets the ring reduce them.
   struct EmulatedCollectives : comm::Communicator {
     std::shared_ptr<comm::Communicator> ring;
-    std::atomic<int> calls{0};
-    explicit EmulatedCollectives(std::shared_ptr<comm::Communicator> r) : ring(std::move(r)) {}
+    std::atomic<int>& calls;
+    EmulatedCollectives(std::shared_ptr<comm::Communicator> r, std::atomic<int>& counter)
+        : ring(std::move(r)), calls(counter) {}
     std::string name() const override { return "emulated-collectives"; }
     int rank() const override { return ring->rank(); }
     int size() const override { return ring->size(); }
@@ -280,24 +287,15 @@ TEST_CASE("ring allreduce picks the communicator that accepts the gradients' dev
   };
   std::vector<std::vector<nn::Sequential>> runs;
   for (Device device : {Device::CPU, Device::Emulated}) {
-    comm::InProcessGroup group(2);
-    std::vector<nn::Sequential> models;
-    models.push_back(full_model(device));
-    models.push_back(full_model(device));
     std::atomic<int> device_calls{0};
-    comm_test::run_ranks(2, [&](int r) {
-      std::shared_ptr<comm::Communicator> ring = comm::make_ring_communicator(group.transport(r));
-      auto collectives = std::make_shared<EmulatedCollectives>(ring);
-      Trainer trainer(models[static_cast<std::size_t>(r)], optim::SGD({.momentum = 0.9}),
-                      std::make_shared<train::RingAllreduce>(
-                          std::vector<std::shared_ptr<comm::Communicator>>{ring, collectives}));
-      trainer.fit(kSet, {.epochs = 100, .max_steps = 5, .batch_size = 8, .seed = 4, .verbosity = train::Verbosity::Silent});
-      device_calls += collectives->calls.load();
-    });
+    runs.push_back(train_two_replicas(device, [&](comm::Transport& transport) {
+      std::shared_ptr<comm::Communicator> ring = comm::make_ring_communicator(transport);
+      auto collectives = std::make_shared<EmulatedCollectives>(ring, device_calls);
+      return std::make_shared<train::RingAllreduce>(std::vector<std::shared_ptr<comm::Communicator>>{ring, collectives});
+    }));
     // Emulated gradients go to the collectives that take them, host ones to the ring.
     if (device == Device::CPU) CHECK(device_calls == 0);
     else CHECK(device_calls > 0);
-    runs.push_back(std::move(models));
   }
   require_same_variables(runs[0][0], runs[1][0]);
 }
