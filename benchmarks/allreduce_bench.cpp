@@ -9,6 +9,8 @@
 // benchmarks/allreduce_compare.sh puts it beside Open MPI and Gloo.
 #include <cstdio>
 #include <cstdlib>
+#include <stdexcept>
+#include <string>
 #include <string_view>
 
 #include <cohort/cohort.hpp>
@@ -19,8 +21,10 @@ using namespace cohort;
 
 int main(int argc, char** argv) try {
   const sweep::Options options = sweep::parse(argc, argv);
-  const char* requested = std::getenv("COHORT_COMMUNICATOR");
-  if (requested != nullptr && std::string_view(requested) == "mpi") {
+  const std::string_view requested = std::getenv("COHORT_COMMUNICATOR") ? std::getenv("COHORT_COMMUNICATOR") : "";
+  if (!requested.empty() && requested != "mpi" && requested != "ring")
+    throw std::invalid_argument("COHORT_COMMUNICATOR is '" + std::string(requested) + "'; use 'ring' or 'mpi'");
+  if (requested == "mpi") {
     auto mpi = comm::make_mpi_communicator();
     auto wait = [&](comm::WorkPtr work) { work->wait(mpi->timeout()); };
     float token = 0;
