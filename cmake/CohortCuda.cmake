@@ -1,5 +1,8 @@
-# CUDA is optional: the backend is enabled only when COHORT_WITH_CUDA is on and a toolkit is found.
+# The CUDA backend is built when COHORT_WITH_CUDA is on and nvcc is found; then cuDNN and cuBLAS are
+# required (a CUDA build without them would be a backend that cannot convolve), NCCL is optional.
+# COHORT_HAS_CUDA / COHORT_HAS_NCCL say what was built, in config.hpp and in the installed package.
 set(COHORT_HAS_CUDA OFF)
+set(COHORT_HAS_NCCL OFF)
 if(COHORT_WITH_CUDA)
   if(NOT CMAKE_CUDA_COMPILER AND EXISTS /usr/local/cuda/bin/nvcc)
     set(CMAKE_CUDA_COMPILER /usr/local/cuda/bin/nvcc)
@@ -7,9 +10,28 @@ if(COHORT_WITH_CUDA)
   include(CheckLanguage)
   check_language(CUDA)
   if(CMAKE_CUDA_COMPILER)
+    # A100 and H100/H200 machine code, plus PTX that newer GPUs compile at load time.
+    if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
+      set(CMAKE_CUDA_ARCHITECTURES "80-real;90")
+    endif()
     enable_language(CUDA)
     find_package(CUDAToolkit REQUIRED)
+    find_path(COHORT_CUDNN_INCLUDE_DIR cudnn.h HINTS ${CUDAToolkit_INCLUDE_DIRS})
+    find_library(COHORT_CUDNN_LIBRARY cudnn HINTS ${CUDAToolkit_LIBRARY_DIR})
+    if(NOT COHORT_CUDNN_INCLUDE_DIR OR NOT COHORT_CUDNN_LIBRARY)
+      message(FATAL_ERROR "cohort: the CUDA toolkit is at ${CUDAToolkit_BIN_DIR} but cuDNN 9 is not; install cuDNN "
+                          "or configure with -DCOHORT_WITH_CUDA=OFF for a CPU-only build")
+    endif()
+    find_path(COHORT_NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS})
+    find_library(COHORT_NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR})
+    if(COHORT_NCCL_INCLUDE_DIR AND COHORT_NCCL_LIBRARY)
+      set(COHORT_HAS_NCCL ON)
+    else()
+      message(STATUS "cohort: NCCL not found; GPU gradients will travel through pinned host memory")
+    endif()
     set(COHORT_HAS_CUDA ON)
+    message(STATUS "cohort: CUDA backend for architectures ${CMAKE_CUDA_ARCHITECTURES}, cuDNN ${COHORT_CUDNN_LIBRARY}"
+                   ", NCCL ${COHORT_HAS_NCCL}")
   else()
     message(STATUS "cohort: no CUDA toolkit found, building the CPU backend only")
   endif()

@@ -36,7 +36,9 @@ int main(int argc, char** argv) try {
     fmt::print("data: {} ({} training, {} test samples of shape {})\n", cifar ? "CIFAR-10" : "Fashion-MNIST (CIFAR-10 not given)",
                train_set.size(), test_set.size(), train_set.sample_shape());
 
-  nn::Sequential model = nn::cifar10_cnn(train_set.sample_shape(), options.seed);
+  const Device device = examples::training_device(options, *strategy);
+  nn::Sequential model = nn::cifar10_cnn(train_set.sample_shape(), options.seed, device);
+  if (chief) fmt::print("device: {}\n", device_name(device));
   if (chief) fmt::print("{}", model.summary());
   if (options.summary_only) return 0;
 

@@ -17,6 +17,11 @@ inline cohort::train::ParameterServerOptions distributed_options(const ExampleOp
           .data = options.each_worker_full_pass ? train::DataPolicy::EachWorkerFullPass : train::DataPolicy::OnePassPerEpoch};
 }
 
+// Where this process trains: --device for workers; parameter servers keep their variables on the CPU.
+inline cohort::Device training_device(const ExampleOptions& options, const cohort::train::Strategy& strategy) {
+  return strategy.is_server() ? cohort::Device::CPU : cohort::choose_device(options.device);
+}
+
 // Optimizer steps in one epoch: the global batch is the workers' batches together, unless every worker reads
 // the whole set.
 inline std::int64_t steps_per_epoch(std::int64_t samples, int replicas, const ExampleOptions& options) {

@@ -1,5 +1,5 @@
 #pragma once
-// Command-line options shared by the examples: --epochs, --batch-size, --data-dir, --threads,
+// Command-line options shared by the examples: --epochs, --batch-size, --data-dir, --threads, --device,
 // --summary, --help and a few more. Unknown or malformed options end the program with a usage message.
 
 #include <cstdint>
@@ -17,6 +17,7 @@ struct ExampleOptions {
   std::int64_t train_samples = 0;  // 0: the whole training set
   std::string data_dir;
   int threads = 0;
+  std::string device = "auto";
   double learning_rate = 1e-3;
   std::uint64_t seed = 1;
   bool summary_only = false;
@@ -42,6 +43,7 @@ inline void print_usage(const char* program, const char* purpose, const ExampleO
       "  --train-samples N   train on the first N samples only (default: all)\n"
       "  --data-dir DIR      data directory (see README.md)\n"
       "  --threads N         CPU threads (default: all cores)\n"
+      "  --device D          cpu, cuda or auto: CUDA when a GPU is visible (default auto)\n"
       "  --learning-rate X   Adam learning rate (default {})\n"
       "  --seed N            seed for initialization, data order and augmentation (default {})\n"
       "  --checkpoint-dir D  write a checkpoint to D after every epoch\n"
@@ -90,7 +92,11 @@ inline ExampleOptions parse_options(int argc, char** argv, const char* purpose, 
     else if (arg == "--train-samples") options.train_samples = number(i);
     else if (arg == "--data-dir") options.data_dir = value(i);
     else if (arg == "--threads") options.threads = static_cast<int>(number(i));
-    else if (arg == "--seed") options.seed = static_cast<std::uint64_t>(number(i));
+    else if (arg == "--device") {
+      options.device = value(i);
+      if (options.device != "cpu" && options.device != "cuda" && options.device != "auto")
+        fail("--device takes cpu, cuda or auto");
+    } else if (arg == "--seed") options.seed = static_cast<std::uint64_t>(number(i));
     else if (arg == "--learning-rate") {
       const std::string text = value(i);
       char* end = nullptr;

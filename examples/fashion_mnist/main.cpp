@@ -27,7 +27,9 @@ int main(int argc, char** argv) try {
   const data::ImageDataset test_set = data::FashionMnist::test(dir);
   if (options.train_samples > 0) train_set = train_set.head(options.train_samples);
 
-  nn::Sequential model = nn::small_cnn(train_set.sample_shape(), options.seed);
+  const Device device = examples::training_device(options, *strategy);
+  nn::Sequential model = nn::small_cnn(train_set.sample_shape(), options.seed, device);
+  if (chief) fmt::print("device: {}\n", device_name(device));
   if (chief) fmt::print("{}", model.summary());
   if (options.summary_only) return 0;
 

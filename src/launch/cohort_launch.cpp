@@ -9,6 +9,8 @@
 // With --restarts N a failed job is started again, up to N times, with COHORT_RESTART set to the
 // restart's number: fit() then continues from the latest checkpoint of its checkpoint directory.
 // Unless OMP_NUM_THREADS is set, the cores are shared among the workers; parameter servers get one thread.
+// With --gpus N the workers take turns over N GPUs through CUDA_VISIBLE_DEVICES (several may share one;
+// the GPUs are those the launcher itself sees), and parameter servers get none.
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -22,6 +24,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <optional>
 #include <string>
@@ -37,12 +40,14 @@ struct Options {
   std::string host = "127.0.0.1";
   std::chrono::seconds grace{20};
   int restarts = 0;
+  int gpus = 0;  // 0: CUDA_VISIBLE_DEVICES left as it is
   std::vector<std::string> command;
 };
 
 struct Process {
   std::string name;  // "chief 0", "worker 1", "ps 0"
   std::string tf_config;
+  std::string visible_gpus;  // CUDA_VISIBLE_DEVICES under --gpus
   pid_t pid = -1;
   int output = -1;  // read end of the pipe carrying stdout and stderr
   std::string partial;
@@ -59,9 +64,10 @@ void on_signal(int number) {
 [[noreturn]] void usage(const std::string& problem) {
   if (!problem.empty()) fmt::print(stderr, "cohort-launch: {}\n", problem);
   fmt::print(stderr,
-             "usage: cohort-launch [--workers N] [--ps N] [--host ADDRESS] [--grace SECONDS] [--restarts N] -- PROGRAM [ARGS...]\n"
+             "usage: cohort-launch [--workers N] [--ps N] [--gpus N] [--host ADDRESS] [--grace SECONDS] [--restarts N] -- PROGRAM [ARGS...]\n"
              "  --workers N     training processes; the first is the chief (default 1)\n"
              "  --ps N          parameter-server processes (default 0)\n"
+             "  --gpus N        spread the workers over N GPUs (CUDA_VISIBLE_DEVICES); parameter servers get none\n"
              "  --host ADDRESS  address every process listens on (default 127.0.0.1)\n"
              "  --grace S       after a failure, seconds the others get to exit by themselves (default 20)\n"
              "  --restarts N    after a failure, start the whole job again from its latest checkpoint, up to N times\n");
@@ -86,6 +92,7 @@ Options parse(int argc, char** argv) {
     }
     if (arg == "--workers") options.workers = count("--workers");
     else if (arg == "--ps") options.ps = count("--ps");
+    else if (arg == "--gpus") options.gpus = count("--gpus");
     else if (arg == "--grace") options.grace = std::chrono::seconds(count("--grace"));
     else if (arg == "--restarts") options.restarts = count("--restarts");
     else if (arg == "--host") {
@@ -156,6 +163,39 @@ std::vector<Process> plan(const Options& options) {
 
 bool is_parameter_server(const Process& p) { return p.name.rfind("ps", 0) == 0; }
 
+// The launcher's own GPUs: its CUDA_VISIBLE_DEVICES entries, or 0..N-1.
+std::vector<std::string> launcher_gpus(int wanted) {
+  std::vector<std::string> gpus;
+  if (const char* visible = std::getenv("CUDA_VISIBLE_DEVICES"); visible != nullptr && *visible != '\0') {
+    std::string list = visible;
+    for (std::size_t start = 0; start <= list.size();) {
+      const std::size_t comma = std::min(list.find(',', start), list.size());
+      if (comma > start) gpus.push_back(list.substr(start, comma - start));
+      start = comma + 1;
+    }
+    if (static_cast<int>(gpus.size()) < wanted)
+      usage(fmt::format("--gpus {}: CUDA_VISIBLE_DEVICES={} names only {}", wanted, visible, gpus.size()));
+    gpus.resize(static_cast<std::size_t>(wanted));
+  } else {
+    for (int i = 0; i < wanted; ++i) gpus.push_back(std::to_string(i));
+  }
+  return gpus;
+}
+
+// Worker k gets GPU k mod N; parameter servers none. Printed once, so a log shows who used which GPU.
+void assign_gpus(std::vector<Process>& processes, int count) {
+  if (count == 0) return;
+  const std::vector<std::string> gpus = launcher_gpus(count);
+  std::string summary;
+  std::size_t worker = 0;
+  for (Process& p : processes) {
+    p.visible_gpus = is_parameter_server(p) ? "" : gpus[worker++ % gpus.size()];
+    summary += fmt::format("{}{} -> {}", summary.empty() ? "" : ", ", p.name,
+                           p.visible_gpus.empty() ? "no GPU" : "GPU " + p.visible_gpus);
+  }
+  fmt::print("cohort-launch: {}\n", summary);
+}
+
 // Threads for one process of the job, unless the user chose with OMP_NUM_THREADS.
 std::string thread_count(const Process& p, const Options& options) {
   if (is_parameter_server(p)) return "1";
@@ -177,6 +217,7 @@ void start(Process& p, const Options& options, const std::string& secret, int re
     ::setenv("COHORT_SECRET", secret.c_str(), 1);
     ::setenv("COHORT_RESTART", std::to_string(restart).c_str(), 1);
     ::setenv("OMP_NUM_THREADS", thread_count(p, options).c_str(), 0);
+    if (options.gpus > 0) ::setenv("CUDA_VISIBLE_DEVICES", p.visible_gpus.c_str(), 1);
     ::setpgid(0, 0);  // its own process group: a terminal's Ctrl-C goes to the launcher, which decides
     ::signal(SIGPIPE, SIG_DFL);
     std::vector<char*> argv;
@@ -229,6 +270,7 @@ std::string describe_ending(const Process& p) { return fmt::format("{} (pid {}) 
 // Runs the job once; returns the launcher's exit status.
 int run(const Options& options, int restart) {
   std::vector<Process> processes = plan(options);
+  assign_gpus(processes, options.gpus);
   const std::string secret = random_secret();
   for (auto& p : processes) start(p, options, secret, restart);
   std::string started;

@@ -10,8 +10,8 @@
 
 namespace cohort::nn {
 
-Sequential cifar10_cnn(const Shape& input_shape, std::uint64_t seed) {
-  Sequential model(input_shape, seed);
+Sequential cifar10_cnn(const Shape& input_shape, std::uint64_t seed, Device device) {
+  Sequential model(input_shape, seed, device);
   const int filters[] = {32, 64, 128};
   const float dropout[] = {0.2f, 0.3f, 0.4f};
   for (int block = 0; block < 3; ++block) {
@@ -24,8 +24,8 @@ Sequential cifar10_cnn(const Shape& input_shape, std::uint64_t seed) {
   return model;
 }
 
-Sequential small_cnn(const Shape& input_shape, std::uint64_t seed) {
-  Sequential model(input_shape, seed);
+Sequential small_cnn(const Shape& input_shape, std::uint64_t seed, Device device) {
+  Sequential model(input_shape, seed, device);
   model.add(Conv2D(32, 3, Padding::Same)).add(BatchNormalization()).add(ReLU()).add(MaxPooling2D(2));
   model.add(Conv2D(64, 3, Padding::Same)).add(BatchNormalization()).add(ReLU()).add(MaxPooling2D(2));
   model.add(Flatten()).add(Dense(128)).add(ReLU()).add(Dropout(0.3f));

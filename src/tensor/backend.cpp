@@ -3,7 +3,11 @@
 
 #include "cohort/core/check.hpp"
 #include "cohort/core/config.hpp"
+#include "cohort/tensor/devices.hpp"
 #include "tensor/cpu/cpu_backend.hpp"
+#if COHORT_HAS_CUDA
+#include "tensor/cuda/cuda_entry.hpp"
+#endif
 
 namespace cohort {
 
@@ -22,13 +26,12 @@ Backend& backend_for(Device device) {
       return *emulated;
     }
     case Device::CUDA:
+#if COHORT_HAS_CUDA
+      return cuda::cuda_backend();
+#else
       break;
+#endif
   }
-  if (COHORT_HAS_CUDA)
-    throw DeviceError(fmt::format("this build of cohort has no {} backend: the CUDA toolkit was found at configure "
-                                  "time, but this version of cohort has no CUDA kernels yet; use Device::CPU, or "
-                                  "Device::Emulated to check a program's transfers",
-                                  device_name(device)));
   throw DeviceError(fmt::format("this build of cohort has no {} backend: configure with -DCOHORT_WITH_CUDA=ON on a "
                                 "machine with the CUDA toolkit, cuDNN and cuBLAS",
                                 device_name(device)));
@@ -37,9 +40,35 @@ Backend& backend_for(Device device) {
 Allocator& allocator_for(Device device) { return backend_for(device).allocator(); }
 
 Allocator& pinned_host_allocator() {
-  // Page-locking needs a GPU runtime; without one, staging buffers are plain host memory.
-  static auto* pinned = new HostAllocator("pinned host (plain host memory: no GPU backend)");
-  return *pinned;
+#if COHORT_HAS_CUDA
+  // Page-locked once this process has used its GPU; a CPU-only process never creates a CUDA context.
+  if (Allocator* pinned = cuda::cuda_pinned_allocator()) return *pinned;
+#endif
+  static auto* plain = new HostAllocator("pinned host (plain host memory: no GPU in use)");
+  return *plain;
+}
+
+bool device_available(Device device) {
+  switch (device) {
+    case Device::CPU:
+    case Device::Emulated:
+      return true;
+    case Device::CUDA:
+#if COHORT_HAS_CUDA
+      return cuda::cuda_device_visible();
+#else
+      return false;
+#endif
+  }
+  return false;
+}
+
+Device choose_device(std::string_view name) {
+  if (name == "auto") return device_available(Device::CUDA) ? Device::CUDA : Device::CPU;
+  const std::optional<Device> device = parse_device(name);
+  if (!device) throw InvalidArgument(fmt::format("unknown device '{}': use cpu, cuda, emulated or auto", name));
+  if (!device_available(*device)) backend_for(*device);  // throws the reason
+  return *device;
 }
 
 }  // namespace cohort

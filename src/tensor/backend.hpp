@@ -32,6 +32,8 @@ class Backend {
   virtual Device device() const = 0;
   virtual Allocator& allocator() = 0;
   virtual std::unique_ptr<BackendStream> make_stream() = 0;
+  // Returns when every op queued so far has finished (a no-op where ops finish before they return).
+  virtual void synchronize() = 0;
 
   // ---- memory: host pointers are on the CPU; the tensors on this device
   virtual void copy_from_host(const float* source, const Tensor& destination) = 0;

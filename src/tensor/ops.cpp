@@ -93,6 +93,8 @@ void check_channels(const char* op, const Tensor& x, std::initializer_list<const
 
 }  // namespace
 
+void synchronize(Device device) { backend_for(device).synchronize(); }
+
 void fill(const Tensor& x, float value) {
   backend_of("fill", {&x}).fill(x, value);
 }

@@ -1,6 +1,8 @@
 #include "cohort/train/ring_allreduce.hpp"
 
+#include "cohort/comm/nccl.hpp"
 #include "cohort/core/check.hpp"
+#include "cohort/core/logging.hpp"
 #include "cohort/tensor/ops.hpp"
 #include "cohort/train/update.hpp"
 
@@ -40,6 +42,8 @@ void RingAllreduce::run_collective(const Tensor& buffer, bool broadcast) {
     if (!staging_.defined() || staging_.numel() < buffer.numel()) staging_ = Tensor::pinned({buffer.numel()});
     ops::copy(buffer, staging_.slice(0, buffer.numel()));
   }
+  // A communicator with a stream of its own reads the buffer only after the ops that wrote it.
+  if (direct) ops::synchronize(buffer.device());
   const Tensor& exchanged = direct ? buffer : staging_;
   // The buffer owns a reference to the storage: a collective still running after a failed wait writes
   // into memory that is still there.
@@ -50,7 +54,27 @@ void RingAllreduce::run_collective(const Tensor& buffer, bool broadcast) {
   if (!direct) ops::copy(staging_.slice(0, buffer.numel()), buffer);
 }
 
+void RingAllreduce::add_gpu_communicator(Device device) {
+  if (!comm::nccl_available()) return;
+  comm::Communicator* host = nullptr;
+  for (const auto& c : communicators_) {
+    if (c->accepts(Device::CUDA)) return;  // the caller chose one
+    if (host == nullptr && c->accepts(Device::CPU)) host = c.get();
+  }
+  if (host == nullptr) return;
+  // Collective: every rank says whether and where it uses a GPU, and all reach the same verdict.
+  std::string why_not;
+  auto nccl = comm::make_nccl_communicator(*host, device == Device::CUDA, why_not);
+  if (nccl) {
+    communicators_.insert(communicators_.begin(), std::shared_ptr<comm::Communicator>(std::move(nccl)));
+    if (is_chief()) log::info("gradients travel over NCCL, from GPU to GPU");
+  } else if (device == Device::CUDA && is_chief()) {
+    log::info("gradients travel through pinned host memory over {}: {}", host->name(), why_not);
+  }
+}
+
 void RingAllreduce::initialize(nn::Sequential& model, optim::Optimizer&) {
+  add_gpu_communicator(model.device());
   // Every variable, trainable or not, starts from the chief's value.
   for (const auto& v : model.variables()) run_collective(v->value.view({v->value.numel()}), true);
 }

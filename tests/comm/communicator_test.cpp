@@ -2,6 +2,7 @@
 #include <catch2/catch.hpp>
 
 #include "cohort/comm/inproc.hpp"
+#include "cohort/comm/nccl.hpp"
 #include "comm/communicator_contract.hpp"
 
 using namespace cohort;
@@ -25,4 +26,18 @@ TEST_CASE("a lost rank fails the ring communicator's pending collective", "[comm
   auto work = communicator->allreduce(comm::Buffer::of(values), comm::ReduceOp::Sum);
   group.kill(1);
   CHECK_THROWS_AS(work->wait(std::chrono::seconds(5)), IoError);
+}
+
+TEST_CASE("NCCL is set up only when every rank has a GPU of its own, and every rank hears why not", "[comm]") {
+  // The check runs over the host communicator before NCCL is touched, so it runs on machines without a GPU.
+  comm::InProcessGroup group(3);
+  std::vector<std::string> reasons(3);
+  comm_test::run_ranks(3, [&](int r) {
+    auto ring = comm::make_ring_communicator(group.transport(r));
+    auto nccl = comm::make_nccl_communicator(*ring, /*uses_gpu=*/false, reasons[static_cast<std::size_t>(r)]);
+    CHECK(nccl == nullptr);
+  });
+  const std::string expected = comm::nccl_available() ? "rank 0 does not train on a GPU" : "has no NCCL";
+  for (const auto& reason : reasons) CHECK_THAT(reason, Catch::Contains(expected));
+  CHECK(reasons[0] == reasons[2]);
 }

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # cohort-launch end to end: a failing process is reported and the rest stopped; SIGKILL of one process of
 # a running 4-process allreduce makes the other three exit non-zero within 30 s, each naming the lost
-# peer; Ctrl-C (SIGINT) stops everything.
+# peer; Ctrl-C (SIGINT) stops everything; --gpus spreads the workers over GPUs.
 #   usage: launch_test.sh LAUNCHER ALLREDUCE_BENCH
 set -uo pipefail
 launcher=$1 bench=$2
@@ -42,4 +42,21 @@ wait "$launcher_pid"
 status=$?
 [ $status -eq 130 ] || fail "launcher exit status $status after SIGINT"
 for pid in $children; do kill -0 "$pid" 2>/dev/null && fail "child $pid survived SIGINT"; done
+# 4. --gpus: workers take turns over the GPUs, parameter servers get none; the launcher's own list is used.
+show_gpus='echo "gpus=[$CUDA_VISIBLE_DEVICES]"'
+env -u CUDA_VISIBLE_DEVICES timeout 30 "$launcher" --workers 3 --ps 1 --gpus 2 -- sh -c "$show_gpus" >"$work/log" 2>&1 ||
+  fail "launcher with --gpus failed"
+for expected in "chief 0] gpus=\[0\]" "worker 0] gpus=\[1\]" "worker 1] gpus=\[0\]" "ps 0] gpus=\[\]"; do
+  grep -q "^\[$expected$" "$work/log" || fail "--gpus 2: no line '[$expected'"
+done
+grep -q 'cohort-launch: chief 0 -> GPU 0, worker 0 -> GPU 1, worker 1 -> GPU 0, ps 0 -> no GPU' "$work/log" ||
+  fail "--gpus: the assignment is not printed"
+CUDA_VISIBLE_DEVICES=5,7 timeout 30 "$launcher" --workers 2 --gpus 2 -- sh -c "$show_gpus" >"$work/log" 2>&1 ||
+  fail "launcher with --gpus under CUDA_VISIBLE_DEVICES failed"
+grep -q '^\[chief 0\] gpus=\[5\]$' "$work/log" && grep -q '^\[worker 0\] gpus=\[7\]$' "$work/log" ||
+  fail "--gpus does not use the launcher's CUDA_VISIBLE_DEVICES"
+CUDA_VISIBLE_DEVICES=3 timeout 30 "$launcher" --workers 2 --gpus 2 -- true >"$work/log" 2>&1 &&
+  fail "--gpus 2 with one visible GPU was accepted"
+grep -q 'names only 1' "$work/log" || fail "--gpus beyond CUDA_VISIBLE_DEVICES is not explained"
+
 echo "launch_test: all checks passed"

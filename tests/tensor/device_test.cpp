@@ -5,7 +5,9 @@
 #include "cohort/core/error.hpp"
 #include "cohort/nn/sequential.hpp"
 #include "cohort/tensor/allocator.hpp"
+#include "cohort/core/config.hpp"
 #include "cohort/tensor/copy_stream.hpp"
+#include "cohort/tensor/devices.hpp"
 #include "cohort/tensor/ops.hpp"
 #include "test_util.hpp"
 
@@ -64,13 +66,27 @@ TEST_CASE("host access to device memory is caught, and mixed devices are refused
   CHECK_NOTHROW(ops::copy(host, device));  // the one op that crosses devices
 }
 
-TEST_CASE("a device the build lacks is refused naming the build option", "[tensor][device]") {
-  CHECK_THROWS_WITH(Tensor({2}, Device::CUDA),
-                    Catch::Contains("no cuda backend") &&
-                        (Catch::Contains("COHORT_WITH_CUDA") || Catch::Contains("no CUDA kernels yet")));
+TEST_CASE("a device this process cannot use is refused with the reason", "[tensor][device]") {
+  // COHORT_HAS_CUDA is true exactly when the CUDA backend is built: then only a missing GPU can stop it.
+  if (device_available(Device::CUDA)) {
+    CHECK(COHORT_HAS_CUDA);
+    CHECK_NOTHROW(Tensor({2}, Device::CUDA));
+    CHECK(choose_device("auto") == Device::CUDA);
+  } else {
+    const std::string reason = COHORT_HAS_CUDA ? "no CUDA device is visible to this process"
+                                               : "no cuda backend: configure with -DCOHORT_WITH_CUDA=ON";
+    CHECK_THROWS_WITH(Tensor({2}, Device::CUDA), Catch::Contains(reason));
+    CHECK_THROWS_WITH(choose_device("cuda"), Catch::Contains(reason));
+    CHECK_THROWS_AS(nn::Sequential({4}, 0, Device::CUDA), DeviceError);
+    CHECK(choose_device("auto") == Device::CPU);
+  }
+  CHECK(device_available(Device::CPU));
+  CHECK(device_available(Device::Emulated));
+  CHECK(choose_device("cpu") == Device::CPU);
+  CHECK(choose_device("emulated") == Device::Emulated);
+  CHECK_THROWS_WITH(choose_device("gpu"), Catch::Contains("unknown device 'gpu': use cpu, cuda, emulated or auto"));
   CopyStream stream(Device::Emulated);
   CHECK_THROWS_WITH(stream.copy(Tensor({2}), Tensor({2})), Catch::Contains("does not touch this stream's device"));
-  CHECK_THROWS_AS(nn::Sequential({4}, 0, Device::CUDA), DeviceError);
 }
 
 TEST_CASE("a copy stream copies asynchronously and guards tensors in flight", "[tensor][device][threads]") {

@@ -18,36 +18,10 @@
 #include <cstdint>
 #include <memory>
 
+#include "cohort/tensor/geometry.hpp"
 #include "cohort/tensor/tensor.hpp"
 
 namespace cohort {
-
-enum class Activation { Linear, Relu, Sigmoid, Tanh, Softmax };
-
-// Geometry of a 2-D convolution over NHWC input with an HWIO kernel.
-struct Conv2dGeometry {
-  std::int64_t batch = 0, in_h = 0, in_w = 0, in_c = 0;
-  std::int64_t out_h = 0, out_w = 0, out_c = 0;
-  std::int64_t kernel_h = 0, kernel_w = 0, stride_h = 1, stride_w = 1;
-  std::int64_t pad_top = 0, pad_left = 0;  // bottom/right padding is implied by the output size
-};
-
-// Geometry of 2-D pooling over NHWC input; each window is clipped to the input. Average pooling counts
-// only the window cells inside the input (padding is not counted, as in Keras).
-enum class PoolMode { Max, Average };
-struct Pool2dGeometry {
-  std::int64_t batch = 0, in_h = 0, in_w = 0, channels = 0;
-  std::int64_t out_h = 0, out_w = 0;
-  std::int64_t pool_h = 0, pool_w = 0, stride_h = 1, stride_w = 1;
-  std::int64_t pad_top = 0, pad_left = 0;
-  PoolMode mode = PoolMode::Max;
-};
-
-// Batch normalization over all axes but the last, the channels.
-struct BatchNormGeometry {
-  std::int64_t channels = 0;
-  float epsilon = 1e-3f;
-};
 
 // What a backend prepared for one geometry; each backend derives its own.
 struct PlanState {
@@ -82,6 +56,10 @@ extern template class Plan<Pool2dGeometry>;
 extern template class Plan<BatchNormGeometry>;
 
 namespace ops {
+
+// Returns when every op queued on `device` so far has finished: what a communicator with a stream of its
+// own (NCCL) needs before it reads a tensor. Ops return before they finish only on asynchronous devices.
+void synchronize(Device device);
 
 // ---- elementwise and reductions
 void fill(const Tensor& x, float value);

@@ -8,7 +8,9 @@
 // The allreduce runs on a Communicator chosen by the device of the gradients, Horovod-style: of the
 // communicators given, in order of preference, the first that accepts that device carries them (NCCL for
 // GPU memory, the ring or Open MPI for host memory); when none does (a GPU without NCCL, the emulated
-// device), the first one reduces a pinned host copy.
+// device), the first one reduces a pinned host copy. When this build has NCCL and no GPU communicator
+// was given, initialize() sets one up over the host communicator if every rank trains on a GPU of its
+// own (comm/nccl.hpp); ranks that share a GPU keep the pinned host path.
 //
 // Data: by default an epoch is one pass over the data set across all processes (DataPolicy::OnePass);
 // EachWorkerFullPass reproduces TensorFlow's behaviour, where every worker reads the whole set.
@@ -50,6 +52,8 @@ class RingAllreduce : public Strategy {
   // Runs one collective on `buffer` (any device), through the pinned host buffer when the communicator
   // does not take the buffer's device.
   void run_collective(const Tensor& buffer, bool broadcast);
+  // Collective: puts NCCL first when every rank's gradients live on a GPU of its own.
+  void add_gpu_communicator(Device device);
 
   Tensor fused_;    // every gradient, then the sample count, on the model's device
   Tensor staging_;  // its host copy, where the communicator needs one

@@ -21,6 +21,7 @@ class CpuBackend final : public Backend {
   Device device() const override { return device_; }
   Allocator& allocator() override { return *allocator_; }
   std::unique_ptr<BackendStream> make_stream() override;
+  void synchronize() override {}
   void copy_from_host(const float* source, const Tensor& destination) override;
   void copy_to_host(const Tensor& source, float* destination) override;
 

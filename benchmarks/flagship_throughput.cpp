@@ -1,0 +1,75 @@
+// The flagship CIFAR-10 CNN's training and inference throughput on one device, for the GPU comparison
+// (benchmarks/gpu_compare.sh) and for quick checks of any device:
+//   flagship_throughput --device cuda --batch 128 --seconds 10
+// prints
+//   cohort device=cuda batch=128 train_images/s=X inference_images/s=Y
+// A training step is forward, the fused softmax cross-entropy (its loss read back, as fit() does), backward
+// and Adam; inference is a forward pass in evaluation mode. Inputs live on the device, as after the
+// trainer's asynchronous copy.
+#include <cohort/cohort.hpp>
+
+#include <chrono>
+#include <cstdlib>
+#include <string>
+
+#include "cohort/train/update.hpp"
+
+using namespace cohort;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+template <class Step>
+double images_per_second(Device device, std::int64_t batch, double seconds, Step&& step) {
+  for (int i = 0; i < 3; ++i) step();  // warm-up: plans, algorithm choice, the caching allocator
+  ops::synchronize(device);
+  std::int64_t steps = 0;
+  const auto start = Clock::now();
+  while (std::chrono::duration<double>(Clock::now() - start).count() < seconds || steps < 5) {
+    step();
+    ++steps;
+  }
+  ops::synchronize(device);
+  return static_cast<double>(steps * batch) / std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  std::string device_name = "auto";
+  std::int64_t batch = 128;
+  double seconds = 5.0;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string flag = argv[i], value = argv[i + 1];
+    if (flag == "--device") device_name = value;
+    else if (flag == "--batch") batch = std::stoll(value);
+    else if (flag == "--seconds") seconds = std::stod(value);
+    else throw InvalidArgument("usage: flagship_throughput [--device D] [--batch N] [--seconds S]");
+  }
+  const Device device = choose_device(device_name);
+  nn::Sequential model = nn::cifar10_cnn({32, 32, 3}, 1, device);
+  optim::Adam adam;
+  adam.to(device);
+  Tensor host_images({batch, 32, 32, 3}), host_labels({batch});
+  for (std::int64_t i = 0; i < host_images.numel(); ++i) host_images.data()[i] = static_cast<float>(i % 255) / 255.0f;
+  for (std::int64_t i = 0; i < batch; ++i) host_labels.data()[i] = static_cast<float>(i % 10);
+  const Tensor images = host_images.to(device), labels = host_labels.to(device);
+  const Tensor gradient({batch, 10}, device);
+
+  model.train();
+  const double train = images_per_second(device, batch, seconds, [&] {
+    const Tensor logits = model.forward_logits(images);
+    ops::softmax_cross_entropy(logits, labels, gradient);
+    model.backward(gradient);
+    train::update_variables(adam, model.trainable_variables());
+  });
+  model.eval();
+  const double inference = images_per_second(device, batch, seconds, [&] { model.forward(images); });
+  fmt::print("cohort device={} batch={} train_images/s={:.1f} inference_images/s={:.1f}\n", cohort::device_name(device),
+             batch, train, inference);
+  return 0;
+} catch (const std::exception& e) {
+  fmt::print(stderr, "flagship_throughput: {}\n", e.what());
+  return 1;
+}

@@ -1,0 +1,19 @@
+#pragma once
+// Which devices this process can compute on, and the choice behind a `--device cpu|cuda|auto` flag.
+//
+//   const Device device = choose_device(args.device);   // "auto": CUDA when a GPU is visible, else CPU
+//   nn::Sequential model(shape, seed, device);
+
+#include <string_view>
+
+#include "cohort/core/device.hpp"
+
+namespace cohort {
+
+// CPU and Emulated always; CUDA when this build has the CUDA backend and a GPU is visible. Never throws.
+bool device_available(Device device);
+// "cpu", "cuda", "emulated" or "auto" (CUDA when available, else CPU). InvalidArgument for another name;
+// DeviceError with the reason for a device this process cannot use.
+Device choose_device(std::string_view name);
+
+}  // namespace cohort

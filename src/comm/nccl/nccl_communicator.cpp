@@ -1,0 +1,226 @@
+// Collectives through NCCL on the GPU, on a stream and a thread of the communicator's own. NCCL is used in
+// its non-blocking mode so that a collective can be watched and aborted: the executor thread polls the
+// stream and NCCL's asynchronous error state until the collective finishes, fails, or outlives the
+// timeout.
+#include <cuda_runtime_api.h>
+#include <fmt/format.h>
+#include <nccl.h>
+
+#include <chrono>
+#include <cstring>
+#include <set>
+#include <thread>
+#include <vector>
+
+#include "cohort/comm/nccl.hpp"
+#include "cohort/core/check.hpp"
+#include "comm/serial_executor.hpp"
+
+namespace cohort::comm {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+void check_cuda(cudaError_t status, const char* call) {
+  if (status == cudaSuccess) return;
+  cudaGetLastError();
+  throw DeviceError(fmt::format("NCCL communicator: {} failed: {}", call, cudaGetErrorString(status)));
+}
+
+void check_nccl(ncclResult_t result, const char* call) {
+  if (result == ncclSuccess || result == ncclInProgress) return;
+  throw IoError(fmt::format("{} failed: {} ({})", call, ncclGetErrorString(result), ncclGetLastError(nullptr)));
+}
+
+ncclDataType_t nccl_type(DataType type) {
+  switch (type) {
+    case DataType::Float32: return ncclFloat32;
+  }
+  throw InvalidArgument("NCCL communicator: unsupported element type");
+}
+
+// What each rank tells the others before NCCL is set up: whether it uses a GPU, and which (its UUID).
+// Sent as floats whose bit patterns the host collectives copy unchanged.
+struct GpuIdentity {
+  std::uint32_t uses_gpu = 0;
+  char uuid[16] = {};
+};
+constexpr std::size_t kIdentityFloats = (sizeof(GpuIdentity) + sizeof(float) - 1) / sizeof(float);
+constexpr std::size_t kIdFloats = (sizeof(ncclUniqueId) + sizeof(float) - 1) / sizeof(float);
+
+class NcclCommunicator final : public Communicator {
+ public:
+  NcclCommunicator(int rank, int size, int gpu, const ncclUniqueId& id, std::chrono::milliseconds timeout)
+      : rank_(rank), size_(size), gpu_(gpu), timeout_(timeout) {
+    executor_.submit("NCCL initialization", [this, id] {
+      check_cuda(cudaSetDevice(gpu_), "cudaSetDevice");
+      check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+      ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+      config.blocking = 0;
+      check_nccl(ncclCommInitRankConfig(&comm_, size_, id, rank_, &config), "ncclCommInitRankConfig");
+      watch("ncclCommInitRankConfig", /*stream_work=*/false);
+    })->wait(timeout_ + std::chrono::seconds(5));
+  }
+
+  ~NcclCommunicator() override {
+    executor_.submit("NCCL teardown", [this] {
+      if (comm_ != nullptr) {
+        cudaSetDevice(gpu_);
+        if (aborted_) return;
+        ncclCommFinalize(comm_);
+        ncclResult_t state = ncclInProgress;
+        const auto deadline = Clock::now() + timeout_;
+        while (ncclCommGetAsyncError(comm_, &state) == ncclSuccess && state == ncclInProgress && Clock::now() < deadline)
+          std::this_thread::sleep_for(std::chrono::microseconds(100));
+        if (state == ncclSuccess) ncclCommDestroy(comm_); else ncclCommAbort(comm_);
+      }
+      if (stream_ != nullptr) cudaStreamDestroy(stream_);
+    });
+  }
+
+  std::string name() const override { return "nccl"; }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  bool accepts(Device device) const override { return device == Device::CUDA; }
+  std::chrono::milliseconds timeout() const override { return timeout_; }
+
+  WorkPtr allreduce(Buffer data, ReduceOp op) override {
+    check_gpu("allreduce", data);
+    return executor_.submit(fmt::format("ncclAllReduce of {} bytes", data.bytes()), [this, data, op] {
+      run("ncclAllReduce", [&] {
+        return ncclAllReduce(data.data, data.data, data.count, nccl_type(data.type),
+                             op == ReduceOp::Mean ? ncclAvg : ncclSum, comm_, stream_);
+      });
+    });
+  }
+
+  WorkPtr broadcast(Buffer data, int root) override {
+    check_gpu("broadcast", data);
+    COHORT_CHECK(root >= 0 && root < size_, "broadcast root {} outside a group of {}", root, size_);
+    return executor_.submit(fmt::format("ncclBroadcast of {} bytes from rank {}", data.bytes(), root), [this, data, root] {
+      run("ncclBroadcast", [&] {
+        return ncclBroadcast(data.data, data.data, data.count, nccl_type(data.type), root, comm_, stream_);
+      });
+    });
+  }
+
+  WorkPtr allgather(Buffer mine, Buffer all) override {
+    check_gpu("allgather", mine);
+    check_gpu("allgather", all);
+    COHORT_CHECK(mine.type == all.type && all.count == mine.count * static_cast<std::size_t>(size_),
+                 "allgather: {} elements cannot hold {} blocks of {}", all.count, size_, mine.count);
+    return executor_.submit(fmt::format("ncclAllGather of {} bytes", all.bytes()), [this, mine, all] {
+      run("ncclAllGather", [&] {
+        return ncclAllGather(mine.data, all.data, mine.count, nccl_type(mine.type), comm_, stream_);
+      });
+    });
+  }
+
+ private:
+  static void check_gpu(const char* op, const Buffer& buffer) {
+    if (buffer.device != Device::CUDA)
+      throw DeviceError(fmt::format("NCCL communicator {}: a buffer on {}; NCCL reduces GPU memory", op,
+                                    device_name(buffer.device)));
+  }
+
+  template <class Enqueue>
+  void run(const char* call, Enqueue&& enqueue) {
+    if (aborted_) throw IoError(fmt::format("{}: the NCCL communicator was aborted after an earlier failure", call));
+    check_cuda(cudaSetDevice(gpu_), "cudaSetDevice");
+    check_nccl(enqueue(), call);
+    watch(call, /*stream_work=*/true);
+  }
+
+  // Waits until NCCL has finished the call (and its stream work), polling for errors; aborts on an error
+  // or when the timeout passes, so that a dead peer never hangs this thread.
+  void watch(const char* call, bool stream_work) {
+    const auto deadline = Clock::now() + timeout_;
+    for (;;) {
+      ncclResult_t state = ncclSuccess;
+      const ncclResult_t queried = ncclCommGetAsyncError(comm_, &state);
+      if (queried != ncclSuccess) state = queried;
+      if (state != ncclSuccess && state != ncclInProgress) {
+        abort();
+        throw IoError(fmt::format("{} failed on rank {} of {}: {} ({}); a peer may have left the group", call, rank_,
+                                  size_, ncclGetErrorString(state), ncclGetLastError(nullptr)));
+      }
+      if (state == ncclSuccess) {
+        if (!stream_work) return;
+        const cudaError_t done = cudaStreamQuery(stream_);
+        if (done == cudaSuccess) return;
+        if (done != cudaErrorNotReady) {
+          abort();
+          check_cuda(done, call);
+        }
+      }
+      if (Clock::now() > deadline) {
+        abort();
+        throw TimeoutError(fmt::format("{} on rank {} of {} did not finish within {} ms: a peer stopped joining the "
+                                       "collective; the NCCL communicator was aborted",
+                                       call, rank_, size_, timeout_.count()));
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+    }
+  }
+
+  void abort() {
+    if (aborted_ || comm_ == nullptr) return;
+    ncclCommAbort(comm_);
+    aborted_ = true;
+  }
+
+  int rank_, size_, gpu_;
+  std::chrono::milliseconds timeout_;
+  ncclComm_t comm_ = nullptr;
+  cudaStream_t stream_ = nullptr;
+  bool aborted_ = false;
+  SerialExecutor executor_;  // last: its thread stops before the members it uses go away
+};
+
+std::string describe_sharing(const std::vector<GpuIdentity>& identities) {
+  std::set<std::string> seen;
+  for (std::size_t rank = 0; rank < identities.size(); ++rank) {
+    if (!identities[rank].uses_gpu) return fmt::format("rank {} does not train on a GPU", rank);
+    const std::string uuid(identities[rank].uuid, sizeof identities[rank].uuid);
+    if (!seen.insert(uuid).second) return fmt::format("rank {} shares its GPU with another rank", rank);
+  }
+  return {};
+}
+
+}  // namespace
+
+bool nccl_available() { return true; }
+
+std::unique_ptr<Communicator> make_nccl_communicator(Communicator& bootstrap, bool uses_gpu, std::string& why_not) {
+  COHORT_CHECK(bootstrap.accepts(Device::CPU), "NCCL is set up over a host communicator, not '{}'", bootstrap.name());
+  const int size = bootstrap.size();
+  int gpu = -1;
+  GpuIdentity mine;
+  if (uses_gpu) {
+    check_cuda(cudaGetDevice(&gpu), "cudaGetDevice");
+    cudaDeviceProp properties{};
+    check_cuda(cudaGetDeviceProperties(&properties, gpu), "cudaGetDeviceProperties");
+    mine.uses_gpu = 1;
+    std::memcpy(mine.uuid, properties.uuid.bytes, sizeof mine.uuid);
+  }
+  std::vector<float> packed(kIdentityFloats, 0.0f), all(kIdentityFloats * static_cast<std::size_t>(size), 0.0f);
+  std::memcpy(packed.data(), &mine, sizeof mine);
+  bootstrap.allgather(Buffer::of(packed), Buffer::of(all))->wait(bootstrap.timeout());
+  std::vector<GpuIdentity> identities(static_cast<std::size_t>(size));
+  for (std::size_t rank = 0; rank < identities.size(); ++rank)
+    std::memcpy(&identities[rank], all.data() + rank * kIdentityFloats, sizeof(GpuIdentity));
+  why_not = describe_sharing(identities);
+  if (!why_not.empty()) return nullptr;
+
+  std::vector<float> id_floats(kIdFloats, 0.0f);
+  ncclUniqueId id{};
+  if (bootstrap.rank() == 0) {
+    check_nccl(ncclGetUniqueId(&id), "ncclGetUniqueId");
+    std::memcpy(id_floats.data(), &id, sizeof id);
+  }
+  bootstrap.broadcast(Buffer::of(id_floats), 0)->wait(bootstrap.timeout());
+  std::memcpy(&id, id_floats.data(), sizeof id);
+  return std::make_unique<NcclCommunicator>(bootstrap.rank(), size, gpu, id, bootstrap.timeout());
+}
+
+}  // namespace cohort::comm

@@ -1,0 +1,462 @@
+// The CUDA backend's set-up, memory, streams, products and the ops that run on kernels.cu.
+#include "cuda_backend.hpp"
+
+#include <atomic>
+#include <charconv>
+#include <climits>
+#include <cstdlib>
+#include <cstring>
+#include <string_view>
+#include <vector>
+
+#include "cohort/core/seed.hpp"
+#include "cuda_check.hpp"
+#include "cuda_entry.hpp"
+#include "kernels.hpp"
+#include "tensor/backend_access.hpp"
+
+namespace cohort::cuda {
+
+[[noreturn]] void throw_device_error(std::string_view call, std::string_view reason, const std::string& context) {
+  throw DeviceError(fmt::format("{}: {} failed: {}", context, call, reason));
+}
+
+std::string_view cublas_status_name(cublasStatus_t status) {
+  switch (status) {
+    case CUBLAS_STATUS_NOT_INITIALIZED: return "CUBLAS_STATUS_NOT_INITIALIZED";
+    case CUBLAS_STATUS_ALLOC_FAILED: return "CUBLAS_STATUS_ALLOC_FAILED (out of device memory)";
+    case CUBLAS_STATUS_INVALID_VALUE: return "CUBLAS_STATUS_INVALID_VALUE";
+    case CUBLAS_STATUS_ARCH_MISMATCH: return "CUBLAS_STATUS_ARCH_MISMATCH";
+    case CUBLAS_STATUS_EXECUTION_FAILED: return "CUBLAS_STATUS_EXECUTION_FAILED";
+    case CUBLAS_STATUS_INTERNAL_ERROR: return "CUBLAS_STATUS_INTERNAL_ERROR";
+    case CUBLAS_STATUS_NOT_SUPPORTED: return "CUBLAS_STATUS_NOT_SUPPORTED";
+    default: return "cuBLAS error";
+  }
+}
+
+namespace {
+
+std::string_view environment(const char* name) {
+  const char* value = std::getenv(name);
+  return value == nullptr ? std::string_view() : std::string_view(value);
+}
+
+// COHORT_CUDA_DEVICE when set; else the process's local rank (torchrun, Open MPI) spread over the GPUs,
+// as Horovod does; else the first GPU.
+int choose_ordinal(int count) {
+  if (const std::string_view chosen = environment("COHORT_CUDA_DEVICE"); !chosen.empty()) {
+    int ordinal = -1;
+    const auto [end, error] = std::from_chars(chosen.data(), chosen.data() + chosen.size(), ordinal);
+    if (error != std::errc() || end != chosen.data() + chosen.size() || ordinal < 0 || ordinal >= count)
+      throw DeviceError(fmt::format("COHORT_CUDA_DEVICE={} is not a GPU of this process (it sees {})", chosen, count));
+    return ordinal;
+  }
+  for (const char* name : {"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK"}) {
+    const std::string_view rank = environment(name);
+    int value = 0;
+    const auto [end, error] = std::from_chars(rank.data(), rank.data() + rank.size(), value);
+    if (!rank.empty() && error == std::errc() && end == rank.data() + rank.size() && value >= 0) return value % count;
+  }
+  return 0;
+}
+
+std::pair<std::int64_t, std::int64_t> as_rows(const Tensor& t) {
+  const std::int64_t width = t.rank() == 0 ? 1 : t.dim(t.rank() - 1);
+  return {width == 0 ? 0 : t.numel() / width, width};
+}
+
+const float* in(const Tensor& t) { return device_data(t); }
+float* out(const Tensor& t) { return t.defined() ? device_data(t) : nullptr; }
+
+// Copies run on a stream of their own, each after the compute work queued before it; the tensors stay
+// referenced until synchronize().
+class CopyStreamImpl final : public BackendStream {
+ public:
+  explicit CopyStreamImpl(CudaBackend& backend) : backend_(backend) {
+    backend_.activate();
+    COHORT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "creating a copy stream");
+    COHORT_CUDA_CHECK(cudaEventCreateWithFlags(&compute_done_, cudaEventDisableTiming), "creating a copy stream event");
+  }
+  ~CopyStreamImpl() override {
+    backend_.activate();
+    cudaStreamSynchronize(stream_);
+    cudaEventDestroy(compute_done_);
+    cudaStreamDestroy(stream_);
+  }
+
+  void enqueue_copy(const Tensor& source, const Tensor& destination) override {
+    backend_.activate();
+    COHORT_CUDA_CHECK(cudaEventRecord(compute_done_, backend_.compute_stream()), "ordering a copy of {}", source.shape());
+    COHORT_CUDA_CHECK(cudaStreamWaitEvent(stream_, compute_done_, 0), "ordering a copy of {}", source.shape());
+    if (source.numel() > 0)
+      COHORT_CUDA_CHECK(cudaMemcpyAsync(device_data(destination), device_data(source), source.bytes(), cudaMemcpyDefault,
+                                        stream_),
+                        "copying {} from {} to {}", source.shape(), device_name(source.device()),
+                        device_name(destination.device()));
+    held_.push_back(source);
+    held_.push_back(destination);
+  }
+
+  void synchronize() override {
+    backend_.activate();
+    const cudaError_t status = cudaStreamSynchronize(stream_);
+    held_.clear();
+    COHORT_CUDA_CHECK(status, "waiting for asynchronous copies");
+  }
+
+ private:
+  CudaBackend& backend_;
+  cudaStream_t stream_ = nullptr;
+  cudaEvent_t compute_done_ = nullptr;
+  std::vector<Tensor> held_;
+};
+
+struct NoPlan : PlanState {};
+
+}  // namespace
+
+CudaBackend::CudaBackend() {
+  int count = 0;
+  const cudaError_t status = cudaGetDeviceCount(&count);
+  if (status != cudaSuccess || count == 0) {
+    cudaGetLastError();
+    const std::string_view visible = environment("CUDA_VISIBLE_DEVICES");
+    throw DeviceError(fmt::format("no CUDA device is visible to this process ({}; CUDA_VISIBLE_DEVICES={})",
+                                  status != cudaSuccess ? cudaGetErrorString(status) : "the driver reports no GPU",
+                                  visible.empty() ? "unset" : visible));
+  }
+  ordinal_ = choose_ordinal(count);
+  allow_tf32_ = environment("COHORT_ALLOW_TF32") == "1";
+  activate();
+  allocator_ = std::make_unique<CachingAllocator>(std::make_unique<DeviceAllocator>(ordinal_));
+  COHORT_CUDA_CHECK(cudaStreamCreateWithFlags(&compute_, cudaStreamNonBlocking), "creating the compute stream of cuda:{}",
+                    ordinal_);
+  COHORT_CUDA_CHECK(cublasCreate(&cublas_), "initializing cuBLAS on cuda:{}", ordinal_);
+  COHORT_CUDA_CHECK(cublasSetStream(cublas_, compute_), "initializing cuBLAS on cuda:{}", ordinal_);
+  COHORT_CUDA_CHECK(cublasSetMathMode(cublas_, allow_tf32_ ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH),
+                    "initializing cuBLAS on cuda:{}", ordinal_);
+  COHORT_CUDA_CHECK(cudnnCreate(&cudnn_), "initializing cuDNN on cuda:{}", ordinal_);
+  COHORT_CUDA_CHECK(cudnnSetStream(cudnn_, compute_), "initializing cuDNN on cuda:{}", ordinal_);
+}
+
+void CudaBackend::activate() const { COHORT_CUDA_CHECK(cudaSetDevice(ordinal_), "selecting cuda:{}", ordinal_); }
+
+void CudaBackend::wait(const char* what) {
+  COHORT_CUDA_CHECK(cudaStreamSynchronize(compute_), "{} (an earlier kernel may have failed)", what);
+}
+
+std::unique_ptr<BackendStream> CudaBackend::make_stream() { return std::make_unique<CopyStreamImpl>(*this); }
+
+void CudaBackend::copy_from_host(const float* source, const Tensor& destination) {
+  activate();
+  if (destination.numel() == 0) return;
+  COHORT_CUDA_CHECK(cudaMemcpyAsync(device_data(destination), source, destination.bytes(), cudaMemcpyHostToDevice, compute_),
+                    "copying {} to the GPU", destination.shape());
+  wait("copying to the GPU");
+}
+
+void CudaBackend::copy_to_host(const Tensor& source, float* destination) {
+  activate();
+  if (source.numel() == 0) return;
+  COHORT_CUDA_CHECK(cudaMemcpyAsync(destination, device_data(source), source.bytes(), cudaMemcpyDeviceToHost, compute_),
+                    "copying {} from the GPU", source.shape());
+  wait("copying from the GPU");
+}
+
+std::shared_ptr<const PlanState> CudaBackend::plan(const Pool2dGeometry&) { return std::make_shared<NoPlan>(); }
+std::shared_ptr<const PlanState> CudaBackend::plan(const BatchNormGeometry&) { return std::make_shared<NoPlan>(); }
+
+// Kernel launches report configuration errors at once; faults inside a kernel surface at the next wait.
+#define COHORT_CUDA_LAUNCHED(...) COHORT_CUDA_CHECK(cudaGetLastError(), __VA_ARGS__)
+
+void CudaBackend::fill(const Tensor& x, float value) {
+  activate();
+  kernels::fill(out(x), x.numel(), value, compute_);
+  COHORT_CUDA_LAUNCHED("fill of {}", x.shape());
+}
+
+void CudaBackend::copy(const Tensor& source, const Tensor& destination) {
+  activate();
+  if (source.numel() == 0 || device_data(source) == device_data(destination)) return;
+  COHORT_CUDA_CHECK(cudaMemcpyAsync(device_data(destination), device_data(source), source.bytes(), cudaMemcpyDeviceToDevice,
+                                    compute_),
+                    "copy of {}", source.shape());
+}
+
+void CudaBackend::axpy(float alpha, const Tensor& x, const Tensor& y) {
+  activate();
+  kernels::axpy(alpha, in(x), out(y), x.numel(), compute_);
+  COHORT_CUDA_LAUNCHED("axpy of {}", x.shape());
+}
+
+void CudaBackend::scale(const Tensor& x, float alpha) {
+  activate();
+  kernels::scale(out(x), x.numel(), alpha, compute_);
+  COHORT_CUDA_LAUNCHED("scale of {}", x.shape());
+}
+
+void CudaBackend::multiply(const Tensor& a, const Tensor& b, const Tensor& result) {
+  activate();
+  kernels::multiply(in(a), in(b), out(result), a.numel(), compute_);
+  COHORT_CUDA_LAUNCHED("multiply of {}", a.shape());
+}
+
+double CudaBackend::reduce(const Tensor& x, bool squares, const char* what) {
+  activate();
+  if (x.numel() == 0) return 0.0;
+  Scratch partials(*allocator_, kernels::kMaxPartials * sizeof(double));
+  const int count = kernels::partial_sums(in(x), x.numel(), squares, partials.as<double>(), compute_);
+  COHORT_CUDA_LAUNCHED("{} of {}", what, x.shape());
+  std::vector<double> host(static_cast<std::size_t>(count));
+  COHORT_CUDA_CHECK(cudaMemcpyAsync(host.data(), partials.as<double>(), host.size() * sizeof(double),
+                                    cudaMemcpyDeviceToHost, compute_),
+                    "{} of {}", what, x.shape());
+  wait(what);
+  double total = 0;
+  for (double partial : host) total += partial;
+  return total;
+}
+
+double CudaBackend::sum(const Tensor& x) { return reduce(x, false, "sum"); }
+double CudaBackend::sum_of_squares(const Tensor& x) { return reduce(x, true, "sum_of_squares"); }
+
+// Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: the operands swap, the layouts stay.
+void CudaBackend::matmul(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b, const Tensor& c,
+                         float alpha, float beta) {
+  activate();
+  const std::int64_t m = c.dim(0), n = c.dim(1), k = transpose_a ? a.dim(0) : a.dim(1);
+  if (m == 0 || n == 0) return;
+  COHORT_CHECK(m <= INT_MAX && n <= INT_MAX && k <= INT_MAX && a.dim(1) <= INT_MAX && b.dim(1) <= INT_MAX,
+               "matmul: {} x {} is too large for one cuBLAS call", a.shape(), b.shape());
+  std::lock_guard lock(handle_mutex_);
+  COHORT_CUDA_CHECK(cublasSgemm(cublas_, transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N, transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                static_cast<int>(n), static_cast<int>(m), static_cast<int>(k), &alpha, in(b),
+                                static_cast<int>(b.dim(1)), in(a), static_cast<int>(a.dim(1)), &beta, out(c),
+                                static_cast<int>(c.dim(1))),
+                    "matmul of {}{} and {}{} into {}", a.shape(), transpose_a ? "^T" : "", b.shape(),
+                    transpose_b ? "^T" : "", c.shape());
+}
+
+void CudaBackend::add_bias(const Tensor& y, const Tensor& bias) {
+  activate();
+  const auto [rows, width] = as_rows(y);
+  kernels::add_bias(out(y), in(bias), rows, width, compute_);
+  COHORT_CUDA_LAUNCHED("add_bias of {} to {}", bias.shape(), y.shape());
+}
+
+void CudaBackend::bias_gradient(const Tensor& dy, const Tensor& dbias) {
+  activate();
+  const auto [rows, width] = as_rows(dy);
+  Scratch scratch(*allocator_, kernels::channel_sums_scratch(rows, width) * sizeof(double));
+  kernels::ChannelSums sums;
+  sums.a = in(dy);
+  sums.rows = rows;
+  sums.channels = width;
+  kernels::channel_sums(sums, scratch.as<double>(), out(dbias), nullptr, compute_);
+  COHORT_CUDA_LAUNCHED("bias_gradient of {}", dy.shape());
+}
+
+void CudaBackend::activation_forward(Activation activation, const Tensor& x, const Tensor& y) {
+  activate();
+  kernels::activation_forward(activation, in(x), out(y), x.numel(), as_rows(x).second, compute_);
+  COHORT_CUDA_LAUNCHED("activation_forward of {}", x.shape());
+}
+
+void CudaBackend::activation_backward(Activation activation, const Tensor& y, const Tensor& dy, const Tensor& dx) {
+  activate();
+  kernels::activation_backward(activation, in(y), in(dy), out(dx), y.numel(), as_rows(y).second, compute_);
+  COHORT_CUDA_LAUNCHED("activation_backward of {}", y.shape());
+}
+
+void CudaBackend::pool2d_forward(const PlanState*, const Pool2dGeometry& g, const Tensor& x, const Tensor& y) {
+  activate();
+  kernels::pool2d_forward(g, in(x), out(y), compute_);
+  COHORT_CUDA_LAUNCHED("pool2d_forward of {} into {}", x.shape(), y.shape());
+}
+
+void CudaBackend::pool2d_backward(const PlanState*, const Pool2dGeometry& g, const Tensor& x, const Tensor& y,
+                                  const Tensor& dy, const Tensor& dx) {
+  activate();
+  kernels::pool2d_backward(g, in(x), in(y), in(dy), out(dx), compute_);
+  COHORT_CUDA_LAUNCHED("pool2d_backward of {} into {}", dy.shape(), dx.shape());
+}
+
+void CudaBackend::batch_norm_forward_training(const PlanState*, const BatchNormGeometry& g, const Tensor& x,
+                                              const Tensor& gamma, const Tensor& beta, const Tensor& y,
+                                              const Tensor& batch_mean, const Tensor& batch_variance) {
+  activate();
+  const auto [rows, channels] = as_rows(x);
+  Scratch sums(*allocator_, kernels::channel_sums_scratch(rows, channels) * sizeof(double));
+  Scratch inv_std(*allocator_, channels * sizeof(float));
+  kernels::batch_statistics(in(x), rows, channels, sums.as<double>(), out(batch_mean), out(batch_variance), compute_);
+  kernels::inverse_std(in(batch_variance), g.epsilon, inv_std.as<float>(), channels, compute_);
+  kernels::batch_norm_normalize(in(x), in(batch_mean), inv_std.as<float>(), in(gamma), in(beta), out(y), rows, channels,
+                                compute_);
+  COHORT_CUDA_LAUNCHED("batch_norm_forward_training of {}", x.shape());
+}
+
+void CudaBackend::batch_norm_forward_inference(const PlanState*, const BatchNormGeometry& g, const Tensor& x,
+                                               const Tensor& gamma, const Tensor& beta, const Tensor& mean,
+                                               const Tensor& variance, const Tensor& y) {
+  activate();
+  const auto [rows, channels] = as_rows(x);
+  Scratch inv_std(*allocator_, channels * sizeof(float));
+  kernels::inverse_std(in(variance), g.epsilon, inv_std.as<float>(), channels, compute_);
+  kernels::batch_norm_normalize(in(x), in(mean), inv_std.as<float>(), in(gamma), in(beta), out(y), rows, channels,
+                                compute_);
+  COHORT_CUDA_LAUNCHED("batch_norm_forward_inference of {}", x.shape());
+}
+
+void CudaBackend::batch_norm_backward(const PlanState*, const BatchNormGeometry& g, const Tensor& x,
+                                      const Tensor& gamma, const Tensor& dy, const Tensor& batch_mean,
+                                      const Tensor& batch_variance, const Tensor& dx, const Tensor& dgamma,
+                                      const Tensor& dbeta) {
+  activate();
+  const auto [rows, channels] = as_rows(x);
+  Scratch sums(*allocator_, kernels::channel_sums_scratch(rows, channels) * sizeof(double));
+  Scratch inv_std(*allocator_, channels * sizeof(float));
+  kernels::inverse_std(in(batch_variance), g.epsilon, inv_std.as<float>(), channels, compute_);
+  kernels::ChannelSums terms{kernels::ChannelTerms::kGradients, in(dy), in(x), in(batch_mean), inv_std.as<float>(),
+                             rows, channels};
+  kernels::channel_sums(terms, sums.as<double>(), out(dbeta), out(dgamma), compute_);
+  if (dx.defined())
+    kernels::batch_norm_data_gradient(in(x), in(dy), in(batch_mean), inv_std.as<float>(), in(gamma), in(dbeta),
+                                      in(dgamma), out(dx), rows, channels, compute_);
+  COHORT_CUDA_LAUNCHED("batch_norm_backward of {}", x.shape());
+}
+
+void CudaBackend::batch_norm_backward_inference(const PlanState*, const BatchNormGeometry& g, const Tensor& x,
+                                                const Tensor& gamma, const Tensor& dy, const Tensor& mean,
+                                                const Tensor& variance, const Tensor& dx, const Tensor& dgamma,
+                                                const Tensor& dbeta) {
+  activate();
+  const auto [rows, channels] = as_rows(x);
+  Scratch sums(*allocator_, kernels::channel_sums_scratch(rows, channels) * sizeof(double));
+  Scratch inv_std(*allocator_, channels * sizeof(float));
+  kernels::inverse_std(in(variance), g.epsilon, inv_std.as<float>(), channels, compute_);
+  kernels::ChannelSums terms{kernels::ChannelTerms::kGradients, in(dy), in(x), in(mean), inv_std.as<float>(), rows,
+                             channels};
+  kernels::channel_sums(terms, sums.as<double>(), out(dbeta), out(dgamma), compute_);
+  if (dx.defined())
+    kernels::batch_norm_data_gradient_inference(in(dy), inv_std.as<float>(), in(gamma), out(dx), rows, channels, compute_);
+  COHORT_CUDA_LAUNCHED("batch_norm_backward_inference of {}", x.shape());
+}
+
+void CudaBackend::moving_average_update(const Tensor& moving, const Tensor& batch, float momentum) {
+  activate();
+  kernels::moving_average(out(moving), in(batch), moving.numel(), momentum, compute_);
+  COHORT_CUDA_LAUNCHED("moving_average_update of {}", moving.shape());
+}
+
+void CudaBackend::dropout_mask(const Tensor& mask, float rate, std::uint64_t seed) {
+  activate();
+  // The CPU backend's draw: 53-bit uniforms from mix64(mix64(seed) ^ i) compared with the rate.
+  const auto threshold = static_cast<std::uint64_t>(static_cast<double>(rate) * 9007199254740992.0);
+  kernels::dropout_mask(out(mask), mask.numel(), mix64(seed), threshold, 1.0f / (1.0f - rate), compute_);
+  COHORT_CUDA_LAUNCHED("dropout_mask of {}", mask.shape());
+}
+
+void CudaBackend::sgd_update(const Tensor& value, const Tensor& gradient, const Tensor& velocity, float learning_rate,
+                             float momentum, bool nesterov, float weight_decay) {
+  activate();
+  kernels::sgd_update(out(value), in(gradient), out(velocity), value.numel(), learning_rate, momentum, nesterov,
+                      weight_decay, compute_);
+  COHORT_CUDA_LAUNCHED("sgd_update of {}", value.shape());
+}
+
+void CudaBackend::adam_update(const Tensor& value, const Tensor& gradient, const Tensor& m, const Tensor& v,
+                              float learning_rate, float beta_1, float beta_2, float epsilon, float weight_decay) {
+  activate();
+  kernels::adam_update(out(value), in(gradient), out(m), out(v), value.numel(), learning_rate, beta_1, beta_2, epsilon,
+                       weight_decay, compute_);
+  COHORT_CUDA_LAUNCHED("adam_update of {}", value.shape());
+}
+
+void CudaBackend::rmsprop_update(const Tensor& value, const Tensor& gradient, const Tensor& mean_square,
+                                 const Tensor& mean_gradient, const Tensor& velocity, float learning_rate, float rho,
+                                 float momentum, float epsilon, float weight_decay) {
+  activate();
+  kernels::rmsprop_update(out(value), in(gradient), out(mean_square), out(mean_gradient), out(velocity), value.numel(),
+                          learning_rate, rho, momentum, epsilon, weight_decay, compute_);
+  COHORT_CUDA_LAUNCHED("rmsprop_update of {}", value.shape());
+}
+
+template <class Launch>
+double CudaBackend::row_total(const char* what, const Tensor& scores, const Tensor& labels, Launch&& launch) {
+  activate();
+  const std::int64_t rows = scores.dim(0), classes = scores.dim(1);
+  if (rows == 0) return 0.0;
+  Scratch values(*allocator_, rows * sizeof(double) + sizeof(unsigned long long));
+  kernels::LossRows loss{in(scores), in(labels), labels.rank() == 1, rows, classes, values.as<double>(),
+                         reinterpret_cast<unsigned long long*>(values.as<double>() + rows)};
+  COHORT_CUDA_CHECK(cudaMemsetAsync(loss.bad_row, 0xFF, sizeof(unsigned long long), compute_), "{} of {}", what,
+                    scores.shape());
+  launch(loss);
+  COHORT_CUDA_LAUNCHED("{} of {}", what, scores.shape());
+  std::vector<double> host(static_cast<std::size_t>(rows));
+  unsigned long long bad_row = 0;
+  COHORT_CUDA_CHECK(cudaMemcpyAsync(host.data(), loss.row_values, host.size() * sizeof(double), cudaMemcpyDeviceToHost,
+                                    compute_),
+                    "{} of {}", what, scores.shape());
+  COHORT_CUDA_CHECK(cudaMemcpyAsync(&bad_row, loss.bad_row, sizeof bad_row, cudaMemcpyDeviceToHost, compute_), "{} of {}",
+                    what, scores.shape());
+  wait(what);
+  if (bad_row != ~0ull) {
+    float label = 0;
+    COHORT_CUDA_CHECK(cudaMemcpy(&label, in(labels) + bad_row, sizeof label, cudaMemcpyDeviceToHost), "{} of {}", what,
+                      scores.shape());
+    COHORT_CHECK(false, "label {} of row {} is not a class index in [0, {})", label, bad_row, classes);
+  }
+  double total = 0;
+  for (double v : host) total += v;
+  return total;
+}
+
+double CudaBackend::softmax_cross_entropy(const Tensor& logits, const Tensor& labels, const Tensor& dlogits) {
+  const double total = row_total("softmax_cross_entropy", logits, labels, [&](const kernels::LossRows& rows) {
+    kernels::softmax_cross_entropy(rows, out(dlogits), compute_);
+  });
+  return logits.dim(0) == 0 ? 0.0 : total / static_cast<double>(logits.dim(0));
+}
+
+double CudaBackend::categorical_cross_entropy(const Tensor& probabilities, const Tensor& labels,
+                                              const Tensor& dprobabilities) {
+  const double total =
+      row_total("categorical_cross_entropy", probabilities, labels, [&](const kernels::LossRows& rows) {
+        kernels::categorical_cross_entropy(rows, out(dprobabilities), compute_);
+      });
+  return probabilities.dim(0) == 0 ? 0.0 : total / static_cast<double>(probabilities.dim(0));
+}
+
+std::int64_t CudaBackend::count_correct(const Tensor& scores, const Tensor& labels) {
+  return static_cast<std::int64_t>(row_total("count_correct", scores, labels, [&](const kernels::LossRows& rows) {
+    kernels::count_correct(rows, compute_);
+  }));
+}
+
+// ---- the entry points backend.cpp uses
+
+namespace {
+std::atomic<Allocator*> pinned_allocator{nullptr};
+}
+
+Backend& cuda_backend() {
+  static CudaBackend* backend = [] {
+    auto* made = new CudaBackend();
+    // From now on staging buffers are page-locked: this process uses the GPU.
+    pinned_allocator.store(new CachingAllocator(std::make_unique<PinnedAllocator>()));
+    return made;
+  }();
+  return *backend;
+}
+
+bool cuda_device_visible() {
+  int count = 0;
+  const bool visible = cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
+  cudaGetLastError();
+  return visible;
+}
+
+Allocator* cuda_pinned_allocator() { return pinned_allocator.load(); }
+
+}  // namespace cohort::cuda

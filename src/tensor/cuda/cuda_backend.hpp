@@ -1,0 +1,155 @@
+#pragma once
+// The CUDA backend: cuDNN convolutions, cuBLAS products, the kernels of kernels.cu for the rest, all in
+// order on one compute stream of the process's GPU; copies on streams of their own that wait for the
+// compute stream. Device memory comes from a caching allocator over cudaMalloc, so a training step that
+// allocates the same buffers each time costs no cudaMalloc after the first. Calls may come from several
+// threads: the library handles are used under a lock, and every thread works on the same stream.
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+#include <cudnn.h>
+
+#include <cstdint>
+#include <mutex>
+
+#include "tensor/backend.hpp"
+
+namespace cohort::cuda {
+
+// Device memory from cudaMalloc; out of memory is a DeviceError with the bytes asked for.
+class DeviceAllocator final : public Allocator {
+ public:
+  explicit DeviceAllocator(int ordinal) : ordinal_(ordinal) {}
+  std::string name() const override;
+  void* allocate(std::size_t bytes) override;
+  void deallocate(void* pointer, std::size_t bytes) noexcept override;
+  AllocatorStats stats() const override;
+
+ private:
+  int ordinal_;
+  mutable std::mutex mutex_;
+  AllocatorStats stats_;
+};
+
+// Page-locked host memory (cudaHostAlloc), which copies reach at full bus speed and asynchronously.
+class PinnedAllocator final : public Allocator {
+ public:
+  std::string name() const override { return "pinned host"; }
+  void* allocate(std::size_t bytes) override;
+  void deallocate(void* pointer, std::size_t bytes) noexcept override;
+  AllocatorStats stats() const override;
+
+ private:
+  mutable std::mutex mutex_;
+  AllocatorStats stats_;
+};
+
+// Scratch device memory for one call, returned to the caching allocator when the call's work is queued:
+// later work on the same stream runs after it, so reusing the block is safe.
+class Scratch {
+ public:
+  Scratch(Allocator& allocator, std::size_t bytes);
+  ~Scratch();
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  template <class T>
+  T* as() const { return static_cast<T*>(pointer_); }
+
+ private:
+  Allocator& allocator_;
+  std::size_t bytes_;
+  void* pointer_;
+};
+
+class CudaBackend final : public Backend {
+ public:
+  CudaBackend();  // DeviceError naming the reason when no usable GPU is visible
+
+  Device device() const override { return Device::CUDA; }
+  Allocator& allocator() override { return *allocator_; }
+  std::unique_ptr<BackendStream> make_stream() override;
+  void synchronize() override { wait("synchronize"); }
+  void copy_from_host(const float* source, const Tensor& destination) override;
+  void copy_to_host(const Tensor& source, float* destination) override;
+
+  std::shared_ptr<const PlanState> plan(const Conv2dGeometry& geometry) override;
+  std::shared_ptr<const PlanState> plan(const Pool2dGeometry& geometry) override;
+  std::shared_ptr<const PlanState> plan(const BatchNormGeometry& geometry) override;
+
+  void fill(const Tensor& x, float value) override;
+  void copy(const Tensor& source, const Tensor& destination) override;
+  void axpy(float alpha, const Tensor& x, const Tensor& y) override;
+  void scale(const Tensor& x, float alpha) override;
+  void multiply(const Tensor& a, const Tensor& b, const Tensor& out) override;
+  double sum(const Tensor& x) override;
+  double sum_of_squares(const Tensor& x) override;
+  void matmul(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b, const Tensor& c, float alpha,
+              float beta) override;
+  void add_bias(const Tensor& y, const Tensor& bias) override;
+  void bias_gradient(const Tensor& dy, const Tensor& dbias) override;
+  void activation_forward(Activation activation, const Tensor& x, const Tensor& y) override;
+  void activation_backward(Activation activation, const Tensor& y, const Tensor& dy, const Tensor& dx) override;
+
+  void conv2d_forward(const PlanState* plan, const Conv2dGeometry& g, const Tensor& x, const Tensor& kernel,
+                      const Tensor& bias, const Tensor& y) override;
+  void conv2d_backward(const PlanState* plan, const Conv2dGeometry& g, const Tensor& x, const Tensor& kernel,
+                       const Tensor& dy, const Tensor& dx, const Tensor& dkernel, const Tensor& dbias) override;
+  void pool2d_forward(const PlanState* plan, const Pool2dGeometry& g, const Tensor& x, const Tensor& y) override;
+  void pool2d_backward(const PlanState* plan, const Pool2dGeometry& g, const Tensor& x, const Tensor& y,
+                       const Tensor& dy, const Tensor& dx) override;
+  void batch_norm_forward_training(const PlanState* plan, const BatchNormGeometry& g, const Tensor& x,
+                                   const Tensor& gamma, const Tensor& beta, const Tensor& y, const Tensor& batch_mean,
+                                   const Tensor& batch_variance) override;
+  void batch_norm_forward_inference(const PlanState* plan, const BatchNormGeometry& g, const Tensor& x,
+                                    const Tensor& gamma, const Tensor& beta, const Tensor& mean,
+                                    const Tensor& variance, const Tensor& y) override;
+  void batch_norm_backward(const PlanState* plan, const BatchNormGeometry& g, const Tensor& x, const Tensor& gamma,
+                           const Tensor& dy, const Tensor& batch_mean, const Tensor& batch_variance, const Tensor& dx,
+                           const Tensor& dgamma, const Tensor& dbeta) override;
+  void batch_norm_backward_inference(const PlanState* plan, const BatchNormGeometry& g, const Tensor& x,
+                                     const Tensor& gamma, const Tensor& dy, const Tensor& mean, const Tensor& variance,
+                                     const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta) override;
+  void moving_average_update(const Tensor& moving, const Tensor& batch, float momentum) override;
+  void dropout_mask(const Tensor& mask, float rate, std::uint64_t seed) override;
+
+  void sgd_update(const Tensor& value, const Tensor& gradient, const Tensor& velocity, float learning_rate,
+                  float momentum, bool nesterov, float weight_decay) override;
+  void adam_update(const Tensor& value, const Tensor& gradient, const Tensor& m, const Tensor& v, float learning_rate,
+                   float beta_1, float beta_2, float epsilon, float weight_decay) override;
+  void rmsprop_update(const Tensor& value, const Tensor& gradient, const Tensor& mean_square,
+                      const Tensor& mean_gradient, const Tensor& velocity, float learning_rate, float rho,
+                      float momentum, float epsilon, float weight_decay) override;
+
+  double softmax_cross_entropy(const Tensor& logits, const Tensor& labels, const Tensor& dlogits) override;
+  double categorical_cross_entropy(const Tensor& probabilities, const Tensor& labels,
+                                   const Tensor& dprobabilities) override;
+  std::int64_t count_correct(const Tensor& scores, const Tensor& labels) override;
+
+  int ordinal() const { return ordinal_; }
+  cudaStream_t compute_stream() const { return compute_; }
+  cudnnHandle_t cudnn() const { return cudnn_; }
+  // Held while a cuBLAS or cuDNN handle is in use.
+  std::mutex& handle_mutex() { return handle_mutex_; }
+  // Makes this backend's GPU current on the calling thread.
+  void activate() const;
+  // Waits for the compute stream; `what` names the op in an error.
+  void wait(const char* what);
+  // TF32 tensor cores for products and convolutions, only when COHORT_ALLOW_TF32=1.
+  bool allow_tf32() const { return allow_tf32_; }
+
+ private:
+  // Rows summed on the device then on the host, in a fixed order.
+  double reduce(const Tensor& x, bool squares, const char* what);
+  // Runs a loss or metric kernel per row and sums the rows' values on the host.
+  template <class Launch>
+  double row_total(const char* what, const Tensor& scores, const Tensor& labels, Launch&& launch);
+
+  int ordinal_ = 0;
+  bool allow_tf32_ = false;
+  std::unique_ptr<Allocator> allocator_;
+  cudaStream_t compute_ = nullptr;
+  cublasHandle_t cublas_ = nullptr;
+  cudnnHandle_t cudnn_ = nullptr;
+  std::mutex handle_mutex_;
+};
+
+}  // namespace cohort::cuda

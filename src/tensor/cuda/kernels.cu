@@ -1,0 +1,633 @@
+// The CUDA backend's own kernels. Simple by design: one thread per output element, grid-stride loops,
+// reductions in double with a fixed combination order; cuDNN and cuBLAS carry the heavy work.
+#include <algorithm>
+#include <cfloat>
+#include <climits>
+
+#include "cohort/core/seed.hpp"
+#include "kernels.hpp"
+
+namespace cohort::cuda::kernels {
+namespace {
+
+constexpr int kThreads = 256;
+
+int blocks_for(std::int64_t n) {
+  const std::int64_t blocks = (n + kThreads - 1) / kThreads;
+  return static_cast<int>(blocks < 65535 * 16 ? (blocks < 1 ? 1 : blocks) : 65535 * 16);
+}
+
+#define COHORT_GRID_STRIDE(i, n) \
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < (n); i += static_cast<std::int64_t>(blockDim.x) * gridDim.x)
+
+__global__ void fill_kernel(float* x, std::int64_t n, float value) {
+  COHORT_GRID_STRIDE(i, n) x[i] = value;
+}
+
+__global__ void axpy_kernel(float alpha, const float* x, float* y, std::int64_t n) {
+  COHORT_GRID_STRIDE(i, n) y[i] += alpha * x[i];
+}
+
+__global__ void scale_kernel(float* x, std::int64_t n, float alpha) {
+  COHORT_GRID_STRIDE(i, n) x[i] *= alpha;
+}
+
+__global__ void multiply_kernel(const float* a, const float* b, float* out, std::int64_t n) {
+  COHORT_GRID_STRIDE(i, n) out[i] = a[i] * b[i];
+}
+
+__global__ void moving_average_kernel(float* moving, const float* batch, std::int64_t n, float momentum) {
+  COHORT_GRID_STRIDE(i, n) moving[i] = moving[i] * momentum + batch[i] * (1.0f - momentum);
+}
+
+// Block-wide sum of one double per thread; thread 0 gets the total.
+__device__ double block_sum(double value) {
+  __shared__ double shared[kThreads];
+  shared[threadIdx.x] = value;
+  __syncthreads();
+  for (int width = kThreads / 2; width > 0; width /= 2) {
+    if (threadIdx.x < width) shared[threadIdx.x] += shared[threadIdx.x + width];
+    __syncthreads();
+  }
+  return shared[0];
+}
+
+__global__ void partial_sums_kernel(const float* x, std::int64_t n, bool squares, double* partials) {
+  double total = 0;
+  COHORT_GRID_STRIDE(i, n) {
+    const double v = x[i];
+    total += squares ? v * v : v;
+  }
+  total = block_sum(total);
+  if (threadIdx.x == 0) partials[blockIdx.x] = total;
+}
+
+__global__ void add_bias_kernel(float* y, const float* bias, std::int64_t n, std::int64_t width) {
+  COHORT_GRID_STRIDE(i, n) y[i] += bias[i % width];
+}
+
+__global__ void activation_forward_kernel(Activation activation, const float* x, float* y, std::int64_t n) {
+  COHORT_GRID_STRIDE(i, n) {
+    const float v = x[i];
+    switch (activation) {
+      case Activation::Relu: y[i] = v > 0.0f ? v : 0.0f; break;
+      case Activation::Sigmoid: y[i] = 1.0f / (1.0f + expf(-v)); break;
+      case Activation::Tanh: y[i] = tanhf(v); break;
+      default: y[i] = v; break;
+    }
+  }
+}
+
+__global__ void activation_backward_kernel(Activation activation, const float* y, const float* dy, float* dx,
+                                           std::int64_t n) {
+  COHORT_GRID_STRIDE(i, n) {
+    const float out = y[i];
+    switch (activation) {
+      case Activation::Relu: dx[i] = out > 0.0f ? dy[i] : 0.0f; break;
+      case Activation::Sigmoid: dx[i] = dy[i] * out * (1.0f - out); break;
+      case Activation::Tanh: dx[i] = dy[i] * (1.0f - out * out); break;
+      default: dx[i] = dy[i]; break;
+    }
+  }
+}
+
+__global__ void softmax_forward_kernel(const float* x, float* y, std::int64_t rows, std::int64_t width) {
+  COHORT_GRID_STRIDE(r, rows) {
+    const float* in = x + r * width;
+    float* out = y + r * width;
+    float peak = -FLT_MAX;
+    for (std::int64_t j = 0; j < width; ++j) peak = fmaxf(peak, in[j]);
+    double total = 0;
+    for (std::int64_t j = 0; j < width; ++j) total += out[j] = expf(in[j] - peak);
+    const float inverse = static_cast<float>(1.0 / total);
+    for (std::int64_t j = 0; j < width; ++j) out[j] *= inverse;
+  }
+}
+
+__global__ void softmax_backward_kernel(const float* y, const float* dy, float* dx, std::int64_t rows,
+                                        std::int64_t width) {
+  COHORT_GRID_STRIDE(r, rows) {
+    const float* yr = y + r * width;
+    const float* gr = dy + r * width;
+    float* dr = dx + r * width;
+    double inner = 0;
+    for (std::int64_t j = 0; j < width; ++j) inner += static_cast<double>(yr[j]) * gr[j];
+    for (std::int64_t j = 0; j < width; ++j) dr[j] = yr[j] * (gr[j] - static_cast<float>(inner));
+  }
+}
+
+// Channel sums: a block covers 32 channels x 8 row lanes of one chunk of rows; partials[chunk][term][c].
+constexpr int kChannelTile = 32, kRowLanes = 8, kRowsPerChunk = 256;
+
+__global__ void channel_partials_kernel(ChannelSums s, std::int64_t rows_per_chunk, double* partials) {
+  const std::int64_t c = blockIdx.x * static_cast<std::int64_t>(kChannelTile) + threadIdx.x;
+  const std::int64_t first_row = blockIdx.y * rows_per_chunk;
+  const std::int64_t end_row = min(first_row + rows_per_chunk, s.rows);
+  double first = 0, second = 0;
+  if (c < s.channels) {
+    for (std::int64_t m = first_row + threadIdx.y; m < end_row; m += kRowLanes) {
+      const double a = s.a[m * s.channels + c];
+      first += a;
+      second += s.terms == ChannelTerms::kValues ? a * a : a * ((s.x[m * s.channels + c] - s.mean[c]) * s.inv_std[c]);
+    }
+  }
+  __shared__ double shared[2][kRowLanes][kChannelTile];
+  shared[0][threadIdx.y][threadIdx.x] = first;
+  shared[1][threadIdx.y][threadIdx.x] = second;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < s.channels) {
+    for (int lane = 1; lane < kRowLanes; ++lane) {
+      first += shared[0][lane][threadIdx.x];
+      second += shared[1][lane][threadIdx.x];
+    }
+    double* chunk = partials + blockIdx.y * 2 * s.channels;
+    chunk[c] = first;
+    chunk[s.channels + c] = second;
+  }
+}
+
+__global__ void channel_finish_kernel(const double* partials, std::int64_t chunks, std::int64_t channels,
+                                      float* first, float* second) {
+  COHORT_GRID_STRIDE(c, channels) {
+    double a = 0, b = 0;
+    for (std::int64_t k = 0; k < chunks; ++k) {
+      a += partials[k * 2 * channels + c];
+      b += partials[k * 2 * channels + channels + c];
+    }
+    if (first != nullptr) first[c] = static_cast<float>(a);
+    if (second != nullptr) second[c] = static_cast<float>(b);
+  }
+}
+
+std::int64_t chunks_for(std::int64_t rows) { return rows == 0 ? 1 : (rows + kRowsPerChunk - 1) / kRowsPerChunk; }
+
+// Statistics straight from the double partials, as the CPU does, not from float sums.
+__global__ void batch_statistics_kernel(const double* partials, std::int64_t chunks, std::int64_t rows,
+                                        std::int64_t channels, float* mean, float* variance) {
+  COHORT_GRID_STRIDE(c, channels) {
+    double sum = 0, squares = 0;
+    for (std::int64_t k = 0; k < chunks; ++k) {
+      sum += partials[k * 2 * channels + c];
+      squares += partials[k * 2 * channels + channels + c];
+    }
+    const double inverse_count = 1.0 / static_cast<double>(rows);
+    const double m = sum * inverse_count;
+    mean[c] = static_cast<float>(m);
+    variance[c] = static_cast<float>(fmax(squares * inverse_count - m * m, 0.0));
+  }
+}
+
+__global__ void inverse_std_kernel(const float* variance, float epsilon, float* inv_std, std::int64_t channels) {
+  COHORT_GRID_STRIDE(c, channels) inv_std[c] = 1.0f / sqrtf(variance[c] + epsilon);
+}
+
+__global__ void normalize_kernel(const float* x, const float* mean, const float* inv_std, const float* gamma,
+                                 const float* beta, float* y, std::int64_t n, std::int64_t channels) {
+  COHORT_GRID_STRIDE(i, n) {
+    const std::int64_t c = i % channels;
+    const float multiplier = gamma[c] * inv_std[c];
+    y[i] = x[i] * multiplier + (beta[c] - mean[c] * multiplier);
+  }
+}
+
+__global__ void bn_data_gradient_kernel(const float* x, const float* dy, const float* mean, const float* inv_std,
+                                        const float* gamma, const float* dbeta, const float* dgamma, float* dx,
+                                        std::int64_t n, std::int64_t channels, float inverse_count) {
+  COHORT_GRID_STRIDE(i, n) {
+    const std::int64_t c = i % channels;
+    const float a = gamma[c] * inv_std[c];
+    const float b = dbeta[c] * inverse_count;
+    const float s = dgamma[c] * inverse_count * inv_std[c];
+    dx[i] = a * (dy[i] - b - (x[i] - mean[c]) * s);
+  }
+}
+
+__global__ void bn_data_gradient_inference_kernel(const float* dy, const float* inv_std, const float* gamma,
+                                                  float* dx, std::int64_t n, std::int64_t channels) {
+  COHORT_GRID_STRIDE(i, n) {
+    const std::int64_t c = i % channels;
+    dx[i] = dy[i] * gamma[c] * inv_std[c];
+  }
+}
+
+struct Window {
+  std::int64_t h0, h1, w0, w1;
+};
+
+__device__ Window pool_window(const Pool2dGeometry& g, std::int64_t oh, std::int64_t ow) {
+  const std::int64_t h = oh * g.stride_h - g.pad_top;
+  const std::int64_t w = ow * g.stride_w - g.pad_left;
+  return {max(h, std::int64_t{0}), min(h + g.pool_h, g.in_h), max(w, std::int64_t{0}), min(w + g.pool_w, g.in_w)};
+}
+
+__global__ void pool_forward_kernel(Pool2dGeometry g, const float* x, float* y, std::int64_t n) {
+  COHORT_GRID_STRIDE(i, n) {
+    const std::int64_t c = i % g.channels;
+    const std::int64_t ow = (i / g.channels) % g.out_w;
+    const std::int64_t oh = (i / (g.channels * g.out_w)) % g.out_h;
+    const std::int64_t b = i / (g.channels * g.out_w * g.out_h);
+    const float* in = x + b * g.in_h * g.in_w * g.channels + c;
+    const Window win = pool_window(g, oh, ow);
+    if (g.mode == PoolMode::Max) {
+      float best = -INFINITY;
+      for (std::int64_t ih = win.h0; ih < win.h1; ++ih)
+        for (std::int64_t iw = win.w0; iw < win.w1; ++iw) best = fmaxf(best, in[(ih * g.in_w + iw) * g.channels]);
+      y[i] = best;
+    } else {
+      float total = 0;
+      for (std::int64_t ih = win.h0; ih < win.h1; ++ih)
+        for (std::int64_t iw = win.w0; iw < win.w1; ++iw) total += in[(ih * g.in_w + iw) * g.channels];
+      const std::int64_t count = (win.h1 - win.h0) * (win.w1 - win.w0);
+      y[i] = count > 0 ? total / static_cast<float>(count) : 0.0f;
+    }
+  }
+}
+
+// Gathers, per input element, the gradients of every window that routes to it: no atomics, so the result
+// is the same on every run. A max window routes to its first cell equal to the forward's maximum.
+__global__ void pool_backward_kernel(Pool2dGeometry g, const float* x, const float* y, const float* dy, float* dx,
+                                     std::int64_t n) {
+  COHORT_GRID_STRIDE(i, n) {
+    const std::int64_t c = i % g.channels;
+    const std::int64_t iw = (i / g.channels) % g.in_w;
+    const std::int64_t ih = (i / (g.channels * g.in_w)) % g.in_h;
+    const std::int64_t b = i / (g.channels * g.in_w * g.in_h);
+    const float* in = x + b * g.in_h * g.in_w * g.channels + c;
+    const std::int64_t out_base = b * g.out_h * g.out_w * g.channels + c;
+    const std::int64_t low_h = ih + g.pad_top - g.pool_h + 1, low_w = iw + g.pad_left - g.pool_w + 1;
+    const std::int64_t oh0 = low_h <= 0 ? 0 : (low_h + g.stride_h - 1) / g.stride_h;
+    const std::int64_t ow0 = low_w <= 0 ? 0 : (low_w + g.stride_w - 1) / g.stride_w;
+    const std::int64_t oh1 = min((ih + g.pad_top) / g.stride_h, g.out_h - 1);
+    const std::int64_t ow1 = min((iw + g.pad_left) / g.stride_w, g.out_w - 1);
+    float gradient = 0;
+    for (std::int64_t oh = oh0; oh <= oh1; ++oh) {
+      for (std::int64_t ow = ow0; ow <= ow1; ++ow) {
+        const Window win = pool_window(g, oh, ow);
+        const std::int64_t o = out_base + (oh * g.out_w + ow) * g.channels;
+        if (g.mode == PoolMode::Average) {
+          gradient += dy[o] / static_cast<float>((win.h1 - win.h0) * (win.w1 - win.w0));
+          continue;
+        }
+        const float best = y[o];
+        bool mine = false, found = false;
+        for (std::int64_t h = win.h0; h < win.h1 && !found; ++h)
+          for (std::int64_t w = win.w0; w < win.w1 && !found; ++w)
+            if (in[(h * g.in_w + w) * g.channels] == best) {
+              found = true;
+              mine = h == ih && w == iw;
+            }
+        if (mine) gradient += dy[o];
+      }
+    }
+    dx[i] = gradient;
+  }
+}
+
+__global__ void hwio_to_ohwi_kernel(const float* hwio, float* ohwi, std::int64_t taps, std::int64_t in_c,
+                                    std::int64_t out_c, std::int64_t n) {
+  COHORT_GRID_STRIDE(i, n) {  // i indexes HWIO: ((tap * in_c) + ci) * out_c + co
+    const std::int64_t co = i % out_c;
+    const std::int64_t ci = (i / out_c) % in_c;
+    const std::int64_t tap = i / (out_c * in_c);
+    ohwi[(co * taps + tap) * in_c + ci] = hwio[i];
+  }
+}
+
+__global__ void ohwi_to_hwio_kernel(const float* ohwi, float* hwio, std::int64_t taps, std::int64_t in_c,
+                                    std::int64_t out_c, std::int64_t n) {
+  COHORT_GRID_STRIDE(i, n) {
+    const std::int64_t co = i % out_c;
+    const std::int64_t ci = (i / out_c) % in_c;
+    const std::int64_t tap = i / (out_c * in_c);
+    hwio[i] = ohwi[(co * taps + tap) * in_c + ci];
+  }
+}
+
+__global__ void pad_kernel(PaddedImage p, const float* x, float* padded, std::int64_t n) {
+  COHORT_GRID_STRIDE(i, n) {  // i indexes the padded image
+    const std::int64_t c = i % p.channels;
+    const std::int64_t w = (i / p.channels) % p.padded_w - p.pad_left;
+    const std::int64_t h = (i / (p.channels * p.padded_w)) % p.padded_h - p.pad_top;
+    const std::int64_t b = i / (p.channels * p.padded_w * p.padded_h);
+    const bool inside = h >= 0 && h < p.in_h && w >= 0 && w < p.in_w;
+    padded[i] = inside ? x[((b * p.in_h + h) * p.in_w + w) * p.channels + c] : 0.0f;
+  }
+}
+
+__global__ void crop_kernel(PaddedImage p, const float* padded, float* x, std::int64_t n) {
+  COHORT_GRID_STRIDE(i, n) {  // i indexes the unpadded image
+    const std::int64_t c = i % p.channels;
+    const std::int64_t w = (i / p.channels) % p.in_w;
+    const std::int64_t h = (i / (p.channels * p.in_w)) % p.in_h;
+    const std::int64_t b = i / (p.channels * p.in_w * p.in_h);
+    // Input cells no window reaches (past the last stride) get no gradient.
+    const std::int64_t ph = h + p.pad_top, pw = w + p.pad_left;
+    x[i] = ph < p.padded_h && pw < p.padded_w ? padded[((b * p.padded_h + ph) * p.padded_w + pw) * p.channels + c] : 0.0f;
+  }
+}
+
+__global__ void dropout_kernel(float* mask, std::int64_t n, std::uint64_t key, std::uint64_t threshold,
+                               float keep_scale) {
+  COHORT_GRID_STRIDE(i, n) {
+    const std::uint64_t draw = mix64(key ^ static_cast<std::uint64_t>(i)) >> 11;
+    mask[i] = draw < threshold ? 0.0f : keep_scale;
+  }
+}
+
+__global__ void sgd_kernel(float* w, const float* g, float* v, std::int64_t n, float learning_rate, float momentum,
+                           bool nesterov, float weight_decay) {
+  COHORT_GRID_STRIDE(i, n) {
+    const float grad = g[i] + weight_decay * w[i];
+    if (v == nullptr) {
+      w[i] -= learning_rate * grad;
+      continue;
+    }
+    v[i] = momentum * v[i] - learning_rate * grad;
+    w[i] += nesterov ? momentum * v[i] - learning_rate * grad : v[i];
+  }
+}
+
+__global__ void adam_kernel(float* w, const float* g, float* m, float* v, std::int64_t n, float learning_rate,
+                            float beta_1, float beta_2, float epsilon, float weight_decay) {
+  COHORT_GRID_STRIDE(i, n) {
+    const float grad = g[i] + weight_decay * w[i];
+    m[i] = beta_1 * m[i] + (1.0f - beta_1) * grad;
+    v[i] = beta_2 * v[i] + (1.0f - beta_2) * grad * grad;
+    w[i] -= learning_rate * m[i] / (sqrtf(v[i]) + epsilon);
+  }
+}
+
+__global__ void rmsprop_kernel(float* w, const float* g, float* ms, float* mg, float* mom, std::int64_t n,
+                               float learning_rate, float rho, float momentum, float epsilon, float weight_decay) {
+  COHORT_GRID_STRIDE(i, n) {
+    const float grad = g[i] + weight_decay * w[i];
+    ms[i] = rho * ms[i] + (1.0f - rho) * grad * grad;
+    float denominator = ms[i];
+    if (mg != nullptr) {
+      mg[i] = rho * mg[i] + (1.0f - rho) * grad;
+      denominator -= mg[i] * mg[i];
+    }
+    if (mom != nullptr) {
+      mom[i] = momentum * mom[i] + learning_rate * grad / sqrtf(denominator + epsilon);
+      w[i] -= mom[i];
+    } else {
+      w[i] -= learning_rate * grad / (sqrtf(denominator) + epsilon);
+    }
+  }
+}
+
+// The target weight of class j in row r, and the row's label (arg-max of dense targets).
+__device__ float target_weight(const LossRows& l, std::int64_t r, std::int64_t j) {
+  if (!l.sparse) return l.labels[r * l.classes + j];
+  return static_cast<std::int64_t>(l.labels[r]) == j ? 1.0f : 0.0f;
+}
+
+// False (and the row reported) when a sparse label is not a class index.
+__device__ bool label_valid(const LossRows& l, std::int64_t r) {
+  if (!l.sparse) return true;
+  const float v = l.labels[r];
+  if (v >= 0 && v < static_cast<float>(l.classes) && v == floorf(v)) return true;
+  atomicMin(l.bad_row, static_cast<unsigned long long>(r));
+  return false;
+}
+
+__device__ std::int64_t arg_max(const float* row, std::int64_t width) {
+  std::int64_t best = 0;
+  for (std::int64_t j = 1; j < width; ++j)
+    if (row[j] > row[best]) best = j;
+  return best;
+}
+
+__global__ void softmax_cross_entropy_kernel(LossRows l, float* dlogits) {
+  COHORT_GRID_STRIDE(r, l.rows) {
+    if (!label_valid(l, r)) continue;
+    const float* row = l.scores + r * l.classes;
+    float peak = -FLT_MAX;
+    for (std::int64_t j = 0; j < l.classes; ++j) peak = fmaxf(peak, row[j]);
+    double normalizer = 0;
+    for (std::int64_t j = 0; j < l.classes; ++j) normalizer += exp(static_cast<double>(row[j] - peak));
+    const double log_normalizer = log(normalizer) + peak;
+    double loss = 0, target_mass = 0;
+    for (std::int64_t j = 0; j < l.classes; ++j) {
+      const double w = target_weight(l, r, j);
+      loss += w * (log_normalizer - row[j]);
+      target_mass += w;
+    }
+    l.row_values[r] = loss;
+    if (dlogits == nullptr) continue;
+    const double inverse_rows = 1.0 / static_cast<double>(l.rows);
+    for (std::int64_t j = 0; j < l.classes; ++j) {
+      const double p = exp(row[j] - log_normalizer);
+      dlogits[r * l.classes + j] = static_cast<float>((p * target_mass - target_weight(l, r, j)) * inverse_rows);
+    }
+  }
+}
+
+__global__ void categorical_cross_entropy_kernel(LossRows l, float* dprobabilities) {
+  constexpr float kEpsilon = 1e-7f;
+  COHORT_GRID_STRIDE(r, l.rows) {
+    if (!label_valid(l, r)) continue;
+    const double inverse_rows = 1.0 / static_cast<double>(l.rows);
+    double loss = 0;
+    for (std::int64_t j = 0; j < l.classes; ++j) {
+      const float raw = l.scores[r * l.classes + j];
+      const float p = fminf(fmaxf(raw, kEpsilon), 1.0f - kEpsilon);
+      const float w = target_weight(l, r, j);
+      loss -= w * logf(p);
+      if (dprobabilities != nullptr) {
+        const bool clipped = raw < kEpsilon || raw > 1.0f - kEpsilon;
+        dprobabilities[r * l.classes + j] = clipped ? 0.0f : static_cast<float>(-w / p * inverse_rows);
+      }
+    }
+    l.row_values[r] = loss;
+  }
+}
+
+__global__ void count_correct_kernel(LossRows l) {
+  COHORT_GRID_STRIDE(r, l.rows) {
+    if (!label_valid(l, r)) continue;
+    const std::int64_t label =
+        l.sparse ? static_cast<std::int64_t>(l.labels[r]) : arg_max(l.labels + r * l.classes, l.classes);
+    l.row_values[r] = arg_max(l.scores + r * l.classes, l.classes) == label ? 1.0 : 0.0;
+  }
+}
+
+}  // namespace
+
+void fill(float* x, std::int64_t n, float value, cudaStream_t stream) {
+  if (n > 0) fill_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, n, value);
+}
+void axpy(float alpha, const float* x, float* y, std::int64_t n, cudaStream_t stream) {
+  if (n > 0) axpy_kernel<<<blocks_for(n), kThreads, 0, stream>>>(alpha, x, y, n);
+}
+void scale(float* x, std::int64_t n, float alpha, cudaStream_t stream) {
+  if (n > 0) scale_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, n, alpha);
+}
+void multiply(const float* a, const float* b, float* out, std::int64_t n, cudaStream_t stream) {
+  if (n > 0) multiply_kernel<<<blocks_for(n), kThreads, 0, stream>>>(a, b, out, n);
+}
+void moving_average(float* moving, const float* batch, std::int64_t n, float momentum, cudaStream_t stream) {
+  if (n > 0) moving_average_kernel<<<blocks_for(n), kThreads, 0, stream>>>(moving, batch, n, momentum);
+}
+
+int partial_sums(const float* x, std::int64_t n, bool squares, double* partials, cudaStream_t stream) {
+  const int blocks = std::min(blocks_for(n), kMaxPartials);
+  partial_sums_kernel<<<blocks, kThreads, 0, stream>>>(x, n, squares, partials);
+  return blocks;
+}
+
+void add_bias(float* y, const float* bias, std::int64_t rows, std::int64_t width, cudaStream_t stream) {
+  const std::int64_t n = rows * width;
+  if (n > 0) add_bias_kernel<<<blocks_for(n), kThreads, 0, stream>>>(y, bias, n, width);
+}
+
+void activation_forward(Activation activation, const float* x, float* y, std::int64_t n, std::int64_t width,
+                        cudaStream_t stream) {
+  if (n == 0) return;
+  if (activation == Activation::Softmax) {
+    const std::int64_t rows = width == 0 ? 0 : n / width;
+    if (rows > 0) softmax_forward_kernel<<<blocks_for(rows), kThreads, 0, stream>>>(x, y, rows, width);
+    return;
+  }
+  activation_forward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(activation, x, y, n);
+}
+
+void activation_backward(Activation activation, const float* y, const float* dy, float* dx, std::int64_t n,
+                         std::int64_t width, cudaStream_t stream) {
+  if (n == 0) return;
+  if (activation == Activation::Softmax) {
+    const std::int64_t rows = width == 0 ? 0 : n / width;
+    if (rows > 0) softmax_backward_kernel<<<blocks_for(rows), kThreads, 0, stream>>>(y, dy, dx, rows, width);
+    return;
+  }
+  activation_backward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(activation, y, dy, dx, n);
+}
+
+std::int64_t channel_sums_scratch(std::int64_t rows, std::int64_t channels) {
+  return chunks_for(rows) * 2 * channels;
+}
+
+namespace {
+// The first pass of every per-channel reduction; returns the number of chunks written.
+std::int64_t channel_partials(const ChannelSums& s, double* scratch, cudaStream_t stream) {
+  const std::int64_t chunks = chunks_for(s.rows);
+  const dim3 grid(static_cast<unsigned>((s.channels + kChannelTile - 1) / kChannelTile), static_cast<unsigned>(chunks));
+  channel_partials_kernel<<<grid, dim3(kChannelTile, kRowLanes), 0, stream>>>(s, kRowsPerChunk, scratch);
+  return chunks;
+}
+}  // namespace
+
+void channel_sums(const ChannelSums& s, double* scratch, float* first, float* second, cudaStream_t stream) {
+  if (s.channels == 0) return;
+  const std::int64_t chunks = channel_partials(s, scratch, stream);
+  channel_finish_kernel<<<blocks_for(s.channels), kThreads, 0, stream>>>(scratch, chunks, s.channels, first, second);
+}
+
+void batch_statistics(const float* x, std::int64_t rows, std::int64_t channels, double* scratch, float* mean,
+                      float* variance, cudaStream_t stream) {
+  if (channels == 0) return;
+  ChannelSums sums;
+  sums.a = x;
+  sums.rows = rows;
+  sums.channels = channels;
+  const std::int64_t chunks = channel_partials(sums, scratch, stream);
+  batch_statistics_kernel<<<blocks_for(channels), kThreads, 0, stream>>>(scratch, chunks, rows, channels, mean, variance);
+}
+
+void inverse_std(const float* variance, float epsilon, float* inv_std, std::int64_t channels, cudaStream_t stream) {
+  if (channels > 0) inverse_std_kernel<<<blocks_for(channels), kThreads, 0, stream>>>(variance, epsilon, inv_std, channels);
+}
+
+void batch_norm_normalize(const float* x, const float* mean, const float* inv_std, const float* gamma,
+                          const float* beta, float* y, std::int64_t rows, std::int64_t channels, cudaStream_t stream) {
+  const std::int64_t n = rows * channels;
+  if (n > 0) normalize_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, mean, inv_std, gamma, beta, y, n, channels);
+}
+
+void batch_norm_data_gradient(const float* x, const float* dy, const float* mean, const float* inv_std,
+                              const float* gamma, const float* dbeta, const float* dgamma, float* dx,
+                              std::int64_t rows, std::int64_t channels, cudaStream_t stream) {
+  const std::int64_t n = rows * channels;
+  if (n == 0) return;
+  bn_data_gradient_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, dy, mean, inv_std, gamma, dbeta, dgamma, dx, n,
+                                                                  channels, 1.0f / static_cast<float>(rows));
+}
+
+void batch_norm_data_gradient_inference(const float* dy, const float* inv_std, const float* gamma, float* dx,
+                                        std::int64_t rows, std::int64_t channels, cudaStream_t stream) {
+  const std::int64_t n = rows * channels;
+  if (n > 0) bn_data_gradient_inference_kernel<<<blocks_for(n), kThreads, 0, stream>>>(dy, inv_std, gamma, dx, n, channels);
+}
+
+void pool2d_forward(const Pool2dGeometry& g, const float* x, float* y, cudaStream_t stream) {
+  const std::int64_t n = g.batch * g.out_h * g.out_w * g.channels;
+  if (n > 0) pool_forward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(g, x, y, n);
+}
+
+void pool2d_backward(const Pool2dGeometry& g, const float* x, const float* y, const float* dy, float* dx,
+                     cudaStream_t stream) {
+  const std::int64_t n = g.batch * g.in_h * g.in_w * g.channels;
+  if (n > 0) pool_backward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(g, x, y, dy, dx, n);
+}
+
+void hwio_to_ohwi(const float* hwio, float* ohwi, std::int64_t taps, std::int64_t in_c, std::int64_t out_c,
+                  cudaStream_t stream) {
+  const std::int64_t n = taps * in_c * out_c;
+  if (n > 0) hwio_to_ohwi_kernel<<<blocks_for(n), kThreads, 0, stream>>>(hwio, ohwi, taps, in_c, out_c, n);
+}
+
+void ohwi_to_hwio(const float* ohwi, float* hwio, std::int64_t taps, std::int64_t in_c, std::int64_t out_c,
+                  cudaStream_t stream) {
+  const std::int64_t n = taps * in_c * out_c;
+  if (n > 0) ohwi_to_hwio_kernel<<<blocks_for(n), kThreads, 0, stream>>>(ohwi, hwio, taps, in_c, out_c, n);
+}
+
+void pad_images(const PaddedImage& p, const float* x, float* padded, cudaStream_t stream) {
+  const std::int64_t n = p.batch * p.padded_h * p.padded_w * p.channels;
+  if (n > 0) pad_kernel<<<blocks_for(n), kThreads, 0, stream>>>(p, x, padded, n);
+}
+
+void crop_images(const PaddedImage& p, const float* padded, float* x, cudaStream_t stream) {
+  const std::int64_t n = p.batch * p.in_h * p.in_w * p.channels;
+  if (n > 0) crop_kernel<<<blocks_for(n), kThreads, 0, stream>>>(p, padded, x, n);
+}
+
+void dropout_mask(float* mask, std::int64_t n, std::uint64_t key, std::uint64_t threshold, float keep_scale,
+                  cudaStream_t stream) {
+  if (n > 0) dropout_kernel<<<blocks_for(n), kThreads, 0, stream>>>(mask, n, key, threshold, keep_scale);
+}
+
+void sgd_update(float* w, const float* g, float* velocity, std::int64_t n, float learning_rate, float momentum,
+                bool nesterov, float weight_decay, cudaStream_t stream) {
+  if (n > 0)
+    sgd_kernel<<<blocks_for(n), kThreads, 0, stream>>>(w, g, velocity, n, learning_rate, momentum, nesterov, weight_decay);
+}
+
+void adam_update(float* w, const float* g, float* m, float* v, std::int64_t n, float learning_rate, float beta_1,
+                 float beta_2, float epsilon, float weight_decay, cudaStream_t stream) {
+  if (n > 0)
+    adam_kernel<<<blocks_for(n), kThreads, 0, stream>>>(w, g, m, v, n, learning_rate, beta_1, beta_2, epsilon, weight_decay);
+}
+
+void rmsprop_update(float* w, const float* g, float* mean_square, float* mean_gradient, float* velocity,
+                    std::int64_t n, float learning_rate, float rho, float momentum, float epsilon,
+                    float weight_decay, cudaStream_t stream) {
+  if (n > 0)
+    rmsprop_kernel<<<blocks_for(n), kThreads, 0, stream>>>(w, g, mean_square, mean_gradient, velocity, n, learning_rate,
+                                                           rho, momentum, epsilon, weight_decay);
+}
+
+void softmax_cross_entropy(const LossRows& rows, float* dlogits, cudaStream_t stream) {
+  if (rows.rows > 0) softmax_cross_entropy_kernel<<<blocks_for(rows.rows), kThreads, 0, stream>>>(rows, dlogits);
+}
+
+void categorical_cross_entropy(const LossRows& rows, float* dprobabilities, cudaStream_t stream) {
+  if (rows.rows > 0)
+    categorical_cross_entropy_kernel<<<blocks_for(rows.rows), kThreads, 0, stream>>>(rows, dprobabilities);
+}
+
+void count_correct(const LossRows& rows, cudaStream_t stream) {
+  if (rows.rows > 0) count_correct_kernel<<<blocks_for(rows.rows), kThreads, 0, stream>>>(rows);
+}
+
+}  // namespace cohort::cuda::kernels

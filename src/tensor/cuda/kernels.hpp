@@ -1,0 +1,110 @@
+#pragma once
+// Launchers of the CUDA backend's own kernels (kernels.cu): everything cuBLAS and cuDNN do not compute.
+// Each enqueues on the given stream and returns at once; sizes are element counts. The semantics are the
+// CPU backend's, operation for operation (windows clipped to the input, the first maximum takes a
+// pooling gradient, biased batch variance, statistics accumulated in double, the same dropout generator),
+// so that the two devices agree to rounding. Reductions write per-block partial sums that a second pass
+// combines in a fixed order: results do not depend on scheduling.
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "cohort/tensor/geometry.hpp"
+
+namespace cohort::cuda::kernels {
+
+// ---- elementwise
+void fill(float* x, std::int64_t n, float value, cudaStream_t stream);
+void axpy(float alpha, const float* x, float* y, std::int64_t n, cudaStream_t stream);
+void scale(float* x, std::int64_t n, float alpha, cudaStream_t stream);
+void multiply(const float* a, const float* b, float* out, std::int64_t n, cudaStream_t stream);
+void moving_average(float* moving, const float* batch, std::int64_t n, float momentum, cudaStream_t stream);
+
+// Sum of x (or of x * x) in per-block partials; returns how many partials it wrote (at most kMaxPartials).
+constexpr int kMaxPartials = 1024;
+int partial_sums(const float* x, std::int64_t n, bool squares, double* partials, cudaStream_t stream);
+
+// ---- rows (width = the last axis)
+void add_bias(float* y, const float* bias, std::int64_t rows, std::int64_t width, cudaStream_t stream);
+void activation_forward(Activation activation, const float* x, float* y, std::int64_t n, std::int64_t width,
+                        cudaStream_t stream);
+void activation_backward(Activation activation, const float* y, const float* dy, float* dx, std::int64_t n,
+                         std::int64_t width, cudaStream_t stream);
+
+// ---- per-channel sums over the rows of an (rows x channels) view, in double, in two passes.
+// What is summed per element: for kValues (a) and a * a; for kGradients dy and dy * (x - mean) * inv_std.
+enum class ChannelTerms { kValues, kGradients };
+struct ChannelSums {
+  ChannelTerms terms = ChannelTerms::kValues;
+  const float* a = nullptr;        // the values, or dy
+  const float* x = nullptr;        // kGradients: the forward input
+  const float* mean = nullptr;     // kGradients: per channel
+  const float* inv_std = nullptr;  // kGradients: per channel
+  std::int64_t rows = 0, channels = 0;
+};
+// Doubles of scratch the sums need (partials of both terms).
+std::int64_t channel_sums_scratch(std::int64_t rows, std::int64_t channels);
+// Sums into first[c] and second[c] (either may be null), as floats.
+void channel_sums(const ChannelSums& sums, double* scratch, float* first, float* second, cudaStream_t stream);
+
+// ---- batch normalization pieces: statistics from the sums, the normalization and the data gradients
+// mean = sum / rows, variance = max(sum_squares / rows - mean^2, 0), from double sums (channel_sums scratch).
+void batch_statistics(const float* x, std::int64_t rows, std::int64_t channels, double* scratch, float* mean,
+                      float* variance, cudaStream_t stream);
+void inverse_std(const float* variance, float epsilon, float* inv_std, std::int64_t channels, cudaStream_t stream);
+void batch_norm_normalize(const float* x, const float* mean, const float* inv_std, const float* gamma,
+                          const float* beta, float* y, std::int64_t rows, std::int64_t channels, cudaStream_t stream);
+// Training: dx = gamma * inv_std * (dy - dbeta / M - (x - mean) * inv_std * dgamma / M)
+void batch_norm_data_gradient(const float* x, const float* dy, const float* mean, const float* inv_std,
+                              const float* gamma, const float* dbeta, const float* dgamma, float* dx,
+                              std::int64_t rows, std::int64_t channels, cudaStream_t stream);
+// Inference: dx = dy * gamma * inv_std
+void batch_norm_data_gradient_inference(const float* dy, const float* inv_std, const float* gamma, float* dx,
+                                        std::int64_t rows, std::int64_t channels, cudaStream_t stream);
+
+// ---- pooling
+void pool2d_forward(const Pool2dGeometry& g, const float* x, float* y, cudaStream_t stream);
+void pool2d_backward(const Pool2dGeometry& g, const float* x, const float* y, const float* dy, float* dx,
+                     cudaStream_t stream);
+
+// ---- convolution layout helpers: HWIO (Keras) <-> OHWI (cuDNN's NHWC filter), and explicit padding for
+// the asymmetric padding cuDNN cannot express.
+void hwio_to_ohwi(const float* hwio, float* ohwi, std::int64_t taps, std::int64_t in_c, std::int64_t out_c,
+                  cudaStream_t stream);
+void ohwi_to_hwio(const float* ohwi, float* hwio, std::int64_t taps, std::int64_t in_c, std::int64_t out_c,
+                  cudaStream_t stream);
+struct PaddedImage {
+  std::int64_t batch, in_h, in_w, channels, padded_h, padded_w, pad_top, pad_left;
+};
+void pad_images(const PaddedImage& p, const float* x, float* padded, cudaStream_t stream);
+void crop_images(const PaddedImage& p, const float* padded, float* x, cudaStream_t stream);
+
+// ---- dropout: the CPU backend's counter-based generator, element for element
+void dropout_mask(float* mask, std::int64_t n, std::uint64_t key, std::uint64_t threshold, float keep_scale,
+                  cudaStream_t stream);
+
+// ---- optimizer updates (the CPU backend's formulas)
+void sgd_update(float* w, const float* g, float* velocity, std::int64_t n, float learning_rate, float momentum,
+                bool nesterov, float weight_decay, cudaStream_t stream);
+void adam_update(float* w, const float* g, float* m, float* v, std::int64_t n, float learning_rate, float beta_1,
+                 float beta_2, float epsilon, float weight_decay, cudaStream_t stream);
+void rmsprop_update(float* w, const float* g, float* mean_square, float* mean_gradient, float* velocity,
+                    std::int64_t n, float learning_rate, float rho, float momentum, float epsilon,
+                    float weight_decay, cudaStream_t stream);
+
+// ---- losses and metrics, one thread per row. labels: class indices (sparse) or (rows x classes)
+// targets. row_values[r] receives the row's loss (or 1.0 when its arg-max is right); bad_row receives the
+// smallest row whose sparse label is not a class index (must hold INT64_MAX before the call).
+struct LossRows {
+  const float* scores = nullptr;
+  const float* labels = nullptr;
+  bool sparse = false;
+  std::int64_t rows = 0, classes = 0;
+  double* row_values = nullptr;
+  unsigned long long* bad_row = nullptr;
+};
+void softmax_cross_entropy(const LossRows& rows, float* dlogits, cudaStream_t stream);
+void categorical_cross_entropy(const LossRows& rows, float* dprobabilities, cudaStream_t stream);
+void count_correct(const LossRows& rows, cudaStream_t stream);
+
+}  // namespace cohort::cuda::kernels

@@ -1,0 +1,406 @@
+// The device under test against the CPU: every op forward and backward on random shapes and on the
+// flagship's shapes (within 1e-4, relative to each tensor's magnitude), three Adam steps of the flagship
+// (loss and every variable within 1e-3), dropout masks (identical), checkpoints moved between the devices,
+// asynchronous copies and out-of-memory errors. The device is COHORT_TEST_DEVICE: cuda on a GPU host
+// (`ctest -L cuda`), emulated in the CPU suite, which runs this file's own logic where no GPU is.
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <functional>
+
+#include "cohort/core/error.hpp"
+#include "cohort/data/synthetic.hpp"
+#include "cohort/nn/zoo.hpp"
+#include "cohort/optim/adam.hpp"
+#include "cohort/tensor/allocator.hpp"
+#include "cohort/tensor/copy_stream.hpp"
+#include "cohort/tensor/ops.hpp"
+#include "cohort/train/checkpoint.hpp"
+#include "cohort/train/trainer.hpp"
+#include "device/device_under_test.hpp"
+#include "test_util.hpp"
+
+using namespace cohort;
+
+namespace {
+
+Device dut() { return device_test::device_under_test(); }
+
+// Where |device - cpu| > tolerance * (|cpu| + rms(cpu)): relative, with the tensor's magnitude as the
+// floor where a value is near zero. Empty when none.
+std::string difference(const Tensor& cpu, const Tensor& device, double tolerance) {
+  const std::vector<float> expected = cpu.to_vector(), actual = device.to_vector();
+  double squares = 0;
+  for (float v : expected) squares += static_cast<double>(v) * v;
+  const double rms = expected.empty() ? 0.0 : std::sqrt(squares / static_cast<double>(expected.size()));
+  for (std::size_t i = 0; i < expected.size(); ++i) {
+    const double allowed = tolerance * (std::abs(expected[i]) + rms) + 1e-30;
+    if (!(std::abs(static_cast<double>(actual[i]) - expected[i]) <= allowed))
+      return fmt::format("element {} of {}: device {} vs cpu {} (allowed {})", i, cpu.shape(), actual[i], expected[i],
+                         allowed);
+  }
+  return {};
+}
+
+void require_close(const Tensor& cpu, const Tensor& device, double tolerance, const std::string& what) {
+  INFO(what);
+  REQUIRE(device.device() == dut());
+  REQUIRE(cpu.shape() == device.shape());
+  const std::string found = difference(cpu, device, tolerance);
+  if (!found.empty()) FAIL(found);
+}
+
+void require_close(double cpu, double device, double tolerance, const std::string& what) {
+  INFO(what);
+  REQUIRE(std::abs(cpu - device) <= tolerance * (std::abs(cpu) + 1e-12));
+}
+
+constexpr double kOpTolerance = 1e-4;
+
+// The same values on the CPU and on the device under test.
+struct Pair {
+  Tensor cpu, device;
+};
+Pair random(const Shape& shape, std::uint64_t seed, float low = -1.0f, float high = 1.0f) {
+  Tensor host = test_util::random_tensor(shape, seed, low, high);
+  return {host, host.to(dut())};
+}
+Pair zeros(const Shape& shape) { return {Tensor(shape), Tensor(shape, dut())}; }
+Pair undefined() { return {Tensor(), Tensor()}; }
+
+// Keras padding: "same" keeps ceil(in / stride), padding split with the extra cell at the bottom/right.
+Conv2dGeometry conv_geometry(std::int64_t batch, std::int64_t size, std::int64_t in_c, std::int64_t out_c,
+                             std::int64_t kernel, std::int64_t stride, bool same) {
+  Conv2dGeometry g{.batch = batch, .in_h = size, .in_w = size, .in_c = in_c, .out_c = out_c, .kernel_h = kernel,
+                   .kernel_w = kernel, .stride_h = stride, .stride_w = stride};
+  g.out_h = g.out_w = same ? (size + stride - 1) / stride : (size - kernel) / stride + 1;
+  const std::int64_t total = same ? std::max<std::int64_t>((g.out_h - 1) * stride + kernel - size, 0) : 0;
+  g.pad_top = g.pad_left = total / 2;
+  return g;
+}
+
+Pool2dGeometry pool_geometry(std::int64_t batch, std::int64_t size, std::int64_t channels, std::int64_t pool,
+                             std::int64_t stride, bool same, PoolMode mode) {
+  Pool2dGeometry g{.batch = batch, .in_h = size, .in_w = size, .channels = channels, .pool_h = pool, .pool_w = pool,
+                   .stride_h = stride, .stride_w = stride, .mode = mode};
+  g.out_h = g.out_w = same ? (size + stride - 1) / stride : (size - pool) / stride + 1;
+  const std::int64_t total = same ? std::max<std::int64_t>((g.out_h - 1) * stride + pool - size, 0) : 0;
+  g.pad_top = g.pad_left = total / 2;
+  return g;
+}
+
+}  // namespace
+
+TEST_CASE("the comparison catches a difference just above the tolerance, and NaN", "[ops]") {
+  const Tensor cpu = test_util::random_tensor({100}, 1);
+  Tensor off = cpu.clone();
+  off.data()[37] += 2e-4f * (std::abs(off.data()[37]) + 1.0f);
+  CHECK(difference(cpu, off, kOpTolerance).find("element 37 of") == 0);
+  off.data()[37] = std::nanf("");
+  CHECK(!difference(cpu, off, kOpTolerance).empty());
+  CHECK(difference(cpu, cpu.clone(), 0.0).empty());
+}
+
+TEST_CASE("elementwise ops and reductions match the CPU", "[ops]") {
+  for (const Shape& shape : {Shape{1}, Shape{257, 129}, Shape{0, 3}, Shape{1 << 20}}) {
+    INFO(fmt::format("shape {}", shape));
+    Pair x = random(shape, 1), y = random(shape, 2), out = zeros(shape);
+    ops::axpy(0.75f, x.cpu, y.cpu);
+    ops::axpy(0.75f, x.device, y.device);
+    require_close(y.cpu, y.device, kOpTolerance, "axpy");
+    ops::scale(y.cpu, -1.5f);
+    ops::scale(y.device, -1.5f);
+    require_close(y.cpu, y.device, kOpTolerance, "scale");
+    ops::multiply(x.cpu, y.cpu, out.cpu);
+    ops::multiply(x.device, y.device, out.device);
+    require_close(out.cpu, out.device, kOpTolerance, "multiply");
+    require_close(ops::sum(out.cpu), ops::sum(out.device), 1e-6, "sum");
+    require_close(ops::sum_of_squares(out.cpu), ops::sum_of_squares(out.device), 1e-6, "sum_of_squares");
+    ops::copy(x.device, out.device);
+    require_close(x.cpu, out.device, 0.0, "copy on the device");
+    ops::fill(out.cpu, 2.5f);
+    ops::fill(out.device, 2.5f);
+    require_close(out.cpu, out.device, 0.0, "fill");
+    ops::moving_average_update(out.cpu, x.cpu, 0.9f);
+    ops::moving_average_update(out.device, x.device, 0.9f);
+    require_close(out.cpu, out.device, kOpTolerance, "moving_average_update");
+  }
+}
+
+TEST_CASE("matrix products match the CPU for every transpose, alpha and beta", "[ops]") {
+  struct Case {
+    std::int64_t m, n, k;
+  };
+  for (const Case c : {Case{1, 1, 1}, Case{37, 19, 53}, Case{128, 10, 512}, Case{128, 512, 2048}, Case{5, 7, 0}}) {
+    for (int transposes = 0; transposes < 4; ++transposes) {
+      const bool ta = transposes & 1, tb = transposes & 2;
+      INFO(fmt::format("m {} n {} k {} transpose a {} b {}", c.m, c.n, c.k, ta, tb));
+      const Pair a = random(ta ? Shape{c.k, c.m} : Shape{c.m, c.k}, 3), b = random(tb ? Shape{c.n, c.k} : Shape{c.k, c.n}, 4);
+      Pair out = random({c.m, c.n}, 5);
+      ops::matmul(a.cpu, ta, b.cpu, tb, out.cpu, 0.5f, 2.0f);
+      ops::matmul(a.device, ta, b.device, tb, out.device, 0.5f, 2.0f);
+      require_close(out.cpu, out.device, kOpTolerance, "matmul alpha 0.5 beta 2");
+      ops::matmul(a.cpu, ta, b.cpu, tb, out.cpu);
+      ops::matmul(a.device, ta, b.device, tb, out.device);
+      require_close(out.cpu, out.device, kOpTolerance, "matmul");
+    }
+  }
+}
+
+TEST_CASE("biases and activations match the CPU forward and backward", "[ops]") {
+  for (const Shape& shape : {Shape{64, 33}, Shape{8, 5, 5, 17}, Shape{128, 10}}) {
+    INFO(fmt::format("shape {}", shape));
+    Pair y = random(shape, 6), dbias = zeros({shape[shape.rank() - 1]});
+    const Pair bias = random({shape[shape.rank() - 1]}, 7);
+    ops::add_bias(y.cpu, bias.cpu);
+    ops::add_bias(y.device, bias.device);
+    require_close(y.cpu, y.device, kOpTolerance, "add_bias");
+    ops::bias_gradient(y.cpu, dbias.cpu);
+    ops::bias_gradient(y.device, dbias.device);
+    require_close(dbias.cpu, dbias.device, kOpTolerance, "bias_gradient");
+    for (Activation a : {Activation::Linear, Activation::Relu, Activation::Sigmoid, Activation::Tanh, Activation::Softmax}) {
+      INFO(fmt::format("activation {}", static_cast<int>(a)));
+      const Pair x = random(shape, 8, -4.0f, 4.0f), dy = random(shape, 9);
+      Pair out = zeros(shape), dx = zeros(shape);
+      ops::activation_forward(a, x.cpu, out.cpu);
+      ops::activation_forward(a, x.device, out.device);
+      require_close(out.cpu, out.device, kOpTolerance, "activation_forward");
+      ops::activation_backward(a, out.cpu, dy.cpu, dx.cpu);
+      ops::activation_backward(a, out.cpu.to(dut()), dy.device, dx.device);
+      require_close(dx.cpu, dx.device, kOpTolerance, "activation_backward");
+    }
+  }
+}
+
+TEST_CASE("convolutions match the CPU forward and backward, on the flagship's shapes and odd ones", "[ops]") {
+  const std::vector<std::pair<std::string, Conv2dGeometry>> cases = {
+      {"flagship conv 1 (3 channels, same)", conv_geometry(4, 32, 3, 32, 3, 1, true)},
+      {"flagship conv 2 (valid)", conv_geometry(4, 32, 32, 32, 3, 1, false)},
+      {"flagship conv 3", conv_geometry(4, 15, 32, 64, 3, 1, true)},
+      {"flagship conv 4", conv_geometry(4, 15, 64, 64, 3, 1, false)},
+      {"flagship conv 6", conv_geometry(4, 6, 128, 128, 3, 1, false)},
+      {"same, stride 2, even input (asymmetric padding)", conv_geometry(3, 8, 5, 7, 3, 2, true)},
+      {"valid, stride 2, cells no window reaches", conv_geometry(2, 10, 4, 6, 3, 2, false)},
+      {"1x1", conv_geometry(2, 9, 6, 11, 1, 1, false)},
+      {"5x5 same", conv_geometry(2, 7, 3, 5, 5, 1, true)},
+      {"batch 1", conv_geometry(1, 5, 2, 3, 3, 1, true)},
+  };
+  for (const auto& [name, g] : cases) {
+    INFO(name);
+    const Shape in{g.batch, g.in_h, g.in_w, g.in_c}, out{g.batch, g.out_h, g.out_w, g.out_c};
+    const Pair x = random(in, 10), kernel = random({g.kernel_h, g.kernel_w, g.in_c, g.out_c}, 11, -0.3f, 0.3f);
+    const Pair bias = random({g.out_c}, 12), dy = random(out, 13);
+    Pair y = zeros(out), dx = zeros(in), dkernel = zeros(kernel.cpu.shape()), dbias = zeros({g.out_c});
+    Conv2dPlan cpu_plan(g, Device::CPU), device_plan(g, dut());
+    ops::conv2d_forward(cpu_plan, x.cpu, kernel.cpu, bias.cpu, y.cpu);
+    ops::conv2d_forward(device_plan, x.device, kernel.device, bias.device, y.device);
+    require_close(y.cpu, y.device, kOpTolerance, "conv2d_forward");
+    ops::conv2d_backward(cpu_plan, x.cpu, kernel.cpu, dy.cpu, dx.cpu, dkernel.cpu, dbias.cpu);
+    ops::conv2d_backward(device_plan, x.device, kernel.device, dy.device, dx.device, dkernel.device, dbias.device);
+    require_close(dx.cpu, dx.device, kOpTolerance, "conv2d_backward dx");
+    require_close(dkernel.cpu, dkernel.device, kOpTolerance, "conv2d_backward dkernel");
+    require_close(dbias.cpu, dbias.device, kOpTolerance, "conv2d_backward dbias");
+    // The first layer has no input gradient and a layer may have no bias.
+    ops::conv2d_forward(device_plan, x.device, kernel.device, Tensor(), y.device);
+    ops::conv2d_forward(cpu_plan, x.cpu, kernel.cpu, Tensor(), y.cpu);
+    require_close(y.cpu, y.device, kOpTolerance, "conv2d_forward without bias");
+    ops::conv2d_backward(device_plan, x.device, kernel.device, dy.device, Tensor(), dkernel.device, Tensor());
+    require_close(dkernel.cpu, dkernel.device, kOpTolerance, "conv2d_backward without dx");
+  }
+}
+
+TEST_CASE("pooling matches the CPU forward and backward, windows clipped and overlapping", "[ops]") {
+  const std::vector<std::pair<std::string, std::function<Pool2dGeometry(PoolMode)>>> cases = {
+      {"flagship 2x2 on 30x30", [](PoolMode m) { return pool_geometry(4, 30, 32, 2, 2, false, m); }},
+      {"2x2 stride 2 on odd 7x7", [](PoolMode m) { return pool_geometry(2, 7, 3, 2, 2, false, m); }},
+      {"3x3 stride 2 same (overlapping, clipped)", [](PoolMode m) { return pool_geometry(2, 8, 5, 3, 2, true, m); }},
+      {"3x3 stride 1 same", [](PoolMode m) { return pool_geometry(2, 5, 4, 3, 1, true, m); }},
+  };
+  for (const auto& [name, make] : cases) {
+    for (PoolMode mode : {PoolMode::Max, PoolMode::Average}) {
+      const Pool2dGeometry g = make(mode);
+      INFO(fmt::format("{} {}", name, mode == PoolMode::Max ? "max" : "average"));
+      const Shape in{g.batch, g.in_h, g.in_w, g.channels}, out{g.batch, g.out_h, g.out_w, g.channels};
+      const Pair x = random(in, 14), dy = random(out, 15);
+      Pair y = zeros(out), dx = zeros(in);
+      Pool2dPlan cpu_plan(g, Device::CPU), device_plan(g, dut());
+      ops::pool2d_forward(cpu_plan, x.cpu, y.cpu);
+      ops::pool2d_forward(device_plan, x.device, y.device);
+      require_close(y.cpu, y.device, kOpTolerance, "pool2d_forward");
+      ops::pool2d_backward(cpu_plan, x.cpu, y.cpu, dy.cpu, dx.cpu);
+      ops::pool2d_backward(device_plan, x.device, y.device, dy.device, dx.device);
+      require_close(dx.cpu, dx.device, kOpTolerance, "pool2d_backward");
+    }
+  }
+}
+
+TEST_CASE("batch normalization matches the CPU in training and inference, forward and backward", "[ops]") {
+  for (const Shape& shape : {Shape{4, 30, 30, 32}, Shape{128, 512}, Shape{3, 5, 5, 7}, Shape{1, 1, 1, 3}}) {
+    INFO(fmt::format("shape {}", shape));
+    const std::int64_t c = shape[shape.rank() - 1];
+    BatchNormPlan cpu_plan({.channels = c, .epsilon = 1e-3f}, Device::CPU), device_plan({.channels = c, .epsilon = 1e-3f}, dut());
+    const Pair x = random(shape, 16, -2.0f, 3.0f), gamma = random({c}, 17, 0.5f, 1.5f), beta = random({c}, 18);
+    const Pair dy = random(shape, 19);
+    Pair y = zeros(shape), mean = zeros({c}), variance = zeros({c});
+    ops::batch_norm_forward_training(cpu_plan, x.cpu, gamma.cpu, beta.cpu, y.cpu, mean.cpu, variance.cpu);
+    ops::batch_norm_forward_training(device_plan, x.device, gamma.device, beta.device, y.device, mean.device, variance.device);
+    require_close(y.cpu, y.device, kOpTolerance, "batch_norm_forward_training y");
+    require_close(mean.cpu, mean.device, kOpTolerance, "batch mean");
+    require_close(variance.cpu, variance.device, kOpTolerance, "batch variance");
+    Pair dx = zeros(shape), dgamma = zeros({c}), dbeta = zeros({c});
+    ops::batch_norm_backward(cpu_plan, x.cpu, gamma.cpu, dy.cpu, mean.cpu, variance.cpu, dx.cpu, dgamma.cpu, dbeta.cpu);
+    ops::batch_norm_backward(device_plan, x.device, gamma.device, dy.device, mean.device, variance.device, dx.device,
+                             dgamma.device, dbeta.device);
+    require_close(dx.cpu, dx.device, kOpTolerance, "batch_norm_backward dx");
+    require_close(dgamma.cpu, dgamma.device, kOpTolerance, "batch_norm_backward dgamma");
+    require_close(dbeta.cpu, dbeta.device, kOpTolerance, "batch_norm_backward dbeta");
+    ops::batch_norm_forward_inference(cpu_plan, x.cpu, gamma.cpu, beta.cpu, mean.cpu, variance.cpu, y.cpu);
+    ops::batch_norm_forward_inference(device_plan, x.device, gamma.device, beta.device, mean.device, variance.device, y.device);
+    require_close(y.cpu, y.device, kOpTolerance, "batch_norm_forward_inference");
+    ops::batch_norm_backward_inference(cpu_plan, x.cpu, gamma.cpu, dy.cpu, mean.cpu, variance.cpu, dx.cpu, dgamma.cpu,
+                                       dbeta.cpu);
+    ops::batch_norm_backward_inference(device_plan, x.device, gamma.device, dy.device, mean.device, variance.device,
+                                       dx.device, dgamma.device, dbeta.device);
+    require_close(dx.cpu, dx.device, kOpTolerance, "batch_norm_backward_inference dx");
+    require_close(dgamma.cpu, dgamma.device, kOpTolerance, "batch_norm_backward_inference dgamma");
+  }
+}
+
+TEST_CASE("optimizer updates match the CPU over several steps", "[ops]") {
+  const Shape shape{1000, 37};
+  Pair w = random(shape, 20), v = zeros(shape), m = zeros(shape), s = zeros(shape), mg = zeros(shape);
+  for (int step = 0; step < 3; ++step) {
+    const Pair g = random(shape, 21 + static_cast<std::uint64_t>(step));
+    ops::sgd_update(w.cpu, g.cpu, v.cpu, 0.1f, 0.9f, step == 1, 1e-4f);
+    ops::sgd_update(w.device, g.device, v.device, 0.1f, 0.9f, step == 1, 1e-4f);
+    ops::sgd_update(w.cpu, g.cpu, Tensor(), 0.05f, 0.0f, false, 0.0f);
+    ops::sgd_update(w.device, g.device, Tensor(), 0.05f, 0.0f, false, 0.0f);
+    ops::adam_update(w.cpu, g.cpu, m.cpu, s.cpu, 1e-3f, 0.9f, 0.999f, 1e-7f, 0.0f);
+    ops::adam_update(w.device, g.device, m.device, s.device, 1e-3f, 0.9f, 0.999f, 1e-7f, 0.0f);
+    ops::rmsprop_update(w.cpu, g.cpu, s.cpu, mg.cpu, v.cpu, 1e-3f, 0.9f, 0.5f, 1e-7f, 1e-4f);
+    ops::rmsprop_update(w.device, g.device, s.device, mg.device, v.device, 1e-3f, 0.9f, 0.5f, 1e-7f, 1e-4f);
+  }
+  require_close(w.cpu, w.device, kOpTolerance, "weights");
+  require_close(m.cpu, m.device, kOpTolerance, "Adam m");
+  require_close(s.cpu, s.device, kOpTolerance, "second moments");
+  require_close(v.cpu, v.device, kOpTolerance, "velocity");
+}
+
+TEST_CASE("losses and accuracy match the CPU for class indices and targets", "[ops]") {
+  const std::int64_t rows = 67, classes = 10;
+  const Pair logits = random({rows, classes}, 30, -5.0f, 5.0f);
+  Tensor sparse({rows}), dense({rows, classes});
+  for (std::int64_t r = 0; r < rows; ++r) {
+    sparse.data()[r] = static_cast<float>((r * 7) % classes);
+    dense.data()[r * classes + (r * 3) % classes] = 0.75f;
+    dense.data()[r * classes + (r * 5 + 1) % classes] += 0.25f;
+  }
+  Pair probabilities = zeros({rows, classes});
+  ops::activation_forward(Activation::Softmax, logits.cpu, probabilities.cpu);
+  ops::activation_forward(Activation::Softmax, logits.device, probabilities.device);
+  for (const Tensor& labels : {sparse, dense}) {
+    INFO(fmt::format("labels {}", labels.shape()));
+    const Tensor device_labels = labels.to(dut());
+    Pair dlogits = zeros({rows, classes}), dprobabilities = zeros({rows, classes});
+    require_close(ops::softmax_cross_entropy(logits.cpu, labels, dlogits.cpu),
+                  ops::softmax_cross_entropy(logits.device, device_labels, dlogits.device), 1e-5, "softmax_cross_entropy");
+    require_close(dlogits.cpu, dlogits.device, kOpTolerance, "dlogits");
+    require_close(ops::categorical_cross_entropy(probabilities.cpu, labels, dprobabilities.cpu),
+                  ops::categorical_cross_entropy(probabilities.device, device_labels, dprobabilities.device), 1e-5,
+                  "categorical_cross_entropy");
+    require_close(dprobabilities.cpu, dprobabilities.device, kOpTolerance, "dprobabilities");
+    CHECK(ops::count_correct(logits.cpu, labels) == ops::count_correct(logits.device, device_labels));
+  }
+  Tensor bad = sparse.clone();
+  bad.data()[1] = 12.0f;
+  CHECK_THROWS_WITH(ops::softmax_cross_entropy(logits.device, bad.to(dut()), Tensor()),
+                    Catch::Contains("label 12 of row 1 is not a class index in [0, 10)"));
+}
+
+TEST_CASE("dropout masks are those of the CPU, element for element, for any seed", "[ops][dropout]") {
+  for (const std::uint64_t seed : {0ull, 1ull, 123456789ull}) {
+    Pair mask = zeros({1000, 7});
+    ops::dropout_mask(mask.cpu, 0.3f, seed);
+    ops::dropout_mask(mask.device, 0.3f, seed);
+    require_close(mask.cpu, mask.device, 0.0, fmt::format("mask of seed {}", seed));
+    const Tensor again({1000, 7}, dut());
+    ops::dropout_mask(again, 0.3f, seed);
+    CHECK(again.to_vector() == mask.device.to_vector());
+  }
+}
+
+TEST_CASE("three Adam steps of the flagship give the CPU's loss and variables", "[training]") {
+  const auto set = data::make_synthetic({.samples = 48, .sample_shape = {32, 32, 3}, .classes = 10, .seed = 7});
+  const train::FitOptions fit{.epochs = 1, .max_steps = 3, .batch_size = 16, .seed = 2,
+                              .verbosity = train::Verbosity::Silent};
+  nn::Sequential cpu_model = nn::cifar10_cnn({32, 32, 3}, 11), device_model = nn::cifar10_cnn({32, 32, 3}, 11, dut());
+  Trainer cpu_trainer(cpu_model, optim::Adam()), device_trainer(device_model, optim::Adam());
+  const auto cpu_history = cpu_trainer.fit(set, fit);
+  const auto device_history = device_trainer.fit(set, fit);
+  require_close(cpu_history.epochs.back().at("loss"), device_history.epochs.back().at("loss"), 1e-3, "loss");
+  for (const auto& v : cpu_model.variables())
+    require_close(v->value, device_model.variable(v->name)->value, 1e-3, v->name);
+  const Tensor images = test_util::random_tensor({5, 32, 32, 3}, 3);
+  require_close(cpu_trainer.predict(images), device_trainer.predict(images).to(dut()), 1e-3, "predict");
+}
+
+TEST_CASE("a model learns on the device", "[training]") {
+  const auto set = data::make_synthetic({.samples = 512, .sample_shape = {8, 8, 3}, .classes = 10, .seed = 3});
+  nn::Sequential model = nn::small_cnn({8, 8, 3}, 5, dut());
+  Trainer trainer(model, optim::Adam());
+  const auto history = trainer.fit(set, {.epochs = 4, .batch_size = 32, .verbosity = train::Verbosity::Silent});
+  CHECK(history.epochs.back().at("accuracy") > 0.9);
+  CHECK(trainer.evaluate(set).at("accuracy") > 0.9);
+}
+
+TEST_CASE("a checkpoint written on the device restores on the CPU and back", "[checkpoint]") {
+  test_util::ScratchDirectory dir("device_checkpoint");
+  const auto set = data::make_synthetic({.samples = 64, .sample_shape = {8, 8, 3}, .classes = 10, .seed = 3});
+  nn::Sequential trained = nn::small_cnn({8, 8, 3}, 5, dut());
+  optim::Adam optimizer;
+  Trainer(trained, optimizer).fit(set, {.epochs = 1, .batch_size = 16, .verbosity = train::Verbosity::Silent});
+  train::save_checkpoint(dir.path() / "device.ckpt", trained, optimizer, {});
+
+  nn::Sequential on_cpu = nn::small_cnn({8, 8, 3}, 99);
+  optim::Adam cpu_optimizer;
+  train::load_checkpoint(dir.path() / "device.ckpt", on_cpu, cpu_optimizer);
+  for (const auto& v : trained.variables()) CHECK(v->value.to_vector() == on_cpu.variable(v->name)->value.to_vector());
+  train::save_checkpoint(dir.path() / "cpu.ckpt", on_cpu, cpu_optimizer, {});
+
+  nn::Sequential back = nn::small_cnn({8, 8, 3}, 98, dut());
+  optim::Adam device_optimizer;
+  train::load_checkpoint(dir.path() / "cpu.ckpt", back, device_optimizer);
+  for (const auto& v : trained.variables()) {
+    CHECK(back.variable(v->name)->value.device() == dut());
+    CHECK(v->value.to_vector() == back.variable(v->name)->value.to_vector());
+  }
+}
+
+TEST_CASE("asynchronous copies between host and device arrive whole", "[memory]") {
+  const Tensor host = test_util::random_tensor({333, 77}, 40);
+  const Tensor pinned = Tensor::pinned(host.shape());
+  std::copy(host.data(), host.data() + host.numel(), pinned.data());
+  Tensor device = Tensor::uninitialized(host.shape(), dut()), back = Tensor::pinned(host.shape());
+  CopyStream stream(dut());
+  stream.copy(pinned, device);
+  stream.synchronize();
+  stream.copy(device, back);
+  stream.synchronize();
+  CHECK(back.to_vector() == host.to_vector());
+}
+
+TEST_CASE("running out of device memory is a DeviceError naming the bytes and the allocator", "[memory]") {
+  if (dut() != Device::CUDA) SUCCEED("only a real device runs out of memory");
+  else {
+    const std::int64_t elements = std::int64_t{1} << 40;  // 4 TiB
+    try {
+      Tensor huge({elements}, dut());
+      FAIL("a 4 TiB tensor was allocated");
+    } catch (const DeviceError& e) {
+      INFO(e.what());
+      CHECK(std::string(e.what()).find("out of memory allocating 4398046511104 bytes") != std::string::npos);
+      CHECK(std::string(e.what()).find("in use") != std::string::npos);
+    }
+    const Tensor fine({1024}, dut());  // the device still works afterwards
+    CHECK(ops::sum(fine) == 0.0);
+  }
+}
