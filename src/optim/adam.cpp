@@ -13,10 +13,13 @@ Adam::Adam(AdamOptions options) : Optimizer(options.learning_rate, options.decay
   COHORT_CHECK(options_.epsilon > 0, "Adam epsilon must be positive");
 }
 
-void Adam::update(const Tensor& value, const Tensor& gradient, std::vector<Tensor>& slots, double learning_rate) {
+void Adam::update(const std::vector<VariableState>& variables, double learning_rate) {
   const double t = static_cast<double>(iterations() + 1);
   const double step = learning_rate * std::sqrt(1.0 - std::pow(options_.beta_2, t)) / (1.0 - std::pow(options_.beta_1, t));
-  ops::adam_update(value, gradient, slots[0], slots[1], static_cast<float>(step), static_cast<float>(options_.beta_1),
+  std::vector<ops::AdamOperands> operands;
+  operands.reserve(variables.size());
+  for (const VariableState& v : variables) operands.push_back({*v.value, *v.gradient, (*v.slots)[0], (*v.slots)[1]});
+  ops::adam_update(operands, static_cast<float>(step), static_cast<float>(options_.beta_1),
                    static_cast<float>(options_.beta_2), static_cast<float>(options_.epsilon),
                    static_cast<float>(options_.weight_decay));
 }

@@ -27,6 +27,18 @@ double Optimizer::learning_rate() const {
 }
 
 void Optimizer::apply(const std::string& variable_name, const Tensor& value, const Tensor& gradient) {
+  apply(std::vector<Gradient>{{variable_name, value, gradient}});
+}
+
+void Optimizer::apply(const std::vector<Gradient>& gradients) {
+  if (gradients.empty()) return;
+  std::vector<VariableState> variables;
+  variables.reserve(gradients.size());
+  for (const Gradient& g : gradients) variables.push_back({&g.value, &g.gradient, &slots_for(g.name, g.value)});
+  update(variables, learning_rate());
+}
+
+std::vector<Tensor>& Optimizer::slots_for(const std::string& variable_name, const Tensor& value) {
   SlotState& state = state_[variable_name];
   const auto wanted = static_cast<std::size_t>(slots_per_variable());
   if (state.slots.empty() && wanted > 0) {
@@ -42,7 +54,7 @@ void Optimizer::apply(const std::string& variable_name, const Tensor& value, con
                                     name(), variable_name, slot.shape(), device_name(slot.device()),
                                     device_name(value.device())));
   }
-  update(value, gradient, state.slots, learning_rate());
+  return state.slots;
 }
 
 void Optimizer::to(Device device) {

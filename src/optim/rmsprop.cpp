@@ -10,14 +10,20 @@ RMSprop::RMSprop(RMSpropOptions options) : Optimizer(options.learning_rate, opti
   COHORT_CHECK(options_.momentum >= 0 && options_.momentum < 1, "RMSprop momentum must be in [0, 1)");
 }
 
-void RMSprop::update(const Tensor& value, const Tensor& gradient, std::vector<Tensor>& slots, double learning_rate) {
-  // Slot order: mean_square, then mean_gradient when centered, then velocity when momentum > 0.
-  std::size_t next = 1;
-  const Tensor mean_gradient = options_.centered ? slots[next++] : Tensor();
-  const Tensor velocity = options_.momentum > 0 ? slots[next++] : Tensor();
-  ops::rmsprop_update(value, gradient, slots[0], mean_gradient, velocity, static_cast<float>(learning_rate),
-                      static_cast<float>(options_.rho), static_cast<float>(options_.momentum),
-                      static_cast<float>(options_.epsilon), static_cast<float>(options_.weight_decay));
+void RMSprop::update(const std::vector<VariableState>& variables, double learning_rate) {
+  std::vector<ops::RmspropOperands> operands;
+  operands.reserve(variables.size());
+  for (const VariableState& v : variables) {
+    // Slot order: mean_square, then mean_gradient when centered, then velocity when momentum > 0.
+    const std::vector<Tensor>& slots = *v.slots;
+    std::size_t next = 1;
+    const Tensor mean_gradient = options_.centered ? slots[next++] : Tensor();
+    const Tensor velocity = options_.momentum > 0 ? slots[next++] : Tensor();
+    operands.push_back({*v.value, *v.gradient, slots[0], mean_gradient, velocity});
+  }
+  ops::rmsprop_update(operands, static_cast<float>(learning_rate), static_cast<float>(options_.rho),
+                      static_cast<float>(options_.momentum), static_cast<float>(options_.epsilon),
+                      static_cast<float>(options_.weight_decay));
 }
 
 }  // namespace cohort::optim

@@ -11,9 +11,13 @@ SGD::SGD(SGDOptions options) : Optimizer(options.learning_rate, options.decay), 
   COHORT_CHECK(!options_.nesterov || options_.momentum > 0, "Nesterov SGD needs momentum > 0");
 }
 
-void SGD::update(const Tensor& value, const Tensor& gradient, std::vector<Tensor>& slots, double learning_rate) {
-  ops::sgd_update(value, gradient, slots.empty() ? Tensor() : slots[0], static_cast<float>(learning_rate),
-                  static_cast<float>(options_.momentum), options_.nesterov, static_cast<float>(options_.weight_decay));
+void SGD::update(const std::vector<VariableState>& variables, double learning_rate) {
+  std::vector<ops::SgdOperands> operands;
+  operands.reserve(variables.size());
+  for (const VariableState& v : variables)
+    operands.push_back({*v.value, *v.gradient, v.slots->empty() ? Tensor() : v.slots->front()});
+  ops::sgd_update(operands, static_cast<float>(learning_rate), static_cast<float>(options_.momentum), options_.nesterov,
+                  static_cast<float>(options_.weight_decay));
 }
 
 }  // namespace cohort::optim

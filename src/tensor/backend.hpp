@@ -89,12 +89,11 @@ class Backend {
   virtual void dropout_mask(const Tensor& mask, float rate, std::uint64_t seed) = 0;
 
   // ---- optimizer updates
-  virtual void sgd_update(const Tensor& value, const Tensor& gradient, const Tensor& velocity, float learning_rate,
-                          float momentum, bool nesterov, float weight_decay) = 0;
-  virtual void adam_update(const Tensor& value, const Tensor& gradient, const Tensor& m, const Tensor& v,
-                           float learning_rate, float beta_1, float beta_2, float epsilon, float weight_decay) = 0;
-  virtual void rmsprop_update(const Tensor& value, const Tensor& gradient, const Tensor& mean_square,
-                              const Tensor& mean_gradient, const Tensor& velocity, float learning_rate, float rho,
+  virtual void sgd_update(const std::vector<ops::SgdOperands>& variables, float learning_rate, float momentum,
+                          bool nesterov, float weight_decay) = 0;
+  virtual void adam_update(const std::vector<ops::AdamOperands>& variables, float learning_rate, float beta_1,
+                           float beta_2, float epsilon, float weight_decay) = 0;
+  virtual void rmsprop_update(const std::vector<ops::RmspropOperands>& variables, float learning_rate, float rho,
                               float momentum, float epsilon, float weight_decay) = 0;
 
   // ---- losses and metrics

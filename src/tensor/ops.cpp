@@ -2,7 +2,9 @@
 // (backend_for() in backend.cpp is the one place that maps a device to its backend).
 #include "cohort/tensor/ops.hpp"
 
+#include <array>
 #include <initializer_list>
+#include <span>
 
 #include "cohort/core/check.hpp"
 #include "tensor/backend.hpp"
@@ -28,7 +30,7 @@ template class Plan<BatchNormGeometry>;
 namespace ops {
 namespace {
 
-std::string describe_operands(std::initializer_list<const Tensor*> operands) {
+std::string describe_operands(std::span<const Tensor* const> operands) {
   std::string out;
   for (const Tensor* t : operands)
     if (t->defined()) out += fmt::format("{}{} on {}", out.empty() ? "" : ", ", t->shape(), device_name(t->device()));
@@ -37,7 +39,7 @@ std::string describe_operands(std::initializer_list<const Tensor*> operands) {
 
 // The backend of the device every defined operand lives on. Operands on different devices, or still
 // being copied asynchronously, are the caller's error: DeviceError naming the op, devices and shapes.
-Backend& backend_of(const char* op, std::initializer_list<const Tensor*> operands) {
+Backend& backend_of(const char* op, std::span<const Tensor* const> operands) {
   const Tensor* first = nullptr;
   for (const Tensor* t : operands) {
     if (!t->defined()) continue;
@@ -52,6 +54,10 @@ Backend& backend_of(const char* op, std::initializer_list<const Tensor*> operand
   }
   COHORT_CHECK(first != nullptr, "{}: no defined operand", op);
   return backend_for(first->device());
+}
+
+Backend& backend_of(const char* op, std::initializer_list<const Tensor*> operands) {
+  return backend_of(op, std::span<const Tensor* const>(operands.begin(), operands.size()));
 }
 
 void check_same_shape(const char* op, const Tensor& a, const Tensor& b) {
@@ -273,31 +279,55 @@ void dropout_mask(const Tensor& mask, float rate, std::uint64_t seed) {
   backend_of("dropout_mask", {&mask}).dropout_mask(mask, rate, seed);
 }
 
-void sgd_update(const Tensor& value, const Tensor& gradient, const Tensor& velocity, float learning_rate,
-                float momentum, bool nesterov, float weight_decay) {
-  check_same_shape("sgd_update", value, gradient);
-  if (velocity.defined()) check_same_shape("sgd_update", value, velocity);
-  COHORT_CHECK(momentum == 0.0f || velocity.defined(), "sgd_update: momentum needs a velocity slot");
-  backend_of("sgd_update", {&value, &gradient, &velocity}).sgd_update(value, gradient, velocity, learning_rate, momentum, nesterov, weight_decay);
+namespace {
+
+// The backend of every operand of every variable, each variable's operands shaped like its value.
+template <class Operands, class Each>
+Backend& update_backend(const char* op, const std::vector<Operands>& variables, Each&& operands_of) {
+  COHORT_CHECK(!variables.empty(), "{}: no variables", op);
+  Backend* backend = nullptr;
+  for (const Operands& variable : variables) {
+    const auto operands = operands_of(variable);
+    for (const Tensor* t : operands)
+      if (t->defined()) check_same_shape(op, variable.value, *t);
+    Backend& mine = backend_of(op, operands);
+    if (backend != nullptr && &mine != backend)
+      throw DeviceError(fmt::format("{}: variables on {} and on {} in one update", op, device_name(backend->device()),
+                                    device_name(mine.device())));
+    backend = &mine;
+  }
+  return *backend;
 }
 
-void adam_update(const Tensor& value, const Tensor& gradient, const Tensor& m, const Tensor& v, float learning_rate,
-                 float beta_1, float beta_2, float epsilon, float weight_decay) {
-  check_same_shape("adam_update", value, gradient);
-  check_same_shape("adam_update", value, m);
-  check_same_shape("adam_update", value, v);
-  backend_of("adam_update", {&value, &gradient, &m, &v}).adam_update(value, gradient, m, v, learning_rate, beta_1, beta_2, epsilon, weight_decay);
+}  // namespace
+
+void sgd_update(const std::vector<SgdOperands>& variables, float learning_rate, float momentum, bool nesterov,
+                float weight_decay) {
+  for (const SgdOperands& v : variables)
+    COHORT_CHECK(momentum == 0.0f || v.velocity.defined(), "sgd_update: momentum needs a velocity slot");
+  update_backend("sgd_update", variables, [](const SgdOperands& v) {
+    return std::array<const Tensor*, 3>{&v.value, &v.gradient, &v.velocity};
+  }).sgd_update(variables, learning_rate, momentum, nesterov, weight_decay);
 }
 
-void rmsprop_update(const Tensor& value, const Tensor& gradient, const Tensor& mean_square, const Tensor& mean_gradient,
-                    const Tensor& velocity, float learning_rate, float rho, float momentum, float epsilon,
-                    float weight_decay) {
-  check_same_shape("rmsprop_update", value, gradient);
-  check_same_shape("rmsprop_update", value, mean_square);
-  if (mean_gradient.defined()) check_same_shape("rmsprop_update", value, mean_gradient);
-  COHORT_CHECK(momentum == 0.0f || velocity.defined(), "rmsprop_update: momentum needs a velocity slot");
-  backend_of("rmsprop_update", {&value, &gradient, &mean_square, &mean_gradient, &velocity}).rmsprop_update(value, gradient, mean_square, mean_gradient, velocity, learning_rate, rho, momentum, epsilon,
-                        weight_decay);
+void adam_update(const std::vector<AdamOperands>& variables, float learning_rate, float beta_1, float beta_2,
+                 float epsilon, float weight_decay) {
+  for (const AdamOperands& v : variables)
+    COHORT_CHECK(v.m.defined() && v.v.defined(), "adam_update: both moments are needed");
+  update_backend("adam_update", variables, [](const AdamOperands& v) {
+    return std::array<const Tensor*, 4>{&v.value, &v.gradient, &v.m, &v.v};
+  }).adam_update(variables, learning_rate, beta_1, beta_2, epsilon, weight_decay);
+}
+
+void rmsprop_update(const std::vector<RmspropOperands>& variables, float learning_rate, float rho, float momentum,
+                    float epsilon, float weight_decay) {
+  for (const RmspropOperands& v : variables) {
+    COHORT_CHECK(v.mean_square.defined(), "rmsprop_update: the mean_square slot is needed");
+    COHORT_CHECK(momentum == 0.0f || v.velocity.defined(), "rmsprop_update: momentum needs a velocity slot");
+  }
+  update_backend("rmsprop_update", variables, [](const RmspropOperands& v) {
+    return std::array<const Tensor*, 5>{&v.value, &v.gradient, &v.mean_square, &v.mean_gradient, &v.velocity};
+  }).rmsprop_update(variables, learning_rate, rho, momentum, epsilon, weight_decay);
 }
 
 double softmax_cross_entropy(const Tensor& logits, const Tensor& labels, const Tensor& dlogits) {

@@ -3,8 +3,11 @@
 namespace cohort::train {
 
 void update_variables(optim::Optimizer& optimizer, const std::vector<nn::VariablePtr>& variables) {
+  std::vector<optim::Optimizer::Gradient> gradients;
+  gradients.reserve(variables.size());
   for (const auto& variable : variables)
-    if (variable->trainable) optimizer.apply(variable->name, variable->value, variable->gradient);
+    if (variable->trainable) gradients.push_back({variable->name, variable->value, variable->gradient});
+  optimizer.apply(gradients);  // one op for all: one launch on a GPU
   optimizer.finish_step();
 }
 

@@ -265,24 +265,42 @@ TEST_CASE("batch normalization matches the CPU in training and inference, forwar
   }
 }
 
-TEST_CASE("optimizer updates match the CPU over several steps", "[ops]") {
-  const Shape shape{1000, 37};
-  Pair w = random(shape, 20), v = zeros(shape), m = zeros(shape), s = zeros(shape), mg = zeros(shape);
-  for (int step = 0; step < 3; ++step) {
-    const Pair g = random(shape, 21 + static_cast<std::uint64_t>(step));
-    ops::sgd_update(w.cpu, g.cpu, v.cpu, 0.1f, 0.9f, step == 1, 1e-4f);
-    ops::sgd_update(w.device, g.device, v.device, 0.1f, 0.9f, step == 1, 1e-4f);
-    ops::sgd_update(w.cpu, g.cpu, Tensor(), 0.05f, 0.0f, false, 0.0f);
-    ops::sgd_update(w.device, g.device, Tensor(), 0.05f, 0.0f, false, 0.0f);
-    ops::adam_update(w.cpu, g.cpu, m.cpu, s.cpu, 1e-3f, 0.9f, 0.999f, 1e-7f, 0.0f);
-    ops::adam_update(w.device, g.device, m.device, s.device, 1e-3f, 0.9f, 0.999f, 1e-7f, 0.0f);
-    ops::rmsprop_update(w.cpu, g.cpu, s.cpu, mg.cpu, v.cpu, 1e-3f, 0.9f, 0.5f, 1e-7f, 1e-4f);
-    ops::rmsprop_update(w.device, g.device, s.device, mg.device, v.device, 1e-3f, 0.9f, 0.5f, 1e-7f, 1e-4f);
+TEST_CASE("optimizer updates of many variables at once match the CPU over several steps", "[ops]") {
+  // More variables than one launch takes, of sizes from 1 element to a million.
+  struct Variable {
+    Pair w, v, m, s, mg;
+  };
+  std::vector<Variable> variables;
+  for (std::int64_t i = 0; i < 40; ++i) {
+    const Shape shape{i == 7 ? std::int64_t{1} << 20 : 1 + i * 37};
+    variables.push_back({random(shape, 20 + static_cast<std::uint64_t>(i)), zeros(shape), zeros(shape), zeros(shape), zeros(shape)});
   }
-  require_close(w.cpu, w.device, kOpTolerance, "weights");
-  require_close(m.cpu, m.device, kOpTolerance, "Adam m");
-  require_close(s.cpu, s.device, kOpTolerance, "second moments");
-  require_close(v.cpu, v.device, kOpTolerance, "velocity");
+  for (int step = 0; step < 3; ++step) {
+    for (bool on_device : {false, true}) {
+      const auto pick = [&](const Pair& p) { return on_device ? p.device : p.cpu; };
+      std::vector<ops::SgdOperands> sgd, plain_sgd;
+      std::vector<ops::AdamOperands> adam;
+      std::vector<ops::RmspropOperands> rmsprop;
+      for (std::size_t i = 0; i < variables.size(); ++i) {
+        const Variable& x = variables[i];
+        const Pair g = random(x.w.cpu.shape(), 100 * static_cast<std::uint64_t>(step) + i);
+        sgd.push_back({pick(x.w), pick(g), pick(x.v)});
+        plain_sgd.push_back({pick(x.w), pick(g), Tensor()});
+        adam.push_back({pick(x.w), pick(g), pick(x.m), pick(x.s)});
+        rmsprop.push_back({pick(x.w), pick(g), pick(x.s), pick(x.mg), pick(x.v)});
+      }
+      ops::sgd_update(sgd, 0.1f, 0.9f, step == 1, 1e-4f);
+      ops::sgd_update(plain_sgd, 0.05f, 0.0f, false, 0.0f);
+      ops::adam_update(adam, 1e-3f, 0.9f, 0.999f, 1e-7f, 0.0f);
+      ops::rmsprop_update(rmsprop, 1e-3f, 0.9f, 0.5f, 1e-7f, 1e-4f);
+    }
+  }
+  for (const Variable& x : variables) {
+    require_close(x.w.cpu, x.w.device, kOpTolerance, "weights");
+    require_close(x.m.cpu, x.m.device, kOpTolerance, "Adam m");
+    require_close(x.s.cpu, x.s.device, kOpTolerance, "second moments");
+    require_close(x.v.cpu, x.v.device, kOpTolerance, "velocity");
+  }
 }
 
 TEST_CASE("losses and accuracy match the CPU for class indices and targets", "[ops]") {

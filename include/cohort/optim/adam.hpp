@@ -24,7 +24,7 @@ class Adam : public Optimizer {
   int slots_per_variable() const override { return 2; }
 
  protected:
-  void update(const Tensor& value, const Tensor& gradient, std::vector<Tensor>& slots, double learning_rate) override;
+  void update(const std::vector<VariableState>& variables, double learning_rate) override;
 
  private:
   AdamOptions options_;

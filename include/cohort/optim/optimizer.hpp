@@ -39,6 +39,12 @@ class Optimizer {
   // Updates one variable from its gradient with the current iteration's learning rate. State kept on
   // another device than the variable's is a DeviceError (move it with to()).
   void apply(const std::string& variable_name, const Tensor& value, const Tensor& gradient);
+  // Updates several variables at once, as one op (one launch on a GPU for all of them).
+  struct Gradient {
+    std::string name;
+    Tensor value, gradient;
+  };
+  void apply(const std::vector<Gradient>& gradients);
   void finish_step() { ++iterations_; }
   // Moves every slot to `device`.
   void to(Device device);
@@ -56,8 +62,16 @@ class Optimizer {
 
  protected:
   Optimizer(Schedule learning_rate, double decay);
-  virtual void update(const Tensor& value, const Tensor& gradient, std::vector<Tensor>& slots,
-                      double learning_rate) = 0;
+  // What update() gets per variable: its value, its gradient and its slots (shapes and devices checked).
+  struct VariableState {
+    const Tensor* value;
+    const Tensor* gradient;
+    std::vector<Tensor>* slots;
+  };
+  virtual void update(const std::vector<VariableState>& variables, double learning_rate) = 0;
+
+ private:
+  std::vector<Tensor>& slots_for(const std::string& variable_name, const Tensor& value);
 
  private:
   Schedule schedule_;

@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "cohort/tensor/geometry.hpp"
 #include "cohort/tensor/tensor.hpp"
@@ -114,18 +115,27 @@ void moving_average_update(const Tensor& moving, const Tensor& batch, float mome
 // generator keyed by (seed, i), so the mask does not depend on the thread count.
 void dropout_mask(const Tensor& mask, float rate, std::uint64_t seed);
 
-// ---- optimizer updates, fused into one pass over each variable (Keras semantics, see optim/).
+// ---- optimizer updates (Keras semantics, see optim/), fused into one pass over each variable, for any
+// number of variables at once with the same hyperparameters: a GPU updates them all in one launch.
 // L2 weight decay adds weight_decay * w to the gradient first.
 // SGD: with momentum, v = momentum * v - lr * g; w += v (Nesterov: w += momentum * v - lr * g).
-void sgd_update(const Tensor& value, const Tensor& gradient, const Tensor& velocity, float learning_rate,
-                float momentum, bool nesterov, float weight_decay);
+struct SgdOperands {
+  Tensor value, gradient, velocity;  // velocity undefined without momentum
+};
+void sgd_update(const std::vector<SgdOperands>& variables, float learning_rate, float momentum, bool nesterov,
+                float weight_decay);
 // Adam: m, v moments; the caller folds bias correction into the learning rate.
-void adam_update(const Tensor& value, const Tensor& gradient, const Tensor& m, const Tensor& v, float learning_rate,
-                 float beta_1, float beta_2, float epsilon, float weight_decay);
+struct AdamOperands {
+  Tensor value, gradient, m, v;
+};
+void adam_update(const std::vector<AdamOperands>& variables, float learning_rate, float beta_1, float beta_2,
+                 float epsilon, float weight_decay);
 // RMSprop: mean_square (and mean_gradient when centered, velocity when momentum > 0) as in Keras.
-void rmsprop_update(const Tensor& value, const Tensor& gradient, const Tensor& mean_square, const Tensor& mean_gradient,
-                    const Tensor& velocity, float learning_rate, float rho, float momentum, float epsilon,
-                    float weight_decay);
+struct RmspropOperands {
+  Tensor value, gradient, mean_square, mean_gradient, velocity;
+};
+void rmsprop_update(const std::vector<RmspropOperands>& variables, float learning_rate, float rho, float momentum,
+                    float epsilon, float weight_decay);
 
 // ---- losses and metrics. labels: shape (N) of class indices, or (N, C) one-hot / soft targets.
 // Mean categorical cross-entropy of softmax(logits), computed stably; writes dlogits when defined.

@@ -356,29 +356,63 @@ void CudaBackend::dropout_mask(const Tensor& mask, float rate, std::uint64_t see
   COHORT_CUDA_LAUNCHED("dropout_mask of {}", mask.shape());
 }
 
-void CudaBackend::sgd_update(const Tensor& value, const Tensor& gradient, const Tensor& velocity, float learning_rate,
-                             float momentum, bool nesterov, float weight_decay) {
-  activate();
-  kernels::sgd_update(out(value), in(gradient), out(velocity), value.numel(), learning_rate, momentum, nesterov,
-                      weight_decay, compute_);
-  COHORT_CUDA_LAUNCHED("sgd_update of {}", value.shape());
+namespace {
+
+// Launches `launch` for the variables in lists of at most kMaxTensorsPerLaunch; `operands` gives a
+// variable's value, gradient and slots.
+template <class Operands, class Pointers, class Launch>
+void for_each_list(const std::vector<Operands>& variables, Pointers&& operands, Launch&& launch) {
+  kernels::TensorList list;
+  const auto flush = [&] {
+    if (list.count > 0) launch(list);
+    list = {};
+  };
+  for (const Operands& variable : variables) {
+    const std::vector<const Tensor*> tensors = operands(variable);
+    for (std::size_t k = 0; k < tensors.size(); ++k) list.operand[k][list.count] = out(*tensors[k]);
+    list.size[list.count++] = variable.value.numel();
+    if (list.count == kernels::kMaxTensorsPerLaunch) flush();
+  }
+  flush();
 }
 
-void CudaBackend::adam_update(const Tensor& value, const Tensor& gradient, const Tensor& m, const Tensor& v,
-                              float learning_rate, float beta_1, float beta_2, float epsilon, float weight_decay) {
+}  // namespace
+
+void CudaBackend::sgd_update(const std::vector<ops::SgdOperands>& variables, float learning_rate, float momentum,
+                             bool nesterov, float weight_decay) {
   activate();
-  kernels::adam_update(out(value), in(gradient), out(m), out(v), value.numel(), learning_rate, beta_1, beta_2, epsilon,
-                       weight_decay, compute_);
-  COHORT_CUDA_LAUNCHED("adam_update of {}", value.shape());
+  for_each_list(
+      variables,
+      [](const ops::SgdOperands& v) { return std::vector<const Tensor*>{&v.value, &v.gradient, &v.velocity}; },
+      [&](const kernels::TensorList& list) {
+        kernels::sgd_update(list, learning_rate, momentum, nesterov, weight_decay, compute_);
+      });
+  COHORT_CUDA_LAUNCHED("sgd_update of {} variables", variables.size());
 }
 
-void CudaBackend::rmsprop_update(const Tensor& value, const Tensor& gradient, const Tensor& mean_square,
-                                 const Tensor& mean_gradient, const Tensor& velocity, float learning_rate, float rho,
+void CudaBackend::adam_update(const std::vector<ops::AdamOperands>& variables, float learning_rate, float beta_1,
+                              float beta_2, float epsilon, float weight_decay) {
+  activate();
+  for_each_list(
+      variables, [](const ops::AdamOperands& v) { return std::vector<const Tensor*>{&v.value, &v.gradient, &v.m, &v.v}; },
+      [&](const kernels::TensorList& list) {
+        kernels::adam_update(list, learning_rate, beta_1, beta_2, epsilon, weight_decay, compute_);
+      });
+  COHORT_CUDA_LAUNCHED("adam_update of {} variables", variables.size());
+}
+
+void CudaBackend::rmsprop_update(const std::vector<ops::RmspropOperands>& variables, float learning_rate, float rho,
                                  float momentum, float epsilon, float weight_decay) {
   activate();
-  kernels::rmsprop_update(out(value), in(gradient), out(mean_square), out(mean_gradient), out(velocity), value.numel(),
-                          learning_rate, rho, momentum, epsilon, weight_decay, compute_);
-  COHORT_CUDA_LAUNCHED("rmsprop_update of {}", value.shape());
+  for_each_list(
+      variables,
+      [](const ops::RmspropOperands& v) {
+        return std::vector<const Tensor*>{&v.value, &v.gradient, &v.mean_square, &v.mean_gradient, &v.velocity};
+      },
+      [&](const kernels::TensorList& list) {
+        kernels::rmsprop_update(list, learning_rate, rho, momentum, epsilon, weight_decay, compute_);
+      });
+  COHORT_CUDA_LAUNCHED("rmsprop_update of {} variables", variables.size());
 }
 
 template <class Launch>

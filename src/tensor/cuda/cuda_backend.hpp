@@ -111,12 +111,11 @@ class CudaBackend final : public Backend {
   void moving_average_update(const Tensor& moving, const Tensor& batch, float momentum) override;
   void dropout_mask(const Tensor& mask, float rate, std::uint64_t seed) override;
 
-  void sgd_update(const Tensor& value, const Tensor& gradient, const Tensor& velocity, float learning_rate,
-                  float momentum, bool nesterov, float weight_decay) override;
-  void adam_update(const Tensor& value, const Tensor& gradient, const Tensor& m, const Tensor& v, float learning_rate,
-                   float beta_1, float beta_2, float epsilon, float weight_decay) override;
-  void rmsprop_update(const Tensor& value, const Tensor& gradient, const Tensor& mean_square,
-                      const Tensor& mean_gradient, const Tensor& velocity, float learning_rate, float rho,
+  void sgd_update(const std::vector<ops::SgdOperands>& variables, float learning_rate, float momentum, bool nesterov,
+                  float weight_decay) override;
+  void adam_update(const std::vector<ops::AdamOperands>& variables, float learning_rate, float beta_1, float beta_2,
+                   float epsilon, float weight_decay) override;
+  void rmsprop_update(const std::vector<ops::RmspropOperands>& variables, float learning_rate, float rho,
                       float momentum, float epsilon, float weight_decay) override;
 
   double softmax_cross_entropy(const Tensor& logits, const Tensor& labels, const Tensor& dlogits) override;

@@ -334,9 +334,16 @@ __global__ void dropout_kernel(float* mask, std::int64_t n, std::uint64_t key, s
   }
 }
 
-__global__ void sgd_kernel(float* w, const float* g, float* v, std::int64_t n, float learning_rate, float momentum,
-                           bool nesterov, float weight_decay) {
-  COHORT_GRID_STRIDE(i, n) {
+// The list kernels: blockIdx.y picks the variable, the x blocks stride over its elements.
+#define COHORT_LIST_STRIDE(i, list)                                                                         \
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < (list).size[blockIdx.y]; \
+       i += static_cast<std::int64_t>(blockDim.x) * gridDim.x)
+
+__global__ void sgd_kernel(TensorList list, float learning_rate, float momentum, bool nesterov, float weight_decay) {
+  float* w = list.operand[0][blockIdx.y];
+  const float* g = list.operand[1][blockIdx.y];
+  float* v = list.operand[2][blockIdx.y];
+  COHORT_LIST_STRIDE(i, list) {
     const float grad = g[i] + weight_decay * w[i];
     if (v == nullptr) {
       w[i] -= learning_rate * grad;
@@ -347,9 +354,13 @@ __global__ void sgd_kernel(float* w, const float* g, float* v, std::int64_t n, f
   }
 }
 
-__global__ void adam_kernel(float* w, const float* g, float* m, float* v, std::int64_t n, float learning_rate,
-                            float beta_1, float beta_2, float epsilon, float weight_decay) {
-  COHORT_GRID_STRIDE(i, n) {
+__global__ void adam_kernel(TensorList list, float learning_rate, float beta_1, float beta_2, float epsilon,
+                            float weight_decay) {
+  float* w = list.operand[0][blockIdx.y];
+  const float* g = list.operand[1][blockIdx.y];
+  float* m = list.operand[2][blockIdx.y];
+  float* v = list.operand[3][blockIdx.y];
+  COHORT_LIST_STRIDE(i, list) {
     const float grad = g[i] + weight_decay * w[i];
     m[i] = beta_1 * m[i] + (1.0f - beta_1) * grad;
     v[i] = beta_2 * v[i] + (1.0f - beta_2) * grad * grad;
@@ -357,9 +368,14 @@ __global__ void adam_kernel(float* w, const float* g, float* m, float* v, std::i
   }
 }
 
-__global__ void rmsprop_kernel(float* w, const float* g, float* ms, float* mg, float* mom, std::int64_t n,
-                               float learning_rate, float rho, float momentum, float epsilon, float weight_decay) {
-  COHORT_GRID_STRIDE(i, n) {
+__global__ void rmsprop_kernel(TensorList list, float learning_rate, float rho, float momentum, float epsilon,
+                               float weight_decay) {
+  float* w = list.operand[0][blockIdx.y];
+  const float* g = list.operand[1][blockIdx.y];
+  float* ms = list.operand[2][blockIdx.y];
+  float* mg = list.operand[3][blockIdx.y];
+  float* mom = list.operand[4][blockIdx.y];
+  COHORT_LIST_STRIDE(i, list) {
     const float grad = g[i] + weight_decay * w[i];
     ms[i] = rho * ms[i] + (1.0f - rho) * grad * grad;
     float denominator = ms[i];
@@ -374,6 +390,13 @@ __global__ void rmsprop_kernel(float* w, const float* g, float* ms, float* mg, f
       w[i] -= learning_rate * grad / (sqrtf(denominator) + epsilon);
     }
   }
+}
+
+// Enough x blocks for the largest variable, at most 1024 (each then strides).
+dim3 list_grid(const TensorList& list) {
+  std::int64_t largest = 1;
+  for (int t = 0; t < list.count; ++t) largest = std::max(largest, list.size[t]);
+  return dim3(static_cast<unsigned>(std::min(blocks_for(largest), 1024)), static_cast<unsigned>(list.count));
 }
 
 // The target weight of class j in row r, and the row's label (arg-max of dense targets).
@@ -597,24 +620,22 @@ void dropout_mask(float* mask, std::int64_t n, std::uint64_t key, std::uint64_t 
   if (n > 0) dropout_kernel<<<blocks_for(n), kThreads, 0, stream>>>(mask, n, key, threshold, keep_scale);
 }
 
-void sgd_update(float* w, const float* g, float* velocity, std::int64_t n, float learning_rate, float momentum,
-                bool nesterov, float weight_decay, cudaStream_t stream) {
-  if (n > 0)
-    sgd_kernel<<<blocks_for(n), kThreads, 0, stream>>>(w, g, velocity, n, learning_rate, momentum, nesterov, weight_decay);
+void sgd_update(const TensorList& list, float learning_rate, float momentum, bool nesterov, float weight_decay,
+                cudaStream_t stream) {
+  if (list.count > 0)
+    sgd_kernel<<<list_grid(list), kThreads, 0, stream>>>(list, learning_rate, momentum, nesterov, weight_decay);
 }
 
-void adam_update(float* w, const float* g, float* m, float* v, std::int64_t n, float learning_rate, float beta_1,
-                 float beta_2, float epsilon, float weight_decay, cudaStream_t stream) {
-  if (n > 0)
-    adam_kernel<<<blocks_for(n), kThreads, 0, stream>>>(w, g, m, v, n, learning_rate, beta_1, beta_2, epsilon, weight_decay);
+void adam_update(const TensorList& list, float learning_rate, float beta_1, float beta_2, float epsilon,
+                 float weight_decay, cudaStream_t stream) {
+  if (list.count > 0)
+    adam_kernel<<<list_grid(list), kThreads, 0, stream>>>(list, learning_rate, beta_1, beta_2, epsilon, weight_decay);
 }
 
-void rmsprop_update(float* w, const float* g, float* mean_square, float* mean_gradient, float* velocity,
-                    std::int64_t n, float learning_rate, float rho, float momentum, float epsilon,
+void rmsprop_update(const TensorList& list, float learning_rate, float rho, float momentum, float epsilon,
                     float weight_decay, cudaStream_t stream) {
-  if (n > 0)
-    rmsprop_kernel<<<blocks_for(n), kThreads, 0, stream>>>(w, g, mean_square, mean_gradient, velocity, n, learning_rate,
-                                                           rho, momentum, epsilon, weight_decay);
+  if (list.count > 0)
+    rmsprop_kernel<<<list_grid(list), kThreads, 0, stream>>>(list, learning_rate, rho, momentum, epsilon, weight_decay);
 }
 
 void softmax_cross_entropy(const LossRows& rows, float* dlogits, cudaStream_t stream) {

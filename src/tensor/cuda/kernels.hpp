@@ -83,13 +83,20 @@ void crop_images(const PaddedImage& p, const float* padded, float* x, cudaStream
 void dropout_mask(float* mask, std::int64_t n, std::uint64_t key, std::uint64_t threshold, float keep_scale,
                   cudaStream_t stream);
 
-// ---- optimizer updates (the CPU backend's formulas)
-void sgd_update(float* w, const float* g, float* velocity, std::int64_t n, float learning_rate, float momentum,
-                bool nesterov, float weight_decay, cudaStream_t stream);
-void adam_update(float* w, const float* g, float* m, float* v, std::int64_t n, float learning_rate, float beta_1,
-                 float beta_2, float epsilon, float weight_decay, cudaStream_t stream);
-void rmsprop_update(float* w, const float* g, float* mean_square, float* mean_gradient, float* velocity,
-                    std::int64_t n, float learning_rate, float rho, float momentum, float epsilon,
+// ---- optimizer updates (the CPU backend's formulas) of up to kMaxTensorsPerLaunch variables in one
+// launch, passed by value as kernel parameters. operand[k][t] is operand k of variable t: the value, the
+// gradient, then the slots in the order of the optimizer's ops:: operands (null where unused).
+constexpr int kMaxTensorsPerLaunch = 32;
+struct TensorList {
+  float* operand[5][kMaxTensorsPerLaunch] = {};
+  std::int64_t size[kMaxTensorsPerLaunch] = {};
+  int count = 0;
+};
+void sgd_update(const TensorList& variables, float learning_rate, float momentum, bool nesterov, float weight_decay,
+                cudaStream_t stream);
+void adam_update(const TensorList& variables, float learning_rate, float beta_1, float beta_2, float epsilon,
+                 float weight_decay, cudaStream_t stream);
+void rmsprop_update(const TensorList& variables, float learning_rate, float rho, float momentum, float epsilon,
                     float weight_decay, cudaStream_t stream);
 
 // ---- losses and metrics, one thread per row. labels: class indices (sparse) or (rows x classes)
