@@ -63,6 +63,15 @@ bool device_available(Device device) {
   return false;
 }
 
+int cuda_device_index() {
+#if COHORT_HAS_CUDA
+  return cuda::cuda_ordinal();
+#else
+  backend_for(Device::CUDA);  // throws the reason
+  return -1;
+#endif
+}
+
 Device choose_device(std::string_view name) {
   if (name == "auto") return device_available(Device::CUDA) ? Device::CUDA : Device::CPU;
   const std::optional<Device> device = parse_device(name);

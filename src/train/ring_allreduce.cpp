@@ -3,6 +3,7 @@
 #include "cohort/comm/nccl.hpp"
 #include "cohort/core/check.hpp"
 #include "cohort/core/logging.hpp"
+#include "cohort/tensor/devices.hpp"
 #include "cohort/tensor/ops.hpp"
 #include "cohort/train/update.hpp"
 
@@ -64,7 +65,7 @@ void RingAllreduce::add_gpu_communicator(Device device) {
   if (host == nullptr) return;
   // Collective: every rank says whether and where it uses a GPU, and all reach the same verdict.
   std::string why_not;
-  auto nccl = comm::make_nccl_communicator(*host, device == Device::CUDA, why_not);
+  auto nccl = comm::make_nccl_communicator(*host, device == Device::CUDA ? cuda_device_index() : -1, why_not);
   if (nccl) {
     communicators_.insert(communicators_.begin(), std::shared_ptr<comm::Communicator>(std::move(nccl)));
     if (is_chief()) log::info("gradients travel over NCCL, from GPU to GPU");

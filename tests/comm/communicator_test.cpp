@@ -34,7 +34,7 @@ TEST_CASE("NCCL is set up only when every rank has a GPU of its own, and every r
   std::vector<std::string> reasons(3);
   comm_test::run_ranks(3, [&](int r) {
     auto ring = comm::make_ring_communicator(group.transport(r));
-    auto nccl = comm::make_nccl_communicator(*ring, /*uses_gpu=*/false, reasons[static_cast<std::size_t>(r)]);
+    auto nccl = comm::make_nccl_communicator(*ring, /*gpu=*/-1, reasons[static_cast<std::size_t>(r)]);
     CHECK(nccl == nullptr);
   });
   const std::string expected = comm::nccl_available() ? "rank 0 does not train on a GPU" : "has no NCCL";

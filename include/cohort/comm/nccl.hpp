@@ -9,7 +9,7 @@
 // communicator and fails the Work with a reason instead of hanging.
 //
 //   std::string why_not;
-//   auto nccl = comm::make_nccl_communicator(*ring, /*uses_gpu=*/true, why_not);   // on every rank
+//   auto nccl = comm::make_nccl_communicator(*ring, cuda_device_index(), why_not);   // on every rank
 
 #include <memory>
 #include <string>
@@ -20,8 +20,8 @@ namespace cohort::comm {
 
 // Whether this build has the NCCL communicator.
 bool nccl_available();
-// Collective: every rank of `bootstrap` calls it, `uses_gpu` saying whether its buffers live on the
-// calling thread's current GPU. Returns NCCL, or null with `why_not` set (the same on every rank).
-std::unique_ptr<Communicator> make_nccl_communicator(Communicator& bootstrap, bool uses_gpu, std::string& why_not);
+// Collective: every rank of `bootstrap` calls it with the CUDA ordinal of the GPU its buffers live on, or
+// -1 when they are not on a GPU. Returns NCCL, or null with `why_not` set (the same on every rank).
+std::unique_ptr<Communicator> make_nccl_communicator(Communicator& bootstrap, int gpu, std::string& why_not);
 
 }  // namespace cohort::comm

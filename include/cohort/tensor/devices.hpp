@@ -15,5 +15,9 @@ bool device_available(Device device);
 // "cpu", "cuda", "emulated" or "auto" (CUDA when available, else CPU). InvalidArgument for another name;
 // DeviceError with the reason for a device this process cannot use.
 Device choose_device(std::string_view name);
+// The CUDA ordinal (among CUDA_VISIBLE_DEVICES) of the GPU this process computes on: COHORT_CUDA_DEVICE,
+// else the local rank (LOCAL_RANK, OMPI_COMM_WORLD_LOCAL_RANK) modulo the GPUs, else 0. DeviceError where
+// CUDA cannot be used.
+int cuda_device_index();
 
 }  // namespace cohort

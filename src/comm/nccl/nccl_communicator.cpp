@@ -42,8 +42,8 @@ ncclDataType_t nccl_type(DataType type) {
 // What each rank tells the others before NCCL is set up: whether it uses a GPU, and which (its UUID).
 // Sent as floats whose bit patterns the host collectives copy unchanged.
 struct GpuIdentity {
-  std::uint32_t uses_gpu = 0;
-  char uuid[16] = {};
+  std::uint32_t uses_gpu;
+  char uuid[16];
 };
 constexpr std::size_t kIdentityFloats = (sizeof(GpuIdentity) + sizeof(float) - 1) / sizeof(float);
 constexpr std::size_t kIdFloats = (sizeof(ncclUniqueId) + sizeof(float) - 1) / sizeof(float);
@@ -57,16 +57,17 @@ class NcclCommunicator final : public Communicator {
       check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
       ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
       config.blocking = 0;
-      check_nccl(ncclCommInitRankConfig(&comm_, size_, id, rank_, &config), "ncclCommInitRankConfig");
+      const ncclResult_t started = ncclCommInitRankConfig(&comm_, size_, id, rank_, &config);
+      if (started != ncclSuccess && started != ncclInProgress) abort();
+      check_nccl(started, "ncclCommInitRankConfig");
       watch("ncclCommInitRankConfig", /*stream_work=*/false);
     })->wait(timeout_ + std::chrono::seconds(5));
   }
 
   ~NcclCommunicator() override {
     executor_.submit("NCCL teardown", [this] {
-      if (comm_ != nullptr) {
-        cudaSetDevice(gpu_);
-        if (aborted_) return;
+      cudaSetDevice(gpu_);
+      if (comm_ != nullptr && !aborted_) {
         ncclCommFinalize(comm_);
         ncclResult_t state = ncclInProgress;
         const auto deadline = Clock::now() + timeout_;
@@ -191,13 +192,11 @@ std::string describe_sharing(const std::vector<GpuIdentity>& identities) {
 
 bool nccl_available() { return true; }
 
-std::unique_ptr<Communicator> make_nccl_communicator(Communicator& bootstrap, bool uses_gpu, std::string& why_not) {
+std::unique_ptr<Communicator> make_nccl_communicator(Communicator& bootstrap, int gpu, std::string& why_not) {
   COHORT_CHECK(bootstrap.accepts(Device::CPU), "NCCL is set up over a host communicator, not '{}'", bootstrap.name());
   const int size = bootstrap.size();
-  int gpu = -1;
-  GpuIdentity mine;
-  if (uses_gpu) {
-    check_cuda(cudaGetDevice(&gpu), "cudaGetDevice");
+  GpuIdentity mine{};
+  if (gpu >= 0) {
     cudaDeviceProp properties{};
     check_cuda(cudaGetDeviceProperties(&properties, gpu), "cudaGetDeviceProperties");
     mine.uses_gpu = 1;

@@ -16,6 +16,7 @@ std::string describe_stats(const AllocatorStats& s) {
 std::string DeviceAllocator::name() const { return fmt::format("cuda:{}", ordinal_); }
 
 void* DeviceAllocator::allocate(std::size_t bytes) {
+  COHORT_CUDA_CHECK(cudaSetDevice(ordinal_), "selecting cuda:{} to allocate {} bytes", ordinal_, bytes);
   void* pointer = nullptr;
   const cudaError_t status = cudaMalloc(&pointer, bytes == 0 ? 1 : bytes);
   std::lock_guard lock(mutex_);
@@ -35,6 +36,7 @@ void* DeviceAllocator::allocate(std::size_t bytes) {
 }
 
 void DeviceAllocator::deallocate(void* pointer, std::size_t bytes) noexcept {
+  cudaSetDevice(ordinal_);
   cudaFree(pointer);
   std::lock_guard lock(mutex_);
   stats_.in_use -= bytes;
@@ -46,6 +48,7 @@ AllocatorStats DeviceAllocator::stats() const {
 }
 
 void* PinnedAllocator::allocate(std::size_t bytes) {
+  COHORT_CUDA_CHECK(cudaSetDevice(ordinal_), "selecting cuda:{} to allocate {} pinned bytes", ordinal_, bytes);
   void* pointer = nullptr;
   const cudaError_t status = cudaHostAlloc(&pointer, bytes == 0 ? 1 : bytes, cudaHostAllocPortable);
   std::lock_guard lock(mutex_);
@@ -58,6 +61,7 @@ void* PinnedAllocator::allocate(std::size_t bytes) {
 }
 
 void PinnedAllocator::deallocate(void* pointer, std::size_t bytes) noexcept {
+  cudaSetDevice(ordinal_);
   cudaFreeHost(pointer);
   std::lock_guard lock(mutex_);
   stats_.in_use -= bytes;

@@ -1,7 +1,7 @@
-// Convolutions on cuDNN. A plan holds the filter and convolution descriptors made once per layer, and per
-// batch size the tensor descriptors and the three algorithms (forward, data and filter gradients) that
-// cuDNN's heuristics rank first within the workspace cap, deterministic ones preferred so that a run
-// repeats. Kernels are HWIO (Keras) in the model and OHWI (cuDNN's NHWC filter layout) for the calls: a
+// Convolutions on cuDNN. A plan holds the filter and convolution descriptors made once per layer (math
+// type FMA, i.e. true FP32, unless COHORT_ALLOW_TF32=1 allows tensor cores), and per batch size the tensor
+// descriptors and the three algorithms (forward, data and filter gradients) that cuDNN's heuristics rank
+// first within the workspace cap, deterministic ones preferred so that a run repeats. Kernels are HWIO (Keras) in the model and OHWI (cuDNN's NHWC filter layout) for the calls: a
 // transpose each way costs one small kernel. Padding cuDNN cannot express (asymmetric "same" padding)
 // goes through an explicitly padded copy of the input.
 #include <climits>
@@ -41,16 +41,30 @@ bool symmetric_padding_fits(const Conv2dGeometry& g) {
          size(g.in_w, g.pad_left, g.kernel_w, g.stride_w) == g.out_w;
 }
 
-template <class Perf>
-Perf pick(const Perf* results, int count, bool allow_tf32, const char* what, const Conv2dGeometry& g) {
-  const auto usable = [&](const Perf& p, bool need_deterministic) {
-    const bool tensor_ops = p.mathType == CUDNN_TENSOR_OP_MATH || p.mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION;
-    return p.status == CUDNN_STATUS_SUCCESS && p.memory <= kWorkspaceCap && (allow_tf32 || !tensor_ops) &&
-           (!need_deterministic || p.determinism == CUDNN_DETERMINISTIC);
-  };
-  for (bool deterministic : {true, false})
-    for (int i = 0; i < count; ++i)
-      if (usable(results[i], deterministic)) return results[i];
+// An algorithm and the workspace it needs under the plan's math type.
+template <class Algorithm>
+struct Choice {
+  Algorithm algo{};
+  std::size_t workspace = 0;
+};
+
+// The first of cuDNN's ranked results, deterministic ones first, that runs in FP32 (TF32 only when
+// allowed, never a down-conversion to half precision) and whose workspace under the descriptor's math
+// type, asked for again, fits the cap.
+template <class Perf, class Workspace>
+auto pick(const Perf* results, int count, bool allow_tf32, Workspace&& workspace_of, const char* what,
+          const Conv2dGeometry& g) -> Choice<decltype(Perf{}.algo)> {
+  for (bool need_deterministic : {true, false}) {
+    for (int i = 0; i < count; ++i) {
+      const Perf& p = results[i];
+      if (p.status != CUDNN_STATUS_SUCCESS || p.mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION) continue;
+      if (!allow_tf32 && p.mathType == CUDNN_TENSOR_OP_MATH) continue;
+      if (need_deterministic && p.determinism != CUDNN_DETERMINISTIC) continue;
+      std::size_t bytes = 0;
+      if (workspace_of(p.algo, &bytes) != CUDNN_STATUS_SUCCESS || bytes > kWorkspaceCap) continue;
+      return {p.algo, bytes};
+    }
+  }
   throw DeviceError(fmt::format("cuDNN offers no {} algorithm for {} within a {} MiB workspace", what, describe(g),
                                 kWorkspaceCap >> 20));
 }
@@ -59,9 +73,9 @@ class ConvPlan final : public PlanState {
  public:
   struct ForBatch {
     cudnnTensorDescriptor_t x = nullptr, y = nullptr;
-    cudnnConvolutionFwdAlgoPerf_t forward{};
-    cudnnConvolutionBwdDataAlgoPerf_t data{};
-    cudnnConvolutionBwdFilterAlgoPerf_t filter{};
+    Choice<cudnnConvolutionFwdAlgo_t> forward;
+    Choice<cudnnConvolutionBwdDataAlgo_t> data;
+    Choice<cudnnConvolutionBwdFilterAlgo_t> filter;
   };
 
   ConvPlan(CudaBackend& backend, const Conv2dGeometry& g)
@@ -114,18 +128,34 @@ class ConvPlan final : public PlanState {
     COHORT_CUDA_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(handle, made->x, filter_, convolution_, made->y,
                                                              CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &count, forward),
                       "choosing the forward algorithm of Conv2D {}", context());
-    made->forward = pick(forward, count, backend_.allow_tf32(), "forward", g);
+    made->forward = pick(
+        forward, count, backend_.allow_tf32(),
+        [&](cudnnConvolutionFwdAlgo_t algo, std::size_t* bytes) {
+          return cudnnGetConvolutionForwardWorkspaceSize(handle, made->x, filter_, convolution_, made->y, algo, bytes);
+        },
+        "forward", g);
     cudnnConvolutionBwdDataAlgoPerf_t data[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
     COHORT_CUDA_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(handle, filter_, made->y, convolution_, made->x,
                                                                   CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &count, data),
                       "choosing the data-gradient algorithm of Conv2D {}", context());
-    made->data = pick(data, count, backend_.allow_tf32(), "data-gradient", g);
+    made->data = pick(
+        data, count, backend_.allow_tf32(),
+        [&](cudnnConvolutionBwdDataAlgo_t algo, std::size_t* bytes) {
+          return cudnnGetConvolutionBackwardDataWorkspaceSize(handle, filter_, made->y, convolution_, made->x, algo, bytes);
+        },
+        "data-gradient", g);
     cudnnConvolutionBwdFilterAlgoPerf_t filter[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
     COHORT_CUDA_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(handle, made->x, made->y, convolution_, filter_,
                                                                     CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &count,
                                                                     filter),
                       "choosing the filter-gradient algorithm of Conv2D {}", context());
-    made->filter = pick(filter, count, backend_.allow_tf32(), "filter-gradient", g);
+    made->filter = pick(
+        filter, count, backend_.allow_tf32(),
+        [&](cudnnConvolutionBwdFilterAlgo_t algo, std::size_t* bytes) {
+          return cudnnGetConvolutionBackwardFilterWorkspaceSize(handle, made->x, made->y, convolution_, filter_, algo,
+                                                                bytes);
+        },
+        "filter-gradient", g);
     slot = std::move(made);
     return *slot;
   }
@@ -171,11 +201,11 @@ void CudaBackend::conv2d_forward(const PlanState* state, const Conv2dGeometry& g
     kernels::pad_images(p, input, padded.as<float>(), compute_);
     input = padded.as<float>();
   }
-  Scratch workspace(*allocator_, shapes.forward.memory);
+  Scratch workspace(*allocator_, shapes.forward.workspace);
   const float one = 1.0f, zero = 0.0f;
   COHORT_CUDA_CHECK(cudnnConvolutionForward(cudnn_, &one, shapes.x, input, plan.filter(), ohwi.as<float>(),
                                             plan.convolution(), shapes.forward.algo, workspace.as<void>(),
-                                            shapes.forward.memory, &zero, shapes.y, device_data(y)),
+                                            shapes.forward.workspace, &zero, shapes.y, device_data(y)),
                     "conv2d_forward of {}", describe(g));
   if (bias.defined()) kernels::add_bias(device_data(y), device_data(bias), y.numel() / g.out_c, g.out_c, compute_);
   COHORT_CUDA_CHECK(cudaGetLastError(), "conv2d_forward of {}", describe(g));
@@ -204,10 +234,10 @@ void CudaBackend::conv2d_backward(const PlanState* state, const Conv2dGeometry& 
       input = padded.as<float>();
     }
     Scratch ohwi_gradient(*allocator_, dkernel.bytes());
-    Scratch workspace(*allocator_, shapes.filter.memory);
+    Scratch workspace(*allocator_, shapes.filter.workspace);
     COHORT_CUDA_CHECK(cudnnConvolutionBackwardFilter(cudnn_, &one, shapes.x, input, shapes.y, device_data(dy),
                                                      plan.convolution(), shapes.filter.algo, workspace.as<void>(),
-                                                     shapes.filter.memory, &zero, plan.filter(),
+                                                     shapes.filter.workspace, &zero, plan.filter(),
                                                      ohwi_gradient.as<float>()),
                       "conv2d_backward (kernel gradient) of {}", describe(g));
     kernels::ohwi_to_hwio(ohwi_gradient.as<float>(), device_data(dkernel), taps(g), g.in_c, g.out_c, compute_);
@@ -216,10 +246,10 @@ void CudaBackend::conv2d_backward(const PlanState* state, const Conv2dGeometry& 
     Scratch ohwi(*allocator_, kernel.bytes());
     kernels::hwio_to_ohwi(device_data(kernel), ohwi.as<float>(), taps(g), g.in_c, g.out_c, compute_);
     Scratch padded_gradient(*allocator_, padded_bytes);
-    Scratch workspace(*allocator_, shapes.data.memory);
+    Scratch workspace(*allocator_, shapes.data.workspace);
     COHORT_CUDA_CHECK(cudnnConvolutionBackwardData(cudnn_, &one, plan.filter(), ohwi.as<float>(), shapes.y,
                                                    device_data(dy), plan.convolution(), shapes.data.algo,
-                                                   workspace.as<void>(), shapes.data.memory, &zero, shapes.x,
+                                                   workspace.as<void>(), shapes.data.workspace, &zero, shapes.x,
                                                    plan.padded() ? padded_gradient.as<float>() : device_data(dx)),
                       "conv2d_backward (input gradient) of {}", describe(g));
     if (plan.padded()) kernels::crop_images(p, padded_gradient.as<float>(), device_data(dx), compute_);

@@ -78,7 +78,7 @@ class CopyStreamImpl final : public BackendStream {
     COHORT_CUDA_CHECK(cudaEventCreateWithFlags(&compute_done_, cudaEventDisableTiming), "creating a copy stream event");
   }
   ~CopyStreamImpl() override {
-    backend_.activate();
+    cudaSetDevice(backend_.ordinal());  // no throwing here: a failure was reported by synchronize()
     cudaStreamSynchronize(stream_);
     cudaEventDestroy(compute_done_);
     cudaStreamDestroy(stream_);
@@ -129,6 +129,7 @@ CudaBackend::CudaBackend() {
   allow_tf32_ = environment("COHORT_ALLOW_TF32") == "1";
   activate();
   allocator_ = std::make_unique<CachingAllocator>(std::make_unique<DeviceAllocator>(ordinal_));
+  pinned_ = std::make_unique<CachingAllocator>(std::make_unique<PinnedAllocator>(ordinal_));
   COHORT_CUDA_CHECK(cudaStreamCreateWithFlags(&compute_, cudaStreamNonBlocking), "creating the compute stream of cuda:{}",
                     ordinal_);
   COHORT_CUDA_CHECK(cublasCreate(&cublas_), "initializing cuBLAS on cuda:{}", ordinal_);
@@ -226,6 +227,11 @@ void CudaBackend::matmul(const Tensor& a, bool transpose_a, const Tensor& b, boo
   activate();
   const std::int64_t m = c.dim(0), n = c.dim(1), k = transpose_a ? a.dim(0) : a.dim(1);
   if (m == 0 || n == 0) return;
+  if (k == 0) {  // cuBLAS refuses the zero leading dimension this implies; C = beta * C
+    if (beta == 0.0f) fill(c, 0.0f);
+    else scale(c, beta);
+    return;
+  }
   COHORT_CHECK(m <= INT_MAX && n <= INT_MAX && k <= INT_MAX && a.dim(1) <= INT_MAX && b.dim(1) <= INT_MAX,
                "matmul: {} x {} is too large for one cuBLAS call", a.shape(), b.shape());
   std::lock_guard lock(handle_mutex_);
@@ -287,11 +293,9 @@ void CudaBackend::batch_norm_forward_training(const PlanState*, const BatchNormG
   activate();
   const auto [rows, channels] = as_rows(x);
   Scratch sums(*allocator_, kernels::channel_sums_scratch(rows, channels) * sizeof(double));
-  Scratch inv_std(*allocator_, channels * sizeof(float));
   kernels::batch_statistics(in(x), rows, channels, sums.as<double>(), out(batch_mean), out(batch_variance), compute_);
-  kernels::inverse_std(in(batch_variance), g.epsilon, inv_std.as<float>(), channels, compute_);
-  kernels::batch_norm_normalize(in(x), in(batch_mean), inv_std.as<float>(), in(gamma), in(beta), out(y), rows, channels,
-                                compute_);
+  kernels::batch_norm_normalize(in(x), in(batch_mean), in(batch_variance), g.epsilon, in(gamma), in(beta), out(y), rows,
+                                channels, compute_);
   COHORT_CUDA_LAUNCHED("batch_norm_forward_training of {}", x.shape());
 }
 
@@ -300,9 +304,7 @@ void CudaBackend::batch_norm_forward_inference(const PlanState*, const BatchNorm
                                                const Tensor& variance, const Tensor& y) {
   activate();
   const auto [rows, channels] = as_rows(x);
-  Scratch inv_std(*allocator_, channels * sizeof(float));
-  kernels::inverse_std(in(variance), g.epsilon, inv_std.as<float>(), channels, compute_);
-  kernels::batch_norm_normalize(in(x), in(mean), inv_std.as<float>(), in(gamma), in(beta), out(y), rows, channels,
+  kernels::batch_norm_normalize(in(x), in(mean), in(variance), g.epsilon, in(gamma), in(beta), out(y), rows, channels,
                                 compute_);
   COHORT_CUDA_LAUNCHED("batch_norm_forward_inference of {}", x.shape());
 }
@@ -478,7 +480,7 @@ Backend& cuda_backend() {
   static CudaBackend* backend = [] {
     auto* made = new CudaBackend();
     // From now on staging buffers are page-locked: this process uses the GPU.
-    pinned_allocator.store(new CachingAllocator(std::make_unique<PinnedAllocator>()));
+    pinned_allocator.store(&made->pinned_allocator());
     return made;
   }();
   return *backend;
@@ -492,5 +494,7 @@ bool cuda_device_visible() {
 }
 
 Allocator* cuda_pinned_allocator() { return pinned_allocator.load(); }
+
+int cuda_ordinal() { return static_cast<CudaBackend&>(cuda_backend()).ordinal(); }
 
 }  // namespace cohort::cuda

@@ -15,7 +15,8 @@
 
 namespace cohort::cuda {
 
-// Device memory from cudaMalloc; out of memory is a DeviceError with the bytes asked for.
+// Device memory from cudaMalloc; out of memory is a DeviceError with the bytes asked for. Allocations and
+// frees select the backend's GPU first: they may come from any thread (a data loader's, a communicator's).
 class DeviceAllocator final : public Allocator {
  public:
   explicit DeviceAllocator(int ordinal) : ordinal_(ordinal) {}
@@ -33,12 +34,14 @@ class DeviceAllocator final : public Allocator {
 // Page-locked host memory (cudaHostAlloc), which copies reach at full bus speed and asynchronously.
 class PinnedAllocator final : public Allocator {
  public:
+  explicit PinnedAllocator(int ordinal) : ordinal_(ordinal) {}
   std::string name() const override { return "pinned host"; }
   void* allocate(std::size_t bytes) override;
   void deallocate(void* pointer, std::size_t bytes) noexcept override;
   AllocatorStats stats() const override;
 
  private:
+  int ordinal_;
   mutable std::mutex mutex_;
   AllocatorStats stats_;
 };
@@ -66,6 +69,8 @@ class CudaBackend final : public Backend {
 
   Device device() const override { return Device::CUDA; }
   Allocator& allocator() override { return *allocator_; }
+  // Page-locked host memory for staging, through a cache of its own.
+  Allocator& pinned_allocator() { return *pinned_; }
   std::unique_ptr<BackendStream> make_stream() override;
   void synchronize() override { wait("synchronize"); }
   void copy_from_host(const float* source, const Tensor& destination) override;
@@ -144,7 +149,7 @@ class CudaBackend final : public Backend {
 
   int ordinal_ = 0;
   bool allow_tf32_ = false;
-  std::unique_ptr<Allocator> allocator_;
+  std::unique_ptr<Allocator> allocator_, pinned_;
   cudaStream_t compute_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
   cudnnHandle_t cudnn_ = nullptr;

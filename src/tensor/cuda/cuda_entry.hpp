@@ -11,5 +11,7 @@ Backend& cuda_backend();
 bool cuda_device_visible();
 // The page-locked staging allocator once the process has used its GPU; null before.
 Allocator* cuda_pinned_allocator();
+// The CUDA ordinal of the backend's GPU (makes the backend).
+int cuda_ordinal();
 
 }  // namespace cohort::cuda

@@ -128,7 +128,7 @@ __global__ void channel_partials_kernel(ChannelSums s, std::int64_t rows_per_chu
     for (std::int64_t m = first_row + threadIdx.y; m < end_row; m += kRowLanes) {
       const double a = s.a[m * s.channels + c];
       first += a;
-      second += s.terms == ChannelTerms::kValues ? a * a : a * ((s.x[m * s.channels + c] - s.mean[c]) * s.inv_std[c]);
+      second += s.terms == ChannelTerms::kValues ? a * a : a * (s.x[m * s.channels + c] - s.mean[c]) * s.inv_std[c];
     }
   }
   __shared__ double shared[2][kRowLanes][kChannelTile];
@@ -159,7 +159,16 @@ __global__ void channel_finish_kernel(const double* partials, std::int64_t chunk
   }
 }
 
-std::int64_t chunks_for(std::int64_t rows) { return rows == 0 ? 1 : (rows + kRowsPerChunk - 1) / kRowsPerChunk; }
+// Rows per chunk: kRowsPerChunk, more when the chunks would exceed the grid's y limit (65535).
+std::int64_t rows_per_chunk(std::int64_t rows) {
+  constexpr std::int64_t kMaxChunks = 65535;
+  const std::int64_t wanted = std::max<std::int64_t>(kRowsPerChunk, (rows + kMaxChunks - 1) / kMaxChunks);
+  return (wanted + kRowLanes - 1) / kRowLanes * kRowLanes;
+}
+
+std::int64_t chunks_for(std::int64_t rows) {
+  return rows == 0 ? 1 : (rows + rows_per_chunk(rows) - 1) / rows_per_chunk(rows);
+}
 
 // Statistics straight from the double partials, as the CPU does, not from float sums.
 __global__ void batch_statistics_kernel(const double* partials, std::int64_t chunks, std::int64_t rows,
@@ -181,11 +190,12 @@ __global__ void inverse_std_kernel(const float* variance, float epsilon, float* 
   COHORT_GRID_STRIDE(c, channels) inv_std[c] = 1.0f / sqrtf(variance[c] + epsilon);
 }
 
-__global__ void normalize_kernel(const float* x, const float* mean, const float* inv_std, const float* gamma,
-                                 const float* beta, float* y, std::int64_t n, std::int64_t channels) {
+__global__ void normalize_kernel(const float* x, const float* mean, const float* variance, float epsilon,
+                                 const float* gamma, const float* beta, float* y, std::int64_t n,
+                                 std::int64_t channels) {
   COHORT_GRID_STRIDE(i, n) {
     const std::int64_t c = i % channels;
-    const float multiplier = gamma[c] * inv_std[c];
+    const float multiplier = gamma[c] / sqrtf(variance[c] + epsilon);
     y[i] = x[i] * multiplier + (beta[c] - mean[c] * multiplier);
   }
 }
@@ -238,7 +248,7 @@ __global__ void pool_forward_kernel(Pool2dGeometry g, const float* x, float* y, 
       for (std::int64_t ih = win.h0; ih < win.h1; ++ih)
         for (std::int64_t iw = win.w0; iw < win.w1; ++iw) total += in[(ih * g.in_w + iw) * g.channels];
       const std::int64_t count = (win.h1 - win.h0) * (win.w1 - win.w0);
-      y[i] = count > 0 ? total / static_cast<float>(count) : 0.0f;
+      y[i] = total * (1.0f / static_cast<float>(count));
     }
   }
 }
@@ -265,7 +275,7 @@ __global__ void pool_backward_kernel(Pool2dGeometry g, const float* x, const flo
         const Window win = pool_window(g, oh, ow);
         const std::int64_t o = out_base + (oh * g.out_w + ow) * g.channels;
         if (g.mode == PoolMode::Average) {
-          gradient += dy[o] / static_cast<float>((win.h1 - win.h0) * (win.w1 - win.w0));
+          gradient += dy[o] * (1.0f / static_cast<float>((win.h1 - win.h0) * (win.w1 - win.w0)));
           continue;
         }
         const float best = y[o];
@@ -535,7 +545,7 @@ namespace {
 std::int64_t channel_partials(const ChannelSums& s, double* scratch, cudaStream_t stream) {
   const std::int64_t chunks = chunks_for(s.rows);
   const dim3 grid(static_cast<unsigned>((s.channels + kChannelTile - 1) / kChannelTile), static_cast<unsigned>(chunks));
-  channel_partials_kernel<<<grid, dim3(kChannelTile, kRowLanes), 0, stream>>>(s, kRowsPerChunk, scratch);
+  channel_partials_kernel<<<grid, dim3(kChannelTile, kRowLanes), 0, stream>>>(s, rows_per_chunk(s.rows), scratch);
   return chunks;
 }
 }  // namespace
@@ -561,10 +571,11 @@ void inverse_std(const float* variance, float epsilon, float* inv_std, std::int6
   if (channels > 0) inverse_std_kernel<<<blocks_for(channels), kThreads, 0, stream>>>(variance, epsilon, inv_std, channels);
 }
 
-void batch_norm_normalize(const float* x, const float* mean, const float* inv_std, const float* gamma,
+void batch_norm_normalize(const float* x, const float* mean, const float* variance, float epsilon, const float* gamma,
                           const float* beta, float* y, std::int64_t rows, std::int64_t channels, cudaStream_t stream) {
   const std::int64_t n = rows * channels;
-  if (n > 0) normalize_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, mean, inv_std, gamma, beta, y, n, channels);
+  if (n > 0)
+    normalize_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, mean, variance, epsilon, gamma, beta, y, n, channels);
 }
 
 void batch_norm_data_gradient(const float* x, const float* dy, const float* mean, const float* inv_std,

@@ -3,8 +3,10 @@
 // Each enqueues on the given stream and returns at once; sizes are element counts. The semantics are the
 // CPU backend's, operation for operation (windows clipped to the input, the first maximum takes a
 // pooling gradient, biased batch variance, statistics accumulated in double, the same dropout generator),
-// so that the two devices agree to rounding. Reductions write per-block partial sums that a second pass
-// combines in a fixed order: results do not depend on scheduling.
+// so that the two devices agree to rounding (the kernels are built without FMA contraction, as the CPU's
+// code is). Reductions write per-block partial sums that a second pass combines in a fixed order, in
+// double: results do not depend on scheduling (the CPU's bias gradient sums in float, so there the GPU is
+// the more exact of the two).
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
@@ -52,7 +54,8 @@ void channel_sums(const ChannelSums& sums, double* scratch, float* first, float*
 void batch_statistics(const float* x, std::int64_t rows, std::int64_t channels, double* scratch, float* mean,
                       float* variance, cudaStream_t stream);
 void inverse_std(const float* variance, float epsilon, float* inv_std, std::int64_t channels, cudaStream_t stream);
-void batch_norm_normalize(const float* x, const float* mean, const float* inv_std, const float* gamma,
+// y = x * multiplier + (beta - mean * multiplier), multiplier = gamma / sqrt(variance + epsilon)
+void batch_norm_normalize(const float* x, const float* mean, const float* variance, float epsilon, const float* gamma,
                           const float* beta, float* y, std::int64_t rows, std::int64_t channels, cudaStream_t stream);
 // Training: dx = gamma * inv_std * (dy - dbeta / M - (x - mean) * inv_std * dgamma / M)
 void batch_norm_data_gradient(const float* x, const float* dy, const float* mean, const float* inv_std,
@@ -101,7 +104,7 @@ void rmsprop_update(const TensorList& variables, float learning_rate, float rho,
 
 // ---- losses and metrics, one thread per row. labels: class indices (sparse) or (rows x classes)
 // targets. row_values[r] receives the row's loss (or 1.0 when its arg-max is right); bad_row receives the
-// smallest row whose sparse label is not a class index (must hold INT64_MAX before the call).
+// smallest row whose sparse label is not a class index (must hold all bits set before the call).
 struct LossRows {
   const float* scores = nullptr;
   const float* labels = nullptr;
