@@ -45,6 +45,7 @@ void ParameterServer::initialize(nn::Sequential& model, optim::Optimizer& optimi
   if (is_server()) return;
   // Servers and the wire work on host memory: a model on a device is staged through pinned buffers.
   staged_ = model.device() != Device::CPU;
+  staging_ = staged_ ? std::make_unique<CopyStream>(model.device()) : nullptr;
   std::vector<ps::LocalVariable> variables;
   mirrors_.clear();
   for (const auto& v : model.variables()) {
@@ -70,7 +71,7 @@ void ParameterServer::initialize(nn::Sequential& model, optim::Optimizer& optimi
 void ParameterServer::apply_gradients(nn::Sequential&, optim::Optimizer& optimizer, std::int64_t samples) {
   if (staged_) {
     for (const Mirror& m : mirrors_)
-      if (m.variable->trainable) ops::copy(m.variable->gradient, m.gradient);
+      if (m.variable->trainable) staging_->copy(m.variable->gradient, m.gradient);
     values_to_host(false);  // non-trainable variables travel as their change since the last read
   }
   store_->push_pull(samples);
@@ -81,12 +82,14 @@ void ParameterServer::apply_gradients(nn::Sequential&, optim::Optimizer& optimiz
 void ParameterServer::values_to_host(bool trainable_too) {
   if (!staged_) return;
   for (const Mirror& m : mirrors_)
-    if (trainable_too || !m.variable->trainable) ops::copy(m.variable->value, m.value);
+    if (trainable_too || !m.variable->trainable) staging_->copy(m.variable->value, m.value);
+  staging_->synchronize();
 }
 
 void ParameterServer::values_from_host() {
   if (!staged_) return;
-  for (const Mirror& m : mirrors_) ops::copy(m.value, m.variable->value);
+  for (const Mirror& m : mirrors_) staging_->copy(m.value, m.variable->value);
+  staging_->synchronize();
 }
 
 DataShare ParameterServer::data_share() const { return data_share_for(options_.data, transport_.rank(), workers_); }

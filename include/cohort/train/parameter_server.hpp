@@ -31,6 +31,7 @@
 #include "cohort/ps/parameter_store.hpp"
 #include "cohort/ps/placement.hpp"
 #include "cohort/ps/snapshot.hpp"
+#include "cohort/tensor/copy_stream.hpp"
 #include "cohort/train/strategy.hpp"
 
 namespace cohort::train {
@@ -79,7 +80,8 @@ class ParameterServer : public Strategy {
 
  private:
   // A model variable and the host tensors the store reads and writes for it: the variable's own on the
-  // CPU, pinned copies when the model is on a device.
+  // CPU, pinned copies when the model is on a device. Staging copies of all variables are queued together
+  // on one copy stream and waited for once, so that their transfers overlap.
   struct Mirror {
     nn::VariablePtr variable;
     Tensor value, gradient;
@@ -94,6 +96,7 @@ class ParameterServer : public Strategy {
   std::unique_ptr<ps::ParameterStore> store_;
   std::vector<Mirror> mirrors_;
   bool staged_ = false;  // the model is not on the CPU
+  std::unique_ptr<CopyStream> staging_;
   std::optional<ps::Manifest> resumed_from_;
   std::filesystem::path resumed_dir_;
   double reported_communication_seconds_ = 0;
