@@ -67,25 +67,31 @@ Pair random(const Shape& shape, std::uint64_t seed, float low = -1.0f, float hig
 Pair zeros(const Shape& shape) { return {Tensor(shape), Tensor(shape, dut())}; }
 Pair undefined() { return {Tensor(), Tensor()}; }
 
-// Keras padding: "same" keeps ceil(in / stride), padding split with the extra cell at the bottom/right.
+// Keras padding along one axis: "same" keeps ceil(in / stride), padding split with the extra cell at the
+// bottom/right; "valid" takes only whole windows.
+struct Axis {
+  std::int64_t out, pad_before;
+};
+Axis axis(std::int64_t size, std::int64_t window, std::int64_t stride, bool same) {
+  const std::int64_t out = same ? (size + stride - 1) / stride : (size - window) / stride + 1;
+  const std::int64_t total = same ? std::max<std::int64_t>((out - 1) * stride + window - size, 0) : 0;
+  return {out, total / 2};
+}
+
 Conv2dGeometry conv_geometry(std::int64_t batch, std::int64_t size, std::int64_t in_c, std::int64_t out_c,
                              std::int64_t kernel, std::int64_t stride, bool same) {
-  Conv2dGeometry g{.batch = batch, .in_h = size, .in_w = size, .in_c = in_c, .out_c = out_c, .kernel_h = kernel,
-                   .kernel_w = kernel, .stride_h = stride, .stride_w = stride};
-  g.out_h = g.out_w = same ? (size + stride - 1) / stride : (size - kernel) / stride + 1;
-  const std::int64_t total = same ? std::max<std::int64_t>((g.out_h - 1) * stride + kernel - size, 0) : 0;
-  g.pad_top = g.pad_left = total / 2;
-  return g;
+  const Axis a = axis(size, kernel, stride, same);
+  return {.batch = batch, .in_h = size, .in_w = size, .in_c = in_c, .out_h = a.out, .out_w = a.out, .out_c = out_c,
+          .kernel_h = kernel, .kernel_w = kernel, .stride_h = stride, .stride_w = stride, .pad_top = a.pad_before,
+          .pad_left = a.pad_before};
 }
 
 Pool2dGeometry pool_geometry(std::int64_t batch, std::int64_t size, std::int64_t channels, std::int64_t pool,
                              std::int64_t stride, bool same, PoolMode mode) {
-  Pool2dGeometry g{.batch = batch, .in_h = size, .in_w = size, .channels = channels, .pool_h = pool, .pool_w = pool,
-                   .stride_h = stride, .stride_w = stride, .mode = mode};
-  g.out_h = g.out_w = same ? (size + stride - 1) / stride : (size - pool) / stride + 1;
-  const std::int64_t total = same ? std::max<std::int64_t>((g.out_h - 1) * stride + pool - size, 0) : 0;
-  g.pad_top = g.pad_left = total / 2;
-  return g;
+  const Axis a = axis(size, pool, stride, same);
+  return {.batch = batch, .in_h = size, .in_w = size, .channels = channels, .out_h = a.out, .out_w = a.out,
+          .pool_h = pool, .pool_w = pool, .stride_h = stride, .stride_w = stride, .pad_top = a.pad_before,
+          .pad_left = a.pad_before, .mode = mode};
 }
 
 }  // namespace

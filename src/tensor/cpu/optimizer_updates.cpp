@@ -1,10 +1,9 @@
 // Fused optimizer updates: one pass reads the gradient and the slots and writes the new value, so an
 // update costs one sweep of memory per variable. The variables of one call are updated one after the
-// other, each pass spread over the threads.
-#include <cmath>
-
+// other, each pass spread over the threads; the rules themselves are in tensor/update_rules.hpp.
 #include "cpu_backend.hpp"
 #include "tensor/backend_access.hpp"
+#include "tensor/update_rules.hpp"
 
 namespace cohort::cpu {
 namespace {
@@ -23,15 +22,8 @@ void CpuBackend::sgd_update(const std::vector<ops::SgdOperands>& variables, floa
     float* v = optional_data(variable.velocity);
     const std::int64_t n = variable.value.numel();
 #pragma omp parallel for simd if (n > kParallelThreshold)
-    for (std::int64_t i = 0; i < n; ++i) {
-      const float grad = g[i] + weight_decay * w[i];
-      if (v == nullptr) {
-        w[i] -= learning_rate * grad;
-        continue;
-      }
-      v[i] = momentum * v[i] - learning_rate * grad;
-      w[i] += nesterov ? momentum * v[i] - learning_rate * grad : v[i];
-    }
+    for (std::int64_t i = 0; i < n; ++i)
+      update_rules::sgd(w[i], g[i], v == nullptr ? nullptr : v + i, learning_rate, momentum, nesterov, weight_decay);
   }
 }
 
@@ -40,16 +32,12 @@ void CpuBackend::adam_update(const std::vector<ops::AdamOperands>& variables, fl
   for (const ops::AdamOperands& variable : variables) {
     float* w = device_data(variable.value);
     const float* g = device_data(variable.gradient);
-    float* mp = device_data(variable.m);
-    float* vp = device_data(variable.v);
+    float* m = device_data(variable.m);
+    float* v = device_data(variable.v);
     const std::int64_t n = variable.value.numel();
 #pragma omp parallel for simd if (n > kParallelThreshold)
-    for (std::int64_t i = 0; i < n; ++i) {
-      const float grad = g[i] + weight_decay * w[i];
-      mp[i] = beta_1 * mp[i] + (1.0f - beta_1) * grad;
-      vp[i] = beta_2 * vp[i] + (1.0f - beta_2) * grad * grad;
-      w[i] -= learning_rate * mp[i] / (std::sqrt(vp[i]) + epsilon);
-    }
+    for (std::int64_t i = 0; i < n; ++i)
+      update_rules::adam(w[i], g[i], m[i], v[i], learning_rate, beta_1, beta_2, epsilon, weight_decay);
   }
 }
 
@@ -60,25 +48,12 @@ void CpuBackend::rmsprop_update(const std::vector<ops::RmspropOperands>& variabl
     const float* g = device_data(variable.gradient);
     float* ms = device_data(variable.mean_square);
     float* mg = optional_data(variable.mean_gradient);
-    float* mom = optional_data(variable.velocity);
+    float* velocity = optional_data(variable.velocity);
     const std::int64_t n = variable.value.numel();
 #pragma omp parallel for if (n > kParallelThreshold)
-    for (std::int64_t i = 0; i < n; ++i) {
-      const float grad = g[i] + weight_decay * w[i];
-      ms[i] = rho * ms[i] + (1.0f - rho) * grad * grad;
-      float denominator = ms[i];
-      if (mg != nullptr) {
-        mg[i] = rho * mg[i] + (1.0f - rho) * grad;
-        denominator -= mg[i] * mg[i];
-      }
-      if (mom != nullptr) {
-        // Keras/TensorFlow ApplyRMSProp: epsilon inside the square root when momentum is used.
-        mom[i] = momentum * mom[i] + learning_rate * grad / std::sqrt(denominator + epsilon);
-        w[i] -= mom[i];
-      } else {
-        w[i] -= learning_rate * grad / (std::sqrt(denominator) + epsilon);
-      }
-    }
+    for (std::int64_t i = 0; i < n; ++i)
+      update_rules::rmsprop(w[i], g[i], ms[i], mg == nullptr ? nullptr : mg + i, velocity == nullptr ? nullptr : velocity + i,
+                            learning_rate, rho, momentum, epsilon, weight_decay);
   }
 }
 

@@ -13,21 +13,27 @@ std::string describe_stats(const AllocatorStats& s) {
 
 }  // namespace
 
-std::string DeviceAllocator::name() const { return fmt::format("cuda:{}", ordinal_); }
+std::string CudaAllocator::name() const {
+  return memory_ == Memory::Device ? fmt::format("cuda:{}", ordinal_) : std::string("pinned host");
+}
 
-void* DeviceAllocator::allocate(std::size_t bytes) {
+void* CudaAllocator::allocate(std::size_t bytes) {
   COHORT_CUDA_CHECK(cudaSetDevice(ordinal_), "selecting cuda:{} to allocate {} bytes", ordinal_, bytes);
   void* pointer = nullptr;
-  const cudaError_t status = cudaMalloc(&pointer, bytes == 0 ? 1 : bytes);
+  const std::size_t asked = bytes == 0 ? 1 : bytes;
+  const cudaError_t status =
+      memory_ == Memory::Device ? cudaMalloc(&pointer, asked) : cudaHostAlloc(&pointer, asked, cudaHostAllocPortable);
   std::lock_guard lock(mutex_);
   if (status == cudaErrorMemoryAllocation) {
     cudaGetLastError();
     std::size_t free = 0, total = 0;
-    cudaMemGetInfo(&free, &total);
-    throw DeviceError(fmt::format("{} allocator: out of memory allocating {} bytes ({}; the GPU has {} of {} bytes free)",
-                                  name(), bytes, describe_stats(stats_), free, total));
+    if (memory_ == Memory::Device) cudaMemGetInfo(&free, &total);
+    throw DeviceError(fmt::format("{} allocator: out of memory allocating {} bytes ({}{})", name(), bytes,
+                                  describe_stats(stats_),
+                                  memory_ == Memory::Device ? fmt::format("; the GPU has {} of {} bytes free", free, total)
+                                                            : std::string()));
   }
-  COHORT_CUDA_CHECK(status, "allocating {} bytes on {} ({})", bytes, name(), describe_stats(stats_));
+  COHORT_CUDA_CHECK(status, "allocating {} bytes of {} memory ({})", bytes, name(), describe_stats(stats_));
   stats_.in_use += bytes;
   stats_.peak = std::max(stats_.peak, stats_.in_use);
   ++stats_.allocations;
@@ -35,39 +41,15 @@ void* DeviceAllocator::allocate(std::size_t bytes) {
   return pointer;
 }
 
-void DeviceAllocator::deallocate(void* pointer, std::size_t bytes) noexcept {
+void CudaAllocator::deallocate(void* pointer, std::size_t bytes) noexcept {
   cudaSetDevice(ordinal_);
-  cudaFree(pointer);
+  if (memory_ == Memory::Device) cudaFree(pointer);
+  else cudaFreeHost(pointer);
   std::lock_guard lock(mutex_);
   stats_.in_use -= bytes;
 }
 
-AllocatorStats DeviceAllocator::stats() const {
-  std::lock_guard lock(mutex_);
-  return stats_;
-}
-
-void* PinnedAllocator::allocate(std::size_t bytes) {
-  COHORT_CUDA_CHECK(cudaSetDevice(ordinal_), "selecting cuda:{} to allocate {} pinned bytes", ordinal_, bytes);
-  void* pointer = nullptr;
-  const cudaError_t status = cudaHostAlloc(&pointer, bytes == 0 ? 1 : bytes, cudaHostAllocPortable);
-  std::lock_guard lock(mutex_);
-  COHORT_CUDA_CHECK(status, "allocating {} bytes of pinned host memory ({})", bytes, describe_stats(stats_));
-  stats_.in_use += bytes;
-  stats_.peak = std::max(stats_.peak, stats_.in_use);
-  ++stats_.allocations;
-  ++stats_.upstream_allocations;
-  return pointer;
-}
-
-void PinnedAllocator::deallocate(void* pointer, std::size_t bytes) noexcept {
-  cudaSetDevice(ordinal_);
-  cudaFreeHost(pointer);
-  std::lock_guard lock(mutex_);
-  stats_.in_use -= bytes;
-}
-
-AllocatorStats PinnedAllocator::stats() const {
+AllocatorStats CudaAllocator::stats() const {
   std::lock_guard lock(mutex_);
   return stats_;
 }

@@ -128,8 +128,8 @@ CudaBackend::CudaBackend() {
   ordinal_ = choose_ordinal(count);
   allow_tf32_ = environment("COHORT_ALLOW_TF32") == "1";
   activate();
-  allocator_ = std::make_unique<CachingAllocator>(std::make_unique<DeviceAllocator>(ordinal_));
-  pinned_ = std::make_unique<CachingAllocator>(std::make_unique<PinnedAllocator>(ordinal_));
+  allocator_ = std::make_unique<CachingAllocator>(std::make_unique<CudaAllocator>(CudaAllocator::Memory::Device, ordinal_));
+  pinned_ = std::make_unique<CachingAllocator>(std::make_unique<CudaAllocator>(CudaAllocator::Memory::PinnedHost, ordinal_));
   COHORT_CUDA_CHECK(cudaStreamCreateWithFlags(&compute_, cudaStreamNonBlocking), "creating the compute stream of cuda:{}",
                     ordinal_);
   COHORT_CUDA_CHECK(cublasCreate(&cublas_), "initializing cuBLAS on cuda:{}", ordinal_);

@@ -15,32 +15,21 @@
 
 namespace cohort::cuda {
 
-// Device memory from cudaMalloc; out of memory is a DeviceError with the bytes asked for. Allocations and
-// frees select the backend's GPU first: they may come from any thread (a data loader's, a communicator's).
-class DeviceAllocator final : public Allocator {
+// Memory from the CUDA runtime: the GPU's (cudaMalloc), or page-locked host memory (cudaHostAlloc) that
+// copies reach at full bus speed and asynchronously. Out of memory is a DeviceError with the bytes asked
+// for. Allocations and frees select the backend's GPU first: they may come from any thread (a data
+// loader's, a communicator's).
+class CudaAllocator final : public Allocator {
  public:
-  explicit DeviceAllocator(int ordinal) : ordinal_(ordinal) {}
+  enum class Memory { Device, PinnedHost };
+  CudaAllocator(Memory memory, int ordinal) : memory_(memory), ordinal_(ordinal) {}
   std::string name() const override;
   void* allocate(std::size_t bytes) override;
   void deallocate(void* pointer, std::size_t bytes) noexcept override;
   AllocatorStats stats() const override;
 
  private:
-  int ordinal_;
-  mutable std::mutex mutex_;
-  AllocatorStats stats_;
-};
-
-// Page-locked host memory (cudaHostAlloc), which copies reach at full bus speed and asynchronously.
-class PinnedAllocator final : public Allocator {
- public:
-  explicit PinnedAllocator(int ordinal) : ordinal_(ordinal) {}
-  std::string name() const override { return "pinned host"; }
-  void* allocate(std::size_t bytes) override;
-  void deallocate(void* pointer, std::size_t bytes) noexcept override;
-  AllocatorStats stats() const override;
-
- private:
+  Memory memory_;
   int ordinal_;
   mutable std::mutex mutex_;
   AllocatorStats stats_;

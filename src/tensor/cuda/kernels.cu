@@ -6,6 +6,7 @@
 
 #include "cohort/core/seed.hpp"
 #include "kernels.hpp"
+#include "tensor/update_rules.hpp"
 
 namespace cohort::cuda::kernels {
 namespace {
@@ -353,15 +354,8 @@ __global__ void sgd_kernel(TensorList list, float learning_rate, float momentum,
   float* w = list.operand[0][blockIdx.y];
   const float* g = list.operand[1][blockIdx.y];
   float* v = list.operand[2][blockIdx.y];
-  COHORT_LIST_STRIDE(i, list) {
-    const float grad = g[i] + weight_decay * w[i];
-    if (v == nullptr) {
-      w[i] -= learning_rate * grad;
-      continue;
-    }
-    v[i] = momentum * v[i] - learning_rate * grad;
-    w[i] += nesterov ? momentum * v[i] - learning_rate * grad : v[i];
-  }
+  COHORT_LIST_STRIDE(i, list)
+  update_rules::sgd(w[i], g[i], v == nullptr ? nullptr : v + i, learning_rate, momentum, nesterov, weight_decay);
 }
 
 __global__ void adam_kernel(TensorList list, float learning_rate, float beta_1, float beta_2, float epsilon,
@@ -370,12 +364,8 @@ __global__ void adam_kernel(TensorList list, float learning_rate, float beta_1, 
   const float* g = list.operand[1][blockIdx.y];
   float* m = list.operand[2][blockIdx.y];
   float* v = list.operand[3][blockIdx.y];
-  COHORT_LIST_STRIDE(i, list) {
-    const float grad = g[i] + weight_decay * w[i];
-    m[i] = beta_1 * m[i] + (1.0f - beta_1) * grad;
-    v[i] = beta_2 * v[i] + (1.0f - beta_2) * grad * grad;
-    w[i] -= learning_rate * m[i] / (sqrtf(v[i]) + epsilon);
-  }
+  COHORT_LIST_STRIDE(i, list)
+  update_rules::adam(w[i], g[i], m[i], v[i], learning_rate, beta_1, beta_2, epsilon, weight_decay);
 }
 
 __global__ void rmsprop_kernel(TensorList list, float learning_rate, float rho, float momentum, float epsilon,
@@ -384,22 +374,10 @@ __global__ void rmsprop_kernel(TensorList list, float learning_rate, float rho, 
   const float* g = list.operand[1][blockIdx.y];
   float* ms = list.operand[2][blockIdx.y];
   float* mg = list.operand[3][blockIdx.y];
-  float* mom = list.operand[4][blockIdx.y];
-  COHORT_LIST_STRIDE(i, list) {
-    const float grad = g[i] + weight_decay * w[i];
-    ms[i] = rho * ms[i] + (1.0f - rho) * grad * grad;
-    float denominator = ms[i];
-    if (mg != nullptr) {
-      mg[i] = rho * mg[i] + (1.0f - rho) * grad;
-      denominator -= mg[i] * mg[i];
-    }
-    if (mom != nullptr) {
-      mom[i] = momentum * mom[i] + learning_rate * grad / sqrtf(denominator + epsilon);
-      w[i] -= mom[i];
-    } else {
-      w[i] -= learning_rate * grad / (sqrtf(denominator) + epsilon);
-    }
-  }
+  float* velocity = list.operand[4][blockIdx.y];
+  COHORT_LIST_STRIDE(i, list)
+  update_rules::rmsprop(w[i], g[i], ms[i], mg == nullptr ? nullptr : mg + i, velocity == nullptr ? nullptr : velocity + i,
+                        learning_rate, rho, momentum, epsilon, weight_decay);
 }
 
 // Enough x blocks for the largest variable, at most 1024 (each then strides).
