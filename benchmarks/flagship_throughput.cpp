@@ -40,12 +40,24 @@ int main(int argc, char** argv) try {
   std::string device_name = "auto";
   std::int64_t batch = 128;
   double seconds = 5.0;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string flag = argv[i], value = argv[i + 1];
-    if (flag == "--device") device_name = value;
-    else if (flag == "--batch") batch = std::stoll(value);
-    else if (flag == "--seconds") seconds = std::stod(value);
-    else throw InvalidArgument("usage: flagship_throughput [--device D] [--batch N] [--seconds S]");
+  constexpr const char* kUsage = "usage: flagship_throughput [--device cpu|cuda|emulated|auto] [--batch N] [--seconds S]";
+  for (int i = 1; i < argc; i += 2) {
+    const std::string flag = argv[i];
+    if (flag == "--help" || flag == "-h") {
+      fmt::print("{}\n", kUsage);
+      return 0;
+    }
+    if (i + 1 >= argc) throw InvalidArgument(fmt::format("{} needs a value; {}", flag, kUsage));
+    const std::string value = argv[i + 1];
+    try {
+      if (flag == "--device") device_name = value;
+      else if (flag == "--batch") batch = std::stoll(value);
+      else if (flag == "--seconds") seconds = std::stod(value);
+      else throw InvalidArgument(fmt::format("unknown option '{}'; {}", flag, kUsage));
+    } catch (const std::logic_error&) {  // std::stoll / std::stod: not a number
+      throw InvalidArgument(fmt::format("{} needs a number, got '{}'", flag, value));
+    }
+    if (batch < 1 || !(seconds > 0)) throw InvalidArgument("--batch and --seconds must be positive");
   }
   const Device device = choose_device(device_name);
   nn::Sequential model = nn::cifar10_cnn({32, 32, 3}, 1, device);

@@ -9,10 +9,12 @@ here=$(cd "$(dirname "$0")" && pwd)
 bench=$build/benchmarks/flagship_throughput
 [ -x "$bench" ] || { echo "gpu_compare: $bench not built" >&2; exit 2; }
 
-results=$(mktemp)
-trap 'rm -f "$results"' EXIT
-for batch in 128 512; do "$bench" --device cuda --batch "$batch" --seconds "$seconds" >>"$results"; done
-python3 "$here/peers/pytorch_flagship_gpu.py" --seconds "$seconds" >>"$results" || true
+results=$(mktemp) peer_errors=$(mktemp)
+trap 'rm -f "$results" "$peer_errors"' EXIT
+# FP32 on both sides: TF32 only when asked for, and not here.
+for batch in 128 512; do env -u COHORT_ALLOW_TF32 "$bench" --device cuda --batch "$batch" --seconds "$seconds" >>"$results"; done
+python3 "$here/peers/pytorch_flagship_gpu.py" --seconds "$seconds" >>"$results" 2>"$peer_errors" || true
+cat "$peer_errors" >&2
 
 python3 - "$results" <<'PY'
 import re, sys
@@ -32,5 +34,7 @@ for batch in sorted(rows):
         ir = ratio(ours[1], infer) if ours and who != "cohort" else ""
         print(f"{batch:>6} {who:>16} {train:>10.0f} {infer:>10.0f} {tr:>12} {ir:>12}")
 if not any(k != "cohort" for r in rows.values() for k in r):
-    print("(no PyTorch numbers: PyTorch with CUDA is not installed on this host)")
+    print("(no PyTorch numbers: see the PyTorch script's message above)")
+print("cohort: deterministic cuDNN algorithms preferred, loss read back every step; "
+      "PyTorch: cudnn.benchmark, loss.item() every step")
 PY

@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """The flagship CIFAR-10 CNN in PyTorch on one GPU, in eager mode and under torch.compile when it works:
-training steps (forward, cross-entropy, backward, Adam) and inference (eval mode, torch.inference_mode),
-channels_last, FP32 without TF32 (as cohort runs by default). Prints one line per mode and batch:
+training steps (forward, cross-entropy, backward, Adam, and the loss read back with .item() as a training
+loop that logs does, and as cohort's fit() does) and inference (eval mode, torch.inference_mode),
+channels_last, FP32 without TF32 (as cohort runs by default), cudnn.benchmark on (PyTorch's fastest
+setting; cohort prefers deterministic cuDNN algorithms). Prints one line per mode and batch:
     pytorch mode=eager batch=128 train_images/s=X inference_images/s=Y
 """
 import argparse
@@ -42,8 +44,10 @@ def measure(mode, batch, seconds):
 
     def train_step():
         optimizer.zero_grad(set_to_none=True)
-        loss_fn(runnable(images), labels).backward()
+        loss = loss_fn(runnable(images), labels)
+        loss.backward()
         optimizer.step()
+        loss.item()
 
     def inference_step():
         with torch.inference_mode():

@@ -17,9 +17,17 @@ inline cohort::train::ParameterServerOptions distributed_options(const ExampleOp
           .data = options.each_worker_full_pass ? train::DataPolicy::EachWorkerFullPass : train::DataPolicy::OnePassPerEpoch};
 }
 
-// Where this process trains: --device for workers; parameter servers keep their variables on the CPU.
+// Where this process trains: --device for workers, said in the log with the reason when "auto" falls back
+// to the CPU; parameter servers keep their variables on the CPU.
 inline cohort::Device training_device(const ExampleOptions& options, const cohort::train::Strategy& strategy) {
-  return strategy.is_server() ? cohort::Device::CPU : cohort::choose_device(options.device);
+  using namespace cohort;
+  if (strategy.is_server()) return Device::CPU;
+  const Device device = choose_device(options.device);
+  if (options.device == "auto" && device != Device::CUDA)
+    log::info("device: {} (auto: {})", device_name(device), device_unavailable_reason(Device::CUDA));
+  else
+    log::info("device: {}", device_name(device));
+  return device;
 }
 
 // Optimizer steps in one epoch: the global batch is the workers' batches together, unless every worker reads

@@ -43,7 +43,8 @@ inline void print_usage(const char* program, const char* purpose, const ExampleO
       "  --train-samples N   train on the first N samples only (default: all)\n"
       "  --data-dir DIR      data directory (see README.md)\n"
       "  --threads N         CPU threads (default: all cores)\n"
-      "  --device D          cpu, cuda or auto: CUDA when a GPU is visible (default auto)\n"
+      "  --device D          cpu, cuda or auto: CUDA when a GPU is visible (default auto); emulated checks\n"
+      "                      a program's device transfers on the CPU\n"
       "  --learning-rate X   Adam learning rate (default {})\n"
       "  --seed N            seed for initialization, data order and augmentation (default {})\n"
       "  --checkpoint-dir D  write a checkpoint to D after every epoch\n"
@@ -94,8 +95,8 @@ inline ExampleOptions parse_options(int argc, char** argv, const char* purpose, 
     else if (arg == "--threads") options.threads = static_cast<int>(number(i));
     else if (arg == "--device") {
       options.device = value(i);
-      if (options.device != "cpu" && options.device != "cuda" && options.device != "auto")
-        fail("--device takes cpu, cuda or auto");
+      if (options.device != "cpu" && options.device != "cuda" && options.device != "auto" && options.device != "emulated")
+        fail("--device takes cpu, cuda, auto or emulated");
     } else if (arg == "--seed") options.seed = static_cast<std::uint64_t>(number(i));
     else if (arg == "--learning-rate") {
       const std::string text = value(i);

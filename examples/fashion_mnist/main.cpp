@@ -29,7 +29,6 @@ int main(int argc, char** argv) try {
 
   const Device device = examples::training_device(options, *strategy);
   nn::Sequential model = nn::small_cnn(train_set.sample_shape(), options.seed, device);
-  if (chief) fmt::print("device: {}\n", device_name(device));
   if (chief) fmt::print("{}", model.summary());
   if (options.summary_only) return 0;
 

@@ -10,7 +10,8 @@
 // restart's number: fit() then continues from the latest checkpoint of its checkpoint directory.
 // Unless OMP_NUM_THREADS is set, the cores are shared among the workers; parameter servers get one thread.
 // With --gpus N the workers take turns over N GPUs through CUDA_VISIBLE_DEVICES (several may share one;
-// the GPUs are those the launcher itself sees), and parameter servers get none.
+// the GPUs are those the launcher itself sees), and parameter servers get none. Workers also get
+// LOCAL_RANK and LOCAL_WORLD_SIZE, as under torchrun.
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -26,6 +27,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <optional>
 #include <string>
 #include <vector>
@@ -48,6 +50,7 @@ struct Process {
   std::string name;  // "chief 0", "worker 1", "ps 0"
   std::string tf_config;
   std::string visible_gpus;  // CUDA_VISIBLE_DEVICES under --gpus
+  int worker_index = -1;     // 0 for the chief, 1.. for the other workers; -1 for parameter servers
   pid_t pid = -1;
   int output = -1;  // read end of the pipe carrying stdout and stderr
   std::string partial;
@@ -67,7 +70,8 @@ void on_signal(int number) {
              "usage: cohort-launch [--workers N] [--ps N] [--gpus N] [--host ADDRESS] [--grace SECONDS] [--restarts N] -- PROGRAM [ARGS...]\n"
              "  --workers N     training processes; the first is the chief (default 1)\n"
              "  --ps N          parameter-server processes (default 0)\n"
-             "  --gpus N        spread the workers over N GPUs (CUDA_VISIBLE_DEVICES); parameter servers get none\n"
+             "  --gpus N        spread the workers over N GPUs (CUDA_VISIBLE_DEVICES); parameter servers get none;\n"
+             "                  0 (default) leaves CUDA_VISIBLE_DEVICES as it is\n"
              "  --host ADDRESS  address every process listens on (default 127.0.0.1)\n"
              "  --grace S       after a failure, seconds the others get to exit by themselves (default 20)\n"
              "  --restarts N    after a failure, start the whole job again from its latest checkpoint, up to N times\n");
@@ -81,7 +85,8 @@ Options parse(int argc, char** argv) {
     if (i + 1 >= argc) usage(fmt::format("{} needs a value", flag));
     char* end = nullptr;
     const long value = std::strtol(argv[++i], &end, 10);
-    if (*end != '\0' || value < 0 || value > 1024) usage(fmt::format("{} needs a count, got '{}'", flag, argv[i]));
+    if (end == argv[i] || *end != '\0' || value < 0 || value > 1024)
+      usage(fmt::format("{} needs a count, got '{}'", flag, argv[i]));
     return static_cast<int>(value);
   };
   for (; i < argc; ++i) {
@@ -156,29 +161,59 @@ std::vector<Process> plan(const Options& options) {
     processes.push_back(std::move(p));
   };
   add("chief", 0, "chief 0");
-  for (int i = 1; i < options.workers; ++i) add("worker", i - 1, fmt::format("worker {}", i - 1));
+  processes.back().worker_index = 0;
+  for (int i = 1; i < options.workers; ++i) {
+    add("worker", i - 1, fmt::format("worker {}", i - 1));
+    processes.back().worker_index = i;
+  }
   for (int i = 0; i < options.ps; ++i) add("ps", i, fmt::format("ps {}", i));
   return processes;
 }
 
 bool is_parameter_server(const Process& p) { return p.name.rfind("ps", 0) == 0; }
 
-// The launcher's own GPUs: its CUDA_VISIBLE_DEVICES entries, or 0..N-1.
+std::string trimmed(const std::string& text) {
+  const std::size_t first = text.find_first_not_of(" \t");
+  if (first == std::string::npos) return {};
+  return text.substr(first, text.find_last_not_of(" \t") - first + 1);
+}
+
+// GPUs the NVIDIA driver lists on this host; -1 when no driver is loaded.
+int driver_gpu_count() {
+  std::error_code error;
+  std::filesystem::directory_iterator gpus("/proc/driver/nvidia/gpus", error);
+  if (error) return -1;
+  return static_cast<int>(std::distance(gpus, std::filesystem::directory_iterator()));
+}
+
+// The launcher's own GPUs: its CUDA_VISIBLE_DEVICES entries (indices, UUIDs or MIG names), or 0..N-1 when
+// it is unset. Values that hide every GPU ("", -1, Slurm's NoDevFiles) and lists with empty entries are
+// refused: CUDA would stop reading at them.
 std::vector<std::string> launcher_gpus(int wanted) {
   std::vector<std::string> gpus;
-  if (const char* visible = std::getenv("CUDA_VISIBLE_DEVICES"); visible != nullptr && *visible != '\0') {
-    std::string list = visible;
-    for (std::size_t start = 0; start <= list.size();) {
-      const std::size_t comma = std::min(list.find(',', start), list.size());
-      if (comma > start) gpus.push_back(list.substr(start, comma - start));
-      start = comma + 1;
-    }
-    if (static_cast<int>(gpus.size()) < wanted)
-      usage(fmt::format("--gpus {}: CUDA_VISIBLE_DEVICES={} names only {}", wanted, visible, gpus.size()));
-    gpus.resize(static_cast<std::size_t>(wanted));
-  } else {
+  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+  if (visible == nullptr) {
+    const int present = driver_gpu_count();
+    if (present < 0)
+      fmt::print(stderr, "cohort-launch: --gpus {}: no NVIDIA driver is loaded here; the workers get GPUs that may not exist\n",
+                 wanted);
+    else if (present < wanted)
+      usage(fmt::format("--gpus {}: the NVIDIA driver lists {} GPU{} on this host", wanted, present, present == 1 ? "" : "s"));
     for (int i = 0; i < wanted; ++i) gpus.push_back(std::to_string(i));
+    return gpus;
   }
+  const std::string list = visible;
+  for (std::size_t start = 0; start <= list.size();) {
+    const std::size_t comma = std::min(list.find(',', start), list.size());
+    gpus.push_back(trimmed(list.substr(start, comma - start)));
+    start = comma + 1;
+  }
+  for (const std::string& gpu : gpus)
+    if (gpu.empty() || gpu == "-1" || gpu == "NoDevFiles")
+      usage(fmt::format("--gpus {}: CUDA_VISIBLE_DEVICES='{}' gives this launcher no usable GPU list", wanted, list));
+  if (static_cast<int>(gpus.size()) < wanted)
+    usage(fmt::format("--gpus {}: CUDA_VISIBLE_DEVICES={} names only {}", wanted, list, gpus.size()));
+  gpus.resize(static_cast<std::size_t>(wanted));
   return gpus;
 }
 
@@ -218,6 +253,11 @@ void start(Process& p, const Options& options, const std::string& secret, int re
     ::setenv("COHORT_RESTART", std::to_string(restart).c_str(), 1);
     ::setenv("OMP_NUM_THREADS", thread_count(p, options).c_str(), 0);
     if (options.gpus > 0) ::setenv("CUDA_VISIBLE_DEVICES", p.visible_gpus.c_str(), 1);
+    if (!is_parameter_server(p)) {
+      // As torchrun does: a process that picks its GPU by local rank (without --gpus) takes its own.
+      ::setenv("LOCAL_RANK", std::to_string(p.worker_index).c_str(), 1);
+      ::setenv("LOCAL_WORLD_SIZE", std::to_string(options.workers).c_str(), 1);
+    }
     ::setpgid(0, 0);  // its own process group: a terminal's Ctrl-C goes to the launcher, which decides
     ::signal(SIGPIPE, SIG_DFL);
     std::vector<char*> argv;

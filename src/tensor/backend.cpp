@@ -63,6 +63,16 @@ bool device_available(Device device) {
   return false;
 }
 
+std::string device_unavailable_reason(Device device) {
+  if (device_available(device)) return {};
+  try {
+    backend_for(device);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return {};
+}
+
 int cuda_device_index() {
 #if COHORT_HAS_CUDA
   return cuda::cuda_ordinal();

@@ -42,21 +42,29 @@ wait "$launcher_pid"
 status=$?
 [ $status -eq 130 ] || fail "launcher exit status $status after SIGINT"
 for pid in $children; do kill -0 "$pid" 2>/dev/null && fail "child $pid survived SIGINT"; done
-# 4. --gpus: workers take turns over the GPUs, parameter servers get none; the launcher's own list is used.
-show_gpus='echo "gpus=[$CUDA_VISIBLE_DEVICES]"'
-env -u CUDA_VISIBLE_DEVICES timeout 30 "$launcher" --workers 3 --ps 1 --gpus 2 -- sh -c "$show_gpus" >"$work/log" 2>&1 ||
+# 4. --gpus: workers take turns over the GPUs, parameter servers get none; the launcher's own list is used,
+# its entries trimmed; lists that hide every GPU are refused; workers know their local rank.
+show_gpus='echo "gpus=[$CUDA_VISIBLE_DEVICES] local=[${LOCAL_RANK-}/${LOCAL_WORLD_SIZE-}]"'
+CUDA_VISIBLE_DEVICES='0, 1' timeout 30 "$launcher" --workers 3 --ps 1 --gpus 2 -- sh -c "$show_gpus" >"$work/log" 2>&1 ||
   fail "launcher with --gpus failed"
-for expected in "chief 0] gpus=\[0\]" "worker 0] gpus=\[1\]" "worker 1] gpus=\[0\]" "ps 0] gpus=\[\]"; do
-  grep -q "^\[$expected$" "$work/log" || fail "--gpus 2: no line '[$expected'"
+for expected in 'chief 0] gpus=[0] local=[0/3]' 'worker 0] gpus=[1] local=[1/3]' 'worker 1] gpus=[0] local=[2/3]' \
+                'ps 0] gpus=[] local=[/]'; do
+  grep -qxF "[$expected" "$work/log" || fail "--gpus 2: no line '[$expected'"
 done
 grep -q 'cohort-launch: chief 0 -> GPU 0, worker 0 -> GPU 1, worker 1 -> GPU 0, ps 0 -> no GPU' "$work/log" ||
   fail "--gpus: the assignment is not printed"
 CUDA_VISIBLE_DEVICES=5,7 timeout 30 "$launcher" --workers 2 --gpus 2 -- sh -c "$show_gpus" >"$work/log" 2>&1 ||
   fail "launcher with --gpus under CUDA_VISIBLE_DEVICES failed"
-grep -q '^\[chief 0\] gpus=\[5\]$' "$work/log" && grep -q '^\[worker 0\] gpus=\[7\]$' "$work/log" ||
+grep -qF '[chief 0] gpus=[5]' "$work/log" && grep -qF '[worker 0] gpus=[7]' "$work/log" ||
   fail "--gpus does not use the launcher's CUDA_VISIBLE_DEVICES"
 CUDA_VISIBLE_DEVICES=3 timeout 30 "$launcher" --workers 2 --gpus 2 -- true >"$work/log" 2>&1 &&
   fail "--gpus 2 with one visible GPU was accepted"
 grep -q 'names only 1' "$work/log" || fail "--gpus beyond CUDA_VISIBLE_DEVICES is not explained"
+for hidden in "" "-1" "NoDevFiles" "0,,1"; do
+  CUDA_VISIBLE_DEVICES=$hidden timeout 30 "$launcher" --workers 2 --gpus 1 -- true >"$work/log" 2>&1 &&
+    fail "--gpus accepted CUDA_VISIBLE_DEVICES='$hidden'"
+  grep -q "gives this launcher no usable GPU list" "$work/log" || fail "CUDA_VISIBLE_DEVICES='$hidden' is not explained"
+done
+timeout 30 "$launcher" --workers 2 --gpus "" -- true >"$work/log" 2>&1 && fail "--gpus '' was accepted"
 
 echo "launch_test: all checks passed"

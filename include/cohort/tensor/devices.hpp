@@ -4,6 +4,7 @@
 //   const Device device = choose_device(args.device);   // "auto": CUDA when a GPU is visible, else CPU
 //   nn::Sequential model(shape, seed, device);
 
+#include <string>
 #include <string_view>
 
 #include "cohort/core/device.hpp"
@@ -12,6 +13,8 @@ namespace cohort {
 
 // CPU and Emulated always; CUDA when this build has the CUDA backend and a GPU is visible. Never throws.
 bool device_available(Device device);
+// Why `device` cannot be used here ("" when it can): the build option, or what the driver said.
+std::string device_unavailable_reason(Device device);
 // "cpu", "cuda", "emulated" or "auto" (CUDA when available, else CPU). InvalidArgument for another name;
 // DeviceError with the reason for a device this process cannot use.
 Device choose_device(std::string_view name);

@@ -60,6 +60,28 @@ int choose_ordinal(int count) {
   return 0;
 }
 
+// What cudaGetDeviceCount's failure means to a user: no driver at all, a driver too old for this build, or
+// what the runtime says.
+std::string why_no_gpu(cudaError_t status) {
+  if (status == cudaSuccess) return "the driver reports no GPU";
+  int driver = 0, runtime = 0;
+  cudaDriverGetVersion(&driver);
+  cudaRuntimeGetVersion(&runtime);
+  cudaGetLastError();
+  if (driver == 0) return "no NVIDIA driver is installed (libcuda.so.1 not found)";
+  if (status == cudaErrorInsufficientDriver)
+    return fmt::format("the NVIDIA driver supports CUDA {}.{}, this build needs {}.{}", driver / 1000,
+                       driver % 1000 / 10, runtime / 1000, runtime % 1000 / 10);
+  return cudaGetErrorString(status);
+}
+
+std::string describe_visible_devices() {
+  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+  if (visible == nullptr) return "CUDA_VISIBLE_DEVICES is unset";
+  if (*visible == '\0') return "CUDA_VISIBLE_DEVICES is empty, which hides every GPU";
+  return fmt::format("CUDA_VISIBLE_DEVICES={}", visible);
+}
+
 std::pair<std::int64_t, std::int64_t> as_rows(const Tensor& t) {
   const std::int64_t width = t.rank() == 0 ? 1 : t.dim(t.rank() - 1);
   return {width == 0 ? 0 : t.numel() / width, width};
@@ -120,10 +142,8 @@ CudaBackend::CudaBackend() {
   const cudaError_t status = cudaGetDeviceCount(&count);
   if (status != cudaSuccess || count == 0) {
     cudaGetLastError();
-    const std::string_view visible = environment("CUDA_VISIBLE_DEVICES");
-    throw DeviceError(fmt::format("no CUDA device is visible to this process ({}; CUDA_VISIBLE_DEVICES={})",
-                                  status != cudaSuccess ? cudaGetErrorString(status) : "the driver reports no GPU",
-                                  visible.empty() ? "unset" : visible));
+    throw DeviceError(fmt::format("no CUDA device is visible to this process ({}; {})", why_no_gpu(status),
+                                  describe_visible_devices()));
   }
   ordinal_ = choose_ordinal(count);
   allow_tf32_ = environment("COHORT_ALLOW_TF32") == "1";
