@@ -48,7 +48,9 @@ bench-ps:
 # The suite again under AddressSanitizer + UndefinedBehaviorSanitizer, and the transport and collective
 # tests and the parameter server spoken to by hand under ThreadSanitizer (OpenMP is not instrumented, so TSan
 # covers the tests that do not train; its build compiles only those test files).
-SANITIZE_FLAGS = -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCOHORT_BUILD_EXAMPLES=OFF -DCOHORT_BUILD_BENCHMARKS=OFF -DCOHORT_WITH_CUDA=OFF
+# -O1 -g1 (line tables): what the sanitizers need for their reports, at half the compile time of -O2 -g.
+SANITIZE_FLAGS = -DCMAKE_BUILD_TYPE=Sanitize -DCMAKE_CXX_FLAGS_SANITIZE="-O1 -g1 -DNDEBUG" -DCOHORT_BUILD_EXAMPLES=OFF \
+                 -DCOHORT_BUILD_BENCHMARKS=OFF -DCOHORT_WITH_CUDA=OFF
 sanitize: deps
 	@cmake -S . -B build-asan $(SANITIZE_FLAGS) -DCMAKE_CXX_FLAGS="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" >/dev/null
 	@cmake --build build-asan -j $(JOBS) --target cohort_tests

@@ -32,11 +32,13 @@ TEST_CASE("NCCL is set up only when every rank has a GPU of its own, and every r
   // The check runs over the host communicator before NCCL is touched, so it runs on machines without a GPU.
   comm::InProcessGroup group(3);
   std::vector<std::string> reasons(3);
+  std::vector<int> made(3, 0);  // Catch2 assertions are not thread-safe: checked after the ranks end
   comm_test::run_ranks(3, [&](int r) {
     auto ring = comm::make_ring_communicator(group.transport(r));
-    auto nccl = comm::make_nccl_communicator(*ring, /*gpu=*/-1, reasons[static_cast<std::size_t>(r)]);
-    CHECK(nccl == nullptr);
+    const auto rank = static_cast<std::size_t>(r);
+    made[rank] = comm::make_nccl_communicator(*ring, /*gpu=*/-1, reasons[rank]) != nullptr;
   });
+  CHECK(made == std::vector<int>{0, 0, 0});
   const std::string expected = comm::nccl_available() ? "rank 0 does not train on a GPU" : "has no NCCL";
   for (const auto& reason : reasons) CHECK_THAT(reason, Catch::Contains(expected));
   CHECK(reasons[0] == reasons[2]);
