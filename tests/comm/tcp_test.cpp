@@ -2,6 +2,11 @@
 // peers starting in any order, wrong or missing secrets, garbage and replayed handshakes, bad frames from
 // an authenticated peer, and lost peers. All traffic goes to 127.0.0.1.
 #include <arpa/inet.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
@@ -238,6 +243,92 @@ TEST_CASE("tcp: garbage, truncated and replayed handshakes are refused and chang
     CHECK(wrong_rank.closed_by_peer());
   }
   legitimate_peer_still_works(listener, zero, addresses);
+}
+
+// Opens `count` idle connections to `address` from a child process (which only makes system calls, so it
+// is safe to fork here) and keeps them open until it is killed.
+class IdleFlood {
+ public:
+  IdleFlood(const Address& address, int count) : child_(::fork()) {
+    REQUIRE(child_ >= 0);
+    if (child_ > 0) return;
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlives the test, however it ends
+    sockaddr_in target{};
+    target.sin_family = AF_INET;
+    target.sin_port = htons(address.port);
+    ::inet_pton(AF_INET, "127.0.0.1", &target.sin_addr);
+    for (int i = 0; i < count; ++i) {
+      const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+      if (fd >= 0) ::connect(fd, reinterpret_cast<const sockaddr*>(&target), sizeof target);
+    }
+    for (;;) ::pause();
+  }
+  ~IdleFlood() {
+    ::kill(child_, SIGKILL);
+    ::waitpid(child_, nullptr, 0);
+  }
+  IdleFlood(const IdleFlood&) = delete;
+  IdleFlood& operator=(const IdleFlood&) = delete;
+
+ private:
+  pid_t child_;
+};
+
+TEST_CASE("tcp: idle connections beyond the open-file limit do not stop the group from forming", "[comm][tcp][security]") {
+  // The listener's process may hold only a few more descriptors than it does now, and 300 connections that
+  // never say hello arrive before the legitimate peer: the listener must shed them and keep accepting.
+  const auto addresses = comm_test::free_addresses(2);
+  auto zero_options = options_for(0, addresses), one_options = options_for(1, addresses);
+  zero_options.connect_timeout = one_options.connect_timeout = 30s;
+  std::unique_ptr<Transport> zero;
+  std::thread listener([&] { zero = connect_tcp(zero_options); });
+  std::this_thread::sleep_for(200ms);  // listening
+  rlimit original{};
+  REQUIRE(::getrlimit(RLIMIT_NOFILE, &original) == 0);
+  int open_now = 0;
+  for (int fd = 0; fd < 4096; ++fd) open_now += ::fcntl(fd, F_GETFD) != -1 ? 1 : 0;
+  rlimit tight = original;
+  tight.rlim_cur = static_cast<rlim_t>(open_now + 12);
+  const auto started = std::chrono::steady_clock::now();
+  {
+    IdleFlood flood(addresses[0], 300);
+    std::this_thread::sleep_for(300ms);  // the flood is queued at the listener
+    REQUIRE(::setrlimit(RLIMIT_NOFILE, &tight) == 0);
+    std::unique_ptr<Transport> one;
+    try {
+      one = connect_tcp(one_options);
+    } catch (...) {
+      ::setrlimit(RLIMIT_NOFILE, &original);
+      listener.join();
+      throw;
+    }
+    ::setrlimit(RLIMIT_NOFILE, &original);
+    listener.join();
+    std::vector<int> ping{7}, pong(1);
+    auto sent = one->send(0, 1, conformance::bytes(ping));
+    zero->recv(1, 1, conformance::bytes(pong))->wait(5s);
+    sent->wait(5s);
+    CHECK(pong[0] == 7);
+  }
+  CHECK(std::chrono::steady_clock::now() - started < 25s);
+}
+
+TEST_CASE("tcp: a listener that accepts and never answers does not hold a dialer until the deadline", "[comm][tcp][security]") {
+  const auto addresses = comm_test::free_addresses(2);
+  // A silent listener on rank 0's address.
+  const int silent = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in own{};
+  own.sin_family = AF_INET;
+  own.sin_port = htons(addresses[0].port);
+  ::inet_pton(AF_INET, "127.0.0.1", &own.sin_addr);
+  const int reuse = 1;
+  ::setsockopt(silent, SOL_SOCKET, SO_REUSEADDR, &reuse, sizeof reuse);
+  REQUIRE(::bind(silent, reinterpret_cast<const sockaddr*>(&own), sizeof own) == 0);
+  REQUIRE(::listen(silent, 16) == 0);
+  auto one = options_for(1, addresses);
+  one.connect_timeout = 3s;  // each handshake may then take 1.5 s: the error names the silent listener and why
+  CHECK_THROWS_WITH(connect_tcp(one), Catch::Contains("chief 0") && Catch::Contains("no answer to the handshake within 1500 ms"));
+  ::close(silent);
 }
 
 TEST_CASE("tcp: bad frames from an authenticated peer fail operations with ProtocolError", "[comm][tcp][security]") {

@@ -89,13 +89,76 @@ TcpTransport::TcpTransport(const TcpOptions& options) : options_(options) {
   }
 }
 
+// Beyond these, the oldest handshake in progress makes room (per address: from that address).
+int max_pending_handshakes(int ranks) { return std::max(16, 2 * ranks); }
+int max_pending_per_address(int ranks) { return std::max(8, ranks); }
+
+// Half the connect deadline at most, so that a dialer held by a silent listener has time to try again.
+std::chrono::milliseconds TcpTransport::handshake_timeout() const {
+  return std::min(kHandshakeTimeout, options_.connect_timeout / 2);
+}
+
 void TcpTransport::accept() {
   auto socket = std::make_shared<tcp::socket>(io_);
   acceptor_.async_accept(*socket, [this, socket](const asio::error_code& error) {
-    if (error) return;  // closed
+    if (!acceptor_.is_open() || error == asio::error::operation_aborted) return;  // closed
+    if (error) {
+      // Out of file descriptors, most likely, or a transient failure: free one and keep listening.
+      note_rejection("the listener", fmt::format("accept failed ({}); retrying in {} ms", error.message(),
+                                                 accept_backoff_.count()));
+      shed_oldest(nullptr);
+      accept_retry_.expires_after(accept_backoff_);
+      accept_backoff_ = std::min(accept_backoff_ * 2, std::chrono::milliseconds(1000));
+      accept_retry_.async_wait([this](const asio::error_code& error) {
+        if (!error) accept();
+      });
+      return;
+    }
+    accept_backoff_ = std::chrono::milliseconds(10);
     serve_handshake(socket);
     accept();
   });
+}
+
+void TcpTransport::add_pending(const Socket& socket, const std::string& remote_host) {
+  int from_host = 0;
+  for (const PendingHandshake& p : pending_handshakes_) from_host += p.remote_host == remote_host ? 1 : 0;
+  if (from_host >= max_pending_per_address(size())) shed_oldest(&remote_host);
+  if (static_cast<int>(pending_handshakes_.size()) >= max_pending_handshakes(size())) shed_oldest(nullptr);
+  pending_handshakes_.push_back({socket, remote_host});
+}
+
+void TcpTransport::remove_pending(const Socket& socket) {
+  for (auto it = pending_handshakes_.begin(); it != pending_handshakes_.end(); ++it)
+    if (it->socket == socket) {
+      pending_handshakes_.erase(it);
+      return;
+    }
+}
+
+// Closes the oldest handshake in progress (from `remote_host` when given); its reads then fail, and its
+// handler rejects it.
+void TcpTransport::shed_oldest(const std::string* remote_host) {
+  for (auto it = pending_handshakes_.begin(); it != pending_handshakes_.end(); ++it) {
+    if (remote_host != nullptr && it->remote_host != *remote_host) continue;
+    asio::error_code ignored;
+    it->socket->close(ignored);
+    pending_handshakes_.erase(it);
+    return;
+  }
+}
+
+void TcpTransport::note_rejection(const std::string& remote, const std::string& reason) {
+  const auto now = Clock::now();
+  if (now - last_rejection_log_ < std::chrono::seconds(1)) {
+    ++unlogged_rejections_;
+    return;
+  }
+  const std::string earlier =
+      unlogged_rejections_ > 0 ? fmt::format(" ({} more rejected in the last second)", unlogged_rejections_) : "";
+  log::warning("{} rejected a connection from {}: {}{}", describe(options_.rank), remote, reason, earlier);
+  last_rejection_log_ = now;
+  unlogged_rejections_ = 0;
 }
 
 void TcpTransport::serve_handshake(Socket socket) {
@@ -107,18 +170,24 @@ void TcpTransport::serve_handshake(Socket socket) {
     std::array<std::byte, kHeaderBytes + kNonceBytes + kMacBytes> challenge{};
     Mac response{};
     int client = -1;
+    bool finished = false;  // rejected or connected: later callbacks of a closed socket say nothing
     asio::steady_timer timer;
     explicit State(asio::io_context& io) : timer(io) {}
   };
   auto state = std::make_shared<State>(io_);
   const std::string remote = remote_of(*socket);
+  asio::error_code address_error;
+  add_pending(socket, socket->remote_endpoint(address_error).address().to_string());
   auto reject = [this, socket, state, remote](const std::string& reason) {
-    log::warning("{} rejected a connection from {}: {}", describe(options_.rank), remote, reason);
+    if (state->finished) return;
+    state->finished = true;
+    if (!closing_) note_rejection(remote, reason);
+    remove_pending(socket);
     asio::error_code ignored;
     socket->close(ignored);
     state->timer.cancel();
   };
-  state->timer.expires_after(std::min(kHandshakeTimeout, options_.connect_timeout));
+  state->timer.expires_after(handshake_timeout());
   state->timer.async_wait([socket, reject](const asio::error_code& error) {
     if (!error && socket->is_open()) reject("no complete handshake in time");
   });
@@ -158,7 +227,9 @@ void TcpTransport::serve_handshake(Socket socket) {
             const Mac expected = client_proof(options_.secret, client_nonce, state->server_nonce, state->client, options_.rank);
             if (!same(expected, state->response)) return reject("it does not know the shared secret");
             if (peers_[static_cast<std::size_t>(state->client)].ready) return reject(fmt::format("rank {} is already connected", state->client));
+            state->finished = true;
             state->timer.cancel();
+            remove_pending(socket);
             connected(state->client, socket);
           });
         });
@@ -195,13 +266,24 @@ void TcpTransport::client_handshake(int peer, Socket socket) {
     HeaderBytes header{};
     std::array<std::byte, kNonceBytes + kMacBytes> challenge{};
     std::array<std::byte, kHeaderBytes + kMacBytes> response{};
+    bool finished = false;  // gave up or connected: later callbacks of a closed socket do nothing
+    asio::steady_timer timer;
+    explicit State(asio::io_context& io) : timer(io) {}
   };
-  auto state = std::make_shared<State>();
-  auto give_up = [this, peer, socket](const std::string& reason) {
+  auto state = std::make_shared<State>(io_);
+  auto give_up = [this, peer, socket, state](const std::string& reason) {
+    if (state->finished) return;
+    state->finished = true;
+    state->timer.cancel();
     asio::error_code ignored;
     socket->close(ignored);
     retry_dial(peer, reason);
   };
+  // A listener that accepts and never answers must not hold this dialer until the connect deadline.
+  state->timer.expires_after(handshake_timeout());
+  state->timer.async_wait([give_up, timeout = handshake_timeout()](const asio::error_code& error) {
+    if (!error) give_up(fmt::format("no answer to the handshake within {} ms", timeout.count()));
+  });
   state->client_nonce = random_nonce();
   const HeaderBytes header = encode({.type = FrameType::Hello, .tag = static_cast<std::uint64_t>(options_.rank),
                                      .length = kNonceBytes + 4});
@@ -233,6 +315,9 @@ void TcpTransport::client_handshake(int peer, Socket socket) {
         std::copy(answer.begin(), answer.end(), state->response.begin() + kHeaderBytes);
         asio::async_write(*socket, asio::buffer(state->response), [this, peer, socket, state, give_up](const asio::error_code& error, std::size_t) {
           if (error) return give_up("closed during the response");
+          if (state->finished) return;
+          state->finished = true;
+          state->timer.cancel();
           connected(peer, socket);
         });
       });
@@ -257,6 +342,8 @@ void TcpTransport::connected(int peer, Socket socket) {
   if (now_connected == expected_peers()) {
     asio::error_code ignored;
     acceptor_.close(ignored);  // everybody is here; nobody else gets in
+    accept_retry_.cancel();
+    while (!pending_handshakes_.empty()) shed_oldest(nullptr);
   }
 }
 

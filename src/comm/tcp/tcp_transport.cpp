@@ -39,7 +39,10 @@ TcpTransport::~TcpTransport() {
     closing_ = true;
     asio::error_code ignored;
     acceptor_.close(ignored);
+    accept_retry_.cancel();
     heartbeat_timer_.cancel();
+    for (PendingHandshake& p : pending_handshakes_) p.socket->close(ignored);
+    pending_handshakes_.clear();
     const auto shut_down = [] { return std::make_exception_ptr(IoError("the transport was shut down")); };
     fail_queued_sends(shut_down);
     for (auto& [key, queue] : receivers_)

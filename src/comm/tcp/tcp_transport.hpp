@@ -8,8 +8,12 @@
 // Setting up: every rank listens on its own address. A rank dials every lower rank (retrying with
 // back-off, so processes may start in any order) and accepts every higher one. Each connection is
 // authenticated both ways (handshake.hpp) before it carries data; a connection that fails the handshake
-// is logged with its address and the reason, closed, and the listener goes on accepting. When every
-// peer is connected the listener closes.
+// is logged with its address and the reason, closed, and the listener goes on accepting. Both sides give
+// a handshake a deadline. Handshakes in progress are capped, in total and per remote address: beyond the
+// cap the oldest is dropped, so that idle connections (a flood, a scanner) can neither hold every slot nor
+// every file descriptor; an accept that fails (out of descriptors) sheds the oldest and tries again with
+// back-off. Rejections are logged at most once a second, with a count. When every peer is connected the
+// listener closes.
 //
 // Data: a frame header, then the payload. Sends are written as a scatter/gather pair (header, caller's
 // bytes), so payloads are not copied; a frame whose receive is already posted is read straight into the
@@ -106,6 +110,16 @@ class TcpTransport : public Transport {
   void retry_dial(int peer, const std::string& reason);
   void client_handshake(int peer, Socket socket);
   void connected(int peer, Socket socket);
+  // Handshakes in progress on the listener, oldest first.
+  struct PendingHandshake {
+    Socket socket;
+    std::string remote_host;
+  };
+  void add_pending(const Socket& socket, const std::string& remote_host);
+  void remove_pending(const Socket& socket);
+  void shed_oldest(const std::string* remote_host);
+  void note_rejection(const std::string& remote, const std::string& reason);
+  std::chrono::milliseconds handshake_timeout() const;
   // data
   void read_header(int peer);
   void on_frame(int peer, const FrameHeader& header);
@@ -131,6 +145,11 @@ class TcpTransport : public Transport {
   std::vector<tcp::endpoint> endpoints_;
   asio::io_context io_;
   tcp::acceptor acceptor_{io_};
+  asio::steady_timer accept_retry_{io_};
+  std::chrono::milliseconds accept_backoff_{10};
+  std::deque<PendingHandshake> pending_handshakes_;
+  Clock::time_point last_rejection_log_{};
+  int unlogged_rejections_ = 0;
   asio::steady_timer heartbeat_timer_{io_};
   std::vector<Peer> peers_;
   std::map<std::pair<int, Tag>, std::deque<Receiver>> receivers_;
