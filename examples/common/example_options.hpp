@@ -2,6 +2,8 @@
 // Command-line options shared by the examples: --epochs, --batch-size, --data-dir, --threads, --device,
 // --summary, --help and a few more. Unknown or malformed options end the program with a usage message.
 
+#include <cerrno>
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <string>
@@ -78,8 +80,10 @@ inline ExampleOptions parse_options(int argc, char** argv, const char* purpose, 
     const std::string flag = argv[i];
     const std::string text = value(i);
     char* end = nullptr;
+    errno = 0;
     const long long parsed = std::strtoll(text.c_str(), &end, 10);
-    if (end == text.c_str() || *end != '\0' || parsed < 0) fail(fmt::format("{} needs a non-negative integer, got '{}'", flag, text));
+    if (end == text.c_str() || *end != '\0' || parsed < 0 || errno == ERANGE)
+      fail(fmt::format("{} needs a non-negative integer, got '{}'", flag, text));
     return parsed;
   };
   for (int i = 1; i < argc; ++i) {
@@ -92,7 +96,11 @@ inline ExampleOptions parse_options(int argc, char** argv, const char* purpose, 
     else if (arg == "--max-steps") options.max_steps = number(i);
     else if (arg == "--train-samples") options.train_samples = number(i);
     else if (arg == "--data-dir") options.data_dir = value(i);
-    else if (arg == "--threads") options.threads = static_cast<int>(number(i));
+    else if (arg == "--threads") {
+      const std::int64_t threads = number(i);
+      if (threads > 4096) fail(fmt::format("--threads takes 0 (all cores) to 4096, got {}", threads));
+      options.threads = static_cast<int>(threads);
+    }
     else if (arg == "--device") {
       options.device = value(i);
       if (options.device != "cpu" && options.device != "cuda" && options.device != "auto" && options.device != "emulated")
@@ -102,7 +110,8 @@ inline ExampleOptions parse_options(int argc, char** argv, const char* purpose, 
       const std::string text = value(i);
       char* end = nullptr;
       options.learning_rate = std::strtod(text.c_str(), &end);
-      if (end == text.c_str() || *end != '\0' || options.learning_rate <= 0) fail("--learning-rate needs a positive number");
+      if (end == text.c_str() || *end != '\0' || !(options.learning_rate > 0) || !std::isfinite(options.learning_rate))
+        fail(fmt::format("--learning-rate needs a positive finite number, got '{}'", text));
     } else if (arg == "--checkpoint-dir") options.checkpoint_dir = value(i);
     else if (arg == "--resume") options.resume = true;
     else if (arg == "--history-csv") options.history_csv = value(i);
