@@ -69,8 +69,11 @@ TcpTransport::TcpTransport(const TcpOptions& options) : options_(options) {
   });
 
   std::unique_lock lock(setup_mutex_);
-  const bool all = setup_changed_.wait_until(lock, connect_deadline_, [&] { return connected_ == expected_peers(); });
+  const bool all = setup_changed_.wait_until(
+      lock, connect_deadline_, [&] { return connected_ == expected_peers() || permanent_failure_.has_value(); });
+  const std::optional<std::string> permanent = permanent_failure_;
   lock.unlock();
+  if (permanent) throw ProtocolError(*permanent);
   if (!all) {
     std::promise<std::string> missing;
     asio::post(io_, [&] {
@@ -306,8 +309,19 @@ void TcpTransport::client_handshake(int peer, Socket socket) {
         std::copy_n(state->challenge.begin(), kNonceBytes, server_nonce.begin());
         std::copy_n(state->challenge.begin() + kNonceBytes, kMacBytes, proof.begin());
         if (!same(proof, server_proof(options_.secret, state->client_nonce, server_nonce, options_.rank, peer))) {
-          log::warning("{}: the listener at {} does not know the shared secret", describe(options_.rank), remote_of(*socket));
-          return give_up("it does not know the shared secret");
+          // A configuration error, not a slow start: trying again cannot help, so set-up fails now.
+          const std::string failure = fmt::format(
+              "{} cannot join: {} at {} does not know this rank's shared secret (COHORT_SECRET or COHORT_SECRET_FILE "
+              "differ between the processes)",
+              describe(options_.rank), describe(peer), remote_of(*socket));
+          state->finished = true;
+          state->timer.cancel();
+          asio::error_code ignored;
+          socket->close(ignored);
+          const std::lock_guard lock(setup_mutex_);
+          permanent_failure_ = failure;
+          setup_changed_.notify_all();
+          return;
         }
         const Mac answer = client_proof(options_.secret, state->client_nonce, server_nonce, options_.rank, peer);
         const HeaderBytes header = encode({.type = FrameType::Response, .length = kMacBytes});

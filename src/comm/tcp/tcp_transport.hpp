@@ -9,7 +9,9 @@
 // back-off, so processes may start in any order) and accepts every higher one. Each connection is
 // authenticated both ways (handshake.hpp) before it carries data; a connection that fails the handshake
 // is logged with its address and the reason, closed, and the listener goes on accepting. Both sides give
-// a handshake a deadline. Handshakes in progress are capped, in total and per remote address: beyond the
+// a handshake a deadline. A listener that fails to prove the shared secret is a configuration error: the
+// dialer's set-up fails at once with ProtocolError (the listener only logs the clients it refuses, so that
+// a stranger cannot end a job). Handshakes in progress are capped, in total and per remote address: beyond the
 // cap the oldest is dropped, so that idle connections (a flood, a scanner) can neither hold every slot nor
 // every file descriptor; an accept that fails (out of descriptors) sheds the oldest and tries again with
 // back-off. Rejections are logged at most once a second, with a count. When every peer is connected the
@@ -161,6 +163,7 @@ class TcpTransport : public Transport {
   std::mutex setup_mutex_;
   std::condition_variable setup_changed_;
   int connected_ = 0;
+  std::optional<std::string> permanent_failure_;  // set-up cannot succeed: fail at once with this
 
   bool leaving_ = false;  // goodbyes sent
   bool closing_ = false;  // sockets being closed
