@@ -25,6 +25,19 @@ class BackendStream {
   virtual void synchronize() = 0;
 };
 
+// A tensor as rows along its last axis (a scalar is one row of one): what the row-wise kernels of every
+// backend (biases, softmax, the channels of batch normalization) iterate over.
+struct Rows {
+  std::int64_t count, width;
+};
+inline Rows rows_of(const Tensor& t) {
+  const std::int64_t width = t.rank() == 0 ? 1 : t.dim(t.rank() - 1);
+  return {width == 0 ? 0 : t.numel() / width, width};
+}
+
+// The plan of an op a backend does not prepare for (its geometry, passed with each call, is enough).
+struct NoPlan : PlanState {};
+
 class Backend {
  public:
   virtual ~Backend() = default;

@@ -4,11 +4,7 @@
 // caller folds Adam's bias correction into its learning rate). Optional slots are null when unused.
 #include <cmath>
 
-#ifdef __CUDACC__
-#define COHORT_HOST_DEVICE __host__ __device__
-#else
-#define COHORT_HOST_DEVICE
-#endif
+#include "tensor/host_device.hpp"
 
 namespace cohort::update_rules {
 

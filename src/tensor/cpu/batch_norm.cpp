@@ -12,21 +12,12 @@
 namespace cohort::cpu {
 namespace {
 
-struct Rows {
-  std::int64_t count, channels;
-};
-
-Rows rows_of(const Tensor& x) {
-  const std::int64_t c = x.dim(x.rank() - 1);
-  return {c == 0 ? 0 : x.numel() / c, c};
-}
-
 // Per-channel sums of two terms, first(m, c) and second(m, c), over all rows in one pass, computed in
 // parallel and reduced in thread order (repeatable for a given thread count).
 template <typename First, typename Second>
 std::pair<std::vector<double>, std::vector<double>> channel_sums(Rows r, First&& first, Second&& second) {
   const int threads = omp_get_max_threads();
-  const auto channels = static_cast<std::size_t>(r.channels);
+  const auto channels = static_cast<std::size_t>(r.width);
   std::vector<std::vector<double>> partial(static_cast<std::size_t>(threads), std::vector<double>(2 * channels, 0.0));
 #pragma omp parallel
   {
@@ -34,7 +25,7 @@ std::pair<std::vector<double>, std::vector<double>> channel_sums(Rows r, First&&
 #pragma omp for schedule(static)
     for (std::int64_t m = 0; m < r.count; ++m) {
 #pragma omp simd
-      for (std::int64_t c = 0; c < r.channels; ++c) {
+      for (std::int64_t c = 0; c < r.width; ++c) {
         mine[c] += first(m, c);
         mine[channels + c] += second(m, c);
       }
@@ -53,8 +44,8 @@ std::pair<std::vector<double>, std::vector<double>> channel_sums(Rows r, First&&
 void normalize(const Tensor& x, const float* mean, const float* variance, const Tensor& gamma, const Tensor& beta,
                float epsilon, const Tensor& y) {
   const Rows r = rows_of(x);
-  std::vector<float> multiplier(static_cast<std::size_t>(r.channels)), offset(static_cast<std::size_t>(r.channels));
-  for (std::int64_t c = 0; c < r.channels; ++c) {
+  std::vector<float> multiplier(static_cast<std::size_t>(r.width)), offset(static_cast<std::size_t>(r.width));
+  for (std::int64_t c = 0; c < r.width; ++c) {
     multiplier[c] = device_data(gamma)[c] / std::sqrt(variance[c] + epsilon);
     offset[c] = device_data(beta)[c] - mean[c] * multiplier[c];
   }
@@ -63,7 +54,7 @@ void normalize(const Tensor& x, const float* mean, const float* variance, const 
 #pragma omp parallel for
   for (std::int64_t m = 0; m < r.count; ++m) {
 #pragma omp simd
-    for (std::int64_t c = 0; c < r.channels; ++c) yp[m * r.channels + c] = xp[m * r.channels + c] * multiplier[c] + offset[c];
+    for (std::int64_t c = 0; c < r.width; ++c) yp[m * r.width + c] = xp[m * r.width + c] * multiplier[c] + offset[c];
   }
 }
 
@@ -76,13 +67,13 @@ void CpuBackend::batch_norm_forward_training(const PlanState*, const BatchNormGe
   const float* xp = device_data(x);
   // One pass for both moments; double accumulators keep E[x^2] - E[x]^2 accurate for activations.
   const auto [sums, squares] = channel_sums(
-      r, [&](std::int64_t m, std::int64_t c) { return static_cast<double>(xp[m * r.channels + c]); },
+      r, [&](std::int64_t m, std::int64_t c) { return static_cast<double>(xp[m * r.width + c]); },
       [&](std::int64_t m, std::int64_t c) {
-        const double v = xp[m * r.channels + c];
+        const double v = xp[m * r.width + c];
         return v * v;
       });
   const double inverse_count = 1.0 / static_cast<double>(r.count);
-  for (std::int64_t c = 0; c < r.channels; ++c) {
+  for (std::int64_t c = 0; c < r.width; ++c) {
     const double mean = sums[c] * inverse_count;
     device_data(batch_mean)[c] = static_cast<float>(mean);
     device_data(batch_variance)[c] = static_cast<float>(std::max(squares[c] * inverse_count - mean * mean, 0.0));
@@ -112,15 +103,15 @@ ParameterGradients parameter_gradients(const Tensor& x, const Tensor& dy, const 
   const float* gp = device_data(dy);
   const float* mp = device_data(mean);
   ParameterGradients out;
-  out.inv_std.resize(static_cast<std::size_t>(r.channels));
-  for (std::int64_t c = 0; c < r.channels; ++c) out.inv_std[c] = 1.0f / std::sqrt(device_data(variance)[c] + epsilon);
+  out.inv_std.resize(static_cast<std::size_t>(r.width));
+  for (std::int64_t c = 0; c < r.width; ++c) out.inv_std[c] = 1.0f / std::sqrt(device_data(variance)[c] + epsilon);
   const float* inv_std = out.inv_std.data();
   std::tie(out.grad_sum, out.grad_dot_xhat) = channel_sums(
-      r, [&](std::int64_t m, std::int64_t c) { return static_cast<double>(gp[m * r.channels + c]); },
+      r, [&](std::int64_t m, std::int64_t c) { return static_cast<double>(gp[m * r.width + c]); },
       [&](std::int64_t m, std::int64_t c) {
-        return static_cast<double>(gp[m * r.channels + c]) * (xp[m * r.channels + c] - mp[c]) * inv_std[c];
+        return static_cast<double>(gp[m * r.width + c]) * (xp[m * r.width + c] - mp[c]) * inv_std[c];
       });
-  for (std::int64_t c = 0; c < r.channels; ++c) {
+  for (std::int64_t c = 0; c < r.width; ++c) {
     device_data(dbeta)[c] = static_cast<float>(out.grad_sum[c]);
     device_data(dgamma)[c] = static_cast<float>(out.grad_dot_xhat[c]);
   }
@@ -138,7 +129,7 @@ void CpuBackend::batch_norm_backward(const PlanState*, const BatchNormGeometry& 
   // dx = gamma * inv_std / M * (M * dy - sum(dy) - xhat * sum(dy * xhat))
   const Rows r = rows_of(x);
   const float inverse_count = 1.0f / static_cast<float>(r.count);
-  const auto channels = static_cast<std::size_t>(r.channels);
+  const auto channels = static_cast<std::size_t>(r.width);
   std::vector<float> a(channels), b(channels), s(channels);
   for (std::size_t c = 0; c < channels; ++c) {
     a[c] = device_data(gamma)[c] * p.inv_std[c];
@@ -152,8 +143,8 @@ void CpuBackend::batch_norm_backward(const PlanState*, const BatchNormGeometry& 
 #pragma omp parallel for
   for (std::int64_t m = 0; m < r.count; ++m) {
 #pragma omp simd
-    for (std::int64_t c = 0; c < r.channels; ++c) {
-      const std::int64_t i = m * r.channels + c;
+    for (std::int64_t c = 0; c < r.width; ++c) {
+      const std::int64_t i = m * r.width + c;
       dp[i] = a[c] * (gp[i] - b[c] - (xp[i] - mean[c]) * s[c]);
     }
   }
@@ -170,7 +161,7 @@ void CpuBackend::batch_norm_backward_inference(const PlanState*, const BatchNorm
   float* dp = device_data(dx);
 #pragma omp parallel for
   for (std::int64_t m = 0; m < r.count; ++m)
-    for (std::int64_t c = 0; c < r.channels; ++c) dp[m * r.channels + c] = gp[m * r.channels + c] * device_data(gamma)[c] * p.inv_std[c];
+    for (std::int64_t c = 0; c < r.width; ++c) dp[m * r.width + c] = gp[m * r.width + c] * device_data(gamma)[c] * p.inv_std[c];
 }
 
 void CpuBackend::moving_average_update(const Tensor& moving, const Tensor& batch, float momentum) {

@@ -75,9 +75,6 @@ class ThreadStream final : public BackendStream {
   std::thread worker_;
 };
 
-// Pooling and batch normalization need no preparation on the CPU.
-struct NoPlan : PlanState {};
-
 }  // namespace
 
 CpuBackend::CpuBackend(Device device, std::unique_ptr<Allocator> allocator)

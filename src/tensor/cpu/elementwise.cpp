@@ -4,20 +4,15 @@
 #include <cmath>
 #include <cstring>
 
-#include "cohort/core/seed.hpp"
 #include "cpu_backend.hpp"
+#include "tensor/activation_rules.hpp"
 #include "tensor/backend_access.hpp"
+#include "tensor/dropout_rule.hpp"
 
 namespace cohort::cpu {
 namespace {
 
 constexpr std::int64_t kParallelThreshold = 1 << 15;
-
-// Rows of the last axis: (rows, width) of a tensor viewed as a matrix.
-std::pair<std::int64_t, std::int64_t> as_rows(const Tensor& t) {
-  const std::int64_t width = t.rank() == 0 ? 1 : t.dim(t.rank() - 1);
-  return {width == 0 ? 0 : t.numel() / width, width};
-}
 
 }  // namespace
 
@@ -71,7 +66,7 @@ double CpuBackend::sum_of_squares(const Tensor& x) {
 }
 
 void CpuBackend::add_bias(const Tensor& y, const Tensor& bias) {
-  const auto [rows, width] = as_rows(y);
+  const auto [rows, width] = rows_of(y);
   float* yp = device_data(y);
   const float* bp = device_data(bias);
 #pragma omp parallel for if (y.numel() > kParallelThreshold)
@@ -83,7 +78,7 @@ void CpuBackend::add_bias(const Tensor& y, const Tensor& bias) {
 }
 
 void CpuBackend::bias_gradient(const Tensor& dy, const Tensor& dbias) {
-  const auto [rows, width] = as_rows(dy);
+  const auto [rows, width] = rows_of(dy);
   const float* dp = device_data(dy);
   float* out = device_data(dbias);
   std::fill_n(out, width, 0.0f);
@@ -104,28 +99,20 @@ void CpuBackend::activation_forward(Activation activation, const Tensor& x, cons
       return;
     case Activation::Relu:
 #pragma omp parallel for simd if (n > kParallelThreshold)
-      for (std::int64_t i = 0; i < n; ++i) yp[i] = xp[i] > 0.0f ? xp[i] : 0.0f;
+      for (std::int64_t i = 0; i < n; ++i) yp[i] = activation_rules::relu(xp[i]);
       return;
     case Activation::Sigmoid:
 #pragma omp parallel for if (n > kParallelThreshold)
-      for (std::int64_t i = 0; i < n; ++i) yp[i] = 1.0f / (1.0f + std::exp(-xp[i]));
+      for (std::int64_t i = 0; i < n; ++i) yp[i] = activation_rules::sigmoid(xp[i]);
       return;
     case Activation::Tanh:
 #pragma omp parallel for if (n > kParallelThreshold)
-      for (std::int64_t i = 0; i < n; ++i) yp[i] = std::tanh(xp[i]);
+      for (std::int64_t i = 0; i < n; ++i) yp[i] = activation_rules::tanh(xp[i]);
       return;
     case Activation::Softmax: {
-      const auto [rows, width] = as_rows(x);
+      const auto [rows, width] = rows_of(x);
 #pragma omp parallel for if (n > kParallelThreshold)
-      for (std::int64_t r = 0; r < rows; ++r) {
-        const float* in = xp + r * width;
-        float* out = yp + r * width;
-        const float peak = *std::max_element(in, in + width);
-        double total = 0;
-        for (std::int64_t j = 0; j < width; ++j) total += out[j] = std::exp(in[j] - peak);
-        const float inverse = static_cast<float>(1.0 / total);
-        for (std::int64_t j = 0; j < width; ++j) out[j] *= inverse;
-      }
+      for (std::int64_t r = 0; r < rows; ++r) activation_rules::softmax_row(xp + r * width, yp + r * width, width);
       return;
     }
   }
@@ -142,28 +129,21 @@ void CpuBackend::activation_backward(Activation activation, const Tensor& y, con
       return;
     case Activation::Relu:
 #pragma omp parallel for simd if (n > kParallelThreshold)
-      for (std::int64_t i = 0; i < n; ++i) dp[i] = yp[i] > 0.0f ? gp[i] : 0.0f;
+      for (std::int64_t i = 0; i < n; ++i) dp[i] = activation_rules::relu_gradient(yp[i], gp[i]);
       return;
     case Activation::Sigmoid:
 #pragma omp parallel for simd if (n > kParallelThreshold)
-      for (std::int64_t i = 0; i < n; ++i) dp[i] = gp[i] * yp[i] * (1.0f - yp[i]);
+      for (std::int64_t i = 0; i < n; ++i) dp[i] = activation_rules::sigmoid_gradient(yp[i], gp[i]);
       return;
     case Activation::Tanh:
 #pragma omp parallel for simd if (n > kParallelThreshold)
-      for (std::int64_t i = 0; i < n; ++i) dp[i] = gp[i] * (1.0f - yp[i] * yp[i]);
+      for (std::int64_t i = 0; i < n; ++i) dp[i] = activation_rules::tanh_gradient(yp[i], gp[i]);
       return;
     case Activation::Softmax: {
-      // dx = y * (dy - <dy, y>) row by row
-      const auto [rows, width] = as_rows(y);
+      const auto [rows, width] = rows_of(y);
 #pragma omp parallel for if (n > kParallelThreshold)
-      for (std::int64_t r = 0; r < rows; ++r) {
-        const float* yr = yp + r * width;
-        const float* gr = gp + r * width;
-        float* dr = dp + r * width;
-        double inner = 0;
-        for (std::int64_t j = 0; j < width; ++j) inner += static_cast<double>(yr[j]) * gr[j];
-        for (std::int64_t j = 0; j < width; ++j) dr[j] = yr[j] * (gr[j] - static_cast<float>(inner));
-      }
+      for (std::int64_t r = 0; r < rows; ++r)
+        activation_rules::softmax_backward_row(yp + r * width, gp + r * width, dp + r * width, width);
       return;
     }
   }
@@ -172,16 +152,9 @@ void CpuBackend::activation_backward(Activation activation, const Tensor& y, con
 void CpuBackend::dropout_mask(const Tensor& mask, float rate, std::uint64_t seed) {
   float* p = device_data(mask);
   const std::int64_t n = mask.numel();
-  const float keep_scale = 1.0f / (1.0f - rate);
-  // Compare 53-bit uniform draws with the rate.
-  const auto threshold = static_cast<std::uint64_t>(static_cast<double>(rate) * 9007199254740992.0);
-  // A counter-based generator: element i's draw does not depend on which thread computes it.
-  const std::uint64_t key = mix64(seed);
+  const DropoutRule rule = DropoutRule::of(rate, seed);
 #pragma omp parallel for simd if (n > kParallelThreshold)
-  for (std::int64_t i = 0; i < n; ++i) {
-    const std::uint64_t draw = mix64(key ^ static_cast<std::uint64_t>(i)) >> 11;
-    p[i] = draw < threshold ? 0.0f : keep_scale;
-  }
+  for (std::int64_t i = 0; i < n; ++i) p[i] = rule(static_cast<std::uint64_t>(i));
 }
 
 }  // namespace cohort::cpu

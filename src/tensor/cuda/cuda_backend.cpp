@@ -1,15 +1,16 @@
 // The CUDA backend's set-up, memory, streams, products and the ops that run on kernels.cu.
 #include "cuda_backend.hpp"
 
+#include <array>
 #include <atomic>
 #include <charconv>
 #include <climits>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string_view>
 #include <vector>
 
-#include "cohort/core/seed.hpp"
 #include "cuda_check.hpp"
 #include "cuda_entry.hpp"
 #include "kernels.hpp"
@@ -41,22 +42,25 @@ std::string_view environment(const char* name) {
   return value == nullptr ? std::string_view() : std::string_view(value);
 }
 
+// The whole of `text` as a non-negative integer.
+std::optional<int> index_in(std::string_view text) {
+  int value = -1;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (text.empty() || error != std::errc() || end != text.data() + text.size() || value < 0) return std::nullopt;
+  return value;
+}
+
 // COHORT_CUDA_DEVICE when set; else the process's local rank (torchrun, Open MPI) spread over the GPUs,
 // as Horovod does; else the first GPU.
 int choose_ordinal(int count) {
   if (const std::string_view chosen = environment("COHORT_CUDA_DEVICE"); !chosen.empty()) {
-    int ordinal = -1;
-    const auto [end, error] = std::from_chars(chosen.data(), chosen.data() + chosen.size(), ordinal);
-    if (error != std::errc() || end != chosen.data() + chosen.size() || ordinal < 0 || ordinal >= count)
+    const std::optional<int> ordinal = index_in(chosen);
+    if (!ordinal || *ordinal >= count)
       throw DeviceError(fmt::format("COHORT_CUDA_DEVICE={} is not a GPU of this process (it sees {})", chosen, count));
-    return ordinal;
+    return *ordinal;
   }
-  for (const char* name : {"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK"}) {
-    const std::string_view rank = environment(name);
-    int value = 0;
-    const auto [end, error] = std::from_chars(rank.data(), rank.data() + rank.size(), value);
-    if (!rank.empty() && error == std::errc() && end == rank.data() + rank.size() && value >= 0) return value % count;
-  }
+  for (const char* name : {"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK"})
+    if (const std::optional<int> rank = index_in(environment(name))) return *rank % count;
   return 0;
 }
 
@@ -80,11 +84,6 @@ std::string describe_visible_devices() {
   if (visible == nullptr) return "CUDA_VISIBLE_DEVICES is unset";
   if (*visible == '\0') return "CUDA_VISIBLE_DEVICES is empty, which hides every GPU";
   return fmt::format("CUDA_VISIBLE_DEVICES={}", visible);
-}
-
-std::pair<std::int64_t, std::int64_t> as_rows(const Tensor& t) {
-  const std::int64_t width = t.rank() == 0 ? 1 : t.dim(t.rank() - 1);
-  return {width == 0 ? 0 : t.numel() / width, width};
 }
 
 const float* in(const Tensor& t) { return device_data(t); }
@@ -132,8 +131,6 @@ class CopyStreamImpl final : public BackendStream {
   cudaEvent_t compute_done_ = nullptr;
   std::vector<Tensor> held_;
 };
-
-struct NoPlan : PlanState {};
 
 }  // namespace
 
@@ -265,14 +262,14 @@ void CudaBackend::matmul(const Tensor& a, bool transpose_a, const Tensor& b, boo
 
 void CudaBackend::add_bias(const Tensor& y, const Tensor& bias) {
   activate();
-  const auto [rows, width] = as_rows(y);
+  const auto [rows, width] = rows_of(y);
   kernels::add_bias(out(y), in(bias), rows, width, compute_);
   COHORT_CUDA_LAUNCHED("add_bias of {} to {}", bias.shape(), y.shape());
 }
 
 void CudaBackend::bias_gradient(const Tensor& dy, const Tensor& dbias) {
   activate();
-  const auto [rows, width] = as_rows(dy);
+  const auto [rows, width] = rows_of(dy);
   Scratch scratch(*allocator_, kernels::channel_sums_scratch(rows, width) * sizeof(double));
   kernels::ChannelSums sums;
   sums.a = in(dy);
@@ -284,13 +281,13 @@ void CudaBackend::bias_gradient(const Tensor& dy, const Tensor& dbias) {
 
 void CudaBackend::activation_forward(Activation activation, const Tensor& x, const Tensor& y) {
   activate();
-  kernels::activation_forward(activation, in(x), out(y), x.numel(), as_rows(x).second, compute_);
+  kernels::activation_forward(activation, in(x), out(y), x.numel(), rows_of(x).width, compute_);
   COHORT_CUDA_LAUNCHED("activation_forward of {}", x.shape());
 }
 
 void CudaBackend::activation_backward(Activation activation, const Tensor& y, const Tensor& dy, const Tensor& dx) {
   activate();
-  kernels::activation_backward(activation, in(y), in(dy), out(dx), y.numel(), as_rows(y).second, compute_);
+  kernels::activation_backward(activation, in(y), in(dy), out(dx), y.numel(), rows_of(y).width, compute_);
   COHORT_CUDA_LAUNCHED("activation_backward of {}", y.shape());
 }
 
@@ -311,7 +308,7 @@ void CudaBackend::batch_norm_forward_training(const PlanState*, const BatchNormG
                                               const Tensor& gamma, const Tensor& beta, const Tensor& y,
                                               const Tensor& batch_mean, const Tensor& batch_variance) {
   activate();
-  const auto [rows, channels] = as_rows(x);
+  const auto [rows, channels] = rows_of(x);
   Scratch sums(*allocator_, kernels::channel_sums_scratch(rows, channels) * sizeof(double));
   kernels::batch_statistics(in(x), rows, channels, sums.as<double>(), out(batch_mean), out(batch_variance), compute_);
   kernels::batch_norm_normalize(in(x), in(batch_mean), in(batch_variance), g.epsilon, in(gamma), in(beta), out(y), rows,
@@ -323,10 +320,22 @@ void CudaBackend::batch_norm_forward_inference(const PlanState*, const BatchNorm
                                                const Tensor& gamma, const Tensor& beta, const Tensor& mean,
                                                const Tensor& variance, const Tensor& y) {
   activate();
-  const auto [rows, channels] = as_rows(x);
+  const auto [rows, channels] = rows_of(x);
   kernels::batch_norm_normalize(in(x), in(mean), in(variance), g.epsilon, in(gamma), in(beta), out(y), rows, channels,
                                 compute_);
   COHORT_CUDA_LAUNCHED("batch_norm_forward_inference of {}", x.shape());
+}
+
+// What both backward passes share: inv_std = 1 / sqrt(variance + epsilon) (left in `inv_std` for the data
+// gradient), dbeta = sum(dy) and dgamma = sum(dy * xhat).
+void CudaBackend::parameter_gradients(const BatchNormGeometry& g, const Tensor& x, const Tensor& dy, const Tensor& mean,
+                                      const Tensor& variance, float* inv_std, const Tensor& dgamma,
+                                      const Tensor& dbeta) {
+  const auto [rows, channels] = rows_of(x);
+  Scratch sums(*allocator_, kernels::channel_sums_scratch(rows, channels) * sizeof(double));
+  kernels::inverse_std(in(variance), g.epsilon, inv_std, channels, compute_);
+  kernels::ChannelSums terms{kernels::ChannelTerms::kGradients, in(dy), in(x), in(mean), inv_std, rows, channels};
+  kernels::channel_sums(terms, sums.as<double>(), out(dbeta), out(dgamma), compute_);
 }
 
 void CudaBackend::batch_norm_backward(const PlanState*, const BatchNormGeometry& g, const Tensor& x,
@@ -334,13 +343,9 @@ void CudaBackend::batch_norm_backward(const PlanState*, const BatchNormGeometry&
                                       const Tensor& batch_variance, const Tensor& dx, const Tensor& dgamma,
                                       const Tensor& dbeta) {
   activate();
-  const auto [rows, channels] = as_rows(x);
-  Scratch sums(*allocator_, kernels::channel_sums_scratch(rows, channels) * sizeof(double));
+  const auto [rows, channels] = rows_of(x);
   Scratch inv_std(*allocator_, channels * sizeof(float));
-  kernels::inverse_std(in(batch_variance), g.epsilon, inv_std.as<float>(), channels, compute_);
-  kernels::ChannelSums terms{kernels::ChannelTerms::kGradients, in(dy), in(x), in(batch_mean), inv_std.as<float>(),
-                             rows, channels};
-  kernels::channel_sums(terms, sums.as<double>(), out(dbeta), out(dgamma), compute_);
+  parameter_gradients(g, x, dy, batch_mean, batch_variance, inv_std.as<float>(), dgamma, dbeta);
   if (dx.defined())
     kernels::batch_norm_data_gradient(in(x), in(dy), in(batch_mean), inv_std.as<float>(), in(gamma), in(dbeta),
                                       in(dgamma), out(dx), rows, channels, compute_);
@@ -352,13 +357,9 @@ void CudaBackend::batch_norm_backward_inference(const PlanState*, const BatchNor
                                                 const Tensor& variance, const Tensor& dx, const Tensor& dgamma,
                                                 const Tensor& dbeta) {
   activate();
-  const auto [rows, channels] = as_rows(x);
-  Scratch sums(*allocator_, kernels::channel_sums_scratch(rows, channels) * sizeof(double));
+  const auto [rows, channels] = rows_of(x);
   Scratch inv_std(*allocator_, channels * sizeof(float));
-  kernels::inverse_std(in(variance), g.epsilon, inv_std.as<float>(), channels, compute_);
-  kernels::ChannelSums terms{kernels::ChannelTerms::kGradients, in(dy), in(x), in(mean), inv_std.as<float>(), rows,
-                             channels};
-  kernels::channel_sums(terms, sums.as<double>(), out(dbeta), out(dgamma), compute_);
+  parameter_gradients(g, x, dy, mean, variance, inv_std.as<float>(), dgamma, dbeta);
   if (dx.defined())
     kernels::batch_norm_data_gradient_inference(in(dy), inv_std.as<float>(), in(gamma), out(dx), rows, channels, compute_);
   COHORT_CUDA_LAUNCHED("batch_norm_backward_inference of {}", x.shape());
@@ -372,9 +373,7 @@ void CudaBackend::moving_average_update(const Tensor& moving, const Tensor& batc
 
 void CudaBackend::dropout_mask(const Tensor& mask, float rate, std::uint64_t seed) {
   activate();
-  // The CPU backend's draw: 53-bit uniforms from mix64(mix64(seed) ^ i) compared with the rate.
-  const auto threshold = static_cast<std::uint64_t>(static_cast<double>(rate) * 9007199254740992.0);
-  kernels::dropout_mask(out(mask), mask.numel(), mix64(seed), threshold, 1.0f / (1.0f - rate), compute_);
+  kernels::dropout_mask(out(mask), mask.numel(), DropoutRule::of(rate, seed), compute_);
   COHORT_CUDA_LAUNCHED("dropout_mask of {}", mask.shape());
 }
 
@@ -390,7 +389,7 @@ void for_each_list(const std::vector<Operands>& variables, Pointers&& operands, 
     list = {};
   };
   for (const Operands& variable : variables) {
-    const std::vector<const Tensor*> tensors = operands(variable);
+    const auto tensors = operands(variable);
     for (std::size_t k = 0; k < tensors.size(); ++k) list.operand[k][list.count] = out(*tensors[k]);
     list.size[list.count++] = variable.value.numel();
     if (list.count == kernels::kMaxTensorsPerLaunch) flush();
@@ -405,7 +404,7 @@ void CudaBackend::sgd_update(const std::vector<ops::SgdOperands>& variables, flo
   activate();
   for_each_list(
       variables,
-      [](const ops::SgdOperands& v) { return std::vector<const Tensor*>{&v.value, &v.gradient, &v.velocity}; },
+      [](const ops::SgdOperands& v) { return std::array<const Tensor*, 3>{&v.value, &v.gradient, &v.velocity}; },
       [&](const kernels::TensorList& list) {
         kernels::sgd_update(list, learning_rate, momentum, nesterov, weight_decay, compute_);
       });
@@ -416,7 +415,7 @@ void CudaBackend::adam_update(const std::vector<ops::AdamOperands>& variables, f
                               float beta_2, float epsilon, float weight_decay) {
   activate();
   for_each_list(
-      variables, [](const ops::AdamOperands& v) { return std::vector<const Tensor*>{&v.value, &v.gradient, &v.m, &v.v}; },
+      variables, [](const ops::AdamOperands& v) { return std::array<const Tensor*, 4>{&v.value, &v.gradient, &v.m, &v.v}; },
       [&](const kernels::TensorList& list) {
         kernels::adam_update(list, learning_rate, beta_1, beta_2, epsilon, weight_decay, compute_);
       });
@@ -429,7 +428,7 @@ void CudaBackend::rmsprop_update(const std::vector<ops::RmspropOperands>& variab
   for_each_list(
       variables,
       [](const ops::RmspropOperands& v) {
-        return std::vector<const Tensor*>{&v.value, &v.gradient, &v.mean_square, &v.mean_gradient, &v.velocity};
+        return std::array<const Tensor*, 5>{&v.value, &v.gradient, &v.mean_square, &v.mean_gradient, &v.velocity};
       },
       [&](const kernels::TensorList& list) {
         kernels::rmsprop_update(list, learning_rate, rho, momentum, epsilon, weight_decay, compute_);

@@ -132,6 +132,9 @@ class CudaBackend final : public Backend {
  private:
   // Rows summed on the device then on the host, in a fixed order.
   double reduce(const Tensor& x, bool squares, const char* what);
+  // Batch normalization's backward passes: inv_std, dbeta and dgamma.
+  void parameter_gradients(const BatchNormGeometry& g, const Tensor& x, const Tensor& dy, const Tensor& mean,
+                           const Tensor& variance, float* inv_std, const Tensor& dgamma, const Tensor& dbeta);
   // Runs a loss or metric kernel per row and sums the rows' values on the host.
   template <class Launch>
   double row_total(const char* what, const Tensor& scores, const Tensor& labels, Launch&& launch);

@@ -4,8 +4,8 @@
 #include <cfloat>
 #include <climits>
 
-#include "cohort/core/seed.hpp"
 #include "kernels.hpp"
+#include "tensor/activation_rules.hpp"
 #include "tensor/update_rules.hpp"
 
 namespace cohort::cuda::kernels {
@@ -69,12 +69,11 @@ __global__ void add_bias_kernel(float* y, const float* bias, std::int64_t n, std
 
 __global__ void activation_forward_kernel(Activation activation, const float* x, float* y, std::int64_t n) {
   COHORT_GRID_STRIDE(i, n) {
-    const float v = x[i];
     switch (activation) {
-      case Activation::Relu: y[i] = v > 0.0f ? v : 0.0f; break;
-      case Activation::Sigmoid: y[i] = 1.0f / (1.0f + expf(-v)); break;
-      case Activation::Tanh: y[i] = tanhf(v); break;
-      default: y[i] = v; break;
+      case Activation::Relu: y[i] = activation_rules::relu(x[i]); break;
+      case Activation::Sigmoid: y[i] = activation_rules::sigmoid(x[i]); break;
+      case Activation::Tanh: y[i] = activation_rules::tanh(x[i]); break;
+      default: y[i] = x[i]; break;
     }
   }
 }
@@ -82,39 +81,22 @@ __global__ void activation_forward_kernel(Activation activation, const float* x,
 __global__ void activation_backward_kernel(Activation activation, const float* y, const float* dy, float* dx,
                                            std::int64_t n) {
   COHORT_GRID_STRIDE(i, n) {
-    const float out = y[i];
     switch (activation) {
-      case Activation::Relu: dx[i] = out > 0.0f ? dy[i] : 0.0f; break;
-      case Activation::Sigmoid: dx[i] = dy[i] * out * (1.0f - out); break;
-      case Activation::Tanh: dx[i] = dy[i] * (1.0f - out * out); break;
+      case Activation::Relu: dx[i] = activation_rules::relu_gradient(y[i], dy[i]); break;
+      case Activation::Sigmoid: dx[i] = activation_rules::sigmoid_gradient(y[i], dy[i]); break;
+      case Activation::Tanh: dx[i] = activation_rules::tanh_gradient(y[i], dy[i]); break;
       default: dx[i] = dy[i]; break;
     }
   }
 }
 
 __global__ void softmax_forward_kernel(const float* x, float* y, std::int64_t rows, std::int64_t width) {
-  COHORT_GRID_STRIDE(r, rows) {
-    const float* in = x + r * width;
-    float* out = y + r * width;
-    float peak = -FLT_MAX;
-    for (std::int64_t j = 0; j < width; ++j) peak = fmaxf(peak, in[j]);
-    double total = 0;
-    for (std::int64_t j = 0; j < width; ++j) total += out[j] = expf(in[j] - peak);
-    const float inverse = static_cast<float>(1.0 / total);
-    for (std::int64_t j = 0; j < width; ++j) out[j] *= inverse;
-  }
+  COHORT_GRID_STRIDE(r, rows) activation_rules::softmax_row(x + r * width, y + r * width, width);
 }
 
 __global__ void softmax_backward_kernel(const float* y, const float* dy, float* dx, std::int64_t rows,
                                         std::int64_t width) {
-  COHORT_GRID_STRIDE(r, rows) {
-    const float* yr = y + r * width;
-    const float* gr = dy + r * width;
-    float* dr = dx + r * width;
-    double inner = 0;
-    for (std::int64_t j = 0; j < width; ++j) inner += static_cast<double>(yr[j]) * gr[j];
-    for (std::int64_t j = 0; j < width; ++j) dr[j] = yr[j] * (gr[j] - static_cast<float>(inner));
-  }
+  COHORT_GRID_STRIDE(r, rows) activation_rules::softmax_backward_row(y + r * width, dy + r * width, dx + r * width, width);
 }
 
 // Channel sums: a block covers 32 channels x 8 row lanes of one chunk of rows; partials[chunk][term][c].
@@ -337,12 +319,8 @@ __global__ void crop_kernel(PaddedImage p, const float* padded, float* x, std::i
   }
 }
 
-__global__ void dropout_kernel(float* mask, std::int64_t n, std::uint64_t key, std::uint64_t threshold,
-                               float keep_scale) {
-  COHORT_GRID_STRIDE(i, n) {
-    const std::uint64_t draw = mix64(key ^ static_cast<std::uint64_t>(i)) >> 11;
-    mask[i] = draw < threshold ? 0.0f : keep_scale;
-  }
+__global__ void dropout_kernel(float* mask, std::int64_t n, DropoutRule rule) {
+  COHORT_GRID_STRIDE(i, n) mask[i] = rule(static_cast<std::uint64_t>(i));
 }
 
 // The list kernels: blockIdx.y picks the variable, the x blocks stride over its elements.
@@ -604,9 +582,8 @@ void crop_images(const PaddedImage& p, const float* padded, float* x, cudaStream
   if (n > 0) crop_kernel<<<blocks_for(n), kThreads, 0, stream>>>(p, padded, x, n);
 }
 
-void dropout_mask(float* mask, std::int64_t n, std::uint64_t key, std::uint64_t threshold, float keep_scale,
-                  cudaStream_t stream) {
-  if (n > 0) dropout_kernel<<<blocks_for(n), kThreads, 0, stream>>>(mask, n, key, threshold, keep_scale);
+void dropout_mask(float* mask, std::int64_t n, const DropoutRule& rule, cudaStream_t stream) {
+  if (n > 0) dropout_kernel<<<blocks_for(n), kThreads, 0, stream>>>(mask, n, rule);
 }
 
 void sgd_update(const TensorList& list, float learning_rate, float momentum, bool nesterov, float weight_decay,

@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "cohort/tensor/geometry.hpp"
+#include "tensor/dropout_rule.hpp"
 
 namespace cohort::cuda::kernels {
 
@@ -83,8 +84,7 @@ void pad_images(const PaddedImage& p, const float* x, float* padded, cudaStream_
 void crop_images(const PaddedImage& p, const float* padded, float* x, cudaStream_t stream);
 
 // ---- dropout: the CPU backend's counter-based generator, element for element
-void dropout_mask(float* mask, std::int64_t n, std::uint64_t key, std::uint64_t threshold, float keep_scale,
-                  cudaStream_t stream);
+void dropout_mask(float* mask, std::int64_t n, const DropoutRule& rule, cudaStream_t stream);
 
 // ---- optimizer updates (the CPU backend's formulas) of up to kMaxTensorsPerLaunch variables in one
 // launch, passed by value as kernel parameters. operand[k][t] is operand k of variable t: the value, the
