@@ -203,6 +203,14 @@ __global__ void bn_data_gradient_inference_kernel(const float* dy, const float* 
   }
 }
 
+// Where element i of an NHWC tensor (height x width x channels per sample) sits.
+struct Nhwc {
+  std::int64_t b, h, w, c;
+};
+__device__ Nhwc nhwc_of(std::int64_t i, std::int64_t height, std::int64_t width, std::int64_t channels) {
+  return {i / (channels * width * height), (i / (channels * width)) % height, (i / channels) % width, i % channels};
+}
+
 struct Window {
   std::int64_t h0, h1, w0, w1;
 };
@@ -215,10 +223,7 @@ __device__ Window pool_window(const Pool2dGeometry& g, std::int64_t oh, std::int
 
 __global__ void pool_forward_kernel(Pool2dGeometry g, const float* x, float* y, std::int64_t n) {
   COHORT_GRID_STRIDE(i, n) {
-    const std::int64_t c = i % g.channels;
-    const std::int64_t ow = (i / g.channels) % g.out_w;
-    const std::int64_t oh = (i / (g.channels * g.out_w)) % g.out_h;
-    const std::int64_t b = i / (g.channels * g.out_w * g.out_h);
+    const auto [b, oh, ow, c] = nhwc_of(i, g.out_h, g.out_w, g.channels);
     const float* in = x + b * g.in_h * g.in_w * g.channels + c;
     const Window win = pool_window(g, oh, ow);
     if (g.mode == PoolMode::Max) {
@@ -241,10 +246,7 @@ __global__ void pool_forward_kernel(Pool2dGeometry g, const float* x, float* y, 
 __global__ void pool_backward_kernel(Pool2dGeometry g, const float* x, const float* y, const float* dy, float* dx,
                                      std::int64_t n) {
   COHORT_GRID_STRIDE(i, n) {
-    const std::int64_t c = i % g.channels;
-    const std::int64_t iw = (i / g.channels) % g.in_w;
-    const std::int64_t ih = (i / (g.channels * g.in_w)) % g.in_h;
-    const std::int64_t b = i / (g.channels * g.in_w * g.in_h);
+    const auto [b, ih, iw, c] = nhwc_of(i, g.in_h, g.in_w, g.channels);
     const float* in = x + b * g.in_h * g.in_w * g.channels + c;
     const std::int64_t out_base = b * g.out_h * g.out_w * g.channels + c;
     const std::int64_t low_h = ih + g.pad_top - g.pool_h + 1, low_w = iw + g.pad_left - g.pool_w + 1;
@@ -298,10 +300,8 @@ __global__ void ohwi_to_hwio_kernel(const float* ohwi, float* hwio, std::int64_t
 
 __global__ void pad_kernel(PaddedImage p, const float* x, float* padded, std::int64_t n) {
   COHORT_GRID_STRIDE(i, n) {  // i indexes the padded image
-    const std::int64_t c = i % p.channels;
-    const std::int64_t w = (i / p.channels) % p.padded_w - p.pad_left;
-    const std::int64_t h = (i / (p.channels * p.padded_w)) % p.padded_h - p.pad_top;
-    const std::int64_t b = i / (p.channels * p.padded_w * p.padded_h);
+    const auto [b, padded_row, padded_column, c] = nhwc_of(i, p.padded_h, p.padded_w, p.channels);
+    const std::int64_t h = padded_row - p.pad_top, w = padded_column - p.pad_left;
     const bool inside = h >= 0 && h < p.in_h && w >= 0 && w < p.in_w;
     padded[i] = inside ? x[((b * p.in_h + h) * p.in_w + w) * p.channels + c] : 0.0f;
   }
@@ -309,10 +309,7 @@ __global__ void pad_kernel(PaddedImage p, const float* x, float* padded, std::in
 
 __global__ void crop_kernel(PaddedImage p, const float* padded, float* x, std::int64_t n) {
   COHORT_GRID_STRIDE(i, n) {  // i indexes the unpadded image
-    const std::int64_t c = i % p.channels;
-    const std::int64_t w = (i / p.channels) % p.in_w;
-    const std::int64_t h = (i / (p.channels * p.in_w)) % p.in_h;
-    const std::int64_t b = i / (p.channels * p.in_w * p.in_h);
+    const auto [b, h, w, c] = nhwc_of(i, p.in_h, p.in_w, p.channels);
     // Input cells no window reaches (past the last stride) get no gradient.
     const std::int64_t ph = h + p.pad_top, pw = w + p.pad_left;
     x[i] = ph < p.padded_h && pw < p.padded_w ? padded[((b * p.padded_h + ph) * p.padded_w + pw) * p.channels + c] : 0.0f;
