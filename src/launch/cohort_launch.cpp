@@ -192,12 +192,12 @@ int driver_gpu_count() {
 std::vector<std::string> launcher_gpus(int wanted) {
   std::vector<std::string> gpus;
   const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+  const int present = driver_gpu_count();
+  if (present < 0)
+    fmt::print(stderr, "cohort-launch: --gpus {}: no NVIDIA driver is loaded here; the workers get GPUs that may not exist\n",
+               wanted);
   if (visible == nullptr) {
-    const int present = driver_gpu_count();
-    if (present < 0)
-      fmt::print(stderr, "cohort-launch: --gpus {}: no NVIDIA driver is loaded here; the workers get GPUs that may not exist\n",
-                 wanted);
-    else if (present < wanted)
+    if (present >= 0 && present < wanted)
       usage(fmt::format("--gpus {}: the NVIDIA driver lists {} GPU{} on this host", wanted, present, present == 1 ? "" : "s"));
     for (int i = 0; i < wanted; ++i) gpus.push_back(std::to_string(i));
     return gpus;
@@ -212,7 +212,8 @@ std::vector<std::string> launcher_gpus(int wanted) {
     if (gpu.empty() || gpu == "-1" || gpu == "NoDevFiles")
       usage(fmt::format("--gpus {}: CUDA_VISIBLE_DEVICES='{}' gives this launcher no usable GPU list", wanted, list));
   if (static_cast<int>(gpus.size()) < wanted)
-    usage(fmt::format("--gpus {}: CUDA_VISIBLE_DEVICES={} names only {}", wanted, list, gpus.size()));
+    usage(fmt::format("--gpus {}: CUDA_VISIBLE_DEVICES={} names only {} GPU{}", wanted, list, gpus.size(),
+                      gpus.size() == 1 ? "" : "s"));
   gpus.resize(static_cast<std::size_t>(wanted));
   return gpus;
 }

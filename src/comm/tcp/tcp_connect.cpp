@@ -221,7 +221,10 @@ void TcpTransport::serve_handshake(Socket socket) {
       asio::async_write(*socket, asio::buffer(state->challenge), [this, socket, state, reject, client_nonce](const asio::error_code& error, std::size_t) {
         if (error) return reject("connection closed during the challenge (" + error.message() + ")");
         asio::async_read(*socket, asio::buffer(state->header), [this, socket, state, reject, client_nonce](const asio::error_code& error, std::size_t) {
-          if (error) return reject("connection closed before its response (" + error.message() + ")");
+          // A dialer that cannot verify this rank's proof hangs up here: most likely another secret.
+          if (error)
+            return reject("connection closed before its response (" + error.message() +
+                          "): it may have failed to verify this rank, e.g. a different COHORT_SECRET");
           const FrameHeader header = decode(state->header);
           if (auto problem = check(header, kMacBytes)) return reject(*problem);
           if (header.type != FrameType::Response || header.length != kMacBytes) return reject("expected a response to the challenge");
