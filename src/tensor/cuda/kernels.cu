@@ -129,17 +129,40 @@ __global__ void channel_partials_kernel(ChannelSums s, std::int64_t rows_per_chu
   }
 }
 
+// The second pass: a block of 32 channels x 32 lanes adds up the chunks' partials, in a fixed order, into
+// the two sums or, from them, the batch statistics (mean and variance straight from the double sums, as
+// the CPU computes them).
+enum class ChannelResult { kSums, kStatistics };
+constexpr int kFinishLanes = 32;
+
 __global__ void channel_finish_kernel(const double* partials, std::int64_t chunks, std::int64_t channels,
-                                      float* first, float* second) {
-  COHORT_GRID_STRIDE(c, channels) {
-    double a = 0, b = 0;
-    for (std::int64_t k = 0; k < chunks; ++k) {
+                                      ChannelResult result, std::int64_t rows, float* first, float* second) {
+  const std::int64_t c = blockIdx.x * static_cast<std::int64_t>(kChannelTile) + threadIdx.x;
+  double a = 0, b = 0;
+  if (c < channels) {
+    for (std::int64_t k = threadIdx.y; k < chunks; k += kFinishLanes) {
       a += partials[k * 2 * channels + c];
       b += partials[k * 2 * channels + channels + c];
     }
-    if (first != nullptr) first[c] = static_cast<float>(a);
-    if (second != nullptr) second[c] = static_cast<float>(b);
   }
+  __shared__ double shared[2][kFinishLanes][kChannelTile];
+  shared[0][threadIdx.y][threadIdx.x] = a;
+  shared[1][threadIdx.y][threadIdx.x] = b;
+  __syncthreads();
+  if (threadIdx.y != 0 || c >= channels) return;
+  for (int lane = 1; lane < kFinishLanes; ++lane) {
+    a += shared[0][lane][threadIdx.x];
+    b += shared[1][lane][threadIdx.x];
+  }
+  if (result == ChannelResult::kStatistics) {
+    const double inverse_count = 1.0 / static_cast<double>(rows);
+    const double mean = a * inverse_count;
+    first[c] = static_cast<float>(mean);
+    second[c] = static_cast<float>(fmax(b * inverse_count - mean * mean, 0.0));
+    return;
+  }
+  if (first != nullptr) first[c] = static_cast<float>(a);
+  if (second != nullptr) second[c] = static_cast<float>(b);
 }
 
 // Rows per chunk: kRowsPerChunk, more when the chunks would exceed the grid's y limit (65535).
@@ -151,22 +174,6 @@ std::int64_t rows_per_chunk(std::int64_t rows) {
 
 std::int64_t chunks_for(std::int64_t rows) {
   return rows == 0 ? 1 : (rows + rows_per_chunk(rows) - 1) / rows_per_chunk(rows);
-}
-
-// Statistics straight from the double partials, as the CPU does, not from float sums.
-__global__ void batch_statistics_kernel(const double* partials, std::int64_t chunks, std::int64_t rows,
-                                        std::int64_t channels, float* mean, float* variance) {
-  COHORT_GRID_STRIDE(c, channels) {
-    double sum = 0, squares = 0;
-    for (std::int64_t k = 0; k < chunks; ++k) {
-      sum += partials[k * 2 * channels + c];
-      squares += partials[k * 2 * channels + channels + c];
-    }
-    const double inverse_count = 1.0 / static_cast<double>(rows);
-    const double m = sum * inverse_count;
-    mean[c] = static_cast<float>(m);
-    variance[c] = static_cast<float>(fmax(squares * inverse_count - m * m, 0.0));
-  }
 }
 
 __global__ void inverse_std_kernel(const float* variance, float epsilon, float* inv_std, std::int64_t channels) {
@@ -501,12 +508,19 @@ std::int64_t channel_partials(const ChannelSums& s, double* scratch, cudaStream_
   channel_partials_kernel<<<grid, dim3(kChannelTile, kRowLanes), 0, stream>>>(s, rows_per_chunk(s.rows), scratch);
   return chunks;
 }
+
+void channel_finish(const double* partials, std::int64_t chunks, std::int64_t channels, ChannelResult result,
+                    std::int64_t rows, float* first, float* second, cudaStream_t stream) {
+  const auto tiles = static_cast<unsigned>((channels + kChannelTile - 1) / kChannelTile);
+  channel_finish_kernel<<<tiles, dim3(kChannelTile, kFinishLanes), 0, stream>>>(partials, chunks, channels, result,
+                                                                                rows, first, second);
+}
 }  // namespace
 
 void channel_sums(const ChannelSums& s, double* scratch, float* first, float* second, cudaStream_t stream) {
   if (s.channels == 0) return;
   const std::int64_t chunks = channel_partials(s, scratch, stream);
-  channel_finish_kernel<<<blocks_for(s.channels), kThreads, 0, stream>>>(scratch, chunks, s.channels, first, second);
+  channel_finish(scratch, chunks, s.channels, ChannelResult::kSums, s.rows, first, second, stream);
 }
 
 void batch_statistics(const float* x, std::int64_t rows, std::int64_t channels, double* scratch, float* mean,
@@ -517,7 +531,7 @@ void batch_statistics(const float* x, std::int64_t rows, std::int64_t channels, 
   sums.rows = rows;
   sums.channels = channels;
   const std::int64_t chunks = channel_partials(sums, scratch, stream);
-  batch_statistics_kernel<<<blocks_for(channels), kThreads, 0, stream>>>(scratch, chunks, rows, channels, mean, variance);
+  channel_finish(scratch, chunks, channels, ChannelResult::kStatistics, rows, mean, variance, stream);
 }
 
 void inverse_std(const float* variance, float epsilon, float* inv_std, std::int64_t channels, cudaStream_t stream) {
