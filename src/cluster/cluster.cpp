@@ -15,6 +15,7 @@ Cluster::Cluster() {
 Cluster::Cluster(ClusterSpec spec, ConnectOptions options) : spec_(std::move(spec)), options_(options) { spec_.validate(); }
 
 Cluster Cluster::from_environment(const Environment& environment, ConnectOptions options) {
+  options = with_environment_deadlines(std::move(options), environment);
   const Discovery found = discover(environment);
   if (const auto* spec = std::get_if<ClusterSpec>(&found)) return Cluster(*spec, options);
   if (const auto* request = std::get_if<RendezvousRequest>(&found)) {

@@ -205,3 +205,24 @@ TEST_CASE("a cluster makes its transport through the factory it is given", "[clu
   CHECK(asked[0].addresses.size() == 2);
   CHECK(asked[0].names[0].find("chief 0") != std::string::npos);
 }
+
+TEST_CASE("deadlines come from the environment where it sets them, and nonsense is refused naming it", "[cluster]") {
+  using namespace std::chrono_literals;
+  const ConnectOptions defaults{.connect_timeout = 60s, .timeout = 60s, .heartbeat_interval = 1s, .peer_timeout = 10s};
+  const ConnectOptions set = with_environment_deadlines(
+      defaults, environment_of({{"COHORT_CONNECT_TIMEOUT", "2m"}, {"COHORT_TIMEOUT", "90"}, {"COHORT_HEARTBEAT_INTERVAL", "250ms"},
+                                {"COHORT_PEER_TIMEOUT", "1.5s"}}));
+  CHECK(set.connect_timeout == 120s);
+  CHECK(set.timeout == 90s);
+  CHECK(set.heartbeat_interval == 250ms);
+  CHECK(set.peer_timeout == 1500ms);
+  const ConnectOptions unset = with_environment_deadlines(defaults, environment_of({}));
+  CHECK(unset.peer_timeout == 10s);
+  CHECK(unset.connect_timeout == 60s);
+  for (const char* bad : {"", "ten", "10h", "-1", "0", "nan", "inf", "1e9", "5 s", "0.0001"})
+    require_invalid([&] { with_environment_deadlines(defaults, environment_of({{"COHORT_PEER_TIMEOUT", bad}})); },
+                    {"COHORT_PEER_TIMEOUT", "duration"});
+  require_invalid([&] { with_environment_deadlines(defaults, environment_of({{"COHORT_HEARTBEAT_INTERVAL", "20s"}})); },
+                  {"COHORT_PEER_TIMEOUT", "COHORT_HEARTBEAT_INTERVAL", "longer"});
+  require_invalid([] { Cluster::from_environment(environment_of({{"COHORT_TIMEOUT", "soon"}})); }, {"COHORT_TIMEOUT"});
+}

@@ -432,6 +432,34 @@ TEST_CASE("tcp: a peer that vanishes or falls silent fails every rank's operatio
   }
 }
 
+TEST_CASE("tcp: a frame that takes longer than the peer timeout to arrive is not silence", "[comm][tcp]") {
+  const auto addresses = comm_test::free_addresses(2);
+  std::unique_ptr<Transport> zero;
+  std::thread a([&] {
+    auto options = options_for(0, addresses);
+    options.peer_timeout = 400ms;
+    zero = connect_tcp(options);
+  });
+  RawClient slow(addresses[0]);
+  REQUIRE(handshake(slow, 1, kSecret, tcp::random_nonce()));
+  a.join();
+  std::vector<std::uint8_t> message(16 * 1024), out(message.size());
+  for (std::size_t i = 0; i < message.size(); ++i) message[i] = static_cast<std::uint8_t>(i * 7);
+  auto received = zero->recv(1, 4, std::as_writable_bytes(std::span(out)));
+  // About 2.5 s for one frame, at most 100 ms between arrivals: a link of some 8 KB/s.
+  const auto header = tcp::encode({.type = tcp::FrameType::Data, .tag = 4, .length = message.size()});
+  for (const std::byte& b : header) {
+    slow.write(&b, 1);
+    std::this_thread::sleep_for(40ms);
+  }
+  for (std::size_t at = 0; at < message.size(); at += 1024) {
+    slow.write(message.data() + at, 1024);
+    std::this_thread::sleep_for(90ms);
+  }
+  received->wait(5s);
+  CHECK(out == message);
+}
+
 TEST_CASE("tcp: a clean shutdown fails only what needed the departed peer", "[comm][tcp]") {
   const auto addresses = comm_test::free_addresses(3);
   auto group = connect_group(3, addresses);

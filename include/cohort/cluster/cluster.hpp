@@ -25,12 +25,19 @@ struct ConnectOptions {
   comm::TransportFactory transport_factory = comm::connect_tcp;
 };
 
+// `options` with the deadlines the environment sets: COHORT_CONNECT_TIMEOUT, COHORT_TIMEOUT (each wait of
+// an operation), COHORT_HEARTBEAT_INTERVAL and COHORT_PEER_TIMEOUT, each a duration such as "90", "90s",
+// "500ms" or "2m" (plain numbers are seconds). A value that is not a positive duration of at most a day, or
+// a peer timeout not above the heartbeat interval, throws InvalidArgument naming the variable.
+ConnectOptions with_environment_deadlines(ConnectOptions options, const Environment& environment = process_environment());
+
 class Cluster {
  public:
   // A single process: rank 0 of 1, no network.
   Cluster();
   // Explicit configuration; validated here.
   explicit Cluster(ClusterSpec spec, ConnectOptions options = {});
+  // The deadlines in `options` give way to those the environment sets (with_environment_deadlines).
   // TF_CONFIG, SageMaker, a rank-only environment (mpirun, Slurm, torchrun; meets the others in a
   // rendezvous at MASTER_ADDR:MASTER_PORT and listens at COHORT_HOST, which may be left out when the
   // chief is on loopback), or a single process when nothing is set.

@@ -65,15 +65,22 @@ void TcpTransport::check_peer(int peer) const {
 
 // ---- data
 
+std::function<std::size_t(const asio::error_code&, std::size_t)> TcpTransport::noting_arrivals(int peer) {
+  return [this, peer](const asio::error_code& error, std::size_t) -> std::size_t {
+    if (error) return 0;
+    peers_[static_cast<std::size_t>(peer)].last_heard = Clock::now();
+    return kReadPiece;
+  };
+}
+
 void TcpTransport::read_header(int peer) {
   Peer& p = peers_[static_cast<std::size_t>(peer)];
-  asio::async_read(*p.socket, asio::buffer(p.header), [this, peer](const asio::error_code& error, std::size_t) {
+  asio::async_read(*p.socket, asio::buffer(p.header), noting_arrivals(peer), [this, peer](const asio::error_code& error, std::size_t) {
     Peer& q = peers_[static_cast<std::size_t>(peer)];
     if (error) {
       if (q.departed || leaving_ || closing_) return;
       return lose(peer, error == asio::error::eof ? "connection closed" : error.message());
     }
-    q.last_heard = Clock::now();
     const FrameHeader header = decode(q.header);
     if (auto problem = check(header, options_.max_frame_bytes)) return lose(peer, "protocol error: " + *problem, true);
     on_frame(peer, header);
@@ -105,23 +112,21 @@ void TcpTransport::on_frame(int peer, const FrameHeader& header) {
     // The receive is posted and the size fits: read straight into the caller's buffer.
     const Receiver receiver = waiting->second.front();
     waiting->second.pop_front();
-    asio::async_read(*p.socket, asio::buffer(receiver.out.data(), receiver.out.size()),
+    asio::async_read(*p.socket, asio::buffer(receiver.out.data(), receiver.out.size()), noting_arrivals(peer),
                      [this, peer, receiver](const asio::error_code& error, std::size_t) {
                        if (error) {
                          receiver.work->fail(std::make_exception_ptr(IoError(fmt::format("lost {}: {}", describe(peer), error.message()))));
                          return lose(peer, error.message());
                        }
-                       peers_[static_cast<std::size_t>(peer)].last_heard = Clock::now();
                        receiver.work->complete();
                        read_header(peer);
                      });
     return;
   }
   p.payload.resize(header.length);
-  asio::async_read(*p.socket, asio::buffer(p.payload), [this, peer, tag = header.tag](const asio::error_code& error, std::size_t) {
+  asio::async_read(*p.socket, asio::buffer(p.payload), noting_arrivals(peer), [this, peer, tag = header.tag](const asio::error_code& error, std::size_t) {
     if (error) return lose(peer, error.message());
     Peer& q = peers_[static_cast<std::size_t>(peer)];
-    q.last_heard = Clock::now();
     deliver(peer, tag, std::move(q.payload));
     q.payload = {};
     read_header(peer);

@@ -22,7 +22,8 @@
 // caller's buffer, others are queued until their receive comes.
 //
 // Failures: a connection that breaks, sends a bad frame, or stays silent longer than peer_timeout
-// (heartbeats keep idle links audible) makes the peer lost. The rank then fails every pending and later
+// (heartbeats keep idle links audible; every arrival of bytes counts, so a frame that takes longer than
+// peer_timeout to cross a slow link does not) makes the peer lost. The rank then fails every pending and later
 // operation with IoError naming the lost peer and tells every other peer (an Abort frame), so that all
 // ranks fail naming the same peer, whichever link they were waiting on. A rank that shuts down cleanly
 // says goodbye first; only operations that need it fail then.
@@ -123,6 +124,10 @@ class TcpTransport : public Transport {
   void note_rejection(const std::string& remote, const std::string& reason);
   std::chrono::milliseconds handshake_timeout() const;
   // data
+  // A read's completion condition that marks the peer alive at every arrival, so that a frame slower to
+  // arrive than peer_timeout (a slow link) does not count as silence.
+  std::function<std::size_t(const asio::error_code&, std::size_t)> noting_arrivals(int peer);
+  static constexpr std::size_t kReadPiece = 64 * 1024;
   void read_header(int peer);
   void on_frame(int peer, const FrameHeader& header);
   void deliver(int peer, Tag tag, std::vector<std::byte> bytes);
