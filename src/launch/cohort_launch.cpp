@@ -5,7 +5,9 @@
 // Each process gets TF_CONFIG (the first worker is the chief), a fresh shared secret in COHORT_SECRET and
 // free ports; every line it prints comes out prefixed with its role and index. When a process fails, the
 // others get a grace period to notice and exit by themselves (they name the lost peer), then are
-// stopped; the launcher exits non-zero with a one-line summary of who failed and how. Ctrl-C stops all.
+// stopped; the launcher exits non-zero with a one-line summary of who failed and how. A process that the
+// failing ones report lost while it still runs (hung, or stopped by a signal) is named as the cause, and
+// killed as soon as every other process has ended. Ctrl-C stops all.
 // With --restarts N a failed job is started again, up to N times, with COHORT_RESTART set to the
 // restart's number: fit() then continues from the latest checkpoint of its checkpoint directory.
 // Unless OMP_NUM_THREADS is set, the cores are shared among the workers; parameter servers get one thread.
@@ -24,6 +26,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -55,6 +58,9 @@ struct Process {
   int output = -1;  // read end of the pipe carrying stdout and stderr
   std::string partial;
   std::optional<int> status;  // waitpid status once exited
+  std::optional<int> stopped_by;          // the signal that stopped it, while it is stopped
+  std::vector<std::string> reported_lost_by;  // processes whose output says they lost this one
+  bool killed_as_hung = false;
 };
 
 int signal_pipe[2] = {-1, -1};
@@ -273,16 +279,33 @@ void start(Process& p, const Options& options, const std::string& secret, int re
   p.output = fds[0];
 }
 
-void print_lines(Process& p, bool flush_partial) {
-  std::size_t start = 0;
-  for (std::size_t newline; (newline = p.partial.find('\n', start)) != std::string::npos; start = newline + 1) {
-    std::string line = p.partial.substr(start, newline - start);
+// Notes the processes that `reporter`'s line says it lost ("lost worker 1 (...)", not "lost worker 10").
+void note_losses(const Process& reporter, const std::string& line, std::vector<Process>& processes) {
+  for (Process& q : processes) {
+    if (&q == &reporter) continue;
+    const std::string needle = "lost " + q.name;
+    for (std::size_t at = line.find(needle); at != std::string::npos; at = line.find(needle, at + 1)) {
+      const std::size_t after = at + needle.size();
+      if (after < line.size() && std::isdigit(static_cast<unsigned char>(line[after]))) continue;
+      if (std::find(q.reported_lost_by.begin(), q.reported_lost_by.end(), reporter.name) == q.reported_lost_by.end())
+        q.reported_lost_by.push_back(reporter.name);
+      break;
+    }
+  }
+}
+
+void print_lines(Process& p, bool flush_partial, std::vector<Process>& processes) {
+  auto emit = [&](std::string line) {
     if (!line.empty() && line.back() == '\r') line.pop_back();
     fmt::print("[{}] {}\n", p.name, line);
-  }
+    note_losses(p, line, processes);
+  };
+  std::size_t start = 0;
+  for (std::size_t newline; (newline = p.partial.find('\n', start)) != std::string::npos; start = newline + 1)
+    emit(p.partial.substr(start, newline - start));
   p.partial.erase(0, start);
   if (flush_partial && !p.partial.empty()) {
-    fmt::print("[{}] {}\n", p.name, p.partial);
+    emit(p.partial);
     p.partial.clear();
   }
   std::fflush(stdout);
@@ -296,10 +319,28 @@ std::string how(int status) {
 
 bool failed(int status) { return !WIFEXITED(status) || WEXITSTATUS(status) != 0; }
 
-// Signals each running process's whole process group, so that helpers it started stop too.
+// Signals each running process's whole process group, so that helpers it started stop too; a stopped
+// process is continued, so that it can act on the signal.
 void signal_all(std::vector<Process>& processes, int number) {
   for (auto& p : processes)
-    if (!p.status) ::kill(-p.pid, number);
+    if (!p.status) {
+      ::kill(-p.pid, number);
+      if (p.stopped_by) ::kill(-p.pid, SIGCONT);
+    }
+}
+
+// A process still running that others lost or that is stopped: the likely cause of their failures.
+bool suspect(const Process& p) { return !p.status && (p.stopped_by || !p.reported_lost_by.empty()); }
+
+// "worker 1 (pid 42) is stopped (signal 19, Stopped (signal)) and was reported lost by chief 0, worker 0"
+std::string describe_suspect(const Process& p) {
+  std::string reporters;
+  for (const auto& name : p.reported_lost_by) reporters += (reporters.empty() ? "" : ", ") + name;
+  std::string out = fmt::format("{} (pid {}) ", p.name, p.pid);
+  if (p.stopped_by) out += fmt::format("is stopped (signal {}, {})", *p.stopped_by, strsignal(*p.stopped_by));
+  else out += "stopped answering";
+  if (!reporters.empty()) out += " and was reported lost by " + reporters;
+  return out;
 }
 
 constexpr int kInterrupted = 130;
@@ -360,9 +401,9 @@ int run(const Options& options, int restart) {
       const ssize_t got = ::read(p.output, buffer, sizeof buffer);
       if (got > 0) {
         p.partial.append(buffer, static_cast<std::size_t>(got));
-        print_lines(p, false);
+        print_lines(p, false, processes);
       } else if (got == 0 || errno != EINTR) {
-        print_lines(p, true);
+        print_lines(p, true, processes);
         ::close(p.output);
         p.output = -1;
       }
@@ -374,9 +415,17 @@ int run(const Options& options, int restart) {
     for (auto& p : processes) {
       if (p.status) continue;
       int status = 0;
-      if (::waitpid(p.pid, &status, WNOHANG) != p.pid) continue;
+      if (::waitpid(p.pid, &status, WNOHANG | WUNTRACED | WCONTINUED) != p.pid) continue;
+      if (WIFSTOPPED(status)) {
+        p.stopped_by = WSTOPSIG(status);
+        continue;
+      }
+      if (WIFCONTINUED(status)) {
+        p.stopped_by.reset();
+        continue;
+      }
       p.status = status;
-      if (!failed(status) || interrupted || (stop_at && Clock::now() > *stop_at)) continue;  // or ended by our signals
+      if (!failed(status) || interrupted || p.killed_as_hung || (stop_at && Clock::now() > *stop_at)) continue;  // or ended by our signals
       if (first_failure) {
         later_failures.push_back(describe_ending(p));
       } else {
@@ -390,8 +439,12 @@ int run(const Options& options, int restart) {
       std::stable_sort(undecided.begin(), undecided.end(), [](const Process* a, const Process* b) {
         return WIFSIGNALED(*a->status) && !WIFSIGNALED(*b->status);
       });
-      first_failure = describe_ending(*undecided.front());
-      for (std::size_t i = 1; i < undecided.size(); ++i) later_failures.push_back(describe_ending(*undecided[i]));
+      // A process that failed by itself, having lost a peer that is still there (hung, stopped, cut off),
+      // did not cause the failure: the peer did.
+      const auto hung = std::find_if(processes.begin(), processes.end(), suspect);
+      const bool blame_hung = hung != processes.end() && !WIFSIGNALED(*undecided.front()->status);
+      first_failure = blame_hung ? describe_suspect(*hung) : describe_ending(*undecided.front());
+      for (std::size_t i = blame_hung ? 0 : 1; i < undecided.size(); ++i) later_failures.push_back(describe_ending(*undecided[i]));
       undecided.clear();
       fmt::print(stderr, "cohort-launch: {}; the others have {} s to finish\n", *first_failure, options.grace.count());
       begin_stopping(options.grace);
@@ -406,6 +459,18 @@ int run(const Options& options, int restart) {
     if (trainers_done && trainers_ok) begin_stopping(options.grace);  // parameter servers end after the trainers
 
     const auto now = Clock::now();
+    // Once only the processes the others lost are left, waiting for them is pointless: they are hung.
+    const bool only_suspects_left =
+        std::none_of(processes.begin(), processes.end(), [](const Process& p) { return !p.status && !suspect(p); });
+    if (first_failure && !kill_at && only_suspects_left) {
+      for (auto& p : processes)
+        if (!p.status) {
+          fmt::print(stderr, "cohort-launch: killing {} (pid {}): every other process has ended\n", p.name, p.pid);
+          ::kill(-p.pid, SIGKILL);
+          p.killed_as_hung = true;
+        }
+      kill_at = now + std::chrono::hours(1);
+    }
     if (stop_at && now >= *stop_at && !kill_at) {
       for (const auto& p : processes) stopped += p.status ? 0 : 1;
       signal_all(processes, SIGTERM);

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # cohort-launch end to end: a failing process is reported and the rest stopped; SIGKILL of one process of
 # a running 4-process allreduce makes the other three exit non-zero within 30 s, each naming the lost
-# peer; Ctrl-C (SIGINT) stops everything; --gpus spreads the workers over GPUs.
+# peer; SIGSTOP of one is blamed on it within seconds; Ctrl-C (SIGINT) stops everything; --gpus spreads the workers over GPUs.
 #   usage: launch_test.sh LAUNCHER ALLREDUCE_BENCH
 set -uo pipefail
 launcher=$1 bench=$2
@@ -31,7 +31,29 @@ kill_one() {
 kill_one "worker 1"
 kill_one "chief 0"
 
-# 3. Ctrl-C stops everything.
+# 3. SIGSTOP one worker (hung, not dead): the survivors lose it within the peer timeout; the launcher names
+# the stopped worker as the cause, not the first survivor to exit, and kills it once the others have ended.
+COHORT_PEER_TIMEOUT=2s COHORT_HEARTBEAT_INTERVAL=200ms \
+  "$launcher" --workers 3 --grace 60 -- "$bench" --min-bytes 1048576 --max-bytes 4194304 --forever >"$work/log" 2>&1 &
+launcher_pid=$!
+for _ in $(seq 1 200); do grep -q ' yes$' "$work/log" && break; sleep 0.1; done
+grep -q ' yes$' "$work/log" || fail "the allreduce job did not start"
+victim=$(pid_of "worker 1")
+stopped_at=$(date +%s)
+kill -STOP "$victim"
+wait "$launcher_pid"
+status=$?
+elapsed=$(( $(date +%s) - stopped_at ))
+[ $status -ne 0 ] || fail "launcher succeeded although worker 1 hung"
+[ $elapsed -le 15 ] || fail "the job took $elapsed s to end after worker 1 was stopped (grace 60 s)"
+grep -q "failed: worker 1 (pid $victim) is stopped (signal 19, .*) and was reported lost by" "$work/log" ||
+  fail "the summary does not blame the stopped worker 1"
+for survivor in "chief 0" "worker 0"; do
+  grep -q "^\[$survivor\] .*lost worker 1" "$work/log" || fail "$survivor did not name the lost worker 1"
+done
+kill -0 "$victim" 2>/dev/null && fail "the stopped worker 1 survived the launcher"
+
+# 4. Ctrl-C stops everything.
 "$launcher" --workers 2 -- sleep 30 >"$work/log" 2>&1 &
 launcher_pid=$!
 for _ in $(seq 1 50); do grep -q 'started' "$work/log" && break; sleep 0.1; done
@@ -42,7 +64,7 @@ wait "$launcher_pid"
 status=$?
 [ $status -eq 130 ] || fail "launcher exit status $status after SIGINT"
 for pid in $children; do kill -0 "$pid" 2>/dev/null && fail "child $pid survived SIGINT"; done
-# 4. --gpus: workers take turns over the GPUs, parameter servers get none; the launcher's own list is used,
+# 5. --gpus: workers take turns over the GPUs, parameter servers get none; the launcher's own list is used,
 # its entries trimmed; lists that hide every GPU are refused; workers know their local rank.
 show_gpus='echo "gpus=[$CUDA_VISIBLE_DEVICES] local=[${LOCAL_RANK-}/${LOCAL_WORLD_SIZE-}]"'
 CUDA_VISIBLE_DEVICES='0, 1' timeout 30 "$launcher" --workers 3 --ps 1 --gpus 2 -- sh -c "$show_gpus" >"$work/log" 2>&1 ||
