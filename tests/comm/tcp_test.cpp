@@ -244,6 +244,14 @@ TEST_CASE("tcp: garbage, truncated and replayed handshakes are refused and chang
   {
     RawClient wrong_rank(addresses[0]);
     wrong_rank.write(hello_frame(0, tcp::random_nonce(), 0));  // rank 0 never dials rank 0
+    tcp::HeaderBytes header{};
+    REQUIRE(wrong_rank.read(header.data(), header.size()));  // told why, then closed
+    const tcp::FrameHeader refusal = tcp::decode(header);
+    CHECK(refusal.type == tcp::FrameType::Refused);
+    REQUIRE(refusal.length <= tcp::kMaxRefusalBytes);
+    std::string reason(refusal.length, '\0');
+    REQUIRE(wrong_rank.read(reason.data(), reason.size()));
+    CHECK_THAT(reason, Catch::Contains("claims rank 0"));
     CHECK(wrong_rank.closed_by_peer());
   }
   legitimate_peer_still_works(listener, zero, addresses);
@@ -429,6 +437,53 @@ TEST_CASE("tcp: a peer that vanishes or falls silent fails every rank's operatio
     const auto start = std::chrono::steady_clock::now();
     CHECK_THROWS_WITH(zero->recv(1, 1, conformance::bytes(out))->wait(5s), Catch::Contains("silent"));
     CHECK(std::chrono::steady_clock::now() - start < 3s);
+  }
+}
+
+TEST_CASE("tcp: a dialer with the wrong rank or addresses is told why and fails at once", "[comm][tcp]") {
+  const auto addresses = comm_test::free_addresses(2);
+  std::unique_ptr<Transport> zero;
+  std::thread listener([&] { zero = connect_tcp(options_for(0, addresses)); });
+  // Rank 2 of a group of 3 dials rank 0, whose group has 2 ranks.
+  auto stray = options_for(2, {addresses[0], comm_test::free_addresses(1)[0], comm_test::free_addresses(1)[0]});
+  const auto start = std::chrono::steady_clock::now();
+  CHECK_THROWS_AS(connect_tcp(stray), ProtocolError);
+  CHECK_THROWS_WITH(connect_tcp(stray), Catch::Contains("refused it: it claims rank 2") && Catch::Contains("group of 2"));
+  // Rank 2 of 3 whose list puts its rank 1 where rank 0 of the other group listens.
+  auto swapped = options_for(2, {comm_test::free_addresses(1)[0], addresses[0], comm_test::free_addresses(1)[0]});
+  CHECK_THROWS_WITH(connect_tcp(swapped), Catch::Contains("dialed rank 1 at the address of rank 0"));
+  CHECK(std::chrono::steady_clock::now() - start < 5s);
+  legitimate_peer_still_works(listener, zero, addresses);
+}
+
+TEST_CASE("tcp: a peer lost during set-up fails set-up at once, naming it", "[comm][tcp]") {
+  // Ranks 0 and 1 of 4 wait for rank 3; hand-made rank 2 authenticates with both, then its process ends.
+  const auto addresses = comm_test::free_addresses(4);
+  std::exception_ptr zero_error, one_error;
+  auto connect = [&](int rank, std::exception_ptr& error) {
+    try {
+      connect_tcp(options_for(rank, addresses));
+    } catch (...) {
+      error = std::current_exception();
+    }
+  };
+  std::thread zero([&] { connect(0, zero_error); });
+  std::thread one([&] { connect(1, one_error); });
+  {
+    RawClient to_zero(addresses[0]);
+    REQUIRE(handshake(to_zero, 2, kSecret, tcp::random_nonce()));
+    RawClient to_one(addresses[1]);
+    REQUIRE(handshake(to_one, 2, kSecret, tcp::random_nonce(), 1));
+    std::this_thread::sleep_for(200ms);  // both listeners have counted rank 2 in
+  }
+  const auto closed = std::chrono::steady_clock::now();
+  zero.join();
+  one.join();
+  CHECK(std::chrono::steady_clock::now() - closed < 3s);  // not the 10 s connect deadline
+  for (const auto& error : {zero_error, one_error}) {
+    REQUIRE(error != nullptr);
+    CHECK_THROWS_AS(std::rethrow_exception(error), IoError);
+    CHECK_THROWS_WITH(std::rethrow_exception(error), Catch::Contains("could not finish set-up") && Catch::Contains("lost worker 2"));
   }
 }
 

@@ -46,6 +46,7 @@ std::optional<std::string> check(const FrameHeader& header, std::uint64_t max_pa
     case FrameType::Heartbeat:
     case FrameType::Abort:
     case FrameType::Bye:
+    case FrameType::Refused:
       break;
     default:
       return fmt::format("unknown frame type {}", static_cast<unsigned>(header.type));

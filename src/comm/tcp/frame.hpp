@@ -25,7 +25,11 @@ enum class FrameType : std::uint16_t {
   Heartbeat = 11,
   Abort = 12,     // tag = the rank whose loss the sender observed
   Bye = 13,       // the sender shuts down cleanly
+  Refused = 14,   // server, instead of a challenge: payload = why (text); the dialer's configuration is wrong
 };
+
+// The longest reason a Refused frame may carry.
+inline constexpr std::size_t kMaxRefusalBytes = 512;
 
 struct FrameHeader {
   std::uint32_t magic = kMagic;

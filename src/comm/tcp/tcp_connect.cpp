@@ -1,6 +1,9 @@
 // Setting up the TCP transport: listening, dialing with back-off, and both sides of the handshake.
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cctype>
+
 #include <future>
 
 #include "cohort/core/check.hpp"
@@ -70,10 +73,10 @@ TcpTransport::TcpTransport(const TcpOptions& options) : options_(options) {
 
   std::unique_lock lock(setup_mutex_);
   const bool all = setup_changed_.wait_until(
-      lock, connect_deadline_, [&] { return connected_ == expected_peers() || permanent_failure_.has_value(); });
-  const std::optional<std::string> permanent = permanent_failure_;
+      lock, connect_deadline_, [&] { return connected_ == expected_peers() || setup_failure_ != nullptr; });
+  const std::exception_ptr failure = setup_failure_;
   lock.unlock();
-  if (permanent) throw ProtocolError(*permanent);
+  if (failure) std::rethrow_exception(failure);
   if (!all) {
     std::promise<std::string> missing;
     asio::post(io_, [&] {
@@ -205,9 +208,22 @@ void TcpTransport::serve_handshake(Socket socket) {
       std::uint32_t expected_rank = 0;
       for (int i = 0; i < 4; ++i) expected_rank |= static_cast<std::uint32_t>(state->hello[kNonceBytes + static_cast<std::size_t>(i)]) << (8 * i);
       const int client = state->client;
+      // A dialer with the wrong rank or address list will never get in: it is told why, so that it fails now.
+      auto refuse = [this, socket, reject](const std::string& reason) {
+        auto frame = std::make_shared<std::vector<std::byte>>();
+        const std::string text = reason.substr(0, kMaxRefusalBytes);
+        const HeaderBytes header = encode({.type = FrameType::Refused, .tag = static_cast<std::uint64_t>(options_.rank),
+                                           .length = text.size()});
+        frame->assign(header.begin(), header.end());
+        for (char c : text) frame->push_back(static_cast<std::byte>(c));
+        asio::async_write(*socket, asio::buffer(*frame), [frame, reject, reason](const asio::error_code&, std::size_t) {
+          reject(reason);
+        });
+      };
       if (static_cast<int>(expected_rank) != options_.rank)
-        return reject(fmt::format("it wants rank {}, this is rank {}", expected_rank, options_.rank));
-      if (client <= options_.rank || client >= size()) return reject(fmt::format("it claims rank {}, which does not dial rank {}", client, options_.rank));
+        return refuse(fmt::format("it dialed rank {} at the address of rank {}", expected_rank, options_.rank));
+      if (client <= options_.rank || client >= size())
+        return refuse(fmt::format("it claims rank {}, which is not a rank above {} in a group of {}", client, options_.rank, size()));
       if (peers_[static_cast<std::size_t>(client)].ready) return reject(fmt::format("rank {} is already connected", client));
       Nonce client_nonce{};
       std::copy_n(state->hello.begin(), kNonceBytes, client_nonce.begin());
@@ -302,7 +318,24 @@ void TcpTransport::client_handshake(int peer, Socket socket) {
     asio::async_read(*socket, asio::buffer(state->header), [this, peer, socket, state, give_up](const asio::error_code& error, std::size_t) {
       if (error) return give_up("refused during the handshake (wrong secret?)");
       const FrameHeader header = decode(state->header);
-      if (auto problem = check(header, kNonceBytes + kMacBytes)) return give_up(*problem);
+      if (auto problem = check(header, std::max(kNonceBytes + kMacBytes, kMaxRefusalBytes))) return give_up(*problem);
+      if (header.type == FrameType::Refused) {
+        // The listener says this rank's configuration is wrong: trying again cannot help.
+        auto reason = std::make_shared<std::string>(header.length, '\0');
+        return asio::async_read(*socket, asio::buffer(*reason), [this, peer, socket, state, reason](const asio::error_code& error, std::size_t) {
+          if (state->finished) return;
+          state->finished = true;
+          state->timer.cancel();
+          const std::string remote = remote_of(*socket);
+          asio::error_code ignored;
+          socket->close(ignored);
+          std::string text = error ? std::string("no reason given") : *reason;
+          for (char& c : text) c = std::isprint(static_cast<unsigned char>(c)) ? c : '?';  // unauthenticated bytes
+          fail_setup(std::make_exception_ptr(
+              ProtocolError(fmt::format("{} cannot join: {} at {} refused it: {} (check the ranks and addresses given to the processes)",
+                                        describe(options_.rank), describe(peer), remote, text))));
+        });
+      }
       if (header.type != FrameType::Challenge || header.length != kNonceBytes + kMacBytes || static_cast<int>(header.tag) != peer)
         return give_up("the listener answered with an unexpected frame");
       asio::async_read(*socket, asio::buffer(state->challenge), [this, peer, socket, state, give_up](const asio::error_code& error, std::size_t) {
@@ -321,10 +354,7 @@ void TcpTransport::client_handshake(int peer, Socket socket) {
           state->timer.cancel();
           asio::error_code ignored;
           socket->close(ignored);
-          const std::lock_guard lock(setup_mutex_);
-          permanent_failure_ = failure;
-          setup_changed_.notify_all();
-          return;
+          return fail_setup(std::make_exception_ptr(ProtocolError(failure)));
         }
         const Mac answer = client_proof(options_.secret, state->client_nonce, server_nonce, options_.rank, peer);
         const HeaderBytes header = encode({.type = FrameType::Response, .length = kMacBytes});
@@ -340,6 +370,17 @@ void TcpTransport::client_handshake(int peer, Socket socket) {
       });
     });
   });
+}
+
+void TcpTransport::fail_setup(std::exception_ptr error) {
+  const std::lock_guard lock(setup_mutex_);
+  if (setup_failure_ == nullptr && connected_ < expected_peers()) setup_failure_ = std::move(error);
+  setup_changed_.notify_all();
+}
+
+bool TcpTransport::setting_up() {
+  const std::lock_guard lock(setup_mutex_);
+  return connected_ < expected_peers() && setup_failure_ == nullptr;
 }
 
 void TcpTransport::connected(int peer, Socket socket) {

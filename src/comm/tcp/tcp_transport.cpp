@@ -92,6 +92,9 @@ void TcpTransport::on_frame(int peer, const FrameHeader& header) {
   switch (header.type) {
     case FrameType::Bye:
       p.departed = true;
+      if (setting_up())
+        fail_setup(std::make_exception_ptr(IoError(fmt::format("{} could not finish set-up: {} left the group",
+                                                               describe(options_.rank), describe(peer)))));
       return fail_pending_of(peer, fmt::format("{} left the group", describe(peer)));
     case FrameType::Heartbeat:
       return read_header(peer);
@@ -259,6 +262,11 @@ void TcpTransport::break_group(const std::string& message, bool protocol) {
   if (broken_) return;
   broken_ = message;
   broken_by_protocol_ = protocol;
+  // A peer lost before everybody is connected: set-up cannot finish, and says why at once.
+  if (setting_up()) {
+    const std::string failure = fmt::format("{} could not finish set-up: {}", describe(options_.rank), message);
+    fail_setup(protocol ? std::make_exception_ptr(ProtocolError(failure)) : std::make_exception_ptr(IoError(failure)));
+  }
   for (auto& [key, queue] : receivers_)
     for (auto& receiver : queue) receiver.work->fail(broken_error());
   receivers_.clear();

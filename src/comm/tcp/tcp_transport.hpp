@@ -11,7 +11,8 @@
 // is logged with its address and the reason, closed, and the listener goes on accepting. Both sides give
 // a handshake a deadline. A listener that fails to prove the shared secret is a configuration error: the
 // dialer's set-up fails at once with ProtocolError (the listener only logs the clients it refuses, so that
-// a stranger cannot end a job). Handshakes in progress are capped, in total and per remote address: beyond the
+// a stranger cannot end a job). A peer lost (or leaving) after its handshake but before everybody is
+// connected fails set-up at once too, naming it: the group cannot form without it. Handshakes in progress are capped, in total and per remote address: beyond the
 // cap the oldest is dropped, so that idle connections (a flood, a scanner) can neither hold every slot nor
 // every file descriptor; an accept that fails (out of descriptors) sheds the oldest and tries again with
 // back-off. Rejections are logged at most once a second, with a count. When every peer is connected the
@@ -146,6 +147,9 @@ class TcpTransport : public Transport {
     return broken_by_protocol_ ? std::make_exception_ptr(ProtocolError(*broken_)) : std::make_exception_ptr(IoError(*broken_));
   }
   void check_peer(int peer) const;
+  // During set-up: makes connect_tcp throw `error` now instead of waiting for its deadline.
+  void fail_setup(std::exception_ptr error);
+  bool setting_up();
 
   TcpOptions options_;
   std::vector<std::string> names_;
@@ -168,7 +172,7 @@ class TcpTransport : public Transport {
   std::mutex setup_mutex_;
   std::condition_variable setup_changed_;
   int connected_ = 0;
-  std::optional<std::string> permanent_failure_;  // set-up cannot succeed: fail at once with this
+  std::exception_ptr setup_failure_;  // set-up cannot succeed: connect_tcp throws this at once
 
   bool leaving_ = false;  // goodbyes sent
   bool closing_ = false;  // sockets being closed
