@@ -15,6 +15,7 @@
 
 #include "cohort/comm/collectives.hpp"
 #include "cohort/core/error.hpp"
+#include "core/bounded_archive.hpp"
 
 namespace cohort::cluster {
 namespace {
@@ -58,9 +59,9 @@ void send_message(comm::Transport& transport, int peer, const Values&... values)
 
 template <typename... Values>
 void receive_message(comm::Transport& transport, int peer, Values&... values) {
-  std::istringstream stream(receive_text(transport, peer));
+  const std::string bytes = receive_text(transport, peer);
   try {
-    cereal::PortableBinaryInputArchive archive(stream);
+    BoundedInputArchive archive(bytes);
     archive(values...);
   } catch (const cereal::Exception& e) {
     throw ProtocolError(fmt::format("rendezvous: a garbled message from rank {}: {}", peer, e.what()));

@@ -1,6 +1,7 @@
 #pragma once
 // Values to and from cereal portable binary bytes, for the library's own records (checkpoint payloads,
-// manifests, server statistics). Decoding failures become the caller's error type, naming `what`.
+// manifests, server statistics). Decoding failures become the caller's error type, naming `what`; no
+// length read from the bytes makes anything larger than the bytes themselves be allocated.
 
 #include <cereal/archives/portable_binary.hpp>
 #include <fmt/format.h>
@@ -8,6 +9,8 @@
 #include <sstream>
 #include <string>
 #include <string_view>
+
+#include "core/bounded_archive.hpp"
 
 namespace cohort {
 
@@ -22,11 +25,10 @@ std::string to_archive_bytes(const T& value) {
 }
 
 template <typename Error, typename T>
-T from_archive_bytes(const std::string& bytes, std::string_view what) {
+T from_archive_bytes(std::string_view bytes, std::string_view what) {
   T value{};
   try {
-    std::istringstream in(bytes);
-    cereal::PortableBinaryInputArchive archive(in);
+    BoundedInputArchive archive(bytes);
     archive(value);
   } catch (const cereal::Exception& e) {
     throw Error(fmt::format("{} cannot be decoded: {}", what, e.what()));

@@ -2,8 +2,10 @@
 
 #include <cereal/types/map.hpp>
 #include <istream>
+#include <iterator>
 #include <ostream>
 
+#include "core/bounded_archive.hpp"
 #include "tensor/tensor_archive.hpp"
 
 namespace cohort::optim {
@@ -68,12 +70,13 @@ void Optimizer::save_state(std::ostream& out) const {
 }
 
 void Optimizer::load_state(std::istream& in) {
-  cereal::PortableBinaryInputArchive archive(in);
+  const std::string bytes(std::istreambuf_iterator<char>(in), {});
   std::uint32_t version = 0;
   std::string kind;
   std::int64_t iterations = 0;
   std::map<std::string, SlotState> state;
   try {
+    BoundedInputArchive archive(bytes);
     archive(version);
     COHORT_CHECK_AS(DataError, version == kStateFormatVersion, "optimizer state has format version {}, expected {}",
                     version, kStateFormatVersion);

@@ -29,6 +29,9 @@ void load(Archive& archive, Tensor& tensor) {
                     "archived tensor has implausible extents");
     count *= d;
   }
+  if constexpr (requires { archive.remaining(); })
+    COHORT_CHECK_AS(DataError, static_cast<std::uint64_t>(count) * sizeof(float) <= archive.remaining(),
+                    "archived tensor of {} elements is longer than the {} bytes left", count, archive.remaining());
   tensor = Tensor(Shape(std::move(dims)));
   archive(cereal::binary_data(tensor.data(), tensor.bytes()));
 }

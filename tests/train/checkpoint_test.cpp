@@ -1,5 +1,9 @@
 #include <catch2/catch.hpp>
+#include <cereal/types/map.hpp>
+#include <cereal/types/string.hpp>
+#include <cereal/types/vector.hpp>
 #include <fstream>
+#include <sstream>
 #include <unistd.h>
 
 #include "cohort/core/error.hpp"
@@ -11,6 +15,8 @@
 #include "cohort/train/checkpoint.hpp"
 #include "cohort/train/parameter_server.hpp"
 #include "cohort/train/update.hpp"
+#include "core/archive_bytes.hpp"
+#include "tensor/tensor_archive.hpp"
 #include "test_util.hpp"
 
 using namespace cohort;
@@ -140,4 +146,31 @@ TEST_CASE("resuming parameter servers without their manifest refuses instead of 
   // An empty directory is a fresh start.
   ScratchDirectory empty("ps_fresh");
   CHECK(!strategy.restore_checkpoint(empty.path(), model, adam).has_value());
+}
+
+TEST_CASE("lengths in a record cannot make decoding allocate more than the record holds", "[train][checkpoint]") {
+  // What a damaged or crafted record behind a valid checksum may say: a container or tensor far longer
+  // than the bytes that follow. Decoding must fail with DataError before allocating for it.
+  const std::string huge_length = to_archive_bytes(std::uint64_t{1} << 40);
+  CHECK_THROWS_MATCHES((from_archive_bytes<DataError, std::vector<float>>(huge_length, "a vector")), DataError,
+                       Catch::Message("a vector cannot be decoded: a length of 1099511627776 before offset 9 exceeds the 0 bytes left"));
+  CHECK_THROWS_AS((from_archive_bytes<DataError, std::string>(huge_length, "a string")), DataError);
+  CHECK_THROWS_AS((from_archive_bytes<DataError, std::map<std::string, float>>(huge_length, "a map")), DataError);
+  const std::string big_tensor = to_archive_bytes(std::vector<std::int64_t>{1 << 20, 1 << 15});  // 128 GiB of floats
+  CHECK_THROWS_WITH((from_archive_bytes<DataError, Tensor>(big_tensor, "a tensor")),
+                    Catch::Contains("34359738368 elements is longer than the 0 bytes left"));
+  std::string short_values = to_archive_bytes(std::vector<std::int64_t>{4});
+  short_values += std::string(12, '\0');  // 3 of the 4 floats
+  CHECK_THROWS_WITH((from_archive_bytes<DataError, Tensor>(short_values, "a tensor")), Catch::Contains("4 elements is longer than the 12 bytes left"));
+}
+
+TEST_CASE("records written on a big-endian machine decode", "[train][checkpoint]") {
+  const std::map<std::string, std::vector<float>> values{{"a", {1.5f, -2.0f}}, {"bias", {}}, {"c", {3e-8f}}};
+  std::ostringstream out;
+  {
+    cereal::PortableBinaryOutputArchive archive(out, cereal::PortableBinaryOutputArchive::Options::BigEndian());
+    archive(values);
+  }
+  CHECK((from_archive_bytes<DataError, std::map<std::string, std::vector<float>>>(out.str(), "big-endian")) == values);
+  CHECK((from_archive_bytes<DataError, std::map<std::string, std::vector<float>>>(to_archive_bytes(values), "native")) == values);
 }
