@@ -22,17 +22,15 @@ class GzFile {
   GzFile(const GzFile&) = delete;
   GzFile& operator=(const GzFile&) = delete;
 
-  // Reads up to `count` bytes; returns how many were read.
+  // Reads up to `count` bytes; returns how many were read. Reads go in pieces of 1 MiB, so that an error
+  // in the compressed stream is placed within one piece of the uncompressed bytes.
   std::int64_t read(std::uint8_t* out, std::int64_t count) {
+    constexpr std::int64_t kPiece = 1 << 20;
     std::int64_t done = 0;
     while (done < count) {
-      const auto chunk = static_cast<unsigned>(std::min<std::int64_t>(count - done, 1 << 30));
-      const int got = gzread(file_, out + done, chunk);
-      if (got < 0) {
-        int code = 0;
-        throw DataError(fmt::format("IDX file {}: corrupt compressed data near byte offset {}: {}", path_.string(),
-                                    offset_ + done, gzerror(file_, &code)));
-      }
+      const auto piece = static_cast<unsigned>(std::min<std::int64_t>(count - done, kPiece));
+      const int got = gzread(file_, out + done, piece);
+      if (got < 0) throw damaged(offset_ + done, piece);
       if (got == 0) break;
       done += got;
     }
@@ -40,6 +38,21 @@ class GzFile {
     return done;
   }
   std::int64_t offset() const { return offset_; }
+
+  // The gzip trailer's checksum covers every byte, so a mismatch says the file is damaged, not where.
+  DataError damaged(std::int64_t offset, std::int64_t piece) {
+    int code = 0;
+    std::string reason = gzerror(file_, &code);
+    if (const std::string prefix = path_.string() + ": "; reason.starts_with(prefix)) reason.erase(0, prefix.size());
+    const auto compressed_offset = static_cast<std::int64_t>(gzoffset(file_));
+    if (reason.find("check") != std::string::npos)
+      return DataError(fmt::format("IDX file {}: the gzip trailer does not match the decompressed bytes ({}): the file is "
+                                   "damaged somewhere in its {} compressed bytes",
+                                   path_.string(), reason, compressed_offset));
+    return DataError(fmt::format("IDX file {}: corrupt compressed data at or before compressed byte {}, in the "
+                                 "uncompressed bytes {} to {}: {}",
+                                 path_.string(), compressed_offset, offset, offset + piece, reason));
+  }
   const std::filesystem::path& path() const { return path_; }
 
  private:

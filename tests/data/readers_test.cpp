@@ -149,6 +149,32 @@ TEST_CASE("IDX rejects damaged and foreign files with file and offset", "[data][
   write(dir.path() / "garbage.gz", gz);
   CHECK_THROWS_AS(data::read_idx(dir.path() / "garbage.gz"), DataError);
 
+  // A damaged gzip file says so, with the uncompressed range it was reading or the trailer that failed,
+  // not the offset where the values begin.
+  write_gz(dir.path() / "big.gz", idx_bytes({3, 1024, 1024}, 251));
+  std::vector<std::uint8_t> big;
+  {
+    std::ifstream in(dir.path() / "big.gz", std::ios::binary);
+    big.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  auto bad_trailer = big;
+  bad_trailer[bad_trailer.size() - 6] ^= 0xff;  // the CRC-32
+  write(dir.path() / "bad_trailer.gz", bad_trailer);
+  require_data_error([&] { data::read_idx(dir.path() / "bad_trailer.gz"); },
+                     {"bad_trailer.gz", "gzip trailer does not match", "damaged somewhere"});
+  auto bad_body = big;
+  for (std::size_t i = big.size() / 2; i < big.size() / 2 + 64; ++i) bad_body[i] = static_cast<std::uint8_t>(i * 131);
+  write(dir.path() / "bad_body.gz", bad_body);
+  try {
+    data::read_idx(dir.path() / "bad_body.gz");
+    FAIL("a damaged gzip body was read");
+  } catch (const DataError& e) {
+    const std::string message = e.what();
+    CHECK_THAT(message, Catch::Contains("bad_body.gz"));
+    CHECK_THAT(message, Catch::Contains("gzip trailer does not match") || Catch::Contains("corrupt compressed data at or before"));
+    CHECK_THAT(message, !Catch::Contains("uncompressed bytes 16 to"));
+  }
+
   write(dir.path() / "images", idx_bytes({2, 2, 2}, 200));
   write(dir.path() / "labels", idx_bytes({3}, 10));
   require_data_error([&] { data::FashionMnist::read(dir.path() / "images", dir.path() / "labels"); }, {"labels", "2 labels"});
