@@ -3,7 +3,7 @@ BUILD_DIR ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=Release
 
-.PHONY: all deps configure build test demo bench bench-allreduce bench-ps sanitize clean
+.PHONY: all deps configure build test demo bench bench-allreduce bench-ps asan-build sanitize fuzz clean
 
 all: build
 
@@ -45,19 +45,31 @@ bench-ps:
 	  python3 -m venv .venv-peers && .venv-peers/bin/pip install -q tensorflow-cpu || echo "(tensorflow-cpu not installed)"; fi
 	@PYTHON=$${PYTHON:-.venv-peers/bin/python} benchmarks/ps_compare.sh $(BUILD_DIR)
 
-# The suite again under AddressSanitizer + UndefinedBehaviorSanitizer, and the transport and collective
-# tests and the parameter server spoken to by hand under ThreadSanitizer (OpenMP is not instrumented, so TSan
-# covers the tests that do not train; its build compiles only those test files).
+# The suite again under AddressSanitizer + UndefinedBehaviorSanitizer (built with clang, whose libFuzzer
+# instruments the same build), then every fuzz target for FUZZ_SECONDS each (scripts/fuzz), and the transport
+# and collective tests and the parameter server spoken to by hand under ThreadSanitizer (OpenMP is not
+# instrumented, so TSan covers the tests that do not train; its build compiles only those test files).
 # -O1 -g1 (line tables): what the sanitizers need for their reports, at half the compile time of -O2 -g.
 SANITIZE_FLAGS = -DCMAKE_BUILD_TYPE=Sanitize -DCMAKE_CXX_FLAGS_SANITIZE="-O1 -g1 -DNDEBUG" -DCOHORT_BUILD_EXAMPLES=OFF \
                  -DCOHORT_BUILD_BENCHMARKS=OFF -DCOHORT_WITH_CUDA=OFF
-sanitize: deps
-	@cmake -S . -B build-asan $(SANITIZE_FLAGS) -DCMAKE_CXX_FLAGS="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" >/dev/null
-	@cmake --build build-asan -j $(JOBS) --target cohort_tests
-	@ASAN_OPTIONS=detect_leaks=1 build-asan/tests/cohort_tests
+ASAN_FLAGS = -fsanitize=address,undefined,fuzzer-no-link -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+FUZZ_SECONDS ?= 20
+
+asan-build: deps
+	@CC=clang CXX=clang++ cmake -S . -B build-clang-asan $(SANITIZE_FLAGS) -DCOHORT_BUILD_FUZZERS=ON -DCMAKE_CXX_FLAGS="$(ASAN_FLAGS)" >/dev/null
+	@cmake --build build-clang-asan -j $(JOBS) --target cohort_tests fuzzers
+
+sanitize: asan-build
+	@ASAN_OPTIONS=detect_leaks=1 build-clang-asan/tests/cohort_tests
+	@scripts/fuzz build-clang-asan $(FUZZ_SECONDS)
 	@cmake -S . -B build-tsan $(SANITIZE_FLAGS) -DCOHORT_THREAD_TESTS_ONLY=ON -DCMAKE_CXX_FLAGS="-fsanitize=thread" >/dev/null
 	@cmake --build build-tsan -j $(JOBS) --target cohort_tests
 	@TSAN_OPTIONS="halt_on_error=1 suppressions=$(CURDIR)/tests/tsan.supp" build-tsan/tests/cohort_tests "[comm],[threads]"
 
+# The fuzz targets for longer: make fuzz FUZZ_SECONDS=600
+fuzz: FUZZ_SECONDS = 300
+fuzz: asan-build
+	@scripts/fuzz build-clang-asan $(FUZZ_SECONDS)
+
 clean:
-	@rm -rf $(BUILD_DIR) build-asan build-tsan
+	@rm -rf $(BUILD_DIR) build-clang-asan build-tsan

@@ -279,18 +279,26 @@ void start(Process& p, const Options& options, const std::string& secret, int re
   p.output = fds[0];
 }
 
-// Notes the processes that `reporter`'s line says it lost ("lost worker 1 (...)", not "lost worker 10").
+// Whether `line` names `name` at `at` as a whole name ("worker 1", not the start of "worker 10").
+bool names_at(const std::string& line, const std::string& name, std::size_t at) {
+  const std::size_t after = at + name.size();
+  return !(after < line.size() && std::isdigit(static_cast<unsigned char>(line[after])));
+}
+
+// Notes the processes that `reporter`'s line says it lost ("lost worker 1 (...)") or could not reach during
+// set-up ("... could not connect within 60000 ms to worker 1 (...), ps 0 (...)").
 void note_losses(const Process& reporter, const std::string& line, std::vector<Process>& processes) {
+  const std::size_t unreachable = line.find("could not connect within");
   for (Process& q : processes) {
     if (&q == &reporter) continue;
-    const std::string needle = "lost " + q.name;
-    for (std::size_t at = line.find(needle); at != std::string::npos; at = line.find(needle, at + 1)) {
-      const std::size_t after = at + needle.size();
-      if (after < line.size() && std::isdigit(static_cast<unsigned char>(line[after]))) continue;
-      if (std::find(q.reported_lost_by.begin(), q.reported_lost_by.end(), reporter.name) == q.reported_lost_by.end())
-        q.reported_lost_by.push_back(reporter.name);
-      break;
-    }
+    bool named = false;
+    for (std::size_t at = line.find("lost " + q.name); at != std::string::npos && !named; at = line.find("lost " + q.name, at + 1))
+      named = names_at(line, q.name, at + 5);
+    for (std::size_t at = unreachable == std::string::npos ? std::string::npos : line.find(q.name, unreachable);
+         at != std::string::npos && !named; at = line.find(q.name, at + 1))
+      named = names_at(line, q.name, at);
+    if (named && std::find(q.reported_lost_by.begin(), q.reported_lost_by.end(), reporter.name) == q.reported_lost_by.end())
+      q.reported_lost_by.push_back(reporter.name);
   }
 }
 

@@ -179,7 +179,9 @@ History Trainer::fit(const data::Dataset& train, const FitOptions& options) {
               loader.batches_per_epoch());
 
   auto save = [&] {
-    if (!checkpoint_dir.empty()) strategy_->save_checkpoint(checkpoint_dir, model_, *optimizer_, position);
+    if (checkpoint_dir.empty()) return;
+    strategy_->save_checkpoint(checkpoint_dir, model_, *optimizer_, position);
+    if (verbose) log::info("checkpoint of step {} saved to {}", position.global_step, checkpoint_dir.string());
   };
 
   TrainingControl control;

@@ -66,7 +66,8 @@ double CpuBackend::sum_of_squares(const Tensor& x) {
 }
 
 void CpuBackend::add_bias(const Tensor& y, const Tensor& bias) {
-  const auto [rows, width] = rows_of(y);
+  const Rows layout = rows_of(y);
+  const std::int64_t rows = layout.count, width = layout.width;
   float* yp = device_data(y);
   const float* bp = device_data(bias);
 #pragma omp parallel for if (y.numel() > kParallelThreshold)
@@ -78,7 +79,8 @@ void CpuBackend::add_bias(const Tensor& y, const Tensor& bias) {
 }
 
 void CpuBackend::bias_gradient(const Tensor& dy, const Tensor& dbias) {
-  const auto [rows, width] = rows_of(dy);
+  const Rows layout = rows_of(dy);
+  const std::int64_t rows = layout.count, width = layout.width;
   const float* dp = device_data(dy);
   float* out = device_data(dbias);
   std::fill_n(out, width, 0.0f);
@@ -110,7 +112,8 @@ void CpuBackend::activation_forward(Activation activation, const Tensor& x, cons
       for (std::int64_t i = 0; i < n; ++i) yp[i] = activation_rules::tanh(xp[i]);
       return;
     case Activation::Softmax: {
-      const auto [rows, width] = rows_of(x);
+      const Rows layout = rows_of(x);
+      const std::int64_t rows = layout.count, width = layout.width;
 #pragma omp parallel for if (n > kParallelThreshold)
       for (std::int64_t r = 0; r < rows; ++r) activation_rules::softmax_row(xp + r * width, yp + r * width, width);
       return;
@@ -140,7 +143,8 @@ void CpuBackend::activation_backward(Activation activation, const Tensor& y, con
       for (std::int64_t i = 0; i < n; ++i) dp[i] = activation_rules::tanh_gradient(yp[i], gp[i]);
       return;
     case Activation::Softmax: {
-      const auto [rows, width] = rows_of(y);
+      const Rows layout = rows_of(y);
+      const std::int64_t rows = layout.count, width = layout.width;
 #pragma omp parallel for if (n > kParallelThreshold)
       for (std::int64_t r = 0; r < rows; ++r)
         activation_rules::softmax_backward_row(yp + r * width, gp + r * width, dp + r * width, width);

@@ -262,14 +262,16 @@ void CudaBackend::matmul(const Tensor& a, bool transpose_a, const Tensor& b, boo
 
 void CudaBackend::add_bias(const Tensor& y, const Tensor& bias) {
   activate();
-  const auto [rows, width] = rows_of(y);
+  const Rows layout = rows_of(y);
+  const std::int64_t rows = layout.count, width = layout.width;
   kernels::add_bias(out(y), in(bias), rows, width, compute_);
   COHORT_CUDA_LAUNCHED("add_bias of {} to {}", bias.shape(), y.shape());
 }
 
 void CudaBackend::bias_gradient(const Tensor& dy, const Tensor& dbias) {
   activate();
-  const auto [rows, width] = rows_of(dy);
+  const Rows layout = rows_of(dy);
+  const std::int64_t rows = layout.count, width = layout.width;
   Scratch scratch(*allocator_, kernels::channel_sums_scratch(rows, width) * sizeof(double));
   kernels::ChannelSums sums;
   sums.a = in(dy);

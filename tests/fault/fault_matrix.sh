@@ -1,0 +1,188 @@
+#!/usr/bin/env bash
+# The fault matrix: SIGKILL and SIGSTOP of the chief, a worker and a parameter server, at start-up, in
+# training and around a checkpoint, for parameter servers (2 workers + 2 ps) and ring allreduce (3 workers),
+# under cohort-launch and started by hand; then --restarts after a kill, for both strategies.
+# Each case asserts that
+#   - under the launcher: its verdict names the process that was hit (killed, or stopped), and it ends
+#     within the deadline (peer timeout + set-up deadline + margin), killing a stopped process itself;
+#   - by hand: every other process exits non-zero by itself within the deadline, naming the one hit;
+#   - with --restarts 1: the job finishes, resuming at the last checkpoint written before the kill.
+#   usage: fault_matrix.sh [--short] LAUNCHER FASHION_MNIST_EXAMPLE
+# --short (CI) runs a cross-section of 8 cases; without it, all of them (about 10 minutes on 2 cores).
+set -uo pipefail
+short=0
+[ "${1:-}" = "--short" ] && { short=1; shift; }
+launcher=$1 example=$2
+work=$(mktemp -d)
+trap 'kill -9 $(jobs -p) 2>/dev/null; pkill -9 -P $$ 2>/dev/null; rm -rf "$work"' EXIT
+source "$(dirname "$0")/../launch/common.sh"
+
+# Short deadlines, so that a hang shows within seconds: a stopped process is lost after 2 s of silence.
+export COHORT_PEER_TIMEOUT=2s COHORT_HEARTBEAT_INTERVAL=200ms COHORT_CONNECT_TIMEOUT=8s COHORT_TIMEOUT=20s
+deadline=25  # seconds from the signal to the end of every process
+args=(--train-samples 12000 --batch-size 32 --epochs 1 --threads 1)
+cases=0
+
+wait_for() {  # PATTERN FILE: within 60 s
+  for _ in $(seq 1 600); do grep -q "$1" "$2" 2>/dev/null && return 0; sleep 0.1; done
+  return 1
+}
+
+# Waits until the job reaches PHASE (start, train, checkpoint); the log is $1, checkpoints go to $2.
+reach() {
+  local phase=$1 log=$2 checkpoints=$3
+  case $phase in
+    start) wait_for 'started\|listening\|device:' "$log" ;;
+    train) wait_for 'Epoch 1/1' "$log" && sleep 1 ;;
+    checkpoint) wait_for 'checkpoint of step [0-9]* saved' "$log" ;;
+  esac
+}
+
+free_port() {  # a port nothing listens on now, from a range the kernel does not hand out itself
+  local port
+  while :; do
+    port=$((20000 + RANDOM % 12000))
+    (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null || { echo "$port"; return; }
+  done
+}
+
+processes_of() {  # STRATEGY: the process names of its job
+  if [ "$1" = ps ]; then echo "chief 0;worker 0;ps 0;ps 1"; else echo "chief 0;worker 0;worker 1"; fi
+}
+
+launcher_flags() {  # STRATEGY
+  if [ "$1" = ps ]; then echo "--workers 2 --ps 2"; else echo "--workers 3"; fi
+}
+
+# One case under the launcher.
+launched() {
+  local strategy=$1 signal=$2 victim=$3 phase=$4
+  local log=$work/log checkpoints=$work/ckpt-$cases
+  cases=$((cases + 1))
+  echo "case $cases: launcher, $strategy, SIG$signal $victim at $phase"
+  # shellcheck disable=SC2046
+  "$launcher" $(launcher_flags "$strategy") --grace 60 -- "$example" "${args[@]}" --checkpoint-dir "$checkpoints" \
+    --checkpoint-every 10 >"$log" 2>&1 &
+  local launcher_pid=$!
+  wait_for "$victim (pid [0-9]*)" "$log" || fail "no pid for $victim"
+  reach "$phase" "$log" "$checkpoints" || fail "the job never reached $phase"
+  local pid
+  pid=$(grep -o "$victim (pid [0-9]*)" "$log" | head -1 | grep -o '[0-9]*)' | tr -d ')')
+  local hit_at=$SECONDS
+  kill -"$signal" "$pid" 2>/dev/null || fail "$victim had already ended before SIG$signal"
+  wait "$launcher_pid"
+  local status=$? took=$((SECONDS - hit_at))
+  [ $status -ne 0 ] || fail "the launcher succeeded after SIG$signal of $victim"
+  [ $took -le $deadline ] || fail "the job took $took s to end after SIG$signal of $victim"
+  if [ "$signal" = KILL ]; then
+    grep -q "failed: $victim (pid $pid) was killed by signal 9" "$log" || fail "the verdict does not name the killed $victim"
+  else
+    grep -q "failed: $victim (pid $pid) is stopped" "$log" || fail "the verdict does not name the stopped $victim"
+  fi
+  kill -0 "$pid" 2>/dev/null && fail "$victim outlived the launcher"
+  return 0
+}
+
+# One case started by hand: TF_CONFIG for each process, as a cluster manager would.
+by_hand() {
+  local strategy=$1 signal=$2 victim=$3 phase=$4
+  local log=$work/log
+  cases=$((cases + 1))
+  echo "case $cases: by hand, $strategy, SIG$signal $victim at $phase"
+  IFS=';' read -r -a names <<<"$(processes_of "$strategy")"
+  local ports=() name
+  for _ in "${names[@]}"; do ports+=("$(free_port)"); done
+  local chief="\"127.0.0.1:${ports[0]}\"" workers="" ps=""
+  for i in "${!names[@]}"; do
+    case ${names[$i]} in
+      worker*) workers+="${workers:+, }\"127.0.0.1:${ports[$i]}\"" ;;
+      ps*) ps+="${ps:+, }\"127.0.0.1:${ports[$i]}\"" ;;
+    esac
+  done
+  local cluster="\"chief\": [$chief], \"worker\": [$workers]${ps:+, \"ps\": [$ps]}"
+  local secret pids=() victim_pid=""
+  secret=$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')
+  : >"$log"
+  for i in "${!names[@]}"; do
+    name=${names[$i]}
+    local role=${name% *} index=${name#* }
+    TF_CONFIG="{\"cluster\": {$cluster}, \"task\": {\"type\": \"$role\", \"index\": $index}}" COHORT_SECRET=$secret \
+      OMP_NUM_THREADS=1 "$example" "${args[@]}" --checkpoint-dir "$work/ckpt-$cases" --checkpoint-every 10 >"$work/out-$i" 2>&1 &
+    pids+=($!)
+    [ "$name" = "$victim" ] && victim_pid=$!
+  done
+  reach "$phase" "$work/out-0" "" || fail "the job never reached $phase"
+  local hit_at=$SECONDS
+  kill -"$signal" "$victim_pid" 2>/dev/null || fail "$victim had already ended before SIG$signal"
+  for i in "${!names[@]}"; do
+    [ "${names[$i]}" = "$victim" ] && continue
+    local waited=0
+    while kill -0 "${pids[$i]}" 2>/dev/null && [ $waited -lt $((deadline * 10)) ]; do sleep 0.1; waited=$((waited + 1)); done
+    kill -0 "${pids[$i]}" 2>/dev/null && { cat "$work/out-$i" >"$log"; fail "${names[$i]} still runs $deadline s after SIG$signal of $victim"; }
+    wait "${pids[$i]}"
+    local status=$?
+    cp "$work/out-$i" "$log"
+    [ $status -ne 0 ] || fail "${names[$i]} succeeded after SIG$signal of $victim"
+    grep -q "lost $victim\|could not connect within .* $victim\|$victim .*left the group" "$work/out-$i" ||
+      fail "${names[$i]} did not name $victim"
+  done
+  kill -9 "$victim_pid" 2>/dev/null
+  wait "$victim_pid" 2>/dev/null
+  echo "  every process ended within $((SECONDS - hit_at)) s"
+  return 0
+}
+
+# --restarts 1 after a kill in training: the job finishes, resumed at the last checkpoint written before.
+restarted() {
+  local strategy=$1 victim=$2
+  local log=$work/log checkpoints=$work/ckpt-restart-$strategy
+  cases=$((cases + 1))
+  echo "case $cases: launcher --restarts 1, $strategy, SIGKILL $victim in training"
+  # shellcheck disable=SC2046
+  "$launcher" $(launcher_flags "$strategy") --grace 10 --restarts 1 -- "$example" "${args[@]}" \
+    --checkpoint-dir "$checkpoints" --checkpoint-every 10 >"$log" 2>&1 &
+  local launcher_pid=$!
+  wait_for 'checkpoint of step [0-9]* saved' "$log" || fail "no checkpoint was written"
+  sleep 0.5
+  local pid
+  pid=$(grep -o "$victim (pid [0-9]*)" "$log" | head -1 | grep -o '[0-9]*)' | tr -d ')')
+  kill -9 "$pid"
+  local saved
+  saved=$(grep -o 'checkpoint of step [0-9]*' "$log" | tail -1 | grep -o '[0-9]*$')
+  wait "$launcher_pid" || fail "the restarted job failed"
+  grep -q 'restarting the job from its latest checkpoint (restart 1 of 1)' "$log" || fail "no restart announced"
+  local resumed
+  resumed=$(grep -o '^\[chief 0\] .*resumed from .*step [0-9]*' "$log" | head -1 | grep -o '[0-9]*$')
+  [ -n "$resumed" ] || fail "the restarted chief did not resume from a checkpoint"
+  # Checkpoints written between reading the log and the kill count too: at most one more.
+  [ "$resumed" -ge "$saved" ] && [ "$resumed" -le $((saved + 10)) ] ||
+    fail "resumed at step $resumed, the last checkpoint before the kill was step $saved"
+  grep -q '^\[chief 0\] test accuracy: 0\.[4-9]' "$log" || fail "the restarted job did not finish training"
+  echo "  resumed at step $resumed (last checkpoint seen before the kill: step $saved)"
+}
+
+if [ $short -eq 1 ]; then
+  launched ps STOP "ps 0" train
+  launched allreduce KILL "chief 0" start
+  launched ps KILL "worker 0" checkpoint
+  launched allreduce STOP "worker 1" checkpoint
+  by_hand allreduce STOP "worker 1" train
+  by_hand ps KILL "ps 1" start
+  restarted ps "worker 0"
+  restarted allreduce "worker 1"
+else
+  for strategy in ps allreduce; do
+    IFS=';' read -r -a victims <<<"$(processes_of "$strategy")"
+    for signal in KILL STOP; do
+      for victim in "${victims[@]}"; do
+        [ "$victim" = "ps 1" ] && continue
+        for phase in start train checkpoint; do
+          launched "$strategy" "$signal" "$victim" "$phase"
+          by_hand "$strategy" "$signal" "$victim" "$phase"
+        done
+      done
+    done
+    restarted "$strategy" "worker 0"
+  done
+fi
+echo "fault matrix: $cases cases passed"
