@@ -56,12 +56,12 @@ ASAN_FLAGS = -fsanitize=address,undefined,fuzzer-no-link -fno-omit-frame-pointer
 FUZZ_SECONDS ?= 20
 
 asan-build: deps
-	@CC=clang CXX=clang++ cmake -S . -B build-clang-asan $(SANITIZE_FLAGS) -DCOHORT_BUILD_FUZZERS=ON -DCMAKE_CXX_FLAGS="$(ASAN_FLAGS)" >/dev/null
-	@cmake --build build-clang-asan -j $(JOBS) --target cohort_tests fuzzers
+	@CC=clang CXX=clang++ cmake -S . -B build-asan-clang $(SANITIZE_FLAGS) -DCOHORT_BUILD_FUZZERS=ON -DCMAKE_CXX_FLAGS="$(ASAN_FLAGS)" >/dev/null
+	@cmake --build build-asan-clang -j $(JOBS) --target cohort_tests fuzzers
 
 sanitize: asan-build
-	@ASAN_OPTIONS=detect_leaks=1 build-clang-asan/tests/cohort_tests
-	@scripts/fuzz build-clang-asan $(FUZZ_SECONDS)
+	@ASAN_OPTIONS=detect_leaks=1 build-asan-clang/tests/cohort_tests
+	@scripts/fuzz build-asan-clang $(FUZZ_SECONDS)
 	@cmake -S . -B build-tsan $(SANITIZE_FLAGS) -DCOHORT_THREAD_TESTS_ONLY=ON -DCMAKE_CXX_FLAGS="-fsanitize=thread" >/dev/null
 	@cmake --build build-tsan -j $(JOBS) --target cohort_tests
 	@TSAN_OPTIONS="halt_on_error=1 suppressions=$(CURDIR)/tests/tsan.supp" build-tsan/tests/cohort_tests "[comm],[threads]"
@@ -69,7 +69,7 @@ sanitize: asan-build
 # The fuzz targets for longer: make fuzz FUZZ_SECONDS=600
 fuzz: FUZZ_SECONDS = 300
 fuzz: asan-build
-	@scripts/fuzz build-clang-asan $(FUZZ_SECONDS)
+	@scripts/fuzz build-asan-clang $(FUZZ_SECONDS)
 
 clean:
-	@rm -rf $(BUILD_DIR) build-clang-asan build-tsan
+	@rm -rf $(BUILD_DIR) build-asan-clang build-tsan
