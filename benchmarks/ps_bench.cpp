@@ -2,7 +2,8 @@
 // the authenticated TCP transport on 127.0.0.1. A round trip sends every gradient the server holds and
 // receives every value back; GB/s counts both directions' payload. The server applies plain SGD, so the
 // figure is the transport and the protocol (header checks, CRC-32 both ways), not optimizer arithmetic.
-//   usage: cohort_ps_bench [--round-trips N]
+// With --tls every connection runs over TLS 1.3 keyed from the secret, as under COHORT_TLS=1.
+//   usage: cohort_ps_bench [--round-trips N] [--tls]
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -25,7 +26,8 @@ struct Result {
   double gigabytes_per_second;
 };
 
-Result measure(const std::vector<ps::VariableInfo>& infos, std::vector<ps::LocalVariable> variables, int round_trips) {
+Result measure(const std::vector<ps::VariableInfo>& infos, std::vector<ps::LocalVariable> variables, int round_trips,
+               bool tls) {
   const ps::Plan plan = ps::make_plan(infos, 1, ps::placement::RoundRobin{});
   const std::string secret = "benchmark-secret";
   // Two free loopback ports: let the OS pick by binding port 0 is not possible through the factory, so pick
@@ -37,12 +39,12 @@ Result measure(const std::vector<ps::VariableInfo>& infos, std::vector<ps::Local
 
   std::unique_ptr<comm::Transport> server_transport;
   std::thread server_thread([&] {
-    server_transport = comm::connect_tcp({.rank = 1, .addresses = addresses, .secret = secret});
+    server_transport = comm::connect_tcp({.rank = 1, .addresses = addresses, .secret = secret, .tls = {.enabled = tls}});
     optim::SGD sgd({.learning_rate = optim::constant(1e-6)});
     ps::Server server(*server_transport, plan, 0, {0}, sgd);
     server.serve();
   });
-  auto worker_transport = comm::connect_tcp({.rank = 0, .addresses = addresses, .secret = secret});
+  auto worker_transport = comm::connect_tcp({.rank = 0, .addresses = addresses, .secret = secret, .tls = {.enabled = tls}});
   ps::ParameterStore store(*worker_transport, plan, {1}, std::move(variables));
   store.initialize_servers();
   for (int i = 0; i < 3; ++i) store.push_pull(1);
@@ -58,24 +60,27 @@ Result measure(const std::vector<ps::VariableInfo>& infos, std::vector<ps::Local
 
 int main(int argc, char** argv) {
   int round_trips = 50;
+  bool tls = false;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--round-trips") == 0 && i + 1 < argc) round_trips = std::atoi(argv[++i]);
+    else if (std::strcmp(argv[i], "--tls") == 0) tls = true;
     else {
-      fmt::print(stderr, "usage: {} [--round-trips N]\n", argv[0]);
+      fmt::print(stderr, "usage: {} [--round-trips N] [--tls]\n", argv[0]);
       return 2;
     }
   }
   nn::Sequential flagship = nn::cifar10_cnn({32, 32, 3});
   std::vector<ps::LocalVariable> variables;
   for (const auto& v : flagship.variables()) variables.push_back({v->name, v->value, v->gradient, v->trainable});
-  const Result model = measure(train::variable_infos(flagship), std::move(variables), round_trips);
+  const Result model = measure(train::variable_infos(flagship), std::move(variables), round_trips, tls);
 
   const Shape big{16384, 1024};  // 64 MiB of float32
   const ps::VariableInfo info{.name = "big/kernel", .shape = big};
   Tensor value(big), gradient(big);
-  const Result large = measure({info}, {{"big/kernel", value, gradient, true}}, std::max(5, round_trips / 5));
+  const Result large = measure({info}, {{"big/kernel", value, gradient, true}}, std::max(5, round_trips / 5), tls);
 
-  fmt::print("{:<40} {:>14} {:>14}\n", "push+pull, 1 worker -> 1 server", "ms/round trip", "GB/s");
+  fmt::print("{:<40} {:>14} {:>14}\n", tls ? "push+pull over TLS, 1 worker -> 1 server" : "push+pull, 1 worker -> 1 server",
+             "ms/round trip", "GB/s");
   fmt::print("{:<40} {:>14.3f} {:>14.3f}\n", "flagship CIFAR-10 variables (2.2 MB)", model.milliseconds_per_round_trip,
              model.gigabytes_per_second);
   fmt::print("{:<40} {:>14.3f} {:>14.3f}\n", "one 64 MiB variable", large.milliseconds_per_round_trip, large.gigabytes_per_second);

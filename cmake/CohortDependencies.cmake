@@ -1,12 +1,12 @@
 # Third-party packages, all from Debian: Eigen (CPU math), fmt, cereal, zlib, nlohmann-json (cluster
-# configuration), standalone Asio and OpenSSL's libcrypto (the TCP transport), OpenMP, threads.
+# configuration), standalone Asio and OpenSSL's libcrypto and libssl (the TCP transport and its TLS), OpenMP, threads.
 find_package(Threads REQUIRED)
 find_package(OpenMP REQUIRED COMPONENTS CXX)
 find_package(Eigen3 3.4 REQUIRED NO_MODULE)
 find_package(fmt REQUIRED)
 find_package(ZLIB REQUIRED)
 find_package(nlohmann_json 3 REQUIRED)
-find_package(OpenSSL 3 REQUIRED COMPONENTS Crypto)
+find_package(OpenSSL 3 REQUIRED COMPONENTS Crypto SSL)
 find_path(COHORT_ASIO_INCLUDE_DIR asio.hpp REQUIRED)
 find_path(COHORT_CEREAL_INCLUDE_DIR cereal/cereal.hpp REQUIRED)
 # Open MPI is optional: the MPI communicator is built when COHORT_WITH_MPI is on and MPI is found. Its C

@@ -15,7 +15,7 @@ Cluster::Cluster() {
 Cluster::Cluster(ClusterSpec spec, ConnectOptions options) : spec_(std::move(spec)), options_(options) { spec_.validate(); }
 
 Cluster Cluster::from_environment(const Environment& environment, ConnectOptions options) {
-  options = with_environment_deadlines(std::move(options), environment);
+  options = with_environment_settings(std::move(options), environment);
   const Discovery found = discover(environment);
   if (const auto* spec = std::get_if<ClusterSpec>(&found)) return Cluster(*spec, options);
   if (const auto* request = std::get_if<RendezvousRequest>(&found)) {
@@ -47,6 +47,7 @@ comm::Transport& Cluster::transport() {
     tcp.timeout = options_.timeout;
     tcp.heartbeat_interval = options_.heartbeat_interval;
     tcp.peer_timeout = options_.peer_timeout;
+    tcp.tls = options_.tls;
     COHORT_CHECK(static_cast<bool>(options_.transport_factory), "ConnectOptions::transport_factory is empty");
     transport_ = options_.transport_factory(tcp);
   }

@@ -1,5 +1,5 @@
-// Deadlines from the environment, so that an operator can lengthen them for a slow network without
-// rebuilding the program.
+// Connection settings from the environment (deadlines, encryption), so that an operator can adapt them to
+// a network without rebuilding the program.
 #include <charconv>
 #include <cmath>
 #include <fmt/format.h>
@@ -31,7 +31,7 @@ void override_from(const Environment& environment, const char* name, std::chrono
 
 }  // namespace
 
-ConnectOptions with_environment_deadlines(ConnectOptions options, const Environment& environment) {
+ConnectOptions with_environment_settings(ConnectOptions options, const Environment& environment) {
   override_from(environment, "COHORT_CONNECT_TIMEOUT", options.connect_timeout);
   override_from(environment, "COHORT_TIMEOUT", options.timeout);
   override_from(environment, "COHORT_HEARTBEAT_INTERVAL", options.heartbeat_interval);
@@ -40,6 +40,21 @@ ConnectOptions with_environment_deadlines(ConnectOptions options, const Environm
     throw InvalidArgument(fmt::format("the peer timeout ({} ms, COHORT_PEER_TIMEOUT) must be longer than the heartbeat "
                                       "interval ({} ms, COHORT_HEARTBEAT_INTERVAL)",
                                       options.peer_timeout.count(), options.heartbeat_interval.count()));
+  if (const auto tls = environment("COHORT_TLS")) {
+    if (*tls != "0" && *tls != "1") throw InvalidArgument(fmt::format("COHORT_TLS='{}': use 1 (encrypt) or 0", *tls));
+    options.tls.enabled = *tls == "1";
+  }
+  int files = 0;
+  for (auto [name, file] : {std::pair{"COHORT_TLS_CERT", &options.tls.certificate}, std::pair{"COHORT_TLS_KEY", &options.tls.private_key},
+                            std::pair{"COHORT_TLS_CA", &options.tls.ca}}) {
+    if (const auto value = environment(name)) *file = *value;
+    files += file->empty() ? 0 : 1;
+  }
+  if (files != 0 && files != 3)
+    throw InvalidArgument("COHORT_TLS_CERT, COHORT_TLS_KEY and COHORT_TLS_CA go together: set all three, or none to key TLS "
+                          "from the shared secret");
+  if (files == 3 && !options.tls.enabled)
+    throw InvalidArgument("COHORT_TLS_CERT, COHORT_TLS_KEY and COHORT_TLS_CA are set but COHORT_TLS is not 1");
   return options;
 }
 

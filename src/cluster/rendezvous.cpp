@@ -104,6 +104,7 @@ ClusterSpec rendezvous(const RendezvousRequest& request, const std::string& secr
     star.timeout = options.timeout;
     star.heartbeat_interval = options.heartbeat_interval;
     star.peer_timeout = options.peer_timeout;
+    star.tls = options.tls;
     for (int r = 0; r < n; ++r) {
       // Only rank 0's address is dialed; the others are names for messages.
       star.addresses.push_back(r == 0 ? comm::Address{request.chief.host, request.chief.port} : comm::Address{own_host, 1});

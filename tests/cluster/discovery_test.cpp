@@ -209,20 +209,40 @@ TEST_CASE("a cluster makes its transport through the factory it is given", "[clu
 TEST_CASE("deadlines come from the environment where it sets them, and nonsense is refused naming it", "[cluster]") {
   using namespace std::chrono_literals;
   const ConnectOptions defaults{.connect_timeout = 60s, .timeout = 60s, .heartbeat_interval = 1s, .peer_timeout = 10s};
-  const ConnectOptions set = with_environment_deadlines(
+  const ConnectOptions set = with_environment_settings(
       defaults, environment_of({{"COHORT_CONNECT_TIMEOUT", "2m"}, {"COHORT_TIMEOUT", "90"}, {"COHORT_HEARTBEAT_INTERVAL", "250ms"},
                                 {"COHORT_PEER_TIMEOUT", "1.5s"}}));
   CHECK(set.connect_timeout == 120s);
   CHECK(set.timeout == 90s);
   CHECK(set.heartbeat_interval == 250ms);
   CHECK(set.peer_timeout == 1500ms);
-  const ConnectOptions unset = with_environment_deadlines(defaults, environment_of({}));
+  const ConnectOptions unset = with_environment_settings(defaults, environment_of({}));
   CHECK(unset.peer_timeout == 10s);
   CHECK(unset.connect_timeout == 60s);
   for (const char* bad : {"", "ten", "10h", "-1", "0", "nan", "inf", "1e9", "5 s", "0.0001"})
-    require_invalid([&] { with_environment_deadlines(defaults, environment_of({{"COHORT_PEER_TIMEOUT", bad}})); },
+    require_invalid([&] { with_environment_settings(defaults, environment_of({{"COHORT_PEER_TIMEOUT", bad}})); },
                     {"COHORT_PEER_TIMEOUT", "duration"});
-  require_invalid([&] { with_environment_deadlines(defaults, environment_of({{"COHORT_HEARTBEAT_INTERVAL", "20s"}})); },
+  require_invalid([&] { with_environment_settings(defaults, environment_of({{"COHORT_HEARTBEAT_INTERVAL", "20s"}})); },
                   {"COHORT_PEER_TIMEOUT", "COHORT_HEARTBEAT_INTERVAL", "longer"});
   require_invalid([] { Cluster::from_environment(environment_of({{"COHORT_TIMEOUT", "soon"}})); }, {"COHORT_TIMEOUT"});
+}
+
+TEST_CASE("encryption comes from the environment: COHORT_TLS and certificates given together", "[cluster]") {
+  CHECK_FALSE(with_environment_settings({}, environment_of({})).tls.enabled);
+  CHECK(with_environment_settings({}, environment_of({{"COHORT_TLS", "1"}})).tls.enabled);
+  ConnectOptions on;
+  on.tls.enabled = true;
+  CHECK_FALSE(with_environment_settings(on, environment_of({{"COHORT_TLS", "0"}})).tls.enabled);
+  const auto certificates = with_environment_settings(
+      {}, environment_of({{"COHORT_TLS", "1"}, {"COHORT_TLS_CERT", "a.pem"}, {"COHORT_TLS_KEY", "a.key"}, {"COHORT_TLS_CA", "ca.pem"}}));
+  CHECK(certificates.tls.certificate == "a.pem");
+  CHECK(certificates.tls.private_key == "a.key");
+  CHECK(certificates.tls.ca == "ca.pem");
+  for (const char* bad : {"yes", "true", "", "2"})
+    require_invalid([&] { with_environment_settings({}, environment_of({{"COHORT_TLS", bad}})); }, {"COHORT_TLS"});
+  require_invalid([] { with_environment_settings({}, environment_of({{"COHORT_TLS", "1"}, {"COHORT_TLS_CERT", "a.pem"}})); },
+                  {"COHORT_TLS_CERT", "all three"});
+  require_invalid([] {
+    with_environment_settings({}, environment_of({{"COHORT_TLS_CERT", "a.pem"}, {"COHORT_TLS_KEY", "a.key"}, {"COHORT_TLS_CA", "c.pem"}}));
+  }, {"COHORT_TLS is not 1"});
 }

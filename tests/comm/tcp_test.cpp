@@ -12,7 +12,10 @@
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
 #include <fstream>
+#include <functional>
 #include <memory>
+#include <mutex>
+#include <poll.h>
 #include <optional>
 #include <thread>
 
@@ -43,11 +46,26 @@ TcpOptions options_for(int rank, const std::vector<Address>& addresses, std::str
   return options;
 }
 
-// Connects n ranks concurrently, as n processes would.
-std::vector<std::unique_ptr<Transport>> connect_group(int n, const std::vector<Address>& addresses) {
+// Connects n ranks concurrently, as n processes would; `adjust` changes every rank's options.
+std::vector<std::unique_ptr<Transport>> connect_group(int n, const std::vector<Address>& addresses,
+                                                      const std::function<void(TcpOptions&)>& adjust = {}) {
   std::vector<std::unique_ptr<Transport>> transports(static_cast<std::size_t>(n));
-  comm_test::run_ranks(n, [&](int r) { transports[static_cast<std::size_t>(r)] = connect_tcp(options_for(r, addresses)); });
+  comm_test::run_ranks(n, [&](int r) {
+    TcpOptions options = options_for(r, addresses);
+    if (adjust) adjust(options);
+    transports[static_cast<std::size_t>(r)] = connect_tcp(options);
+  });
   return transports;
+}
+
+void with_tls(TcpOptions& options) { options.tls.enabled = true; }
+
+// The test certificates (tests/comm/tls/README.md): `node` for node.pem, node.key and ca.pem.
+std::function<void(TcpOptions&)> with_certificates(const std::string& node, const std::string& ca = "ca") {
+  return [=](TcpOptions& options) {
+    const std::string dir = COHORT_TEST_SOURCE_DIR "/comm/tls/";
+    options.tls = {.enabled = true, .certificate = dir + node + ".pem", .private_key = dir + node + ".key", .ca = dir + ca + ".pem"};
+  };
 }
 
 conformance::Group members(const std::vector<std::unique_ptr<Transport>>& transports) {
@@ -553,4 +571,164 @@ TEST_CASE("load_secret refuses guessable secrets and secret files that are not f
   CHECK_THROWS_WITH(load_secret(), Catch::Contains("holds 5 characters"));
   ::unsetenv("COHORT_SECRET_FILE");
   std::remove(path.c_str());
+}
+
+namespace {
+
+// Relays one connection between a dialer and `target`, keeping a copy of every byte that crosses it.
+class RecordingRelay {
+ public:
+  explicit RecordingRelay(const Address& target) : target_(target), listener_(::socket(AF_INET, SOCK_STREAM, 0)) {
+    sockaddr_in own{};
+    own.sin_family = AF_INET;
+    own.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t length = sizeof own;
+    REQUIRE(::bind(listener_, reinterpret_cast<sockaddr*>(&own), sizeof own) == 0);
+    REQUIRE(::listen(listener_, 1) == 0);
+    REQUIRE(::getsockname(listener_, reinterpret_cast<sockaddr*>(&own), &length) == 0);
+    port_ = ntohs(own.sin_port);
+    REQUIRE(::pipe(stop_) == 0);
+    thread_ = std::thread([this] { relay(); });
+  }
+  ~RecordingRelay() {
+    (void)::write(stop_[1], "x", 1);
+    thread_.join();
+    for (int fd : {listener_, stop_[0], stop_[1]}) ::close(fd);
+  }
+  Address address() const { return {"127.0.0.1", port_}; }
+  std::string recorded() {
+    const std::lock_guard lock(mutex_);
+    return bytes_;
+  }
+
+ private:
+  void relay() {
+    pollfd waiting[2] = {{listener_, POLLIN, 0}, {stop_[0], POLLIN, 0}};
+    if (::poll(waiting, 2, 10000) <= 0 || waiting[1].revents != 0) return;
+    const int dialer = ::accept(listener_, nullptr, nullptr);
+    const int upstream = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in target{};
+    target.sin_family = AF_INET;
+    target.sin_port = htons(target_.port);
+    ::inet_pton(AF_INET, target_.host.c_str(), &target.sin_addr);
+    if (dialer >= 0 && ::connect(upstream, reinterpret_cast<sockaddr*>(&target), sizeof target) == 0) {
+      for (bool open = true; open;) {
+        pollfd fds[3] = {{dialer, POLLIN, 0}, {upstream, POLLIN, 0}, {stop_[0], POLLIN, 0}};
+        if (::poll(fds, 3, 1000) < 0 || fds[2].revents != 0) break;
+        for (int side = 0; side < 2 && open; ++side) {
+          if (fds[side].revents == 0) continue;
+          char buffer[65536];
+          const ssize_t got = ::recv(fds[side].fd, buffer, sizeof buffer, 0);
+          open = got > 0 && ::send(fds[1 - side].fd, buffer, static_cast<std::size_t>(got), MSG_NOSIGNAL) == got;
+          if (got > 0) {
+            const std::lock_guard lock(mutex_);
+            bytes_.append(buffer, static_cast<std::size_t>(got));
+          }
+        }
+      }
+    }
+    if (dialer >= 0) ::close(dialer);
+    ::close(upstream);
+  }
+
+  Address target_;
+  int listener_;
+  std::uint16_t port_ = 0;
+  int stop_[2] = {-1, -1};
+  std::mutex mutex_;
+  std::string bytes_;
+  std::thread thread_;
+};
+
+}  // namespace
+
+TEST_CASE("tcp over TLS: the conformance checks and the collectives", "[comm][tcp][tls]") {
+  {
+    const auto addresses = comm_test::free_addresses(3);
+    auto group = connect_group(3, addresses, with_tls);
+    conformance::ordering_and_tags(members(group));
+    conformance::allreduce_matches_reference(members(group), {0, 1, 2, 7, 1000, 300001});
+    conformance::broadcast_allgather_barrier(members(group));
+  }
+  {
+    const auto addresses = comm_test::free_addresses(2);
+    auto group = connect_group(2, addresses, with_tls);
+    conformance::sizes_and_mismatch(members(group));
+  }
+  {
+    const auto addresses = comm_test::free_addresses(2);
+    auto group = connect_group(2, addresses, with_certificates("node"));
+    conformance::broadcast_allgather_barrier(members(group));
+  }
+}
+
+TEST_CASE("tcp over TLS: the bytes on the wire are not the messages", "[comm][tcp][tls][security]") {
+  const std::string marker = "a message that anybody on the path could read";
+  for (const bool tls : {false, true}) {
+    INFO("TLS " << tls);
+    const auto addresses = comm_test::free_addresses(2);
+    RecordingRelay relay(addresses[0]);
+    // Rank 1 reaches rank 0 through the relay.
+    auto zero_options = options_for(0, addresses), one_options = options_for(1, {relay.address(), addresses[1]});
+    one_options.names = zero_options.names;
+    zero_options.tls.enabled = one_options.tls.enabled = tls;
+    std::unique_ptr<Transport> zero, one;
+    std::thread listener([&] { zero = connect_tcp(zero_options); });
+    one = connect_tcp(one_options);
+    listener.join();
+    std::string message;
+    for (int i = 0; i < 100; ++i) message += marker;
+    std::string received(message.size(), '\0');
+    auto sent = one->send(0, 3, std::as_bytes(std::span(message)));
+    zero->recv(1, 3, std::as_writable_bytes(std::span(received)))->wait(5s);
+    sent->wait(5s);
+    CHECK(received == message);
+    CHECK((relay.recorded().find(marker) != std::string::npos) == !tls);
+  }
+}
+
+TEST_CASE("tcp over TLS: another secret or an untrusted certificate fails set-up at once", "[comm][tcp][tls][security]") {
+  const std::vector<std::pair<std::function<void(TcpOptions&)>, std::function<void(TcpOptions&)>>> mismatches = {
+      {with_tls, [](TcpOptions& o) { o.tls.enabled = true; o.secret = "another secret, just as long"; }},
+      {with_certificates("node"), with_certificates("stranger", "stranger-ca")},
+  };
+  for (const auto& [listener_side, dialer_side] : mismatches) {
+    const auto addresses = comm_test::free_addresses(2);
+    std::unique_ptr<Transport> zero;
+    std::thread listener([&] {
+      auto options = options_for(0, addresses);
+      listener_side(options);
+      try {
+        zero = connect_tcp(options);
+      } catch (const TimeoutError&) {
+      }
+    });
+    auto stranger = options_for(1, addresses);
+    dialer_side(stranger);
+    const auto start = std::chrono::steady_clock::now();
+    CHECK_THROWS_WITH(connect_tcp(stranger), Catch::Contains("TLS with chief 0") && Catch::Contains("failed"));
+    CHECK(std::chrono::steady_clock::now() - start < 5s);
+    // The listener goes on waiting for the rank it expects.
+    auto legitimate = options_for(1, addresses);
+    listener_side(legitimate);
+    auto one = connect_tcp(legitimate);
+    listener.join();
+    REQUIRE(zero != nullptr);
+    std::vector<int> ping{5}, pong(1);
+    auto sent = one->send(0, 1, conformance::bytes(ping));
+    zero->recv(1, 1, conformance::bytes(pong))->wait(5s);
+    sent->wait(5s);
+    CHECK(pong[0] == 5);
+  }
+}
+
+TEST_CASE("tcp over TLS: unusable certificate files are named", "[comm][tcp][tls]") {
+  const auto addresses = comm_test::free_addresses(2);
+  auto options = options_for(0, addresses);
+  with_certificates("node")(options);
+  options.tls.private_key = "/nonexistent/node.key";
+  CHECK_THROWS_WITH(connect_tcp(options), Catch::Contains("private key /nonexistent/node.key"));
+  options = options_for(0, addresses);
+  options.tls.certificate = COHORT_TEST_SOURCE_DIR "/comm/tls/node.pem";
+  CHECK_THROWS_WITH(connect_tcp(options), Catch::Contains("not enabled"));
 }

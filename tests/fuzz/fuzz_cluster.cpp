@@ -68,7 +68,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         cluster::discover(environment_of(text));
         break;
       case 3:
-        cluster::with_environment_deadlines({}, environment_of(text));
+        cluster::with_environment_settings({}, environment_of(text));
         break;
       case 4:
         cluster::parse_endpoint(std::string(text), "fuzzed endpoint");

@@ -21,15 +21,18 @@ struct ConnectOptions {
   std::chrono::milliseconds timeout{60000};
   std::chrono::milliseconds heartbeat_interval{1000};
   std::chrono::milliseconds peer_timeout{10000};
+  comm::TlsOptions tls;
   // How the transport is made once the peers are known (TCP by default).
   comm::TransportFactory transport_factory = comm::connect_tcp;
 };
 
-// `options` with the deadlines the environment sets: COHORT_CONNECT_TIMEOUT, COHORT_TIMEOUT (each wait of
-// an operation), COHORT_HEARTBEAT_INTERVAL and COHORT_PEER_TIMEOUT, each a duration such as "90", "90s",
-// "500ms" or "2m" (plain numbers are seconds). A value that is not a positive duration of at most a day, or
-// a peer timeout not above the heartbeat interval, throws InvalidArgument naming the variable.
-ConnectOptions with_environment_deadlines(ConnectOptions options, const Environment& environment = process_environment());
+// `options` with what the environment sets. Deadlines: COHORT_CONNECT_TIMEOUT, COHORT_TIMEOUT (each wait
+// of an operation), COHORT_HEARTBEAT_INTERVAL and COHORT_PEER_TIMEOUT, each a duration such as "90", "90s",
+// "500ms" or "2m" (plain numbers are seconds). Encryption: COHORT_TLS=1 (or 0), and for certificates
+// instead of the shared secret's key COHORT_TLS_CERT, COHORT_TLS_KEY and COHORT_TLS_CA (PEM files). A value
+// that is not a positive duration of at most a day, a peer timeout not above the heartbeat interval, a
+// COHORT_TLS other than 0 or 1 or certificates given in part throw InvalidArgument naming the variable.
+ConnectOptions with_environment_settings(ConnectOptions options, const Environment& environment = process_environment());
 
 class Cluster {
  public:
@@ -37,7 +40,7 @@ class Cluster {
   Cluster();
   // Explicit configuration; validated here.
   explicit Cluster(ClusterSpec spec, ConnectOptions options = {});
-  // The deadlines in `options` give way to those the environment sets (with_environment_deadlines).
+  // The deadlines and encryption in `options` give way to what the environment sets (with_environment_settings).
   // TF_CONFIG, SageMaker, a rank-only environment (mpirun, Slurm, torchrun; meets the others in a
   // rendezvous at MASTER_ADDR:MASTER_PORT and listens at COHORT_HOST, which may be left out when the
   // chief is on loopback), or a single process when nothing is set.

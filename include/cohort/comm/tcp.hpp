@@ -23,6 +23,16 @@ struct Address {
   std::uint16_t port = 0;
 };
 
+// Encryption of every connection (TLS 1.3). Without certificates the key comes from the shared secret
+// (TLS-PSK), so nothing else needs distributing; with them, each side proves its certificate against the CA
+// (mutual TLS). The secret's handshake runs inside TLS too, so a process needs both.
+struct TlsOptions {
+  bool enabled = false;
+  std::string certificate;  // PEM certificate chain of this process (with private_key and ca, or none of them)
+  std::string private_key;  // PEM
+  std::string ca;           // PEM certificates that peers' certificates must chain to
+};
+
 struct TcpOptions {
   int rank = 0;
   std::vector<Address> addresses;  // one per rank; this rank listens on its own, on that host only
@@ -40,6 +50,7 @@ struct TcpOptions {
   // Star: only rank 0 listens and every other rank connects to it alone (a rendezvous); rank 0 may then
   // talk to everybody, the others only to rank 0.
   bool star = false;
+  TlsOptions tls;
 };
 
 // Blocks until this rank is connected to and authenticated with every other rank. Throws TimeoutError

@@ -32,6 +32,18 @@ Mac hmac(const std::string& secret, const char* role, const Nonce& first, const 
 
 }  // namespace
 
+Mac tls_key(const std::string& secret) {
+  static constexpr char kLabel[] = "cohort TLS 1.3 pre-shared key, version 1";
+  Mac out{};
+  std::size_t length = 0;
+  if (EVP_Q_mac(nullptr, "HMAC", nullptr, "SHA256", nullptr, secret.data(), secret.size(),
+                reinterpret_cast<const unsigned char*>(kLabel), sizeof kLabel - 1, reinterpret_cast<unsigned char*>(out.data()),
+                out.size(), &length) == nullptr ||
+      length != out.size())
+    throw IoError("HMAC-SHA256 failed in OpenSSL");
+  return out;
+}
+
 Nonce random_nonce() {
   Nonce nonce{};
   if (RAND_bytes(reinterpret_cast<unsigned char*>(nonce.data()), static_cast<int>(nonce.size())) != 1)

@@ -22,5 +22,8 @@ Mac server_proof(const std::string& secret, const Nonce& client, const Nonce& se
 Mac client_proof(const std::string& secret, const Nonce& client, const Nonce& server, int client_rank, int server_rank);
 // Constant-time comparison.
 bool same(const Mac& a, const Mac& b);
+// The TLS pre-shared key of a group: HMAC-SHA256 of a fixed label under the secret, so that the secret
+// itself never keys two protocols.
+Mac tls_key(const std::string& secret);
 
 }  // namespace cohort::comm::tcp

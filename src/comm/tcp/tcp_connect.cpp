@@ -38,6 +38,12 @@ TcpTransport::TcpTransport(const TcpOptions& options) : options_(options) {
   COHORT_CHECK(!options_.secret.empty(), "the TCP transport needs a shared secret (COHORT_SECRET or COHORT_SECRET_FILE)");
   COHORT_CHECK(options_.names.empty() || static_cast<int>(options_.names.size()) == n, "{} names for {} ranks",
                options_.names.size(), n);
+  COHORT_CHECK(options_.tls.enabled || (options_.tls.certificate.empty() && options_.tls.private_key.empty() && options_.tls.ca.empty()),
+               "TLS certificates are given but TLS is not enabled");
+  if (options_.tls.enabled) {
+    tls_ = std::make_unique<TlsContext>(options_.tls, options_.secret);
+    if (options_.rank == 0) log::info("connections: {}", tls_->description());
+  }
   tcp::resolver resolver(io_);
   for (int r = 0; r < n; ++r) {
     const Address& a = options_.addresses[static_cast<std::size_t>(r)];
@@ -104,9 +110,15 @@ std::chrono::milliseconds TcpTransport::handshake_timeout() const {
   return std::min(kHandshakeTimeout, options_.connect_timeout / 2);
 }
 
+template <typename Then>
+void TcpTransport::start_stream(const Socket& socket, asio::ssl::stream_base::handshake_type side, Then&& then) {
+  if (!tls_) return std::forward<Then>(then)(asio::error_code());
+  socket->start_tls(tls_->context(), side, std::forward<Then>(then));
+}
+
 void TcpTransport::accept() {
-  auto socket = std::make_shared<tcp::socket>(io_);
-  acceptor_.async_accept(*socket, [this, socket](const asio::error_code& error) {
+  auto socket = std::make_shared<Stream>(io_);
+  acceptor_.async_accept(socket->socket(), [this, socket](const asio::error_code& error) {
     if (!acceptor_.is_open() || error == asio::error::operation_aborted) return;  // closed
     if (error) {
       // Out of file descriptors, most likely, or a transient failure: free one and keep listening.
@@ -181,9 +193,9 @@ void TcpTransport::serve_handshake(Socket socket) {
     explicit State(asio::io_context& io) : timer(io) {}
   };
   auto state = std::make_shared<State>(io_);
-  const std::string remote = remote_of(*socket);
+  const std::string remote = remote_of(socket->socket());
   asio::error_code address_error;
-  add_pending(socket, socket->remote_endpoint(address_error).address().to_string());
+  add_pending(socket, socket->socket().remote_endpoint(address_error).address().to_string());
   auto reject = [this, socket, state, remote](const std::string& reason) {
     if (state->finished) return;
     state->finished = true;
@@ -197,62 +209,65 @@ void TcpTransport::serve_handshake(Socket socket) {
   state->timer.async_wait([socket, reject](const asio::error_code& error) {
     if (!error && socket->is_open()) reject("no complete handshake in time");
   });
-  asio::async_read(*socket, asio::buffer(state->header), [this, socket, state, reject](const asio::error_code& error, std::size_t) {
-    if (error) return reject("connection closed before its hello (" + error.message() + ")");
-    const FrameHeader header = decode(state->header);
-    if (auto problem = check(header, kNonceBytes + 4)) return reject(*problem);
-    if (header.type != FrameType::Hello || header.length != kNonceBytes + 4) return reject("the first frame is not a hello");
-    state->client = static_cast<int>(header.tag);
-    asio::async_read(*socket, asio::buffer(state->hello), [this, socket, state, reject](const asio::error_code& error, std::size_t) {
-      if (error) return reject("connection closed during its hello (" + error.message() + ")");
-      std::uint32_t expected_rank = 0;
-      for (int i = 0; i < 4; ++i) expected_rank |= static_cast<std::uint32_t>(state->hello[kNonceBytes + static_cast<std::size_t>(i)]) << (8 * i);
-      const int client = state->client;
-      // A dialer with the wrong rank or address list will never get in: it is told why, so that it fails now.
-      auto refuse = [this, socket, reject](const std::string& reason) {
-        auto frame = std::make_shared<std::vector<std::byte>>();
-        const std::string text = reason.substr(0, kMaxRefusalBytes);
-        const HeaderBytes header = encode({.type = FrameType::Refused, .tag = static_cast<std::uint64_t>(options_.rank),
-                                           .length = text.size()});
-        frame->assign(header.begin(), header.end());
-        for (char c : text) frame->push_back(static_cast<std::byte>(c));
-        asio::async_write(*socket, asio::buffer(*frame), [frame, reject, reason](const asio::error_code&, std::size_t) {
-          reject(reason);
-        });
-      };
-      if (static_cast<int>(expected_rank) != options_.rank)
-        return refuse(fmt::format("it dialed rank {} at the address of rank {}", expected_rank, options_.rank));
-      if (client <= options_.rank || client >= size())
-        return refuse(fmt::format("it claims rank {}, which is not a rank above {} in a group of {}", client, options_.rank, size()));
-      if (peers_[static_cast<std::size_t>(client)].ready) return reject(fmt::format("rank {} is already connected", client));
-      Nonce client_nonce{};
-      std::copy_n(state->hello.begin(), kNonceBytes, client_nonce.begin());
-      state->server_nonce = random_nonce();
-      const Mac proof = server_proof(options_.secret, client_nonce, state->server_nonce, client, options_.rank);
-      const HeaderBytes header = encode({.type = FrameType::Challenge, .tag = static_cast<std::uint64_t>(options_.rank),
-                                         .length = kNonceBytes + kMacBytes});
-      std::copy(header.begin(), header.end(), state->challenge.begin());
-      std::copy(state->server_nonce.begin(), state->server_nonce.end(), state->challenge.begin() + kHeaderBytes);
-      std::copy(proof.begin(), proof.end(), state->challenge.begin() + kHeaderBytes + kNonceBytes);
-      asio::async_write(*socket, asio::buffer(state->challenge), [this, socket, state, reject, client_nonce](const asio::error_code& error, std::size_t) {
-        if (error) return reject("connection closed during the challenge (" + error.message() + ")");
-        asio::async_read(*socket, asio::buffer(state->header), [this, socket, state, reject, client_nonce](const asio::error_code& error, std::size_t) {
-          // A dialer that cannot verify this rank's proof hangs up here: most likely another secret.
-          if (error)
-            return reject("connection closed before its response (" + error.message() +
-                          "): it may have failed to verify this rank, e.g. a different COHORT_SECRET");
-          const FrameHeader header = decode(state->header);
-          if (auto problem = check(header, kMacBytes)) return reject(*problem);
-          if (header.type != FrameType::Response || header.length != kMacBytes) return reject("expected a response to the challenge");
-          asio::async_read(*socket, asio::buffer(state->response), [this, socket, state, reject, client_nonce](const asio::error_code& error, std::size_t) {
-            if (error) return reject("connection closed during its response (" + error.message() + ")");
-            const Mac expected = client_proof(options_.secret, client_nonce, state->server_nonce, state->client, options_.rank);
-            if (!same(expected, state->response)) return reject("it does not know the shared secret");
-            if (peers_[static_cast<std::size_t>(state->client)].ready) return reject(fmt::format("rank {} is already connected", state->client));
-            state->finished = true;
-            state->timer.cancel();
-            remove_pending(socket);
-            connected(state->client, socket);
+  start_stream(socket, asio::ssl::stream_base::server, [this, socket, state, reject](const asio::error_code& error) {
+    if (error) return reject("TLS handshake failed: " + error.message());
+    asio::async_read(*socket, asio::buffer(state->header), [this, socket, state, reject](const asio::error_code& error, std::size_t) {
+      if (error) return reject("connection closed before its hello (" + error.message() + ")");
+      const FrameHeader header = decode(state->header);
+      if (auto problem = check(header, kNonceBytes + 4)) return reject(*problem);
+      if (header.type != FrameType::Hello || header.length != kNonceBytes + 4) return reject("the first frame is not a hello");
+      state->client = static_cast<int>(header.tag);
+      asio::async_read(*socket, asio::buffer(state->hello), [this, socket, state, reject](const asio::error_code& error, std::size_t) {
+        if (error) return reject("connection closed during its hello (" + error.message() + ")");
+        std::uint32_t expected_rank = 0;
+        for (int i = 0; i < 4; ++i) expected_rank |= static_cast<std::uint32_t>(state->hello[kNonceBytes + static_cast<std::size_t>(i)]) << (8 * i);
+        const int client = state->client;
+        // A dialer with the wrong rank or address list will never get in: it is told why, so that it fails now.
+        auto refuse = [this, socket, reject](const std::string& reason) {
+          auto frame = std::make_shared<std::vector<std::byte>>();
+          const std::string text = reason.substr(0, kMaxRefusalBytes);
+          const HeaderBytes header = encode({.type = FrameType::Refused, .tag = static_cast<std::uint64_t>(options_.rank),
+                                             .length = text.size()});
+          frame->assign(header.begin(), header.end());
+          for (char c : text) frame->push_back(static_cast<std::byte>(c));
+          asio::async_write(*socket, asio::buffer(*frame), [frame, reject, reason](const asio::error_code&, std::size_t) {
+            reject(reason);
+          });
+        };
+        if (static_cast<int>(expected_rank) != options_.rank)
+          return refuse(fmt::format("it dialed rank {} at the address of rank {}", expected_rank, options_.rank));
+        if (client <= options_.rank || client >= size())
+          return refuse(fmt::format("it claims rank {}, which is not a rank above {} in a group of {}", client, options_.rank, size()));
+        if (peers_[static_cast<std::size_t>(client)].ready) return reject(fmt::format("rank {} is already connected", client));
+        Nonce client_nonce{};
+        std::copy_n(state->hello.begin(), kNonceBytes, client_nonce.begin());
+        state->server_nonce = random_nonce();
+        const Mac proof = server_proof(options_.secret, client_nonce, state->server_nonce, client, options_.rank);
+        const HeaderBytes header = encode({.type = FrameType::Challenge, .tag = static_cast<std::uint64_t>(options_.rank),
+                                           .length = kNonceBytes + kMacBytes});
+        std::copy(header.begin(), header.end(), state->challenge.begin());
+        std::copy(state->server_nonce.begin(), state->server_nonce.end(), state->challenge.begin() + kHeaderBytes);
+        std::copy(proof.begin(), proof.end(), state->challenge.begin() + kHeaderBytes + kNonceBytes);
+        asio::async_write(*socket, asio::buffer(state->challenge), [this, socket, state, reject, client_nonce](const asio::error_code& error, std::size_t) {
+          if (error) return reject("connection closed during the challenge (" + error.message() + ")");
+          asio::async_read(*socket, asio::buffer(state->header), [this, socket, state, reject, client_nonce](const asio::error_code& error, std::size_t) {
+            // A dialer that cannot verify this rank's proof hangs up here: most likely another secret.
+            if (error)
+              return reject("connection closed before its response (" + error.message() +
+                            "): it may have failed to verify this rank, e.g. a different COHORT_SECRET");
+            const FrameHeader header = decode(state->header);
+            if (auto problem = check(header, kMacBytes)) return reject(*problem);
+            if (header.type != FrameType::Response || header.length != kMacBytes) return reject("expected a response to the challenge");
+            asio::async_read(*socket, asio::buffer(state->response), [this, socket, state, reject, client_nonce](const asio::error_code& error, std::size_t) {
+              if (error) return reject("connection closed during its response (" + error.message() + ")");
+              const Mac expected = client_proof(options_.secret, client_nonce, state->server_nonce, state->client, options_.rank);
+              if (!same(expected, state->response)) return reject("it does not know the shared secret");
+              if (peers_[static_cast<std::size_t>(state->client)].ready) return reject(fmt::format("rank {} is already connected", state->client));
+              state->finished = true;
+              state->timer.cancel();
+              remove_pending(socket);
+              connected(state->client, socket);
+            });
           });
         });
       });
@@ -261,10 +276,10 @@ void TcpTransport::serve_handshake(Socket socket) {
 }
 
 void TcpTransport::dial(int peer) {
-  auto socket = std::make_shared<tcp::socket>(io_);
-  socket->async_connect(endpoints_[static_cast<std::size_t>(peer)], [this, peer, socket](const asio::error_code& error) {
+  auto socket = std::make_shared<Stream>(io_);
+  socket->socket().async_connect(endpoints_[static_cast<std::size_t>(peer)], [this, peer, socket](const asio::error_code& error) {
     if (error) return retry_dial(peer, error.message());
-    tune(*socket);
+    tune(socket->socket());
     client_handshake(peer, socket);
   });
 }
@@ -313,59 +328,76 @@ void TcpTransport::client_handshake(int peer, Socket socket) {
   std::copy(state->client_nonce.begin(), state->client_nonce.end(), state->hello.begin() + kHeaderBytes);
   for (int i = 0; i < 4; ++i)
     state->hello[kHeaderBytes + kNonceBytes + static_cast<std::size_t>(i)] = static_cast<std::byte>((static_cast<unsigned>(peer) >> (8 * i)) & 0xff);
-  asio::async_write(*socket, asio::buffer(state->hello), [this, peer, socket, state, give_up](const asio::error_code& error, std::size_t) {
-    if (error) return give_up("hello failed: " + error.message());
-    asio::async_read(*socket, asio::buffer(state->header), [this, peer, socket, state, give_up](const asio::error_code& error, std::size_t) {
-      if (error) return give_up("refused during the handshake (wrong secret?)");
-      const FrameHeader header = decode(state->header);
-      if (auto problem = check(header, std::max(kNonceBytes + kMacBytes, kMaxRefusalBytes))) return give_up(*problem);
-      if (header.type == FrameType::Refused) {
-        // The listener says this rank's configuration is wrong: trying again cannot help.
-        auto reason = std::make_shared<std::string>(header.length, '\0');
-        return asio::async_read(*socket, asio::buffer(*reason), [this, peer, socket, state, reason](const asio::error_code& error, std::size_t) {
-          if (state->finished) return;
-          state->finished = true;
-          state->timer.cancel();
-          const std::string remote = remote_of(*socket);
-          asio::error_code ignored;
-          socket->close(ignored);
-          std::string text = error ? std::string("no reason given") : *reason;
-          for (char& c : text) c = std::isprint(static_cast<unsigned char>(c)) ? c : '?';  // unauthenticated bytes
-          fail_setup(std::make_exception_ptr(
-              ProtocolError(fmt::format("{} cannot join: {} at {} refused it: {} (check the ranks and addresses given to the processes)",
-                                        describe(options_.rank), describe(peer), remote, text))));
-        });
-      }
-      if (header.type != FrameType::Challenge || header.length != kNonceBytes + kMacBytes || static_cast<int>(header.tag) != peer)
-        return give_up("the listener answered with an unexpected frame");
-      asio::async_read(*socket, asio::buffer(state->challenge), [this, peer, socket, state, give_up](const asio::error_code& error, std::size_t) {
-        if (error) return give_up("closed during the challenge");
-        Nonce server_nonce{};
-        Mac proof{};
-        std::copy_n(state->challenge.begin(), kNonceBytes, server_nonce.begin());
-        std::copy_n(state->challenge.begin() + kNonceBytes, kMacBytes, proof.begin());
-        if (!same(proof, server_proof(options_.secret, state->client_nonce, server_nonce, options_.rank, peer))) {
-          // A configuration error, not a slow start: trying again cannot help, so set-up fails now.
-          const std::string failure = fmt::format(
-              "{} cannot join: {} at {} does not know this rank's shared secret (COHORT_SECRET or COHORT_SECRET_FILE "
-              "differ between the processes)",
-              describe(options_.rank), describe(peer), remote_of(*socket));
-          state->finished = true;
-          state->timer.cancel();
-          asio::error_code ignored;
-          socket->close(ignored);
-          return fail_setup(std::make_exception_ptr(ProtocolError(failure)));
+  start_stream(socket, asio::ssl::stream_base::client, [this, peer, socket, state, give_up](const asio::error_code& error) {
+    if (error && error.category() != asio::error::get_ssl_category()) return give_up("TLS handshake: " + error.message());
+    if (error) {
+      // The TLS handshake itself failed: the processes hold different keys or settings, which retrying
+      // cannot mend.
+      if (state->finished) return;
+      state->finished = true;
+      state->timer.cancel();
+      const std::string remote = remote_of(socket->socket());
+      asio::error_code ignored;
+      socket->close(ignored);
+      return fail_setup(std::make_exception_ptr(ProtocolError(fmt::format(
+          "{} cannot join: TLS with {} at {} failed: {} (COHORT_TLS, the shared secret or the certificates differ "
+          "between the processes)",
+          describe(options_.rank), describe(peer), remote, error.message()))));
+    }
+    asio::async_write(*socket, asio::buffer(state->hello), [this, peer, socket, state, give_up](const asio::error_code& error, std::size_t) {
+      if (error) return give_up("hello failed: " + error.message());
+      asio::async_read(*socket, asio::buffer(state->header), [this, peer, socket, state, give_up](const asio::error_code& error, std::size_t) {
+        if (error) return give_up("refused during the handshake (wrong secret?)");
+        const FrameHeader header = decode(state->header);
+        if (auto problem = check(header, std::max(kNonceBytes + kMacBytes, kMaxRefusalBytes))) return give_up(*problem);
+        if (header.type == FrameType::Refused) {
+          // The listener says this rank's configuration is wrong: trying again cannot help.
+          auto reason = std::make_shared<std::string>(header.length, '\0');
+          return asio::async_read(*socket, asio::buffer(*reason), [this, peer, socket, state, reason](const asio::error_code& error, std::size_t) {
+            if (state->finished) return;
+            state->finished = true;
+            state->timer.cancel();
+            const std::string remote = remote_of(socket->socket());
+            asio::error_code ignored;
+            socket->close(ignored);
+            std::string text = error ? std::string("no reason given") : *reason;
+            for (char& c : text) c = std::isprint(static_cast<unsigned char>(c)) ? c : '?';  // unauthenticated bytes
+            fail_setup(std::make_exception_ptr(
+                ProtocolError(fmt::format("{} cannot join: {} at {} refused it: {} (check the ranks and addresses given to the processes)",
+                                          describe(options_.rank), describe(peer), remote, text))));
+          });
         }
-        const Mac answer = client_proof(options_.secret, state->client_nonce, server_nonce, options_.rank, peer);
-        const HeaderBytes header = encode({.type = FrameType::Response, .length = kMacBytes});
-        std::copy(header.begin(), header.end(), state->response.begin());
-        std::copy(answer.begin(), answer.end(), state->response.begin() + kHeaderBytes);
-        asio::async_write(*socket, asio::buffer(state->response), [this, peer, socket, state, give_up](const asio::error_code& error, std::size_t) {
-          if (error) return give_up("closed during the response");
-          if (state->finished) return;
-          state->finished = true;
-          state->timer.cancel();
-          connected(peer, socket);
+        if (header.type != FrameType::Challenge || header.length != kNonceBytes + kMacBytes || static_cast<int>(header.tag) != peer)
+          return give_up("the listener answered with an unexpected frame");
+        asio::async_read(*socket, asio::buffer(state->challenge), [this, peer, socket, state, give_up](const asio::error_code& error, std::size_t) {
+          if (error) return give_up("closed during the challenge");
+          Nonce server_nonce{};
+          Mac proof{};
+          std::copy_n(state->challenge.begin(), kNonceBytes, server_nonce.begin());
+          std::copy_n(state->challenge.begin() + kNonceBytes, kMacBytes, proof.begin());
+          if (!same(proof, server_proof(options_.secret, state->client_nonce, server_nonce, options_.rank, peer))) {
+            // A configuration error, not a slow start: trying again cannot help, so set-up fails now.
+            const std::string failure = fmt::format(
+                "{} cannot join: {} at {} does not know this rank's shared secret (COHORT_SECRET or COHORT_SECRET_FILE "
+                "differ between the processes)",
+                describe(options_.rank), describe(peer), remote_of(socket->socket()));
+            state->finished = true;
+            state->timer.cancel();
+            asio::error_code ignored;
+            socket->close(ignored);
+            return fail_setup(std::make_exception_ptr(ProtocolError(failure)));
+          }
+          const Mac answer = client_proof(options_.secret, state->client_nonce, server_nonce, options_.rank, peer);
+          const HeaderBytes header = encode({.type = FrameType::Response, .length = kMacBytes});
+          std::copy(header.begin(), header.end(), state->response.begin());
+          std::copy(answer.begin(), answer.end(), state->response.begin() + kHeaderBytes);
+          asio::async_write(*socket, asio::buffer(state->response), [this, peer, socket, state, give_up](const asio::error_code& error, std::size_t) {
+            if (error) return give_up("closed during the response");
+            if (state->finished) return;
+            state->finished = true;
+            state->timer.cancel();
+            connected(peer, socket);
+          });
         });
       });
     });
@@ -384,7 +416,7 @@ bool TcpTransport::setting_up() {
 }
 
 void TcpTransport::connected(int peer, Socket socket) {
-  tune(*socket);
+  tune(socket->socket());
   Peer& p = peers_[static_cast<std::size_t>(peer)];
   p.socket = std::move(socket);
   p.ready = true;

@@ -40,12 +40,14 @@
 #include "cohort/comm/tcp.hpp"
 #include "frame.hpp"
 #include "handshake.hpp"
+#include "stream.hpp"
+#include "tls_context.hpp"
 
 namespace cohort::comm::tcp {
 
 using asio::ip::tcp;
 using Clock = std::chrono::steady_clock;
-using Socket = std::shared_ptr<tcp::socket>;
+using Socket = std::shared_ptr<Stream>;
 
 struct Outgoing {
   HeaderBytes header;
@@ -114,6 +116,10 @@ class TcpTransport : public Transport {
   void retry_dial(int peer, const std::string& reason);
   void client_handshake(int peer, Socket socket);
   void connected(int peer, Socket socket);
+  // Runs `then(error)` once the stream is ready for the handshake: at once for plain TCP, after the TLS
+  // handshake with encryption.
+  template <typename Then>
+  void start_stream(const Socket& socket, asio::ssl::stream_base::handshake_type side, Then&& then);
   // Handshakes in progress on the listener, oldest first.
   struct PendingHandshake {
     Socket socket;
@@ -152,6 +158,7 @@ class TcpTransport : public Transport {
   bool setting_up();
 
   TcpOptions options_;
+  std::unique_ptr<TlsContext> tls_;  // with encryption
   std::vector<std::string> names_;
   std::vector<tcp::endpoint> endpoints_;
   asio::io_context io_;
