@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # cohort-launch end to end: a failing process is reported and the rest stopped; SIGKILL of one process of
 # a running 4-process allreduce makes the other three exit non-zero within 30 s, each naming the lost
-# peer; SIGSTOP of one is blamed on it within seconds; Ctrl-C (SIGINT) stops everything; --gpus spreads the workers over GPUs.
+# peer; SIGSTOP of one is blamed on it within seconds; a sweep over TLS is correct; Ctrl-C (SIGINT) stops
+# everything; --gpus spreads the workers over GPUs.
 #   usage: launch_test.sh LAUNCHER ALLREDUCE_BENCH
 set -uo pipefail
 launcher=$1 bench=$2
@@ -53,7 +54,14 @@ for survivor in "chief 0" "worker 0"; do
 done
 kill -0 "$victim" 2>/dev/null && fail "the stopped worker 1 survived the launcher"
 
-# 4. Ctrl-C stops everything.
+# 4. Over TLS (COHORT_TLS=1): every allreduce of a sweep is correct, and the chief says how it encrypts.
+COHORT_TLS=1 timeout 120 "$launcher" --workers 3 -- "$bench" --min-bytes 4096 --max-bytes 4194304 >"$work/log" 2>&1 ||
+  fail "the allreduce sweep over TLS failed"
+grep -q 'connections: TLS 1.3, keyed from the shared secret' "$work/log" || fail "the chief did not report TLS"
+grep -q ' no$' "$work/log" && fail "an allreduce over TLS gave a wrong result"
+[ "$(grep -c ' yes$' "$work/log")" -ge 10 ] || fail "the sweep over TLS is incomplete"
+
+# 5. Ctrl-C stops everything.
 "$launcher" --workers 2 -- sleep 30 >"$work/log" 2>&1 &
 launcher_pid=$!
 for _ in $(seq 1 50); do grep -q 'started' "$work/log" && break; sleep 0.1; done
@@ -64,7 +72,7 @@ wait "$launcher_pid"
 status=$?
 [ $status -eq 130 ] || fail "launcher exit status $status after SIGINT"
 for pid in $children; do kill -0 "$pid" 2>/dev/null && fail "child $pid survived SIGINT"; done
-# 5. --gpus: workers take turns over the GPUs, parameter servers get none; the launcher's own list is used,
+# 6. --gpus: workers take turns over the GPUs, parameter servers get none; the launcher's own list is used,
 # its entries trimmed; lists that hide every GPU are refused; workers know their local rank.
 show_gpus='echo "gpus=[$CUDA_VISIBLE_DEVICES] local=[${LOCAL_RANK-}/${LOCAL_WORLD_SIZE-}]"'
 CUDA_VISIBLE_DEVICES='0, 1' timeout 30 "$launcher" --workers 3 --ps 1 --gpus 2 -- sh -c "$show_gpus" >"$work/log" 2>&1 ||

@@ -3,7 +3,8 @@
 # 1. SIGKILL of a worker, then of a parameter server, in a running 2 + 2 job: every other process exits
 #    non-zero within 30 s, naming the lost one;
 # 2. --restarts 1: a worker killed after a checkpoint; the job starts again, resumes from the checkpoint
-#    and finishes.
+#    and finishes;
+# 3. the job over TLS (COHORT_TLS=1) trains.
 #   usage: ps_launch_test.sh LAUNCHER FASHION_MNIST_EXAMPLE
 set -uo pipefail
 launcher=$1 example=$2
@@ -41,4 +42,9 @@ status=$?
 grep -q 'restarting the job from its latest checkpoint (restart 1 of 1)' "$work/log" || fail "no restart announced"
 grep -q '^\[chief 0\] .*resumed from .*step [1-9]' "$work/log" || fail "the restarted chief did not resume from the checkpoint"
 grep -q '^\[chief 0\] test accuracy: 0\.[5-9]' "$work/log" || fail "the restarted job did not finish training"
+# 3. The same job over TLS trains.
+COHORT_TLS=1 timeout 240 "$launcher" --workers 2 --ps 2 -- "$example" "${args[@]}" --max-steps 40 >"$work/log" 2>&1 ||
+  fail "the 2 + 2 job over TLS failed"
+grep -q 'connections: TLS 1.3' "$work/log" || fail "the job did not run over TLS"
+grep -q '^\[chief 0\] test accuracy: 0\.[3-9]' "$work/log" || fail "the job over TLS did not learn"
 echo "ps launch test passed"
