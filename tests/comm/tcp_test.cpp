@@ -692,7 +692,9 @@ TEST_CASE("tcp over TLS: another secret or an untrusted certificate fails set-up
       {with_tls, [](TcpOptions& o) { o.tls.enabled = true; o.secret = "another secret, just as long"; }},
       {with_certificates("node"), with_certificates("stranger", "stranger-ca")},
   };
-  for (const auto& [listener_side, dialer_side] : mismatches) {
+  for (const auto& mismatch : mismatches) {
+    const auto& listener_side = mismatch.first;
+    const auto& dialer_side = mismatch.second;
     const auto addresses = comm_test::free_addresses(2);
     std::unique_ptr<Transport> zero;
     std::thread listener([&] {
