@@ -30,6 +30,7 @@ class BoundedInputArchive : public cereal::InputArchive<BoundedInputArchive, cer
   void read(void* data, std::size_t size, std::size_t element_size) {
     if (size > remaining())
       throw cereal::Exception(fmt::format("{} bytes wanted at offset {}, only {} left", size, position_, remaining()));
+    if (size == 0) return;  // an empty tensor's data may be null
     std::memcpy(data, bytes_.data() + position_, size);
     position_ += size;
     if (!swap_bytes_ || element_size < 2) return;

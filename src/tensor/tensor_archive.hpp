@@ -23,9 +23,11 @@ template <class Archive>
 void load(Archive& archive, Tensor& tensor) {
   std::vector<std::int64_t> dims;
   archive(dims);
+  constexpr std::int64_t kMaxElements = std::int64_t{1} << 40;
   std::int64_t count = 1;
   for (auto d : dims) {
-    COHORT_CHECK_AS(DataError, d >= 0 && d < (std::int64_t{1} << 40) && count * std::max<std::int64_t>(d, 1) < (std::int64_t{1} << 40),
+    // Divided, not multiplied: the extents come from the file and may be anything.
+    COHORT_CHECK_AS(DataError, d >= 0 && d < kMaxElements && (d == 0 || count < kMaxElements / d),
                     "archived tensor has implausible extents");
     count *= d;
   }

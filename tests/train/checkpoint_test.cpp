@@ -159,6 +159,8 @@ TEST_CASE("lengths in a record cannot make decoding allocate more than the recor
   const std::string big_tensor = to_archive_bytes(std::vector<std::int64_t>{1 << 20, 1 << 15});  // 128 GiB of floats
   CHECK_THROWS_WITH((from_archive_bytes<DataError, Tensor>(big_tensor, "a tensor")),
                     Catch::Contains("34359738368 elements is longer than the 0 bytes left"));
+  const std::string overflowing = to_archive_bytes(std::vector<std::int64_t>{12884901889, 17179869184});
+  CHECK_THROWS_WITH((from_archive_bytes<DataError, Tensor>(overflowing, "a tensor")), Catch::Contains("implausible extents"));
   std::string short_values = to_archive_bytes(std::vector<std::int64_t>{4});
   short_values += std::string(12, '\0');  // 3 of the 4 floats
   CHECK_THROWS_WITH((from_archive_bytes<DataError, Tensor>(short_values, "a tensor")), Catch::Contains("4 elements is longer than the 12 bytes left"));
