@@ -53,7 +53,7 @@ bench-ps:
 SANITIZE_FLAGS = -DCMAKE_BUILD_TYPE=Sanitize -DCMAKE_CXX_FLAGS_SANITIZE="-O1 -g1 -DNDEBUG" -DCOHORT_BUILD_EXAMPLES=OFF \
                  -DCOHORT_BUILD_BENCHMARKS=OFF -DCOHORT_WITH_CUDA=OFF
 ASAN_FLAGS = -fsanitize=address,undefined,fuzzer-no-link -fno-omit-frame-pointer -fno-sanitize-recover=undefined
-FUZZ_SECONDS ?= 20
+FUZZ_SECONDS ?= 10
 
 asan-build: deps
 	@CC=clang CXX=clang++ cmake -S . -B build-asan-clang $(SANITIZE_FLAGS) -DCOHORT_BUILD_FUZZERS=ON -DCMAKE_CXX_FLAGS="$(ASAN_FLAGS)" >/dev/null
