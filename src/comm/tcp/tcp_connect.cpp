@@ -316,6 +316,17 @@ void TcpTransport::client_handshake(int peer, Socket socket) {
     socket->close(ignored);
     retry_dial(peer, reason);
   };
+  // The two processes' configurations disagree (secret, TLS, ranks, addresses): trying again cannot help.
+  auto cannot_join = [this, peer, socket, state](const std::string& why) {
+    if (state->finished) return;
+    state->finished = true;
+    state->timer.cancel();
+    const std::string remote = remote_of(socket->socket());
+    asio::error_code ignored;
+    socket->close(ignored);
+    fail_setup(std::make_exception_ptr(
+        ProtocolError(fmt::format("{} cannot join: {} at {} {}", describe(options_.rank), describe(peer), remote, why))));
+  };
   // A listener that accepts and never answers must not hold this dialer until the connect deadline.
   state->timer.expires_after(handshake_timeout());
   state->timer.async_wait([give_up, timeout = handshake_timeout()](const asio::error_code& error) {
@@ -328,65 +339,38 @@ void TcpTransport::client_handshake(int peer, Socket socket) {
   std::copy(state->client_nonce.begin(), state->client_nonce.end(), state->hello.begin() + kHeaderBytes);
   for (int i = 0; i < 4; ++i)
     state->hello[kHeaderBytes + kNonceBytes + static_cast<std::size_t>(i)] = static_cast<std::byte>((static_cast<unsigned>(peer) >> (8 * i)) & 0xff);
-  start_stream(socket, asio::ssl::stream_base::client, [this, peer, socket, state, give_up](const asio::error_code& error) {
+  start_stream(socket, asio::ssl::stream_base::client, [this, peer, socket, state, give_up, cannot_join](const asio::error_code& error) {
     if (error && error.category() != asio::error::get_ssl_category()) return give_up("TLS handshake: " + error.message());
-    if (error) {
-      // The TLS handshake itself failed: the processes hold different keys or settings, which retrying
-      // cannot mend.
-      if (state->finished) return;
-      state->finished = true;
-      state->timer.cancel();
-      const std::string remote = remote_of(socket->socket());
-      asio::error_code ignored;
-      socket->close(ignored);
-      return fail_setup(std::make_exception_ptr(ProtocolError(fmt::format(
-          "{} cannot join: TLS with {} at {} failed: {} (COHORT_TLS, the shared secret or the certificates differ "
-          "between the processes)",
-          describe(options_.rank), describe(peer), remote, error.message()))));
-    }
-    asio::async_write(*socket, asio::buffer(state->hello), [this, peer, socket, state, give_up](const asio::error_code& error, std::size_t) {
+    if (error)
+      return cannot_join(fmt::format("failed the TLS handshake: {} (COHORT_TLS, the shared secret or the certificates "
+                                     "differ between the processes)",
+                                     error.message()));
+    asio::async_write(*socket, asio::buffer(state->hello), [this, peer, socket, state, give_up, cannot_join](const asio::error_code& error, std::size_t) {
       if (error) return give_up("hello failed: " + error.message());
-      asio::async_read(*socket, asio::buffer(state->header), [this, peer, socket, state, give_up](const asio::error_code& error, std::size_t) {
+      asio::async_read(*socket, asio::buffer(state->header), [this, peer, socket, state, give_up, cannot_join](const asio::error_code& error, std::size_t) {
         if (error) return give_up("refused during the handshake (wrong secret?)");
         const FrameHeader header = decode(state->header);
         if (auto problem = check(header, std::max(kNonceBytes + kMacBytes, kMaxRefusalBytes))) return give_up(*problem);
         if (header.type == FrameType::Refused) {
           // The listener says this rank's configuration is wrong: trying again cannot help.
           auto reason = std::make_shared<std::string>(header.length, '\0');
-          return asio::async_read(*socket, asio::buffer(*reason), [this, peer, socket, state, reason](const asio::error_code& error, std::size_t) {
-            if (state->finished) return;
-            state->finished = true;
-            state->timer.cancel();
-            const std::string remote = remote_of(socket->socket());
-            asio::error_code ignored;
-            socket->close(ignored);
+          return asio::async_read(*socket, asio::buffer(*reason), [reason, cannot_join](const asio::error_code& error, std::size_t) {
             std::string text = error ? std::string("no reason given") : *reason;
             for (char& c : text) c = std::isprint(static_cast<unsigned char>(c)) ? c : '?';  // unauthenticated bytes
-            fail_setup(std::make_exception_ptr(
-                ProtocolError(fmt::format("{} cannot join: {} at {} refused it: {} (check the ranks and addresses given to the processes)",
-                                          describe(options_.rank), describe(peer), remote, text))));
+            cannot_join(fmt::format("refused it: {} (check the ranks and addresses given to the processes)", text));
           });
         }
         if (header.type != FrameType::Challenge || header.length != kNonceBytes + kMacBytes || static_cast<int>(header.tag) != peer)
           return give_up("the listener answered with an unexpected frame");
-        asio::async_read(*socket, asio::buffer(state->challenge), [this, peer, socket, state, give_up](const asio::error_code& error, std::size_t) {
+        asio::async_read(*socket, asio::buffer(state->challenge), [this, peer, socket, state, give_up, cannot_join](const asio::error_code& error, std::size_t) {
           if (error) return give_up("closed during the challenge");
           Nonce server_nonce{};
           Mac proof{};
           std::copy_n(state->challenge.begin(), kNonceBytes, server_nonce.begin());
           std::copy_n(state->challenge.begin() + kNonceBytes, kMacBytes, proof.begin());
-          if (!same(proof, server_proof(options_.secret, state->client_nonce, server_nonce, options_.rank, peer))) {
-            // A configuration error, not a slow start: trying again cannot help, so set-up fails now.
-            const std::string failure = fmt::format(
-                "{} cannot join: {} at {} does not know this rank's shared secret (COHORT_SECRET or COHORT_SECRET_FILE "
-                "differ between the processes)",
-                describe(options_.rank), describe(peer), remote_of(socket->socket()));
-            state->finished = true;
-            state->timer.cancel();
-            asio::error_code ignored;
-            socket->close(ignored);
-            return fail_setup(std::make_exception_ptr(ProtocolError(failure)));
-          }
+          if (!same(proof, server_proof(options_.secret, state->client_nonce, server_nonce, options_.rank, peer)))
+            return cannot_join("does not know this rank's shared secret (COHORT_SECRET or COHORT_SECRET_FILE differ between "
+                               "the processes)");
           const Mac answer = client_proof(options_.secret, state->client_nonce, server_nonce, options_.rank, peer);
           const HeaderBytes header = encode({.type = FrameType::Response, .length = kMacBytes});
           std::copy(header.begin(), header.end(), state->response.begin());
