@@ -10,7 +10,7 @@
 
 using namespace cohort;
 
-TEST_CASE("a small CNN learns real Fashion-MNIST", "[train][learning][fashion]") {
+TEST_CASE("a small CNN learns real Fashion-MNIST", "[train][learning][fashion][long]") {
   if (!data::FashionMnist::present()) {
     WARN("dataset-fashion-mnist is not installed; skipping");
     return;
