@@ -16,11 +16,11 @@ std::chrono::milliseconds parse_duration(const std::string& text, const char* na
   double value = 0;
   const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
   const std::string unit(end, text.data() + text.size());
-  const double seconds_per_unit = unit.empty() || unit == "s" ? 1 : unit == "ms" ? 1e-3 : unit == "m" ? 60 : 0;
+  const double seconds_per_unit = unit.empty() || unit == "s" ? 1 : unit == "ms" ? 1e-3 : unit == "m" ? 60 : unit == "h" ? 3600 : 0;
   const double seconds = value * seconds_per_unit;
   if (text.empty() || error != std::errc() || seconds_per_unit == 0 || !std::isfinite(seconds) || seconds < 1e-3 ||
       seconds > kLongestSeconds)
-    throw InvalidArgument(fmt::format("{}='{}' is not a duration between 1ms and 24h (such as 90, 90s, 500ms, 2m)",
+    throw InvalidArgument(fmt::format("{}='{}' is not a duration between 1ms and 24h (such as 90, 90s, 500ms, 2m, 1h)",
                                       name, text));
   return std::chrono::milliseconds(std::llround(seconds * 1000));
 }

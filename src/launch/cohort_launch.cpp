@@ -72,7 +72,7 @@ void on_signal(int number) {
 
 [[noreturn]] void usage(const std::string& problem) {
   if (!problem.empty()) fmt::print(stderr, "cohort-launch: {}\n", problem);
-  fmt::print(stderr,
+  fmt::print(problem.empty() ? stdout : stderr,
              "usage: cohort-launch [--workers N] [--ps N] [--gpus N] [--host ADDRESS] [--grace SECONDS] [--restarts N] -- PROGRAM [ARGS...]\n"
              "  --workers N     training processes; the first is the chief (default 1)\n"
              "  --ps N          parameter-server processes (default 0)\n"
@@ -92,7 +92,7 @@ Options parse(int argc, char** argv) {
     char* end = nullptr;
     const long value = std::strtol(argv[++i], &end, 10);
     if (end == argv[i] || *end != '\0' || value < 0 || value > 1024)
-      usage(fmt::format("{} needs a count, got '{}'", flag, argv[i]));
+      usage(fmt::format("{} needs a count from 0 to 1024, got '{}'", flag, argv[i]));
     return static_cast<int>(value);
   };
   for (; i < argc; ++i) {
@@ -351,7 +351,8 @@ std::string describe_suspect(const Process& p) {
   return out;
 }
 
-constexpr int kInterrupted = 130;
+// 128 + the signal, as a shell reports a process ended by it.
+int interrupted_status(int signal) { return 128 + signal; }
 constexpr auto kAttributionWindow = std::chrono::milliseconds(500);
 
 // "worker 1 (pid 42) was killed by signal 9 (Killed)"
@@ -373,6 +374,7 @@ int run(const Options& options, int restart) {
   Clock::time_point undecided_since;
   std::optional<Clock::time_point> stop_at, kill_at;
   bool interrupted = false;
+  int interrupted_by = 0;
   int stopped = 0;
   auto begin_stopping = [&](std::chrono::seconds grace) {
     if (!stop_at) stop_at = Clock::now() + grace;
@@ -397,6 +399,7 @@ int run(const Options& options, int restart) {
       for (ssize_t i = 0; i < got; ++i)
         if (signals[i] == SIGINT || signals[i] == SIGTERM) {
           if (!interrupted) fmt::print(stderr, "cohort-launch: interrupted; stopping all processes\n");
+          if (!interrupted) interrupted_by = signals[i];
           interrupted = true;
           signal_all(processes, SIGTERM);
           kill_at = Clock::now() + std::chrono::seconds(5);
@@ -451,7 +454,17 @@ int run(const Options& options, int restart) {
       // did not cause the failure: the peer did.
       const auto hung = std::find_if(processes.begin(), processes.end(), suspect);
       const bool blame_hung = hung != processes.end() && !WIFSIGNALED(*undecided.front()->status);
-      first_failure = blame_hung ? describe_suspect(*hung) : describe_ending(*undecided.front());
+      // Likewise one that ended after the others had lost it (a pause that outlasted the peer timeout).
+      if (!blame_hung && !WIFSIGNALED(*undecided.front()->status)) {
+        const auto lost = std::find_if(undecided.begin(), undecided.end(), [](const Process* p) { return !p->reported_lost_by.empty(); });
+        if (lost != undecided.end()) std::rotate(undecided.begin(), lost, lost + 1);
+      }
+      const Process& cause = *undecided.front();
+      first_failure = blame_hung ? describe_suspect(*hung)
+                      : cause.reported_lost_by.empty() || WIFSIGNALED(*cause.status)
+                          ? describe_ending(cause)
+                          : fmt::format("{}, after the others had lost it (reported lost by {})", describe_ending(cause),
+                                        fmt::join(cause.reported_lost_by, ", "));
       for (std::size_t i = blame_hung ? 0 : 1; i < undecided.size(); ++i) later_failures.push_back(describe_ending(*undecided[i]));
       undecided.clear();
       fmt::print(stderr, "cohort-launch: {}; the others have {} s to finish\n", *first_failure, options.grace.count());
@@ -492,7 +505,7 @@ int run(const Options& options, int restart) {
 
   if (interrupted) {
     fmt::print(stderr, "cohort-launch: stopped {} processes on request\n", processes.size());
-    return kInterrupted;
+    return interrupted_status(interrupted_by);
   }
   if (first_failure) {
     std::string then;
@@ -523,7 +536,9 @@ int main(int argc, char** argv) {
 
   for (int restart = 0;; ++restart) {
     const int status = run(options, restart);
-    if (status == 0 || status == kInterrupted || restart >= options.restarts) return status;
+    if (status == 0 || status == interrupted_status(SIGINT) || status == interrupted_status(SIGTERM) ||
+        restart >= options.restarts)
+      return status;
     fmt::print(stderr, "cohort-launch: restarting the job from its latest checkpoint (restart {} of {})\n", restart + 1,
                options.restarts);
   }

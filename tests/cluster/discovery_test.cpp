@@ -216,10 +216,11 @@ TEST_CASE("deadlines come from the environment where it sets them, and nonsense 
   CHECK(set.timeout == 90s);
   CHECK(set.heartbeat_interval == 250ms);
   CHECK(set.peer_timeout == 1500ms);
+  CHECK(with_environment_settings(defaults, environment_of({{"COHORT_CONNECT_TIMEOUT", "24h"}})).connect_timeout == 24h);
   const ConnectOptions unset = with_environment_settings(defaults, environment_of({}));
   CHECK(unset.peer_timeout == 10s);
   CHECK(unset.connect_timeout == 60s);
-  for (const char* bad : {"", "ten", "10h", "-1", "0", "nan", "inf", "1e9", "5 s", "0.0001"})
+  for (const char* bad : {"", "ten", "25h", "-1", "0", "nan", "inf", "1e9", "5 s", "0.0001", "1d"})
     require_invalid([&] { with_environment_settings(defaults, environment_of({{"COHORT_PEER_TIMEOUT", bad}})); },
                     {"COHORT_PEER_TIMEOUT", "duration"});
   require_invalid([&] { with_environment_settings(defaults, environment_of({{"COHORT_HEARTBEAT_INTERVAL", "20s"}})); },

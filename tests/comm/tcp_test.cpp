@@ -114,11 +114,17 @@ class RawClient {
   int fd_;
 };
 
-std::vector<std::byte> hello_frame(int client_rank, const tcp::Nonce& nonce, int server_rank) {
-  const auto header = tcp::encode({.type = tcp::FrameType::Hello, .tag = static_cast<std::uint64_t>(client_rank), .length = tcp::kNonceBytes + 4});
+// A hello as a rank of the group at `addresses` would send it, with options_for()'s deadlines.
+std::vector<std::byte> hello_frame(int client_rank, const tcp::Nonce& nonce, int server_rank,
+                                   const std::vector<Address>& addresses, std::chrono::milliseconds peer_timeout = 3s) {
+  std::vector<std::string> endpoints;
+  for (const auto& a : addresses) endpoints.push_back(fmt::format("{}:{}", a.host, a.port));
+  const tcp::HelloBytes payload = tcp::encode_hello({.nonce = nonce, .server_rank = static_cast<std::uint32_t>(server_rank),
+                                                     .layout = tcp::layout_fingerprint(endpoints), .heartbeat_ms = 100,
+                                                     .peer_timeout_ms = static_cast<std::uint32_t>(peer_timeout.count())});
+  const auto header = tcp::encode({.type = tcp::FrameType::Hello, .tag = static_cast<std::uint64_t>(client_rank), .length = tcp::kHelloBytes});
   std::vector<std::byte> out(header.begin(), header.end());
-  out.insert(out.end(), nonce.begin(), nonce.end());
-  for (int i = 0; i < 4; ++i) out.push_back(static_cast<std::byte>((server_rank >> (8 * i)) & 0xff));
+  out.insert(out.end(), payload.begin(), payload.end());
   return out;
 }
 
@@ -131,8 +137,9 @@ std::vector<std::byte> response_frame(const tcp::Mac& proof) {
 
 // Runs the client side of the handshake by hand; returns the server nonce (or nothing when refused).
 std::optional<tcp::Nonce> handshake(RawClient& client, int client_rank, const std::string& secret, const tcp::Nonce& nonce,
-                                    int server_rank = 0) {
-  client.write(hello_frame(client_rank, nonce, server_rank));
+                                    const std::vector<Address>& addresses, int server_rank = 0,
+                                    std::chrono::milliseconds peer_timeout = 3s) {
+  client.write(hello_frame(client_rank, nonce, server_rank, addresses, peer_timeout));
   tcp::HeaderBytes header{};
   std::array<std::byte, tcp::kNonceBytes + tcp::kMacBytes> challenge{};
   if (!client.read(header.data(), header.size()) || !client.read(challenge.data(), challenge.size())) return std::nullopt;
@@ -229,7 +236,7 @@ TEST_CASE("tcp: garbage, truncated and replayed handshakes are refused and chang
   }
   {
     RawClient truncated(addresses[0]);
-    const auto hello = hello_frame(1, tcp::random_nonce(), 0);
+    const auto hello = hello_frame(1, tcp::random_nonce(), 0, addresses);
     truncated.write(hello.data(), 30);  // half a hello, then silence until the client gives up
   }
   {
@@ -243,7 +250,7 @@ TEST_CASE("tcp: garbage, truncated and replayed handshakes are refused and chang
     const tcp::Nonce client = tcp::random_nonce(), old_server = tcp::random_nonce();
     const auto recorded_response = response_frame(tcp::client_proof(kSecret, client, old_server, 1, 0));
     RawClient replay(addresses[0]);
-    replay.write(hello_frame(1, client, 0));
+    replay.write(hello_frame(1, client, 0, addresses));
     std::array<std::byte, tcp::kHeaderBytes + tcp::kNonceBytes + tcp::kMacBytes> challenge{};
     REQUIRE(replay.read(challenge.data(), challenge.size()));
     replay.write(recorded_response);
@@ -251,7 +258,7 @@ TEST_CASE("tcp: garbage, truncated and replayed handshakes are refused and chang
   }
   {
     RawClient future(addresses[0]);  // a peer speaking another protocol version
-    auto hello = hello_frame(1, tcp::random_nonce(), 0);
+    auto hello = hello_frame(1, tcp::random_nonce(), 0, addresses);
     auto header = tcp::decode(*reinterpret_cast<const tcp::HeaderBytes*>(hello.data()));
     header.version = tcp::kProtocolVersion + 1;
     const auto encoded = tcp::encode(header);
@@ -261,7 +268,7 @@ TEST_CASE("tcp: garbage, truncated and replayed handshakes are refused and chang
   }
   {
     RawClient wrong_rank(addresses[0]);
-    wrong_rank.write(hello_frame(0, tcp::random_nonce(), 0));  // rank 0 never dials rank 0
+    wrong_rank.write(hello_frame(0, tcp::random_nonce(), 0, addresses));  // rank 0 never dials rank 0
     tcp::HeaderBytes header{};
     REQUIRE(wrong_rank.read(header.data(), header.size()));  // told why, then closed
     const tcp::FrameHeader refusal = tcp::decode(header);
@@ -400,7 +407,7 @@ TEST_CASE("tcp: bad frames from an authenticated peer fail operations with Proto
       zero = connect_tcp(options);
     });
     RawClient peer(addresses[0]);
-    REQUIRE(handshake(peer, 1, kSecret, tcp::random_nonce()));
+    REQUIRE(handshake(peer, 1, kSecret, tcp::random_nonce(), addresses));
     listener.join();
     std::vector<int> out(4);
     auto pending = zero->recv(1, 1, conformance::bytes(out));
@@ -428,9 +435,9 @@ TEST_CASE("tcp: a peer that vanishes or falls silent fails every rank's operatio
     // rank 2 is hand-made: it authenticates with ranks 0 and 1, then its link to rank 0 breaks. Rank 1,
     // whose own link to rank 2 stays open, learns of the loss from rank 0's abort message.
     two.emplace(addresses[0]);
-    REQUIRE(handshake(*two, 2, kSecret, tcp::random_nonce()));
+    REQUIRE(handshake(*two, 2, kSecret, tcp::random_nonce(), addresses));
     RawClient to_one(addresses[1]);
-    REQUIRE(handshake(to_one, 2, kSecret, tcp::random_nonce(), 1));
+    REQUIRE(handshake(to_one, 2, kSecret, tcp::random_nonce(), addresses, 1));
     a.join();
     b.join();
     std::vector<int> out(1);
@@ -449,7 +456,7 @@ TEST_CASE("tcp: a peer that vanishes or falls silent fails every rank's operatio
       zero = connect_tcp(options);
     });
     RawClient hung(addresses[0]);
-    REQUIRE(handshake(hung, 1, kSecret, tcp::random_nonce()));
+    REQUIRE(handshake(hung, 1, kSecret, tcp::random_nonce(), addresses, 0, 500ms));
     a.join();
     std::vector<int> out(1);
     const auto start = std::chrono::steady_clock::now();
@@ -470,6 +477,13 @@ TEST_CASE("tcp: a dialer with the wrong rank or addresses is told why and fails 
   // Rank 2 of 3 whose list puts its rank 1 where rank 0 of the other group listens.
   auto swapped = options_for(2, {comm_test::free_addresses(1)[0], addresses[0], comm_test::free_addresses(1)[0]});
   CHECK_THROWS_WITH(connect_tcp(swapped), Catch::Contains("dialed rank 1 at the address of rank 0"));
+  // Rank 1 of a group whose address list, or whose deadlines, differ from rank 0's.
+  auto other_list = options_for(1, {addresses[0], comm_test::free_addresses(1)[0]});
+  CHECK_THROWS_WITH(connect_tcp(other_list), Catch::Contains("list of the group's addresses is not this rank's"));
+  auto other_deadlines = options_for(1, addresses);
+  other_deadlines.peer_timeout = 5s;
+  CHECK_THROWS_WITH(connect_tcp(other_deadlines),
+                    Catch::Contains("loses a silent peer after 5000 ms, this rank every 100 ms and after 3000 ms"));
   CHECK(std::chrono::steady_clock::now() - start < 5s);
   legitimate_peer_still_works(listener, zero, addresses);
 }
@@ -489,9 +503,9 @@ TEST_CASE("tcp: a peer lost during set-up fails set-up at once, naming it", "[co
   std::thread one([&] { connect(1, one_error); });
   {
     RawClient to_zero(addresses[0]);
-    REQUIRE(handshake(to_zero, 2, kSecret, tcp::random_nonce()));
+    REQUIRE(handshake(to_zero, 2, kSecret, tcp::random_nonce(), addresses));
     RawClient to_one(addresses[1]);
-    REQUIRE(handshake(to_one, 2, kSecret, tcp::random_nonce(), 1));
+    REQUIRE(handshake(to_one, 2, kSecret, tcp::random_nonce(), addresses, 1));
     std::this_thread::sleep_for(200ms);  // both listeners have counted rank 2 in
   }
   const auto closed = std::chrono::steady_clock::now();
@@ -514,7 +528,7 @@ TEST_CASE("tcp: a frame that takes longer than the peer timeout to arrive is not
     zero = connect_tcp(options);
   });
   RawClient slow(addresses[0]);
-  REQUIRE(handshake(slow, 1, kSecret, tcp::random_nonce()));
+  REQUIRE(handshake(slow, 1, kSecret, tcp::random_nonce(), addresses, 0, 400ms));
   a.join();
   std::vector<std::uint8_t> message(16 * 1024), out(message.size());
   for (std::size_t i = 0; i < message.size(); ++i) message[i] = static_cast<std::uint8_t>(i * 7);
@@ -668,9 +682,10 @@ TEST_CASE("tcp over TLS: the bytes on the wire are not the messages", "[comm][tc
     INFO("TLS " << tls);
     const auto addresses = comm_test::free_addresses(2);
     RecordingRelay relay(addresses[0]);
-    // Rank 1 reaches rank 0 through the relay.
-    auto zero_options = options_for(0, addresses), one_options = options_for(1, {relay.address(), addresses[1]});
-    one_options.names = zero_options.names;
+    // Rank 0 is reached at the relay's address, which forwards to where it listens.
+    const std::vector<Address> seen = {relay.address(), addresses[1]};
+    auto zero_options = options_for(0, seen), one_options = options_for(1, seen);
+    zero_options.listen_address = addresses[0];
     zero_options.tls.enabled = one_options.tls.enabled = tls;
     std::unique_ptr<Transport> zero, one;
     std::thread listener([&] { zero = connect_tcp(zero_options); });
@@ -733,4 +748,33 @@ TEST_CASE("tcp over TLS: unusable certificate files are named", "[comm][tcp][tls
   options = options_for(0, addresses);
   options.tls.certificate = COHORT_TEST_SOURCE_DIR "/comm/tls/node.pem";
   CHECK_THROWS_WITH(connect_tcp(options), Catch::Contains("not enabled"));
+}
+
+TEST_CASE("tcp: processes that disagree on TLS fail set-up at once, on the side that dials", "[comm][tcp][tls]") {
+  for (const bool listener_encrypts : {true, false}) {
+    INFO("the listener encrypts: " << listener_encrypts);
+    const auto addresses = comm_test::free_addresses(2);
+    std::unique_ptr<Transport> zero;
+    std::string listener_error;
+    std::thread listener([&] {
+      auto options = options_for(0, addresses);
+      options.tls.enabled = listener_encrypts;
+      options.connect_timeout = 4s;
+      try {
+        zero = connect_tcp(options);
+      } catch (const TimeoutError& e) {
+        listener_error = e.what();
+      }
+    });
+    auto dialer = options_for(1, addresses);
+    dialer.tls.enabled = !listener_encrypts;
+    const auto start = std::chrono::steady_clock::now();
+    CHECK_THROWS_WITH(connect_tcp(dialer), listener_encrypts ? Catch::Contains("this rank encrypts its connections")
+                                                             : Catch::Contains("failed the TLS handshake"));
+    CHECK(std::chrono::steady_clock::now() - start < 3s);
+    listener.join();
+    // The listener waits for a rank that could get in, and says at its deadline what it refused last.
+    CHECK_THAT(listener_error, Catch::Contains("the last connection refused was from 127.0.0.1"));
+    CHECK_THAT(listener_error, Catch::Contains(listener_encrypts ? "COHORT_TLS differs" : "it speaks TLS"));
+  }
 }

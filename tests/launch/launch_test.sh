@@ -20,6 +20,13 @@ grep -q '^\[worker 1\] failing on purpose' "$work/log" || fail "output is not pr
 grep -q 'cohort-launch: failed: worker 1 (pid [0-9]*) exited with status 3; stopped 2' "$work/log" || fail "no one-line summary naming worker 1"
 [ $(( $(date +%s) - start )) -lt 20 ] || fail "stopping the others took too long"
 
+# 1b. A process that ends after the others reported it lost is the cause, not the first one to exit.
+timeout 60 "$launcher" --workers 2 --grace 1 -- sh -c \
+  'case "$TF_CONFIG" in *"\"chief\", \"index\": 0"*) echo "error: lost worker 0 (127.0.0.1:1): silent"; exit 1;;
+   *) sleep 0.2; exit 1;; esac' >"$work/log" 2>&1
+grep -q 'failed: worker 0 (pid [0-9]*) exited with status 1, after the others had lost it (reported lost by chief 0)' "$work/log" ||
+  fail "the verdict does not blame the worker the chief lost"
+
 # 2. SIGKILL one process of a running allreduce job, a worker and then the chief.
 kill_one() {
   local victim_name=$1

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -35,7 +36,9 @@ struct TlsOptions {
 
 struct TcpOptions {
   int rank = 0;
-  std::vector<Address> addresses;  // one per rank; this rank listens on its own, on that host only
+  std::vector<Address> addresses;  // one per rank, alike in every process; this rank listens on its own, on that host only
+  // Listen here instead (behind a relay or NAT that forwards addresses[rank] to it).
+  std::optional<Address> listen_address;
   std::vector<std::string> names;  // how errors name each rank; default "rank N (host:port)"
   std::string secret;              // shared by all ranks; an empty secret is refused
   // Connecting: peers may start in any order; dialing retries with back-off until this deadline.

@@ -12,13 +12,13 @@
 namespace cohort::comm::tcp {
 
 inline constexpr std::uint32_t kMagic = 0x54484F43;  // "COHT"
-inline constexpr std::uint16_t kProtocolVersion = 1;
+inline constexpr std::uint16_t kProtocolVersion = 2;
 inline constexpr std::size_t kHeaderBytes = 24;
 inline constexpr std::size_t kNonceBytes = 32;
 inline constexpr std::size_t kMacBytes = 32;
 
 enum class FrameType : std::uint16_t {
-  Hello = 1,      // client: tag = client rank; payload = nonce | expected server rank (u32)
+  Hello = 1,      // client: tag = client rank; payload = handshake.hpp's Hello
   Challenge = 2,  // server: tag = server rank; payload = nonce | proof of the secret
   Response = 3,   // client: payload = proof of the secret
   Data = 10,      // tag = user tag; payload = message
@@ -45,5 +45,7 @@ HeaderBytes encode(const FrameHeader& header);
 FrameHeader decode(const HeaderBytes& bytes);
 // Why a received header is unacceptable, or nothing when it is fine.
 std::optional<std::string> check(const FrameHeader& header, std::uint64_t max_payload);
+// Whether a connection's first bytes are a TLS handshake record (a TLS client) rather than a cohort header.
+inline bool looks_like_tls(const HeaderBytes& bytes) { return bytes[0] == std::byte{0x16} && bytes[1] == std::byte{0x03}; }
 
 }  // namespace cohort::comm::tcp

@@ -8,7 +8,9 @@
 
 #include <array>
 #include <cstddef>
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "frame.hpp"
 
@@ -16,6 +18,23 @@ namespace cohort::comm::tcp {
 
 using Nonce = std::array<std::byte, kNonceBytes>;
 using Mac = std::array<std::byte, kMacBytes>;
+
+// What a dialer says before any proof (the Hello frame's payload; its tag is the dialer's rank): whom it
+// dialed, and the settings that every process of a group must share, so that a process configured unlike
+// the others is told at once instead of failing later, or worse, working with the wrong peers.
+struct Hello {
+  Nonce nonce{};
+  std::uint32_t server_rank = 0;
+  std::uint64_t layout = 0;  // layout_fingerprint() of the group's addresses; 0 in a star group (a rendezvous)
+  std::uint32_t heartbeat_ms = 0;
+  std::uint32_t peer_timeout_ms = 0;
+};
+inline constexpr std::size_t kHelloBytes = kNonceBytes + 4 + 8 + 4 + 4;
+using HelloBytes = std::array<std::byte, kHelloBytes>;
+HelloBytes encode_hello(const Hello& hello);
+Hello decode_hello(const HelloBytes& bytes);
+// FNV-1a over "N|host:port|host:port|...", one per rank in rank order, as the processes were given them.
+std::uint64_t layout_fingerprint(const std::vector<std::string>& endpoints);
 
 Nonce random_nonce();
 Mac server_proof(const std::string& secret, const Nonce& client, const Nonce& server, int client_rank, int server_rank);

@@ -55,12 +55,20 @@ TcpTransport::TcpTransport(const TcpOptions& options) : options_(options) {
       throw InvalidArgument(fmt::format("cannot resolve {}: {}", names_.back(), error ? error.message() : "no address"));
     endpoints_.push_back(*results.begin());
   }
+  if (!options_.star) layout_ = layout_fingerprint(given_addresses());
   peers_.resize(static_cast<std::size_t>(n));
   for (auto& peer : peers_) peer.retry = std::make_unique<asio::steady_timer>(io_);
 
   if (n > 1 && (!options_.star || options_.rank == 0)) {
-    const auto& own = endpoints_[static_cast<std::size_t>(options_.rank)];
+    tcp::endpoint own = endpoints_[static_cast<std::size_t>(options_.rank)];
     asio::error_code error;
+    if (options_.listen_address) {
+      const auto found = resolver.resolve(options_.listen_address->host, std::to_string(options_.listen_address->port), error);
+      if (error || found.empty())
+        throw InvalidArgument(fmt::format("cannot resolve the listen address {}:{}: {}", options_.listen_address->host,
+                                          options_.listen_address->port, error ? error.message() : "no address"));
+      own = *found.begin();
+    }
     acceptor_.open(own.protocol(), error);
     if (!error) acceptor_.set_option(tcp::acceptor::reuse_address(true), error);
     if (!error) acceptor_.bind(own, error);
@@ -93,6 +101,7 @@ TcpTransport::TcpTransport(const TcpOptions& options) : options_(options) {
         text += fmt::format("{}{}{}", text.empty() ? "" : ", ", names_[static_cast<std::size_t>(r)],
                             p.last_failure.empty() ? "" : " (" + p.last_failure + ")");
       }
+      if (!last_rejection_.empty()) text += "; the last connection refused was " + last_rejection_;
       missing.set_value(text);
     });
     const std::string text = missing.get_future().get();
@@ -113,7 +122,40 @@ std::chrono::milliseconds TcpTransport::handshake_timeout() const {
 template <typename Then>
 void TcpTransport::start_stream(const Socket& socket, asio::ssl::stream_base::handshake_type side, Then&& then) {
   if (!tls_) return std::forward<Then>(then)(asio::error_code());
-  socket->start_tls(tls_->context(), side, std::forward<Then>(then));
+  if (side == asio::ssl::stream_base::client) return socket->start_tls(tls_->context(), side, std::forward<Then>(then));
+  // A dialer without TLS opens with cohort's plain header: it gets protocol_not_supported, and a plain refusal.
+  socket->socket().async_wait(tcp::socket::wait_read, [this, socket, then = std::forward<Then>(then)](const asio::error_code& error) mutable {
+    if (error) return then(error);
+    std::array<unsigned char, 1> first{};
+    asio::error_code peek_error;
+    socket->socket().receive(asio::buffer(first), tcp::socket::message_peek, peek_error);
+    if (!peek_error && first[0] == static_cast<unsigned char>(kMagic & 0xff))
+      return then(std::make_error_code(std::errc::protocol_not_supported));
+    socket->start_tls(tls_->context(), asio::ssl::stream_base::server, std::move(then));
+  });
+}
+
+void TcpTransport::refuse(const Socket& socket, const std::string& reason, const std::function<void(const std::string&)>& reject) {
+  auto frame = std::make_shared<std::vector<std::byte>>();
+  const std::string text = reason.substr(0, kMaxRefusalBytes);
+  const HeaderBytes header = encode({.type = FrameType::Refused, .tag = static_cast<std::uint64_t>(options_.rank), .length = text.size()});
+  frame->assign(header.begin(), header.end());
+  for (char c : text) frame->push_back(static_cast<std::byte>(c));
+  asio::async_write(*socket, asio::buffer(*frame), [frame, reject, reason](const asio::error_code&, std::size_t) { reject(reason); });
+}
+
+Hello TcpTransport::own_hello(int peer) const {
+  const auto milliseconds = [](std::chrono::milliseconds d) {
+    return static_cast<std::uint32_t>(std::min<std::int64_t>(d.count(), std::numeric_limits<std::uint32_t>::max()));
+  };
+  return {.server_rank = static_cast<std::uint32_t>(peer), .layout = layout_,
+          .heartbeat_ms = milliseconds(options_.heartbeat_interval), .peer_timeout_ms = milliseconds(options_.peer_timeout)};
+}
+
+std::vector<std::string> TcpTransport::given_addresses() const {
+  std::vector<std::string> given;
+  for (const Address& a : options_.addresses) given.push_back(fmt::format("{}:{}", a.host, a.port));
+  return given;
 }
 
 void TcpTransport::accept() {
@@ -167,6 +209,7 @@ void TcpTransport::shed_oldest(const std::string* remote_host) {
 }
 
 void TcpTransport::note_rejection(const std::string& remote, const std::string& reason) {
+  last_rejection_ = fmt::format("from {}: {}", remote, reason);
   const auto now = Clock::now();
   if (now - last_rejection_log_ < std::chrono::seconds(1)) {
     ++unlogged_rejections_;
@@ -183,7 +226,7 @@ void TcpTransport::serve_handshake(Socket socket) {
   // Everything the handshake reads lives in one state object shared by its callbacks.
   struct State {
     HeaderBytes header{};
-    std::array<std::byte, kNonceBytes + 4> hello{};
+    HelloBytes hello{};
     Nonce server_nonce{};
     std::array<std::byte, kHeaderBytes + kNonceBytes + kMacBytes> challenge{};
     Mac response{};
@@ -210,37 +253,45 @@ void TcpTransport::serve_handshake(Socket socket) {
     if (!error && socket->is_open()) reject("no complete handshake in time");
   });
   start_stream(socket, asio::ssl::stream_base::server, [this, socket, state, reject](const asio::error_code& error) {
+    if (error == std::errc::protocol_not_supported)
+      return refuse(socket, "this rank encrypts its connections (COHORT_TLS=1) and the dialer does not: COHORT_TLS differs "
+                            "between the processes", reject);
     if (error) return reject("TLS handshake failed: " + error.message());
     asio::async_read(*socket, asio::buffer(state->header), [this, socket, state, reject](const asio::error_code& error, std::size_t) {
       if (error) return reject("connection closed before its hello (" + error.message() + ")");
       const FrameHeader header = decode(state->header);
-      if (auto problem = check(header, kNonceBytes + 4)) return reject(*problem);
-      if (header.type != FrameType::Hello || header.length != kNonceBytes + 4) return reject("the first frame is not a hello");
+      if (looks_like_tls(state->header)) {
+        // A TLS client: answer with a TLS alert, which it understands, so that it stops at once.
+        static constexpr unsigned char kProtocolVersionAlert[] = {0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x46};
+        return asio::async_write(*socket, asio::buffer(kProtocolVersionAlert), [reject](const asio::error_code&, std::size_t) {
+          reject("it speaks TLS and this rank does not: COHORT_TLS differs between the processes");
+        });
+      }
+      if (auto problem = check(header, kHelloBytes)) return reject(*problem);
+      if (header.type != FrameType::Hello || header.length != kHelloBytes) return reject("the first frame is not a hello");
       state->client = static_cast<int>(header.tag);
       asio::async_read(*socket, asio::buffer(state->hello), [this, socket, state, reject](const asio::error_code& error, std::size_t) {
         if (error) return reject("connection closed during its hello (" + error.message() + ")");
-        std::uint32_t expected_rank = 0;
-        for (int i = 0; i < 4; ++i) expected_rank |= static_cast<std::uint32_t>(state->hello[kNonceBytes + static_cast<std::size_t>(i)]) << (8 * i);
+        const Hello hello = decode_hello(state->hello);
+        const std::uint32_t expected_rank = hello.server_rank;
         const int client = state->client;
-        // A dialer with the wrong rank or address list will never get in: it is told why, so that it fails now.
-        auto refuse = [this, socket, reject](const std::string& reason) {
-          auto frame = std::make_shared<std::vector<std::byte>>();
-          const std::string text = reason.substr(0, kMaxRefusalBytes);
-          const HeaderBytes header = encode({.type = FrameType::Refused, .tag = static_cast<std::uint64_t>(options_.rank),
-                                             .length = text.size()});
-          frame->assign(header.begin(), header.end());
-          for (char c : text) frame->push_back(static_cast<std::byte>(c));
-          asio::async_write(*socket, asio::buffer(*frame), [frame, reject, reason](const asio::error_code&, std::size_t) {
-            reject(reason);
-          });
-        };
+        // A dialer with the wrong rank, addresses or deadlines will never get in: it is told why, so that it fails now.
+        auto refuse = [this, socket, reject](const std::string& reason) { this->refuse(socket, reason, reject); };
         if (static_cast<int>(expected_rank) != options_.rank)
           return refuse(fmt::format("it dialed rank {} at the address of rank {}", expected_rank, options_.rank));
         if (client <= options_.rank || client >= size())
           return refuse(fmt::format("it claims rank {}, which is not a rank above {} in a group of {}", client, options_.rank, size()));
+        if (layout_ != 0 && hello.layout != 0 && hello.layout != layout_)
+          return refuse(fmt::format("its list of the group's addresses is not this rank's ({} addresses: {}): every process "
+                                    "needs the same cluster, in the same order",
+                                    size(), fmt::join(given_addresses(), ", ")));
+        if (hello.heartbeat_ms != own_hello(0).heartbeat_ms || hello.peer_timeout_ms != own_hello(0).peer_timeout_ms)
+          return refuse(fmt::format("it sends heartbeats every {} ms and loses a silent peer after {} ms, this rank every {} ms "
+                                    "and after {} ms: set COHORT_HEARTBEAT_INTERVAL and COHORT_PEER_TIMEOUT alike everywhere",
+                                    hello.heartbeat_ms, hello.peer_timeout_ms, own_hello(0).heartbeat_ms,
+                                    own_hello(0).peer_timeout_ms));
         if (peers_[static_cast<std::size_t>(client)].ready) return reject(fmt::format("rank {} is already connected", client));
-        Nonce client_nonce{};
-        std::copy_n(state->hello.begin(), kNonceBytes, client_nonce.begin());
+        const Nonce client_nonce = hello.nonce;
         state->server_nonce = random_nonce();
         const Mac proof = server_proof(options_.secret, client_nonce, state->server_nonce, client, options_.rank);
         const HeaderBytes header = encode({.type = FrameType::Challenge, .tag = static_cast<std::uint64_t>(options_.rank),
@@ -298,7 +349,7 @@ void TcpTransport::retry_dial(int peer, const std::string& reason) {
 
 void TcpTransport::client_handshake(int peer, Socket socket) {
   struct State {
-    std::array<std::byte, kHeaderBytes + kNonceBytes + 4> hello{};
+    std::array<std::byte, kHeaderBytes + kHelloBytes> hello{};
     Nonce client_nonce{};
     HeaderBytes header{};
     std::array<std::byte, kNonceBytes + kMacBytes> challenge{};
@@ -334,11 +385,12 @@ void TcpTransport::client_handshake(int peer, Socket socket) {
   });
   state->client_nonce = random_nonce();
   const HeaderBytes header = encode({.type = FrameType::Hello, .tag = static_cast<std::uint64_t>(options_.rank),
-                                     .length = kNonceBytes + 4});
+                                     .length = kHelloBytes});
+  Hello hello = own_hello(peer);
+  hello.nonce = state->client_nonce;
+  const HelloBytes payload = encode_hello(hello);
   std::copy(header.begin(), header.end(), state->hello.begin());
-  std::copy(state->client_nonce.begin(), state->client_nonce.end(), state->hello.begin() + kHeaderBytes);
-  for (int i = 0; i < 4; ++i)
-    state->hello[kHeaderBytes + kNonceBytes + static_cast<std::size_t>(i)] = static_cast<std::byte>((static_cast<unsigned>(peer) >> (8 * i)) & 0xff);
+  std::copy(payload.begin(), payload.end(), state->hello.begin() + kHeaderBytes);
   start_stream(socket, asio::ssl::stream_base::client, [this, peer, socket, state, give_up, cannot_join](const asio::error_code& error) {
     if (error && error.category() != asio::error::get_ssl_category()) return give_up("TLS handshake: " + error.message());
     if (error)
@@ -348,7 +400,7 @@ void TcpTransport::client_handshake(int peer, Socket socket) {
     asio::async_write(*socket, asio::buffer(state->hello), [this, peer, socket, state, give_up, cannot_join](const asio::error_code& error, std::size_t) {
       if (error) return give_up("hello failed: " + error.message());
       asio::async_read(*socket, asio::buffer(state->header), [this, peer, socket, state, give_up, cannot_join](const asio::error_code& error, std::size_t) {
-        if (error) return give_up("refused during the handshake (wrong secret?)");
+        if (error) return give_up("closed during the handshake (another secret or other settings?)");
         const FrameHeader header = decode(state->header);
         if (auto problem = check(header, std::max(kNonceBytes + kMacBytes, kMaxRefusalBytes))) return give_up(*problem);
         if (header.type == FrameType::Refused) {

@@ -116,6 +116,11 @@ class TcpTransport : public Transport {
   void retry_dial(int peer, const std::string& reason);
   void client_handshake(int peer, Socket socket);
   void connected(int peer, Socket socket);
+  // Tells a dialer in plain bytes why it will never get in (a Refused frame), then `reject`s the connection.
+  void refuse(const Socket& socket, const std::string& reason, const std::function<void(const std::string&)>& reject);
+  // What this rank says when it dials `peer`, and the settings a listener compares with its own.
+  Hello own_hello(int peer) const;
+  std::vector<std::string> given_addresses() const;  // "host:port" per rank, as the options give them
   // Runs `then(error)` once the stream is ready for the handshake: at once for plain TCP, after the TLS
   // handshake with encryption.
   template <typename Then>
@@ -161,6 +166,7 @@ class TcpTransport : public Transport {
   std::unique_ptr<TlsContext> tls_;  // with encryption
   std::vector<std::string> names_;
   std::vector<tcp::endpoint> endpoints_;
+  std::uint64_t layout_ = 0;  // layout_fingerprint(given_addresses()), 0 in a star group
   asio::io_context io_;
   tcp::acceptor acceptor_{io_};
   asio::steady_timer accept_retry_{io_};
@@ -168,6 +174,7 @@ class TcpTransport : public Transport {
   std::deque<PendingHandshake> pending_handshakes_;
   Clock::time_point last_rejection_log_{};
   int unlogged_rejections_ = 0;
+  std::string last_rejection_;  // "from ADDRESS: reason", for the connect deadline's error
   asio::steady_timer heartbeat_timer_{io_};
   std::vector<Peer> peers_;
   std::map<std::pair<int, Tag>, std::deque<Receiver>> receivers_;
