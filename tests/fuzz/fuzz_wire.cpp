@@ -8,10 +8,12 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <fmt/format.h>
 #include <thread>
 
 #include "cohort/comm/tcp.hpp"
 #include "comm/tcp/frame.hpp"
+#include "comm/tcp/handshake.hpp"
 #include "fuzz_util.hpp"
 
 using namespace cohort;
@@ -47,6 +49,11 @@ struct Listener {
   }
 };
 
+const Listener& wire_listener() {
+  static Listener listener;
+  return listener;
+}
+
 void through_listener(const Listener& listener, std::string_view bytes) {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in target{};
@@ -79,8 +86,12 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
     const HeaderBytes header = encode({.type = type, .tag = tag, .length = payload.size()});
     return std::string(reinterpret_cast<const char*>(header.data()), header.size()) + payload;
   };
-  // A hello from rank 1 to rank 0 (nonce, then the rank it dials), and the other frames of the protocol.
-  const std::string hello = frame(FrameType::Hello, 1, std::string(kNonceBytes, 'n') + std::string("\0\0\0\0", 4));
+  // A hello from rank 1 to rank 0 with the listener's settings, and the other frames of the protocol.
+  const Listener& listener = wire_listener();
+  const HelloBytes payload = encode_hello({.server_rank = 0,
+                                           .layout = layout_fingerprint({fmt::format("127.0.0.1:{}", listener.address.port), "127.0.0.1:1"}),
+                                           .heartbeat_ms = 1000, .peer_timeout_ms = 10000});
+  const std::string hello = frame(FrameType::Hello, 1, std::string(reinterpret_cast<const char*>(payload.data()), payload.size()));
   fuzz::write_seeds({fuzz::mode(0, frame(FrameType::Data, 7, "")), fuzz::mode(0, frame(FrameType::Abort, 2, "")),
                      fuzz::mode(1, hello), fuzz::mode(1, hello + frame(FrameType::Response, 0, std::string(kMacBytes, 'm'))),
                      fuzz::mode(1, frame(FrameType::Data, 1, "data before a handshake"))});
@@ -88,7 +99,7 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
 }
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-  static Listener listener;
+  const Listener& listener = wire_listener();
   if (size == 0) return 0;
   const std::string_view bytes = fuzz::rest(data, size);
   if (data[0] % 2 == 0) {
