@@ -5,32 +5,37 @@
 #    longer than the 1 s peer timeout: the job still completes (a peer is alive while its bytes arrive).
 # 2. The link is cut mid-training: every process ends within seconds, each naming a process of the other
 #    host.
-# Needs root (CAP_NET_ADMIN and CAP_SYS_ADMIN), ip and tc; exits 77 (skipped) saying why when they are
-# missing.
+# Needs root (CAP_NET_ADMIN and CAP_SYS_ADMIN), ip, tc, unshare and nsenter; exits 77 (skipped) saying why
+# when they are missing. Nothing outlives the test: each namespace lives as long as one sleeping process.
 #   usage: hosts_test.sh FASHION_MNIST_EXAMPLE
 set -uo pipefail
 example=$1
 skip() { echo "hosts test skipped: $*"; exit 77; }
 command -v ip >/dev/null || skip "no ip command (Debian package iproute2)"
 command -v tc >/dev/null || skip "no tc command (Debian package iproute2)"
-a=cohort-a-$$ b=cohort-b-$$ address_a=10.77.0.1 address_b=10.77.0.2
+command -v unshare >/dev/null && command -v nsenter >/dev/null || skip "no unshare or nsenter (util-linux)"
+address_a=10.77.0.1 address_b=10.77.0.2
 work=$(mktemp -d)
 cleanup() {
   kill -9 $(jobs -p) 2>/dev/null
-  ip netns del "$a" 2>/dev/null
-  ip netns del "$b" 2>/dev/null
+  wait 2>/dev/null
   rm -rf "$work"
 }
 trap cleanup EXIT
-ip netns add "$a" 2>"$work/why" || skip "cannot make a network namespace: $(cat "$work/why")"
-ip netns add "$b" || skip "cannot make a second network namespace"
-ip link add "veth-$$a" type veth peer name "veth-$$b" 2>"$work/why" || skip "cannot make a veth pair: $(cat "$work/why")"
-ip link set "veth-$$a" netns "$a" && ip link set "veth-$$b" netns "$b" || skip "cannot move the veth ends"
-ip -n "$a" addr add "$address_a/24" dev "veth-$$a"
-ip -n "$b" addr add "$address_b/24" dev "veth-$$b"
-for ns in "$a" "$b"; do ip -n "$ns" link set lo up; done
-ip -n "$a" link set "veth-$$a" up
-ip -n "$b" link set "veth-$$b" up
+# Each host is a network namespace held open by a sleeping process (no named namespaces: nothing is mounted).
+unshare -n sleep 3600 2>"$work/why" &
+host_a=$!
+unshare -n sleep 3600 2>>"$work/why" &
+host_b=$!
+sleep 0.3
+kill -0 "$host_a" 2>/dev/null && kill -0 "$host_b" 2>/dev/null || skip "cannot make a network namespace: $(cat "$work/why")"
+in_a() { nsenter -t "$host_a" -n "$@"; }
+in_b() { nsenter -t "$host_b" -n "$@"; }
+ip link add veth-a netns "$host_a" type veth peer name veth-b netns "$host_b" 2>"$work/why" ||
+  skip "cannot make a veth pair between the namespaces: $(cat "$work/why")"
+in_a ip addr add "$address_a/24" dev veth-a && in_b ip addr add "$address_b/24" dev veth-b || skip "cannot address the veth ends"
+in_a ip link set lo up && in_b ip link set lo up
+in_a ip link set veth-a up && in_b ip link set veth-b up
 
 fail() {
   echo "FAIL: $*"
@@ -47,9 +52,9 @@ start_job() {
   pids=()
   local i=0 name
   for name in "${names[@]}"; do
-    local role=${name% *} index=${name#* } ns=$a
-    [ $i -ge 2 ] && ns=$b
-    ip netns exec "$ns" env TF_CONFIG="{\"cluster\": {$cluster}, \"task\": {\"type\": \"$role\", \"index\": $index}}" \
+    local role=${name% *} index=${name#* } host=$host_a
+    [ $i -ge 2 ] && host=$host_b
+    nsenter -t "$host" -n env TF_CONFIG="{\"cluster\": {$cluster}, \"task\": {\"type\": \"$role\", \"index\": $index}}" \
       COHORT_SECRET="$secret" OMP_NUM_THREADS=1 "$@" >"$work/out-$i" 2>&1 &
     pids+=($!)
     i=$((i + 1))
@@ -57,11 +62,8 @@ start_job() {
 }
 
 # 1. A slow link: every frame of the dense kernel takes longer than the peer timeout.
-for ns in "$a" "$b"; do
-  dev="veth-$$a"; [ "$ns" = "$b" ] && dev="veth-$$b"
-  ip netns exec "$ns" tc qdisc add dev "$dev" root tbf rate 8mbit burst 64kbit latency 2s ||
-    skip "tc cannot shape the link"
-done
+in_a tc qdisc add dev veth-a root tbf rate 8mbit burst 64kbit latency 2s && in_b tc qdisc add dev veth-b root tbf rate 8mbit burst 64kbit latency 2s ||
+  skip "tc cannot shape the link"
 export COHORT_PEER_TIMEOUT=1s COHORT_HEARTBEAT_INTERVAL=200ms COHORT_CONNECT_TIMEOUT=30s
 start=$SECONDS
 start_job "$example" --train-samples 256 --batch-size 64 --max-steps 3 --epochs 1 --threads 1
@@ -70,10 +72,7 @@ for i in 0 1 2 3; do
 done
 grep -q 'test accuracy' "$work/out-0" || fail "the chief did not finish"
 echo "slow link: the job completed in $((SECONDS - start)) s"
-for ns in "$a" "$b"; do
-  dev="veth-$$a"; [ "$ns" = "$b" ] && dev="veth-$$b"
-  ip netns exec "$ns" tc qdisc del dev "$dev" root
-done
+in_a tc qdisc del dev veth-a root && in_b tc qdisc del dev veth-b root
 
 # 2. A cut link: both sides end within the peer timeout and name the other side.
 export COHORT_PEER_TIMEOUT=2s
@@ -81,7 +80,7 @@ start_job "$example" --train-samples 20000 --batch-size 32 --epochs 1 --threads 
 for _ in $(seq 1 600); do grep -q 'Epoch 1/1' "$work/out-0" 2>/dev/null && break; sleep 0.1; done
 grep -q 'Epoch 1/1' "$work/out-0" || fail "the job did not start training"
 sleep 1
-ip -n "$a" link set "veth-$$a" down
+in_a ip link set veth-a down
 cut_at=$SECONDS
 for i in 0 1 2 3; do
   waited=0
