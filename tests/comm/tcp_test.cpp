@@ -589,7 +589,7 @@ TEST_CASE("load_secret refuses guessable secrets and secret files that are not f
 
 namespace {
 
-// Relays one connection between a dialer and `target`, keeping a copy of every byte that crosses it.
+// Relays connections from dialers to `target`, keeping a copy of every byte that crosses it.
 class RecordingRelay {
  public:
   explicit RecordingRelay(const Address& target) : target_(target), listener_(::socket(AF_INET, SOCK_STREAM, 0)) {
@@ -616,33 +616,48 @@ class RecordingRelay {
   }
 
  private:
+  // Relays connections one after another until stopped; the target may start listening after the first
+  // dialer arrives, so reaching it is retried.
   void relay() {
-    pollfd waiting[2] = {{listener_, POLLIN, 0}, {stop_[0], POLLIN, 0}};
-    if (::poll(waiting, 2, 10000) <= 0 || waiting[1].revents != 0) return;
-    const int dialer = ::accept(listener_, nullptr, nullptr);
-    const int upstream = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in target{};
-    target.sin_family = AF_INET;
-    target.sin_port = htons(target_.port);
-    ::inet_pton(AF_INET, target_.host.c_str(), &target.sin_addr);
-    if (dialer >= 0 && ::connect(upstream, reinterpret_cast<sockaddr*>(&target), sizeof target) == 0) {
-      for (bool open = true; open;) {
-        pollfd fds[3] = {{dialer, POLLIN, 0}, {upstream, POLLIN, 0}, {stop_[0], POLLIN, 0}};
-        if (::poll(fds, 3, 1000) < 0 || fds[2].revents != 0) break;
-        for (int side = 0; side < 2 && open; ++side) {
-          if (fds[side].revents == 0) continue;
-          char buffer[65536];
-          const ssize_t got = ::recv(fds[side].fd, buffer, sizeof buffer, 0);
-          open = got > 0 && ::send(fds[1 - side].fd, buffer, static_cast<std::size_t>(got), MSG_NOSIGNAL) == got;
-          if (got > 0) {
-            const std::lock_guard lock(mutex_);
-            bytes_.append(buffer, static_cast<std::size_t>(got));
-          }
+    for (;;) {
+      pollfd waiting[2] = {{listener_, POLLIN, 0}, {stop_[0], POLLIN, 0}};
+      if (::poll(waiting, 2, 10000) <= 0 || waiting[1].revents != 0) return;
+      const int dialer = ::accept(listener_, nullptr, nullptr);
+      if (dialer < 0) return;
+      int upstream = -1;
+      sockaddr_in target{};
+      target.sin_family = AF_INET;
+      target.sin_port = htons(target_.port);
+      ::inet_pton(AF_INET, target_.host.c_str(), &target.sin_addr);
+      for (int attempt = 0; attempt < 250 && upstream < 0; ++attempt) {
+        upstream = ::socket(AF_INET, SOCK_STREAM, 0);
+        if (::connect(upstream, reinterpret_cast<sockaddr*>(&target), sizeof target) != 0) {
+          ::close(upstream);
+          upstream = -1;
+          std::this_thread::sleep_for(20ms);
         }
       }
+      const bool stopped = upstream >= 0 && !pump(dialer, upstream);
+      ::close(dialer);
+      if (upstream >= 0) ::close(upstream);
+      if (stopped) return;
     }
-    if (dialer >= 0) ::close(dialer);
-    ::close(upstream);
+  }
+
+  // Copies bytes both ways until a side closes (true) or the relay is stopped (false).
+  bool pump(int dialer, int upstream) {
+    for (;;) {
+      pollfd fds[3] = {{dialer, POLLIN, 0}, {upstream, POLLIN, 0}, {stop_[0], POLLIN, 0}};
+      if (::poll(fds, 3, 1000) < 0 || fds[2].revents != 0) return false;
+      for (int side = 0; side < 2; ++side) {
+        if (fds[side].revents == 0) continue;
+        char buffer[65536];
+        const ssize_t got = ::recv(fds[side].fd, buffer, sizeof buffer, 0);
+        if (got <= 0 || ::send(fds[1 - side].fd, buffer, static_cast<std::size_t>(got), MSG_NOSIGNAL) != got) return true;
+        const std::lock_guard lock(mutex_);
+        bytes_.append(buffer, static_cast<std::size_t>(got));
+      }
+    }
   }
 
   Address target_;
