@@ -8,7 +8,6 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <fmt/format.h>
 #include <thread>
 
 #include "cohort/comm/tcp.hpp"
@@ -38,7 +37,9 @@ struct Listener {
   comm::Address address{"127.0.0.1", free_port()};
   Listener() {
     std::thread([address = address] {
-      comm::TcpOptions options{.rank = 0, .addresses = {address, {"127.0.0.1", 1}}, .secret = "a secret for fuzzing only"};
+      // The group's addresses are fixed (so the seeds' hellos match every run); rank 0 listens elsewhere.
+      comm::TcpOptions options{.rank = 0, .addresses = {{"127.0.0.1", 1}, {"127.0.0.1", 2}}, .listen_address = address,
+                               .secret = "a secret for fuzzing only"};
       options.connect_timeout = std::chrono::hours(24);
       try {
         comm::connect_tcp(options);
@@ -87,9 +88,8 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
     return std::string(reinterpret_cast<const char*>(header.data()), header.size()) + payload;
   };
   // A hello from rank 1 to rank 0 with the listener's settings, and the other frames of the protocol.
-  const Listener& listener = wire_listener();
   const HelloBytes payload = encode_hello({.server_rank = 0,
-                                           .layout = layout_fingerprint({fmt::format("127.0.0.1:{}", listener.address.port), "127.0.0.1:1"}),
+                                           .layout = layout_fingerprint({"127.0.0.1:1", "127.0.0.1:2"}),
                                            .heartbeat_ms = 1000, .peer_timeout_ms = 10000});
   const std::string hello = frame(FrameType::Hello, 1, std::string(reinterpret_cast<const char*>(payload.data()), payload.size()));
   fuzz::write_seeds({fuzz::mode(0, frame(FrameType::Data, 7, "")), fuzz::mode(0, frame(FrameType::Abort, 2, "")),
