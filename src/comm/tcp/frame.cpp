@@ -3,35 +3,19 @@
 #include <fmt/format.h>
 
 namespace cohort::comm::tcp {
-namespace {
-
-template <typename T>
-void put(HeaderBytes& out, std::size_t at, T value) {
-  for (std::size_t i = 0; i < sizeof(T); ++i) out[at + i] = static_cast<std::byte>((static_cast<std::uint64_t>(value) >> (8 * i)) & 0xff);
-}
-
-template <typename T>
-T get(const HeaderBytes& in, std::size_t at) {
-  std::uint64_t value = 0;
-  for (std::size_t i = 0; i < sizeof(T); ++i) value |= static_cast<std::uint64_t>(in[at + i]) << (8 * i);
-  return static_cast<T>(value);
-}
-
-}  // namespace
-
 HeaderBytes encode(const FrameHeader& header) {
   HeaderBytes out{};
-  put<std::uint32_t>(out, 0, header.magic);
-  put<std::uint16_t>(out, 4, header.version);
-  put<std::uint16_t>(out, 6, static_cast<std::uint16_t>(header.type));
-  put<std::uint64_t>(out, 8, header.tag);
-  put<std::uint64_t>(out, 16, header.length);
+  put_le<std::uint32_t>(out, 0, header.magic);
+  put_le<std::uint16_t>(out, 4, header.version);
+  put_le<std::uint16_t>(out, 6, static_cast<std::uint16_t>(header.type));
+  put_le<std::uint64_t>(out, 8, header.tag);
+  put_le<std::uint64_t>(out, 16, header.length);
   return out;
 }
 
 FrameHeader decode(const HeaderBytes& bytes) {
-  return {get<std::uint32_t>(bytes, 0), get<std::uint16_t>(bytes, 4), static_cast<FrameType>(get<std::uint16_t>(bytes, 6)),
-          get<std::uint64_t>(bytes, 8), get<std::uint64_t>(bytes, 16)};
+  return {get_le<std::uint32_t>(bytes, 0), get_le<std::uint16_t>(bytes, 4), static_cast<FrameType>(get_le<std::uint16_t>(bytes, 6)),
+          get_le<std::uint64_t>(bytes, 8), get_le<std::uint64_t>(bytes, 16)};
 }
 
 std::optional<std::string> check(const FrameHeader& header, std::uint64_t max_payload) {

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 
 namespace cohort::comm::tcp {
@@ -40,6 +41,19 @@ struct FrameHeader {
 };
 
 using HeaderBytes = std::array<std::byte, kHeaderBytes>;
+
+// The little-endian integer fields of the wire's fixed layouts (frame headers, hellos).
+template <typename T>
+void put_le(std::span<std::byte> out, std::size_t at, T value) {
+  for (std::size_t i = 0; i < sizeof(T); ++i) out[at + i] = static_cast<std::byte>((static_cast<std::uint64_t>(value) >> (8 * i)) & 0xff);
+}
+
+template <typename T>
+T get_le(std::span<const std::byte> in, std::size_t at) {
+  std::uint64_t value = 0;
+  for (std::size_t i = 0; i < sizeof(T); ++i) value |= static_cast<std::uint64_t>(in[at + i]) << (8 * i);
+  return static_cast<T>(value);
+}
 
 HeaderBytes encode(const FrameHeader& header);
 FrameHeader decode(const HeaderBytes& bytes);

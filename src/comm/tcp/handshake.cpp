@@ -33,39 +33,23 @@ Mac hmac(const std::string& secret, const char* role, const Nonce& first, const 
 
 }  // namespace
 
-namespace {
-
-template <typename T>
-void put(HelloBytes& out, std::size_t at, T value) {
-  for (std::size_t i = 0; i < sizeof(T); ++i) out[at + i] = static_cast<std::byte>((static_cast<std::uint64_t>(value) >> (8 * i)) & 0xff);
-}
-
-template <typename T>
-T get(const HelloBytes& in, std::size_t at) {
-  std::uint64_t value = 0;
-  for (std::size_t i = 0; i < sizeof(T); ++i) value |= static_cast<std::uint64_t>(in[at + i]) << (8 * i);
-  return static_cast<T>(value);
-}
-
-}  // namespace
-
 HelloBytes encode_hello(const Hello& hello) {
   HelloBytes out{};
   std::copy(hello.nonce.begin(), hello.nonce.end(), out.begin());
-  put(out, kNonceBytes, hello.server_rank);
-  put(out, kNonceBytes + 4, hello.layout);
-  put(out, kNonceBytes + 12, hello.heartbeat_ms);
-  put(out, kNonceBytes + 16, hello.peer_timeout_ms);
+  put_le(out, kNonceBytes, hello.server_rank);
+  put_le(out, kNonceBytes + 4, hello.layout);
+  put_le(out, kNonceBytes + 12, hello.heartbeat_ms);
+  put_le(out, kNonceBytes + 16, hello.peer_timeout_ms);
   return out;
 }
 
 Hello decode_hello(const HelloBytes& bytes) {
   Hello hello;
   std::copy_n(bytes.begin(), kNonceBytes, hello.nonce.begin());
-  hello.server_rank = get<std::uint32_t>(bytes, kNonceBytes);
-  hello.layout = get<std::uint64_t>(bytes, kNonceBytes + 4);
-  hello.heartbeat_ms = get<std::uint32_t>(bytes, kNonceBytes + 12);
-  hello.peer_timeout_ms = get<std::uint32_t>(bytes, kNonceBytes + 16);
+  hello.server_rank = get_le<std::uint32_t>(bytes, kNonceBytes);
+  hello.layout = get_le<std::uint64_t>(bytes, kNonceBytes + 4);
+  hello.heartbeat_ms = get_le<std::uint32_t>(bytes, kNonceBytes + 12);
+  hello.peer_timeout_ms = get_le<std::uint32_t>(bytes, kNonceBytes + 16);
   return hello;
 }
 
