@@ -285,11 +285,11 @@ void TcpTransport::serve_handshake(Socket socket) {
           return refuse(fmt::format("its list of the group's addresses is not this rank's ({} addresses: {}): every process "
                                     "needs the same cluster, in the same order",
                                     size(), fmt::join(given_addresses(), ", ")));
-        if (hello.heartbeat_ms != own_hello(0).heartbeat_ms || hello.peer_timeout_ms != own_hello(0).peer_timeout_ms)
+        const Hello own = own_hello(client);
+        if (hello.heartbeat_ms != own.heartbeat_ms || hello.peer_timeout_ms != own.peer_timeout_ms)
           return refuse(fmt::format("it sends heartbeats every {} ms and loses a silent peer after {} ms, this rank every {} ms "
                                     "and after {} ms: set COHORT_HEARTBEAT_INTERVAL and COHORT_PEER_TIMEOUT alike everywhere",
-                                    hello.heartbeat_ms, hello.peer_timeout_ms, own_hello(0).heartbeat_ms,
-                                    own_hello(0).peer_timeout_ms));
+                                    hello.heartbeat_ms, hello.peer_timeout_ms, own.heartbeat_ms, own.peer_timeout_ms));
         if (peers_[static_cast<std::size_t>(client)].ready) return reject(fmt::format("rank {} is already connected", client));
         const Nonce client_nonce = hello.nonce;
         state->server_nonce = random_nonce();
@@ -372,11 +372,9 @@ void TcpTransport::client_handshake(int peer, Socket socket) {
     if (state->finished) return;
     state->finished = true;
     state->timer.cancel();
-    const std::string remote = remote_of(socket->socket());
     asio::error_code ignored;
     socket->close(ignored);
-    fail_setup(std::make_exception_ptr(
-        ProtocolError(fmt::format("{} cannot join: {} at {} {}", describe(options_.rank), describe(peer), remote, why))));
+    fail_setup(std::make_exception_ptr(ProtocolError(fmt::format("{} cannot join: {} {}", describe(options_.rank), describe(peer), why))));
   };
   // A listener that accepts and never answers must not hold this dialer until the connect deadline.
   state->timer.expires_after(handshake_timeout());
@@ -409,7 +407,7 @@ void TcpTransport::client_handshake(int peer, Socket socket) {
           return asio::async_read(*socket, asio::buffer(*reason), [reason, cannot_join](const asio::error_code& error, std::size_t) {
             std::string text = error ? std::string("no reason given") : *reason;
             for (char& c : text) c = std::isprint(static_cast<unsigned char>(c)) ? c : '?';  // unauthenticated bytes
-            cannot_join(fmt::format("refused it: {} (check the ranks and addresses given to the processes)", text));
+            cannot_join(fmt::format("refused it: {}", text));
           });
         }
         if (header.type != FrameType::Challenge || header.length != kNonceBytes + kMacBytes || static_cast<int>(header.tag) != peer)

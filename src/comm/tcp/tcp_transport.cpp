@@ -65,7 +65,7 @@ void TcpTransport::check_peer(int peer) const {
 
 // ---- data
 
-std::function<std::size_t(const asio::error_code&, std::size_t)> TcpTransport::noting_arrivals(int peer) {
+auto TcpTransport::noting_arrivals(int peer) {
   return [this, peer](const asio::error_code& error, std::size_t) -> std::size_t {
     if (error) return 0;
     peers_[static_cast<std::size_t>(peer)].last_heard = Clock::now();

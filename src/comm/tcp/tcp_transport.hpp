@@ -138,7 +138,7 @@ class TcpTransport : public Transport {
   // data
   // A read's completion condition that marks the peer alive at every arrival, so that a frame slower to
   // arrive than peer_timeout (a slow link) does not count as silence.
-  std::function<std::size_t(const asio::error_code&, std::size_t)> noting_arrivals(int peer);
+  auto noting_arrivals(int peer);  // defined before its uses in tcp_transport.cpp
   static constexpr std::size_t kReadPiece = 64 * 1024;
   void read_header(int peer);
   void on_frame(int peer, const FrameHeader& header);
