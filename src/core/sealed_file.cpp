@@ -81,7 +81,9 @@ std::uint32_t crc32_of(const void* data, std::size_t size) {
 
 void write_file_atomically(const std::filesystem::path& path, const std::string& bytes) {
   const std::filesystem::path directory = path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
-  std::filesystem::create_directories(directory);
+  std::error_code made;
+  std::filesystem::create_directories(directory, made);
+  if (made) throw IoError(fmt::format("cannot create directory {}: {}", directory.string(), made.message()));
   remove_stale_temporaries(directory, path);
   const std::filesystem::path temporary = path.string() + fmt::format(".tmp.{}", ::getpid());
   {

@@ -36,12 +36,14 @@ Batch DataLoader::make_batch(const std::vector<std::int64_t>& order, std::int64_
   const Shape sample_shape = dataset_.sample_shape();
   const std::int64_t sample_size = sample_shape.numel();
   auto host_tensor = [&](Shape shape) { return options_.pinned ? Tensor::pinned(std::move(shape)) : Tensor(std::move(shape)); };
-  Batch batch{host_tensor(sample_shape.batched(count)), host_tensor(Shape{count}), batch_index};
+  const Shape target_shape = dataset_.target_shape();
+  const std::int64_t target_size = target_shape.numel();
+  Batch batch{host_tensor(sample_shape.batched(count)), host_tensor(target_shape.batched(count)), batch_index};
   const std::uint64_t epoch_seed = derive_seed(options_.seed, static_cast<std::uint64_t>(epoch));
   for (std::int64_t i = 0; i < count; ++i) {
     const std::int64_t index = order[static_cast<std::size_t>(begin + i)];
     float* sample = batch.images.data() + i * sample_size;
-    batch.labels.data()[i] = static_cast<float>(dataset_.load(index, sample));
+    dataset_.load_example(index, sample, batch.labels.data() + i * target_size);
     if (options_.transforms.empty()) continue;
     std::mt19937_64 rng(derive_seed(epoch_seed, static_cast<std::uint64_t>(index)));
     for (const auto& transform : options_.transforms)

@@ -1,13 +1,177 @@
 #include "cohort/nn/loss.hpp"
 
+#include <algorithm>
+#include <cmath>
+
 #include "cohort/core/check.hpp"
+#include "cohort/core/error.hpp"
 #include "cohort/tensor/ops.hpp"
+#include "host_batch.hpp"
 
 namespace cohort::nn {
+namespace {
 
-double CategoricalCrossentropy::compute(const Tensor& prediction, const Tensor& labels, const Tensor& gradient) const {
-  return from_logits ? ops::softmax_cross_entropy(prediction, labels, gradient)
-                     : ops::categorical_cross_entropy(prediction, labels, gradient);
+// The element-wise losses: targets shaped like the prediction, or one value per row for one output.
+void check_elementwise(const char* loss, const Tensor& prediction, const Tensor& targets) {
+  COHORT_CHECK(prediction.rank() >= 1 && targets.rank() >= 1 && targets.dim(0) == prediction.dim(0) &&
+                   targets.numel() == prediction.numel(),
+               "{} needs targets shaped like the prediction {}, got {}", loss, prediction.shape(), targets.shape());
+}
+
+template <class PerElement>
+double mean_over_elements(const char* loss, const Tensor& prediction, const Tensor& targets, const Tensor& gradient,
+                          PerElement per_element) {
+  check_elementwise(loss, prediction, targets);
+  return on_host(prediction, targets, gradient, [&](const float* p, const float* z, float* g) {
+    const std::int64_t n = prediction.numel();
+    const double inverse = n == 0 ? 0.0 : 1.0 / static_cast<double>(n);
+    double total = 0;
+    for (std::int64_t i = 0; i < n; ++i) {
+      double d = 0;
+      total += per_element(p[i], z[i], d);
+      if (g != nullptr) g[i] = static_cast<float>(d * inverse);
+    }
+    return total * inverse;
+  });
+}
+
+std::string last_layer_phrase(const LossFit& fit) {
+  return fit.final_activation == cohort::Activation::Linear ? "no final activation" : std::string("a final ") + activation_name(fit.final_activation);
+}
+
+void check_probabilities(const std::string& name, const LossFit& fit, cohort::Activation needed, bool from_logits) {
+  const bool has_it = fit.final_activation == needed;
+  const std::string activation = activation_name(needed);
+  if (from_logits && has_it)
+    throw InvalidArgument(fmt::format("{} was given from_logits = true, but the model ends in {}: its outputs are "
+                                      "probabilities; remove the {} layer or set from_logits = false",
+                                      name, activation, activation));
+  if (!from_logits && !has_it)
+    throw InvalidArgument(fmt::format("{} expects probabilities, but the model has {}: add nn::{}() as the last layer "
+                                      "or set from_logits = true",
+                                      name, last_layer_phrase(fit), activation));
+}
+
+void check_class_targets(const std::string& name, const LossFit& fit, bool soft_targets_allowed) {
+  COHORT_CHECK(fit.output_shape.rank() == 1, "{} needs one score per class, the model outputs {} per sample", name,
+               fit.output_shape);
+  if (fit.target_shape.rank() == 0) {
+    COHORT_CHECK(fit.output_shape[0] == fit.num_classes, "the model outputs {} scores per sample, the data set has {} classes",
+                 fit.output_shape[0], fit.num_classes);
+    return;
+  }
+  COHORT_CHECK(soft_targets_allowed, "{} takes class indices, the data set gives targets of shape {}: use "
+               "categorical_crossentropy for one-hot targets", name, fit.target_shape);
+  COHORT_CHECK(fit.target_shape == fit.output_shape, "the data set's targets {} and the model's outputs {} differ in shape",
+               fit.target_shape, fit.output_shape);
+}
+
+void check_shaped_like_output(const std::string& name, const LossFit& fit) {
+  const bool one_value = fit.target_shape.rank() == 0 && fit.output_shape == Shape{1};
+  COHORT_CHECK(one_value || fit.target_shape == fit.output_shape,
+               "{} needs targets shaped like the model's output {}, the data set gives {} per sample", name,
+               fit.output_shape, fit.target_shape.rank() == 0 ? std::string("a class index") : fit.target_shape.to_string());
+}
+
+}  // namespace
+
+double CategoricalCrossentropy::compute(const Tensor& prediction, const Tensor& targets, const Tensor& gradient) const {
+  return from_logits ? ops::softmax_cross_entropy(prediction, targets, gradient)
+                     : ops::categorical_cross_entropy(prediction, targets, gradient);
+}
+
+double SparseCategoricalCrossentropy::compute(const Tensor& prediction, const Tensor& labels, const Tensor& gradient) const {
+  COHORT_CHECK(labels.rank() == 1, "sparse_categorical_crossentropy takes class indices of shape (N), got {}",
+               labels.shape());
+  return CategoricalCrossentropy{.from_logits = from_logits}.compute(prediction, labels, gradient);
+}
+
+double BinaryCrossentropy::compute(const Tensor& prediction, const Tensor& targets, const Tensor& gradient) const {
+  constexpr double kEpsilon = 1e-7;
+  if (from_logits)
+    return mean_over_elements("binary_crossentropy", prediction, targets, gradient, [](double x, double z, double& d) {
+      d = 1.0 / (1.0 + std::exp(-x)) - z;
+      return std::max(x, 0.0) - x * z + std::log1p(std::exp(-std::abs(x)));
+    });
+  return mean_over_elements("binary_crossentropy", prediction, targets, gradient, [&](double raw, double z, double& d) {
+    const double p = std::clamp(raw, kEpsilon, 1.0 - kEpsilon);
+    d = raw == p ? (1.0 - z) / (1.0 - p) - z / p : 0.0;
+    return -(z * std::log(p) + (1.0 - z) * std::log(1.0 - p));
+  });
+}
+
+double MeanSquaredError::compute(const Tensor& prediction, const Tensor& targets, const Tensor& gradient) const {
+  return mean_over_elements("mean_squared_error", prediction, targets, gradient, [](double p, double z, double& d) {
+    d = 2.0 * (p - z);
+    return (p - z) * (p - z);
+  });
+}
+
+double MeanAbsoluteError::compute(const Tensor& prediction, const Tensor& targets, const Tensor& gradient) const {
+  return mean_over_elements("mean_absolute_error", prediction, targets, gradient, [](double p, double z, double& d) {
+    d = p > z ? 1.0 : (p < z ? -1.0 : 0.0);
+    return std::abs(p - z);
+  });
+}
+
+std::string loss_name(const Loss& loss) {
+  struct Names {
+    std::string operator()(const CategoricalCrossentropy&) const { return "categorical_crossentropy"; }
+    std::string operator()(const SparseCategoricalCrossentropy&) const { return "sparse_categorical_crossentropy"; }
+    std::string operator()(const BinaryCrossentropy&) const { return "binary_crossentropy"; }
+    std::string operator()(const MeanSquaredError&) const { return "mean_squared_error"; }
+    std::string operator()(const MeanAbsoluteError&) const { return "mean_absolute_error"; }
+  };
+  return std::visit(Names{}, loss);
+}
+
+bool is_categorical(const Loss& loss) {
+  return std::holds_alternative<CategoricalCrossentropy>(loss) || std::holds_alternative<SparseCategoricalCrossentropy>(loss);
+}
+
+void check_loss_fits(const Loss& loss, const LossFit& fit) {
+  const std::string name = loss_name(loss);
+  if (const auto* categorical = std::get_if<CategoricalCrossentropy>(&loss)) {
+    check_class_targets(name, fit, true);
+    check_probabilities(name, fit, cohort::Activation::Softmax, categorical->from_logits);
+  } else if (const auto* sparse = std::get_if<SparseCategoricalCrossentropy>(&loss)) {
+    check_class_targets(name, fit, false);
+    check_probabilities(name, fit, cohort::Activation::Softmax, sparse->from_logits);
+  } else if (const auto* binary = std::get_if<BinaryCrossentropy>(&loss)) {
+    check_shaped_like_output(name, fit);
+    COHORT_CHECK(fit.target_shape.rank() > 0 || fit.num_classes == 2,
+                 "binary_crossentropy on class indices needs 2 classes, the data set has {}", fit.num_classes);
+    check_probabilities(name, fit, cohort::Activation::Sigmoid, binary->from_logits);
+  } else {
+    check_shaped_like_output(name, fit);
+  }
+}
+
+bool expects_logits(const Loss& loss) {
+  if (const auto* categorical = std::get_if<CategoricalCrossentropy>(&loss)) return categorical->from_logits;
+  if (const auto* sparse = std::get_if<SparseCategoricalCrossentropy>(&loss)) return sparse->from_logits;
+  if (const auto* binary = std::get_if<BinaryCrossentropy>(&loss)) return binary->from_logits;
+  return false;
+}
+
+bool fuses_final_activation(const Loss& loss, cohort::Activation final_activation) {
+  if (const auto* categorical = std::get_if<CategoricalCrossentropy>(&loss))
+    return !categorical->from_logits && final_activation == cohort::Activation::Softmax;
+  if (const auto* sparse = std::get_if<SparseCategoricalCrossentropy>(&loss))
+    return !sparse->from_logits && final_activation == cohort::Activation::Softmax;
+  if (const auto* binary = std::get_if<BinaryCrossentropy>(&loss))
+    return !binary->from_logits && final_activation == cohort::Activation::Sigmoid;
+  return false;
+}
+
+double compute_loss(const Loss& loss, const Tensor& prediction, bool logits, const Tensor& targets, const Tensor& gradient) {
+  if (std::holds_alternative<CategoricalCrossentropy>(loss))
+    return CategoricalCrossentropy{.from_logits = logits}.compute(prediction, targets, gradient);
+  if (std::holds_alternative<SparseCategoricalCrossentropy>(loss))
+    return SparseCategoricalCrossentropy{.from_logits = logits}.compute(prediction, targets, gradient);
+  if (std::holds_alternative<BinaryCrossentropy>(loss))
+    return BinaryCrossentropy{.from_logits = logits}.compute(prediction, targets, gradient);
+  return std::visit([&](const auto& l) { return l.compute(prediction, targets, gradient); }, loss);
 }
 
 double accuracy(const Tensor& scores, const Tensor& labels) {

@@ -78,14 +78,17 @@ Sequential& Sequential::to(Device device) {
   return *this;
 }
 
-bool Sequential::ends_with_softmax() const {
-  if (layers_.empty()) return false;
-  const auto* last = dynamic_cast<const ActivationLayer*>(layers_.back().get());
-  return last != nullptr && last->activation() == cohort::Activation::Softmax;
+cohort::Activation Sequential::final_activation() const {
+  const auto* last = layers_.empty() ? nullptr : dynamic_cast<const ActivationLayer*>(layers_.back().get());
+  return last == nullptr ? cohort::Activation::Linear : last->activation();
 }
 
+std::string Sequential::last_layer_name() const { return layers_.empty() ? "input" : layers_.back()->name(); }
+
 Tensor Sequential::forward_logits(const Tensor& x) {
-  return run(x, ends_with_softmax() ? layers_.size() - 1 : layers_.size());
+  const cohort::Activation last = final_activation();
+  const bool strip = last == cohort::Activation::Softmax || last == cohort::Activation::Sigmoid;
+  return run(x, strip ? layers_.size() - 1 : layers_.size());
 }
 
 void Sequential::backward(const Tensor& doutput) {

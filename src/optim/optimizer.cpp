@@ -1,5 +1,7 @@
 #include "cohort/optim/optimizer.hpp"
 
+#include <cmath>
+
 #include <cereal/types/map.hpp>
 #include <istream>
 #include <iterator>
@@ -25,7 +27,18 @@ Optimizer::Optimizer(Schedule learning_rate, double decay) : schedule_(std::move
 }
 
 double Optimizer::learning_rate() const {
-  return schedule_(iterations_) / (1.0 + decay_ * static_cast<double>(iterations_));
+  return learning_rate_factor_ * schedule_(iterations_) / (1.0 + decay_ * static_cast<double>(iterations_));
+}
+
+void Optimizer::set_learning_rate(double learning_rate) {
+  const double scheduled = schedule_(iterations_) / (1.0 + decay_ * static_cast<double>(iterations_));
+  COHORT_CHECK(scheduled > 0, "cannot set the learning rate at iteration {}: its schedule gives {}", iterations_, scheduled);
+  set_learning_rate_factor(learning_rate / scheduled);
+}
+
+void Optimizer::set_learning_rate_factor(double factor) {
+  COHORT_CHECK(std::isfinite(factor) && factor > 0, "a learning-rate factor must be positive and finite, got {}", factor);
+  learning_rate_factor_ = factor;
 }
 
 void Optimizer::apply(const std::string& variable_name, const Tensor& value, const Tensor& gradient) {

@@ -63,6 +63,7 @@ void ParameterStore::send_to_all(std::uint16_t kind, std::int64_t samples, bool 
     header.plan_fingerprint = plan_.fingerprint();
     header.step = step.value_or(link.step);
     header.samples = samples;
+    header.learning_rate_factor = learning_rate_factor_;
     header.payload_bytes = bytes;
     header.payload_crc = crc32c_of(link.outgoing.data(), bytes);
     // Kept in the link: the transport reads the bytes until the send completes.

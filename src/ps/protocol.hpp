@@ -28,7 +28,7 @@ inline constexpr comm::Tag kReplyPayloadTag = 0x5053524550000001ull;
 
 inline constexpr std::uint32_t kRequestMagic = 0x51535043;  // "CPSQ"
 inline constexpr std::uint32_t kReplyMagic = 0x52535043;    // "CPSR"
-inline constexpr std::uint16_t kVersion = 1;
+inline constexpr std::uint16_t kVersion = 2;
 
 enum class Kind : std::uint16_t {
   Init = 1,   // the chief's starting values (payload: values)
@@ -61,8 +61,9 @@ struct RequestHeader {
   std::uint64_t payload_bytes = 0;
   std::uint32_t payload_crc = 0;
   std::uint32_t reserved = 0;
+  double learning_rate_factor = 1;  // of a Push: the workers' agreed factor on the optimizer's schedule
 };
-static_assert(sizeof(RequestHeader) == 48);
+static_assert(sizeof(RequestHeader) == 56);
 
 enum class Status : std::uint16_t { Ok = 0, Refused = 1 };
 

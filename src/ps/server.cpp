@@ -155,6 +155,8 @@ std::string Server::check_header(const protocol::RequestHeader& header, int work
   if (kind == proto::Kind::Init && worker != 0) return "only the chief initializes the variables";
   if (header.samples < 0) return fmt::format("negative sample count {}", header.samples);
   if (header.step < 0) return fmt::format("negative step {}", header.step);
+  if (!std::isfinite(header.learning_rate_factor) || header.learning_rate_factor <= 0)
+    return fmt::format("learning-rate factor {} is not positive and finite", header.learning_rate_factor);
   return {};
 }
 
@@ -210,6 +212,7 @@ bool Server::handle(int worker, const protocol::RequestHeader& header, const std
       return false;
     }
     case proto::Kind::Push: {
+      optimizer_.set_learning_rate_factor(header.learning_rate_factor);
       std::int64_t staleness = 0;
       const bool answered = std::holds_alternative<Sync>(options_.consistency)
                                 ? push_sync_locked(lock, worker, header.step, header.samples, payload, staleness)

@@ -9,6 +9,7 @@
 #include "cohort/tensor/ops.hpp"
 #include "core/archive_bytes.hpp"
 #include "core/sealed_file.hpp"
+#include "nn/named_values.hpp"
 #include "tensor/tensor_archive.hpp"
 #include "train/position_codec.hpp"
 
@@ -23,21 +24,25 @@ struct PositionRecord {
   std::int64_t epoch = 0, batch_in_epoch = 0, global_step = 0;
   std::uint64_t data_seed = 0;
   std::vector<Logs> history;
+  double learning_rate_factor = 1;
 
   PositionRecord() = default;
   PositionRecord(const TrainingPosition& position, std::uint64_t step)
       : model_step(step), epoch(position.epoch), batch_in_epoch(position.batch_in_epoch),
-        global_step(position.global_step), data_seed(position.data_seed), history(position.history.epochs) {}
-  TrainingPosition position() const { return {epoch, batch_in_epoch, global_step, data_seed, History{history}}; }
+        global_step(position.global_step), data_seed(position.data_seed), history(position.history.epochs),
+        learning_rate_factor(position.learning_rate_factor) {}
+  TrainingPosition position() const {
+    return {epoch, batch_in_epoch, global_step, data_seed, History{history}, learning_rate_factor};
+  }
 
   template <class Archive>
   void serialize(Archive& archive) {
-    archive(model_step, epoch, batch_in_epoch, global_step, data_seed, history);
+    archive(model_step, epoch, batch_in_epoch, global_step, data_seed, history, learning_rate_factor);
   }
 };
 
 struct Payload {
-  std::vector<std::pair<std::string, Tensor>> variables;
+  nn::NamedValues variables;
   std::string optimizer_state;
   PositionRecord position;
 
@@ -52,7 +57,7 @@ struct Payload {
 void save_checkpoint(const std::filesystem::path& path, const nn::Sequential& model, const optim::Optimizer& optimizer,
                      const TrainingPosition& position) {
   Payload payload;
-  for (const auto& v : model.variables()) payload.variables.emplace_back(v->name, v->value);
+  payload.variables = nn::named_values(model);
   std::ostringstream optimizer_state;
   optimizer.save_state(optimizer_state);
   payload.optimizer_state = optimizer_state.str();
@@ -66,22 +71,12 @@ TrainingPosition load_checkpoint(const std::filesystem::path& path, nn::Sequenti
       read_sealed_file(path, kMagic, kCheckpointFormatVersion, "checkpoint"), fmt::format("checkpoint {}: payload", name));
 
   // Check everything before changing anything.
-  std::map<std::string, const Tensor*> saved;
-  for (const auto& [variable_name, tensor] : payload.variables) saved[variable_name] = &tensor;
-  const auto variables = model.variables();
-  for (const auto& v : variables) {
-    const auto it = saved.find(v->name);
-    if (it == saved.end()) throw DataError(fmt::format("checkpoint {}: has no variable '{}' of this model", name, v->name));
-    if (it->second->shape() != v->value.shape())
-      throw DataError(fmt::format("checkpoint {}: variable '{}' has shape {}, the model {}", name, v->name,
-                                  it->second->shape(), v->value.shape()));
-  }
-  if (saved.size() != variables.size())
-    throw DataError(fmt::format("checkpoint {}: holds {} variables, the model {}", name, saved.size(), variables.size()));
+  const std::string what = fmt::format("checkpoint {}", name);
+  nn::check_named_values(model, payload.variables, what);
   std::istringstream optimizer_state(payload.optimizer_state);
   optimizer.load_state(optimizer_state);
   optimizer.to(model.device());
-  for (const auto& v : variables) ops::copy(*saved[v->name], v->value);
+  nn::assign_named_values(model, payload.variables, what);
   model.set_step(payload.position.model_step);
   return payload.position.position();
 }

@@ -20,6 +20,12 @@ comm::Transport& transport_with_servers(cluster::Cluster& cluster) {
   return cluster.transport();
 }
 
+// Workers agree on sums (metrics, callbacks' decisions) through the chief; the chief hands the run's
+// history to the servers at the end.
+constexpr comm::Tag kAgreementTag = 0x5053414752454500ull;  // "PSAGREE"
+constexpr comm::Tag kHistoryTag = 0x5053484953540000ull;    // "PSHIST"
+constexpr std::uint64_t kMaxHistoryBytes = 64ull << 20;
+
 }  // namespace
 
 ParameterServer::ParameterServer(comm::Transport& transport, int workers, ParameterServerOptions options)
@@ -74,6 +80,7 @@ void ParameterServer::apply_gradients(nn::Sequential&, optim::Optimizer& optimiz
       if (m.variable->trainable) staging_->copy(m.variable->gradient, m.gradient);
     values_to_host(false);  // non-trainable variables travel as their change since the last read
   }
+  store_->set_learning_rate_factor(optimizer.learning_rate_factor());
   store_->push_pull(samples);
   values_from_host();
   optimizer.set_iterations(store_->step());  // the servers' optimizers decide the learning rate
@@ -94,7 +101,7 @@ void ParameterServer::values_from_host() {
 
 DataShare ParameterServer::data_share() const { return data_share_for(options_.data, transport_.rank(), workers_); }
 
-void ParameterServer::serve(nn::Sequential&, optim::Optimizer& optimizer, const std::filesystem::path& checkpoint_dir) {
+History ParameterServer::serve(nn::Sequential&, optim::Optimizer& optimizer, const std::filesystem::path& checkpoint_dir) {
   const int index = transport_.rank() - workers_;
   std::vector<int> worker_ranks;
   for (int rank = 0; rank < workers_; ++rank) worker_ranks.push_back(rank);
@@ -106,6 +113,41 @@ void ParameterServer::serve(nn::Sequential&, optim::Optimizer& optimizer, const 
             ps::describe(options_.consistency));
   server.serve();
   log::info("ps {}: the run is over after {} updates", index, server.stats().updates);
+  return receive_history();
+}
+
+History ParameterServer::receive_history() {
+  std::uint64_t bytes = 0;
+  transport_.recv(0, kHistoryTag, std::as_writable_bytes(std::span(&bytes, 1)))->wait(transport_.timeout());
+  COHORT_CHECK_AS(ProtocolError, bytes <= kMaxHistoryBytes, "{} announced a history of {} bytes", transport_.describe(0), bytes);
+  std::string encoded(bytes, '\0');
+  transport_.recv(0, kHistoryTag, std::as_writable_bytes(std::span(encoded)))->wait(transport_.timeout());
+  return decode_position(encoded).first.history;
+}
+
+bool ParameterServer::steps_in_lockstep() const {
+  const auto* sync = std::get_if<ps::Sync>(&options_.consistency);
+  return sync != nullptr && sync->backup_workers == 0;
+}
+
+bool ParameterServer::sum_over_replicas(std::span<double> values) {
+  const auto* sync = std::get_if<ps::Sync>(&options_.consistency);
+  if (workers_ == 1 || (sync != nullptr && sync->backup_workers > 0)) return false;
+  const auto wait = options_.wait_timeout;
+  if (!is_chief()) {
+    transport_.send(0, kAgreementTag, std::as_bytes(values))->wait(wait);
+    transport_.recv(0, kAgreementTag, std::as_writable_bytes(values))->wait(wait);
+    return true;
+  }
+  std::vector<double> theirs(values.size());
+  for (int worker = 1; worker < workers_; ++worker) {
+    transport_.recv(worker, kAgreementTag, std::as_writable_bytes(std::span(theirs)))->wait(wait);
+    for (std::size_t i = 0; i < values.size(); ++i) values[i] += theirs[i];
+  }
+  std::vector<comm::WorkPtr> sends;
+  for (int worker = 1; worker < workers_; ++worker) sends.push_back(transport_.send(worker, kAgreementTag, std::as_bytes(values)));
+  comm::wait_all(sends, wait);
+  return true;
 }
 
 void ParameterServer::save_checkpoint(const std::filesystem::path& directory, const nn::Sequential& model,
@@ -145,9 +187,20 @@ std::string ParameterServer::setup_report() const {
   return fmt::format("Parameter servers: {}, placement {}\n{}", name(), plan_->policy(), plan_->table());
 }
 
-void ParameterServer::finish() {
+void ParameterServer::finish(const History& history) {
   if (is_chief()) final_stats_ = store_->server_stats();
   store_->finish();
+  if (!is_chief()) return;
+  TrainingPosition summary;
+  summary.history = history;
+  const std::string encoded = encode_position(summary, 0);
+  const std::uint64_t bytes = encoded.size();
+  std::vector<comm::WorkPtr> sends;
+  for (int server = workers_; server < transport_.size(); ++server) {
+    sends.push_back(transport_.send(server, kHistoryTag, std::as_bytes(std::span(&bytes, 1))));
+    sends.push_back(transport_.send(server, kHistoryTag, std::as_bytes(std::span(encoded))));
+  }
+  comm::wait_all(sends, transport_.timeout());
 }
 
 std::string ParameterServer::final_report() {

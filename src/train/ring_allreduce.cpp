@@ -1,5 +1,7 @@
 #include "cohort/train/ring_allreduce.hpp"
 
+#include <algorithm>
+
 #include "cohort/comm/nccl.hpp"
 #include "cohort/core/check.hpp"
 #include "cohort/core/logging.hpp"
@@ -109,6 +111,28 @@ void RingAllreduce::apply_gradients(nn::Sequential& model, optim::Optimizer& opt
     at += n;
   }
   update_variables(optimizer, variables);
+}
+
+bool RingAllreduce::sum_over_replicas(std::span<double> values) {
+  const auto host = std::find_if(communicators_.begin(), communicators_.end(),
+                                 [](const auto& c) { return c->accepts(Device::CPU); });
+  COHORT_CHECK(host != communicators_.end(), "none of the communicators takes host memory");
+  comm::Communicator& communicator = **host;
+  // Gathered as raw bytes (a double is two float slots) and added in rank order: exact, and the same
+  // on every rank, which a float reduction would be neither.
+  const auto ranks = static_cast<std::size_t>(communicator.size());
+  auto mine = std::make_shared<std::vector<double>>(values.begin(), values.end());
+  auto all = std::make_shared<std::vector<double>>(values.size() * ranks);
+  const std::size_t slots = values.size() * sizeof(double) / sizeof(float);
+  const comm::Buffer mine_buffer{mine->data(), slots, comm::DataType::Float32, Device::CPU, mine};
+  const comm::Buffer all_buffer{all->data(), slots * ranks, comm::DataType::Float32, Device::CPU, all};
+  communicator.allgather(mine_buffer, all_buffer)->wait(communicator.timeout());
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    double sum = 0;
+    for (std::size_t r = 0; r < ranks; ++r) sum += (*all)[r * values.size() + i];
+    values[i] = sum;
+  }
+  return true;
 }
 
 DataShare RingAllreduce::data_share() const {

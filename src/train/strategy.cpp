@@ -16,7 +16,7 @@ DataShare data_share_for(DataPolicy policy, int replica, int replicas) {
   return {.replica = replica, .replicas = replicas};
 }
 
-void Strategy::serve(nn::Sequential&, optim::Optimizer&, const std::filesystem::path&) {
+History Strategy::serve(nn::Sequential&, optim::Optimizer&, const std::filesystem::path&) {
   throw Error(fmt::format("strategy '{}' has no server processes", name()));
 }
 

@@ -1,5 +1,6 @@
 #include "cohort/train/trainer.hpp"
 
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -40,15 +41,6 @@ class ModeGuard {
   nn::Sequential& model_;
   bool was_training_;
 };
-
-void check_compatible(const nn::Sequential& model, const data::Dataset& dataset) {
-  COHORT_CHECK(dataset.sample_shape() == model.input_shape(), "data set '{}' has samples of shape {}, the model takes {}",
-               dataset.description(), dataset.sample_shape(), model.input_shape());
-  const Shape& out = model.output_shape();
-  COHORT_CHECK(out.rank() == 1 && out[0] == dataset.num_classes(),
-               "the model outputs {} per sample, the data set '{}' has {} classes", out, dataset.description(),
-               dataset.num_classes());
-}
 
 // Batches on the model's device. On the CPU they are the loader's own; elsewhere each batch is copied on
 // a CopyStream into one of two device buffers, so that the copy of batch k + 1 overlaps step k.
@@ -100,38 +92,120 @@ class DeviceBatches {
 
 }  // namespace
 
-Trainer::Trainer(nn::Sequential& model, std::unique_ptr<optim::Optimizer> optimizer, std::shared_ptr<Strategy> strategy)
-    : model_(model), optimizer_(std::move(optimizer)), strategy_(std::move(strategy)) {
+Trainer::Trainer(nn::Sequential& model, std::unique_ptr<optim::Optimizer> optimizer, std::shared_ptr<Strategy> strategy,
+                 TrainerOptions options)
+    : model_(model),
+      optimizer_(std::move(optimizer)),
+      strategy_(std::move(strategy)),
+      loss_(std::move(options.loss)),
+      metrics_(std::move(options.metrics)) {
   COHORT_CHECK(optimizer_ != nullptr && strategy_ != nullptr, "Trainer needs an optimizer and a strategy");
+  if (metrics_.empty() && (nn::is_categorical(loss_) || std::holds_alternative<nn::BinaryCrossentropy>(loss_)))
+    metrics_.push_back(nn::Metric::accuracy());
+  for (std::size_t i = 0; i < metrics_.size(); ++i)
+    for (std::size_t j = 0; j < i; ++j)
+      COHORT_CHECK(metrics_[i].name() != metrics_[j].name(), "metric '{}' is listed twice", metrics_[i].name());
 }
 
-std::pair<double, std::int64_t> Trainer::train_step(const Tensor& images, const Tensor& labels) {
+void Trainer::Totals::add(const Totals& other) {
+  for (std::size_t i = 0; i < values.size(); ++i) values[i] += other.values[i];
+}
+
+Trainer::Totals Trainer::new_totals() const { return {std::vector<double>(2 + metrics_.size(), 0.0)}; }
+
+Logs Trainer::logs_of(const Totals& totals, const std::string& prefix) const {
+  const double samples = std::max(totals.values[0], 1.0);
+  Logs logs{{prefix + "loss", totals.values[1] / samples}};
+  for (std::size_t i = 0; i < metrics_.size(); ++i) logs[prefix + metrics_[i].name()] = totals.values[2 + i] / samples;
+  return logs;
+}
+
+void Trainer::check_fits(const data::Dataset& dataset) const {
+  COHORT_CHECK(dataset.sample_shape() == model_.input_shape(), "data set '{}' has samples of shape {}, the model takes {}",
+               dataset.description(), dataset.sample_shape(), model_.input_shape());
+  const nn::LossFit fit{.output_shape = model_.output_shape(),
+                        .final_activation = model_.final_activation(),
+                        .target_shape = dataset.target_shape(),
+                        .num_classes = dataset.num_classes()};
+  try {
+    nn::check_loss_fits(loss_, fit);
+    for (const auto& metric : metrics_) metric.check_fits(loss_, fit);
+  } catch (const InvalidArgument& e) {
+    throw InvalidArgument(fmt::format("{} (model output {}, last layer '{}', data set '{}')", e.what(), model_.output_shape(),
+                                      model_.last_layer_name(), dataset.description()));
+  }
+}
+
+Trainer::Totals Trainer::train_step(const Tensor& images, const Tensor& targets) {
+  Totals totals = new_totals();
   if (images.dim(0) == 0) {
     // This replica's share of the epoch's last step is empty: it contributes zero gradients.
     for (const auto& v : model_.trainable_variables()) ops::fill(v->gradient, 0.0f);
     strategy_->apply_gradients(model_, *optimizer_, 0);
-    return {0.0, 0};
+    return totals;
   }
-  const bool fused = model_.ends_with_softmax();
+  const bool fused = nn::fuses_final_activation(loss_, model_.final_activation());
   const Tensor prediction = fused ? model_.forward_logits(images) : model_.forward(images);
+  const bool logits = fused || nn::expects_logits(loss_);
   if (!output_gradient_.defined() || output_gradient_.shape() != prediction.shape() ||
       output_gradient_.device() != prediction.device())
     output_gradient_ = Tensor(prediction.shape(), prediction.device());
-  const double loss = nn::CategoricalCrossentropy{.from_logits = fused}.compute(prediction, labels, output_gradient_);
+  const double loss = nn::compute_loss(loss_, prediction, logits, targets, output_gradient_);
   if (!std::isfinite(loss))
     throw Error(fmt::format("the training loss became {} at step {} (learning rate {:.3g}); lower the learning rate",
                             loss, optimizer_->iterations(), optimizer_->learning_rate()));
-  const std::int64_t correct = ops::count_correct(prediction, labels);
+  const auto samples = static_cast<double>(images.dim(0));
+  totals.values[0] = samples;
+  totals.values[1] = loss * samples;
+  for (std::size_t i = 0; i < metrics_.size(); ++i) totals.values[2 + i] = metrics_[i].batch_sum(loss_, prediction, logits, targets);
   model_.backward(output_gradient_);
   strategy_->apply_gradients(model_, *optimizer_, images.dim(0));
-  return {loss, correct};
+  return totals;
+}
+
+Trainer::Totals Trainer::evaluate_batch(const Tensor& images, const Tensor& targets) {
+  Totals totals = new_totals();
+  if (images.dim(0) == 0) return totals;
+  const bool fused = nn::fuses_final_activation(loss_, model_.final_activation());
+  const Tensor prediction = fused ? model_.forward_logits(images) : model_.forward(images);
+  const bool logits = fused || nn::expects_logits(loss_);
+  const auto samples = static_cast<double>(images.dim(0));
+  totals.values[0] = samples;
+  totals.values[1] = nn::compute_loss(loss_, prediction, logits, targets) * samples;
+  for (std::size_t i = 0; i < metrics_.size(); ++i) totals.values[2 + i] = metrics_[i].batch_sum(loss_, prediction, logits, targets);
+  return totals;
+}
+
+Trainer::Totals Trainer::evaluate_share(const data::Dataset& dataset, std::int64_t batch_size, int replica, int replicas) {
+  COHORT_CHECK(batch_size > 0, "batch size must be positive, got {}", batch_size);
+  ModeGuard mode(model_);
+  model_.eval();
+  const data::DataLoader loader(dataset, {.batch_size = batch_size,
+                                          .shuffle = false,
+                                          .prefetch = 1,
+                                          .replica = replica,
+                                          .replicas = replicas,
+                                          .pinned = model_.device() != Device::CPU});
+  Totals totals = new_totals();
+  auto host_batches = loader.epoch(0);
+  DeviceBatches batches(*host_batches, model_.device());
+  while (auto batch = batches.next()) totals.add(evaluate_batch(batch->images, batch->labels));
+  return totals;
+}
+
+void Trainer::agree(TrainingControl& control) {
+  const auto requested = control.requested_learning_rate();
+  std::array<double, 3> votes{control.stop_requested() ? 1.0 : 0.0, requested ? 1.0 : 0.0, requested.value_or(0.0)};
+  strategy_->sum_over_replicas(votes);
+  if (votes[1] > 0) optimizer_->set_learning_rate(votes[2] / votes[1]);
+  control.set_agreed(votes[0] > 0);
 }
 
 History Trainer::fit(const data::Dataset& train, const FitOptions& options) {
   COHORT_CHECK(options.epochs > 0 || options.max_steps > 0, "fit() needs epochs > 0 or max_steps > 0");
   COHORT_CHECK(train.size() > 0, "fit() got an empty training set '{}'", train.description());
-  check_compatible(model_, train);
-  if (options.validation != nullptr) check_compatible(model_, *options.validation);
+  check_fits(train);
+  if (options.validation != nullptr) check_fits(*options.validation);
   const bool chief = strategy_->is_chief();
   const bool verbose = chief && options.verbosity != Verbosity::Silent;
   const std::filesystem::path& checkpoint_dir = options.checkpoint_dir;
@@ -140,6 +214,7 @@ History Trainer::fit(const data::Dataset& train, const FitOptions& options) {
   if ((options.resume || restarted_by_launcher()) && !checkpoint_dir.empty()) {
     if (auto restored = strategy_->restore_checkpoint(checkpoint_dir, model_, *optimizer_)) {
       position = std::move(*restored);
+      optimizer_->set_learning_rate_factor(position.learning_rate_factor);
       if (verbose)
         log::info("resumed from {}: epoch {}, batch {}, step {}", checkpoint_dir.string(), position.epoch + 1,
                   position.batch_in_epoch, position.global_step);
@@ -147,10 +222,7 @@ History Trainer::fit(const data::Dataset& train, const FitOptions& options) {
   }
   optimizer_->to(model_.device());
   strategy_->initialize(model_, *optimizer_);  // after a resume, so that all processes start from the chief's
-  if (strategy_->is_server()) {
-    strategy_->serve(model_, *optimizer_, checkpoint_dir);
-    return position.history;
-  }
+  if (strategy_->is_server()) return strategy_->serve(model_, *optimizer_, checkpoint_dir);
   if (verbose) {
     const std::string setup = strategy_->setup_report();
     if (!setup.empty()) fmt::print("{}", setup);
@@ -169,72 +241,89 @@ History Trainer::fit(const data::Dataset& train, const FitOptions& options) {
                                 strategy_->sampler(train.size(), loader_options.seed, options.shuffle));
   // With EachWorkerFullPass every replica reads the whole set: an epoch then means replicas passes.
   const bool every_replica_reads_all = share.replicas == 1 && strategy_->replicas() > 1;
+  const std::int64_t steps_per_epoch = loader.batches_per_epoch();
   if (verbose)
-    log::info("training on {} with strategy '{}': {} samples per epoch{}, global batch {} = {} replica(s) x {}, {} steps "
-              "per epoch",
-              train.description(), strategy_->name(),
+    log::info("training on {} with strategy '{}', loss {}: {} samples per epoch{}, global batch {} = {} replica(s) x {}, "
+              "{} steps per epoch",
+              train.description(), strategy_->name(), nn::loss_name(loss_),
               loader.samples_per_epoch() * (every_replica_reads_all ? strategy_->replicas() : 1),
               every_replica_reads_all ? " (every replica reads the whole set)" : "",
-              options.batch_size * strategy_->replicas(), strategy_->replicas(), options.batch_size,
-              loader.batches_per_epoch());
+              options.batch_size * strategy_->replicas(), strategy_->replicas(), options.batch_size, steps_per_epoch);
 
   auto save = [&] {
     if (checkpoint_dir.empty()) return;
+    position.learning_rate_factor = optimizer_->learning_rate_factor();
     strategy_->save_checkpoint(checkpoint_dir, model_, *optimizer_, position);
     if (verbose) log::info("checkpoint of step {} saved to {}", position.global_step, checkpoint_dir.string());
   };
 
-  TrainingControl control;
-  for (auto& callback : options.callbacks) callback->on_train_begin(control);
+  TrainingControl control(*this, chief);
+  const auto& callbacks = options.callbacks;
+  const bool agree_every_step = strategy_->steps_in_lockstep();
+  for (auto& callback : callbacks) callback->on_train_begin(control);
+  agree(control);
   ModeGuard mode(model_);
   Logs last_logs;
   std::optional<Logs> partial_epoch;
   bool step_limit_reached = false;
-  for (std::int64_t epoch = position.epoch; epoch < epochs && !control.stop_requested() && !step_limit_reached; ++epoch) {
-    for (auto& callback : options.callbacks) callback->on_epoch_begin(epoch, control);
+  bool run_ended = false;  // another process ended the run (a parameter-server chief that stopped)
+  for (std::int64_t epoch = position.epoch; epoch < epochs && !control.stopping() && !run_ended && !step_limit_reached; ++epoch) {
+    for (auto& callback : callbacks) callback->on_epoch_begin(epoch, control);
+    agree(control);
+    if (control.stopping()) break;
     if (verbose && options.epochs > 0) fmt::print("Epoch {}/{}\n", epoch + 1, options.epochs);
     std::fflush(stdout);
-    ProgressBar progress(loader.batches_per_epoch(), stdout, options.verbosity == Verbosity::Lines ? 0 : -1);
+    ProgressBar progress(steps_per_epoch, stdout, options.verbosity == Verbosity::Lines ? 0 : -1);
     const auto epoch_start = Clock::now();
-    double loss_sum = 0;
-    std::int64_t correct = 0, seen = 0;
-    Logs logs;
+    Totals totals = new_totals();
     auto host_batches = loader.epoch(epoch, position.batch_in_epoch);
     DeviceBatches batches(*host_batches, model_.device());
     while (auto batch = batches.next()) {
+      for (auto& callback : callbacks) callback->on_batch_begin(position.global_step, control);
       model_.train();
-      const auto [loss, batch_correct] = train_step(batch->images, batch->labels);
-      const std::int64_t count = batch->labels.numel();
-      loss_sum += loss * static_cast<double>(count);
-      correct += batch_correct;
-      seen += count;
-      const double denominator = static_cast<double>(std::max<std::int64_t>(seen, 1));
+      totals.add(train_step(batch->images, batch->labels));
       ++position.global_step;
       position.batch_in_epoch = batch->index + 1;
-      logs = {{"loss", loss_sum / denominator}, {"accuracy", static_cast<double>(correct) / denominator}};
-      if (verbose) progress.update(position.batch_in_epoch, logs, static_cast<double>(seen) / seconds_since(epoch_start));
-      for (auto& callback : options.callbacks) callback->on_batch_end(position.global_step, logs, control);
+      const Logs logs = logs_of(totals, "");
+      if (verbose) progress.update(position.batch_in_epoch, logs, totals.values[0] / seconds_since(epoch_start));
+      for (auto& callback : callbacks) callback->on_batch_end(position.global_step, logs, control);
+      if (!callbacks.empty() && agree_every_step) agree(control);
       if (options.checkpoint_every_steps > 0 && position.global_step % options.checkpoint_every_steps == 0) save();
       step_limit_reached = options.max_steps > 0 && position.global_step >= options.max_steps;
-      if (strategy_->should_stop()) control.stop();
-      if (step_limit_reached || control.stop_requested()) break;
+      run_ended = strategy_->should_stop();
+      if (step_limit_reached || run_ended || control.stopping()) break;
     }
-    const double seconds = seconds_since(epoch_start);
+    // Over all processes: the training totals, the validation totals of each one's share of the
+    // validation set, and the time figures (averaged), so that every History holds the same numbers.
+    Logs strategy_logs;
+    strategy_->add_epoch_logs(strategy_logs);
+    Totals validation = new_totals();
+    if (options.validation != nullptr)
+      validation = evaluate_share(*options.validation, std::max<std::int64_t>(options.batch_size, 256), share.replica,
+                                  share.replicas);
+    std::vector<double> sums = totals.values;
+    sums.insert(sums.end(), validation.values.begin(), validation.values.end());
+    sums.push_back(seconds_since(epoch_start));
+    for (const auto& [name, value] : strategy_logs) sums.push_back(value);
+    const double replicas = strategy_->sum_over_replicas(sums) ? static_cast<double>(strategy_->replicas()) : 1.0;
+    const std::size_t width = totals.values.size();
+    std::copy_n(sums.begin(), width, totals.values.begin());
+    std::copy_n(sums.begin() + static_cast<std::ptrdiff_t>(width), width, validation.values.begin());
+    Logs logs = logs_of(totals, "");
+    const double seconds = sums[2 * width] / replicas;
+    std::size_t next = 2 * width + 1;
+    for (auto& [name, value] : strategy_logs) logs[name] = sums[next++] / replicas;
     logs["seconds"] = seconds;
-    logs["images_per_second"] = seen > 0 ? static_cast<double>(seen) / seconds : 0.0;
+    logs["images_per_second"] = totals.values[0] > 0 ? totals.values[0] / seconds : 0.0;
     logs["learning_rate"] = optimizer_->learning_rate();
-    strategy_->add_epoch_logs(logs);
-    if (options.validation != nullptr && chief) {
-      const Logs validation = evaluate(*options.validation);
-      logs["val_loss"] = validation.at("loss");
-      logs["val_accuracy"] = validation.at("accuracy");
-    }
+    if (options.validation != nullptr) logs.merge(logs_of(validation, "val_"));
     if (verbose) {
       Logs shown = logs;
       for (const char* hidden : {"seconds", "images_per_second", "learning_rate"}) shown.erase(hidden);
+      for (const auto& [name, value] : strategy_logs) shown.erase(name);
       progress.finish(shown, seconds, logs["images_per_second"]);
     }
-    if (position.batch_in_epoch >= loader.batches_per_epoch()) {
+    if (position.batch_in_epoch >= steps_per_epoch) {
       position.epoch = epoch + 1;
       position.batch_in_epoch = 0;
       position.history.epochs.push_back(logs);
@@ -242,44 +331,31 @@ History Trainer::fit(const data::Dataset& train, const FitOptions& options) {
       partial_epoch = logs;  // reported, but the checkpoint resumes inside this epoch
     }
     last_logs = logs;
-    for (auto& callback : options.callbacks) callback->on_epoch_end(epoch, logs, control);
+    for (auto& callback : callbacks) callback->on_epoch_end(epoch, logs, control);
+    agree(control);
     save();
   }
-  strategy_->finish();
+  History result = position.history;
+  if (partial_epoch) result.epochs.push_back(*partial_epoch);
+  strategy_->finish(result);
   if (verbose) {
     const std::string report = strategy_->final_report();
     if (!report.empty()) fmt::print("{}", report);
   }
-  History result = position.history;
-  if (partial_epoch) result.epochs.push_back(*partial_epoch);
-  for (auto& callback : options.callbacks) callback->on_train_end(last_logs);
+  for (auto& callback : callbacks) callback->on_train_end(last_logs);
   return result;
 }
 
 Logs Trainer::evaluate(const data::Dataset& dataset, std::int64_t batch_size) {
-  check_compatible(model_, dataset);
+  check_fits(dataset);
   COHORT_CHECK(dataset.size() > 0, "evaluate() got an empty data set '{}'", dataset.description());
-  ModeGuard mode(model_);
-  model_.eval();
-  const data::DataLoader loader(
-      dataset, {.batch_size = batch_size, .shuffle = false, .prefetch = 1, .pinned = model_.device() != Device::CPU});
-  const bool fused = model_.ends_with_softmax();
-  double loss_sum = 0;
-  std::int64_t correct = 0;
-  auto host_batches = loader.epoch(0);
-  DeviceBatches batches(*host_batches, model_.device());
-  while (auto batch = batches.next()) {
-    const Tensor prediction = fused ? model_.forward_logits(batch->images) : model_.forward(batch->images);
-    loss_sum += nn::CategoricalCrossentropy{.from_logits = fused}.compute(prediction, batch->labels) *
-                static_cast<double>(batch->labels.numel());
-    correct += ops::count_correct(prediction, batch->labels);
-  }
-  const auto n = static_cast<double>(dataset.size());
-  return {{"loss", loss_sum / n}, {"accuracy", static_cast<double>(correct) / n}};
+  return logs_of(evaluate_share(dataset, batch_size, 0, 1), "");
 }
 
 Tensor Trainer::predict(const Tensor& images, std::int64_t batch_size) {
   COHORT_CHECK(batch_size > 0, "batch size must be positive, got {}", batch_size);
+  COHORT_CHECK(images.rank() >= 1 && images.shape().sample() == model_.input_shape(),
+               "predict() takes samples of shape (N, {}), got {}", model_.input_shape(), images.shape());
   ModeGuard mode(model_);
   model_.eval();
   const std::int64_t n = images.dim(0);

@@ -1,5 +1,6 @@
 // Every layer and the loss against central finite differences (nn::check_gradients).
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <random>
 
 #include "cohort/nn/activation_layer.hpp"
@@ -92,6 +93,44 @@ TEST_CASE("cross-entropy gradients, fused with softmax and on probabilities", "[
       }
     }
   }
+}
+
+TEST_CASE("binary cross-entropy and regression losses: values and gradients", "[nn][gradcheck][loss]") {
+  const std::int64_t rows = 3, outputs = 2;
+  Tensor targets = Tensor::from_values({rows, outputs}, std::vector<float>{1, 0, 0, 1, 1, 1});
+  const std::vector<std::pair<std::string, nn::Loss>> losses{
+      {"bce logits", nn::BinaryCrossentropy{.from_logits = true}},
+      {"bce probabilities", nn::BinaryCrossentropy{}},
+      {"mse", nn::MeanSquaredError{}},
+      {"mae", nn::MeanAbsoluteError{}}};
+  for (const auto& [name, loss] : losses) {
+    const bool probabilities = name == "bce probabilities";
+    Tensor prediction = test_util::random_tensor({rows, outputs}, 21, probabilities ? 0.05f : -2.0f, probabilities ? 0.95f : 2.0f);
+    const bool logits = nn::expects_logits(loss);
+    Tensor gradient({rows, outputs});
+    nn::compute_loss(loss, prediction, logits, targets, gradient);
+    for (std::int64_t i = 0; i < prediction.numel(); ++i) {
+      const float saved = prediction.data()[i];
+      const double h = 1e-3;
+      prediction.data()[i] = static_cast<float>(saved + h);
+      const double plus = nn::compute_loss(loss, prediction, logits, targets);
+      prediction.data()[i] = static_cast<float>(saved - h);
+      const double minus = nn::compute_loss(loss, prediction, logits, targets);
+      prediction.data()[i] = saved;
+      INFO(name << " entry " << i);
+      CHECK(gradient.data()[i] == Approx((plus - minus) / (2 * h)).epsilon(2e-2).margin(1e-3));
+    }
+  }
+  // Known values: the logits form equals the probability form after a sigmoid.
+  const Tensor logits = Tensor::from_values({1, 2}, std::vector<float>{0.5f, -1.0f});
+  const Tensor probabilities = Tensor::from_values({1, 2}, std::vector<float>{1 / (1 + std::exp(-0.5f)), 1 / (1 + std::exp(1.0f))});
+  const Tensor z = Tensor::from_values({1, 2}, std::vector<float>{1, 0});
+  const double expected = (std::log1p(std::exp(-0.5)) + std::log1p(std::exp(-1.0))) / 2;
+  CHECK(nn::BinaryCrossentropy{.from_logits = true}.compute(logits, z) == Approx(expected).epsilon(1e-6));
+  CHECK(nn::BinaryCrossentropy{}.compute(probabilities, z) == Approx(expected).epsilon(1e-5));
+  CHECK(nn::MeanSquaredError{}.compute(logits, z) == Approx((0.25 + 1.0) / 2));
+  CHECK(nn::MeanAbsoluteError{}.compute(logits, z) == Approx((0.5 + 1.0) / 2));
+  CHECK_THROWS_WITH(nn::MeanSquaredError{}.compute(logits, Tensor({1, 3})), Catch::Contains("shaped like the prediction"));
 }
 
 TEST_CASE("the gradient checker catches a wrong gradient", "[nn][gradcheck]") {

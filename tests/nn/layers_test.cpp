@@ -100,7 +100,7 @@ TEST_CASE("the flagship model's summary has Keras' shapes and parameter counts",
   CHECK(summary.find("(None, 2, 2, 128)") != std::string::npos);
   CHECK(summary.find("dense_1 (Dense)") != std::string::npos);
   CHECK(summary.find("activation_7 (Activation)") != std::string::npos);
-  CHECK(model.ends_with_softmax());
+  CHECK(model.final_activation() == Activation::Softmax);
 }
 
 TEST_CASE("BatchNormalization uses batch statistics in training and moving ones in inference", "[nn]") {

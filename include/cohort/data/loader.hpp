@@ -1,5 +1,5 @@
 #pragma once
-// DataLoader: turns a Dataset into batches (images (N, ...sample_shape), labels (N)) in the order of a
+// DataLoader: turns a Dataset into batches (images (N, ...sample_shape), labels (N) or (N, ...target_shape)) in the order of a
 // Sampler, applying transforms, with a background thread that prepares the next batches while the
 // current one trains. An exception in the producer is rethrown by next(); destroying an epoch stops
 // its thread promptly.

@@ -20,9 +20,13 @@ class MappedDataset : public Dataset {
   Shape sample_shape() const override { return base_.sample_shape(); }
   int num_classes() const override { return base_.num_classes(); }
   int load(std::int64_t index, float* out) const override;
+  Shape target_shape() const override { return base_.target_shape(); }
+  void load_example(std::int64_t index, float* sample, float* target) const override;
   std::string description() const override { return base_.description(); }
 
  private:
+  void transform(std::int64_t index, float* sample) const;
+
   const Dataset& base_;
   std::vector<Transform> transforms_;
 };

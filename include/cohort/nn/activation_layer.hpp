@@ -1,6 +1,6 @@
 #pragma once
 // Activation: an elementwise (or, for softmax, last-axis) nonlinearity, as keras.layers.Activation.
-// ReLU() and Softmax() build the layers Keras names re_lu and softmax.
+// ReLU(), Sigmoid() and Softmax() build the layers Keras names re_lu and softmax.
 //
 //   model.add(nn::Activation(cohort::Activation::Relu)).add(nn::Softmax());
 
@@ -30,6 +30,7 @@ class ActivationLayer : public Layer {
 
 inline ActivationLayer Activation(cohort::Activation activation) { return ActivationLayer(activation); }
 inline ActivationLayer ReLU() { return ActivationLayer(cohort::Activation::Relu, "ReLU", "re_lu"); }
+inline ActivationLayer Sigmoid() { return ActivationLayer(cohort::Activation::Sigmoid, "Sigmoid", "sigmoid"); }
 inline ActivationLayer Softmax() { return ActivationLayer(cohort::Activation::Softmax, "Softmax", "softmax"); }
 
 }  // namespace cohort::nn

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "cohort/nn/layer.hpp"
+#include "cohort/tensor/geometry.hpp"
 
 namespace cohort::nn {
 
@@ -43,9 +44,12 @@ class Sequential {
 
   // Runs all layers on a batch (N, input_shape...). The result is valid until the next forward().
   Tensor forward(const Tensor& x);
-  // Runs all layers but a final Softmax, so that a loss can fuse softmax with cross-entropy.
+  // Runs all layers but a final Softmax or Sigmoid, so that a loss can fuse it with cross-entropy.
   Tensor forward_logits(const Tensor& x);
-  bool ends_with_softmax() const;
+  // The activation of the last layer when it is an activation layer, else Linear.
+  cohort::Activation final_activation() const;
+  // The last layer's name ("dense_2"), or "input" for a model without layers.
+  std::string last_layer_name() const;
   // Back-propagates dL/d(output of the last forward call); fills every trainable variable's gradient.
   void backward(const Tensor& doutput);
 

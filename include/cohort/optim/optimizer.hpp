@@ -3,7 +3,8 @@
 // ("slots": Adam's moments, SGD's velocity) keyed by the variable's name. Because every update touches
 // only its own variable's slots, a parameter server can own any subset of the variables and their state.
 //
-// Learning rate at iteration t: schedule(t) / (1 + decay * t), Keras' legacy `decay`.
+// Learning rate at iteration t: factor * schedule(t) / (1 + decay * t), Keras' legacy `decay`; the factor
+// (1 by default) is what a callback changes, and the trainer saves it with the position in training.
 // The state (slots and iteration count) serializes to a versioned binary archive. Slots live on the
 // device of their variable; to() moves them (after loading state saved on another device).
 //
@@ -51,7 +52,13 @@ class Optimizer {
 
   std::int64_t iterations() const { return iterations_; }
   void set_iterations(std::int64_t iterations) { iterations_ = iterations; }
+  // The current iteration's learning rate: the schedule's, times a factor (1 until changed).
   double learning_rate() const;
+  // Sets the factor so that the current iteration's rate is `learning_rate`; later iterations follow
+  // the schedule scaled by the same factor (Keras' ReduceLROnPlateau over a schedule).
+  void set_learning_rate(double learning_rate);
+  double learning_rate_factor() const { return learning_rate_factor_; }
+  void set_learning_rate_factor(double factor);
 
   const std::map<std::string, SlotState>& state() const { return state_; }
   // Replaces one variable's state (a parameter server restoring its shards from a checkpoint).
@@ -77,6 +84,7 @@ class Optimizer {
   Schedule schedule_;
   double decay_;
   std::int64_t iterations_ = 0;
+  double learning_rate_factor_ = 1.0;
   std::map<std::string, SlotState> state_;
 };
 

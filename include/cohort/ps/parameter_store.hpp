@@ -62,6 +62,8 @@ class ParameterStore {
   void pull();
   // Sends the gradients of a step over `samples` samples (0: none) and reads the new values.
   void push_pull(std::int64_t samples);
+  // The factor on the servers' learning-rate schedule that the next pushes carry (1 by default).
+  void set_learning_rate_factor(double factor) { learning_rate_factor_ = factor; }
   // Every server writes its snapshot for checkpoint step `step`; returns the files for the manifest.
   std::vector<SnapshotFile> save(std::int64_t step);
   std::vector<ServerStats> server_stats();
@@ -105,6 +107,7 @@ class ParameterStore {
   std::vector<LocalVariable> variables_;
   std::vector<Link> links_;
   bool run_ended_ = false;
+  double learning_rate_factor_ = 1;
   ClientTraffic traffic_;
 };
 

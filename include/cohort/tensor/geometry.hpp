@@ -8,6 +8,18 @@ namespace cohort {
 
 enum class Activation { Linear, Relu, Sigmoid, Tanh, Softmax };
 
+// Keras' class name of the activation's layer ("ReLU", "Softmax", ...).
+constexpr const char* activation_name(Activation activation) {
+  switch (activation) {
+    case Activation::Linear: return "Linear";
+    case Activation::Relu: return "ReLU";
+    case Activation::Sigmoid: return "Sigmoid";
+    case Activation::Tanh: return "Tanh";
+    case Activation::Softmax: return "Softmax";
+  }
+  return "?";
+}
+
 // Geometry of a 2-D convolution over NHWC input with an HWIO kernel.
 struct Conv2dGeometry {
   std::int64_t batch = 0, in_h = 0, in_w = 0, in_c = 0;

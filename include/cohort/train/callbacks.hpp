@@ -1,5 +1,15 @@
 #pragma once
-// Callbacks observe fit() (Keras-style hooks) and may stop it early.
+// Callbacks observe fit() (Keras-style hooks) and may stop it or change the learning rate. They are
+// safe in distributed runs: a request made on any process is agreed among all processes that train
+// before it takes effect, at the same step everywhere. Agreement happens at the end of every step
+// (when fit() has callbacks and the strategy steps in lockstep; with asynchronous parameter servers or
+// backup workers only at epoch boundaries) and after on_epoch_begin and on_epoch_end: a stop ends every process
+// after that step or epoch, with status 0; a learning-rate change (the mean of the rates asked for, when
+// processes ask for different ones) applies from the next step on every process and parameter server.
+// Change the rate through the control, not the optimizer, so that it is agreed.
+// Epoch logs hold metrics over all processes (the same numbers everywhere); batch logs are this
+// process's share of the epoch so far. With backup workers (ps::Sync::backup_workers), whose processes
+// never wait for each other, nothing is agreed: each process acts on its own requests and metrics.
 //
 //   struct StopAtLoss : train::Callback {
 //     void on_epoch_end(std::int64_t, const train::Logs& logs, train::TrainingControl& c) override {
@@ -8,19 +18,49 @@
 //   };
 
 #include <cstdint>
+#include <filesystem>
 #include <functional>
+#include <optional>
+#include <string>
 
+#include "cohort/nn/sequential.hpp"
+#include "cohort/optim/optimizer.hpp"
 #include "cohort/train/logs.hpp"
 
 namespace cohort::train {
 
+class Trainer;
+
 class TrainingControl {
  public:
+  TrainingControl(Trainer& trainer, bool chief) : trainer_(trainer), chief_(chief) {}
+
+  // Ends training at the next agreement point.
   void stop() { stop_requested_ = true; }
+  // Sets the optimizer's learning rate at the next agreement point.
+  void set_learning_rate(double learning_rate);
+
+  // What this process asked for since the last agreement.
   bool stop_requested() const { return stop_requested_; }
+  std::optional<double> requested_learning_rate() const { return requested_learning_rate_; }
+
+  Trainer& trainer() { return trainer_; }
+  nn::Sequential& model();
+  optim::Optimizer& optimizer();
+  // The chief writes files (checkpoints, logs); every process runs the callbacks.
+  bool is_chief() const { return chief_; }
+
+  // True once the processes agreed to stop.
+  bool stopping() const { return stopping_; }
+  // For the trainer, after agreeing: whether to stop; the requests are spent.
+  void set_agreed(bool stop);
 
  private:
+  Trainer& trainer_;
+  bool chief_;
   bool stop_requested_ = false;
+  bool stopping_ = false;
+  std::optional<double> requested_learning_rate_;
 };
 
 class Callback {
@@ -28,7 +68,9 @@ class Callback {
   virtual ~Callback() = default;
   virtual void on_train_begin(TrainingControl&) {}
   virtual void on_epoch_begin(std::int64_t /*epoch*/, TrainingControl&) {}
-  // `step` counts optimizer steps since the start of training (resumed runs continue the count).
+  // `step` counts optimizer steps since the start of training (resumed runs continue the count): the
+  // steps taken before this batch, and including it at its end.
+  virtual void on_batch_begin(std::int64_t /*step*/, TrainingControl&) {}
   virtual void on_batch_end(std::int64_t /*step*/, const Logs& /*logs*/, TrainingControl&) {}
   virtual void on_epoch_end(std::int64_t /*epoch*/, const Logs& /*logs*/, TrainingControl&) {}
   virtual void on_train_end(const Logs& /*logs*/) {}
@@ -36,13 +78,116 @@ class Callback {
 
 // A callback from plain functions, for the hooks one needs.
 struct LambdaCallback : Callback {
+  std::function<void(TrainingControl&)> train_begin;
+  std::function<void(std::int64_t, TrainingControl&)> epoch_begin, batch_begin;
   std::function<void(std::int64_t, const Logs&, TrainingControl&)> batch_end, epoch_end;
-  void on_batch_end(std::int64_t step, const Logs& logs, TrainingControl& control) override {
-    if (batch_end) batch_end(step, logs, control);
-  }
-  void on_epoch_end(std::int64_t epoch, const Logs& logs, TrainingControl& control) override {
-    if (epoch_end) epoch_end(epoch, logs, control);
-  }
+  std::function<void(const Logs&)> train_end;
+
+  void on_train_begin(TrainingControl& control) override;
+  void on_epoch_begin(std::int64_t epoch, TrainingControl& control) override;
+  void on_batch_begin(std::int64_t step, TrainingControl& control) override;
+  void on_batch_end(std::int64_t step, const Logs& logs, TrainingControl& control) override;
+  void on_epoch_end(std::int64_t epoch, const Logs& logs, TrainingControl& control) override;
+  void on_train_end(const Logs& logs) override;
+};
+
+// Whether a smaller or a larger value of the monitored metric is better; Auto: larger for names with
+// "acc" in them, smaller otherwise (Keras).
+enum class Mode { Auto, Min, Max };
+
+// Stops when `monitor` has not improved by more than min_delta for `patience` epochs in a row (Keras).
+struct EarlyStoppingOptions {
+  std::string monitor = "val_loss";
+  double min_delta = 0;
+  std::int64_t patience = 0;
+  Mode mode = Mode::Auto;
+  // Puts back the variables of the best epoch when it stops training.
+  bool restore_best_weights = false;
+};
+
+class EarlyStopping : public Callback {
+ public:
+  explicit EarlyStopping(EarlyStoppingOptions options = {});
+  void on_train_begin(TrainingControl& control) override;
+  void on_epoch_end(std::int64_t epoch, const Logs& logs, TrainingControl& control) override;
+  // The epoch after which training stopped, when it did.
+  std::optional<std::int64_t> stopped_epoch() const { return stopped_epoch_; }
+
+ private:
+  void restore_best(TrainingControl& control);
+
+  EarlyStoppingOptions options_;
+  bool larger_is_better_ = false;
+  double best_ = 0;
+  bool has_best_ = false;
+  std::int64_t waited_ = 0;
+  std::optional<std::int64_t> stopped_epoch_;
+  std::vector<Tensor> best_values_;
+};
+
+// Multiplies the learning rate by `factor` when `monitor` has not improved for `patience` epochs, then
+// waits `cooldown` epochs; never below min_learning_rate.
+struct ReduceLROnPlateauOptions {
+  std::string monitor = "val_loss";
+  double factor = 0.1;
+  std::int64_t patience = 10;
+  Mode mode = Mode::Auto;
+  double min_delta = 1e-4;
+  std::int64_t cooldown = 0;
+  double min_learning_rate = 0;
+};
+
+class ReduceLROnPlateau : public Callback {
+ public:
+  explicit ReduceLROnPlateau(ReduceLROnPlateauOptions options = {});
+  void on_epoch_end(std::int64_t epoch, const Logs& logs, TrainingControl& control) override;
+
+ private:
+  ReduceLROnPlateauOptions options_;
+  bool larger_is_better_ = false;
+  double best_ = 0;
+  bool has_best_ = false;
+  std::int64_t waited_ = 0, cooling_ = 0;
+};
+
+// Saves the model's weights (nn::save_weights) on the chief after epochs: every epoch, or only when
+// `monitor` improved (best_only); keeps the newest keep_last files (0: all). `path` may hold "{epoch}"
+// (1-based) and the name of any log, e.g. "ckpt/weights-{epoch:03d}-{val_loss:.4f}.weights" (fmt syntax).
+struct ModelCheckpointOptions {
+  std::filesystem::path path;
+  std::string monitor = "val_loss";
+  Mode mode = Mode::Auto;
+  bool best_only = false;
+  std::int64_t keep_last = 0;
+};
+
+class ModelCheckpoint : public Callback {
+ public:
+  explicit ModelCheckpoint(ModelCheckpointOptions options);
+  void on_epoch_end(std::int64_t epoch, const Logs& logs, TrainingControl& control) override;
+  // Files written and still kept, oldest first.
+  const std::vector<std::filesystem::path>& kept() const { return kept_; }
+
+ private:
+  ModelCheckpointOptions options_;
+  bool larger_is_better_ = false;
+  double best_ = 0;
+  bool has_best_ = false;
+  std::vector<std::filesystem::path> kept_;
+};
+
+// Appends one CSV row per epoch on the chief (header first), flushed at once, so that a crashed run
+// keeps its rows; append = true continues an existing file.
+class CSVLogger : public Callback {
+ public:
+  explicit CSVLogger(std::filesystem::path path, bool append = false);
+  void on_train_begin(TrainingControl& control) override;
+  void on_epoch_end(std::int64_t epoch, const Logs& logs, TrainingControl& control) override;
+
+ private:
+  std::filesystem::path path_;
+  bool append_;
+  std::vector<std::string> columns_;
 };
 
 }  // namespace cohort::train

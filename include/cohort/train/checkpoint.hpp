@@ -23,9 +23,10 @@ struct TrainingPosition {
   std::int64_t global_step = 0;     // optimizer steps taken
   std::uint64_t data_seed = 0;
   History history;                  // completed epochs
+  double learning_rate_factor = 1;  // what callbacks made of the optimizer's schedule
 };
 
-inline constexpr std::uint32_t kCheckpointFormatVersion = 1;
+inline constexpr std::uint32_t kCheckpointFormatVersion = 2;
 
 void save_checkpoint(const std::filesystem::path& path, const nn::Sequential& model, const optim::Optimizer& optimizer,
                      const TrainingPosition& position);

@@ -60,7 +60,12 @@ class ParameterServer : public Strategy {
   void initialize(nn::Sequential& model, optim::Optimizer& optimizer) override;
   void apply_gradients(nn::Sequential& model, optim::Optimizer& optimizer, std::int64_t samples) override;
   DataShare data_share() const override;
-  void serve(nn::Sequential& model, optim::Optimizer& optimizer, const std::filesystem::path& checkpoint_dir) override;
+  // Returns the run's history, which the chief sends every server at the end.
+  History serve(nn::Sequential& model, optim::Optimizer& optimizer, const std::filesystem::path& checkpoint_dir) override;
+  // Among the workers, through the chief; not with backup workers, whose late pushes wait for the
+  // others' next step and so could never meet them at a common point.
+  bool sum_over_replicas(std::span<double> values) override;
+  bool steps_in_lockstep() const override;
   bool should_stop() const override { return store_ && store_->run_ended(); }
   void save_checkpoint(const std::filesystem::path& directory, const nn::Sequential& model,
                        const optim::Optimizer& optimizer, const TrainingPosition& position) override;
@@ -68,7 +73,7 @@ class ParameterServer : public Strategy {
                                                      optim::Optimizer& optimizer) override;
   std::string setup_report() const override;
   std::string final_report() override;
-  void finish() override;
+  void finish(const History& history) override;
   void add_epoch_logs(Logs& logs) override;
 
   // After initialize(): the placement plan (every process), and on workers the store with its live
@@ -87,6 +92,7 @@ class ParameterServer : public Strategy {
     Tensor value, gradient;
   };
   void values_to_host(bool trainable_too);
+  History receive_history();
   void values_from_host();
 
   comm::Transport& transport_;

@@ -47,6 +47,7 @@ class RingAllreduce : public Strategy {
   void initialize(nn::Sequential& model, optim::Optimizer& optimizer) override;
   void apply_gradients(nn::Sequential& model, optim::Optimizer& optimizer, std::int64_t samples) override;
   DataShare data_share() const override;
+  bool sum_over_replicas(std::span<double> values) override;
 
  private:
   // Runs one collective on `buffer` (any device), through the pinned host buffer when the communicator

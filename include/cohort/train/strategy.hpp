@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 
 #include "cohort/data/sampler.hpp"
@@ -53,10 +54,19 @@ class Strategy {
   virtual std::shared_ptr<const data::Sampler> sampler(std::int64_t size, std::uint64_t seed, bool shuffle) const;
   virtual DataShare data_share() const { return {}; }
 
+  // Sums `values` element-wise over the processes that train; each calls it at the same point of fit(),
+  // and every one ends with the same sums (added in rank order). Metrics, and what callbacks decide,
+  // are agreed this way. Returns false, leaving `values` as they are, where the processes cannot wait
+  // for each other (parameter servers with backup workers) or there is only one.
+  virtual bool sum_over_replicas(std::span<double> /*values*/) { return false; }
+  // Whether the processes step in lockstep, so that agreeing after every step costs no waiting; when not
+  // (asynchronous updates, backup workers), callbacks' requests are agreed at epoch boundaries only.
+  virtual bool steps_in_lockstep() const { return true; }
+
   // A process that serves instead of training (a parameter server): fit() calls serve() after
-  // initialize() and returns when the run is over.
+  // initialize() and returns what it returns, the run's history, when the run is over.
   virtual bool is_server() const { return false; }
-  virtual void serve(nn::Sequential& model, optim::Optimizer& optimizer, const std::filesystem::path& checkpoint_dir);
+  virtual History serve(nn::Sequential& model, optim::Optimizer& optimizer, const std::filesystem::path& checkpoint_dir);
   // True once another process has ended the run (the chief stopped early): this one stops too.
   virtual bool should_stop() const { return false; }
 
@@ -69,8 +79,8 @@ class Strategy {
   // What the chief prints before training (a placement plan) and after it (traffic); may be empty.
   virtual std::string setup_report() const { return {}; }
   virtual std::string final_report() { return {}; }
-  // Called at the end of fit() on every training process, before final_report().
-  virtual void finish() {}
+  // Called at the end of fit() on every training process with the run's history, before final_report().
+  virtual void finish(const History& /*history*/) {}
   // Adds strategy figures (time spent communicating) to an epoch's logs.
   virtual void add_epoch_logs(Logs&) {}
 };

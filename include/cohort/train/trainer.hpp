@@ -1,13 +1,17 @@
 #pragma once
-// Trainer: fit(), evaluate() and predict() for a Sequential classifier, Keras-style. The loss is
-// categorical cross-entropy, fused with a final Softmax layer when the model has one. The same Trainer
-// runs single-process (train::Local) or distributed: the Strategy decides the rest.
+// Trainer: fit(), evaluate() and predict() for a Sequential model, Keras-style. The loss and metrics are
+// options (Keras' compile()): categorical cross-entropy and accuracy by default; the loss is checked
+// against the model's last layer and the data before training starts. The same Trainer runs
+// single-process (train::Local) or distributed: the Strategy decides the rest. Epoch metrics, training
+// and validation, are averaged over all processes that train, weighted by samples, so that every
+// process's History (a parameter server's too) holds the same numbers.
 // Training runs on the model's device: the optimizer's state is moved there, and each batch is copied
 // there from pinned host memory on a CopyStream while the previous step computes. predict() takes
 // samples on any device and returns its outputs on the host.
 //
 //   nn::Sequential model({28, 28, 1});  ...
-//   Trainer trainer(model, optim::Adam());
+//   Trainer trainer(model, optim::Adam(), std::make_shared<train::Local>(),
+//                   {.loss = nn::SparseCategoricalCrossentropy{.from_logits = true}, .metrics = {"accuracy"}});
 //   auto history = trainer.fit(train_set, {.epochs = 5, .batch_size = 64, .validation = &test_set});
 //   fmt::print("test accuracy {:.4f}\n", trainer.evaluate(test_set).at("accuracy"));
 
@@ -19,6 +23,8 @@
 
 #include "cohort/data/dataset.hpp"
 #include "cohort/data/transforms.hpp"
+#include "cohort/nn/loss.hpp"
+#include "cohort/nn/metric.hpp"
 #include "cohort/nn/sequential.hpp"
 #include "cohort/optim/optimizer.hpp"
 #include "cohort/train/callbacks.hpp"
@@ -48,30 +54,58 @@ struct FitOptions {
   bool resume = false;
 };
 
+struct TrainerOptions {
+  nn::Loss loss = nn::CategoricalCrossentropy{};
+  // Reported beside the loss, in this order; empty: accuracy for the classification losses.
+  std::vector<nn::Metric> metrics;
+};
+
 class Trainer {
  public:
   template <std::derived_from<optim::Optimizer> O>
-  Trainer(nn::Sequential& model, O optimizer, std::shared_ptr<Strategy> strategy = std::make_shared<Local>())
-      : Trainer(model, std::unique_ptr<optim::Optimizer>(new O(std::move(optimizer))), std::move(strategy)) {}
+  Trainer(nn::Sequential& model, O optimizer, std::shared_ptr<Strategy> strategy = std::make_shared<Local>(),
+          TrainerOptions options = {})
+      : Trainer(model, std::unique_ptr<optim::Optimizer>(new O(std::move(optimizer))), std::move(strategy),
+                std::move(options)) {}
   Trainer(nn::Sequential& model, std::unique_ptr<optim::Optimizer> optimizer,
-          std::shared_ptr<Strategy> strategy = std::make_shared<Local>());
+          std::shared_ptr<Strategy> strategy = std::make_shared<Local>(), TrainerOptions options = {});
 
   History fit(const data::Dataset& train, const FitOptions& options);
-  // Mean loss and accuracy over a data set, in inference mode.
+  // The loss and the metrics over a whole data set, in inference mode, on this process.
   Logs evaluate(const data::Dataset& dataset, std::int64_t batch_size = 256);
   // Model outputs (N, classes) for a batch of samples, in inference mode.
   Tensor predict(const Tensor& images, std::int64_t batch_size = 256);
 
   optim::Optimizer& optimizer() { return *optimizer_; }
   nn::Sequential& model() { return model_; }
+  Strategy& strategy() { return *strategy_; }
+  const nn::Loss& loss() const { return loss_; }
+  const std::vector<nn::Metric>& metrics() const { return metrics_; }
 
  private:
-  // One forward/backward/update on a batch; returns (loss, correct predictions).
-  std::pair<double, std::int64_t> train_step(const Tensor& images, const Tensor& labels);
+  // Per batch and summed over an epoch: the samples, then the loss and each metric summed over them.
+  struct Totals {
+    std::vector<double> values;
+    void add(const Totals& other);
+  };
+  Totals new_totals() const;
+  Logs logs_of(const Totals& totals, const std::string& prefix) const;
+  // Checks that the loss and metrics fit the model and `dataset`.
+  void check_fits(const data::Dataset& dataset) const;
+  // One forward/backward/update on a batch.
+  Totals train_step(const Tensor& images, const Tensor& targets);
+  // The loss and metrics of one batch in inference mode.
+  Totals evaluate_batch(const Tensor& images, const Tensor& targets);
+  // Totals over this process's share of `dataset`.
+  Totals evaluate_share(const data::Dataset& dataset, std::int64_t batch_size, int replica, int replicas);
+  // Agrees on the callbacks' requests among the processes and applies what was agreed.
+  void agree(TrainingControl& control);
 
   nn::Sequential& model_;
   std::unique_ptr<optim::Optimizer> optimizer_;
   std::shared_ptr<Strategy> strategy_;
+  nn::Loss loss_;
+  std::vector<nn::Metric> metrics_;
   Tensor output_gradient_;
 };
 

@@ -1,0 +1,22 @@
+#pragma once
+// Losses and metrics computed on the host: a batch's outputs and targets are small, so on a device they
+// are copied to the host (one transfer each way) rather than given kernels of their own.
+
+#include "cohort/tensor/ops.hpp"
+#include "cohort/tensor/tensor.hpp"
+
+namespace cohort::nn {
+
+// Calls compute(prediction, targets, gradient or nullptr) on host copies, then moves the gradient back.
+template <class Compute>
+auto on_host(const Tensor& prediction, const Tensor& targets, const Tensor& gradient, Compute compute) {
+  const Tensor host_prediction = prediction.to(Device::CPU), host_targets = targets.to(Device::CPU);
+  const bool staged_gradient = gradient.defined() && gradient.device() != Device::CPU;
+  const Tensor host_gradient = staged_gradient ? Tensor(gradient.shape()) : gradient;
+  auto result = compute(static_cast<const float*>(host_prediction.data()), static_cast<const float*>(host_targets.data()),
+                        host_gradient.defined() ? host_gradient.data() : nullptr);
+  if (staged_gradient) ops::copy(host_gradient, gradient);
+  return result;
+}
+
+}  // namespace cohort::nn

@@ -1,0 +1,214 @@
+#include "cohort/train/callbacks.hpp"
+
+#include <fmt/args.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+
+#include "cohort/core/check.hpp"
+#include "cohort/core/error.hpp"
+#include "cohort/core/logging.hpp"
+#include "cohort/nn/weights.hpp"
+#include "cohort/tensor/ops.hpp"
+#include "cohort/train/trainer.hpp"
+
+namespace cohort::train {
+namespace {
+
+bool larger_is_better(Mode mode, const std::string& monitor) {
+  if (mode == Mode::Auto) return monitor.find("acc") != std::string::npos || monitor.find("auc") != std::string::npos;
+  return mode == Mode::Max;
+}
+
+double monitored(const Logs& logs, const std::string& monitor, const char* who) {
+  const auto it = logs.find(monitor);
+  if (it != logs.end()) return it->second;
+  std::string known;
+  for (const auto& [name, value] : logs) known += (known.empty() ? "" : ", ") + name;
+  throw InvalidArgument(fmt::format("{} monitors '{}', which the epoch's logs lack (they hold {}){}", who, monitor, known,
+                                    monitor.starts_with("val_") ? "; pass FitOptions::validation" : ""));
+}
+
+// Whether `value` beats `best` by more than min_delta in the better direction.
+bool improves(double value, double best, double min_delta, bool larger_better) {
+  return larger_better ? value > best + min_delta : value < best - min_delta;
+}
+
+}  // namespace
+
+void TrainingControl::set_learning_rate(double learning_rate) {
+  COHORT_CHECK(std::isfinite(learning_rate) && learning_rate > 0, "a learning rate must be positive and finite, got {}",
+               learning_rate);
+  requested_learning_rate_ = learning_rate;
+}
+
+nn::Sequential& TrainingControl::model() { return trainer_.model(); }
+optim::Optimizer& TrainingControl::optimizer() { return trainer_.optimizer(); }
+
+void TrainingControl::set_agreed(bool stop) {
+  stopping_ = stopping_ || stop;
+  stop_requested_ = false;
+  requested_learning_rate_.reset();
+}
+
+void LambdaCallback::on_train_begin(TrainingControl& control) {
+  if (train_begin) train_begin(control);
+}
+void LambdaCallback::on_epoch_begin(std::int64_t epoch, TrainingControl& control) {
+  if (epoch_begin) epoch_begin(epoch, control);
+}
+void LambdaCallback::on_batch_begin(std::int64_t step, TrainingControl& control) {
+  if (batch_begin) batch_begin(step, control);
+}
+void LambdaCallback::on_batch_end(std::int64_t step, const Logs& logs, TrainingControl& control) {
+  if (batch_end) batch_end(step, logs, control);
+}
+void LambdaCallback::on_epoch_end(std::int64_t epoch, const Logs& logs, TrainingControl& control) {
+  if (epoch_end) epoch_end(epoch, logs, control);
+}
+void LambdaCallback::on_train_end(const Logs& logs) {
+  if (train_end) train_end(logs);
+}
+
+EarlyStopping::EarlyStopping(EarlyStoppingOptions options)
+    : options_(std::move(options)), larger_is_better_(larger_is_better(options_.mode, options_.monitor)) {
+  COHORT_CHECK(options_.patience >= 0 && options_.min_delta >= 0, "EarlyStopping needs patience and min_delta >= 0");
+}
+
+void EarlyStopping::on_train_begin(TrainingControl&) {
+  has_best_ = false;
+  waited_ = 0;
+  stopped_epoch_.reset();
+  best_values_.clear();
+}
+
+void EarlyStopping::on_epoch_end(std::int64_t epoch, const Logs& logs, TrainingControl& control) {
+  const double value = monitored(logs, options_.monitor, "EarlyStopping");
+  if (!has_best_ || improves(value, best_, options_.min_delta, larger_is_better_)) {
+    best_ = value;
+    has_best_ = true;
+    waited_ = 0;
+    if (options_.restore_best_weights) {
+      best_values_.clear();
+      for (const auto& v : control.model().variables()) best_values_.push_back(v->value.clone());
+    }
+    return;
+  }
+  if (++waited_ < options_.patience) return;
+  stopped_epoch_ = epoch;
+  control.stop();
+  if (control.is_chief())
+    log::info("early stopping after epoch {}: {} has not improved on {:.6g} for {} epoch(s)", epoch + 1, options_.monitor,
+              best_, waited_);
+  restore_best(control);
+}
+
+void EarlyStopping::restore_best(TrainingControl& control) {
+  if (best_values_.empty()) return;
+  const auto variables = control.model().variables();
+  for (std::size_t i = 0; i < variables.size(); ++i) ops::copy(best_values_[i], variables[i]->value);
+}
+
+ReduceLROnPlateau::ReduceLROnPlateau(ReduceLROnPlateauOptions options)
+    : options_(std::move(options)), larger_is_better_(larger_is_better(options_.mode, options_.monitor)) {
+  COHORT_CHECK(options_.factor > 0 && options_.factor < 1, "ReduceLROnPlateau needs a factor in (0, 1), got {}",
+               options_.factor);
+  COHORT_CHECK(options_.patience >= 0 && options_.cooldown >= 0 && options_.min_learning_rate >= 0,
+               "ReduceLROnPlateau needs patience, cooldown and min_learning_rate >= 0");
+}
+
+void ReduceLROnPlateau::on_epoch_end(std::int64_t epoch, const Logs& logs, TrainingControl& control) {
+  const double value = monitored(logs, options_.monitor, "ReduceLROnPlateau");
+  if (cooling_ > 0) --cooling_;
+  if (!has_best_ || improves(value, best_, options_.min_delta, larger_is_better_)) {
+    best_ = value;
+    has_best_ = true;
+    waited_ = 0;
+    return;
+  }
+  if (cooling_ > 0 || ++waited_ < options_.patience) return;
+  const double current = control.optimizer().learning_rate();
+  const double reduced = std::max(current * options_.factor, options_.min_learning_rate);
+  waited_ = 0;
+  if (reduced >= current || reduced <= 0) return;
+  control.set_learning_rate(reduced);
+  cooling_ = options_.cooldown;
+  if (control.is_chief())
+    log::info("epoch {}: {} has not improved on {:.6g}; learning rate {:.3g} -> {:.3g}", epoch + 1, options_.monitor,
+              best_, current, reduced);
+}
+
+ModelCheckpoint::ModelCheckpoint(ModelCheckpointOptions options)
+    : options_(std::move(options)), larger_is_better_(larger_is_better(options_.mode, options_.monitor)) {
+  COHORT_CHECK(!options_.path.empty(), "ModelCheckpoint needs a path");
+  COHORT_CHECK(options_.keep_last >= 0, "ModelCheckpoint needs keep_last >= 0, got {}", options_.keep_last);
+}
+
+void ModelCheckpoint::on_epoch_end(std::int64_t epoch, const Logs& logs, TrainingControl& control) {
+  if (options_.best_only) {
+    const double value = monitored(logs, options_.monitor, "ModelCheckpoint");
+    if (has_best_ && !improves(value, best_, 0, larger_is_better_)) return;
+    best_ = value;
+    has_best_ = true;
+  }
+  if (!control.is_chief()) return;
+  fmt::dynamic_format_arg_store<fmt::format_context> arguments;
+  arguments.push_back(fmt::arg("epoch", epoch + 1));
+  for (const auto& [name, value] : logs) arguments.push_back(fmt::arg(name.c_str(), value));
+  std::filesystem::path path;
+  try {
+    path = fmt::vformat(options_.path.string(), arguments);
+  } catch (const fmt::format_error& e) {
+    throw InvalidArgument(fmt::format("ModelCheckpoint path '{}' cannot be formatted with the epoch's logs: {}",
+                                      options_.path.string(), e.what()));
+  }
+  nn::save_weights(control.model(), path);
+  std::erase(kept_, path);
+  kept_.push_back(path);
+  if (options_.keep_last > 0)
+    while (static_cast<std::int64_t>(kept_.size()) > options_.keep_last) {
+      std::error_code ignored;
+      std::filesystem::remove(kept_.front(), ignored);
+      kept_.erase(kept_.begin());
+    }
+}
+
+CSVLogger::CSVLogger(std::filesystem::path path, bool append) : path_(std::move(path)), append_(append) {
+  COHORT_CHECK(!path_.empty(), "CSVLogger needs a path");
+}
+
+void CSVLogger::on_train_begin(TrainingControl& control) {
+  columns_.clear();
+  if (!control.is_chief() || append_) return;
+  std::ofstream out(path_, std::ios::trunc);
+  if (!out) throw IoError(fmt::format("CSVLogger cannot write {}: {}", path_.string(), std::strerror(errno)));
+}
+
+void CSVLogger::on_epoch_end(std::int64_t epoch, const Logs& logs, TrainingControl& control) {
+  if (!control.is_chief()) return;
+  std::string text;
+  if (columns_.empty()) {
+    for (const auto& [name, value] : logs) columns_.push_back(name);
+    std::error_code missing;
+    const auto size = std::filesystem::file_size(path_, missing);
+    const bool has_rows = append_ && !missing && size > 0;
+    if (!has_rows) {
+      text += "epoch";
+      for (const auto& name : columns_) text += "," + name;
+      text += "\n";
+    }
+  }
+  text += fmt::format("{}", epoch + 1);
+  for (const auto& name : columns_) {
+    const auto it = logs.find(name);
+    text += it == logs.end() ? std::string(",") : fmt::format(",{}", it->second);
+  }
+  text += "\n";
+  std::ofstream out(path_, std::ios::app);
+  out << text;
+  out.flush();
+  if (!out) throw IoError(fmt::format("CSVLogger cannot write {}: {}", path_.string(), std::strerror(errno)));
+}
+
+}  // namespace cohort::train

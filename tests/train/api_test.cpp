@@ -1,0 +1,260 @@
+// The training API as a Keras or PyTorch user meets it: losses and metrics as options, in-memory data,
+// callbacks that act on every process alike, weights files.
+#include <catch2/catch.hpp>
+#include <fstream>
+
+#include "cohort/comm/inproc.hpp"
+#include "cohort/core/error.hpp"
+#include "cohort/data/synthetic.hpp"
+#include "cohort/data/tensor_dataset.hpp"
+#include "cohort/nn/activation_layer.hpp"
+#include "cohort/nn/dense.hpp"
+#include "cohort/nn/flatten.hpp"
+#include "cohort/nn/weights.hpp"
+#include "cohort/optim/adam.hpp"
+#include "cohort/optim/sgd.hpp"
+#include "cohort/train/parameter_server.hpp"
+#include "cohort/train/ring_allreduce.hpp"
+#include "cohort/train/trainer.hpp"
+#include "comm/comm_test_util.hpp"
+#include "test_util.hpp"
+
+using namespace cohort;
+using test_util::ScratchDirectory;
+
+namespace {
+
+const data::ImageDataset& three_classes() {
+  static const auto set = data::make_synthetic({.samples = 300, .sample_shape = {4, 4, 1}, .classes = 3, .noise = 60});
+  return set;
+}
+
+nn::Sequential mlp(bool softmax, int classes = 3) {
+  nn::Sequential model({4, 4, 1}, 3);
+  model.add(nn::Flatten()).add(nn::Dense(16)).add(nn::ReLU()).add(nn::Dense(classes));
+  if (softmax) model.add(nn::Softmax());
+  return model;
+}
+
+train::FitOptions quiet(std::int64_t epochs, const data::Dataset* validation = nullptr) {
+  return {.epochs = epochs, .batch_size = 20, .seed = 1, .validation = validation, .verbosity = train::Verbosity::Silent};
+}
+
+optim::Adam adam(double rate = 1e-2) { return optim::Adam({.learning_rate = optim::constant(rate)}); }
+
+std::vector<float> all_values(const nn::Sequential& model) {
+  std::vector<float> values;
+  for (const auto& v : model.variables()) {
+    const auto part = v->value.to_vector();
+    values.insert(values.end(), part.begin(), part.end());
+  }
+  return values;
+}
+
+// y = 2 a - b + 0.5 over a grid of (a, b).
+data::TensorDataset line_set() {
+  std::vector<float> inputs, outputs;
+  for (int i = 0; i < 100; ++i) {
+    const float a = static_cast<float>(i % 10) / 10, b = static_cast<float>(i / 10) / 10;
+    inputs.insert(inputs.end(), {a, b});
+    outputs.push_back(2 * a - b + 0.5f);
+  }
+  return data::TensorDataset({2}, inputs, {1}, outputs, "a plane");
+}
+
+}  // namespace
+
+TEST_CASE("a model without Softmax trains with from_logits; a loss that does not fit says what to change", "[train][api]") {
+  nn::Sequential logits_model = mlp(false);
+  Trainer wrong(logits_model, adam());
+  CHECK_THROWS_AS(wrong.fit(three_classes(), quiet(1)), InvalidArgument);
+  CHECK_THROWS_WITH(wrong.fit(three_classes(), quiet(1)),
+                    Catch::Contains("expects probabilities") && Catch::Contains("from_logits = true") &&
+                        Catch::Contains("dense_1"));
+  nn::Sequential softmax_model = mlp(true);
+  Trainer twice(softmax_model, adam(), std::make_shared<train::Local>(), {.loss = nn::CategoricalCrossentropy{.from_logits = true}});
+  CHECK_THROWS_WITH(twice.fit(three_classes(), quiet(1)), Catch::Contains("remove the Softmax layer"));
+
+  // The same network with and without its Softmax: the fused and the from_logits paths agree.
+  nn::Sequential with_softmax = mlp(true), without = mlp(false);
+  Trainer fused(with_softmax, adam());
+  Trainer from_logits(without, adam(), std::make_shared<train::Local>(),
+                      {.loss = nn::SparseCategoricalCrossentropy{.from_logits = true}});
+  const auto a = fused.fit(three_classes(), quiet(3, &three_classes()));
+  const auto b = from_logits.fit(three_classes(), quiet(3, &three_classes()));
+  for (const char* key : {"loss", "accuracy", "val_loss", "val_accuracy"})
+    CHECK(b.epochs.back().at(key) == Approx(a.epochs.back().at(key)).epsilon(1e-5));
+  CHECK(b.epochs.back().at("val_accuracy") > 0.9);
+  CHECK(b.epochs.back().at("loss") < 0.5);
+}
+
+TEST_CASE("regression on in-memory data, binary cross-entropy, top-k accuracy", "[train][api]") {
+  const auto plane = line_set();
+  CHECK(plane.target_shape() == Shape{1});
+  nn::Sequential linear({2}, 1);
+  linear.add(nn::Dense(1));
+  Trainer regression(linear, adam(0.05), std::make_shared<train::Local>(),
+                     {.loss = nn::MeanSquaredError{}, .metrics = {"mae"}});
+  const auto history = regression.fit(plane, quiet(60));
+  CHECK(history.epochs.back().at("loss") < 1e-3);
+  CHECK(history.epochs.back().at("mae") < 0.03);
+  CHECK(history.epochs.back().count("accuracy") == 0);
+  Trainer no_accuracy(linear, adam(), std::make_shared<train::Local>(), {.loss = nn::MeanSquaredError{}, .metrics = {"accuracy"}});
+  CHECK_THROWS_WITH(no_accuracy.fit(plane, quiet(1)), Catch::Contains("accuracy needs classes"));
+  const Tensor prediction = regression.predict(Tensor::from_values({1, 2}, std::vector<float>{0.3f, 0.4f}));
+  CHECK(prediction.data()[0] == Approx(0.6 - 0.4 + 0.5).margin(0.05));
+
+  // Two classes, one sigmoid output, class indices as targets.
+  const auto two = data::make_synthetic({.samples = 200, .sample_shape = {4, 4, 1}, .classes = 2, .noise = 60});
+  nn::Sequential binary({4, 4, 1}, 2);
+  binary.add(nn::Flatten()).add(nn::Dense(1)).add(nn::Sigmoid());
+  Trainer bce(binary, adam(), std::make_shared<train::Local>(), {.loss = nn::BinaryCrossentropy{}});
+  CHECK(bce.fit(two, quiet(5)).epochs.back().at("accuracy") > 0.95);
+
+  nn::Sequential model = mlp(true);
+  Trainer top_k(model, adam(), std::make_shared<train::Local>(), {.metrics = {"accuracy", "top_2_accuracy", nn::Metric::top_k_accuracy(3)}});
+  const train::Logs logs = top_k.fit(three_classes(), quiet(1)).epochs.back();
+  CHECK(logs.at("top_2_accuracy") >= logs.at("accuracy"));
+  CHECK(logs.at("top_3_accuracy") == 1.0);
+  CHECK_THROWS_WITH(nn::Metric("precision"), Catch::Contains("unknown metric 'precision'") && Catch::Contains("top_k_accuracy"));
+  CHECK_THROWS_WITH(data::TensorDataset({2}, {1, 2, 3, 4}, std::vector<int>{0, 5}, 2), Catch::Contains("label 5 of sample 1"));
+  CHECK_THROWS_WITH(data::TensorDataset({2}, {1, 2, 3}, std::vector<int>{0}, 2), Catch::Contains("do not make whole samples"));
+}
+
+TEST_CASE("under ring allreduce a callback's stop or learning-rate change takes effect on every rank", "[train][api][distributed]") {
+  comm::InProcessGroup group(2);
+  std::vector<nn::Sequential> models;
+  for (int r = 0; r < 2; ++r) models.push_back(mlp(true));
+  std::vector<train::History> histories(2);
+  std::vector<double> rates(2);
+  comm_test::run_ranks(2, [&](int rank) {
+    auto strategy = std::make_shared<train::RingAllreduce>(group.transport(rank));
+    Trainer trainer(models[static_cast<std::size_t>(rank)], adam(), strategy);
+    auto options = quiet(10, &three_classes());
+    auto callback = std::make_shared<train::LambdaCallback>();
+    // Only rank 1 changes the rate (after the first epoch); only the chief stops (after the third).
+    if (rank == 1)
+      callback->epoch_end = [](std::int64_t epoch, const train::Logs&, train::TrainingControl& control) {
+        if (epoch == 0) control.set_learning_rate(1e-3);
+      };
+    if (rank == 0)
+      callback->batch_end = [](std::int64_t step, const train::Logs&, train::TrainingControl& control) {
+        if (step == 35) control.stop();
+      };
+    options.callbacks.push_back(callback);
+    histories[static_cast<std::size_t>(rank)] = trainer.fit(three_classes(), options);
+    rates[static_cast<std::size_t>(rank)] = trainer.optimizer().learning_rate();
+  });
+  // 300 samples, global batch 40: 8 steps per epoch; step 35 is in the fifth epoch.
+  REQUIRE(histories[0].epochs.size() == 5);
+  REQUIRE(histories[1].epochs.size() == 5);
+  for (std::size_t e = 0; e < 5; ++e) CHECK(histories[0].epochs[e] == histories[1].epochs[e]);
+  CHECK(histories[0].epochs[0].at("learning_rate") == Approx(1e-2));
+  CHECK(histories[0].epochs[1].at("learning_rate") == Approx(1e-3));
+  CHECK(rates[0] == rates[1]);
+  CHECK(all_values(models[0]) == all_values(models[1]));
+}
+
+TEST_CASE("under parameter servers a worker's stop ends every process alike; a new rate reaches the servers", "[train][api][ps]") {
+  comm::InProcessGroup group(3);
+  std::vector<nn::Sequential> models;
+  for (int r = 0; r < 3; ++r) models.push_back(mlp(true));
+  const std::vector<float> initial = all_values(models[0]);
+  std::vector<train::History> histories(3);
+  auto strategies = std::vector<std::shared_ptr<train::ParameterServer>>{};
+  for (int r = 0; r < 3; ++r) strategies.push_back(std::make_shared<train::ParameterServer>(group.transport(r), 2));
+  comm_test::run_ranks(3, [&](int rank) {
+    Trainer trainer(models[static_cast<std::size_t>(rank)], optim::SGD({.learning_rate = optim::constant(0.1)}),
+                    strategies[static_cast<std::size_t>(rank)]);
+    auto options = quiet(10, &three_classes());
+    auto callback = std::make_shared<train::LambdaCallback>();
+    if (rank == 1) {
+      // Worker 1 alone: the rate all but vanishes from the start, and training stops after two epochs.
+      callback->train_begin = [](train::TrainingControl& control) { control.set_learning_rate(1e-12); };
+      callback->epoch_end = [](std::int64_t epoch, const train::Logs&, train::TrainingControl& control) {
+        if (epoch == 1) control.stop();
+      };
+    }
+    options.callbacks.push_back(callback);
+    histories[static_cast<std::size_t>(rank)] = trainer.fit(three_classes(), options);
+  });
+  REQUIRE(histories[0].epochs.size() == 2);
+  CHECK(histories[1].epochs == histories[0].epochs);
+  CHECK(histories[2].epochs == histories[0].epochs);  // the server's History too
+  const std::vector<float> trained = all_values(models[0]);
+  REQUIRE(trained.size() == initial.size());
+  float largest_change = 0;
+  for (std::size_t i = 0; i < trained.size(); ++i) largest_change = std::max(largest_change, std::abs(trained[i] - initial[i]));
+  CHECK(largest_change < 1e-6f);
+}
+
+TEST_CASE("EarlyStopping, ReduceLROnPlateau, ModelCheckpoint and CSVLogger", "[train][api]") {
+  ScratchDirectory scratch("callbacks");
+  nn::Sequential model = mlp(true);
+  Trainer trainer(model, adam());
+  auto options = quiet(12, &three_classes());
+  // A monitor that cannot improve: stops after patience + 1 epochs, and the rate drops every 2 epochs.
+  auto stopper = std::make_shared<train::EarlyStopping>(
+      train::EarlyStoppingOptions{.monitor = "learning_rate", .min_delta = 1.0, .patience = 4, .mode = train::Mode::Min});
+  auto plateau = std::make_shared<train::ReduceLROnPlateau>(
+      train::ReduceLROnPlateauOptions{.monitor = "learning_rate", .factor = 0.5, .patience = 1, .mode = train::Mode::Min, .min_delta = 1.0});
+  auto checkpoint = std::make_shared<train::ModelCheckpoint>(
+      train::ModelCheckpointOptions{.path = scratch.path() / "w-{epoch:02d}-{val_loss:.3f}.weights", .keep_last = 2});
+  options.callbacks = {stopper, plateau, checkpoint, std::make_shared<train::CSVLogger>(scratch.path() / "log.csv")};
+  const auto history = trainer.fit(three_classes(), options);
+  REQUIRE(history.epochs.size() == 5);
+  CHECK(stopper->stopped_epoch() == 4);
+  CHECK(history.epochs[1].at("learning_rate") == Approx(1e-2));
+  CHECK(history.epochs[2].at("learning_rate") == Approx(5e-3));
+  CHECK(history.epochs[4].at("learning_rate") == Approx(1.25e-3));
+  REQUIRE(checkpoint->kept().size() == 2);
+  CHECK(checkpoint->kept()[1].filename().string().starts_with("w-05-"));
+  CHECK(std::distance(std::filesystem::directory_iterator(scratch.path()), {}) == 3);
+  std::ifstream csv(scratch.path() / "log.csv");
+  std::string header, line;
+  std::getline(csv, header);
+  CHECK(header.starts_with("epoch,accuracy,images_per_second,learning_rate,loss"));
+  int rows = 0;
+  while (std::getline(csv, line)) ++rows;
+  CHECK(rows == 5);
+
+  nn::Sequential restored = mlp(true);
+  nn::load_weights(restored, checkpoint->kept()[1]);
+  CHECK(all_values(restored) == all_values(model));
+  Trainer missing(model, adam());
+  auto watching = quiet(1);
+  watching.callbacks = {std::make_shared<train::EarlyStopping>()};
+  CHECK_THROWS_WITH(missing.fit(three_classes(), watching), Catch::Contains("monitors 'val_loss'") &&
+                                                                Catch::Contains("pass FitOptions::validation"));
+}
+
+TEST_CASE("weights files load into a model built alike, and refuse anything else", "[train][api][checkpoint]") {
+  ScratchDirectory scratch("weights");
+  nn::Sequential model = mlp(true);
+  Trainer(model, adam()).fit(three_classes(), quiet(2));
+  const auto path = scratch.path() / "model.weights";
+  nn::save_weights(model, path);
+  nn::Sequential fresh = mlp(true);
+  nn::load_weights(fresh, path);
+  const Tensor x = test_util::random_tensor({5, 4, 4, 1}, 3, 0.0f, 1.0f);
+  CHECK(Trainer(fresh, adam()).predict(x).to_vector() == Trainer(model, adam()).predict(x).to_vector());
+
+  nn::Sequential other = mlp(true, 4);
+  const auto before = all_values(other);
+  CHECK_THROWS_AS(nn::load_weights(other, path), DataError);
+  CHECK(all_values(other) == before);
+  std::string bytes;
+  {
+    std::ifstream in(path, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  bytes[bytes.size() / 2] ^= 0x40;
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+  CHECK_THROWS_WITH(nn::load_weights(fresh, path), Catch::Contains("checksum"));
+
+  // A checkpoint directory that cannot be made is an IoError naming it.
+  std::ofstream(scratch.path() / "a-file") << "x";
+  auto options = quiet(1);
+  options.checkpoint_dir = scratch.path() / "a-file" / "run";
+  CHECK_THROWS_AS(Trainer(model, adam()).fit(three_classes(), options), IoError);
+}
