@@ -1,7 +1,8 @@
 # Entry points: `make demo` runs the flagship example, `make test` builds everything and runs the suite.
 BUILD_DIR ?= build
 JOBS ?= $(shell nproc)
-CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=Release
+# This machine's instruction set: the build and its benchmarks stay here (installs default to portable code).
+CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=Release -DCOHORT_NATIVE_ARCH=ON
 
 .PHONY: all deps configure build test demo bench bench-allreduce bench-ps asan-build sanitize fuzz clean
 

@@ -7,6 +7,7 @@ find_package(fmt REQUIRED)
 find_package(ZLIB REQUIRED)
 find_package(nlohmann_json 3 REQUIRED)
 find_package(OpenSSL 3 REQUIRED COMPONENTS Crypto SSL)
+find_package(CLI11 2 REQUIRED)
 find_path(COHORT_ASIO_INCLUDE_DIR asio.hpp REQUIRED)
 find_path(COHORT_CEREAL_INCLUDE_DIR cereal/cereal.hpp REQUIRED)
 # Open MPI is optional: the MPI communicator is built when COHORT_WITH_MPI is on and MPI is found. Its C

@@ -4,21 +4,19 @@
 //   cohort-launch --workers 2 --ps 2 -- ./build/examples/cifar10      (parameter servers, `make demo`)
 #include <cohort/cohort.hpp>
 
-#include "../common/distributed.hpp"
-
 using namespace cohort;
 
 int main(int argc, char** argv) try {
-  examples::ExampleOptions defaults;
+  app::TrainingOptions defaults;
   defaults.epochs = 10;
   defaults.batch_size = 128;
-  auto options = examples::parse_options(argc, argv, "Trains the flagship Keras CIFAR-10 CNN.", defaults);
+  auto options = app::parse_training_options(argc, argv, "Trains the flagship Keras CIFAR-10 CNN.", defaults);
   // About a minute and a half on 2 cores: one full epoch, then the test set. Shorter runs leave the
   // BatchNormalization moving statistics (momentum 0.99) too close to their initial values.
   if (options.demo) options.epochs = 1;
   set_num_threads(options.threads);
   auto cluster = cluster::Cluster::from_environment();
-  const auto strategy = train::strategy_for(cluster, examples::distributed_options(options));
+  const auto strategy = train::strategy_for(cluster, app::distributed_options(options));
   const bool chief = strategy->is_chief();
 
   const bool cifar = !options.data_dir.empty() && data::Cifar10::present(options.data_dir);
@@ -36,7 +34,7 @@ int main(int argc, char** argv) try {
     fmt::print("data: {} ({} training, {} test samples of shape {})\n", cifar ? "CIFAR-10" : "Fashion-MNIST (CIFAR-10 not given)",
                train_set.size(), test_set.size(), train_set.sample_shape());
 
-  const Device device = examples::training_device(options, *strategy);
+  const Device device = app::training_device(options, *strategy);
   nn::Sequential model = nn::cifar10_cnn(train_set.sample_shape(), options.seed, device);
   if (chief) fmt::print("{}", model.summary());
   if (options.summary_only) return 0;
@@ -47,6 +45,7 @@ int main(int argc, char** argv) try {
                         .max_steps = options.max_steps,
                         .batch_size = options.batch_size,
                         .seed = options.seed,
+                        .verbosity = app::verbosity(options),
                         .checkpoint_dir = options.checkpoint_dir,
                         .checkpoint_every_steps = options.checkpoint_every,
                         .resume = options.resume};
@@ -58,15 +57,15 @@ int main(int argc, char** argv) try {
   fit.validation = &test_view;
 
   const int replicas = cluster.spec().replicas();
-  const std::int64_t steps_per_epoch = examples::steps_per_epoch(train_set.size(), replicas, options);
-  const auto schedule = examples::scaled_for_workers(optim::constant(options.learning_rate), replicas, steps_per_epoch, options);
+  const std::int64_t steps_per_epoch = app::steps_per_epoch(train_set.size(), replicas, options);
+  const auto schedule = app::scaled_for_workers(optim::constant(options.learning_rate), replicas, steps_per_epoch, options);
   Trainer trainer(model, optim::Adam({.learning_rate = schedule}), strategy);
   const auto history = trainer.fit(train_set, fit);
   if (!chief) return 0;
   if (!options.history_csv.empty()) history.write_csv(options.history_csv);
   const auto& last = history.epochs.back();
   fmt::print("final: train accuracy {:.4f}, test accuracy {:.4f}, {:.0f} images/s per worker\n", last.at("accuracy"),
-             last.at("val_accuracy"), last.at("images_per_second"));
+             last.at("val_accuracy"), last.at("images_per_second") / replicas);
   return 0;
 } catch (const std::exception& e) {
   fmt::print(stderr, "error: {}\n", e.what());

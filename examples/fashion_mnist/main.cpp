@@ -4,15 +4,13 @@
 // ring allreduce (cohort-launch --workers 2 -- ./build/examples/fashion_mnist).
 #include <cohort/cohort.hpp>
 
-#include "../common/distributed.hpp"
-
 using namespace cohort;
 
 int main(int argc, char** argv) try {
-  examples::ExampleOptions defaults;
+  app::TrainingOptions defaults;
   defaults.epochs = 5;
   defaults.batch_size = 64;
-  auto options = examples::parse_options(argc, argv, "Trains a small CNN on Fashion-MNIST.", defaults);
+  auto options = app::parse_training_options(argc, argv, "Trains a small CNN on Fashion-MNIST.", defaults);
   if (options.demo && options.train_samples == 0) {
     options.epochs = 1;
     options.train_samples = 10000;
@@ -20,14 +18,14 @@ int main(int argc, char** argv) try {
   set_num_threads(options.threads);
   auto cluster = cluster::Cluster::from_environment();
   const int replicas = cluster.spec().replicas();
-  const auto strategy = train::strategy_for(cluster, examples::distributed_options(options));
+  const auto strategy = train::strategy_for(cluster, app::distributed_options(options));
   const bool chief = strategy->is_chief();
   const std::string dir = options.data_dir.empty() ? data::FashionMnist::kDebianDirectory : options.data_dir;
   data::ImageDataset train_set = data::FashionMnist::train(dir);
   const data::ImageDataset test_set = data::FashionMnist::test(dir);
   if (options.train_samples > 0) train_set = train_set.head(options.train_samples);
 
-  const Device device = examples::training_device(options, *strategy);
+  const Device device = app::training_device(options, *strategy);
   nn::Sequential model = nn::small_cnn(train_set.sample_shape(), options.seed, device);
   if (chief) fmt::print("{}", model.summary());
   if (options.summary_only) return 0;
@@ -37,8 +35,8 @@ int main(int argc, char** argv) try {
   const data::MappedDataset test_view(test_set, {normalize});
   // Cosine decay to zero over the run: the last epochs refine instead of bouncing around the minimum. With
   // several replicas the global batch grows, so the rate grows with it after a one-epoch warm-up.
-  const std::int64_t steps_per_epoch = examples::steps_per_epoch(train_set.size(), replicas, options);
-  const auto schedule = examples::scaled_for_workers(
+  const std::int64_t steps_per_epoch = app::steps_per_epoch(train_set.size(), replicas, options);
+  const auto schedule = app::scaled_for_workers(
       optim::cosine_decay(options.learning_rate, std::max<std::int64_t>(options.epochs * steps_per_epoch, 1)), replicas,
       steps_per_epoch, options);
   Trainer trainer(model, optim::Adam({.learning_rate = schedule}), strategy);
@@ -48,6 +46,7 @@ int main(int argc, char** argv) try {
                                                .seed = options.seed,
                                                .transforms = {normalize},
                                                .validation = &test_view,
+                                               .verbosity = app::verbosity(options),
                                                .checkpoint_dir = options.checkpoint_dir,
                                                .checkpoint_every_steps = options.checkpoint_every,
                                                .resume = options.resume});

@@ -55,3 +55,4 @@
 #include "cohort/train/trainer.hpp"
 #include "cohort/train/update.hpp"
 #include "cohort/train/variable_infos.hpp"
+#include "cohort/app/training_options.hpp"

@@ -3,7 +3,10 @@
 //   cohort-launch --workers 2 --ps 2 -- ./build/examples/cifar10 --epochs 1
 //
 // Each process gets TF_CONFIG (the first worker is the chief), a fresh shared secret in COHORT_SECRET and
-// free ports; every line it prints comes out prefixed with its role and index. When a process fails, the
+// free ports; every line it prints comes out whole, prefixed with its role and index, on the stream it
+// was written to (each child's stdout and stderr are separate pipes, read line by line). When the
+// launcher's stdout is a terminal, the chief draws its live progress bar (COHORT_PROGRESS=bar), shown
+// here as a status line below the others' output. When a process fails, the
 // others get a grace period to notice and exit by themselves (they name the lost peer), then are
 // stopped; the launcher exits non-zero with a one-line summary of who failed and how. A process that the
 // failing ones report lost while it still runs (hung, or stopped by a signal) is named as the cause, and
@@ -18,11 +21,14 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <arpa/inet.h>
+#include <netdb.h>
+#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -33,6 +39,7 @@
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace {
@@ -55,8 +62,12 @@ struct Process {
   std::string visible_gpus;  // CUDA_VISIBLE_DEVICES under --gpus
   int worker_index = -1;     // 0 for the chief, 1.. for the other workers; -1 for parameter servers
   pid_t pid = -1;
-  int output = -1;  // read end of the pipe carrying stdout and stderr
-  std::string partial;
+  // The read ends of the pipes carrying its stdout and its stderr, and what came after the last newline.
+  struct Stream {
+    int fd = -1;
+    std::string partial;
+  };
+  Stream out, err;
   std::optional<int> status;  // waitpid status once exited
   std::optional<int> stopped_by;          // the signal that stopped it, while it is stopped
   std::vector<std::string> reported_lost_by;  // processes whose output says they lost this one
@@ -64,6 +75,8 @@ struct Process {
 };
 
 int signal_pipe[2] = {-1, -1};
+const bool terminal_output = ::isatty(STDOUT_FILENO) != 0;
+bool status_line_shown = false;  // the chief's live progress line is on the terminal's last line
 
 void on_signal(int number) {
   const unsigned char byte = static_cast<unsigned char>(number);
@@ -71,49 +84,56 @@ void on_signal(int number) {
 }
 
 [[noreturn]] void usage(const std::string& problem) {
-  if (!problem.empty()) fmt::print(stderr, "cohort-launch: {}\n", problem);
-  fmt::print(problem.empty() ? stdout : stderr,
-             "usage: cohort-launch [--workers N] [--ps N] [--gpus N] [--host ADDRESS] [--grace SECONDS] [--restarts N] -- PROGRAM [ARGS...]\n"
-             "  --workers N     training processes; the first is the chief (default 1)\n"
-             "  --ps N          parameter-server processes (default 0)\n"
-             "  --gpus N        spread the workers over N GPUs (CUDA_VISIBLE_DEVICES); parameter servers get none;\n"
-             "                  0 (default) leaves CUDA_VISIBLE_DEVICES as it is\n"
-             "  --host ADDRESS  address every process listens on (default 127.0.0.1)\n"
-             "  --grace S       after a failure, seconds the others get to exit by themselves (default 20)\n"
-             "  --restarts N    after a failure, start the whole job again from its latest checkpoint, up to N times\n");
-  std::exit(problem.empty() ? 0 : 2);
+  fmt::print(stderr, "cohort-launch: {} (run with --help for the options)\n", problem);
+  std::exit(2);
+}
+
+// The IPv4 address of `host` ("localhost", "10.0.0.5"), as the processes' TF_CONFIG gives it.
+std::string ipv4_address_of(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (const int error = ::getaddrinfo(host.c_str(), nullptr, &hints, &found); error != 0)
+    usage(fmt::format("--host '{}' has no IPv4 address: {}", host, ::gai_strerror(error)));
+  char text[INET_ADDRSTRLEN] = {};
+  ::inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(found->ai_addr)->sin_addr, text, sizeof text);
+  ::freeaddrinfo(found);
+  return text;
 }
 
 Options parse(int argc, char** argv) {
   Options options;
-  int i = 1;
-  auto count = [&](const char* flag) {
-    if (i + 1 >= argc) usage(fmt::format("{} needs a value", flag));
-    char* end = nullptr;
-    const long value = std::strtol(argv[++i], &end, 10);
-    if (end == argv[i] || *end != '\0' || value < 0 || value > 1024)
-      usage(fmt::format("{} needs a count from 0 to 1024, got '{}'", flag, argv[i]));
-    return static_cast<int>(value);
-  };
-  for (; i < argc; ++i) {
-    const std::string arg = argv[i];
-    if (arg == "--") {
-      for (++i; i < argc; ++i) options.command.emplace_back(argv[i]);
-      break;
-    }
-    if (arg == "--workers") options.workers = count("--workers");
-    else if (arg == "--ps") options.ps = count("--ps");
-    else if (arg == "--gpus") options.gpus = count("--gpus");
-    else if (arg == "--grace") options.grace = std::chrono::seconds(count("--grace"));
-    else if (arg == "--restarts") options.restarts = count("--restarts");
-    else if (arg == "--host") {
-      if (i + 1 >= argc) usage("--host needs an address");
-      options.host = argv[++i];
-    } else if (arg == "--help" || arg == "-h") usage("");
-    else usage(fmt::format("unknown option '{}'", arg));
+  // Everything after "--" is the program and its arguments, untouched.
+  int separator = 1;
+  while (separator < argc && std::string_view(argv[separator]) != "--") ++separator;
+  for (int i = separator + 1; i < argc; ++i) options.command.emplace_back(argv[i]);
+  CLI::App cli{"Starts a local cluster of one program and watches it.\n"
+               "usage: cohort-launch [OPTIONS] -- PROGRAM [ARGS...]"};
+  cli.option_defaults()->always_capture_default();
+  int grace_seconds = static_cast<int>(options.grace.count());
+  cli.add_option("--workers", options.workers, "training processes; the first is the chief")->check(CLI::Range(1, 1024));
+  cli.add_option("--ps", options.ps, "parameter-server processes")->check(CLI::Range(0, 1024));
+  cli.add_option("--gpus", options.gpus,
+                 "spread the workers over N GPUs (CUDA_VISIBLE_DEVICES), parameter servers get none; 0 leaves "
+                 "CUDA_VISIBLE_DEVICES as it is")
+      ->check(CLI::Range(0, 1024));
+  cli.add_option("--host", options.host, "address (or name) every process listens on");
+  cli.add_option("--grace", grace_seconds, "after a failure, seconds the others get to exit by themselves")
+      ->check(CLI::Range(0, 3600));
+  cli.add_option("--restarts", options.restarts, "after a failure, start the whole job again from its latest checkpoint, "
+                                                 "up to N times")
+      ->check(CLI::Range(0, 1024));
+  try {
+    cli.parse(separator, argv);
+  } catch (const CLI::CallForHelp& help) {
+    std::exit(cli.exit(help));
+  } catch (const CLI::ParseError& error) {
+    usage(error.what());
   }
   if (options.command.empty()) usage("no program given after --");
-  if (options.workers < 1) usage("--workers must be at least 1");
+  options.grace = std::chrono::seconds(grace_seconds);
+  options.host = ipv4_address_of(options.host);
   return options;
 }
 
@@ -246,15 +266,21 @@ std::string thread_count(const Process& p, const Options& options) {
 }
 
 void start(Process& p, const Options& options, const std::string& secret, int restart) {
-  int fds[2];
-  if (::pipe2(fds, O_CLOEXEC) != 0) {
+  int out[2], err[2];
+  if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0) {
     fmt::print(stderr, "cohort-launch: pipe failed: {}\n", std::strerror(errno));
     std::exit(2);
   }
   p.pid = ::fork();
   if (p.pid == 0) {
-    ::dup2(fds[1], STDOUT_FILENO);
-    ::dup2(fds[1], STDERR_FILENO);
+    ::dup2(out[1], STDOUT_FILENO);
+    ::dup2(err[1], STDERR_FILENO);
+    if (p.worker_index == 0 && terminal_output) {
+      ::setenv("COHORT_PROGRESS", "bar", 0);
+      winsize size{};
+      if (::ioctl(STDOUT_FILENO, TIOCGWINSZ, &size) == 0 && size.ws_col > p.name.size() + 3)
+        ::setenv("COLUMNS", std::to_string(size.ws_col - p.name.size() - 3).c_str(), 1);  // room for "[chief 0] "
+    }
     ::setenv("TF_CONFIG", p.tf_config.c_str(), 1);
     ::setenv("COHORT_SECRET", secret.c_str(), 1);
     ::setenv("COHORT_RESTART", std::to_string(restart).c_str(), 1);
@@ -275,8 +301,10 @@ void start(Process& p, const Options& options, const std::string& secret, int re
     std::_Exit(127);
   }
   ::setpgid(p.pid, p.pid);  // also here, so that the group exists before the first signal
-  ::close(fds[1]);
-  p.output = fds[0];
+  ::close(out[1]);
+  ::close(err[1]);
+  p.out = {out[0], {}};
+  p.err = {err[0], {}};
 }
 
 // Whether `line` names `name` at `at` as a whole name ("worker 1", not the start of "worker 10").
@@ -302,21 +330,48 @@ void note_losses(const Process& reporter, const std::string& line, std::vector<P
   }
 }
 
-void print_lines(Process& p, bool flush_partial, std::vector<Process>& processes) {
-  auto emit = [&](std::string line) {
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    fmt::print("[{}] {}\n", p.name, line);
+// What a terminal would show of a line that redraws itself with carriage returns and erase-to-end.
+std::string as_displayed(std::string_view line) {
+  if (const std::size_t last = line.rfind('\r'); last != std::string_view::npos) line.remove_prefix(last + 1);
+  std::string shown(line);
+  for (std::size_t at; (at = shown.find("\x1b[K")) != std::string::npos;) shown.erase(at, 3);
+  return shown;
+}
+
+void clear_status_line() {
+  if (!status_line_shown) return;
+  std::fputs("\r\x1b[K", stdout);
+  status_line_shown = false;
+}
+
+// Writes every whole line `stream` has received, prefixed, to the stream it came on; with flush_partial
+// also the rest. A chief's unfinished line that redraws itself (its progress bar) is shown as a status
+// line on a terminal.
+void print_lines(Process& p, Process::Stream& stream, std::FILE* to, bool flush_partial, std::vector<Process>& processes) {
+  auto emit = [&](std::string_view raw) {
+    const std::string line = as_displayed(raw);
+    clear_status_line();
+    fmt::print(to, "[{}] {}\n", p.name, line);
     note_losses(p, line, processes);
   };
   std::size_t start = 0;
-  for (std::size_t newline; (newline = p.partial.find('\n', start)) != std::string::npos; start = newline + 1)
-    emit(p.partial.substr(start, newline - start));
-  p.partial.erase(0, start);
-  if (flush_partial && !p.partial.empty()) {
-    emit(p.partial);
-    p.partial.clear();
+  for (std::size_t newline; (newline = stream.partial.find('\n', start)) != std::string::npos; start = newline + 1)
+    emit(std::string_view(stream.partial).substr(start, newline - start));
+  stream.partial.erase(0, start);
+  if (flush_partial && !stream.partial.empty()) {
+    emit(stream.partial);
+    stream.partial.clear();
   }
-  std::fflush(stdout);
+  if (const std::size_t last = stream.partial.rfind('\r'); last != std::string::npos) {
+    stream.partial.erase(0, last);  // only the latest redraw matters
+    if (terminal_output && to == stdout && p.worker_index == 0) {
+      clear_status_line();
+      fmt::print(stdout, "[{}] {}", p.name, as_displayed(stream.partial));
+      status_line_shown = true;
+    }
+  }
+  std::fflush(to);
+  if (to != stdout) std::fflush(stdout);
 }
 
 std::string how(int status) {
@@ -382,16 +437,22 @@ int run(const Options& options, int restart) {
 
   for (;;) {
     bool all_exited = true;
-    for (const auto& p : processes) all_exited = all_exited && p.status && p.output < 0;
+    for (const auto& p : processes) all_exited = all_exited && p.status && p.out.fd < 0 && p.err.fd < 0;
     if (all_exited) break;
 
     std::vector<pollfd> fds{{signal_pipe[0], POLLIN, 0}};
-    std::vector<Process*> readable;
+    struct Readable {
+      Process* process;
+      Process::Stream* stream;
+      std::FILE* to;
+    };
+    std::vector<Readable> readable;
     for (auto& p : processes)
-      if (p.output >= 0) {
-        fds.push_back({p.output, POLLIN, 0});
-        readable.push_back(&p);
-      }
+      for (auto [stream, to] : {std::pair{&p.out, stdout}, std::pair{&p.err, stderr}})
+        if (stream->fd >= 0) {
+          fds.push_back({stream->fd, POLLIN, 0});
+          readable.push_back({&p, stream, to});
+        }
     ::poll(fds.data(), fds.size(), 200);
 
     unsigned char signals[64];
@@ -407,16 +468,16 @@ int run(const Options& options, int restart) {
 
     for (std::size_t i = 0; i < readable.size(); ++i) {
       if ((fds[i + 1].revents & (POLLIN | POLLHUP | POLLERR)) == 0) continue;
-      Process& p = *readable[i];
+      auto [p, stream, to] = readable[i];
       char buffer[65536];
-      const ssize_t got = ::read(p.output, buffer, sizeof buffer);
+      const ssize_t got = ::read(stream->fd, buffer, sizeof buffer);
       if (got > 0) {
-        p.partial.append(buffer, static_cast<std::size_t>(got));
-        print_lines(p, false, processes);
+        stream->partial.append(buffer, static_cast<std::size_t>(got));
+        print_lines(*p, *stream, to, false, processes);
       } else if (got == 0 || errno != EINTR) {
-        print_lines(p, true, processes);
-        ::close(p.output);
-        p.output = -1;
+        print_lines(*p, *stream, to, true, processes);
+        ::close(stream->fd);
+        stream->fd = -1;
       }
     }
 

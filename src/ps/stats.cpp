@@ -27,7 +27,7 @@ ServerStats decode_stats(const std::string& bytes) {
   return from_archive_bytes<ProtocolError, ServerStats>(bytes, "server statistics");
 }
 
-std::string traffic_table(const std::vector<ServerStats>& servers) {
+std::string traffic_table(const std::vector<ServerStats>& servers, const std::vector<std::string>& worker_names) {
   std::string out = fmt::format("{:<6} {:>14} {:>14} {:>9} {:>8} {:>10} {:>10} {:>8}\n", "server", "bytes in",
                                 "bytes out", "requests", "updates", "mean ms", "p99 ms", "refused");
   for (const auto& s : servers)
@@ -35,7 +35,7 @@ std::string traffic_table(const std::vector<ServerStats>& servers) {
                        with_thousands(s.bytes_in), with_thousands(s.bytes_out), s.requests, s.updates,
                        s.mean_latency_ms, s.p99_latency_ms, s.refused);
   if (servers.empty()) return out;
-  out += fmt::format("{:<9} {:>8} {:>9} {:>15} {:>14} {:>9}\n", "worker", "pushes", "dropped", "mean staleness",
+  out += fmt::format("{:<10} {:>8} {:>9} {:>15} {:>14} {:>9}\n", "worker", "pushes", "dropped", "mean staleness",
                      "max staleness", "max lead");
   for (std::size_t w = 0; w < servers.front().workers.size(); ++w) {
     // Every server sees every push of a worker; report the largest counts over the servers.
@@ -50,7 +50,8 @@ std::string traffic_table(const std::vector<ServerStats>& servers) {
       worst.max_lead = std::max(worst.max_lead, c.max_lead);
       mean = std::max(mean, c.mean_staleness());
     }
-    out += fmt::format("worker {:<2} {:>8} {:>9} {:>15.2f} {:>14} {:>9}\n", w, worst.pushes, worst.dropped, mean,
+    const std::string name = w < worker_names.size() ? worker_names[w] : fmt::format("worker {}", w);
+    out += fmt::format("{:<10} {:>8} {:>9} {:>15.2f} {:>14} {:>9}\n", name, worst.pushes, worst.dropped, mean,
                        worst.max_staleness, worst.max_lead);
   }
   return out;

@@ -207,7 +207,16 @@ std::string ParameterServer::final_report() {
   const auto& traffic = store_->traffic();
   const double per_step = traffic.steps > 0 ? 1000.0 * traffic.communication_seconds / static_cast<double>(traffic.steps) : 0.0;
   return fmt::format("Parameter-server traffic:\n{}chief: {:.1f} s communicating over {} steps, {:.2f} ms per step\n",
-                     ps::traffic_table(final_stats_), traffic.communication_seconds, traffic.steps, per_step);
+                     ps::traffic_table(final_stats_, worker_names()), traffic.communication_seconds, traffic.steps, per_step);
+}
+
+std::vector<std::string> ParameterServer::worker_names() const {
+  std::vector<std::string> names;
+  for (int rank = 0; rank < workers_; ++rank) {
+    const std::string described = transport_.describe(rank);  // "chief 0 (127.0.0.1:4000)"
+    names.push_back(described.substr(0, described.find(" (")));
+  }
+  return names;
 }
 
 void ParameterServer::add_epoch_logs(Logs& logs) {

@@ -1,9 +1,11 @@
 #include "cohort/train/progress.hpp"
 
 #include <fmt/format.h>
+#include <sys/ioctl.h>
 #include <unistd.h>
 
-#include <string>
+#include <cstdlib>
+#include <string_view>
 
 namespace cohort::train {
 namespace {
@@ -17,50 +19,77 @@ std::string format_duration(double seconds) {
   return fmt::format("{}s", s);
 }
 
-std::string format_logs(const Logs& logs) {
+std::string format_step_time(double seconds_per_step) {
+  if (seconds_per_step >= 1) return fmt::format("{:.2f}s/step", seconds_per_step);
+  return fmt::format("{:.0f}ms/step", seconds_per_step * 1000);
+}
+
+std::string format_logs(const OrderedLogs& logs) {
   std::string out;
   for (const auto& [name, value] : logs) out += fmt::format(" - {}: {:.4f}", name, value);
   return out;
 }
 
+ProgressBar::Style resolve(ProgressBar::Style style, std::FILE* out) {
+  if (style != ProgressBar::Style::Auto) return style;
+  const char* forced = std::getenv("COHORT_PROGRESS");
+  if (forced != nullptr && std::string_view(forced) == "bar") return ProgressBar::Style::Bar;
+  if (forced != nullptr && std::string_view(forced) == "lines") return ProgressBar::Style::Lines;
+  return isatty(fileno(out)) != 0 ? ProgressBar::Style::Bar : ProgressBar::Style::Lines;
+}
+
 }  // namespace
 
-ProgressBar::ProgressBar(std::int64_t total_steps, std::FILE* out, int interactive)
-    : total_(total_steps),
-      out_(out),
-      interactive_(interactive < 0 ? isatty(fileno(out)) != 0 : interactive != 0),
-      start_(std::chrono::steady_clock::now()),
-      last_draw_(start_) {}
+ProgressBar::ProgressBar(std::int64_t total_steps, std::FILE* out, Style style)
+    : total_(total_steps), out_(out), style_(resolve(style, out)), start_(std::chrono::steady_clock::now()), last_draw_(start_) {}
 
-void ProgressBar::update(std::int64_t steps_done, const Logs& logs, double images_per_second) {
+std::string ProgressBar::fit(std::string line) const {
+  int columns = 0;
+  winsize size{};
+  if (::ioctl(fileno(out_), TIOCGWINSZ, &size) == 0) columns = size.ws_col;
+  if (columns == 0)
+    if (const char* env = std::getenv("COLUMNS")) columns = std::atoi(env);
+  // Under cohort-launch each line gets a "[chief 0] " prefix.
+  if (columns == 0) columns = 160;
+  if (static_cast<int>(line.size()) >= columns) line.resize(static_cast<std::size_t>(std::max(columns - 1, 20)));
+  return line;
+}
+
+void ProgressBar::update(std::int64_t steps_done, const OrderedLogs& logs, double images_per_second) {
   const auto now = std::chrono::steady_clock::now();
+  if (first_step_ < 0) first_step_ = steps_done - 1;  // a resumed epoch starts part-way
   const double elapsed = std::chrono::duration<double>(now - start_).count();
-  const double eta = steps_done > 0 ? elapsed / static_cast<double>(steps_done) * static_cast<double>(total_ - steps_done) : 0;
+  const auto taken = static_cast<double>(std::max<std::int64_t>(steps_done - first_step_, 1));
+  const double per_step = elapsed / taken;
+  const double eta = per_step * static_cast<double>(total_ - steps_done);
   const int digits = static_cast<int>(std::to_string(total_).size());
-  if (interactive_) {
+  if (style_ == Style::EpochOnly) return;
+  if (style_ == Style::Bar) {
     if (now - last_draw_ < std::chrono::milliseconds(100) && steps_done < total_) return;
     last_draw_ = now;
     const auto filled = total_ > 0 ? static_cast<int>(kBarWidth * steps_done / total_) : kBarWidth;
     std::string bar(static_cast<std::size_t>(filled), '=');
     if (filled < kBarWidth) bar += '>' + std::string(static_cast<std::size_t>(kBarWidth - filled - 1), '.');
-    fmt::print(out_, "\r{:>{}}/{} [{}] - ETA: {}{} - {:.0f} img/s\x1b[K", steps_done, digits, total_, bar,
-               format_duration(eta), format_logs(logs), images_per_second);
+    const std::string line = fmt::format("{:>{}}/{} [{}] - ETA: {} - {}{} - {:.0f} img/s", steps_done, digits, total_, bar,
+                                         format_duration(eta), format_step_time(per_step), format_logs(logs), images_per_second);
+    fmt::print(out_, "\r{}\x1b[K", fit(line));
     std::fflush(out_);
     return;
   }
   if (steps_done < next_plain_report_ || steps_done == total_) return;
   next_plain_report_ = steps_done + std::max<std::int64_t>(1, total_ / 10);
-  fmt::print(out_, "{:>{}}/{} - ETA: {}{} - {:.0f} img/s\n", steps_done, digits, total_, format_duration(eta),
-             format_logs(logs), images_per_second);
+  fmt::print(out_, "{:>{}}/{} - ETA: {} - {}{} - {:.0f} img/s\n", steps_done, digits, total_, format_duration(eta),
+             format_step_time(per_step), format_logs(logs), images_per_second);
   std::fflush(out_);
 }
 
-void ProgressBar::finish(const Logs& logs, double seconds, double images_per_second) {
+void ProgressBar::finish(const OrderedLogs& logs, double seconds, double images_per_second) {
   const int digits = static_cast<int>(std::to_string(total_).size());
-  const std::string line = fmt::format("{:>{}}/{} [{}] - {}{} - {:.0f} img/s", total_, digits, total_,
-                                       std::string(kBarWidth, '='), format_duration(seconds), format_logs(logs),
-                                       images_per_second);
-  if (interactive_) fmt::print(out_, "\r{}\x1b[K\n", line);
+  const auto taken = static_cast<double>(std::max<std::int64_t>(total_ - std::max<std::int64_t>(first_step_, 0), 1));
+  const std::string line = fmt::format("{:>{}}/{} [{}] - {} {}{} - {:.0f} img/s", total_, digits, total_,
+                                       std::string(kBarWidth, '='), format_duration(seconds),
+                                       format_step_time(seconds / taken), format_logs(logs), images_per_second);
+  if (style_ == Style::Bar) fmt::print(out_, "\r{}\x1b[K\n", line);
   else fmt::print(out_, "{}\n", line);
   std::fflush(out_);
 }

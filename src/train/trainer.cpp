@@ -120,6 +120,16 @@ Logs Trainer::logs_of(const Totals& totals, const std::string& prefix) const {
   return logs;
 }
 
+OrderedLogs Trainer::shown(const Logs& logs, bool with_validation) const {
+  OrderedLogs ordered;
+  for (const char* prefix : {"", "val_"}) {
+    if (*prefix != '\0' && !with_validation) break;
+    ordered.emplace_back(std::string(prefix) + "loss", logs.at(std::string(prefix) + "loss"));
+    for (const auto& metric : metrics_) ordered.emplace_back(prefix + metric.name(), logs.at(prefix + metric.name()));
+  }
+  return ordered;
+}
+
 void Trainer::check_fits(const data::Dataset& dataset) const {
   COHORT_CHECK(dataset.sample_shape() == model_.input_shape(), "data set '{}' has samples of shape {}, the model takes {}",
                dataset.description(), dataset.sample_shape(), model_.input_shape());
@@ -271,9 +281,18 @@ History Trainer::fit(const data::Dataset& train, const FitOptions& options) {
     for (auto& callback : callbacks) callback->on_epoch_begin(epoch, control);
     agree(control);
     if (control.stopping()) break;
-    if (verbose && options.epochs > 0) fmt::print("Epoch {}/{}\n", epoch + 1, options.epochs);
+    // One line per epoch: the header and the summary share it.
+    if (verbose && options.epochs > 0)
+      fmt::print("Epoch {}/{}{}", epoch + 1, options.epochs, options.verbosity == Verbosity::Epochs ? " " : "\n");
     std::fflush(stdout);
-    ProgressBar progress(steps_per_epoch, stdout, options.verbosity == Verbosity::Lines ? 0 : -1);
+    // The bar counts the steps this epoch will really take: a step limit may end it early.
+    std::int64_t epoch_steps = steps_per_epoch;
+    if (options.max_steps > 0)
+      epoch_steps = std::min(epoch_steps, position.batch_in_epoch + options.max_steps - position.global_step);
+    const auto style = options.verbosity == Verbosity::Lines    ? ProgressBar::Style::Lines
+                       : options.verbosity == Verbosity::Epochs ? ProgressBar::Style::EpochOnly
+                                                                : ProgressBar::Style::Auto;
+    ProgressBar progress(epoch_steps, stdout, style);
     const auto epoch_start = Clock::now();
     Totals totals = new_totals();
     auto host_batches = loader.epoch(epoch, position.batch_in_epoch);
@@ -285,7 +304,7 @@ History Trainer::fit(const data::Dataset& train, const FitOptions& options) {
       ++position.global_step;
       position.batch_in_epoch = batch->index + 1;
       const Logs logs = logs_of(totals, "");
-      if (verbose) progress.update(position.batch_in_epoch, logs, totals.values[0] / seconds_since(epoch_start));
+      if (verbose) progress.update(position.batch_in_epoch, shown(logs, false), totals.values[0] / seconds_since(epoch_start));
       for (auto& callback : callbacks) callback->on_batch_end(position.global_step, logs, control);
       if (!callbacks.empty() && agree_every_step) agree(control);
       if (options.checkpoint_every_steps > 0 && position.global_step % options.checkpoint_every_steps == 0) save();
@@ -317,12 +336,7 @@ History Trainer::fit(const data::Dataset& train, const FitOptions& options) {
     logs["images_per_second"] = totals.values[0] > 0 ? totals.values[0] / seconds : 0.0;
     logs["learning_rate"] = optimizer_->learning_rate();
     if (options.validation != nullptr) logs.merge(logs_of(validation, "val_"));
-    if (verbose) {
-      Logs shown = logs;
-      for (const char* hidden : {"seconds", "images_per_second", "learning_rate"}) shown.erase(hidden);
-      for (const auto& [name, value] : strategy_logs) shown.erase(name);
-      progress.finish(shown, seconds, logs["images_per_second"]);
-    }
+    if (verbose) progress.finish(shown(logs, options.validation != nullptr), seconds, logs["images_per_second"]);
     if (position.batch_in_epoch >= steps_per_epoch) {
       position.epoch = epoch + 1;
       position.batch_in_epoch = 0;

@@ -67,7 +67,7 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
                              .slots = {Tensor({4, 3}), Tensor({4, 3})}});
   ps::write_snapshot(dir, 2, snapshot);
   const std::string snapshot_name = ps::snapshot_name(2, 0, 1);
-  ps::write_manifest(dir, {.step = 2, .policy = "RoundRobin", .servers = 1, .plan_fingerprint = 42,
+  ps::write_manifest(dir, {.step = 2, .policy = "round-robin", .servers = 1, .plan_fingerprint = 42,
                            .files = {{.name = snapshot_name, .bytes = 10, .crc = 7}}, .trainer_state = "position"});
   std::ostringstream optimizer_state;
   f.optimizer.save_state(optimizer_state);

@@ -98,7 +98,7 @@ TEST_CASE("plans are deterministic and fingerprinted; user policies are checked"
   const std::string table = one.table();
   CHECK(table.find("imbalance (max / mean load)") != std::string::npos);
   CHECK(table.find("ps 2") != std::string::npos);
-  CHECK(one.json().find("\"policy\": \"SizeBalanced\"") != std::string::npos);
+  CHECK(one.json().find("\"policy\": \"size-balanced\"") != std::string::npos);
 }
 
 TEST_CASE("a process with another plan is found at start-up and named", "[ps][placement]") {

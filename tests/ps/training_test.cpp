@@ -218,8 +218,8 @@ TEST_CASE("consistency and placement names parse, and bad ones are refused", "[p
   CHECK(ps::describe(ps::parse_consistency("stale:3")) == "bounded staleness 3");
   CHECK_THROWS_AS(ps::parse_consistency("stale:-1"), InvalidArgument);
   CHECK_THROWS_AS(ps::parse_consistency("eventually"), InvalidArgument);
-  CHECK(ps::parse_policy("round-robin").name() == "RoundRobin");
-  CHECK(ps::parse_policy("size-balanced").name() == "SizeBalanced");
-  CHECK(ps::parse_policy("tensorflow-greedy").name() == "TensorFlowGreedy");
+  CHECK(ps::parse_policy("round-robin").name() == "round-robin");
+  CHECK(ps::parse_policy("size-balanced").name() == "size-balanced");
+  CHECK(ps::parse_policy("tensorflow-greedy").name() == "tensorflow-greedy");
   CHECK_THROWS_AS(ps::parse_policy("random"), InvalidArgument);
 }

@@ -65,17 +65,17 @@ concept PlacementPolicy = requires(const P& policy, const std::vector<Shard>& sh
 namespace placement {
 
 struct RoundRobin {
-  std::string name() const { return "RoundRobin"; }
+  std::string name() const { return "round-robin"; }
   std::vector<int> assign(const std::vector<Shard>& shards, int servers) const;
 };
 
 struct SizeBalanced {
-  std::string name() const { return "SizeBalanced"; }
+  std::string name() const { return "size-balanced"; }
   std::vector<int> assign(const std::vector<Shard>& shards, int servers) const;
 };
 
 struct TensorFlowGreedy {
-  std::string name() const { return "TensorFlowGreedy"; }
+  std::string name() const { return "tensorflow-greedy"; }
   std::vector<int> assign(const std::vector<Shard>& shards, int servers) const;
 };
 

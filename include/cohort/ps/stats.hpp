@@ -34,6 +34,7 @@ struct ServerStats {
 };
 
 // One row per server (traffic, requests, latency, updates) and one per worker (staleness, drops).
-std::string traffic_table(const std::vector<ServerStats>& servers);
+// worker_names: how the run names each worker ("chief 0", "worker 0", ...), in worker order.
+std::string traffic_table(const std::vector<ServerStats>& servers, const std::vector<std::string>& worker_names);
 
 }  // namespace cohort::ps

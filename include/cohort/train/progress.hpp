@@ -1,30 +1,41 @@
 #pragma once
-// ProgressBar: Keras-like progress of an epoch (step count, bar, ETA, metrics, images/s). On a terminal
-// it redraws one line; otherwise it prints a plain log line about every tenth of the epoch.
+// ProgressBar: Keras-like progress of an epoch: step count, bar, ETA, time per step, the loss first, then
+// the metrics in the order given, and images/s, cut to the terminal's width. On a terminal it redraws
+// one line; otherwise it prints a plain log line about every tenth of the epoch. COHORT_PROGRESS=bar or
+// =lines overrides that choice (cohort-launch sets bar for the chief when its own output is a terminal,
+// and shows the chief's bar as a live line).
 //
 //   ProgressBar bar(steps, stdout);
-//   bar.update(step, logs, images_per_second);  ...  bar.finish(logs, seconds);
+//   bar.update(step, {{"loss", 0.52}, {"accuracy", 0.81}}, images_per_second);  ...  bar.finish(values, seconds, rate);
 
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
-
-#include "cohort/train/logs.hpp"
+#include <string>
+#include <utility>
+#include <vector>
 
 namespace cohort::train {
 
+// Named values in the order they are shown.
+using OrderedLogs = std::vector<std::pair<std::string, double>>;
+
 class ProgressBar {
  public:
-  // interactive: redraw in place; by default, whether `out` is a terminal.
-  ProgressBar(std::int64_t total_steps, std::FILE* out, int interactive = -1);
+  enum class Style { Auto, Bar, Lines, EpochOnly };
+  ProgressBar(std::int64_t total_steps, std::FILE* out, Style style = Style::Auto);
 
-  void update(std::int64_t steps_done, const Logs& logs, double images_per_second);
-  void finish(const Logs& logs, double seconds, double images_per_second);
+  void update(std::int64_t steps_done, const OrderedLogs& logs, double images_per_second);
+  void finish(const OrderedLogs& logs, double seconds, double images_per_second);
 
  private:
+  // Cut to the terminal's width when drawing a bar.
+  std::string fit(std::string line) const;
+
   std::int64_t total_;
   std::FILE* out_;
-  bool interactive_;
+  Style style_;
+  std::int64_t first_step_ = -1;
   std::int64_t next_plain_report_ = 0;
   std::chrono::steady_clock::time_point start_, last_draw_;
 };

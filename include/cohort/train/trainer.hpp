@@ -30,11 +30,13 @@
 #include "cohort/train/callbacks.hpp"
 #include "cohort/train/checkpoint.hpp"
 #include "cohort/train/history.hpp"
+#include "cohort/train/progress.hpp"
 #include "cohort/train/strategy.hpp"
 
 namespace cohort::train {
 
-enum class Verbosity { Silent, Auto, Lines };  // Auto: a live bar on a terminal, log lines otherwise
+// Auto: a live bar on a terminal, log lines otherwise; Lines: log lines; Epochs: one line per epoch.
+enum class Verbosity { Silent, Auto, Lines, Epochs };
 
 struct FitOptions {
   std::int64_t epochs = 1;
@@ -90,6 +92,8 @@ class Trainer {
   };
   Totals new_totals() const;
   Logs logs_of(const Totals& totals, const std::string& prefix) const;
+  // The values the progress bar shows, loss first, then the metrics in the order given.
+  OrderedLogs shown(const Logs& logs, bool with_validation) const;
   // Checks that the loss and metrics fit the model and `dataset`.
   void check_fits(const data::Dataset& dataset) const;
   // One forward/backward/update on a batch.

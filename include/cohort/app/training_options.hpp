@@ -1,0 +1,68 @@
+#pragma once
+// The command line of a training program, as the examples use it, ready for user programs: epochs, batch
+// size, data, threads, device, checkpoints, and the distributed choices (consistency, placement, learning
+// rate scaling). Parsing (CLI11) takes --flag value and --flag=value, checks ranges and names, answers a
+// mistake with one line naming the flag (exit status 2) and --help with the usage (exit status 0).
+//
+//   auto options = app::parse_training_options(argc, argv, "Trains my model.", {.epochs = 10});
+//   auto cluster = cluster::Cluster::from_environment();
+//   auto strategy = train::strategy_for(cluster, app::distributed_options(options));
+//   auto schedule = app::scaled_for_workers(optim::constant(options.learning_rate), cluster.spec().replicas(),
+//                                           app::steps_per_epoch(train_set.size(), cluster.spec().replicas(), options), options);
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "cohort/core/device.hpp"
+#include "cohort/optim/schedule.hpp"
+#include "cohort/train/parameter_server.hpp"
+#include "cohort/train/strategy.hpp"
+#include "cohort/train/trainer.hpp"
+
+namespace cohort::app {
+
+struct TrainingOptions {
+  std::int64_t epochs = 5;
+  std::int64_t batch_size = 64;
+  std::int64_t max_steps = 0;      // 0: no limit
+  std::int64_t train_samples = 0;  // 0: the whole training set
+  std::string data_dir;
+  int threads = 0;  // 0: all cores
+  std::string device = "auto";
+  double learning_rate = 1e-3;
+  std::uint64_t seed = 1;
+  bool summary_only = false;
+  bool demo = false;
+  std::string checkpoint_dir;
+  std::int64_t checkpoint_every = 0;
+  bool resume = false;
+  std::string history_csv;
+  // Distributed runs (under cohort-launch or any cluster environment)
+  std::string consistency = "sync";
+  std::string placement = "size-balanced";
+  std::int64_t max_shard_bytes = 0;
+  bool each_worker_full_pass = false;
+  std::string lr_scaling = "sqrt";
+  std::string verbosity = "auto";
+};
+
+// Parses argv over `defaults`; on --help or a mistake prints and exits.
+TrainingOptions parse_training_options(int argc, const char* const* argv, std::string_view purpose,
+                                       TrainingOptions defaults = {});
+
+train::ParameterServerOptions distributed_options(const TrainingOptions& options);
+// Where this process trains: --device for workers, logged with the reason when "auto" falls back to
+// the CPU; parameter servers keep their variables on the CPU.
+Device training_device(const TrainingOptions& options, const train::Strategy& strategy);
+// Optimizer steps in one epoch: the global batch is the workers' batches together, unless every worker
+// reads the whole set.
+std::int64_t steps_per_epoch(std::int64_t samples, int replicas, const TrainingOptions& options);
+// The learning rate scaled with the number of workers (--lr-scaling), warmed up over the first epoch
+// (Goyal et al. 2017).
+optim::Schedule scaled_for_workers(optim::Schedule base, int replicas, std::int64_t steps_per_epoch,
+                                   const TrainingOptions& options);
+// FitOptions::verbosity from --verbosity (auto, lines, epochs, silent).
+train::Verbosity verbosity(const TrainingOptions& options);
+
+}  // namespace cohort::app

@@ -1,0 +1,122 @@
+#include "cohort/app/training_options.hpp"
+
+#include <CLI/CLI.hpp>
+
+#include <cstdlib>
+
+#include "cohort/core/error.hpp"
+#include "cohort/core/logging.hpp"
+#include "cohort/ps/consistency.hpp"
+#include "cohort/ps/placement.hpp"
+#include "cohort/tensor/devices.hpp"
+
+namespace cohort::app {
+namespace {
+
+// A CLI11 validator from a parser that throws InvalidArgument: the same words as the library's errors.
+template <class Parse>
+CLI::Validator accepted_by(std::string description, Parse parse) {
+  return CLI::Validator(
+      [parse](std::string& text) -> std::string {
+        try {
+          parse(text);
+          return {};
+        } catch (const cohort::InvalidArgument& e) {
+          return e.what();
+        }
+      },
+      std::move(description));
+}
+
+}  // namespace
+
+TrainingOptions parse_training_options(int argc, const char* const* argv, std::string_view purpose, TrainingOptions defaults) {
+  TrainingOptions options = defaults;
+  CLI::App cli{std::string(purpose)};
+  cli.option_defaults()->always_capture_default();
+  cli.add_option("--epochs", options.epochs, "epochs to train")->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 40));
+  cli.add_option("--batch-size", options.batch_size, "samples per batch per worker")->check(CLI::Range(1, 1 << 24));
+  cli.add_option("--max-steps", options.max_steps, "stop after N optimizer steps (0: no limit)")
+      ->check(CLI::NonNegativeNumber);
+  cli.add_option("--train-samples", options.train_samples, "train on the first N samples only (0: all)")
+      ->check(CLI::NonNegativeNumber);
+  cli.add_option("--data-dir", options.data_dir, "data directory (see README.md)");
+  cli.add_option("--threads", options.threads, "CPU threads (0: all cores)")->check(CLI::Range(0, 4096));
+  cli.add_option("--device", options.device, "cpu, cuda, auto (CUDA when a GPU is visible) or emulated")
+      ->check(CLI::IsMember({"cpu", "cuda", "auto", "emulated"}));
+  cli.add_option("--learning-rate", options.learning_rate, "base learning rate")->check(CLI::PositiveNumber);
+  cli.add_option("--seed", options.seed, "seed for initialization, data order and augmentation");
+  cli.add_option("--checkpoint-dir", options.checkpoint_dir, "write a checkpoint there after every epoch");
+  cli.add_option("--checkpoint-every", options.checkpoint_every, "and every N steps")->check(CLI::NonNegativeNumber);
+  cli.add_flag("--resume", options.resume, "continue from the checkpoint directory's latest checkpoint");
+  cli.add_option("--history-csv", options.history_csv, "write per-epoch metrics as CSV");
+  cli.add_option("--verbosity", options.verbosity, "progress: auto (a bar on a terminal), lines, epochs or silent")
+      ->check(CLI::IsMember({"auto", "lines", "epochs", "silent"}));
+  cli.add_option("--consistency", options.consistency, "parameter servers: sync, sync:backup=N, async or stale:N")
+      ->check(accepted_by("CONSISTENCY", [](const std::string& text) { ps::parse_consistency(text); }))
+      ->group("Distributed (under cohort-launch)");
+  cli.add_option("--placement", options.placement, "round-robin, size-balanced or tensorflow-greedy")
+      ->check(accepted_by("POLICY", [](const std::string& text) { ps::parse_policy(text); }))
+      ->group("Distributed (under cohort-launch)");
+  cli.add_option("--max-shard-bytes", options.max_shard_bytes, "partition variables larger than N bytes across servers")
+      ->check(CLI::NonNegativeNumber)
+      ->group("Distributed (under cohort-launch)");
+  cli.add_flag("--each-worker-full-pass", options.each_worker_full_pass,
+               "every worker reads the whole data set per epoch (TensorFlow's way)")
+      ->group("Distributed (under cohort-launch)");
+  cli.add_option("--lr-scaling", options.lr_scaling, "learning rate x workers: linear, sqrt or none, warmed up over an epoch")
+      ->check(CLI::IsMember({"linear", "sqrt", "none"}))
+      ->group("Distributed (under cohort-launch)");
+  cli.add_flag("--demo", options.demo, "a short run for `make demo`");
+  cli.add_flag("--summary", options.summary_only, "print the model summary and exit");
+  try {
+    cli.parse(argc, argv);
+  } catch (const CLI::CallForHelp& help) {
+    std::exit(cli.exit(help));
+  } catch (const CLI::ParseError& error) {
+    // One line naming the mistake, not the whole usage.
+    std::fprintf(stderr, "%s: %s (run with --help for the options)\n", argc > 0 ? argv[0] : "program", error.what());
+    std::exit(2);
+  }
+  return options;
+}
+
+train::ParameterServerOptions distributed_options(const TrainingOptions& options) {
+  return {.consistency = ps::parse_consistency(options.consistency),
+          .placement = ps::parse_policy(options.placement),
+          .max_shard_bytes = options.max_shard_bytes,
+          .data = options.each_worker_full_pass ? train::DataPolicy::EachWorkerFullPass : train::DataPolicy::OnePassPerEpoch};
+}
+
+Device training_device(const TrainingOptions& options, const train::Strategy& strategy) {
+  if (strategy.is_server()) return Device::CPU;
+  const Device device = choose_device(options.device);
+  if (options.device == "auto" && device != Device::CUDA)
+    log::info("device: {} (auto: {})", device_name(device), device_unavailable_reason(Device::CUDA));
+  else
+    log::info("device: {}", device_name(device));
+  return device;
+}
+
+std::int64_t steps_per_epoch(std::int64_t samples, int replicas, const TrainingOptions& options) {
+  const std::int64_t global_batch = options.batch_size * (options.each_worker_full_pass ? 1 : replicas);
+  return (samples + global_batch - 1) / global_batch;
+}
+
+optim::Schedule scaled_for_workers(optim::Schedule base, int replicas, std::int64_t steps_per_epoch,
+                                   const TrainingOptions& options) {
+  using optim::ReplicaScaling;
+  const ReplicaScaling scaling = options.lr_scaling == "linear" ? ReplicaScaling::Linear
+                                 : options.lr_scaling == "none" ? ReplicaScaling::None
+                                                                : ReplicaScaling::Sqrt;
+  return optim::scaled_for_replicas(std::move(base), replicas, scaling, replicas > 1 ? steps_per_epoch : 0);
+}
+
+train::Verbosity verbosity(const TrainingOptions& options) {
+  if (options.verbosity == "lines") return train::Verbosity::Lines;
+  if (options.verbosity == "epochs") return train::Verbosity::Epochs;
+  if (options.verbosity == "silent") return train::Verbosity::Silent;
+  return train::Verbosity::Auto;
+}
+
+}  // namespace cohort::app
