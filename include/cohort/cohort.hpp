@@ -33,6 +33,8 @@
 #include "cohort/nn/loss.hpp"
 #include "cohort/nn/metric.hpp"
 #include "cohort/nn/weights.hpp"
+#include "cohort/nn/model_file.hpp"
+#include "cohort/nn/normalization.hpp"
 #include "cohort/nn/pooling2d.hpp"
 #include "cohort/nn/sequential.hpp"
 #include "cohort/nn/zoo.hpp"

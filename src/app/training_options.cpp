@@ -2,7 +2,10 @@
 
 #include <CLI/CLI.hpp>
 
+#include "app/cli_checks.hpp"
+
 #include <cstdlib>
+#include <limits>
 
 #include "cohort/core/error.hpp"
 #include "cohort/core/logging.hpp"
@@ -34,20 +37,21 @@ TrainingOptions parse_training_options(int argc, const char* const* argv, std::s
   TrainingOptions options = defaults;
   CLI::App cli{std::string(purpose)};
   cli.option_defaults()->always_capture_default();
-  cli.add_option("--epochs", options.epochs, "epochs to train")->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 40));
-  cli.add_option("--batch-size", options.batch_size, "samples per batch per worker")->check(CLI::Range(1, 1 << 24));
+  cli.add_option("--epochs", options.epochs, "epochs to train")->check(whole_number(1, std::int64_t{1} << 40));
+  cli.add_option("--batch-size", options.batch_size, "samples per batch per worker")->check(whole_number(1, 1 << 24));
   cli.add_option("--max-steps", options.max_steps, "stop after N optimizer steps (0: no limit)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(whole_number(0, std::int64_t{1} << 62));
   cli.add_option("--train-samples", options.train_samples, "train on the first N samples only (0: all)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(whole_number(0, std::int64_t{1} << 62));
   cli.add_option("--data-dir", options.data_dir, "data directory (see README.md)");
-  cli.add_option("--threads", options.threads, "CPU threads (0: all cores)")->check(CLI::Range(0, 4096));
+  cli.add_option("--threads", options.threads, "CPU threads (0: all cores)")->check(whole_number(0, 4096));
   cli.add_option("--device", options.device, "cpu, cuda, auto (CUDA when a GPU is visible) or emulated")
       ->check(CLI::IsMember({"cpu", "cuda", "auto", "emulated"}));
-  cli.add_option("--learning-rate", options.learning_rate, "base learning rate")->check(CLI::PositiveNumber);
-  cli.add_option("--seed", options.seed, "seed for initialization, data order and augmentation");
+  cli.add_option("--learning-rate", options.learning_rate, "base learning rate")->check(positive_finite_number());
+  cli.add_option("--seed", options.seed, "seed for initialization, data order and augmentation")
+      ->check(whole_number(0, std::numeric_limits<std::int64_t>::max()));
   cli.add_option("--checkpoint-dir", options.checkpoint_dir, "write a checkpoint there after every epoch");
-  cli.add_option("--checkpoint-every", options.checkpoint_every, "and every N steps")->check(CLI::NonNegativeNumber);
+  cli.add_option("--checkpoint-every", options.checkpoint_every, "and every N steps")->check(whole_number(0, std::int64_t{1} << 62));
   cli.add_flag("--resume", options.resume, "continue from the checkpoint directory's latest checkpoint");
   cli.add_option("--history-csv", options.history_csv, "write per-epoch metrics as CSV");
   cli.add_option("--verbosity", options.verbosity, "progress: auto (a bar on a terminal), lines, epochs or silent")
@@ -59,7 +63,7 @@ TrainingOptions parse_training_options(int argc, const char* const* argv, std::s
       ->check(accepted_by("POLICY", [](const std::string& text) { ps::parse_policy(text); }))
       ->group("Distributed (under cohort-launch)");
   cli.add_option("--max-shard-bytes", options.max_shard_bytes, "partition variables larger than N bytes across servers")
-      ->check(CLI::NonNegativeNumber)
+      ->check(whole_number(0, std::int64_t{1} << 62))
       ->group("Distributed (under cohort-launch)");
   cli.add_flag("--each-worker-full-pass", options.each_worker_full_pass,
                "every worker reads the whole data set per epoch (TensorFlow's way)")

@@ -29,6 +29,8 @@
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <CLI/CLI.hpp>
+
+#include "app/cli_checks.hpp"
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -112,18 +114,18 @@ Options parse(int argc, char** argv) {
                "usage: cohort-launch [OPTIONS] -- PROGRAM [ARGS...]"};
   cli.option_defaults()->always_capture_default();
   int grace_seconds = static_cast<int>(options.grace.count());
-  cli.add_option("--workers", options.workers, "training processes; the first is the chief")->check(CLI::Range(1, 1024));
-  cli.add_option("--ps", options.ps, "parameter-server processes")->check(CLI::Range(0, 1024));
+  cli.add_option("--workers", options.workers, "training processes; the first is the chief")->check(cohort::app::whole_number(1, 1024));
+  cli.add_option("--ps", options.ps, "parameter-server processes")->check(cohort::app::whole_number(0, 1024));
   cli.add_option("--gpus", options.gpus,
                  "spread the workers over N GPUs (CUDA_VISIBLE_DEVICES), parameter servers get none; 0 leaves "
                  "CUDA_VISIBLE_DEVICES as it is")
-      ->check(CLI::Range(0, 1024));
+      ->check(cohort::app::whole_number(0, 1024));
   cli.add_option("--host", options.host, "address (or name) every process listens on");
   cli.add_option("--grace", grace_seconds, "after a failure, seconds the others get to exit by themselves")
-      ->check(CLI::Range(0, 3600));
+      ->check(cohort::app::whole_number(0, 3600));
   cli.add_option("--restarts", options.restarts, "after a failure, start the whole job again from its latest checkpoint, "
                                                  "up to N times")
-      ->check(CLI::Range(0, 1024));
+      ->check(cohort::app::whole_number(0, 1024));
   try {
     cli.parse(separator, argv);
   } catch (const CLI::CallForHelp& help) {

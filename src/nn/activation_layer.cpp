@@ -20,4 +20,8 @@ Tensor ActivationLayer::backward(const Tensor& dy, bool need_input_gradient) {
   return input_gradient_;
 }
 
+std::optional<LayerConfig> ActivationLayer::config() const {
+  return LayerConfig{{"activation", static_cast<double>(activation_)}};
+}
+
 }  // namespace cohort::nn

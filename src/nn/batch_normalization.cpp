@@ -55,4 +55,8 @@ Tensor BatchNormalization::backward(const Tensor& dy, bool need_input_gradient) 
   return dx;
 }
 
+std::optional<LayerConfig> BatchNormalization::config() const {
+  return LayerConfig{{"momentum", options_.momentum}, {"epsilon", options_.epsilon}};
+}
+
 }  // namespace cohort::nn

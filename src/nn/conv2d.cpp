@@ -44,4 +44,9 @@ Tensor Conv2D::backward(const Tensor& dy, bool need_input_gradient) {
   return dx;
 }
 
+std::optional<LayerConfig> Conv2D::config() const {
+  return LayerConfig{{"filters", filters_}, {"kernel_size", kernel_size_}, {"stride", stride_},
+                     {"same_padding", padding_ == Padding::Same ? 1 : 0}, {"use_bias", use_bias_ ? 1 : 0}};
+}
+
 }  // namespace cohort::nn

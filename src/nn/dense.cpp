@@ -52,4 +52,8 @@ Tensor Dense::backward(const Tensor& dy, bool need_input_gradient) {
   return input_gradient_;
 }
 
+std::optional<LayerConfig> Dense::config() const {
+  return LayerConfig{{"units", units_}, {"use_bias", use_bias_ ? 1 : 0}};
+}
+
 }  // namespace cohort::nn

@@ -33,4 +33,6 @@ Tensor Dropout::backward(const Tensor& dy, bool need_input_gradient) {
   return input_gradient_;
 }
 
+std::optional<LayerConfig> Dropout::config() const { return LayerConfig{{"rate", rate_}}; }
+
 }  // namespace cohort::nn

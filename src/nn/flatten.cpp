@@ -16,4 +16,6 @@ Tensor Flatten::backward(const Tensor& dy, bool need_input_gradient) {
   return dy.view(input_sample_shape_.batched(dy.dim(0)));
 }
 
+std::optional<LayerConfig> Flatten::config() const { return LayerConfig{}; }
+
 }  // namespace cohort::nn

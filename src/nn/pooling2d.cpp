@@ -35,4 +35,8 @@ Tensor Pooling2D::backward(const Tensor& dy, bool need_input_gradient) {
   return input_gradient_;
 }
 
+std::optional<LayerConfig> Pooling2D::config() const {
+  return LayerConfig{{"pool_size", pool_size_}, {"stride", stride_}, {"same_padding", padding_ == Padding::Same ? 1 : 0}};
+}
+
 }  // namespace cohort::nn

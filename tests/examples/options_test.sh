@@ -13,12 +13,19 @@ refuses() {  # refuses EXPECTED_TEXT ARGS...
   [ $status -eq 2 ] || fail "'$*' exited with $status, expected 2"
   grep -qF -- "$expected" <<<"$output" || fail "'$*' did not say '$expected': $(head -3 <<<"$output")"
 }
-refuses "--learning-rate needs a positive finite number, got 'nan'" --learning-rate nan
-refuses "--learning-rate needs a positive finite number, got 'inf'" --learning-rate inf
-refuses "--learning-rate needs a positive finite number, got '-1'" --learning-rate -1
-refuses "--threads takes 0 (all cores) to 4096, got 4294967297" --threads 4294967297
-refuses "--epochs needs a non-negative integer, got '99999999999999999999'" --epochs 99999999999999999999
-refuses "--batch-size needs a non-negative integer, got 'abc'" --batch-size abc
-refuses "--device takes cpu, cuda, auto or emulated" --device gpu
-refuses "unknown option '--bogus'" --bogus
+refuses "--learning-rate: needs a positive finite number, got 'nan'" --learning-rate nan
+refuses "--learning-rate: needs a positive finite number, got 'inf'" --learning-rate inf
+refuses "--learning-rate: needs a positive finite number, got '-1'" --learning-rate -1
+refuses "--learning-rate: needs a positive finite number, got 'nan'" --learning-rate=nan
+refuses "--threads: needs a whole number from 0 to 4096, got '4294967297'" --threads 4294967297
+refuses "--epochs: needs a whole number from 1 to 1099511627776, got '99999999999999999999'" --epochs 99999999999999999999
+refuses "--batch-size: needs a whole number from 1 to 16777216, got 'abc'" --batch-size abc
+refuses "--epochs: needs a whole number from 1 to 1099511627776, got '3x'" --epochs=3x
+refuses "--device: gpu not in {cpu,cuda,auto,emulated}" --device gpu
+refuses "--placement: placement policy 'RoundRobin': expected round-robin, size-balanced or tensorflow-greedy" --placement RoundRobin
+refuses "--consistency: consistency 'stale:x'" --consistency stale:x
+refuses "--bogus" --bogus
+# One line, not the whole usage.
+[ "$(timeout 30 "$example" --bogus 2>&1 | wc -l)" -eq 1 ] || fail "a mistake prints more than one line"
+timeout 30 "$example" --help | grep -q -- '--each-worker-full-pass' || fail "--help does not list the options on stdout"
 echo "options_test: all checks passed"

@@ -2,7 +2,7 @@
 # cohort-launch end to end: a failing process is reported and the rest stopped; SIGKILL of one process of
 # a running 4-process allreduce makes the other three exit non-zero within 30 s, each naming the lost
 # peer; SIGSTOP of one is blamed on it within seconds; a sweep over TLS is correct; Ctrl-C (SIGINT) stops
-# everything; --gpus spreads the workers over GPUs.
+# everything; --gpus spreads the workers over GPUs; output lines come out whole and prefixed on their stream.
 #   usage: launch_test.sh LAUNCHER ALLREDUCE_BENCH
 set -uo pipefail
 launcher=$1 bench=$2
@@ -103,5 +103,36 @@ for hidden in "" "-1" "NoDevFiles" "0,,1"; do
   grep -q "gives this launcher no usable GPU list" "$work/log" || fail "CUDA_VISIBLE_DEVICES='$hidden' is not explained"
 done
 timeout 30 "$launcher" --workers 2 --gpus "" -- true >"$work/log" 2>&1 && fail "--gpus '' was accepted"
+
+# 7. Output: lines written in pieces on stdout and stderr by four processes at once come out whole, each
+# prefixed, on the stream they were written to; a last line without a newline too.
+cat >"$work/chatty.sh" <<'EOF'
+#!/bin/sh
+id=$(echo "$TF_CONFIG" | sed 's/.*"type": "\([a-z]*\)", "index": \([0-9]*\).*/\1\2/')
+i=0
+while [ $i -lt 300 ]; do
+  printf 'out-%s-%d-' "$id" $i; printf 'aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa'; printf 'end\n'
+  printf 'err-%s-%d-' "$id" $i >&2; printf 'bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb' >&2; printf 'end\n' >&2
+  i=$((i+1))
+done
+printf 'last-%s' "$id"
+EOF
+chmod +x "$work/chatty.sh"
+timeout 60 "$launcher" --workers 3 --ps 1 -- "$work/chatty.sh" >"$work/out" 2>"$work/err" || fail "the chatty job failed"
+names='(chief 0|worker [01]|ps 0)'
+ids='(chief0|worker[01]|ps0)'
+bad_out=$(grep -v -E "^\[$names\] (out-$ids-[0-9]+-a{60}end|last-$ids)\$" "$work/out" | head -3)
+bad_err=$(grep -v -E "^\[$names\] err-$ids-[0-9]+-b{51}end\$|^cohort-launch: " "$work/err" | head -3)
+[ -z "$bad_out" ] || fail "split, merged or unprefixed stdout lines: $bad_out"
+[ -z "$bad_err" ] || fail "split, merged or unprefixed stderr lines: $bad_err"
+[ "$(grep -c 'out-' "$work/out")" -eq 1200 ] || fail "stdout lines were lost: $(grep -c out- "$work/out") of 1200"
+[ "$(grep -c 'err-' "$work/err")" -eq 1200 ] || fail "stderr lines were lost: $(grep -c err- "$work/err") of 1200"
+[ "$(grep -c 'last-' "$work/out")" -eq 4 ] || fail "a last line without a newline was lost"
+# Help goes to stdout with status 0; a bad value is one line naming the option, status 2.
+{ "$launcher" --help >"$work/out" 2>"$work/err" && grep -q -- '--workers' "$work/out" && [ ! -s "$work/err" ]; } ||
+  fail "--help does not print the options to stdout"
+"$launcher" --workers=abc -- true >"$work/out" 2>"$work/err"
+{ [ $? -eq 2 ] && [ "$(wc -l <"$work/err")" -eq 1 ] && grep -q -- '--workers' "$work/err"; } || fail "a bad --workers is not one line naming it"
+"$launcher" --host localhost -- true >/dev/null 2>&1 || fail "--host localhost is refused"
 
 echo "launch_test: all checks passed"

@@ -2,14 +2,19 @@
 // callbacks that act on every process alike, weights files.
 #include <catch2/catch.hpp>
 #include <fstream>
+#include <random>
 
 #include "cohort/comm/inproc.hpp"
 #include "cohort/core/error.hpp"
 #include "cohort/data/synthetic.hpp"
 #include "cohort/data/tensor_dataset.hpp"
+#include "cohort/data/transforms.hpp"
 #include "cohort/nn/activation_layer.hpp"
 #include "cohort/nn/dense.hpp"
 #include "cohort/nn/flatten.hpp"
+#include "cohort/nn/model_file.hpp"
+#include "cohort/nn/normalization.hpp"
+#include "cohort/nn/zoo.hpp"
 #include "cohort/nn/weights.hpp"
 #include "cohort/optim/adam.hpp"
 #include "cohort/optim/sgd.hpp"
@@ -257,4 +262,50 @@ TEST_CASE("weights files load into a model built alike, and refuse anything else
   auto options = quiet(1);
   options.checkpoint_dir = scratch.path() / "a-file" / "run";
   CHECK_THROWS_AS(Trainer(model, adam()).fit(three_classes(), options), IoError);
+}
+
+TEST_CASE("a model file rebuilds the model, its weights and its input normalization without the model's code", "[train][api][checkpoint]") {
+  ScratchDirectory scratch("model_file");
+  // The flagship architecture (convolutions, batch normalization, pooling, dropout) trained briefly on
+  // normalized data, then saved with that normalization.
+  const auto set = data::make_synthetic({.samples = 64, .sample_shape = {32, 32, 3}, .classes = 10, .noise = 60});
+  const auto stats = data::channel_statistics(set);
+  nn::Sequential model = nn::cifar10_cnn({32, 32, 3}, 4);
+  Trainer trainer(model, adam(1e-3));
+  trainer.fit(set, {.max_steps = 2, .batch_size = 32, .transforms = {data::normalize(stats.mean, stats.stddev)},
+                    .verbosity = train::Verbosity::Silent});
+  const auto path = scratch.path() / "flagship.model";
+  nn::save_model(model, path, {.input_mean = stats.mean, .input_stddev = stats.stddev});
+
+  nn::Sequential loaded = nn::load_model(path);
+  CHECK(loaded.size() == model.size() + 1);
+  CHECK(loaded.layer(0).type_name() == "Normalization");
+  CHECK(loaded.summary().find("Total params") != std::string::npos);
+  // Raw images into the loaded model give what normalized images give the trained one.
+  const Tensor raw = test_util::random_tensor({6, 32, 32, 3}, 9, 0.0f, 1.0f);
+  Tensor normalized = raw.clone();
+  const auto normalize = data::normalize(stats.mean, stats.stddev);
+  std::mt19937_64 unused;
+  for (std::int64_t i = 0; i < 6; ++i)
+    normalize({normalized.data() + i * 32 * 32 * 3, 32 * 32 * 3}, Shape{32, 32, 3}, unused);
+  const auto expected = Trainer(model, adam()).predict(normalized).to_vector();
+  const auto got = Trainer(loaded, adam()).predict(raw).to_vector();
+  REQUIRE(got.size() == expected.size());
+  for (std::size_t i = 0; i < got.size(); ++i) CHECK(got[i] == Approx(expected[i]).margin(1e-5));
+
+  // A user-defined layer cannot be saved as a model; a damaged file is a DataError.
+  struct Square : nn::ActivationLayer {
+    Square() : nn::ActivationLayer(Activation::Tanh, "Square", "square") {}
+    std::optional<nn::LayerConfig> config() const override { return std::nullopt; }
+  };
+  nn::Sequential custom({2});
+  custom.add(Square());
+  CHECK_THROWS_WITH(nn::save_model(custom, scratch.path() / "custom.model"), Catch::Contains("'square' (Square) has no config"));
+  std::string bytes;
+  {
+    std::ifstream in(path, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes.substr(0, bytes.size() - 10);
+  CHECK_THROWS_AS(nn::load_model(path), DataError);
 }

@@ -1,6 +1,7 @@
 #pragma once
-// COHORT_CHECK(cond, fmt, args...) throws cohort::InvalidArgument with file:line when cond is false.
-// It is always on; COHORT_DCHECK is the debug-only variant for inner loops.
+// COHORT_CHECK(cond, fmt, args...) throws cohort::InvalidArgument with the formatted message when cond is
+// false. It is always on; COHORT_DCHECK is the debug-only variant for inner loops. The message is for the
+// user and names the cause; it carries no source location (a debugger stops at the throw).
 //
 //   COHORT_CHECK(x.rank() == 4, "Conv2D expects NHWC input, got shape {}", x.shape());
 
@@ -11,10 +12,8 @@
 namespace cohort::detail {
 
 template <typename ErrorType = InvalidArgument, typename... Args>
-[[noreturn]] void fail_check(const char* file, int line, const char* condition,
-                             fmt::format_string<Args...> format, Args&&... args) {
-  throw ErrorType(fmt::format("{} ({}:{}: check '{}' failed)", fmt::format(format, std::forward<Args>(args)...),
-                              file, line, condition));
+[[noreturn]] void fail_check(fmt::format_string<Args...> format, Args&&... args) {
+  throw ErrorType(fmt::format(format, std::forward<Args>(args)...));
 }
 
 }  // namespace cohort::detail
@@ -22,14 +21,14 @@ template <typename ErrorType = InvalidArgument, typename... Args>
 #define COHORT_CHECK(cond, ...)                                                     \
   do {                                                                              \
     if (!(cond)) [[unlikely]] {                                                     \
-      ::cohort::detail::fail_check(__FILE__, __LINE__, #cond, __VA_ARGS__);         \
+      ::cohort::detail::fail_check(__VA_ARGS__);         \
     }                                                                               \
   } while (false)
 
 #define COHORT_CHECK_AS(error_type, cond, ...)                                              \
   do {                                                                                      \
     if (!(cond)) [[unlikely]] {                                                             \
-      ::cohort::detail::fail_check<error_type>(__FILE__, __LINE__, #cond, __VA_ARGS__);     \
+      ::cohort::detail::fail_check<error_type>(__VA_ARGS__);     \
     }                                                                                       \
   } while (false)
 

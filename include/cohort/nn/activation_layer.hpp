@@ -19,6 +19,7 @@ class ActivationLayer : public Layer {
   Shape build(const Shape& input_sample_shape, VariableFactory& factory) override;
   Tensor forward(const Tensor& x, const ForwardContext& context) override;
   Tensor backward(const Tensor& dy, bool need_input_gradient) override;
+  std::optional<LayerConfig> config() const override;
 
   cohort::Activation activation() const { return activation_; }
 

@@ -19,6 +19,7 @@ class Conv2D : public Layer {
   Shape build(const Shape& input_sample_shape, VariableFactory& factory) override;
   Tensor forward(const Tensor& x, const ForwardContext& context) override;
   Tensor backward(const Tensor& dy, bool need_input_gradient) override;
+  std::optional<LayerConfig> config() const override;
 
  private:
   int filters_, kernel_size_, stride_;

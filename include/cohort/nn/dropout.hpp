@@ -18,6 +18,7 @@ class Dropout : public Layer {
   Shape build(const Shape& input_sample_shape, VariableFactory& factory) override;
   Tensor forward(const Tensor& x, const ForwardContext& context) override;
   Tensor backward(const Tensor& dy, bool need_input_gradient) override;
+  std::optional<LayerConfig> config() const override;
 
  private:
   float rate_;

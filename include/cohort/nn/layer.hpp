@@ -12,6 +12,8 @@
 //   class Square : public nn::Layer { ... };   // see docs/adding_a_layer.md
 
 #include <cstdint>
+#include <map>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -52,6 +54,9 @@ class VariableFactory {
   std::vector<VariablePtr> created_;
 };
 
+// A layer's constructor arguments by name, enough for nn::load_model to build it again.
+using LayerConfig = std::map<std::string, double>;
+
 class Layer {
  public:
   virtual ~Layer() = default;
@@ -63,6 +68,9 @@ class Layer {
   virtual Shape build(const Shape& input_sample_shape, VariableFactory& factory) = 0;
   virtual Tensor forward(const Tensor& x, const ForwardContext& context) = 0;
   virtual Tensor backward(const Tensor& dy, bool need_input_gradient) = 0;
+  // What nn::save_model stores to build the layer again; layers without one cannot be saved as a model
+  // file (their weights still can).
+  virtual std::optional<LayerConfig> config() const { return std::nullopt; }
 
   const std::string& name() const { return name_; }
   void set_name(std::string name) { name_ = std::move(name); }

@@ -18,6 +18,7 @@ class Pooling2D : public Layer {
   Shape build(const Shape& input_sample_shape, VariableFactory& factory) override;
   Tensor forward(const Tensor& x, const ForwardContext& context) override;
   Tensor backward(const Tensor& dy, bool need_input_gradient) override;
+  std::optional<LayerConfig> config() const override;
 
  private:
   PoolMode mode_;

@@ -57,6 +57,7 @@ class Sequential {
   const Shape& output_shape() const { return output_shapes_.empty() ? input_shape_ : output_shapes_.back(); }
   std::size_t size() const { return layers_.size(); }
   Layer& layer(std::size_t index) { return *layers_.at(index); }
+  const Layer& layer(std::size_t index) const { return *layers_.at(index); }
 
   // All variables in creation order; trainable ones only.
   std::vector<VariablePtr> variables() const;

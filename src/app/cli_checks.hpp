@@ -1,0 +1,39 @@
+#pragma once
+// CLI11 validators that read the text themselves, so that a bad value gets one line saying what was
+// expected ("--epochs: needs a whole number from 1 to 1099511627776, got '3x'") rather than a range
+// check's verdict on text that is not a number at all.
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include <charconv>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+
+namespace cohort::app {
+
+inline CLI::Validator whole_number(std::int64_t low, std::int64_t high) {
+  return CLI::Validator(
+      [low, high](std::string& text) -> std::string {
+        std::int64_t value = 0;
+        const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+        if (error == std::errc() && end == text.data() + text.size() && value >= low && value <= high) return {};
+        return fmt::format("needs a whole number from {} to {}, got '{}'", low, high, text);
+      },
+      fmt::format("INT in [{}, {}]", low, high));
+}
+
+inline CLI::Validator positive_finite_number() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        char* end = nullptr;
+        const double value = std::strtod(text.c_str(), &end);
+        if (!text.empty() && *end == '\0' && std::isfinite(value) && value > 0) return {};
+        return fmt::format("needs a positive finite number, got '{}'", text);
+      },
+      "POSITIVE");
+}
+
+}  // namespace cohort::app
