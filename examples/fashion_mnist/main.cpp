@@ -52,6 +52,10 @@ int main(int argc, char** argv) try {
                                                .resume = options.resume});
   if (!chief) return 0;
   if (!options.history_csv.empty()) history.write_csv(options.history_csv);
+  if (!options.save_model.empty()) {
+    nn::save_model(model, options.save_model, {.input_mean = stats.mean, .input_stddev = stats.stddev});
+    fmt::print("model saved to {}\n", options.save_model);
+  }
   for (std::size_t e = 0; e < history.epochs.size(); ++e)
     fmt::print("epoch {}: test accuracy {:.4f} ({:.1f} s)\n", e + 1, history.epochs[e].at("val_accuracy"),
                history.epochs[e].at("seconds"));

@@ -54,6 +54,8 @@ TrainingOptions parse_training_options(int argc, const char* const* argv, std::s
   cli.add_option("--checkpoint-every", options.checkpoint_every, "and every N steps")->check(whole_number(0, std::int64_t{1} << 62));
   cli.add_flag("--resume", options.resume, "continue from the checkpoint directory's latest checkpoint");
   cli.add_option("--history-csv", options.history_csv, "write per-epoch metrics as CSV");
+  cli.add_option("--save-model", options.save_model, "write a model file for inference (architecture, weights, input "
+                                                     "normalization) at the end");
   cli.add_option("--verbosity", options.verbosity, "progress: auto (a bar on a terminal), lines, epochs or silent")
       ->check(CLI::IsMember({"auto", "lines", "epochs", "silent"}));
   cli.add_option("--consistency", options.consistency, "parameter servers: sync, sync:backup=N, async or stale:N")

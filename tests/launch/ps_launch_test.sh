@@ -47,4 +47,7 @@ COHORT_TLS=1 timeout 240 "$launcher" --workers 2 --ps 2 -- "$example" "${args[@]
   fail "the 2 + 2 job over TLS failed"
 grep -q 'connections: TLS 1.3' "$work/log" || fail "the job did not run over TLS"
 grep -q '^\[chief 0\] test accuracy: 0\.[3-9]' "$work/log" || fail "the job over TLS did not learn"
+# The staleness table names the workers as the launcher and the errors do.
+grep -q '^\[chief 0\] chief 0  *[0-9]' "$work/log" && grep -q '^\[chief 0\] worker 0  *[0-9]' "$work/log" ||
+  fail "the staleness table does not name the workers chief 0 and worker 0"
 echo "ps launch test passed"

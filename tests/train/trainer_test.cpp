@@ -130,3 +130,39 @@ TEST_CASE("a diverging run stops with an error that names the step", "[train]") 
   CHECK_THROWS_WITH(trainer.fit(synthetic_set(), {.epochs = 3, .verbosity = train::Verbosity::Silent}),
                     Catch::Contains("training loss became"));
 }
+
+TEST_CASE("the progress bar: loss first, metrics in the order given, time per step, cut to the width", "[train]") {
+  ScratchDirectory scratch("progress");
+  const auto path = scratch.path() / "progress.txt";
+  std::FILE* out = std::fopen(path.c_str(), "w+");
+  REQUIRE(out != nullptr);
+  const train::OrderedLogs logs{{"loss", 0.5}, {"top_3_accuracy", 0.9}, {"accuracy", 0.75}};
+  {
+    train::ProgressBar lines(20, out, train::ProgressBar::Style::Lines);
+    for (int step = 1; step <= 20; ++step) lines.update(step, logs, 100);
+    lines.finish(logs, 2.0, 100);
+  }
+  {
+    ::setenv("COLUMNS", "60", 1);
+    train::ProgressBar bar(20, out, train::ProgressBar::Style::Bar);
+    bar.update(20, logs, 100);
+    ::unsetenv("COLUMNS");
+  }
+  std::fclose(out);
+  std::ifstream in(path);
+  std::string text((std::istreambuf_iterator<char>(in)), {});
+  const auto first_line = text.substr(0, text.find('\n'));
+  CHECK(first_line.find("ms/step - loss: 0.5000 - top_3_accuracy: 0.9000 - accuracy: 0.7500") != std::string::npos);
+  CHECK(text.find("20/20 [==============================] - 2s 100ms/step - loss: 0.5000") != std::string::npos);
+  const auto redraw = text.substr(text.rfind('\r') + 1);
+  CHECK(redraw.size() <= 59 + 3);  // the line, then the erase-to-end sequence
+  // Messages of checks name the cause without a source location.
+  try {
+    nn::Sequential model({2});
+    model.add(nn::Dense(0));
+    FAIL("a Dense of 0 units was accepted");
+  } catch (const InvalidArgument& e) {
+    CHECK(std::string(e.what()).find(".cpp") == std::string::npos);
+    CHECK(std::string(e.what()).find(".hpp") == std::string::npos);
+  }
+}

@@ -38,6 +38,7 @@ struct TrainingOptions {
   std::int64_t checkpoint_every = 0;
   bool resume = false;
   std::string history_csv;
+  std::string save_model;  // a model file for inference (nn::save_model), written by the chief at the end
   // Distributed runs (under cohort-launch or any cluster environment)
   std::string consistency = "sync";
   std::string placement = "size-balanced";

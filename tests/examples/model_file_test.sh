@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# A model trained by one program and saved with nn::save_model is served by another program that lacks
+# its code (examples/predict): the same test accuracy from the raw test images.
+#   usage: model_file_test.sh FASHION_MNIST_EXAMPLE PREDICT_EXAMPLE
+set -uo pipefail
+train=$1 predict=$2
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+fail() { echo "FAIL: $*"; cat "$work/log" 2>/dev/null; exit 1; }
+timeout 300 "$train" --epochs 1 --train-samples 3000 --batch-size 100 --verbosity epochs --save-model "$work/f.model" \
+  >"$work/log" 2>&1 || fail "training failed"
+trained=$(grep -o '^test accuracy: [0-9.]*' "$work/log" | grep -o '[0-9.]*$')
+[ -n "$trained" ] || fail "the training run printed no test accuracy"
+timeout 120 "$predict" "$work/f.model" >"$work/log" 2>&1 || fail "predict failed"
+served=$(grep -o '^test accuracy: [0-9.]*' "$work/log" | grep -o '[0-9.]*$')
+awk -v a="$trained" -v b="$served" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a > 0.5 && d <= 0.0005) }' ||
+  fail "the served model's test accuracy $served differs from the trained one's $trained"
+printf 'garbage' >"$work/bad.model"
+"$predict" "$work/bad.model" >"$work/log" 2>&1
+[ $? -eq 1 ] && grep -q 'model file' "$work/log" || fail "a foreign model file is not refused with a clear error"
+echo "model_file_test: trained $trained, served $served"
