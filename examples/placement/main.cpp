@@ -1,7 +1,7 @@
 // Where the flagship CIFAR-10 model's variables land on 1 to 4 parameter servers under each built-in
 // placement policy, with per-server bytes and the imbalance ratio; --json prints the plans as JSON,
 // --servers N and --policy NAME pick one, --max-shard-bytes B partitions large variables.
-#include <CLI/CLI.hpp>
+#include <cohort/app/command_line.hpp>
 #include <cohort/cohort.hpp>
 
 using namespace cohort;
@@ -32,19 +32,12 @@ int main(int argc, char** argv) {
   ps::PlanOptions options{.optimizer_slots = optim::Adam().slots_per_variable()};
   CLI::App cli{"Prints the flagship CIFAR-10 model's placement under each policy for 1 to 4 servers (Adam state counted "
                "as load)."};
-  cli.add_option("--servers", only_servers, "only this many servers")->check(CLI::Range(1, 4));
+  cli.add_option("--servers", only_servers, "only this many servers")->check(app::whole_number(1, 4));
   cli.add_option("--policy", only_policy, "only this policy")->check(CLI::IsMember({"round-robin", "size-balanced", "tensorflow-greedy"}));
   cli.add_option("--max-shard-bytes", options.max_shard_bytes, "partition variables larger than B bytes")
-      ->check(CLI::NonNegativeNumber);
+      ->check(app::whole_number(0, std::int64_t{1} << 62));
   cli.add_flag("--json", json, "print the plans as JSON");
-  try {
-    cli.parse(argc, argv);
-  } catch (const CLI::CallForHelp& help) {
-    return cli.exit(help);
-  } catch (const CLI::ParseError& error) {
-    fmt::print(stderr, "{}: {} (run with --help for the options)\n", argv[0], error.what());
-    return 2;
-  }
+  app::parse_or_exit(cli, argc, argv);
   const nn::Sequential model = nn::cifar10_cnn({32, 32, 3});
   const auto variables = train::variable_infos(model);
   const bool brief = only_servers == 0 && only_policy.empty() && !json;

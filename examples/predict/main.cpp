@@ -2,7 +2,7 @@
 // nn::save_model (e.g. `fashion_mnist --save-model fashion.model`) and reports its accuracy on the raw
 // Fashion-MNIST test images; the model file holds the normalization the training data went through.
 //   ./build/examples/predict fashion.model
-#include <CLI/CLI.hpp>
+#include <cohort/app/command_line.hpp>
 #include <cohort/cohort.hpp>
 
 using namespace cohort;
@@ -13,15 +13,8 @@ int main(int argc, char** argv) try {
   CLI::App cli{"Loads a model file and reports its accuracy on the Fashion-MNIST test set."};
   cli.add_option("model", model_path, "a file written by nn::save_model")->required();
   cli.add_option("--data-dir", data_dir, "Fashion-MNIST directory");
-  cli.add_option("--batch-size", batch_size, "images per forward pass")->check(CLI::Range(1, 1 << 20));
-  try {
-    cli.parse(argc, argv);
-  } catch (const CLI::CallForHelp& help) {
-    return cli.exit(help);
-  } catch (const CLI::ParseError& error) {
-    fmt::print(stderr, "{}: {} (run with --help for the options)\n", argv[0], error.what());
-    return 2;
-  }
+  cli.add_option("--batch-size", batch_size, "images per forward pass")->check(app::whole_number(1, 1 << 20));
+  app::parse_or_exit(cli, argc, argv);
   nn::Sequential model = nn::load_model(model_path);
   const data::ImageDataset test_set = data::FashionMnist::test(data_dir);
   const data::DataLoader loader(test_set, {.batch_size = batch_size, .shuffle = false});

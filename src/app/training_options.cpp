@@ -2,7 +2,7 @@
 
 #include <CLI/CLI.hpp>
 
-#include "app/cli_checks.hpp"
+#include "cohort/app/command_line.hpp"
 
 #include <cstdlib>
 #include <limits>
@@ -75,15 +75,7 @@ TrainingOptions parse_training_options(int argc, const char* const* argv, std::s
       ->group("Distributed (under cohort-launch)");
   cli.add_flag("--demo", options.demo, "a short run for `make demo`");
   cli.add_flag("--summary", options.summary_only, "print the model summary and exit");
-  try {
-    cli.parse(argc, argv);
-  } catch (const CLI::CallForHelp& help) {
-    std::exit(cli.exit(help));
-  } catch (const CLI::ParseError& error) {
-    // One line naming the mistake, not the whole usage.
-    std::fprintf(stderr, "%s: %s (run with --help for the options)\n", argc > 0 ? argv[0] : "program", error.what());
-    std::exit(2);
-  }
+  parse_or_exit(cli, argc, argv);
   return options;
 }
 

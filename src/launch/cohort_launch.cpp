@@ -30,7 +30,7 @@
 #include <netdb.h>
 #include <CLI/CLI.hpp>
 
-#include "app/cli_checks.hpp"
+#include "cohort/app/command_line.hpp"
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -126,13 +126,7 @@ Options parse(int argc, char** argv) {
   cli.add_option("--restarts", options.restarts, "after a failure, start the whole job again from its latest checkpoint, "
                                                  "up to N times")
       ->check(cohort::app::whole_number(0, 1024));
-  try {
-    cli.parse(separator, argv);
-  } catch (const CLI::CallForHelp& help) {
-    std::exit(cli.exit(help));
-  } catch (const CLI::ParseError& error) {
-    usage(error.what());
-  }
+  cohort::app::parse_or_exit(cli, separator, argv);
   if (options.command.empty()) usage("no program given after --");
   options.grace = std::chrono::seconds(grace_seconds);
   options.host = ipv4_address_of(options.host);

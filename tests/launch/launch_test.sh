@@ -135,4 +135,13 @@ bad_err=$(grep -v -E "^\[$names\] err-$ids-[0-9]+-b{51}end\$|^cohort-launch: " "
 { [ $? -eq 2 ] && [ "$(wc -l <"$work/err")" -eq 1 ] && grep -q -- '--workers' "$work/err"; } || fail "a bad --workers is not one line naming it"
 "$launcher" --host localhost -- true >/dev/null 2>&1 || fail "--host localhost is refused"
 
+# 8. On a terminal the chief's progress bar (a line redrawn with carriage returns) is shown live, before
+# its newline arrives. `script` gives the launcher a pseudo-terminal.
+if command -v script >/dev/null; then
+  script -qec "$launcher -- sh -c 'printf \"\\rstep 1/3\"; sleep 0.3; printf \"\\rstep 2/3\"; sleep 0.3; printf \"\\rstep 3/3\\n\"'" \
+    /dev/null >"$work/out" 2>&1 || fail "the job under a pseudo-terminal failed"
+  grep -q 'chief 0\] step 2/3' "$work/out" || fail "the chief's live line was not shown before its end: $(tr '\r' '|' <"$work/out" | head -c 300)"
+  grep -q 'chief 0\] step 3/3' "$work/out" || fail "the chief's finished line is missing"
+fi
+
 echo "launch_test: all checks passed"

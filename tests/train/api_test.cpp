@@ -309,3 +309,28 @@ TEST_CASE("a model file rebuilds the model, its weights and its input normalizat
   std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes.substr(0, bytes.size() - 10);
   CHECK_THROWS_AS(nn::load_model(path), DataError);
 }
+
+TEST_CASE("in-memory float targets train alike on one process and on two ranks of the ring", "[train][api][distributed]") {
+  const auto plane = line_set();
+  const auto model_for = [] {
+    nn::Sequential model({2}, 1);
+    model.add(nn::Dense(1));
+    return model;
+  };
+  const train::TrainerOptions mse{.loss = nn::MeanSquaredError{}, .metrics = {"mae"}};
+  nn::Sequential single = model_for();
+  Trainer(single, optim::SGD({.learning_rate = optim::constant(0.1)}), std::make_shared<train::Local>(), mse)
+      .fit(plane, {.epochs = 3, .batch_size = 20, .shuffle = false, .verbosity = train::Verbosity::Silent});
+  comm::InProcessGroup group(2);
+  std::vector<nn::Sequential> replicas;
+  for (int r = 0; r < 2; ++r) replicas.push_back(model_for());
+  comm_test::run_ranks(2, [&](int rank) {
+    Trainer(replicas[static_cast<std::size_t>(rank)], optim::SGD({.learning_rate = optim::constant(0.1)}),
+            std::make_shared<train::RingAllreduce>(group.transport(rank)), mse)
+        .fit(plane, {.epochs = 3, .batch_size = 10, .shuffle = false, .verbosity = train::Verbosity::Silent});
+  });
+  const auto expected = all_values(single), got = all_values(replicas[0]);
+  REQUIRE(got.size() == expected.size());
+  for (std::size_t i = 0; i < got.size(); ++i) CHECK(got[i] == Approx(expected[i]).epsilon(1e-5));
+  CHECK(all_values(replicas[1]) == got);
+}

@@ -1,7 +1,13 @@
 #pragma once
-// CLI11 validators that read the text themselves, so that a bad value gets one line saying what was
-// expected ("--epochs: needs a whole number from 1 to 1099511627776, got '3x'") rather than a range
-// check's verdict on text that is not a number at all.
+// Command lines with CLI11 (Debian's libcli11-dev; this header is not part of cohort.hpp): the way every
+// cohort program answers its arguments. Validators read the text themselves, so that a bad value gets
+// one line saying what was expected ("--epochs: needs a whole number from 1 to 1099511627776, got '3x'")
+// rather than a range check's verdict on text that is not a number at all; parse_or_exit prints --help
+// to stdout (status 0) and a mistake as one line (status 2).
+//
+//   CLI::App cli{"Serves a model."};
+//   cli.add_option("--batch-size", batch_size)->check(app::whole_number(1, 1 << 20));
+//   app::parse_or_exit(cli, argc, argv);
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -9,6 +15,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 
@@ -34,6 +41,17 @@ inline CLI::Validator positive_finite_number() {
         return fmt::format("needs a positive finite number, got '{}'", text);
       },
       "POSITIVE");
+}
+
+inline void parse_or_exit(CLI::App& cli, int argc, const char* const* argv) {
+  try {
+    cli.parse(argc, argv);
+  } catch (const CLI::CallForHelp& help) {
+    std::exit(cli.exit(help));
+  } catch (const CLI::ParseError& error) {
+    std::fprintf(stderr, "%s: %s (run with --help for the options)\n", argc > 0 ? argv[0] : "program", error.what());
+    std::exit(2);
+  }
 }
 
 }  // namespace cohort::app
