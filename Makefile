@@ -4,7 +4,7 @@ JOBS ?= $(shell nproc)
 # This machine's instruction set: the build and its benchmarks stay here (installs default to portable code).
 CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=Release -DCOHORT_NATIVE_ARCH=ON
 
-.PHONY: all deps configure build test demo bench bench-allreduce bench-ps asan-build sanitize fuzz clean
+.PHONY: all deps configure build test demo install bench bench-allreduce bench-ps asan-build sanitize fuzz clean
 
 all: build
 
@@ -16,6 +16,14 @@ configure: deps
 
 build: configure
 	@cmake --build $(BUILD_DIR) -j $(JOBS)
+
+# A portable library (no -march=native) in a build directory of its own, installed under PREFIX.
+PREFIX ?= /usr/local
+install: deps
+	@cmake -S . -B build-install -DCMAKE_BUILD_TYPE=Release -DCOHORT_NATIVE_ARCH=OFF -DCOHORT_BUILD_TESTS=OFF \
+	       -DCOHORT_BUILD_EXAMPLES=OFF -DCOHORT_BUILD_BENCHMARKS=OFF >/dev/null
+	@cmake --build build-install -j $(JOBS)
+	@cmake --install build-install --prefix $(PREFIX)
 
 test: build
 	@cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS) --timeout 900

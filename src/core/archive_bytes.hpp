@@ -10,6 +10,7 @@
 #include <string>
 #include <string_view>
 
+#include "cohort/core/error.hpp"
 #include "core/bounded_archive.hpp"
 
 namespace cohort {
@@ -31,6 +32,8 @@ T from_archive_bytes(std::string_view bytes, std::string_view what) {
     BoundedInputArchive archive(bytes);
     archive(value);
   } catch (const cereal::Exception& e) {
+    throw Error(fmt::format("{} cannot be decoded: {}", what, e.what()));
+  } catch (const DataError& e) {  // a record's own check, e.g. a tensor's extents
     throw Error(fmt::format("{} cannot be decoded: {}", what, e.what()));
   }
   return value;

@@ -35,8 +35,10 @@ T get(const std::string& in, std::size_t offset) {
 }
 
 std::string read_whole_file(const std::filesystem::path& path, std::string_view what) {
+  std::error_code error;
+  if (std::filesystem::is_directory(path, error)) throw DataError(fmt::format("{} {}: is a directory", what, path.string()));
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw DataError(fmt::format("{} {}: cannot open it", what, path.string()));
+  if (!in) throw IoError(fmt::format("{} {}: cannot open it: {}", what, path.string(), std::strerror(errno)));
   std::ostringstream content;
   content << in.rdbuf();
   return content.str();

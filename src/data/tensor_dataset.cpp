@@ -1,6 +1,7 @@
 #include "cohort/data/tensor_dataset.hpp"
 
 #include <algorithm>
+#include <cmath>
 
 #include "cohort/core/check.hpp"
 #include "cohort/core/error.hpp"
@@ -12,6 +13,15 @@ std::vector<float> host_values(const Tensor& tensor, const char* what) {
   COHORT_CHECK(tensor.defined() && tensor.rank() >= 1, "TensorDataset needs {} of shape (N, ...), got {}", what,
                tensor.defined() ? tensor.shape().to_string() : std::string("an undefined tensor"));
   return tensor.to(Device::CPU).to_vector();
+}
+
+// Names the first value that is NaN or infinite: it would poison every variable it reached.
+void check_finite(const std::vector<float>& values, const Shape& shape, const char* what) {
+  const auto bad = std::find_if(values.begin(), values.end(), [](float v) { return !std::isfinite(v); });
+  if (bad == values.end()) return;
+  const auto at = static_cast<std::int64_t>(bad - values.begin());
+  throw InvalidArgument(fmt::format("TensorDataset: {} {} holds {} at position {}", what, at / shape.numel(), *bad,
+                                    at % shape.numel()));
 }
 
 std::int64_t sample_count(const Shape& shape, std::size_t values, const char* what) {
@@ -43,6 +53,7 @@ TensorDataset::TensorDataset(Shape sample_shape, std::vector<float> samples, std
       labels_(std::move(labels)),
       description_(std::move(description)) {
   COHORT_CHECK(num_classes_ >= 1, "TensorDataset needs num_classes >= 1, got {}", num_classes_);
+  check_finite(samples_, sample_shape_, "sample");
   COHORT_CHECK(static_cast<std::int64_t>(labels_.size()) == size_, "TensorDataset: {} samples but {} labels", size_,
                labels_.size());
   for (std::size_t i = 0; i < labels_.size(); ++i)
@@ -61,6 +72,8 @@ TensorDataset::TensorDataset(Shape sample_shape, std::vector<float> samples, Sha
   COHORT_CHECK(target_shape_.rank() >= 1, "TensorDataset: targets need a shape per sample such as (1); for class "
                "indices pass integer labels");
   const std::int64_t target_count = sample_count(target_shape_, targets_.size(), "targets");
+  check_finite(samples_, sample_shape_, "sample");
+  check_finite(targets_, target_shape_, "target");
   COHORT_CHECK(target_count == size_, "TensorDataset: {} samples but {} targets", size_, target_count);
 }
 

@@ -105,8 +105,11 @@ std::unique_ptr<Layer> make_layer(const LayerRecord& r) {
 }  // namespace
 
 void save_model(const Sequential& model, const std::filesystem::path& path, const SaveModelOptions& options) {
-  ModelRecord record{.input_shape = model.input_shape().dims(), .seed = model.seed()};
-  if (!options.input_mean.empty() || !options.input_stddev.empty()) {
+  ModelRecord record;
+  record.input_shape = model.input_shape().dims();
+  record.seed = model.seed();
+  const bool adds_normalization = !options.input_mean.empty() || !options.input_stddev.empty();
+  if (adds_normalization) {
     // Checked and stored as the layer load_model will put first.
     Sequential normalization(model.input_shape());
     auto layer = std::make_unique<Normalization>(options.input_mean, options.input_stddev);
@@ -123,8 +126,10 @@ void save_model(const Sequential& model, const std::filesystem::path& path, cons
       throw InvalidArgument(fmt::format("layer '{}' ({}) has no config to rebuild it from: a model file holds built-in "
                                         "layers only; save its weights with nn::save_weights",
                                         layer.name(), layer.type_name()));
-    if (layer.name() == kInputNormalization)
-      throw InvalidArgument(fmt::format("the model has a layer named '{}', the name a model file gives the input normalization",
+    // A loaded model already starts with its input normalization and saves as it is.
+    if (adds_normalization && layer.name() == kInputNormalization)
+      throw InvalidArgument(fmt::format("the model already has its input normalization (layer '{}'): save it without "
+                                        "input_mean and input_stddev",
                                         kInputNormalization));
     record.layers.push_back({layer.type_name(), layer.name(), *config});
   }

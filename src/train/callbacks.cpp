@@ -202,7 +202,7 @@ void CSVLogger::on_epoch_end(std::int64_t epoch, const Logs& logs, TrainingContr
   text += fmt::format("{}", epoch + 1);
   for (const auto& name : columns_) {
     const auto it = logs.find(name);
-    text += it == logs.end() ? std::string(",") : fmt::format(",{}", it->second);
+    text += it == logs.end() ? std::string(",") : fmt::format(",{:.6g}", it->second);  // as History::to_csv
   }
   text += "\n";
   std::ofstream out(path_, std::ios::app);

@@ -189,6 +189,13 @@ std::string ParameterServer::setup_report() const {
 
 void ParameterServer::finish(const History& history) {
   if (is_chief()) final_stats_ = store_->server_stats();
+  // Every worker has pushed its last gradients (the end of fit() agrees over all of them), so a last
+  // read gives each the servers' final variables, also under asynchronous updates.
+  if (!steps_in_lockstep()) {
+    values_to_host(true);
+    store_->pull();
+    values_from_host();
+  }
   store_->finish();
   if (!is_chief()) return;
   TrainingPosition summary;

@@ -21,7 +21,8 @@ std::string format_duration(double seconds) {
 
 std::string format_step_time(double seconds_per_step) {
   if (seconds_per_step >= 1) return fmt::format("{:.2f}s/step", seconds_per_step);
-  return fmt::format("{:.0f}ms/step", seconds_per_step * 1000);
+  if (seconds_per_step >= 1e-3) return fmt::format("{:.0f}ms/step", seconds_per_step * 1e3);
+  return fmt::format("{:.0f}us/step", seconds_per_step * 1e6);
 }
 
 std::string format_logs(const OrderedLogs& logs) {
@@ -43,16 +44,21 @@ ProgressBar::Style resolve(ProgressBar::Style style, std::FILE* out) {
 ProgressBar::ProgressBar(std::int64_t total_steps, std::FILE* out, Style style)
     : total_(total_steps), out_(out), style_(resolve(style, out)), start_(std::chrono::steady_clock::now()), last_draw_(start_) {}
 
-std::string ProgressBar::fit(std::string line) const {
+std::size_t ProgressBar::width() const {
   int columns = 0;
   winsize size{};
   if (::ioctl(fileno(out_), TIOCGWINSZ, &size) == 0) columns = size.ws_col;
   if (columns == 0)
     if (const char* env = std::getenv("COLUMNS")) columns = std::atoi(env);
-  // Under cohort-launch each line gets a "[chief 0] " prefix.
-  if (columns == 0) columns = 160;
-  if (static_cast<int>(line.size()) >= columns) line.resize(static_cast<std::size_t>(std::max(columns - 1, 20)));
-  return line;
+  if (columns <= 0) columns = 160;
+  return static_cast<std::size_t>(std::max(columns - 1, 20));
+}
+
+std::string ProgressBar::fit(const std::string& full, const std::string& compact) const {
+  const std::size_t room = width();
+  if (full.size() <= room) return full;
+  // The numbers matter more than the bar: drop the decoration first, then cut.
+  return compact.size() <= room ? compact : compact.substr(0, room);
 }
 
 void ProgressBar::update(std::int64_t steps_done, const OrderedLogs& logs, double images_per_second) {
@@ -72,7 +78,8 @@ void ProgressBar::update(std::int64_t steps_done, const OrderedLogs& logs, doubl
     if (filled < kBarWidth) bar += '>' + std::string(static_cast<std::size_t>(kBarWidth - filled - 1), '.');
     const std::string line = fmt::format("{:>{}}/{} [{}] - ETA: {} - {}{} - {:.0f} img/s", steps_done, digits, total_, bar,
                                          format_duration(eta), format_step_time(per_step), format_logs(logs), images_per_second);
-    fmt::print(out_, "\r{}\x1b[K", fit(line));
+    const std::string compact = fmt::format("{}/{}{}", steps_done, total_, format_logs(logs));
+    fmt::print(out_, "\r{}\x1b[K", fit(line, compact));
     std::fflush(out_);
     return;
   }
@@ -89,7 +96,10 @@ void ProgressBar::finish(const OrderedLogs& logs, double seconds, double images_
   const std::string line = fmt::format("{:>{}}/{} [{}] - {} {}{} - {:.0f} img/s", total_, digits, total_,
                                        std::string(kBarWidth, '='), format_duration(seconds),
                                        format_step_time(seconds / taken), format_logs(logs), images_per_second);
-  if (style_ == Style::Bar) fmt::print(out_, "\r{}\x1b[K\n", line);
+  // The epoch's line stays on the screen: on a narrow terminal it loses the bar, never a number.
+  const std::string compact = fmt::format("{}/{} - {} {}{} - {:.0f} img/s", total_, total_, format_duration(seconds),
+                                          format_step_time(seconds / taken), format_logs(logs), images_per_second);
+  if (style_ == Style::Bar) fmt::print(out_, "\r{}\x1b[K\n", line.size() <= width() ? line : compact);
   else fmt::print(out_, "{}\n", line);
   std::fflush(out_);
 }

@@ -190,12 +190,14 @@ Trainer::Totals Trainer::evaluate_share(const data::Dataset& dataset, std::int64
   COHORT_CHECK(batch_size > 0, "batch size must be positive, got {}", batch_size);
   ModeGuard mode(model_);
   model_.eval();
-  const data::DataLoader loader(dataset, {.batch_size = batch_size,
-                                          .shuffle = false,
-                                          .prefetch = 1,
-                                          .replica = replica,
-                                          .replicas = replicas,
-                                          .pinned = model_.device() != Device::CPU});
+  data::LoaderOptions options;
+  options.batch_size = batch_size;
+  options.shuffle = false;
+  options.prefetch = 1;
+  options.replica = replica;
+  options.replicas = replicas;
+  options.pinned = model_.device() != Device::CPU;
+  const data::DataLoader loader(dataset, options);
   Totals totals = new_totals();
   auto host_batches = loader.epoch(0);
   DeviceBatches batches(*host_batches, model_.device());
@@ -205,8 +207,18 @@ Trainer::Totals Trainer::evaluate_share(const data::Dataset& dataset, std::int64
 
 void Trainer::agree(TrainingControl& control) {
   const auto requested = control.requested_learning_rate();
-  std::array<double, 3> votes{control.stop_requested() ? 1.0 : 0.0, requested ? 1.0 : 0.0, requested.value_or(0.0)};
-  strategy_->sum_over_replicas(votes);
+  // The factors' sum and sum of squares reveal, identically on every process, a factor that differs.
+  const double factor = optimizer_->learning_rate_factor();
+  std::array<double, 5> votes{control.stop_requested() ? 1.0 : 0.0, requested ? 1.0 : 0.0, requested.value_or(0.0), factor,
+                              factor * factor};
+  if (strategy_->sum_over_replicas(votes)) {
+    const double replicas = strategy_->replicas();
+    const double mean = votes[3] / replicas;
+    if (votes[4] / replicas - mean * mean > 1e-12 * mean * mean)
+      throw Error(fmt::format("the processes' learning rates differ (this one's is {:.6g}): a callback changed the optimizer's "
+                              "rate directly; use TrainingControl::set_learning_rate, which every process agrees on",
+                              optimizer_->learning_rate()));
+  }
   if (votes[1] > 0) optimizer_->set_learning_rate(votes[2] / votes[1]);
   control.set_agreed(votes[0] > 0);
 }
@@ -220,6 +232,11 @@ History Trainer::fit(const data::Dataset& train, const FitOptions& options) {
   const bool verbose = chief && options.verbosity != Verbosity::Silent;
   const std::filesystem::path& checkpoint_dir = options.checkpoint_dir;
 
+  if (!checkpoint_dir.empty() && chief) {
+    std::error_code made;
+    std::filesystem::create_directories(checkpoint_dir, made);
+    if (made) throw IoError(fmt::format("cannot create checkpoint directory {}: {}", checkpoint_dir.string(), made.message()));
+  }
   TrainingPosition position{.data_seed = options.seed};
   if ((options.resume || restarted_by_launcher()) && !checkpoint_dir.empty()) {
     if (auto restored = strategy_->restore_checkpoint(checkpoint_dir, model_, *optimizer_)) {

@@ -1,6 +1,7 @@
 // The training API as a Keras or PyTorch user meets it: losses and metrics as options, in-memory data,
 // callbacks that act on every process alike, weights files.
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <fstream>
 #include <random>
 
@@ -124,6 +125,8 @@ TEST_CASE("regression on in-memory data, binary cross-entropy, top-k accuracy", 
   CHECK_THROWS_WITH(nn::Metric("precision"), Catch::Contains("unknown metric 'precision'") && Catch::Contains("top_k_accuracy"));
   CHECK_THROWS_WITH(data::TensorDataset({2}, {1, 2, 3, 4}, std::vector<int>{0, 5}, 2), Catch::Contains("label 5 of sample 1"));
   CHECK_THROWS_WITH(data::TensorDataset({2}, {1, 2, 3}, std::vector<int>{0}, 2), Catch::Contains("do not make whole samples"));
+  CHECK_THROWS_WITH(data::TensorDataset({1}, {NAN, 1}, {1}, {1, 2}), Catch::Contains("sample 0 holds nan"));
+  CHECK_THROWS_WITH(data::TensorDataset({1}, {0, 1}, {1}, {1, INFINITY}), Catch::Contains("target 1 holds inf"));
 }
 
 TEST_CASE("under ring allreduce a callback's stop or learning-rate change takes effect on every rank", "[train][api][distributed]") {
@@ -158,6 +161,29 @@ TEST_CASE("under ring allreduce a callback's stop or learning-rate change takes 
   CHECK(histories[0].epochs[1].at("learning_rate") == Approx(1e-3));
   CHECK(rates[0] == rates[1]);
   CHECK(all_values(models[0]) == all_values(models[1]));
+}
+
+TEST_CASE("a rate changed behind the agreement's back is caught, not left to split the replicas", "[train][api][distributed]") {
+  comm::InProcessGroup group(2);
+  std::vector<nn::Sequential> models;
+  for (int r = 0; r < 2; ++r) models.push_back(mlp(true));
+  std::vector<std::string> errors(2);
+  comm_test::run_ranks(2, [&](int rank) {
+    Trainer trainer(models[static_cast<std::size_t>(rank)], adam(), std::make_shared<train::RingAllreduce>(group.transport(rank)));
+    auto options = quiet(3);
+    auto callback = std::make_shared<train::LambdaCallback>();
+    if (rank == 0)
+      callback->epoch_end = [](std::int64_t, const train::Logs&, train::TrainingControl& control) {
+        control.optimizer().set_learning_rate(0.05);  // not control.set_learning_rate()
+      };
+    options.callbacks.push_back(callback);
+    try {
+      trainer.fit(three_classes(), options);
+    } catch (const Error& e) {
+      errors[static_cast<std::size_t>(rank)] = e.what();
+    }
+  });
+  for (const auto& error : errors) CHECK_THAT(error, Catch::Contains("learning rates differ") && Catch::Contains("set_learning_rate"));
 }
 
 TEST_CASE("under parameter servers a worker's stop ends every process alike; a new rate reaches the servers", "[train][api][ps]") {
@@ -292,6 +318,15 @@ TEST_CASE("a model file rebuilds the model, its weights and its input normalizat
   const auto got = Trainer(loaded, adam()).predict(raw).to_vector();
   REQUIRE(got.size() == expected.size());
   for (std::size_t i = 0; i < got.size(); ++i) CHECK(got[i] == Approx(expected[i]).margin(1e-5));
+
+  // A loaded model saves again as it is (its normalization included), and loads the same.
+  nn::save_model(loaded, scratch.path() / "again.model");
+  nn::Sequential again = nn::load_model(scratch.path() / "again.model");
+  CHECK(Trainer(again, adam()).predict(raw).to_vector() == got);
+  CHECK_THROWS_WITH(nn::save_model(loaded, scratch.path() / "twice.model", {.input_mean = stats.mean, .input_stddev = stats.stddev}),
+                    Catch::Contains("already has its input normalization"));
+  CHECK_THROWS_AS(nn::load_model(scratch.path() / "missing.model"), IoError);
+  CHECK_THROWS_WITH(nn::load_model(scratch.path()), Catch::Contains("is a directory"));
 
   // A user-defined layer cannot be saved as a model; a damaged file is a DataError.
   struct Square : nn::ActivationLayer {

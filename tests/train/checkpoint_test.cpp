@@ -108,7 +108,7 @@ TEST_CASE("damaged, truncated, foreign and mismatched checkpoints are refused an
   optim::Adam wider_adam;
   train::save_checkpoint(path, wider, wider_adam, {});
   CHECK_THROWS_WITH(train::load_checkpoint(path, target, target_adam), Catch::Contains("dense/kernel"));
-  CHECK_THROWS_AS(train::load_checkpoint(dir.path() / "absent.ckpt", target, target_adam), DataError);
+  CHECK_THROWS_AS(train::load_checkpoint(dir.path() / "absent.ckpt", target, target_adam), IoError);
 }
 
 TEST_CASE("temporary files of writers that died are removed by the next checkpoint", "[train][checkpoint]") {

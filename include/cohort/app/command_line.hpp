@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <string>
 
 namespace cohort::app {
@@ -49,7 +50,8 @@ inline void parse_or_exit(CLI::App& cli, int argc, const char* const* argv) {
   } catch (const CLI::CallForHelp& help) {
     std::exit(cli.exit(help));
   } catch (const CLI::ParseError& error) {
-    std::fprintf(stderr, "%s: %s (run with --help for the options)\n", argc > 0 ? argv[0] : "program", error.what());
+    const std::string program = argc > 0 ? std::filesystem::path(argv[0]).filename().string() : "program";
+    std::fprintf(stderr, "%s: %s (run with --help for the options)\n", program.c_str(), error.what());
     std::exit(2);
   }
 }

@@ -22,7 +22,7 @@ struct TrainingPosition {
   std::int64_t batch_in_epoch = 0;  // first batch of that epoch not yet trained
   std::int64_t global_step = 0;     // optimizer steps taken
   std::uint64_t data_seed = 0;
-  History history;                  // completed epochs
+  History history{};                // completed epochs
   double learning_rate_factor = 1;  // what callbacks made of the optimizer's schedule
 };
 

@@ -29,8 +29,10 @@ class ProgressBar {
   void finish(const OrderedLogs& logs, double seconds, double images_per_second);
 
  private:
-  // Cut to the terminal's width when drawing a bar.
-  std::string fit(std::string line) const;
+  // Columns a drawn line may take: the terminal's (or COLUMNS) less one.
+  std::size_t width() const;
+  // `full` when it fits, else `compact`, cut to the width if need be.
+  std::string fit(const std::string& full, const std::string& compact) const;
 
   std::int64_t total_;
   std::FILE* out_;
