@@ -16,8 +16,6 @@ namespace cohort::nn {
 
 class Metric {
  public:
-  enum class Kind { Accuracy, TopKAccuracy, MeanAbsoluteError, MeanSquaredError };
-
   // One of the names above; anything else is an InvalidArgument listing them.
   Metric(const char* name);  // NOLINT(google-explicit-constructor): {"accuracy"} reads as Keras does
   Metric(const std::string& name);  // NOLINT(google-explicit-constructor)
@@ -28,7 +26,6 @@ class Metric {
 
   // The key in logs and History ("accuracy", "top_3_accuracy", "mae").
   const std::string& name() const { return name_; }
-  Kind kind() const { return kind_; }
 
   // Throws InvalidArgument when the metric means nothing for this loss, model and data.
   void check_fits(const Loss& loss, const LossFit& fit) const;
@@ -36,6 +33,7 @@ class Metric {
   double batch_sum(const Loss& loss, const Tensor& prediction, bool logits, const Tensor& targets) const;
 
  private:
+  enum class Kind { Accuracy, TopKAccuracy, MeanAbsoluteError, MeanSquaredError };
   Metric(Kind kind, int k);
 
   Kind kind_;
