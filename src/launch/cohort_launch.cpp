@@ -92,6 +92,8 @@ void on_signal(int number) {
 
 // The IPv4 address of `host` ("localhost", "10.0.0.5"), as the processes' TF_CONFIG gives it.
 std::string ipv4_address_of(const std::string& host) {
+  // Loopback by definition (RFC 6761), also where no resolver or /etc/hosts knows it (a bare container).
+  if (host == "localhost") return "127.0.0.1";
   addrinfo hints{};
   hints.ai_family = AF_INET;
   hints.ai_socktype = SOCK_STREAM;
