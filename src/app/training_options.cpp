@@ -4,7 +4,6 @@
 
 #include "cohort/app/command_line.hpp"
 
-#include <cstdlib>
 #include <limits>
 
 #include "cohort/core/error.hpp"

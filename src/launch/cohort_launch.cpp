@@ -68,6 +68,7 @@ struct Process {
   struct Stream {
     int fd = -1;
     std::string partial;
+    std::FILE* to = stdout;  // where its lines go: the launcher's stream of the same kind
   };
   Stream out, err;
   std::optional<int> status;  // waitpid status once exited
@@ -301,8 +302,8 @@ void start(Process& p, const Options& options, const std::string& secret, int re
   ::setpgid(p.pid, p.pid);  // also here, so that the group exists before the first signal
   ::close(out[1]);
   ::close(err[1]);
-  p.out = {out[0], {}};
-  p.err = {err[0], {}};
+  p.out = {out[0], {}, stdout};
+  p.err = {err[0], {}, stderr};
 }
 
 // Whether `line` names `name` at `at` as a whole name ("worker 1", not the start of "worker 10").
@@ -345,7 +346,8 @@ void clear_status_line() {
 // Writes every whole line `stream` has received, prefixed, to the stream it came on; with flush_partial
 // also the rest. A chief's unfinished line that redraws itself (its progress bar) is shown as a status
 // line on a terminal.
-void print_lines(Process& p, Process::Stream& stream, std::FILE* to, bool flush_partial, std::vector<Process>& processes) {
+void print_lines(Process& p, Process::Stream& stream, bool flush_partial, std::vector<Process>& processes) {
+  std::FILE* to = stream.to;
   auto emit = [&](std::string_view raw) {
     const std::string line = as_displayed(raw);
     clear_status_line();
@@ -439,17 +441,12 @@ int run(const Options& options, int restart) {
     if (all_exited) break;
 
     std::vector<pollfd> fds{{signal_pipe[0], POLLIN, 0}};
-    struct Readable {
-      Process* process;
-      Process::Stream* stream;
-      std::FILE* to;
-    };
-    std::vector<Readable> readable;
+    std::vector<std::pair<Process*, Process::Stream*>> readable;
     for (auto& p : processes)
-      for (auto [stream, to] : {std::pair{&p.out, stdout}, std::pair{&p.err, stderr}})
+      for (Process::Stream* stream : {&p.out, &p.err})
         if (stream->fd >= 0) {
           fds.push_back({stream->fd, POLLIN, 0});
-          readable.push_back({&p, stream, to});
+          readable.emplace_back(&p, stream);
         }
     ::poll(fds.data(), fds.size(), 200);
 
@@ -466,14 +463,14 @@ int run(const Options& options, int restart) {
 
     for (std::size_t i = 0; i < readable.size(); ++i) {
       if ((fds[i + 1].revents & (POLLIN | POLLHUP | POLLERR)) == 0) continue;
-      auto [p, stream, to] = readable[i];
+      auto [p, stream] = readable[i];
       char buffer[65536];
       const ssize_t got = ::read(stream->fd, buffer, sizeof buffer);
       if (got > 0) {
         stream->partial.append(buffer, static_cast<std::size_t>(got));
-        print_lines(*p, *stream, to, false, processes);
+        print_lines(*p, *stream, false, processes);
       } else if (got == 0 || errno != EINTR) {
-        print_lines(*p, *stream, to, true, processes);
+        print_lines(*p, *stream, true, processes);
         ::close(stream->fd);
         stream->fd = -1;
       }

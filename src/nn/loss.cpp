@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include "cohort/core/check.hpp"
 #include "cohort/core/error.hpp"
@@ -10,13 +11,6 @@
 
 namespace cohort::nn {
 namespace {
-
-// The element-wise losses: targets shaped like the prediction, or one value per row for one output.
-void check_elementwise(const char* loss, const Tensor& prediction, const Tensor& targets) {
-  COHORT_CHECK(prediction.rank() >= 1 && targets.rank() >= 1 && targets.dim(0) == prediction.dim(0) &&
-                   targets.numel() == prediction.numel(),
-               "{} needs targets shaped like the prediction {}, got {}", loss, prediction.shape(), targets.shape());
-}
 
 template <class PerElement>
 double mean_over_elements(const char* loss, const Tensor& prediction, const Tensor& targets, const Tensor& gradient,
@@ -66,14 +60,14 @@ void check_class_targets(const std::string& name, const LossFit& fit, bool soft_
                fit.target_shape, fit.output_shape);
 }
 
-void check_shaped_like_output(const std::string& name, const LossFit& fit) {
+}  // namespace
+
+void check_targets_shaped_like_output(const std::string& name, const LossFit& fit) {
   const bool one_value = fit.target_shape.rank() == 0 && fit.output_shape == Shape{1};
   COHORT_CHECK(one_value || fit.target_shape == fit.output_shape,
                "{} needs targets shaped like the model's output {}, the data set gives {} per sample", name,
                fit.output_shape, fit.target_shape.rank() == 0 ? std::string("a class index") : fit.target_shape.to_string());
 }
-
-}  // namespace
 
 double CategoricalCrossentropy::compute(const Tensor& prediction, const Tensor& targets, const Tensor& gradient) const {
   return from_logits ? ops::softmax_cross_entropy(prediction, targets, gradient)
@@ -129,49 +123,45 @@ bool is_categorical(const Loss& loss) {
   return std::holds_alternative<CategoricalCrossentropy>(loss) || std::holds_alternative<SparseCategoricalCrossentropy>(loss);
 }
 
+// The activation that turns a loss's logits into the probabilities it expects; none for the regressions.
+std::optional<cohort::Activation> probability_activation(const Loss& loss) {
+  if (is_categorical(loss)) return cohort::Activation::Softmax;
+  if (std::holds_alternative<BinaryCrossentropy>(loss)) return cohort::Activation::Sigmoid;
+  return std::nullopt;
+}
+
 void check_loss_fits(const Loss& loss, const LossFit& fit) {
   const std::string name = loss_name(loss);
-  if (const auto* categorical = std::get_if<CategoricalCrossentropy>(&loss)) {
-    check_class_targets(name, fit, true);
-    check_probabilities(name, fit, cohort::Activation::Softmax, categorical->from_logits);
-  } else if (const auto* sparse = std::get_if<SparseCategoricalCrossentropy>(&loss)) {
-    check_class_targets(name, fit, false);
-    check_probabilities(name, fit, cohort::Activation::Softmax, sparse->from_logits);
-  } else if (const auto* binary = std::get_if<BinaryCrossentropy>(&loss)) {
-    check_shaped_like_output(name, fit);
-    COHORT_CHECK(fit.target_shape.rank() > 0 || fit.num_classes == 2,
-                 "binary_crossentropy on class indices needs 2 classes, the data set has {}", fit.num_classes);
-    check_probabilities(name, fit, cohort::Activation::Sigmoid, binary->from_logits);
+  if (is_categorical(loss)) {
+    check_class_targets(name, fit, std::holds_alternative<CategoricalCrossentropy>(loss));
   } else {
-    check_shaped_like_output(name, fit);
+    check_targets_shaped_like_output(name, fit);
+    COHORT_CHECK(!std::holds_alternative<BinaryCrossentropy>(loss) || fit.target_shape.rank() > 0 || fit.num_classes == 2,
+                 "binary_crossentropy on class indices needs 2 classes, the data set has {}", fit.num_classes);
   }
+  if (const auto needed = probability_activation(loss)) check_probabilities(name, fit, *needed, expects_logits(loss));
 }
 
 bool expects_logits(const Loss& loss) {
-  if (const auto* categorical = std::get_if<CategoricalCrossentropy>(&loss)) return categorical->from_logits;
-  if (const auto* sparse = std::get_if<SparseCategoricalCrossentropy>(&loss)) return sparse->from_logits;
-  if (const auto* binary = std::get_if<BinaryCrossentropy>(&loss)) return binary->from_logits;
-  return false;
+  return std::visit(
+      [](const auto& l) {
+        if constexpr (requires { l.from_logits; }) return l.from_logits;
+        else return false;
+      },
+      loss);
 }
 
 bool fuses_final_activation(const Loss& loss, cohort::Activation final_activation) {
-  if (const auto* categorical = std::get_if<CategoricalCrossentropy>(&loss))
-    return !categorical->from_logits && final_activation == cohort::Activation::Softmax;
-  if (const auto* sparse = std::get_if<SparseCategoricalCrossentropy>(&loss))
-    return !sparse->from_logits && final_activation == cohort::Activation::Softmax;
-  if (const auto* binary = std::get_if<BinaryCrossentropy>(&loss))
-    return !binary->from_logits && final_activation == cohort::Activation::Sigmoid;
-  return false;
+  return !expects_logits(loss) && probability_activation(loss) == final_activation;
 }
 
 double compute_loss(const Loss& loss, const Tensor& prediction, bool logits, const Tensor& targets, const Tensor& gradient) {
-  if (std::holds_alternative<CategoricalCrossentropy>(loss))
-    return CategoricalCrossentropy{.from_logits = logits}.compute(prediction, targets, gradient);
-  if (std::holds_alternative<SparseCategoricalCrossentropy>(loss))
-    return SparseCategoricalCrossentropy{.from_logits = logits}.compute(prediction, targets, gradient);
-  if (std::holds_alternative<BinaryCrossentropy>(loss))
-    return BinaryCrossentropy{.from_logits = logits}.compute(prediction, targets, gradient);
-  return std::visit([&](const auto& l) { return l.compute(prediction, targets, gradient); }, loss);
+  return std::visit(
+      [&](auto l) {
+        if constexpr (requires { l.from_logits; }) l.from_logits = logits;
+        return l.compute(prediction, targets, gradient);
+      },
+      loss);
 }
 
 double accuracy(const Tensor& scores, const Tensor& labels) {

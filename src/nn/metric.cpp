@@ -32,8 +32,7 @@ double binary_hits(const Tensor& prediction, bool logits, const Tensor& targets)
   return on_host(prediction, targets, Tensor(), [&](const float* p, const float* z, float*) {
     std::int64_t hits = 0;
     for (std::int64_t i = 0; i < prediction.numel(); ++i) hits += (p[i] > threshold) == (z[i] > 0.5f) ? 1 : 0;
-    const std::int64_t per_sample = prediction.dim(0) == 0 ? 1 : prediction.numel() / prediction.dim(0);
-    return static_cast<double>(hits) / static_cast<double>(per_sample);
+    return static_cast<double>(hits) / outputs_per_sample(prediction);
   });
 }
 
@@ -55,16 +54,14 @@ double top_k_hits(const Tensor& scores, const Tensor& labels, int k) {
 }
 
 double regression_sum(const Tensor& prediction, const Tensor& targets, bool squared) {
-  COHORT_CHECK(targets.numel() == prediction.numel(), "a regression metric needs targets shaped like the prediction {}, got {}",
-               prediction.shape(), targets.shape());
+  check_elementwise(squared ? "mse" : "mae", prediction, targets);
   return on_host(prediction, targets, Tensor(), [&](const float* p, const float* z, float*) {
     double total = 0;
     for (std::int64_t i = 0; i < prediction.numel(); ++i) {
       const double d = static_cast<double>(p[i]) - z[i];
       total += squared ? d * d : std::abs(d);
     }
-    const std::int64_t per_sample = prediction.dim(0) == 0 ? 1 : prediction.numel() / prediction.dim(0);
-    return total / static_cast<double>(per_sample);
+    return total / outputs_per_sample(prediction);
   });
 }
 
@@ -113,11 +110,7 @@ void Metric::check_fits(const Loss& loss, const LossFit& fit) const {
                    name_, k_, fit.output_shape);
       break;
     case Kind::MeanAbsoluteError:
-    case Kind::MeanSquaredError:
-      COHORT_CHECK(fit.target_shape == fit.output_shape || (fit.target_shape.rank() == 0 && fit.output_shape == Shape{1}),
-                   "{} needs targets shaped like the model's output {}, the data set gives {}", name_, fit.output_shape,
-                   fit.target_shape.rank() == 0 ? std::string("class indices") : fit.target_shape.to_string());
-      break;
+    case Kind::MeanSquaredError: check_targets_shaped_like_output(name_, fit); break;
   }
 }
 

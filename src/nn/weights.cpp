@@ -3,7 +3,6 @@
 #include <cereal/types/utility.hpp>
 
 #include "cohort/core/error.hpp"
-#include "cohort/tensor/ops.hpp"
 #include "core/archive_bytes.hpp"
 #include "core/sealed_file.hpp"
 #include "nn/named_values.hpp"

@@ -21,21 +21,24 @@ bool larger_is_better(Mode mode, const std::string& monitor) {
   return mode == Mode::Max;
 }
 
-double monitored(const Logs& logs, const std::string& monitor, const char* who) {
-  const auto it = logs.find(monitor);
-  if (it != logs.end()) return it->second;
-  std::string known;
-  for (const auto& [name, value] : logs) known += (known.empty() ? "" : ", ") + name;
-  throw InvalidArgument(fmt::format("{} monitors '{}', which the epoch's logs lack (they hold {}){}", who, monitor, known,
-                                    monitor.starts_with("val_") ? "; pass FitOptions::validation" : ""));
-}
-
-// Whether `value` beats `best` by more than min_delta in the better direction.
-bool improves(double value, double best, double min_delta, bool larger_better) {
-  return larger_better ? value > best + min_delta : value < best - min_delta;
-}
-
 }  // namespace
+
+BestSoFar::BestSoFar(std::string monitor, Mode mode, std::string owner)
+    : monitor_(std::move(monitor)), owner_(std::move(owner)), larger_is_better_(larger_is_better(mode, monitor_)) {}
+
+bool BestSoFar::improves(const Logs& logs, double min_delta) {
+  const auto it = logs.find(monitor_);
+  if (it == logs.end()) {
+    std::string known;
+    for (const auto& [name, value] : logs) known += (known.empty() ? "" : ", ") + name;
+    throw InvalidArgument(fmt::format("{} monitors '{}', which the epoch's logs lack (they hold {}){}", owner_, monitor_, known,
+                                      monitor_.starts_with("val_") ? "; pass FitOptions::validation" : ""));
+  }
+  const double value = it->second;
+  const bool better = !best_ || (larger_is_better_ ? value > *best_ + min_delta : value < *best_ - min_delta);
+  if (better) best_ = value;
+  return better;
+}
 
 void TrainingControl::set_learning_rate(double learning_rate) {
   COHORT_CHECK(std::isfinite(learning_rate) && learning_rate > 0, "a learning rate must be positive and finite, got {}",
@@ -72,22 +75,19 @@ void LambdaCallback::on_train_end(const Logs& logs) {
 }
 
 EarlyStopping::EarlyStopping(EarlyStoppingOptions options)
-    : options_(std::move(options)), larger_is_better_(larger_is_better(options_.mode, options_.monitor)) {
+    : options_(std::move(options)), best_(options_.monitor, options_.mode, "EarlyStopping") {
   COHORT_CHECK(options_.patience >= 0 && options_.min_delta >= 0, "EarlyStopping needs patience and min_delta >= 0");
 }
 
 void EarlyStopping::on_train_begin(TrainingControl&) {
-  has_best_ = false;
+  best_.reset();
   waited_ = 0;
   stopped_epoch_.reset();
   best_values_.clear();
 }
 
 void EarlyStopping::on_epoch_end(std::int64_t epoch, const Logs& logs, TrainingControl& control) {
-  const double value = monitored(logs, options_.monitor, "EarlyStopping");
-  if (!has_best_ || improves(value, best_, options_.min_delta, larger_is_better_)) {
-    best_ = value;
-    has_best_ = true;
+  if (best_.improves(logs, options_.min_delta)) {
     waited_ = 0;
     if (options_.restore_best_weights) {
       best_values_.clear();
@@ -100,7 +100,7 @@ void EarlyStopping::on_epoch_end(std::int64_t epoch, const Logs& logs, TrainingC
   control.stop();
   if (control.is_chief())
     log::info("early stopping after epoch {}: {} has not improved on {:.6g} for {} epoch(s)", epoch + 1, options_.monitor,
-              best_, waited_);
+              best_.best(), waited_);
   restore_best(control);
 }
 
@@ -111,7 +111,7 @@ void EarlyStopping::restore_best(TrainingControl& control) {
 }
 
 ReduceLROnPlateau::ReduceLROnPlateau(ReduceLROnPlateauOptions options)
-    : options_(std::move(options)), larger_is_better_(larger_is_better(options_.mode, options_.monitor)) {
+    : options_(std::move(options)), best_(options_.monitor, options_.mode, "ReduceLROnPlateau") {
   COHORT_CHECK(options_.factor > 0 && options_.factor < 1, "ReduceLROnPlateau needs a factor in (0, 1), got {}",
                options_.factor);
   COHORT_CHECK(options_.patience >= 0 && options_.cooldown >= 0 && options_.min_learning_rate >= 0,
@@ -119,11 +119,9 @@ ReduceLROnPlateau::ReduceLROnPlateau(ReduceLROnPlateauOptions options)
 }
 
 void ReduceLROnPlateau::on_epoch_end(std::int64_t epoch, const Logs& logs, TrainingControl& control) {
-  const double value = monitored(logs, options_.monitor, "ReduceLROnPlateau");
+  const bool improved = best_.improves(logs, options_.min_delta);
   if (cooling_ > 0) --cooling_;
-  if (!has_best_ || improves(value, best_, options_.min_delta, larger_is_better_)) {
-    best_ = value;
-    has_best_ = true;
+  if (improved) {
     waited_ = 0;
     return;
   }
@@ -136,22 +134,17 @@ void ReduceLROnPlateau::on_epoch_end(std::int64_t epoch, const Logs& logs, Train
   cooling_ = options_.cooldown;
   if (control.is_chief())
     log::info("epoch {}: {} has not improved on {:.6g}; learning rate {:.3g} -> {:.3g}", epoch + 1, options_.monitor,
-              best_, current, reduced);
+              best_.best(), current, reduced);
 }
 
 ModelCheckpoint::ModelCheckpoint(ModelCheckpointOptions options)
-    : options_(std::move(options)), larger_is_better_(larger_is_better(options_.mode, options_.monitor)) {
+    : options_(std::move(options)), best_(options_.monitor, options_.mode, "ModelCheckpoint") {
   COHORT_CHECK(!options_.path.empty(), "ModelCheckpoint needs a path");
   COHORT_CHECK(options_.keep_last >= 0, "ModelCheckpoint needs keep_last >= 0, got {}", options_.keep_last);
 }
 
 void ModelCheckpoint::on_epoch_end(std::int64_t epoch, const Logs& logs, TrainingControl& control) {
-  if (options_.best_only) {
-    const double value = monitored(logs, options_.monitor, "ModelCheckpoint");
-    if (has_best_ && !improves(value, best_, 0, larger_is_better_)) return;
-    best_ = value;
-    has_best_ = true;
-  }
+  if (options_.best_only && !best_.improves(logs, 0)) return;
   if (!control.is_chief()) return;
   fmt::dynamic_format_arg_store<fmt::format_context> arguments;
   arguments.push_back(fmt::arg("epoch", epoch + 1));

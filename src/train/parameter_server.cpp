@@ -125,14 +125,17 @@ History ParameterServer::receive_history() {
   return decode_position(encoded).first.history;
 }
 
-bool ParameterServer::steps_in_lockstep() const {
+bool ParameterServer::has_backup_workers() const {
   const auto* sync = std::get_if<ps::Sync>(&options_.consistency);
-  return sync != nullptr && sync->backup_workers == 0;
+  return sync != nullptr && sync->backup_workers > 0;
+}
+
+bool ParameterServer::steps_in_lockstep() const {
+  return std::holds_alternative<ps::Sync>(options_.consistency) && !has_backup_workers();
 }
 
 bool ParameterServer::sum_over_replicas(std::span<double> values) {
-  const auto* sync = std::get_if<ps::Sync>(&options_.consistency);
-  if (workers_ == 1 || (sync != nullptr && sync->backup_workers > 0)) return false;
+  if (workers_ == 1 || has_backup_workers()) return false;
   const auto wait = options_.wait_timeout;
   if (!is_chief()) {
     transport_.send(0, kAgreementTag, std::as_bytes(values))->wait(wait);

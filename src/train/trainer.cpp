@@ -146,44 +146,47 @@ void Trainer::check_fits(const data::Dataset& dataset) const {
   }
 }
 
-Trainer::Totals Trainer::train_step(const Tensor& images, const Tensor& targets) {
+Trainer::Scored Trainer::score(const Tensor& images) {
+  const bool fused = nn::fuses_final_activation(loss_, model_.final_activation());
+  return {fused ? model_.forward_logits(images) : model_.forward(images), fused || nn::expects_logits(loss_)};
+}
+
+Trainer::Totals Trainer::totals_of(const Scored& scored, const Tensor& targets, double loss) const {
   Totals totals = new_totals();
+  const auto samples = static_cast<double>(scored.prediction.dim(0));
+  totals.values[0] = samples;
+  totals.values[1] = loss * samples;
+  for (std::size_t i = 0; i < metrics_.size(); ++i)
+    totals.values[2 + i] = metrics_[i].batch_sum(loss_, scored.prediction, scored.logits, targets);
+  return totals;
+}
+
+Trainer::Totals Trainer::train_step(const Tensor& images, const Tensor& targets) {
   if (images.dim(0) == 0) {
     // This replica's share of the epoch's last step is empty: it contributes zero gradients.
     for (const auto& v : model_.trainable_variables()) ops::fill(v->gradient, 0.0f);
     strategy_->apply_gradients(model_, *optimizer_, 0);
-    return totals;
+    return new_totals();
   }
-  const bool fused = nn::fuses_final_activation(loss_, model_.final_activation());
-  const Tensor prediction = fused ? model_.forward_logits(images) : model_.forward(images);
-  const bool logits = fused || nn::expects_logits(loss_);
+  const Scored scored = score(images);
+  const Tensor& prediction = scored.prediction;
   if (!output_gradient_.defined() || output_gradient_.shape() != prediction.shape() ||
       output_gradient_.device() != prediction.device())
     output_gradient_ = Tensor(prediction.shape(), prediction.device());
-  const double loss = nn::compute_loss(loss_, prediction, logits, targets, output_gradient_);
+  const double loss = nn::compute_loss(loss_, prediction, scored.logits, targets, output_gradient_);
   if (!std::isfinite(loss))
     throw Error(fmt::format("the training loss became {} at step {} (learning rate {:.3g}); lower the learning rate",
                             loss, optimizer_->iterations(), optimizer_->learning_rate()));
-  const auto samples = static_cast<double>(images.dim(0));
-  totals.values[0] = samples;
-  totals.values[1] = loss * samples;
-  for (std::size_t i = 0; i < metrics_.size(); ++i) totals.values[2 + i] = metrics_[i].batch_sum(loss_, prediction, logits, targets);
+  Totals totals = totals_of(scored, targets, loss);
   model_.backward(output_gradient_);
   strategy_->apply_gradients(model_, *optimizer_, images.dim(0));
   return totals;
 }
 
 Trainer::Totals Trainer::evaluate_batch(const Tensor& images, const Tensor& targets) {
-  Totals totals = new_totals();
-  if (images.dim(0) == 0) return totals;
-  const bool fused = nn::fuses_final_activation(loss_, model_.final_activation());
-  const Tensor prediction = fused ? model_.forward_logits(images) : model_.forward(images);
-  const bool logits = fused || nn::expects_logits(loss_);
-  const auto samples = static_cast<double>(images.dim(0));
-  totals.values[0] = samples;
-  totals.values[1] = nn::compute_loss(loss_, prediction, logits, targets) * samples;
-  for (std::size_t i = 0; i < metrics_.size(); ++i) totals.values[2 + i] = metrics_[i].batch_sum(loss_, prediction, logits, targets);
-  return totals;
+  if (images.dim(0) == 0) return new_totals();
+  const Scored scored = score(images);
+  return totals_of(scored, targets, nn::compute_loss(loss_, scored.prediction, scored.logits, targets));
 }
 
 Trainer::Totals Trainer::evaluate_share(const data::Dataset& dataset, std::int64_t batch_size, int replica, int replicas) {

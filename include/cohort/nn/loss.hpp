@@ -70,6 +70,9 @@ void check_loss_fits(const Loss& loss, const LossFit& fit);
 
 // Whether the loss was told that predictions are logits (from_logits).
 bool expects_logits(const Loss& loss);
+// InvalidArgument naming `who` unless the data set's targets are shaped like the model's output (or are
+// one value per sample for a single output): what the element-wise losses and metrics need.
+void check_targets_shaped_like_output(const std::string& who, const LossFit& fit);
 // True when the model should run without its final activation, which the loss then applies itself.
 bool fuses_final_activation(const Loss& loss, cohort::Activation final_activation);
 

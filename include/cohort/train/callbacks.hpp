@@ -95,6 +95,22 @@ struct LambdaCallback : Callback {
 // "acc" in them, smaller otherwise (Keras).
 enum class Mode { Auto, Min, Max };
 
+// The best value so far of the log a built-in callback monitors.
+class BestSoFar {
+ public:
+  BestSoFar(std::string monitor, Mode mode, std::string owner);
+  // Reads the monitored value (an InvalidArgument naming what the logs hold when they lack it) and keeps
+  // it when it is the first or beats the best by more than min_delta; returns whether it did.
+  bool improves(const Logs& logs, double min_delta);
+  double best() const { return best_.value_or(0.0); }
+  void reset() { best_.reset(); }
+
+ private:
+  std::string monitor_, owner_;
+  bool larger_is_better_;
+  std::optional<double> best_;
+};
+
 // Stops when `monitor` has not improved by more than min_delta for `patience` epochs in a row (Keras).
 struct EarlyStoppingOptions {
   std::string monitor = "val_loss";
@@ -117,9 +133,7 @@ class EarlyStopping : public Callback {
   void restore_best(TrainingControl& control);
 
   EarlyStoppingOptions options_;
-  bool larger_is_better_ = false;
-  double best_ = 0;
-  bool has_best_ = false;
+  BestSoFar best_;
   std::int64_t waited_ = 0;
   std::optional<std::int64_t> stopped_epoch_;
   std::vector<Tensor> best_values_;
@@ -144,9 +158,7 @@ class ReduceLROnPlateau : public Callback {
 
  private:
   ReduceLROnPlateauOptions options_;
-  bool larger_is_better_ = false;
-  double best_ = 0;
-  bool has_best_ = false;
+  BestSoFar best_;
   std::int64_t waited_ = 0, cooling_ = 0;
 };
 
@@ -170,9 +182,7 @@ class ModelCheckpoint : public Callback {
 
  private:
   ModelCheckpointOptions options_;
-  bool larger_is_better_ = false;
-  double best_ = 0;
-  bool has_best_ = false;
+  BestSoFar best_;
   std::vector<std::filesystem::path> kept_;
 };
 

@@ -93,6 +93,8 @@ class ParameterServer : public Strategy {
   };
   void values_to_host(bool trainable_too);
   History receive_history();
+  // Sync with backup workers: the workers never wait for each other.
+  bool has_backup_workers() const;
   // The workers as the cluster names them ("chief 0", "worker 0", ...).
   std::vector<std::string> worker_names() const;
   void values_from_host();

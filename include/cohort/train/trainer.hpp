@@ -94,6 +94,14 @@ class Trainer {
   Logs logs_of(const Totals& totals, const std::string& prefix) const;
   // The values the progress bar shows, loss first, then the metrics in the order given.
   OrderedLogs shown(const Logs& logs, bool with_validation) const;
+  // A batch's outputs, without the final activation when the loss fuses it, and whether they are logits.
+  struct Scored {
+    Tensor prediction;
+    bool logits = false;
+  };
+  Scored score(const Tensor& images);
+  // A scored batch's totals, its mean loss given.
+  Totals totals_of(const Scored& scored, const Tensor& targets, double loss) const;
   // Checks that the loss and metrics fit the model and `dataset`.
   void check_fits(const data::Dataset& dataset) const;
   // One forward/backward/update on a batch.
