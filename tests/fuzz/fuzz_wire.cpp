@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <thread>
 
@@ -55,6 +56,8 @@ const Listener& wire_listener() {
   return listener;
 }
 
+// libFuzzer's timeout alarm (SIGALRM, without SA_RESTART) interrupts whichever call is blocked when it
+// fires: an interrupted call is tried again, never taken for the listener's answer.
 void through_listener(const Listener& listener, std::string_view bytes) {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in target{};
@@ -63,19 +66,26 @@ void through_listener(const Listener& listener, std::string_view bytes) {
   ::inet_pton(AF_INET, listener.address.host.c_str(), &target.sin_addr);
   bool connected = false;
   for (int attempt = 0; attempt < 500 && !connected; ++attempt) {
-    connected = ::connect(fd, reinterpret_cast<sockaddr*>(&target), sizeof target) == 0;
-    if (!connected) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    connected = ::connect(fd, reinterpret_cast<sockaddr*>(&target), sizeof target) == 0 || errno == EISCONN;
+    if (!connected && errno != EINTR && errno != EALREADY) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   if (!connected) std::abort();  // the listener stopped listening
-  (void)::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+  for (std::size_t sent = 0; sent < bytes.size();) {
+    const ssize_t n = ::send(fd, bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL);
+    if (n > 0) sent += static_cast<std::size_t>(n);
+    else if (errno != EINTR) break;  // the listener hung up early: its answer is still read below
+  }
   ::shutdown(fd, SHUT_WR);
   // The listener must close its side once our bytes end, long before its 10 s handshake deadline.
-  timeval timeout{5, 0};
+  timeval timeout{1, 0};
   ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
   char sink[4096];
-  for (ssize_t got; (got = ::recv(fd, sink, sizeof sink, 0)) != 0;)
-    if (got < 0 && errno != ECONNRESET) std::abort();
-    else if (got < 0) break;
+  for (ssize_t got; (got = ::recv(fd, sink, sizeof sink, 0)) != 0;) {
+    if (got > 0 || errno == EINTR) continue;
+    if (errno == ECONNRESET) break;
+    if ((errno != EAGAIN && errno != EWOULDBLOCK) || std::chrono::steady_clock::now() > deadline) std::abort();
+  }
   ::close(fd);
 }
 
