@@ -34,9 +34,13 @@ demo: configure
 	@cmake --build $(BUILD_DIR) -j $(JOBS) --target cifar10 cohort-launch
 	@$(BUILD_DIR)/cohort-launch --workers 2 --ps 2 -- $(BUILD_DIR)/examples/cifar10 --demo $(DEMO_ARGS)
 
+# The CPU picture beside PyTorch (torch from PyPI into .venv-peers unless PYTHON names an interpreter that has it).
 bench: configure
-	@cmake --build $(BUILD_DIR) -j $(JOBS) --target cohort_bench
-	@benchmarks/run_all.sh $(BUILD_DIR)
+	@scripts/setup-debian --peers
+	@cmake --build $(BUILD_DIR) -j $(JOBS) --target cohort_bench cohort_layer_profile
+	@if [ -z "$(PYTHON)" ] && ! .venv-peers/bin/python -c 'import torch' 2>/dev/null; then \
+	  (python3 -m venv .venv-peers && .venv-peers/bin/pip install -q torch numpy) || echo "(torch not installed)"; fi
+	@PYTHON=$${PYTHON:-.venv-peers/bin/python} benchmarks/run_all.sh $(BUILD_DIR)
 
 bench-allreduce:
 	@scripts/setup-debian --peers

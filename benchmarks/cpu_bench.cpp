@@ -1,6 +1,7 @@
-// CPU performance of cohort: the machine's SGEMM peak (through the same GEMM the layers use), per-layer
-// convolution GFLOP/s of the flagship CIFAR-10 model, and its end-to-end training throughput (forward,
-// backward and Adam update at batch 128), each on 1 and 2 threads. Convolution GFLOP/s count the FLOPs
+// CPU performance of cohort: the machine's SGEMM through each GEMM path the build has (the layers use the
+// one gemm_path() chose, printed first), per-layer convolution GFLOP/s of the flagship CIFAR-10 model, its
+// end-to-end training throughput (forward, backward and Adam update at batch 128) and its inference
+// throughput (eval mode at batch 128 and batch 1), each on 1 and 2 threads. Convolution GFLOP/s count the FLOPs
 // of a direct convolution (2 x outputs x 9 x in_channels), so layers on the Winograd path, which does
 // fewer multiplications, can show more than the SGEMM peak.
 //
@@ -8,6 +9,9 @@
 //   ./build/benchmarks/cohort_bench --benchmark_filter=Train
 // benchmarks/run_all.sh puts the training figures beside PyTorch's from the same run.
 #include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <cstdio>
 
 #include <cohort/cohort.hpp>
 
@@ -17,19 +21,32 @@ namespace {
 
 Tensor filled(const Shape& shape, float value) { return Tensor::full(shape, value); }
 
+// SGEMM through one path (0: Eigen, 1: OpenBLAS); the path the layers use is restored afterwards.
 void BM_Sgemm(benchmark::State& state) {
-  const std::int64_t n = state.range(0);
-  set_num_threads(static_cast<int>(state.range(1)));
+  const auto path = static_cast<GemmPath>(state.range(0));
+  const std::vector<GemmPath> paths = available_gemm_paths();
+  if (std::find(paths.begin(), paths.end(), path) == paths.end()) {
+    state.SkipWithError("this build lacks the path");
+    for (auto _ : state) {
+    }
+    return;
+  }
+  const std::int64_t n = state.range(1);
+  set_num_threads(static_cast<int>(state.range(2)));
+  const GemmPath chosen = gemm_path();
+  set_gemm_path(path);
   const Tensor a = filled({n, n}, 0.5f), b = filled({n, n}, 0.25f);
   Tensor c({n, n});
   for (auto _ : state) {
     ops::matmul(a, false, b, false, c);
     benchmark::DoNotOptimize(c.data());
   }
+  set_gemm_path(chosen);
+  state.SetLabel(std::string(gemm_path_name(path)));
   state.counters["GFLOP/s"] = benchmark::Counter(2.0 * n * n * n * static_cast<double>(state.iterations()) * 1e-9,
                                                  benchmark::Counter::kIsRate);
 }
-BENCHMARK(BM_Sgemm)->ArgsProduct({{1024, 2048}, {1, 2}})->ArgNames({"n", "threads"})->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Sgemm)->ArgsProduct({{0, 1}, {1024}, {1, 2}})->ArgNames({"path", "n", "threads"})->UseRealTime()->Unit(benchmark::kMillisecond);
 
 // The six convolutions of the flagship model at batch 128 on 32x32x3 input.
 struct ConvLayer {
@@ -98,6 +115,25 @@ void BM_FlagshipTrainStep(benchmark::State& state) {
 }
 BENCHMARK(BM_FlagshipTrainStep)->Arg(1)->Arg(2)->ArgNames({"threads"})->UseRealTime()->MinTime(3.0)->Unit(benchmark::kMillisecond);
 
+// Inference with the flagship model: the eval-mode forward pass (what Trainer::predict runs per batch).
+void BM_FlagshipPredict(benchmark::State& state) {
+  const std::int64_t batch = state.range(0);
+  set_num_threads(static_cast<int>(state.range(1)));
+  nn::Sequential model = nn::cifar10_cnn({32, 32, 3}, 1);
+  model.eval();
+  const Tensor images = filled({batch, 32, 32, 3}, 0.5f);
+  for (auto _ : state) benchmark::DoNotOptimize(model.forward(images).data());
+  state.counters["images/s"] = benchmark::Counter(static_cast<double>(state.iterations() * batch), benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_FlagshipPredict)->ArgsProduct({{128, 1}, {1, 2}})->ArgNames({"batch", "threads"})->UseRealTime()->MinTime(2.0)->Unit(benchmark::kMillisecond);
+
 }  // namespace
 
-BENCHMARK_MAIN();
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  std::fprintf(stderr, "matrix products: %s (measured on this machine; COHORT_GEMM overrides)\n",
+               std::string(gemm_path_name(gemm_path())).c_str());
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+}

@@ -7,6 +7,7 @@
 #include <string>
 #include <unistd.h>
 
+#include "cohort/tensor/gemm_path.hpp"
 #include "cohort/tensor/tensor.hpp"
 
 namespace test_util {
@@ -43,5 +44,18 @@ class ScratchDirectory {
  private:
   std::filesystem::path path_;
 };
+
+// Runs body(path) once per GEMM path this build has, with that path chosen; the earlier choice after.
+template <typename Body>
+void for_each_gemm_path(Body&& body) {
+  struct Restore {
+    cohort::GemmPath chosen = cohort::gemm_path();
+    ~Restore() { cohort::set_gemm_path(chosen); }
+  } restore;
+  for (cohort::GemmPath path : cohort::available_gemm_paths()) {
+    cohort::set_gemm_path(path);
+    body(path);
+  }
+}
 
 }  // namespace test_util

@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """The flagship CIFAR-10 CNN in PyTorch on the CPU, in its fastest setting (channels_last, oneDNN,
 threads set explicitly): one training step is forward, cross-entropy, backward and an Adam update at
-batch 128, as in cohort's BM_FlagshipTrainStep. Prints one line per thread count:
+batch 128, as in cohort's BM_FlagshipTrainStep; inference is the eval-mode forward pass under
+torch.inference_mode at batch 128 and batch 1, as in BM_FlagshipPredict. Prints one line per measurement:
     pytorch threads=N images/s=X
+    pytorch predict batch=B threads=N images/s=X
 """
 import argparse
 import sys
@@ -53,6 +55,22 @@ def images_per_second(threads, batch, seconds):
     return steps * batch / (time.perf_counter() - start)
 
 
+def predicted_images_per_second(threads, batch, seconds):
+    torch.set_num_threads(threads)
+    torch.manual_seed(0)
+    model = flagship_model().to(memory_format=torch.channels_last)
+    model.eval()
+    images = torch.full((batch, 3, 32, 32), 0.5).contiguous(memory_format=torch.channels_last)
+    with torch.inference_mode():
+        for _ in range(3):
+            model(images)
+        steps, start = 0, time.perf_counter()
+        while time.perf_counter() - start < seconds or steps < 5:
+            model(images)
+            steps += 1
+    return steps * batch / (time.perf_counter() - start)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
@@ -62,6 +80,10 @@ def main():
     print(f"pytorch {torch.__version__} mkldnn={torch.backends.mkldnn.is_available()}", file=sys.stderr)
     for threads in args.threads:
         print(f"pytorch threads={threads} images/s={images_per_second(threads, args.batch_size, args.seconds):.1f}", flush=True)
+    for batch in (args.batch_size, 1):
+        for threads in args.threads:
+            rate = predicted_images_per_second(threads, batch, args.seconds / 2)
+            print(f"pytorch predict batch={batch} threads={threads} images/s={rate:.1f}", flush=True)
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@
 #include "cohort/core/error.hpp"
 #include "cohort/core/parallel.hpp"
 #include "cohort/tensor/ops.hpp"
+#include "tensor/cpu/winograd.hpp"
 #include "test_util.hpp"
 
 using namespace cohort;
@@ -63,23 +64,32 @@ Conv2dGeometry conv_geometry(std::int64_t batch, std::int64_t h, std::int64_t w,
 
 }  // namespace
 
-TEST_CASE("matmul matches the reference for every transpose combination", "[ops]") {
-  for (bool ta : {false, true})
-    for (bool tb : {false, true}) {
-      const std::int64_t m = 7, k = 13, n = 5;
-      const Tensor a = random_tensor(ta ? Shape{k, m} : Shape{m, k}, 1);
-      const Tensor b = random_tensor(tb ? Shape{n, k} : Shape{k, n}, 2);
-      Tensor c({m, n});
-      ops::matmul(a, ta, b, tb, c);
-      CHECK(max_abs_difference(c, reference_matmul(a, ta, b, tb)) < 1e-5f);
-      // beta accumulates onto c
-      const Tensor before = c.clone();
-      ops::matmul(a, ta, b, tb, c, 2.0f, 1.0f);
-      const Tensor expected = reference_matmul(a, ta, b, tb);
-      for (std::int64_t i = 0; i < c.numel(); ++i) CHECK(c.data()[i] == Approx(before.data()[i] + 2 * expected.data()[i]).margin(1e-4));
-    }
+TEST_CASE("matmul matches the reference for every transpose combination and GEMM path", "[ops]") {
+  test_util::for_each_gemm_path([](GemmPath path) {
+    INFO("GEMM path " << gemm_path_name(path));
+    for (bool ta : {false, true})
+      for (bool tb : {false, true}) {
+        const std::int64_t m = 7, k = 13, n = 5;
+        const Tensor a = random_tensor(ta ? Shape{k, m} : Shape{m, k}, 1);
+        const Tensor b = random_tensor(tb ? Shape{n, k} : Shape{k, n}, 2);
+        Tensor c = Tensor::full({m, n}, std::nanf(""));  // beta = 0 never reads c
+        ops::matmul(a, ta, b, tb, c);
+        CHECK(max_abs_difference(c, reference_matmul(a, ta, b, tb)) < 1e-5f);
+        // beta accumulates onto c
+        const Tensor before = c.clone();
+        ops::matmul(a, ta, b, tb, c, 2.0f, 0.5f);
+        const Tensor expected = reference_matmul(a, ta, b, tb);
+        for (std::int64_t i = 0; i < c.numel(); ++i)
+          CHECK(c.data()[i] == Approx(0.5f * before.data()[i] + 2 * expected.data()[i]).margin(1e-4));
+      }
+    // An empty inner dimension: c = beta * c
+    Tensor c = Tensor::full({2, 3}, 4.0f);
+    ops::matmul(Tensor({2, 0}), false, Tensor({0, 3}), false, c, 1.0f, 0.5f);
+    CHECK(c.data()[5] == 2.0f);
+  });
   Tensor bad({3, 3});
   CHECK_THROWS_AS(ops::matmul(Tensor({2, 3}), false, Tensor({2, 3}), false, bad), InvalidArgument);
+  if (available_gemm_paths().size() == 1) CHECK_THROWS_AS(set_gemm_path(GemmPath::OpenBlas), InvalidArgument);
 }
 
 TEST_CASE("conv2d forward matches direct convolution over odd shapes, strides, padding and chunking", "[ops][conv]") {
@@ -93,19 +103,22 @@ TEST_CASE("conv2d forward matches direct convolution over odd shapes, strides, p
                         // Winograd geometries: odd output sizes, one-pixel images, many chunks
                         {3, 9, 7, 8, 9, 3, 1, true},   {2, 6, 5, 16, 8, 3, 1, false}, {1, 1, 1, 8, 8, 3, 1, true},
                         {130, 4, 4, 8, 12, 3, 1, true}, {2, 3, 3, 8, 8, 3, 1, false}};
-  for (const Case& t : cases) {
-    const Conv2dGeometry g = conv_geometry(t.batch, t.h, t.w, t.c, t.f, t.k, t.stride, t.same);
-    Conv2dPlan plan(g, Device::CPU);
-    const Tensor x = random_tensor({g.batch, g.in_h, g.in_w, g.in_c}, 3);
-    const Tensor w = random_tensor({g.kernel_h, g.kernel_w, g.in_c, g.out_c}, 4);
-    const Tensor bias = random_tensor({g.out_c}, 5);
-    Tensor y({g.batch, g.out_h, g.out_w, g.out_c});
-    ops::conv2d_forward(plan, x, w, bias, y);
-    INFO("batch " << t.batch << " " << t.h << "x" << t.w << "x" << t.c << " k" << t.k << " s" << t.stride << " same " << t.same);
-    CHECK(max_abs_difference(y, reference_conv(x, w, bias, g)) < 1e-4f);
-    ops::conv2d_forward(plan, x, w, Tensor(), y);
-    CHECK(max_abs_difference(y, reference_conv(x, w, Tensor(), g)) < 1e-4f);
-  }
+  test_util::for_each_gemm_path([&](GemmPath path) {
+    for (const Case& t : cases) {
+      INFO("GEMM path " << gemm_path_name(path));
+      const Conv2dGeometry g = conv_geometry(t.batch, t.h, t.w, t.c, t.f, t.k, t.stride, t.same);
+      Conv2dPlan plan(g, Device::CPU);
+      const Tensor x = random_tensor({g.batch, g.in_h, g.in_w, g.in_c}, 3);
+      const Tensor w = random_tensor({g.kernel_h, g.kernel_w, g.in_c, g.out_c}, 4);
+      const Tensor bias = random_tensor({g.out_c}, 5);
+      Tensor y({g.batch, g.out_h, g.out_w, g.out_c});
+      ops::conv2d_forward(plan, x, w, bias, y);
+      INFO("batch " << t.batch << " " << t.h << "x" << t.w << "x" << t.c << " k" << t.k << " s" << t.stride << " same " << t.same);
+      CHECK(max_abs_difference(y, reference_conv(x, w, bias, g)) < 1e-4f);
+      ops::conv2d_forward(plan, x, w, Tensor(), y);
+      CHECK(max_abs_difference(y, reference_conv(x, w, Tensor(), g)) < 1e-4f);
+    }
+  });
 }
 
 TEST_CASE("conv2d backward matches the direct data and kernel gradients", "[ops][conv]") {
@@ -113,36 +126,82 @@ TEST_CASE("conv2d backward matches the direct data and kernel gradients", "[ops]
     std::int64_t batch, h, w, c, f, stride;
     bool same;
   };
-  for (const Case& t : {Case{2, 5, 6, 3, 4, 1, true}, Case{3, 7, 5, 8, 8, 1, true}, Case{2, 6, 6, 9, 8, 1, false},
-                        Case{2, 7, 7, 8, 8, 2, true}, Case{40, 3, 3, 8, 16, 1, true}}) {
-    const Conv2dGeometry g = conv_geometry(t.batch, t.h, t.w, t.c, t.f, 3, t.stride, t.same);
-    Conv2dPlan plan(g, Device::CPU);
-    const Tensor x = random_tensor({g.batch, g.in_h, g.in_w, g.in_c}, 21);
-    const Tensor w = random_tensor({3, 3, g.in_c, g.out_c}, 22);
-    const Tensor dy = random_tensor({g.batch, g.out_h, g.out_w, g.out_c}, 23);
-    Tensor dx(x.shape()), dw(w.shape()), db({g.out_c});
-    ops::conv2d_backward(plan, x, w, dy, dx, dw, db);
-    Tensor expected_dx(x.shape()), expected_dw(w.shape());
-    for (std::int64_t n = 0; n < g.batch; ++n)
-      for (std::int64_t oh = 0; oh < g.out_h; ++oh)
-        for (std::int64_t ow = 0; ow < g.out_w; ++ow)
-          for (std::int64_t kh = 0; kh < 3; ++kh)
-            for (std::int64_t kw = 0; kw < 3; ++kw) {
-              const std::int64_t ih = oh * g.stride_h - g.pad_top + kh, iw = ow * g.stride_w - g.pad_left + kw;
-              if (ih < 0 || ih >= g.in_h || iw < 0 || iw >= g.in_w) continue;
-              for (std::int64_t c = 0; c < g.in_c; ++c)
-                for (std::int64_t f = 0; f < g.out_c; ++f) {
-                  const float grad = dy.data()[((n * g.out_h + oh) * g.out_w + ow) * g.out_c + f];
-                  const std::int64_t xi = ((n * g.in_h + ih) * g.in_w + iw) * g.in_c + c;
-                  const std::int64_t wi = ((kh * 3 + kw) * g.in_c + c) * g.out_c + f;
-                  expected_dx.data()[xi] += grad * w.data()[wi];
-                  expected_dw.data()[wi] += grad * x.data()[xi];
-                }
-            }
-    INFO("batch " << t.batch << " " << t.h << "x" << t.w << "x" << t.c << " -> " << t.f << " stride " << t.stride);
-    CHECK(max_abs_difference(dx, expected_dx) < 1e-4f);
-    CHECK(max_abs_difference(dw, expected_dw) < 1e-3f);
-  }
+  test_util::for_each_gemm_path([&](GemmPath path) {
+    for (const Case& t : {Case{2, 5, 6, 3, 4, 1, true}, Case{3, 7, 5, 8, 8, 1, true}, Case{2, 6, 6, 9, 8, 1, false},
+                          Case{2, 7, 7, 8, 8, 2, true}, Case{40, 3, 3, 8, 16, 1, true}}) {
+      INFO("GEMM path " << gemm_path_name(path));
+      const Conv2dGeometry g = conv_geometry(t.batch, t.h, t.w, t.c, t.f, 3, t.stride, t.same);
+      Conv2dPlan plan(g, Device::CPU);
+      const Tensor x = random_tensor({g.batch, g.in_h, g.in_w, g.in_c}, 21);
+      const Tensor w = random_tensor({3, 3, g.in_c, g.out_c}, 22);
+      const Tensor dy = random_tensor({g.batch, g.out_h, g.out_w, g.out_c}, 23);
+      Tensor dx(x.shape()), dw(w.shape()), db({g.out_c});
+      ops::conv2d_backward(plan, x, w, dy, dx, dw, db);
+      Tensor expected_dx(x.shape()), expected_dw(w.shape());
+      for (std::int64_t n = 0; n < g.batch; ++n)
+        for (std::int64_t oh = 0; oh < g.out_h; ++oh)
+          for (std::int64_t ow = 0; ow < g.out_w; ++ow)
+            for (std::int64_t kh = 0; kh < 3; ++kh)
+              for (std::int64_t kw = 0; kw < 3; ++kw) {
+                const std::int64_t ih = oh * g.stride_h - g.pad_top + kh, iw = ow * g.stride_w - g.pad_left + kw;
+                if (ih < 0 || ih >= g.in_h || iw < 0 || iw >= g.in_w) continue;
+                for (std::int64_t c = 0; c < g.in_c; ++c)
+                  for (std::int64_t f = 0; f < g.out_c; ++f) {
+                    const float grad = dy.data()[((n * g.out_h + oh) * g.out_w + ow) * g.out_c + f];
+                    const std::int64_t xi = ((n * g.in_h + ih) * g.in_w + iw) * g.in_c + c;
+                    const std::int64_t wi = ((kh * 3 + kw) * g.in_c + c) * g.out_c + f;
+                    expected_dx.data()[xi] += grad * w.data()[wi];
+                    expected_dw.data()[wi] += grad * x.data()[xi];
+                  }
+              }
+      INFO("batch " << t.batch << " " << t.h << "x" << t.w << "x" << t.c << " -> " << t.f << " stride " << t.stride);
+      CHECK(max_abs_difference(dx, expected_dx) < 1e-4f);
+      CHECK(max_abs_difference(dw, expected_dw) < 1e-3f);
+    }
+  });
+}
+
+TEST_CASE("both Winograd tiles match direct convolution and its kernel gradient", "[ops][conv]") {
+  // Sizes the tiles divide and do not, channel counts with and without a remainder of the 8-channel blocks.
+  struct Case {
+    std::int64_t batch, h, w, c, f;
+    bool same;
+  };
+  for (const Case& t : {Case{2, 9, 7, 8, 9, true}, Case{3, 8, 8, 16, 8, false}, Case{1, 1, 1, 8, 8, true},
+                        Case{2, 13, 11, 11, 17, false}, Case{1, 4, 4, 9, 24, true}})
+    for (int tile : {2, 4}) {
+      const Conv2dGeometry g = conv_geometry(t.batch, t.h, t.w, t.c, t.f, 3, 1, t.same);
+      INFO("tile " << tile << ", batch " << t.batch << " " << t.h << "x" << t.w << "x" << t.c << " -> " << t.f);
+      const Tensor x = random_tensor({g.batch, g.in_h, g.in_w, g.in_c}, 31);
+      const Tensor w = random_tensor({3, 3, g.in_c, g.out_c}, 32);
+      const Tensor bias = random_tensor({g.out_c}, 33);
+      const Tensor dy = random_tensor({g.batch, g.out_h, g.out_w, g.out_c}, 34);
+      Tensor y({g.batch, g.out_h, g.out_w, g.out_c}), dw(w.shape());
+      cpu::winograd_conv3x3(tile, x.data(), w.data(), bias.data(), y.data(), g);
+      CHECK(max_abs_difference(y, reference_conv(x, w, bias, g)) < 1e-4f);
+      cpu::winograd_conv3x3_kernel_gradient(tile, x.data(), dy.data(), dw.data(), g);
+      // dL/dw[i, j, c, f] = sum over samples and outputs of dy * the input under tap (i, j)
+      Tensor expected_dw(w.shape());
+      for (std::int64_t n = 0; n < g.batch; ++n)
+        for (std::int64_t oh = 0; oh < g.out_h; ++oh)
+          for (std::int64_t ow = 0; ow < g.out_w; ++ow)
+            for (std::int64_t kh = 0; kh < 3; ++kh)
+              for (std::int64_t kw = 0; kw < 3; ++kw) {
+                const std::int64_t ih = oh - g.pad_top + kh, iw = ow - g.pad_left + kw;
+                if (ih < 0 || ih >= g.in_h || iw < 0 || iw >= g.in_w) continue;
+                for (std::int64_t c = 0; c < g.in_c; ++c)
+                  for (std::int64_t f = 0; f < g.out_c; ++f)
+                    expected_dw.data()[((kh * 3 + kw) * g.in_c + c) * g.out_c + f] +=
+                        dy.data()[((n * g.out_h + oh) * g.out_w + ow) * g.out_c + f] *
+                        x.data()[((n * g.in_h + ih) * g.in_w + iw) * g.in_c + c];
+              }
+      CHECK(max_abs_difference(dw, expected_dw) < 1e-3f);
+    }
+  // The larger tile where it saves multiplications, the smaller where it would mostly compute padding.
+  CHECK(cpu::winograd_tile(conv_geometry(128, 32, 32, 32, 32, 3, 1, true)) == 4);
+  CHECK(cpu::winograd_tile(conv_geometry(128, 6, 6, 64, 128, 3, 1, true)) == 2);
+  CHECK(cpu::winograd_tile(conv_geometry(128, 32, 32, 3, 32, 3, 1, true)) == 0);
+  CHECK(cpu::winograd_tile(conv_geometry(128, 32, 32, 32, 32, 3, 2, true)) == 0);
 }
 
 TEST_CASE("conv2d results do not depend on the thread count", "[ops][conv]") {

@@ -12,9 +12,9 @@
 
 #include <algorithm>
 #include <cstring>
-#include <vector>
 
 #include "cpu_backend.hpp"
+#include "scratch.hpp"
 #include "tensor/backend_access.hpp"
 #include "winograd.hpp"
 
@@ -96,40 +96,40 @@ void col2im_add(const float* col, const Conv2dGeometry& g, float* dx) {
 // Runs body(chunk, col_buffer, thread) for every chunk, on the threads the chunking asks for.
 template <typename Body>
 void for_each_chunk(const Conv2dGeometry& g, const Chunking& plan, Body&& body) {
-  const std::int64_t col_floats = plan.samples_per_chunk * g.out_h * g.out_w * taps(g);
+  const auto col_floats = static_cast<std::size_t>(plan.samples_per_chunk * g.out_h * g.out_w * taps(g));
   if (!plan.parallel_over_chunks) {
-    std::vector<float> col(static_cast<std::size_t>(col_floats));
-    for (std::int64_t chunk = 0; chunk < plan.chunks; ++chunk) body(chunk, col.data(), 0);
+    float* col = thread_scratch(ScratchSlot::Columns, col_floats);
+    for (std::int64_t chunk = 0; chunk < plan.chunks; ++chunk) body(chunk, col, 0);
     return;
   }
 #pragma omp parallel
   {
-    std::vector<float> col(static_cast<std::size_t>(col_floats));
+    float* col = thread_scratch(ScratchSlot::Columns, col_floats);
     const int thread = omp_get_thread_num();
 #pragma omp for schedule(static)
-    for (std::int64_t chunk = 0; chunk < plan.chunks; ++chunk) body(chunk, col.data(), thread);
+    for (std::int64_t chunk = 0; chunk < plan.chunks; ++chunk) body(chunk, col, thread);
   }
 }
 
 // The CPU's algorithm choice for one convolution, made once per layer.
 struct ConvPlan : PlanState {
-  bool winograd = false;
+  int winograd_tile = 0;  // 0: im2col
 };
 
-bool uses_winograd(const PlanState* plan) { return static_cast<const ConvPlan*>(plan)->winograd; }
+int winograd_tile_of(const PlanState* plan) { return static_cast<const ConvPlan*>(plan)->winograd_tile; }
 
 }  // namespace
 
 std::shared_ptr<const PlanState> CpuBackend::plan(const Conv2dGeometry& geometry) {
   auto plan = std::make_shared<ConvPlan>();
-  plan->winograd = winograd_applies(geometry);
+  plan->winograd_tile = winograd_tile(geometry);
   return plan;
 }
 
 void CpuBackend::conv2d_forward(const PlanState* conv_plan, const Conv2dGeometry& g, const Tensor& x,
                                 const Tensor& kernel, const Tensor& bias, const Tensor& y) {
-  if (uses_winograd(conv_plan)) {
-    winograd_conv3x3(device_data(x), device_data(kernel), bias.defined() ? device_data(bias) : nullptr, device_data(y), g);
+  if (const int tile = winograd_tile_of(conv_plan)) {
+    winograd_conv3x3(tile, device_data(x), device_data(kernel), bias.defined() ? device_data(bias) : nullptr, device_data(y), g);
     return;
   }
   const Chunking plan = chunking(g);
@@ -155,8 +155,8 @@ void CpuBackend::conv2d_forward(const PlanState* conv_plan, const Conv2dGeometry
 void CpuBackend::conv2d_backward(const PlanState* conv_plan, const Conv2dGeometry& g, const Tensor& x,
                                  const Tensor& kernel, const Tensor& dy, const Tensor& dx, const Tensor& dkernel,
                                  const Tensor& dbias) {
-  if (uses_winograd(conv_plan)) {
-    winograd_conv3x3_kernel_gradient(device_data(x), device_data(dy), device_data(dkernel), g);
+  if (const int tile = winograd_tile_of(conv_plan)) {
+    winograd_conv3x3_kernel_gradient(tile, device_data(x), device_data(dy), device_data(dkernel), g);
     if (dx.defined()) winograd_conv3x3_data_gradient(device_data(dy), device_data(kernel), device_data(dx), g);
     if (dbias.defined()) bias_gradient(dy, dbias);
     return;
@@ -166,8 +166,9 @@ void CpuBackend::conv2d_backward(const PlanState* conv_plan, const Conv2dGeometr
   const std::int64_t pixels = g.out_h * g.out_w;
   const std::int64_t k = taps(g);
   const int threads = plan.parallel_over_chunks ? omp_get_max_threads() : 1;
-  std::vector<std::vector<float>> partial_kernel_grads(static_cast<std::size_t>(threads),
-                                                       std::vector<float>(static_cast<std::size_t>(k * g.out_c), 0.0f));
+  const std::int64_t per_thread = k * g.out_c;
+  float* partial_kernel_grads = thread_scratch(ScratchSlot::Partials, static_cast<std::size_t>(threads * per_thread));
+  std::fill_n(partial_kernel_grads, threads * per_thread, 0.0f);
   if (dx.defined()) std::memset(device_data(dx), 0, dx.bytes());
 
   for_each_chunk(g, plan, [&](std::int64_t chunk, float* col, int thread) {
@@ -178,7 +179,7 @@ void CpuBackend::conv2d_backward(const PlanState* conv_plan, const Conv2dGeometr
     for (std::int64_t s = 0; s < count; ++s) im2col(device_data(x) + (first + s) * in_sample, g, col + s * pixels * k);
     // dkernel += col^T * dy
     gemm(true, false, k, g.out_c, rows, 1.0f, col, k, grad_out, g.out_c, 1.0f,
-         partial_kernel_grads[static_cast<std::size_t>(thread)].data(), g.out_c);
+         partial_kernel_grads + thread * per_thread, g.out_c);
     if (!dx.defined()) return;
     // dcol = dy * kernel^T, then scatter back onto the input gradient
     gemm(false, true, rows, k, g.out_c, 1.0f, grad_out, g.out_c, device_data(kernel), g.out_c, 0.0f, col, k);
@@ -186,9 +187,9 @@ void CpuBackend::conv2d_backward(const PlanState* conv_plan, const Conv2dGeometr
   });
 
   float* dk = device_data(dkernel);
-  std::memcpy(dk, partial_kernel_grads[0].data(), dkernel.bytes());
+  std::memcpy(dk, partial_kernel_grads, dkernel.bytes());
   for (int t = 1; t < threads; ++t) {
-    const float* part = partial_kernel_grads[static_cast<std::size_t>(t)].data();
+    const float* part = partial_kernel_grads + t * per_thread;
     for (std::int64_t i = 0; i < dkernel.numel(); ++i) dk[i] += part[i];
   }
   if (dbias.defined()) bias_gradient(dy, dbias);

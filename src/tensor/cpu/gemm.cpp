@@ -1,9 +1,9 @@
-// The single translation unit that instantiates Eigen's GEMM: every matrix product of the CPU backend
-// (Dense, the convolutions' im2col products) goes through cpu::gemm. Eigen spreads a product over the
-// OpenMP thread budget, and runs it on the calling thread alone when called inside a parallel region.
+// The single translation unit that instantiates Eigen's GEMM, one of the paths behind cpu::gemm
+// (gemm_path.cpp). Eigen spreads a product over the OpenMP thread budget, and runs it on the calling
+// thread alone when called inside a parallel region.
 #include <Eigen/Core>
 
-#include "cpu_backend.hpp"
+#include "gemm_paths.hpp"
 
 namespace cohort::cpu {
 namespace {
@@ -24,15 +24,10 @@ void product_into(Map& c, float alpha, const A& a, const B& b, float beta) {
 
 }  // namespace
 
-void gemm(bool transpose_a, bool transpose_b, std::int64_t m, std::int64_t n, std::int64_t k, float alpha,
-          const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float beta, float* c,
-          std::int64_t ldc) {
-  if (m == 0 || n == 0) return;
+void eigen_gemm(bool transpose_a, bool transpose_b, std::int64_t m, std::int64_t n, std::int64_t k, float alpha,
+                const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float beta, float* c,
+                std::int64_t ldc) {
   Map cm(c, m, n, Eigen::OuterStride<>(ldc));
-  if (k == 0) {
-    if (beta == 0.0f) cm.setZero(); else cm *= beta;
-    return;
-  }
   ConstMap am(a, transpose_a ? k : m, transpose_a ? m : k, Eigen::OuterStride<>(lda));
   ConstMap bm(b, transpose_b ? n : k, transpose_b ? k : n, Eigen::OuterStride<>(ldb));
   if (!transpose_a && !transpose_b) product_into(cm, alpha, am, bm, beta);

@@ -1,0 +1,25 @@
+#pragma once
+// The library that computes the CPU backend's matrix products (Dense, the convolutions' GEMMs). Where
+// this build has OpenBLAS, the faster of it and Eigen on this machine is chosen by a measurement of a few
+// milliseconds on the first product; COHORT_GEMM=eigen|openblas, or set_gemm_path(), chooses instead.
+//
+//   fmt::print("matrix products: {}\n", gemm_path_name(gemm_path()));
+
+#include <string_view>
+#include <vector>
+
+namespace cohort {
+
+enum class GemmPath { Eigen, OpenBlas };
+
+// "eigen" or "openblas".
+std::string_view gemm_path_name(GemmPath path);
+// The paths this build has: Eigen always, OpenBLAS when it was found at configure time.
+std::vector<GemmPath> available_gemm_paths();
+// The path in use (measured on the first call unless chosen). InvalidArgument when COHORT_GEMM names
+// another path or one this build lacks.
+GemmPath gemm_path();
+// Uses `path` from now on, for every thread. InvalidArgument when this build lacks it.
+void set_gemm_path(GemmPath path);
+
+}  // namespace cohort

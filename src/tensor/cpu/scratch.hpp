@@ -1,0 +1,15 @@
+#pragma once
+// Per-thread scratch memory that outlives calls. The CPU kernels' temporary buffers are reused from one
+// call to the next instead of being allocated, zeroed and faulted in on every call, which also made
+// threads wait on each other in the kernel's page-fault handling. Contents are not initialized.
+#include <cstddef>
+
+namespace cohort::cpu {
+
+// The buffers a thread may hold at once; a slot's memory stays valid until the same thread asks for that
+// slot again with more floats.
+enum class ScratchSlot { TransformedInput, TransformedOutput, BorderPatch, EdgeZeros, EdgeSink, Columns, Partials, kCount };
+
+float* thread_scratch(ScratchSlot slot, std::size_t floats);
+
+}  // namespace cohort::cpu
