@@ -26,6 +26,8 @@ namespace {
 
 constexpr std::int64_t kChunkFloats = 1 << 18;  // about 1 MiB of transformed data per chunk
 constexpr std::int64_t kMinTiles = 256;
+// Kernel transforms over at least this many channel pairs are spread over the threads.
+constexpr std::int64_t kParallelPairs = 4096;
 
 // The 1-D transforms of F(m, 3), from the interpolation points 0, 1, -1 (and 2, -2 for m = 4) and infinity.
 template <int M>
@@ -200,6 +202,7 @@ struct Winograd {
   static std::vector<float> transform_kernel(const float* kernel, const Conv2dGeometry& g) {
     const std::int64_t c_count = g.in_c, f_count = g.out_c;
     std::vector<float> u(static_cast<std::size_t>(kPositions * c_count * f_count));
+#pragma omp parallel for schedule(static) if (c_count * f_count >= kParallelPairs)
     for (std::int64_t c = 0; c < c_count; ++c)
       for (std::int64_t f = 0; f < f_count; ++f) {
         float w[3][3], transformed[kAlpha][kAlpha];
@@ -354,13 +357,17 @@ void Winograd<M>::kernel_gradient(const float* x, const float* dy, float* dkerne
       gemm(true, false, c_count, f_count, count, 1.0f, s.a + k * c_count, kPositions * c_count, s.b + k * f_count,
            kPositions * f_count, 1.0f, du + k * c_count * f_count, f_count);
   });
-  for (int t = 1; t < threads; ++t)
-    for (std::int64_t i = 0; i < per_thread; ++i) partial[i] += partial[t * per_thread + i];
-  // dg = G^T dU G for every (c, f), written in HWIO order.
+  // dg = G^T dU G for every (c, f), written in HWIO order, after the threads' partial sums are added.
+#pragma omp parallel for schedule(static) if (c_count * f_count >= kParallelPairs)
   for (std::int64_t c = 0; c < c_count; ++c)
     for (std::int64_t f = 0; f < f_count; ++f) {
       float d[kAlpha][kAlpha], w[3][3];
-      for (int k = 0; k < kPositions; ++k) d[k / kAlpha][k % kAlpha] = partial[(k * c_count + c) * f_count + f];
+      for (int k = 0; k < kPositions; ++k) {
+        const std::int64_t at = (k * c_count + c) * f_count + f;
+        float sum = partial[at];
+        for (int t = 1; t < threads; ++t) sum += partial[t * per_thread + at];
+        d[k / kAlpha][k % kAlpha] = sum;
+      }
       separable<kAlpha, 3, float, T::template kernel_gradient<float>>(d, w);
       for (int i = 0; i < 3; ++i)
         for (int j = 0; j < 3; ++j) dkernel[((i * 3 + j) * c_count + c) * f_count + f] = w[i][j];
@@ -392,6 +399,7 @@ void winograd_conv3x3_data_gradient(const float* dy, const float* kernel, float*
   // dx[h, w, c] = sum over (i, j, f) of dy[h + pad_top - i, w + pad_left - j, f] * kernel[i, j, c, f]: a
   // convolution of dy with kernel'[i', j', f, c] = kernel[2 - i', 2 - j', c, f] and padding 2 - pad.
   std::vector<float> rotated(static_cast<std::size_t>(9 * g.in_c * g.out_c));
+#pragma omp parallel for schedule(static) if (g.in_c * g.out_c >= kParallelPairs)
   for (int i = 0; i < 3; ++i)
     for (int j = 0; j < 3; ++j)
       for (std::int64_t c = 0; c < g.in_c; ++c)
