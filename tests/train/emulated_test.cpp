@@ -164,7 +164,8 @@ TEST_CASE("fit, evaluate and predict on the emulated device equal the CPU's", "[
   const Tensor on_host = emulated.predict(images, 4);
   CHECK(on_host.device() == Device::CPU);
   CHECK(cpu.predict(images, 4).to_vector() == on_host.to_vector());
-  CHECK(emulated.predict(images.to(Device::Emulated)).to_vector() == on_host.to_vector());
+  // In the same batches: a GEMM may round a row differently with another number of rows around it.
+  CHECK(emulated.predict(images.to(Device::Emulated), 4).to_vector() == on_host.to_vector());
 }
 
 TEST_CASE("a model moved with to() trains on its new device; checkpoints cross devices", "[device][train]") {
