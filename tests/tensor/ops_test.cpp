@@ -180,8 +180,10 @@ TEST_CASE("both Winograd tiles match direct convolution and its kernel gradient"
       cpu::winograd_conv3x3(tile, x.data(), w.data(), bias.data(), y.data(), g);
       CHECK(max_abs_difference(y, reference_conv(x, w, bias, g)) < 1e-4f);
       cpu::winograd_conv3x3_kernel_gradient(tile, x.data(), dy.data(), dw.data(), g);
-      // dL/dw[i, j, c, f] = sum over samples and outputs of dy * the input under tap (i, j)
-      Tensor expected_dw(w.shape());
+      Tensor dx(x.shape());
+      cpu::winograd_conv3x3_data_gradient(dy.data(), w.data(), dx.data(), g);
+      // dL/dw[i, j, c, f] = sum over samples and outputs of dy * the input under tap (i, j), and dL/dx alike
+      Tensor expected_dw(w.shape()), expected_dx(x.shape());
       for (std::int64_t n = 0; n < g.batch; ++n)
         for (std::int64_t oh = 0; oh < g.out_h; ++oh)
           for (std::int64_t ow = 0; ow < g.out_w; ++ow)
@@ -190,18 +192,25 @@ TEST_CASE("both Winograd tiles match direct convolution and its kernel gradient"
                 const std::int64_t ih = oh - g.pad_top + kh, iw = ow - g.pad_left + kw;
                 if (ih < 0 || ih >= g.in_h || iw < 0 || iw >= g.in_w) continue;
                 for (std::int64_t c = 0; c < g.in_c; ++c)
-                  for (std::int64_t f = 0; f < g.out_c; ++f)
-                    expected_dw.data()[((kh * 3 + kw) * g.in_c + c) * g.out_c + f] +=
-                        dy.data()[((n * g.out_h + oh) * g.out_w + ow) * g.out_c + f] *
-                        x.data()[((n * g.in_h + ih) * g.in_w + iw) * g.in_c + c];
+                  for (std::int64_t f = 0; f < g.out_c; ++f) {
+                    const float grad = dy.data()[((n * g.out_h + oh) * g.out_w + ow) * g.out_c + f];
+                    const std::int64_t xi = ((n * g.in_h + ih) * g.in_w + iw) * g.in_c + c;
+                    const std::int64_t wi = ((kh * 3 + kw) * g.in_c + c) * g.out_c + f;
+                    expected_dw.data()[wi] += grad * x.data()[xi];
+                    expected_dx.data()[xi] += grad * w.data()[wi];
+                  }
               }
       CHECK(max_abs_difference(dw, expected_dw) < 1e-3f);
+      CHECK(max_abs_difference(dx, expected_dx) < 1e-4f);
     }
   // The larger tile where it saves multiplications, the smaller where it would mostly compute padding.
   CHECK(cpu::winograd_tile(conv_geometry(128, 32, 32, 32, 32, 3, 1, true)) == 4);
   CHECK(cpu::winograd_tile(conv_geometry(128, 6, 6, 64, 128, 3, 1, true)) == 2);
   CHECK(cpu::winograd_tile(conv_geometry(128, 32, 32, 3, 32, 3, 1, true)) == 0);
   CHECK(cpu::winograd_tile(conv_geometry(128, 32, 32, 32, 32, 3, 2, true)) == 0);
+  // One image does not repay the kernel transform of a small layer; a training batch does.
+  CHECK_FALSE(cpu::winograd_repays_kernel_transform(conv_geometry(1, 6, 6, 64, 128, 3, 1, true), 2));
+  CHECK(cpu::winograd_repays_kernel_transform(conv_geometry(128, 6, 6, 64, 128, 3, 1, true), 2));
 }
 
 TEST_CASE("conv2d results do not depend on the thread count", "[ops][conv]") {
@@ -253,6 +262,36 @@ TEST_CASE("pooling matches the reference, including clipped windows", "[ops]") {
           CHECK(max_y.data()[at] == peak);
           CHECK(avg_y.data()[at] == Approx(total / cells).margin(1e-6));
         }
+}
+
+TEST_CASE("max pooling's gradient goes to the first maximum and nowhere past the windows", "[ops]") {
+  // Valid 2x2 pooling of 5x5: the windows tile 4x4; the last row and column get no gradient, whatever the
+  // gradient buffer held before (here NaN). Ties (the zeros of a ReLU) send it to the first in the window.
+  for (bool ties : {false, true}) {
+    const Pool2dGeometry g{2, 5, 5, 3, 2, 2, 2, 2, 2, 2, 0, 0};
+    const Tensor x = ties ? Tensor::full({2, 5, 5, 3}, 0.0f) : random_tensor({2, 5, 5, 3}, 10);
+    const Tensor dy = random_tensor({2, 2, 2, 3}, 11);
+    Tensor y({2, 2, 2, 3});
+    Tensor dx = Tensor::full({2, 5, 5, 3}, std::nanf(""));
+    Pool2dPlan plan(g, Device::CPU);
+    ops::pool2d_forward(plan, x, y);
+    ops::pool2d_backward(plan, x, y, dy, dx);
+    Tensor expected = Tensor::full({2, 5, 5, 3}, 0.0f);
+    for (std::int64_t n = 0; n < 2; ++n)
+      for (std::int64_t oh = 0; oh < 2; ++oh)
+        for (std::int64_t ow = 0; ow < 2; ++ow)
+          for (std::int64_t c = 0; c < 3; ++c) {
+            std::int64_t first = -1;
+            for (std::int64_t ih = oh * 2; ih < oh * 2 + 2; ++ih)
+              for (std::int64_t iw = ow * 2; iw < ow * 2 + 2; ++iw) {
+                const std::int64_t at = ((n * 5 + ih) * 5 + iw) * 3 + c;
+                if (first < 0 && x.data()[at] == y.data()[((n * 2 + oh) * 2 + ow) * 3 + c]) first = at;
+              }
+            expected.data()[first] = dy.data()[((n * 2 + oh) * 2 + ow) * 3 + c];
+          }
+    INFO("ties " << ties);
+    CHECK(dx.to_vector() == expected.to_vector());
+  }
 }
 
 TEST_CASE("softmax cross-entropy is stable for huge logits and matches the direct formula", "[ops][loss]") {

@@ -116,7 +116,11 @@ struct ConvPlan : PlanState {
   int winograd_tile = 0;  // 0: im2col
 };
 
-int winograd_tile_of(const PlanState* plan) { return static_cast<const ConvPlan*>(plan)->winograd_tile; }
+// The plan's Winograd tile where this batch repays the kernel transform, else 0 (im2col).
+int winograd_tile_of(const PlanState* plan, const Conv2dGeometry& g) {
+  const int tile = static_cast<const ConvPlan*>(plan)->winograd_tile;
+  return tile != 0 && winograd_repays_kernel_transform(g, tile) ? tile : 0;
+}
 
 }  // namespace
 
@@ -128,7 +132,7 @@ std::shared_ptr<const PlanState> CpuBackend::plan(const Conv2dGeometry& geometry
 
 void CpuBackend::conv2d_forward(const PlanState* conv_plan, const Conv2dGeometry& g, const Tensor& x,
                                 const Tensor& kernel, const Tensor& bias, const Tensor& y) {
-  if (const int tile = winograd_tile_of(conv_plan)) {
+  if (const int tile = winograd_tile_of(conv_plan, g)) {
     winograd_conv3x3(tile, device_data(x), device_data(kernel), bias.defined() ? device_data(bias) : nullptr, device_data(y), g);
     return;
   }
@@ -155,7 +159,7 @@ void CpuBackend::conv2d_forward(const PlanState* conv_plan, const Conv2dGeometry
 void CpuBackend::conv2d_backward(const PlanState* conv_plan, const Conv2dGeometry& g, const Tensor& x,
                                  const Tensor& kernel, const Tensor& dy, const Tensor& dx, const Tensor& dkernel,
                                  const Tensor& dbias) {
-  if (const int tile = winograd_tile_of(conv_plan)) {
+  if (const int tile = winograd_tile_of(conv_plan, g)) {
     winograd_conv3x3_kernel_gradient(tile, device_data(x), device_data(dy), device_data(dkernel), g);
     if (dx.defined()) winograd_conv3x3_data_gradient(device_data(dy), device_data(kernel), device_data(dx), g);
     if (dbias.defined()) bias_gradient(dy, dbias);

@@ -1,7 +1,6 @@
 // Max and average pooling over NHWC tensors, parallel over samples. Windows are clipped to the input;
 // max pooling sends the gradient to the first maximum of each window, as TensorFlow does.
 #include <algorithm>
-#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -45,35 +44,61 @@ void max_pool_forward(const Tensor& x, const Tensor& y, const Pool2dGeometry& g)
   }
 }
 
+// Whether the windows tile the input without overlap or padding: each input pixel then lies in at most
+// one window, whose gradient it receives by assignment, and only the pixels past the last window (the
+// rows and columns a valid pooling drops) need zeros first.
+bool windows_tile_input(const Pool2dGeometry& g) {
+  return g.stride_h == g.pool_h && g.stride_w == g.pool_w && g.pad_top == 0 && g.pad_left == 0;
+}
+
+// Zeros what no window will write of one sample's input gradient: everything unless the windows tile it.
+void zero_uncovered(float* din, const Pool2dGeometry& g, bool tiled) {
+  const std::int64_t c = g.channels;
+  if (!tiled) {
+    std::fill_n(din, g.in_h * g.in_w * c, 0.0f);
+    return;
+  }
+  const std::int64_t covered_h = g.out_h * g.pool_h, covered_w = g.out_w * g.pool_w;
+  for (std::int64_t ih = 0; ih < g.in_h; ++ih) {
+    float* row = din + ih * g.in_w * c;
+    if (ih >= covered_h) std::fill_n(row, g.in_w * c, 0.0f);
+    else std::fill_n(row + covered_w * c, (g.in_w - covered_w) * c, 0.0f);
+  }
+}
+
 void max_pool_backward(const Tensor& x, const Tensor& y, const Tensor& dy, const Tensor& dx, const Pool2dGeometry& g) {
   const std::int64_t c = g.channels;
-  std::memset(device_data(dx), 0, dx.bytes());
+  const bool tiled = windows_tile_input(g);
 #pragma omp parallel
   {
-    // routed[i]: channel i's gradient already went to an earlier maximum of this window.
-    std::vector<unsigned char> routed(static_cast<std::size_t>(c));
+    // pending[i]: 1 until channel i's gradient has gone to a maximum of this window (floats, like the data,
+    // so that the loop below vectorizes with selects of one width).
+    std::vector<float> pending(static_cast<std::size_t>(c));
 #pragma omp for
     for (std::int64_t n = 0; n < g.batch; ++n) {
       const float* in = device_data(x) + n * g.in_h * g.in_w * c;
       float* din = device_data(dx) + n * g.in_h * g.in_w * c;
       const float* out = device_data(y) + n * g.out_h * g.out_w * c;
       const float* dout = device_data(dy) + n * g.out_h * g.out_w * c;
+      zero_uncovered(din, g, tiled);
       for (std::int64_t oh = 0; oh < g.out_h; ++oh) {
         for (std::int64_t ow = 0; ow < g.out_w; ++ow) {
           const float* o = out + (oh * g.out_w + ow) * c;
           const float* d = dout + (oh * g.out_w + ow) * c;
-          std::fill(routed.begin(), routed.end(), 0);
+          float* p = pending.data();
+          std::fill_n(p, c, 1.0f);
           const Window win = window(g, oh, ow);
           for (std::int64_t ih = win.h0; ih < win.h1; ++ih)
             for (std::int64_t iw = win.w0; iw < win.w1; ++iw) {
               const float* v = in + (ih * g.in_w + iw) * c;
               float* dv = din + (ih * g.in_w + iw) * c;
-              unsigned char* r = routed.data();
 #pragma omp simd
               for (std::int64_t i = 0; i < c; ++i) {
-                const bool take = r[i] == 0 && v[i] == o[i];
-                dv[i] += take ? d[i] : 0.0f;
-                r[i] |= take ? 1 : 0;
+                // Every load unconditional and no short circuit: selects, no branches, so that it vectorizes.
+                const float gradient = d[i], still_pending = p[i];
+                const bool take = (v[i] == o[i]) & (still_pending != 0.0f);
+                dv[i] = (tiled ? 0.0f : dv[i]) + (take ? gradient : 0.0f);
+                p[i] = take ? 0.0f : still_pending;
               }
             }
         }
@@ -107,11 +132,11 @@ void avg_pool_forward(const Tensor& x, const Tensor& y, const Pool2dGeometry& g)
 
 void avg_pool_backward(const Tensor& dy, const Tensor& dx, const Pool2dGeometry& g) {
   const std::int64_t c = g.channels;
-  std::memset(device_data(dx), 0, dx.bytes());
 #pragma omp parallel for
   for (std::int64_t n = 0; n < g.batch; ++n) {
     float* din = device_data(dx) + n * g.in_h * g.in_w * c;
     const float* dout = device_data(dy) + n * g.out_h * g.out_w * c;
+    std::fill_n(din, g.in_h * g.in_w * c, 0.0f);
     for (std::int64_t oh = 0; oh < g.out_h; ++oh) {
       for (std::int64_t ow = 0; ow < g.out_w; ++ow) {
         const float* d = dout + (oh * g.out_w + ow) * c;

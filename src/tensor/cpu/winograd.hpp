@@ -11,6 +11,10 @@ namespace cohort::cpu {
 // wastes more on small images whose size it does not divide).
 int winograd_tile(const Conv2dGeometry& g);
 
+// Whether a batch has enough tiles to repay the kernel's transform, which costs the same for one image as
+// for many: small batches (one image at inference) compute faster through im2col.
+bool winograd_repays_kernel_transform(const Conv2dGeometry& g, int tile);
+
 // y = conv(x, kernel) (+ bias when not null) over NHWC x and HWIO kernel, for stride-1 3x3 geometries,
 // with output tiles of `tile` (2 or 4) pixels a side.
 void winograd_conv3x3(int tile, const float* x, const float* kernel, const float* bias, float* y, const Conv2dGeometry& g);
