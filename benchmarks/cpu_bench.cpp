@@ -15,6 +15,8 @@
 
 #include <cohort/cohort.hpp>
 
+#include "tensor/cpu/winograd.hpp"
+
 using namespace cohort;
 
 namespace {
@@ -134,6 +136,8 @@ int main(int argc, char** argv) {
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   std::fprintf(stderr, "matrix products: %s (measured on this machine; COHORT_GEMM overrides)\n",
                std::string(gemm_path_name(gemm_path())).c_str());
+  std::fprintf(stderr, "Winograd kernels: %s (the best this processor runs; COHORT_CPU_ISA overrides)\n",
+               std::string(cpu::winograd_isa_name(cpu::winograd_isa())).c_str());
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
 }

@@ -161,48 +161,54 @@ TEST_CASE("conv2d backward matches the direct data and kernel gradients", "[ops]
   });
 }
 
-TEST_CASE("both Winograd tiles match direct convolution and its kernel gradient", "[ops][conv]") {
-  // Sizes the tiles divide and do not, channel counts with and without a remainder of the 8-channel blocks.
+TEST_CASE("both Winograd tiles match direct convolution and its gradients, on every instruction set here", "[ops][conv]") {
+  // Sizes the tiles divide and do not, channel counts with and without a remainder of the 8-channel blocks;
+  // each instruction set's kernels forced in turn (AVX2's on an AVX-512 processor too).
   struct Case {
     std::int64_t batch, h, w, c, f;
     bool same;
   };
-  for (const Case& t : {Case{2, 9, 7, 8, 9, true}, Case{3, 8, 8, 16, 8, false}, Case{1, 1, 1, 8, 8, true},
-                        Case{2, 13, 11, 11, 17, false}, Case{1, 4, 4, 9, 24, true}})
-    for (int tile : {2, 4}) {
-      const Conv2dGeometry g = conv_geometry(t.batch, t.h, t.w, t.c, t.f, 3, 1, t.same);
-      INFO("tile " << tile << ", batch " << t.batch << " " << t.h << "x" << t.w << "x" << t.c << " -> " << t.f);
-      const Tensor x = random_tensor({g.batch, g.in_h, g.in_w, g.in_c}, 31);
-      const Tensor w = random_tensor({3, 3, g.in_c, g.out_c}, 32);
-      const Tensor bias = random_tensor({g.out_c}, 33);
-      const Tensor dy = random_tensor({g.batch, g.out_h, g.out_w, g.out_c}, 34);
-      Tensor y({g.batch, g.out_h, g.out_w, g.out_c}), dw(w.shape());
-      cpu::winograd_conv3x3(tile, x.data(), w.data(), bias.data(), y.data(), g);
-      CHECK(max_abs_difference(y, reference_conv(x, w, bias, g)) < 1e-4f);
-      cpu::winograd_conv3x3_kernel_gradient(tile, x.data(), dy.data(), dw.data(), g);
-      Tensor dx(x.shape());
-      cpu::winograd_conv3x3_data_gradient(dy.data(), w.data(), dx.data(), g);
-      // dL/dw[i, j, c, f] = sum over samples and outputs of dy * the input under tap (i, j), and dL/dx alike
-      Tensor expected_dw(w.shape()), expected_dx(x.shape());
-      for (std::int64_t n = 0; n < g.batch; ++n)
-        for (std::int64_t oh = 0; oh < g.out_h; ++oh)
-          for (std::int64_t ow = 0; ow < g.out_w; ++ow)
-            for (std::int64_t kh = 0; kh < 3; ++kh)
-              for (std::int64_t kw = 0; kw < 3; ++kw) {
-                const std::int64_t ih = oh - g.pad_top + kh, iw = ow - g.pad_left + kw;
-                if (ih < 0 || ih >= g.in_h || iw < 0 || iw >= g.in_w) continue;
-                for (std::int64_t c = 0; c < g.in_c; ++c)
-                  for (std::int64_t f = 0; f < g.out_c; ++f) {
-                    const float grad = dy.data()[((n * g.out_h + oh) * g.out_w + ow) * g.out_c + f];
-                    const std::int64_t xi = ((n * g.in_h + ih) * g.in_w + iw) * g.in_c + c;
-                    const std::int64_t wi = ((kh * 3 + kw) * g.in_c + c) * g.out_c + f;
-                    expected_dw.data()[wi] += grad * x.data()[xi];
-                    expected_dx.data()[xi] += grad * w.data()[wi];
-                  }
-              }
-      CHECK(max_abs_difference(dw, expected_dw) < 1e-3f);
-      CHECK(max_abs_difference(dx, expected_dx) < 1e-4f);
-    }
+  const cpu::WinogradIsa best = cpu::winograd_isa();
+  for (cpu::WinogradIsa isa : cpu::usable_winograd_isas())
+    for (const Case& t : {Case{2, 9, 7, 8, 9, true}, Case{3, 8, 8, 16, 8, false}, Case{1, 1, 1, 8, 8, true},
+                          Case{2, 13, 11, 11, 17, false}, Case{1, 4, 4, 9, 24, true}})
+      for (int tile : {2, 4}) {
+        cpu::set_winograd_isa(isa);
+        const Conv2dGeometry g = conv_geometry(t.batch, t.h, t.w, t.c, t.f, 3, 1, t.same);
+        INFO(cpu::winograd_isa_name(isa) << ", tile " << tile << ", batch " << t.batch << " " << t.h << "x" << t.w << "x"
+                                         << t.c << " -> " << t.f);
+        const Tensor x = random_tensor({g.batch, g.in_h, g.in_w, g.in_c}, 31);
+        const Tensor w = random_tensor({3, 3, g.in_c, g.out_c}, 32);
+        const Tensor bias = random_tensor({g.out_c}, 33);
+        const Tensor dy = random_tensor({g.batch, g.out_h, g.out_w, g.out_c}, 34);
+        Tensor y({g.batch, g.out_h, g.out_w, g.out_c}), dw(w.shape());
+        cpu::winograd_conv3x3(tile, x.data(), w.data(), bias.data(), y.data(), g);
+        CHECK(max_abs_difference(y, reference_conv(x, w, bias, g)) < 1e-4f);
+        cpu::winograd_conv3x3_kernel_gradient(tile, x.data(), dy.data(), dw.data(), g);
+        Tensor dx(x.shape());
+        cpu::winograd_conv3x3_data_gradient(dy.data(), w.data(), dx.data(), g);
+        // dL/dw[i, j, c, f] = sum over samples and outputs of dy * the input under tap (i, j), and dL/dx alike
+        Tensor expected_dw(w.shape()), expected_dx(x.shape());
+        for (std::int64_t n = 0; n < g.batch; ++n)
+          for (std::int64_t oh = 0; oh < g.out_h; ++oh)
+            for (std::int64_t ow = 0; ow < g.out_w; ++ow)
+              for (std::int64_t kh = 0; kh < 3; ++kh)
+                for (std::int64_t kw = 0; kw < 3; ++kw) {
+                  const std::int64_t ih = oh - g.pad_top + kh, iw = ow - g.pad_left + kw;
+                  if (ih < 0 || ih >= g.in_h || iw < 0 || iw >= g.in_w) continue;
+                  for (std::int64_t c = 0; c < g.in_c; ++c)
+                    for (std::int64_t f = 0; f < g.out_c; ++f) {
+                      const float grad = dy.data()[((n * g.out_h + oh) * g.out_w + ow) * g.out_c + f];
+                      const std::int64_t xi = ((n * g.in_h + ih) * g.in_w + iw) * g.in_c + c;
+                      const std::int64_t wi = ((kh * 3 + kw) * g.in_c + c) * g.out_c + f;
+                      expected_dw.data()[wi] += grad * x.data()[xi];
+                      expected_dx.data()[xi] += grad * w.data()[wi];
+                    }
+                }
+        CHECK(max_abs_difference(dw, expected_dw) < 1e-3f);
+        CHECK(max_abs_difference(dx, expected_dx) < 1e-4f);
+      }
+  cpu::set_winograd_isa(best);
   // The larger tile where it saves multiplications, the smaller where it would mostly compute padding.
   CHECK(cpu::winograd_tile(conv_geometry(128, 32, 32, 32, 32, 3, 1, true)) == 4);
   CHECK(cpu::winograd_tile(conv_geometry(128, 6, 6, 64, 128, 3, 1, true)) == 2);

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "cohort/tensor/gemm_path.hpp"
 #include "cpu_backend.hpp"
 #include "scratch.hpp"
 #include "tensor/backend_access.hpp"
@@ -132,6 +133,7 @@ std::shared_ptr<const PlanState> CpuBackend::plan(const Conv2dGeometry& geometry
 
 void CpuBackend::conv2d_forward(const PlanState* conv_plan, const Conv2dGeometry& g, const Tensor& x,
                                 const Tensor& kernel, const Tensor& bias, const Tensor& y) {
+  gemm_path();  // chosen (or COHORT_GEMM refused) here, not inside the parallel regions that multiply
   if (const int tile = winograd_tile_of(conv_plan, g)) {
     winograd_conv3x3(tile, device_data(x), device_data(kernel), bias.defined() ? device_data(bias) : nullptr, device_data(y), g);
     return;
@@ -159,6 +161,7 @@ void CpuBackend::conv2d_forward(const PlanState* conv_plan, const Conv2dGeometry
 void CpuBackend::conv2d_backward(const PlanState* conv_plan, const Conv2dGeometry& g, const Tensor& x,
                                  const Tensor& kernel, const Tensor& dy, const Tensor& dx, const Tensor& dkernel,
                                  const Tensor& dbias) {
+  gemm_path();
   if (const int tile = winograd_tile_of(conv_plan, g)) {
     winograd_conv3x3_kernel_gradient(tile, device_data(x), device_data(dy), device_data(dkernel), g);
     if (dx.defined()) winograd_conv3x3_data_gradient(device_data(dy), device_data(kernel), device_data(dx), g);

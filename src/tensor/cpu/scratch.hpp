@@ -8,7 +8,17 @@ namespace cohort::cpu {
 
 // The buffers a thread may hold at once; a slot's memory stays valid until the same thread asks for that
 // slot again with more floats.
-enum class ScratchSlot { TransformedInput, TransformedOutput, BorderPatch, EdgeZeros, EdgeSink, Columns, Partials, kCount };
+enum class ScratchSlot {
+  TransformedKernel,
+  TransformedInput,
+  TransformedOutput,
+  BorderPatch,
+  EdgeZeros,
+  EdgeSink,
+  Columns,
+  Partials,
+  kCount
+};
 
 float* thread_scratch(ScratchSlot slot, std::size_t floats);
 

@@ -1,9 +1,25 @@
 #pragma once
 // Winograd F(2x2, 3x3) and F(4x4, 3x3) convolution for the CPU backend (see winograd.cpp).
 
+#include <string_view>
+#include <vector>
+
 #include "cohort/tensor/ops.hpp"
 
 namespace cohort::cpu {
+
+// The instruction sets the Winograd kernels are compiled for (AVX2 and AVX-512 on x86-64 builds).
+enum class WinogradIsa { Portable, Avx2, Avx512 };
+// "portable", "avx2" or "avx512".
+std::string_view winograd_isa_name(WinogradIsa isa);
+// Those this build has and this processor runs, the best last.
+std::vector<WinogradIsa> usable_winograd_isas();
+// The set whose kernels run: the best usable unless COHORT_CPU_ISA names another (InvalidArgument when
+// it is not usable here).
+WinogradIsa winograd_isa();
+// Runs `isa`'s kernels from now on (tests force the AVX2 kernels on an AVX-512 processor). InvalidArgument
+// when it is not usable here.
+void set_winograd_isa(WinogradIsa isa);
 
 // The output tile size of the Winograd path for a convolution: 0 when it does not apply (not a stride-1
 // 3x3 kernel, or too few channels for its GEMMs to run efficiently), else 2 or 4, whichever does fewer

@@ -1,0 +1,34 @@
+#pragma once
+// The Winograd convolution's kernels (winograd_kernels.cpp), compiled once per instruction set, and what
+// they share with the choice among them (winograd.cpp).
+#include <cstdint>
+
+#include "cohort/tensor/geometry.hpp"
+
+namespace cohort::cpu {
+
+struct WinogradKernels {
+  void (*forward)(int tile, const float* x, const float* kernel, const float* bias, float* y, const Conv2dGeometry& g);
+  void (*kernel_gradient)(int tile, const float* x, const float* dy, float* dkernel, const Conv2dGeometry& g);
+};
+
+const WinogradKernels& winograd_kernels_portable();
+#if COHORT_WINOGRAD_X86_VARIANTS
+const WinogradKernels& winograd_kernels_avx2();
+const WinogradKernels& winograd_kernels_avx512();
+#endif
+
+// Kernel transforms over at least this many channel pairs are spread over the threads.
+constexpr std::int64_t kParallelPairs = 4096;
+
+// The output's m x m tiles: per sample and in the whole batch.
+struct Tiling {
+  std::int64_t tiles_h, tiles_w, per_sample, total;
+};
+
+inline Tiling tiling(const Conv2dGeometry& g, int m) {
+  const std::int64_t th = (g.out_h + m - 1) / m, tw = (g.out_w + m - 1) / m;
+  return {th, tw, th * tw, g.batch * th * tw};
+}
+
+}  // namespace cohort::cpu
