@@ -1,6 +1,7 @@
 // The CPU ops against direct, obviously-correct reference loops, over shapes that do not divide evenly.
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <utility>
 
 #include "cohort/core/error.hpp"
 #include "cohort/core/parallel.hpp"
@@ -45,6 +46,28 @@ Tensor reference_conv(const Tensor& x, const Tensor& w, const Tensor& bias, cons
           y.data()[((n * g.out_h + oh) * g.out_w + ow) * g.out_c + f] = static_cast<float>(s);
         }
   return y;
+}
+
+// The data and kernel gradients of a 3x3 convolution by direct loops: {dL/dx, dL/dw}.
+std::pair<Tensor, Tensor> reference_conv_gradients(const Tensor& x, const Tensor& w, const Tensor& dy, const Conv2dGeometry& g) {
+  Tensor dx(x.shape()), dw(w.shape());
+  for (std::int64_t n = 0; n < g.batch; ++n)
+    for (std::int64_t oh = 0; oh < g.out_h; ++oh)
+      for (std::int64_t ow = 0; ow < g.out_w; ++ow)
+        for (std::int64_t kh = 0; kh < 3; ++kh)
+          for (std::int64_t kw = 0; kw < 3; ++kw) {
+            const std::int64_t ih = oh * g.stride_h - g.pad_top + kh, iw = ow * g.stride_w - g.pad_left + kw;
+            if (ih < 0 || ih >= g.in_h || iw < 0 || iw >= g.in_w) continue;
+            for (std::int64_t c = 0; c < g.in_c; ++c)
+              for (std::int64_t f = 0; f < g.out_c; ++f) {
+                const float grad = dy.data()[((n * g.out_h + oh) * g.out_w + ow) * g.out_c + f];
+                const std::int64_t xi = ((n * g.in_h + ih) * g.in_w + iw) * g.in_c + c;
+                const std::int64_t wi = ((kh * 3 + kw) * g.in_c + c) * g.out_c + f;
+                dx.data()[xi] += grad * w.data()[wi];
+                dw.data()[wi] += grad * x.data()[xi];
+              }
+          }
+  return {dx, dw};
 }
 
 Conv2dGeometry conv_geometry(std::int64_t batch, std::int64_t h, std::int64_t w, std::int64_t c, std::int64_t f,
@@ -137,23 +160,7 @@ TEST_CASE("conv2d backward matches the direct data and kernel gradients", "[ops]
       const Tensor dy = random_tensor({g.batch, g.out_h, g.out_w, g.out_c}, 23);
       Tensor dx(x.shape()), dw(w.shape()), db({g.out_c});
       ops::conv2d_backward(plan, x, w, dy, dx, dw, db);
-      Tensor expected_dx(x.shape()), expected_dw(w.shape());
-      for (std::int64_t n = 0; n < g.batch; ++n)
-        for (std::int64_t oh = 0; oh < g.out_h; ++oh)
-          for (std::int64_t ow = 0; ow < g.out_w; ++ow)
-            for (std::int64_t kh = 0; kh < 3; ++kh)
-              for (std::int64_t kw = 0; kw < 3; ++kw) {
-                const std::int64_t ih = oh * g.stride_h - g.pad_top + kh, iw = ow * g.stride_w - g.pad_left + kw;
-                if (ih < 0 || ih >= g.in_h || iw < 0 || iw >= g.in_w) continue;
-                for (std::int64_t c = 0; c < g.in_c; ++c)
-                  for (std::int64_t f = 0; f < g.out_c; ++f) {
-                    const float grad = dy.data()[((n * g.out_h + oh) * g.out_w + ow) * g.out_c + f];
-                    const std::int64_t xi = ((n * g.in_h + ih) * g.in_w + iw) * g.in_c + c;
-                    const std::int64_t wi = ((kh * 3 + kw) * g.in_c + c) * g.out_c + f;
-                    expected_dx.data()[xi] += grad * w.data()[wi];
-                    expected_dw.data()[wi] += grad * x.data()[xi];
-                  }
-              }
+      const auto [expected_dx, expected_dw] = reference_conv_gradients(x, w, dy, g);
       INFO("batch " << t.batch << " " << t.h << "x" << t.w << "x" << t.c << " -> " << t.f << " stride " << t.stride);
       CHECK(max_abs_difference(dx, expected_dx) < 1e-4f);
       CHECK(max_abs_difference(dw, expected_dw) < 1e-3f);
@@ -187,24 +194,7 @@ TEST_CASE("both Winograd tiles match direct convolution and its gradients, on ev
         cpu::winograd_conv3x3_kernel_gradient(tile, x.data(), dy.data(), dw.data(), g);
         Tensor dx(x.shape());
         cpu::winograd_conv3x3_data_gradient(dy.data(), w.data(), dx.data(), g);
-        // dL/dw[i, j, c, f] = sum over samples and outputs of dy * the input under tap (i, j), and dL/dx alike
-        Tensor expected_dw(w.shape()), expected_dx(x.shape());
-        for (std::int64_t n = 0; n < g.batch; ++n)
-          for (std::int64_t oh = 0; oh < g.out_h; ++oh)
-            for (std::int64_t ow = 0; ow < g.out_w; ++ow)
-              for (std::int64_t kh = 0; kh < 3; ++kh)
-                for (std::int64_t kw = 0; kw < 3; ++kw) {
-                  const std::int64_t ih = oh - g.pad_top + kh, iw = ow - g.pad_left + kw;
-                  if (ih < 0 || ih >= g.in_h || iw < 0 || iw >= g.in_w) continue;
-                  for (std::int64_t c = 0; c < g.in_c; ++c)
-                    for (std::int64_t f = 0; f < g.out_c; ++f) {
-                      const float grad = dy.data()[((n * g.out_h + oh) * g.out_w + ow) * g.out_c + f];
-                      const std::int64_t xi = ((n * g.in_h + ih) * g.in_w + iw) * g.in_c + c;
-                      const std::int64_t wi = ((kh * 3 + kw) * g.in_c + c) * g.out_c + f;
-                      expected_dw.data()[wi] += grad * x.data()[xi];
-                      expected_dx.data()[xi] += grad * w.data()[wi];
-                    }
-                }
+        const auto [expected_dx, expected_dw] = reference_conv_gradients(x, w, dy, g);
         CHECK(max_abs_difference(dw, expected_dw) < 1e-3f);
         CHECK(max_abs_difference(dx, expected_dx) < 1e-4f);
       }
