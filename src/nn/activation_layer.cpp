@@ -20,6 +20,12 @@ Tensor ActivationLayer::backward(const Tensor& dy, bool need_input_gradient) {
   return input_gradient_;
 }
 
+std::optional<cohort::Activation> elementwise_activation(const Layer& layer) {
+  const auto* activation = dynamic_cast<const ActivationLayer*>(&layer);
+  if (activation == nullptr || activation->activation() == cohort::Activation::Softmax) return std::nullopt;
+  return activation->activation();
+}
+
 std::optional<LayerConfig> ActivationLayer::config() const {
   return LayerConfig{{"activation", static_cast<double>(activation_)}};
 }

@@ -1,6 +1,7 @@
 #include "cohort/nn/batch_normalization.hpp"
 
 #include "cohort/core/check.hpp"
+#include "cohort/nn/activation_layer.hpp"
 #include "cohort/tensor/ops.hpp"
 
 namespace cohort::nn {
@@ -25,19 +26,31 @@ Shape BatchNormalization::build(const Shape& in, VariableFactory& factory) {
   return in;
 }
 
+std::size_t BatchNormalization::absorb(std::span<const std::unique_ptr<Layer>> following,
+                                      const ForwardContext& context) {
+  activation_ = cohort::Activation::Linear;
+  // Not in eval mode with a backward() to follow: that backward (constant statistics) stays unfused.
+  if (following.empty() || !(context.training || context.inference_only)) return 0;
+  const auto activation = elementwise_activation(*following.front());
+  if (!activation) return 0;
+  activation_ = *activation;
+  return 1;
+}
+
 Tensor BatchNormalization::forward(const Tensor& x, const ForwardContext& context) {
   input_ = x;
   reuse(output_, x.shape(), x.device());
   used_batch_statistics_ = context.training;
   if (!context.training) {
-    ops::batch_norm_forward_inference(plan_, x, gamma_->value, beta_->value, moving_mean_->value,
-                                      moving_variance_->value, output_);
+    ops::batch_norm_activation_forward_inference(plan_, x, gamma_->value, beta_->value, moving_mean_->value,
+                                                 moving_variance_->value, activation_, output_);
     return output_;
   }
   const Shape channels{x.dim(x.rank() - 1)};
   reuse(batch_mean_, channels, x.device());
   reuse(batch_variance_, channels, x.device());
-  ops::batch_norm_forward_training(plan_, x, gamma_->value, beta_->value, output_, batch_mean_, batch_variance_);
+  ops::batch_norm_activation_forward_training(plan_, x, gamma_->value, beta_->value, activation_, output_,
+                                              batch_mean_, batch_variance_);
   ops::moving_average_update(moving_mean_->value, batch_mean_, options_.momentum);
   ops::moving_average_update(moving_variance_->value, batch_variance_, options_.momentum);
   return output_;
@@ -46,13 +59,31 @@ Tensor BatchNormalization::forward(const Tensor& x, const ForwardContext& contex
 Tensor BatchNormalization::backward(const Tensor& dy, bool need_input_gradient) {
   if (need_input_gradient) reuse(input_gradient_, input_.shape(), dy.device());
   const Tensor dx = need_input_gradient ? input_gradient_ : Tensor();
-  if (used_batch_statistics_)
-    ops::batch_norm_backward(plan_, input_, gamma_->value, dy, batch_mean_, batch_variance_, dx, gamma_->gradient,
-                             beta_->gradient);
-  else
+  if (!used_batch_statistics_)
     ops::batch_norm_backward_inference(plan_, input_, gamma_->value, dy, moving_mean_->value, moving_variance_->value,
                                        dx, gamma_->gradient, beta_->gradient);
+  else if (activation_ != cohort::Activation::Linear)
+    ops::batch_norm_activation_backward(plan_, input_, output_, gamma_->value, beta_->value, dy, batch_mean_,
+                                        batch_variance_, activation_, dx, gamma_->gradient, beta_->gradient);
+  else
+    ops::batch_norm_backward(plan_, input_, gamma_->value, dy, batch_mean_, batch_variance_, dx, gamma_->gradient,
+                             beta_->gradient);
   return dx;
+}
+
+void BatchNormalization::fold(const Tensor& kernel, const Tensor& bias, const Tensor& folded_kernel,
+                              const Tensor& folded_bias) {
+  // Both through the inference op itself, so that the scale is computed as the unfolded layer computes it:
+  // the kernel with zero mean and shift (kernel * s), the bias with the layer's own statistics.
+  const std::int64_t channels = gamma_->value.numel();
+  reuse(zeros_, {channels}, kernel.device());
+  ops::fill(zeros_, 0.0f);
+  const std::int64_t rows = kernel.numel() / channels;
+  ops::batch_norm_forward_inference(plan_, kernel.view({rows, channels}), gamma_->value, zeros_, zeros_,
+                                    moving_variance_->value, folded_kernel.view({rows, channels}));
+  ops::batch_norm_forward_inference(plan_, (bias.defined() ? bias : zeros_).view({1, channels}), gamma_->value,
+                                    beta_->value, moving_mean_->value, moving_variance_->value,
+                                    folded_bias.view({1, channels}));
 }
 
 std::optional<LayerConfig> BatchNormalization::config() const {

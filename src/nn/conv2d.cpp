@@ -1,6 +1,7 @@
 #include "cohort/nn/conv2d.hpp"
 
 #include "cohort/core/check.hpp"
+#include "cohort/nn/activation_layer.hpp"
 #include "cohort/nn/initializers.hpp"
 
 namespace cohort::nn {
@@ -29,18 +30,49 @@ Shape Conv2D::build(const Shape& in, VariableFactory& factory) {
   return {rows.out, cols.out, filters_};
 }
 
+std::size_t Conv2D::absorb(std::span<const std::unique_ptr<Layer>> following, const ForwardContext& context) {
+  folded_ = nullptr;
+  activation_ = cohort::Activation::Linear;
+  std::size_t absorbed = 0;
+  if (context.inference_only && !following.empty())
+    if ((folded_ = dynamic_cast<BatchNormalization*>(following.front().get()))) ++absorbed;
+  if (absorbed < following.size())
+    if (const auto activation = elementwise_activation(*following[absorbed])) {
+      activation_ = *activation;
+      ++absorbed;
+    }
+  return absorbed;
+}
+
 Tensor Conv2D::forward(const Tensor& x, const ForwardContext&) {
   const Conv2dGeometry& g = plan_.geometry();
   input_ = x;
   reuse(output_, {x.dim(0), g.out_h, g.out_w, g.out_c}, x.device());
-  ops::conv2d_forward(plan_, x, kernel_->value, use_bias_ ? bias_->value : Tensor(), output_);
+  Tensor kernel = kernel_->value, bias = use_bias_ ? bias_->value : Tensor();
+  if (folded_ != nullptr) {
+    // Folded again on every call: the weights may have changed since, and it costs one pass over the kernel.
+    reuse(folded_kernel_, kernel.shape(), x.device());
+    reuse(folded_bias_, {g.out_c}, x.device());
+    folded_->fold(kernel, bias, folded_kernel_, folded_bias_);
+    kernel = folded_kernel_;
+    bias = folded_bias_;
+  }
+  ops::conv2d_activation_forward(plan_, x, kernel, bias, activation_, output_);
   return output_;
 }
 
 Tensor Conv2D::backward(const Tensor& dy, bool need_input_gradient) {
+  COHORT_CHECK(folded_ == nullptr, "{}: no backward() after an inference-only forward()", name());
+  Tensor output_gradient = dy;
+  if (activation_ != cohort::Activation::Linear) {
+    reuse(output_gradient_, dy.shape(), dy.device());
+    ops::activation_backward(activation_, output_, dy, output_gradient_);
+    output_gradient = output_gradient_;
+  }
   if (need_input_gradient) reuse(input_gradient_, input_.shape(), dy.device());
   const Tensor dx = need_input_gradient ? input_gradient_ : Tensor();
-  ops::conv2d_backward(plan_, input_, kernel_->value, dy, dx, kernel_->gradient, use_bias_ ? bias_->gradient : Tensor());
+  ops::conv2d_backward(plan_, input_, kernel_->value, output_gradient, dx, kernel_->gradient,
+                       use_bias_ ? bias_->gradient : Tensor());
   return dx;
 }
 

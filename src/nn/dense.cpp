@@ -1,6 +1,7 @@
 #include "cohort/nn/dense.hpp"
 
 #include "cohort/core/check.hpp"
+#include "cohort/nn/activation_layer.hpp"
 #include "cohort/nn/initializers.hpp"
 #include "cohort/tensor/ops.hpp"
 
@@ -26,6 +27,12 @@ Shape Dense::build(const Shape& in, VariableFactory& factory) {
   return Shape(std::move(out));
 }
 
+std::size_t Dense::absorb(std::span<const std::unique_ptr<Layer>> following, const ForwardContext&) {
+  const auto activation = following.empty() ? std::nullopt : elementwise_activation(*following.front());
+  activation_ = activation.value_or(cohort::Activation::Linear);
+  return activation ? 1 : 0;
+}
+
 Tensor Dense::forward(const Tensor& x, const ForwardContext&) {
   // Any leading axes are rows: (..., in) -> (rows, in).
   const std::int64_t rows = x.numel() / input_features_;
@@ -35,15 +42,25 @@ Tensor Dense::forward(const Tensor& x, const ForwardContext&) {
   reuse(output_, Shape(out_dims), x.device());
   const Tensor out_rows = output_.view({rows, units_});
   ops::matmul(input_rows_, false, kernel_->value, false, out_rows);
-  if (use_bias_) ops::add_bias(out_rows, bias_->value);
+  if (use_bias_) ops::bias_activation_forward(out_rows, bias_->value, activation_);
+  else if (activation_ != cohort::Activation::Linear) ops::activation_forward(activation_, out_rows, out_rows);
   return output_;
 }
 
 Tensor Dense::backward(const Tensor& dy, bool need_input_gradient) {
   const std::int64_t rows = input_rows_.dim(0);
-  const Tensor dy_rows = dy.view({rows, units_});
+  Tensor dy_rows = dy.view({rows, units_});
+  if (activation_ != cohort::Activation::Linear) {
+    // The gradient before the activation, with the bias gradient in the same pass.
+    reuse(output_gradient_, {rows, units_}, dy.device());
+    const Tensor y_rows = output_.view({rows, units_});
+    if (use_bias_) ops::activation_bias_backward(activation_, y_rows, dy_rows, output_gradient_, bias_->gradient);
+    else ops::activation_backward(activation_, y_rows, dy_rows, output_gradient_);
+    dy_rows = output_gradient_;
+  } else if (use_bias_) {
+    ops::bias_gradient(dy_rows, bias_->gradient);
+  }
   ops::matmul(input_rows_, true, dy_rows, false, kernel_->gradient);
-  if (use_bias_) ops::bias_gradient(dy_rows, bias_->gradient);
   if (!need_input_gradient) return Tensor();
   std::vector<std::int64_t> in_dims = dy.shape().dims();
   in_dims.back() = input_features_;

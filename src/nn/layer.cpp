@@ -24,6 +24,8 @@ std::uint64_t VariableFactory::seed_for(const std::string& purpose) const {
   return derive_seed(seed_, scope_ + "#" + purpose);
 }
 
+std::size_t Layer::absorb(std::span<const std::unique_ptr<Layer>>, const ForwardContext&) { return 0; }
+
 const Tensor& Layer::reuse(Tensor& buffer, const Shape& shape, Device device) {
   if (!buffer.defined() || buffer.shape() != shape || buffer.device() != device) buffer = Tensor(shape, device);
   return buffer;

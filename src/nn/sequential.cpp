@@ -51,22 +51,39 @@ Sequential& Sequential::add(std::unique_ptr<Layer> layer) {
   return *this;
 }
 
-Tensor Sequential::run(const Tensor& x, std::size_t end) {
+Tensor Sequential::run(const Tensor& x, std::size_t end, const ForwardContext& context) {
   COHORT_CHECK(!layers_.empty(), "the model has no layers");
   COHORT_CHECK(x.shape() == input_shape_.batched(x.rank() > 0 ? x.dim(0) : 0),
                "model input must be a batch of {}, got {}", input_shape_, x.shape());
   if (x.device() != device_)
     throw DeviceError(fmt::format("the model is on {}, its input batch {} on {}: copy the batch with to()",
                                   device_name(device_), x.shape(), device_name(x.device())));
-  const ForwardContext context{training_, step_};
+  ran_.clear();
   Tensor activation = x;
-  for (std::size_t i = 0; i < end; ++i) activation = layers_[i]->forward(activation, context);
-  if (training_) ++step_;
-  last_forward_end_ = end;
+  for (std::size_t i = 0; i < end;) {
+    const std::span<const std::unique_ptr<Layer>> following(layers_.begin() + static_cast<std::ptrdiff_t>(i) + 1,
+                                                            layers_.begin() + static_cast<std::ptrdiff_t>(end));
+    const std::size_t absorbed = layers_[i]->absorb(following, context);
+    COHORT_CHECK(absorbed <= following.size(), "layer '{}' absorbed {} of the {} layers after it", layers_[i]->name(),
+                 absorbed, following.size());
+    activation = layers_[i]->forward(activation, context);
+    ran_.push_back(i);
+    i += 1 + absorbed;
+  }
+  if (context.training) ++step_;
+  if (context.inference_only) ran_.clear();
   return activation;
 }
 
-Tensor Sequential::forward(const Tensor& x) { return run(x, layers_.size()); }
+Tensor Sequential::forward(const Tensor& x) { return run(x, layers_.size(), {training_, step_}); }
+
+Tensor Sequential::infer(const Tensor& x) {
+  return run(x, layers_.size(), {.training = false, .step = step_, .inference_only = true});
+}
+
+Tensor Sequential::infer_logits(const Tensor& x) {
+  return run(x, logits_end(), {.training = false, .step = step_, .inference_only = true});
+}
 
 Sequential& Sequential::to(Device device) {
   backend_device_check(device);
@@ -85,19 +102,21 @@ cohort::Activation Sequential::final_activation() const {
 
 std::string Sequential::last_layer_name() const { return layers_.empty() ? "input" : layers_.back()->name(); }
 
-Tensor Sequential::forward_logits(const Tensor& x) {
+std::size_t Sequential::logits_end() const {
   const cohort::Activation last = final_activation();
   const bool strip = last == cohort::Activation::Softmax || last == cohort::Activation::Sigmoid;
-  return run(x, strip ? layers_.size() - 1 : layers_.size());
+  return strip ? layers_.size() - 1 : layers_.size();
 }
 
+Tensor Sequential::forward_logits(const Tensor& x) { return run(x, logits_end(), {training_, step_}); }
+
 void Sequential::backward(const Tensor& doutput) {
-  COHORT_CHECK(last_forward_end_ > 0, "backward() needs a forward() first");
+  COHORT_CHECK(!ran_.empty(), "backward() needs a forward() first (infer() keeps nothing for it)");
   if (doutput.device() != device_)
     throw DeviceError(fmt::format("the model is on {}, the gradient {} passed to backward() on {}: copy it with to()",
                                   device_name(device_), doutput.shape(), device_name(doutput.device())));
   Tensor gradient = doutput;
-  for (std::size_t i = last_forward_end_; i-- > 0;) gradient = layers_[i]->backward(gradient, i > 0);
+  for (auto i = ran_.rbegin(); i != ran_.rend(); ++i) gradient = layers_[*i]->backward(gradient, *i > 0);
 }
 
 std::vector<VariablePtr> Sequential::variables() const {

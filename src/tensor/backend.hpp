@@ -101,6 +101,32 @@ class Backend {
   virtual void moving_average_update(const Tensor& moving, const Tensor& batch, float momentum) = 0;
   virtual void dropout_mask(const Tensor& mask, float rate, std::uint64_t seed) = 0;
 
+  // ---- fused passes: an op and the elementwise activation (Linear, Relu, Sigmoid, Tanh) of its output y in one
+  // pass; the backward ones take dL/dy of that activated output. The defaults run the unfused ops one after
+  // the other, so a backend overrides only what it can do in fewer passes over memory.
+  virtual void conv2d_forward_activated(const PlanState* plan, const Conv2dGeometry& g, const Tensor& x,
+                                        const Tensor& kernel, const Tensor& bias, Activation activation,
+                                        const Tensor& y);
+  // y = activation(y + bias)
+  virtual void bias_activation_forward(const Tensor& y, const Tensor& bias, Activation activation);
+  // dpre = dy * activation'(y), dbias = its sum over the rows
+  virtual void activation_bias_backward(Activation activation, const Tensor& y, const Tensor& dy, const Tensor& dpre,
+                                        const Tensor& dbias);
+  virtual void batch_norm_activation_forward_training(const PlanState* plan, const BatchNormGeometry& g,
+                                                      const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                                      Activation activation, const Tensor& y, const Tensor& batch_mean,
+                                                      const Tensor& batch_variance);
+  virtual void batch_norm_activation_forward_inference(const PlanState* plan, const BatchNormGeometry& g,
+                                                       const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                                       const Tensor& mean, const Tensor& variance,
+                                                       Activation activation, const Tensor& y);
+  virtual void batch_norm_activation_backward(const PlanState* plan, const BatchNormGeometry& g, const Tensor& x,
+                                              const Tensor& y, const Tensor& gamma, const Tensor& beta,
+                                              const Tensor& dy,
+                                              const Tensor& batch_mean, const Tensor& batch_variance,
+                                              Activation activation, const Tensor& dx, const Tensor& dgamma,
+                                              const Tensor& dbeta);
+
   // ---- optimizer updates
   virtual void sgd_update(const std::vector<ops::SgdOperands>& variables, float learning_rate, float momentum,
                           bool nesterov, float weight_decay) = 0;

@@ -183,13 +183,7 @@ void activation_backward(Activation activation, const Tensor& y, const Tensor& d
 }
 
 void conv2d_forward(Conv2dPlan& plan, const Tensor& x, const Tensor& kernel, const Tensor& bias, const Tensor& y) {
-  Backend& backend = backend_of("conv2d_forward", {&x, &kernel, &bias, &y});
-  Conv2dGeometry g = plan.geometry();
-  g.batch = x.rank() > 0 ? x.dim(0) : 0;
-  check_conv(x, kernel, y, g);
-  if (bias.defined()) COHORT_CHECK(bias.shape() == Shape({g.out_c}), "conv2d: bias {}", bias.shape());
-  plan.prepare(x.device());
-  backend.conv2d_forward(plan.state(), g, x, kernel, bias, y);
+  conv2d_activation_forward(plan, x, kernel, bias, Activation::Linear, y);
 }
 
 void conv2d_backward(Conv2dPlan& plan, const Tensor& x, const Tensor& kernel, const Tensor& dy, const Tensor& dx,
@@ -227,21 +221,12 @@ void pool2d_backward(Pool2dPlan& plan, const Tensor& x, const Tensor& y, const T
 
 void batch_norm_forward_training(BatchNormPlan& plan, const Tensor& x, const Tensor& gamma, const Tensor& beta,
                                  const Tensor& y, const Tensor& batch_mean, const Tensor& batch_variance) {
-  Backend& backend = backend_of("batch_norm_forward_training", {&x, &gamma, &beta, &y, &batch_mean, &batch_variance});
-  check_channels("batch_norm", x, {&gamma, &beta, &batch_mean, &batch_variance});
-  check_same_shape("batch_norm", x, y);
-  COHORT_CHECK(x.numel() > 0, "batch_norm: training needs a non-empty batch, got {}", x.shape());
-  plan.prepare(x.device());
-  backend.batch_norm_forward_training(plan.state(), plan.geometry(), x, gamma, beta, y, batch_mean, batch_variance);
+  batch_norm_activation_forward_training(plan, x, gamma, beta, Activation::Linear, y, batch_mean, batch_variance);
 }
 
 void batch_norm_forward_inference(BatchNormPlan& plan, const Tensor& x, const Tensor& gamma, const Tensor& beta,
                                   const Tensor& mean, const Tensor& variance, const Tensor& y) {
-  Backend& backend = backend_of("batch_norm_forward_inference", {&x, &gamma, &beta, &mean, &variance, &y});
-  check_channels("batch_norm", x, {&gamma, &beta, &mean, &variance});
-  check_same_shape("batch_norm", x, y);
-  plan.prepare(x.device());
-  backend.batch_norm_forward_inference(plan.state(), plan.geometry(), x, gamma, beta, mean, variance, y);
+  batch_norm_activation_forward_inference(plan, x, gamma, beta, mean, variance, Activation::Linear, y);
 }
 
 void batch_norm_backward(BatchNormPlan& plan, const Tensor& x, const Tensor& gamma, const Tensor& dy,
@@ -277,6 +262,82 @@ void moving_average_update(const Tensor& moving, const Tensor& batch, float mome
 void dropout_mask(const Tensor& mask, float rate, std::uint64_t seed) {
   COHORT_CHECK(rate >= 0.0f && rate < 1.0f, "dropout rate must be in [0, 1), got {}", rate);
   backend_of("dropout_mask", {&mask}).dropout_mask(mask, rate, seed);
+}
+
+namespace {
+
+void check_elementwise(const char* op, Activation activation) {
+  COHORT_CHECK(activation != Activation::Softmax, "{}: fuses elementwise activations only, got Softmax", op);
+}
+
+}  // namespace
+
+void conv2d_activation_forward(Conv2dPlan& plan, const Tensor& x, const Tensor& kernel, const Tensor& bias,
+                               Activation activation, const Tensor& y) {
+  check_elementwise("conv2d_forward", activation);
+  Backend& backend = backend_of("conv2d_forward", {&x, &kernel, &bias, &y});
+  Conv2dGeometry g = plan.geometry();
+  g.batch = x.rank() > 0 ? x.dim(0) : 0;
+  check_conv(x, kernel, y, g);
+  if (bias.defined()) COHORT_CHECK(bias.shape() == Shape({g.out_c}), "conv2d: bias {}", bias.shape());
+  plan.prepare(x.device());
+  backend.conv2d_forward_activated(plan.state(), g, x, kernel, bias, activation, y);
+}
+
+void bias_activation_forward(const Tensor& y, const Tensor& bias, Activation activation) {
+  check_elementwise("bias_activation_forward", activation);
+  check_channels("bias_activation_forward", y, {&bias});
+  backend_of("bias_activation_forward", {&y, &bias}).bias_activation_forward(y, bias, activation);
+}
+
+void activation_bias_backward(Activation activation, const Tensor& y, const Tensor& dy, const Tensor& dpre,
+                              const Tensor& dbias) {
+  check_elementwise("activation_bias_backward", activation);
+  check_same_shape("activation_bias_backward", y, dy);
+  check_same_shape("activation_bias_backward", y, dpre);
+  check_channels("activation_bias_backward", y, {&dbias});
+  backend_of("activation_bias_backward", {&y, &dy, &dpre, &dbias}).activation_bias_backward(activation, y, dy, dpre, dbias);
+}
+
+void batch_norm_activation_forward_training(BatchNormPlan& plan, const Tensor& x, const Tensor& gamma,
+                                            const Tensor& beta, Activation activation, const Tensor& y,
+                                            const Tensor& batch_mean, const Tensor& batch_variance) {
+  check_elementwise("batch_norm_forward_training", activation);
+  Backend& backend = backend_of("batch_norm_forward_training", {&x, &gamma, &beta, &y, &batch_mean, &batch_variance});
+  check_channels("batch_norm", x, {&gamma, &beta, &batch_mean, &batch_variance});
+  check_same_shape("batch_norm", x, y);
+  COHORT_CHECK(x.numel() > 0, "batch_norm: training needs a non-empty batch, got {}", x.shape());
+  plan.prepare(x.device());
+  backend.batch_norm_activation_forward_training(plan.state(), plan.geometry(), x, gamma, beta, activation, y,
+                                                 batch_mean, batch_variance);
+}
+
+void batch_norm_activation_forward_inference(BatchNormPlan& plan, const Tensor& x, const Tensor& gamma,
+                                             const Tensor& beta, const Tensor& mean, const Tensor& variance,
+                                             Activation activation, const Tensor& y) {
+  check_elementwise("batch_norm_forward_inference", activation);
+  Backend& backend = backend_of("batch_norm_forward_inference", {&x, &gamma, &beta, &mean, &variance, &y});
+  check_channels("batch_norm", x, {&gamma, &beta, &mean, &variance});
+  check_same_shape("batch_norm", x, y);
+  plan.prepare(x.device());
+  backend.batch_norm_activation_forward_inference(plan.state(), plan.geometry(), x, gamma, beta, mean, variance,
+                                                  activation, y);
+}
+
+void batch_norm_activation_backward(BatchNormPlan& plan, const Tensor& x, const Tensor& y, const Tensor& gamma,
+                                    const Tensor& beta, const Tensor& dy, const Tensor& batch_mean, const Tensor& batch_variance,
+                                    Activation activation, const Tensor& dx, const Tensor& dgamma,
+                                    const Tensor& dbeta) {
+  check_elementwise("batch_norm_activation_backward", activation);
+  Backend& backend = backend_of("batch_norm_activation_backward",
+                                {&x, &y, &gamma, &beta, &dy, &batch_mean, &batch_variance, &dx, &dgamma, &dbeta});
+  check_channels("batch_norm_backward", x, {&gamma, &beta, &batch_mean, &batch_variance, &dgamma, &dbeta});
+  check_same_shape("batch_norm_backward", x, y);
+  check_same_shape("batch_norm_backward", x, dy);
+  if (dx.defined()) check_same_shape("batch_norm_backward", x, dx);
+  plan.prepare(x.device());
+  backend.batch_norm_activation_backward(plan.state(), plan.geometry(), x, y, gamma, beta, dy, batch_mean, batch_variance,
+                                         activation, dx, dgamma, dbeta);
 }
 
 namespace {

@@ -146,9 +146,11 @@ void Trainer::check_fits(const data::Dataset& dataset) const {
   }
 }
 
-Trainer::Scored Trainer::score(const Tensor& images) {
+Trainer::Scored Trainer::score(const Tensor& images, bool inference_only) {
   const bool fused = nn::fuses_final_activation(loss_, model_.final_activation());
-  return {fused ? model_.forward_logits(images) : model_.forward(images), fused || nn::expects_logits(loss_)};
+  const Tensor prediction = inference_only ? (fused ? model_.infer_logits(images) : model_.infer(images))
+                                           : (fused ? model_.forward_logits(images) : model_.forward(images));
+  return {prediction, fused || nn::expects_logits(loss_)};
 }
 
 Trainer::Totals Trainer::totals_of(const Scored& scored, const Tensor& targets, double loss) const {
@@ -168,7 +170,7 @@ Trainer::Totals Trainer::train_step(const Tensor& images, const Tensor& targets)
     strategy_->apply_gradients(model_, *optimizer_, 0);
     return new_totals();
   }
-  const Scored scored = score(images);
+  const Scored scored = score(images, false);
   const Tensor& prediction = scored.prediction;
   if (!output_gradient_.defined() || output_gradient_.shape() != prediction.shape() ||
       output_gradient_.device() != prediction.device())
@@ -185,7 +187,7 @@ Trainer::Totals Trainer::train_step(const Tensor& images, const Tensor& targets)
 
 Trainer::Totals Trainer::evaluate_batch(const Tensor& images, const Tensor& targets) {
   if (images.dim(0) == 0) return new_totals();
-  const Scored scored = score(images);
+  const Scored scored = score(images, true);
   return totals_of(scored, targets, nn::compute_loss(loss_, scored.prediction, scored.logits, targets));
 }
 
@@ -396,7 +398,7 @@ Tensor Trainer::predict(const Tensor& images, std::int64_t batch_size) {
   Tensor outputs(model_.output_shape().batched(n));
   for (std::int64_t begin = 0; begin < n; begin += batch_size) {
     const std::int64_t end = std::min(n, begin + batch_size);
-    ops::copy(model_.forward(images.slice(begin, end).to(model_.device())), outputs.slice(begin, end));
+    ops::copy(model_.infer(images.slice(begin, end).to(model_.device())), outputs.slice(begin, end));
   }
   return outputs;
 }

@@ -144,3 +144,83 @@ TEST_CASE("backward needs a forward pass first", "[nn]") {
   nn::Sequential empty({3});
   CHECK_THROWS_AS(empty.forward(Tensor({1, 3})), InvalidArgument);
 }
+
+namespace {
+
+// Layers that fuse in every way Sequential offers: Conv2D + BatchNormalization + ReLU (folded in inference),
+// Conv2D + ReLU, Dense + BatchNormalization + Tanh, Dense + ReLU, BatchNormalization + Sigmoid, and a final
+// Softmax that none absorbs.
+nn::Sequential fusing_model() {
+  nn::Sequential model({10, 10, 3}, 11);
+  model.add(nn::Conv2D(8, 3, nn::Padding::Same)).add(nn::BatchNormalization()).add(nn::ReLU());
+  model.add(nn::Conv2D(8, 3, nn::Padding::Valid)).add(nn::ReLU()).add(nn::MaxPooling2D(2));
+  model.add(nn::BatchNormalization()).add(nn::Sigmoid()).add(nn::Flatten());
+  model.add(nn::Dense(16)).add(nn::BatchNormalization()).add(nn::Activation(cohort::Activation::Tanh));
+  model.add(nn::Dense(12)).add(nn::ReLU()).add(nn::Dense(4)).add(nn::Softmax());
+  return model;
+}
+
+// Every layer's forward() in turn, none absorbing another: the unfused reference.
+Tensor forward_one_by_one(nn::Sequential& model, const Tensor& x, bool training) {
+  Tensor activation = x;
+  for (std::size_t i = 0; i < model.size(); ++i) activation = model.layer(i).forward(activation, {training, 0});
+  return activation.clone();
+}
+
+void backward_one_by_one(nn::Sequential& model, const Tensor& dy) {
+  Tensor gradient = dy;
+  for (std::size_t i = model.size(); i-- > 0;) gradient = model.layer(i).backward(gradient, i > 0);
+}
+
+void check_same_variables(const nn::Sequential& a, const nn::Sequential& b, float tolerance) {
+  for (const auto& v : a.variables()) {
+    INFO(v->name);
+    CHECK(test_util::max_abs_difference(v->value, b.variable(v->name)->value) <= tolerance);
+    if (v->trainable) CHECK(test_util::max_abs_difference(v->gradient, b.variable(v->name)->gradient) <= tolerance);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("a Sequential's fused layers give the results of its layers run one by one", "[nn][fused]") {
+  nn::Sequential fused = fusing_model(), reference = fusing_model();
+  const Tensor x = test_util::random_tensor({6, 10, 10, 3}, 12);
+  const Tensor dy = test_util::random_tensor({6, 4}, 13);
+
+  SECTION("training, forward and backward") {
+    fused.train();
+    for (int step = 0; step < 2; ++step) {
+      const Tensor y = fused.forward(x).clone();
+      CHECK(test_util::max_abs_difference(y, forward_one_by_one(reference, x, true)) < 1e-6f);
+      fused.backward(dy);
+      backward_one_by_one(reference, dy);
+      check_same_variables(fused, reference, 1e-5f);  // gradients and moving statistics
+    }
+  }
+  SECTION("eval mode keeps a backward") {
+    fused.eval();
+    CHECK(test_util::max_abs_difference(fused.forward(x).clone(), forward_one_by_one(reference, x, false)) < 1e-6f);
+    fused.backward(dy);
+    backward_one_by_one(reference, dy);
+    check_same_variables(fused, reference, 1e-5f);
+  }
+  SECTION("inference folds BatchNormalization into the Conv2D before it and allows no backward") {
+    // Statistics away from their initial values, so that the folding has something to fold.
+    fused.train();
+    reference.train();
+    for (int step = 0; step < 3; ++step) {
+      fused.forward(x);
+      forward_one_by_one(reference, x, true);
+    }
+    const std::uint64_t step = fused.step();
+    const Tensor inferred = fused.infer(x).clone();
+    CHECK(fused.step() == step);
+    CHECK(test_util::max_abs_difference(inferred, forward_one_by_one(reference, x, false)) < 1e-5f);
+    CHECK_THROWS_AS(fused.backward(dy), InvalidArgument);
+    // Logits: all but the Softmax.
+    const Tensor logits = fused.infer_logits(x).clone();
+    Tensor probabilities(logits.shape());
+    ops::activation_forward(cohort::Activation::Softmax, logits, probabilities);
+    CHECK(test_util::max_abs_difference(probabilities, inferred) < 1e-6f);
+  }
+}

@@ -189,8 +189,14 @@ TEST_CASE("both Winograd tiles match direct convolution and its gradients, on ev
         const Tensor bias = random_tensor({g.out_c}, 33);
         const Tensor dy = random_tensor({g.batch, g.out_h, g.out_w, g.out_c}, 34);
         Tensor y({g.batch, g.out_h, g.out_w, g.out_c}), dw(w.shape());
-        cpu::winograd_conv3x3(tile, x.data(), w.data(), bias.data(), y.data(), g);
-        CHECK(max_abs_difference(y, reference_conv(x, w, bias, g)) < 1e-4f);
+        const Tensor expected_y = reference_conv(x, w, bias, g);
+        cpu::winograd_conv3x3(tile, x.data(), w.data(), bias.data(), false, y.data(), g);
+        CHECK(max_abs_difference(y, expected_y) < 1e-4f);
+        // ReLU applied by the output transform.
+        Tensor expected_relu(y.shape());
+        ops::activation_forward(Activation::Relu, expected_y, expected_relu);
+        cpu::winograd_conv3x3(tile, x.data(), w.data(), bias.data(), true, y.data(), g);
+        CHECK(max_abs_difference(y, expected_relu) < 1e-4f);
         cpu::winograd_conv3x3_kernel_gradient(tile, x.data(), dy.data(), dw.data(), g);
         Tensor dx(x.shape());
         cpu::winograd_conv3x3_data_gradient(dy.data(), w.data(), dx.data(), g);

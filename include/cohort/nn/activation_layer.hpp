@@ -29,6 +29,10 @@ class ActivationLayer : public Layer {
   Tensor output_, input_gradient_;
 };
 
+// The activation of `layer` when it is an elementwise activation layer, which the layer before it may apply
+// in passing; nullopt for any other layer (Softmax included).
+std::optional<cohort::Activation> elementwise_activation(const Layer& layer);
+
 inline ActivationLayer Activation(cohort::Activation activation) { return ActivationLayer(activation); }
 inline ActivationLayer ReLU() { return ActivationLayer(cohort::Activation::Relu, "ReLU", "re_lu"); }
 inline ActivationLayer Sigmoid() { return ActivationLayer(cohort::Activation::Sigmoid, "Sigmoid", "sigmoid"); }

@@ -25,16 +25,24 @@ class BatchNormalization : public Layer {
   Shape build(const Shape& input_sample_shape, VariableFactory& factory) override;
   Tensor forward(const Tensor& x, const ForwardContext& context) override;
   Tensor backward(const Tensor& dy, bool need_input_gradient) override;
+  // Absorbs an elementwise activation after it while training and in inference: one pass instead of two.
+  std::size_t absorb(std::span<const std::unique_ptr<Layer>> following, const ForwardContext& context) override;
   std::optional<LayerConfig> config() const override;
 
   const BatchNormalizationOptions& options() const { return options_; }
 
+  // Folds this layer's inference into the layer before it, whose output channels are the last axis of
+  // `kernel` and of `bias` (undefined: none): kernel' = kernel * s, bias' = (bias - moving_mean) * s + beta,
+  // with s = gamma / sqrt(moving_variance + epsilon).
+  void fold(const Tensor& kernel, const Tensor& bias, const Tensor& folded_kernel, const Tensor& folded_bias);
+
  private:
   BatchNormalizationOptions options_;
   bool used_batch_statistics_ = false;
+  cohort::Activation activation_ = cohort::Activation::Linear;  // absorbed for the current forward()
   BatchNormPlan plan_;
   VariablePtr gamma_, beta_, moving_mean_, moving_variance_;
-  Tensor input_, output_, input_gradient_, batch_mean_, batch_variance_;
+  Tensor input_, output_, input_gradient_, batch_mean_, batch_variance_, zeros_;
 };
 
 }  // namespace cohort::nn

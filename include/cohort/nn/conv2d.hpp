@@ -4,6 +4,7 @@
 //
 //   model.add(nn::Conv2D(32, 3, nn::Padding::Same));
 
+#include "cohort/nn/batch_normalization.hpp"
 #include "cohort/nn/layer.hpp"
 #include "cohort/nn/padding.hpp"
 #include "cohort/tensor/ops.hpp"
@@ -19,6 +20,9 @@ class Conv2D : public Layer {
   Shape build(const Shape& input_sample_shape, VariableFactory& factory) override;
   Tensor forward(const Tensor& x, const ForwardContext& context) override;
   Tensor backward(const Tensor& dy, bool need_input_gradient) override;
+  // Absorbs an elementwise activation after it (applied as the output is written) and, in inference only, a
+  // BatchNormalization before that activation (folded into the kernel and bias).
+  std::size_t absorb(std::span<const std::unique_ptr<Layer>> following, const ForwardContext& context) override;
   std::optional<LayerConfig> config() const override;
 
  private:
@@ -27,7 +31,10 @@ class Conv2D : public Layer {
   bool use_bias_;
   Conv2dPlan plan_;
   VariablePtr kernel_, bias_;
-  Tensor input_, output_, input_gradient_;
+  // Absorbed for the current forward().
+  BatchNormalization* folded_ = nullptr;
+  cohort::Activation activation_ = cohort::Activation::Linear;
+  Tensor input_, output_, input_gradient_, output_gradient_, folded_kernel_, folded_bias_;
 };
 
 }  // namespace cohort::nn

@@ -5,6 +5,7 @@
 //   model.add(nn::Dense(512));
 
 #include "cohort/nn/layer.hpp"
+#include "cohort/tensor/geometry.hpp"
 
 namespace cohort::nn {
 
@@ -17,6 +18,8 @@ class Dense : public Layer {
   Shape build(const Shape& input_sample_shape, VariableFactory& factory) override;
   Tensor forward(const Tensor& x, const ForwardContext& context) override;
   Tensor backward(const Tensor& dy, bool need_input_gradient) override;
+  // Absorbs an elementwise activation after it: applied with the bias, its gradient with the bias gradient.
+  std::size_t absorb(std::span<const std::unique_ptr<Layer>> following, const ForwardContext& context) override;
   std::optional<LayerConfig> config() const override;
 
  private:
@@ -24,7 +27,8 @@ class Dense : public Layer {
   bool use_bias_;
   std::int64_t input_features_ = 0;
   VariablePtr kernel_, bias_;
-  Tensor input_rows_, output_, input_gradient_;
+  cohort::Activation activation_ = cohort::Activation::Linear;  // absorbed for the current forward()
+  Tensor input_rows_, output_, input_gradient_, output_gradient_;
 };
 
 }  // namespace cohort::nn

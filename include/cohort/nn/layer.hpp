@@ -13,8 +13,10 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -28,6 +30,9 @@ namespace cohort::nn {
 struct ForwardContext {
   bool training = false;
   std::uint64_t step = 0;
+  // No backward() follows (Sequential::infer): layers may fold the layers after them in ways that have no
+  // gradient, such as a BatchNormalization into the Conv2D before it.
+  bool inference_only = false;
 };
 
 // Creates the variables of one layer with scoped names and a reproducible per-variable random stream.
@@ -68,6 +73,11 @@ class Layer {
   virtual Shape build(const Shape& input_sample_shape, VariableFactory& factory) = 0;
   virtual Tensor forward(const Tensor& x, const ForwardContext& context) = 0;
   virtual Tensor backward(const Tensor& dy, bool need_input_gradient) = 0;
+  // Fusion: before each forward(), Sequential offers a layer the layers that follow it. A layer that computes
+  // the first n of them within its own passes over memory (an activation in a BatchNormalization's pass, a
+  // folded BatchNormalization in a Conv2D's kernel) returns n; its forward() and backward() then stand for all
+  // n + 1 and Sequential calls neither for the n. The default absorbs none.
+  virtual std::size_t absorb(std::span<const std::unique_ptr<Layer>> following, const ForwardContext& context);
   // What nn::save_model stores to build the layer again; layers without one cannot be saved as a model
   // file (their weights still can).
   virtual std::optional<LayerConfig> config() const { return std::nullopt; }

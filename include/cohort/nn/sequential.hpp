@@ -46,6 +46,11 @@ class Sequential {
   Tensor forward(const Tensor& x);
   // Runs all layers but a final Softmax or Sigmoid, so that a loss can fuse it with cross-entropy.
   Tensor forward_logits(const Tensor& x);
+  // Inference with no backward() after it (what Trainer::predict and evaluate run): eval-mode results
+  // whichever mode the model is in, faster where layers fold into the ones before them (a BatchNormalization
+  // into its Conv2D). backward() after it is refused.
+  Tensor infer(const Tensor& x);
+  Tensor infer_logits(const Tensor& x);
   // The activation of the last layer when it is an activation layer, else Linear.
   cohort::Activation final_activation() const;
   // The last layer's name ("dense_2"), or "input" for a model without layers.
@@ -74,7 +79,8 @@ class Sequential {
   std::string summary(const std::string& model_name = "sequential") const;
 
  private:
-  Tensor run(const Tensor& x, std::size_t end);
+  Tensor run(const Tensor& x, std::size_t end, const ForwardContext& context);
+  std::size_t logits_end() const;
 
   Shape input_shape_;
   std::uint64_t seed_;
@@ -85,7 +91,8 @@ class Sequential {
   int next_creation_order_ = 0;
   bool training_ = false;
   std::uint64_t step_ = 0;
-  std::size_t last_forward_end_ = 0;
+  // The layers whose forward() the last forward call ran (the others were absorbed into them), for backward().
+  std::vector<std::size_t> ran_;
 };
 
 }  // namespace cohort::nn

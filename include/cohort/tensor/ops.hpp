@@ -115,6 +115,27 @@ void moving_average_update(const Tensor& moving, const Tensor& batch, float mome
 // generator keyed by (seed, i), so the mask does not depend on the thread count.
 void dropout_mask(const Tensor& mask, float rate, std::uint64_t seed);
 
+// ---- fused passes: an op above and the elementwise activation (Linear, Relu, Sigmoid, Tanh) of its output y,
+// in one pass where the backend can, with the unfused ops' results. The backward ones take dL/dy of that y.
+void conv2d_activation_forward(Conv2dPlan& plan, const Tensor& x, const Tensor& kernel, const Tensor& bias,
+                               Activation activation, const Tensor& y);
+// y = activation(y + bias)
+void bias_activation_forward(const Tensor& y, const Tensor& bias, Activation activation);
+// dpre = dy * activation'(y); dbias = dpre summed over all leading axes (overwrites)
+void activation_bias_backward(Activation activation, const Tensor& y, const Tensor& dy, const Tensor& dpre,
+                              const Tensor& dbias);
+void batch_norm_activation_forward_training(BatchNormPlan& plan, const Tensor& x, const Tensor& gamma,
+                                            const Tensor& beta, Activation activation, const Tensor& y,
+                                            const Tensor& batch_mean, const Tensor& batch_variance);
+void batch_norm_activation_forward_inference(BatchNormPlan& plan, const Tensor& x, const Tensor& gamma,
+                                             const Tensor& beta, const Tensor& mean, const Tensor& variance,
+                                             Activation activation, const Tensor& y);
+// Backward of batch_norm_activation_forward_training; y is its output.
+void batch_norm_activation_backward(BatchNormPlan& plan, const Tensor& x, const Tensor& y, const Tensor& gamma,
+                                    const Tensor& beta, const Tensor& dy, const Tensor& batch_mean, const Tensor& batch_variance,
+                                    Activation activation, const Tensor& dx, const Tensor& dgamma,
+                                    const Tensor& dbeta);
+
 // ---- optimizer updates (Keras semantics, see optim/), fused into one pass over each variable, for any
 // number of variables at once with the same hyperparameters: a GPU updates them all in one launch.
 // L2 weight decay adds weight_decay * w to the gradient first.

@@ -99,7 +99,7 @@ class Trainer {
     Tensor prediction;
     bool logits = false;
   };
-  Scored score(const Tensor& images);
+  Scored score(const Tensor& images, bool inference_only);
   // A scored batch's totals, its mean loss given.
   Totals totals_of(const Scored& scored, const Tensor& targets, double loss) const;
   // Checks that the loss and metrics fit the model and `dataset`.

@@ -6,6 +6,7 @@
 #include <tuple>
 #include <vector>
 
+#include "activation_dispatch.hpp"
 #include "cpu_backend.hpp"
 #include "tensor/backend_access.hpp"
 
@@ -40,29 +41,52 @@ std::pair<std::vector<double>, std::vector<double>> channel_sums(Rows r, First&&
   return sums;
 }
 
-// y = (x - mean) * gamma / sqrt(variance + epsilon) + beta, per channel.
-void normalize(const Tensor& x, const float* mean, const float* variance, const Tensor& gamma, const Tensor& beta,
-               float epsilon, const Tensor& y) {
+// Normalization as one multiply-add per channel: y = x * multiplier + offset, with multiplier =
+// gamma / sqrt(variance + epsilon) and offset = beta - mean * multiplier. The fused backward recomputes the
+// forward's values from it, bit for bit, instead of reading them back from memory.
+struct ChannelAffine {
+  std::vector<float> multiplier, offset;
+};
+
+ChannelAffine channel_affine(std::int64_t channels, const float* mean, const float* variance, const Tensor& gamma,
+                             const Tensor& beta, float epsilon) {
+  ChannelAffine a{std::vector<float>(static_cast<std::size_t>(channels)), std::vector<float>(static_cast<std::size_t>(channels))};
+  for (std::int64_t c = 0; c < channels; ++c) {
+    a.multiplier[c] = device_data(gamma)[c] / std::sqrt(variance[c] + epsilon);
+    a.offset[c] = device_data(beta)[c] - mean[c] * a.multiplier[c];
+  }
+  return a;
+}
+
+// y = activation(x * multiplier + offset), per channel.
+void normalize(const Tensor& x, const ChannelAffine& affine, Activation activation, const Tensor& y) {
   const Rows r = rows_of(x);
-  std::vector<float> multiplier(static_cast<std::size_t>(r.width)), offset(static_cast<std::size_t>(r.width));
-  for (std::int64_t c = 0; c < r.width; ++c) {
-    multiplier[c] = device_data(gamma)[c] / std::sqrt(variance[c] + epsilon);
-    offset[c] = device_data(beta)[c] - mean[c] * multiplier[c];
-  }
   const float* xp = device_data(x);
+  const float* multiplier = affine.multiplier.data();
+  const float* offset = affine.offset.data();
   float* yp = device_data(y);
+  with_activation(activation, [&](auto activate) {
 #pragma omp parallel for
-  for (std::int64_t m = 0; m < r.count; ++m) {
+    for (std::int64_t m = 0; m < r.count; ++m) {
 #pragma omp simd
-    for (std::int64_t c = 0; c < r.width; ++c) yp[m * r.width + c] = xp[m * r.width + c] * multiplier[c] + offset[c];
-  }
+      for (std::int64_t c = 0; c < r.width; ++c)
+        yp[m * r.width + c] = activate(xp[m * r.width + c] * multiplier[c] + offset[c]);
+    }
+  });
 }
 
 }  // namespace
 
-void CpuBackend::batch_norm_forward_training(const PlanState*, const BatchNormGeometry& g, const Tensor& x,
+void CpuBackend::batch_norm_forward_training(const PlanState* plan, const BatchNormGeometry& g, const Tensor& x,
                                              const Tensor& gamma, const Tensor& beta, const Tensor& y,
                                              const Tensor& batch_mean, const Tensor& batch_variance) {
+  batch_norm_activation_forward_training(plan, g, x, gamma, beta, Activation::Linear, y, batch_mean, batch_variance);
+}
+
+void CpuBackend::batch_norm_activation_forward_training(const PlanState*, const BatchNormGeometry& g, const Tensor& x,
+                                                        const Tensor& gamma, const Tensor& beta, Activation activation,
+                                                        const Tensor& y, const Tensor& batch_mean,
+                                                        const Tensor& batch_variance) {
   const Rows r = rows_of(x);
   const float* xp = device_data(x);
   // One pass for both moments; double accumulators keep E[x^2] - E[x]^2 accurate for activations.
@@ -78,38 +102,49 @@ void CpuBackend::batch_norm_forward_training(const PlanState*, const BatchNormGe
     device_data(batch_mean)[c] = static_cast<float>(mean);
     device_data(batch_variance)[c] = static_cast<float>(std::max(squares[c] * inverse_count - mean * mean, 0.0));
   }
-  normalize(x, device_data(batch_mean), device_data(batch_variance), gamma, beta, g.epsilon, y);
+  normalize(x, channel_affine(r.width, device_data(batch_mean), device_data(batch_variance), gamma, beta, g.epsilon),
+            activation, y);
 }
 
-void CpuBackend::batch_norm_forward_inference(const PlanState*, const BatchNormGeometry& g, const Tensor& x,
+void CpuBackend::batch_norm_forward_inference(const PlanState* plan, const BatchNormGeometry& g, const Tensor& x,
                                               const Tensor& gamma, const Tensor& beta, const Tensor& mean,
                                               const Tensor& variance, const Tensor& y) {
-  normalize(x, device_data(mean), device_data(variance), gamma, beta, g.epsilon, y);
+  batch_norm_activation_forward_inference(plan, g, x, gamma, beta, mean, variance, Activation::Linear, y);
+}
+
+void CpuBackend::batch_norm_activation_forward_inference(const PlanState*, const BatchNormGeometry& g,
+                                                         const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                                         const Tensor& mean, const Tensor& variance,
+                                                         Activation activation, const Tensor& y) {
+  normalize(x, channel_affine(rows_of(x).width, device_data(mean), device_data(variance), gamma, beta, g.epsilon),
+            activation, y);
 }
 
 namespace {
 
-// What both backward passes share: 1 / sqrt(variance + epsilon), and the parameter gradients
-// dbeta = sum(dy) and dgamma = sum(dy * xhat), kept in double for the data gradient.
+// What the backward passes share: 1 / sqrt(variance + epsilon), and the parameter gradients
+// dbeta = sum(g) and dgamma = sum(g * xhat), kept in double for the data gradient, where g(m, c) is the
+// gradient of the normalized values.
 struct ParameterGradients {
   std::vector<float> inv_std;
   std::vector<double> grad_sum, grad_dot_xhat;
 };
 
-ParameterGradients parameter_gradients(const Tensor& x, const Tensor& dy, const Tensor& mean, const Tensor& variance,
-                                       float epsilon, const Tensor& dgamma, const Tensor& dbeta) {
+template <typename Gradient>
+ParameterGradients parameter_gradients(const Tensor& x, Gradient&& gradient, const Tensor& mean,
+                                       const Tensor& variance, float epsilon, const Tensor& dgamma,
+                                       const Tensor& dbeta) {
   const Rows r = rows_of(x);
   const float* xp = device_data(x);
-  const float* gp = device_data(dy);
   const float* mp = device_data(mean);
   ParameterGradients out;
   out.inv_std.resize(static_cast<std::size_t>(r.width));
   for (std::int64_t c = 0; c < r.width; ++c) out.inv_std[c] = 1.0f / std::sqrt(device_data(variance)[c] + epsilon);
   const float* inv_std = out.inv_std.data();
   std::tie(out.grad_sum, out.grad_dot_xhat) = channel_sums(
-      r, [&](std::int64_t m, std::int64_t c) { return static_cast<double>(gp[m * r.width + c]); },
+      r, [&](std::int64_t m, std::int64_t c) { return static_cast<double>(gradient(m, c)); },
       [&](std::int64_t m, std::int64_t c) {
-        return static_cast<double>(gp[m * r.width + c]) * (xp[m * r.width + c] - mp[c]) * inv_std[c];
+        return static_cast<double>(gradient(m, c)) * (xp[m * r.width + c] - mp[c]) * inv_std[c];
       });
   for (std::int64_t c = 0; c < r.width; ++c) {
     device_data(dbeta)[c] = static_cast<float>(out.grad_sum[c]);
@@ -118,15 +153,11 @@ ParameterGradients parameter_gradients(const Tensor& x, const Tensor& dy, const 
   return out;
 }
 
-}  // namespace
-
-void CpuBackend::batch_norm_backward(const PlanState*, const BatchNormGeometry& g, const Tensor& x,
-                                     const Tensor& gamma, const Tensor& dy, const Tensor& batch_mean,
-                                     const Tensor& batch_variance, const Tensor& dx, const Tensor& dgamma,
-                                     const Tensor& dbeta) {
-  const ParameterGradients p = parameter_gradients(x, dy, batch_mean, batch_variance, g.epsilon, dgamma, dbeta);
-  if (!dx.defined()) return;
-  // dx = gamma * inv_std / M * (M * dy - sum(dy) - xhat * sum(dy * xhat))
+// dx = gamma * inv_std / M * (M * g - sum(g) - xhat * sum(g * xhat)) for the gradient g(m, c) of the
+// normalized values, after parameter_gradients.
+template <typename Gradient>
+void data_gradient(const Tensor& x, Gradient&& gradient, const Tensor& gamma, const Tensor& batch_mean,
+                   const ParameterGradients& p, const Tensor& dx) {
   const Rows r = rows_of(x);
   const float inverse_count = 1.0f / static_cast<float>(r.count);
   const auto channels = static_cast<std::size_t>(r.width);
@@ -137,7 +168,6 @@ void CpuBackend::batch_norm_backward(const PlanState*, const BatchNormGeometry& 
     s[c] = static_cast<float>(p.grad_dot_xhat[c]) * inverse_count * p.inv_std[c];
   }
   const float* xp = device_data(x);
-  const float* gp = device_data(dy);
   const float* mean = device_data(batch_mean);
   float* dp = device_data(dx);
 #pragma omp parallel for
@@ -145,19 +175,61 @@ void CpuBackend::batch_norm_backward(const PlanState*, const BatchNormGeometry& 
 #pragma omp simd
     for (std::int64_t c = 0; c < r.width; ++c) {
       const std::int64_t i = m * r.width + c;
-      dp[i] = a[c] * (gp[i] - b[c] - (xp[i] - mean[c]) * s[c]);
+      dp[i] = a[c] * (gradient(m, c) - b[c] - (xp[i] - mean[c]) * s[c]);
     }
   }
+}
+
+}  // namespace
+
+void CpuBackend::batch_norm_backward(const PlanState*, const BatchNormGeometry& g, const Tensor& x,
+                                     const Tensor& gamma, const Tensor& dy, const Tensor& batch_mean,
+                                     const Tensor& batch_variance, const Tensor& dx, const Tensor& dgamma,
+                                     const Tensor& dbeta) {
+  const std::int64_t width = rows_of(x).width;
+  const float* gp = device_data(dy);
+  const auto gradient = [=](std::int64_t m, std::int64_t c) { return gp[m * width + c]; };
+  const ParameterGradients p = parameter_gradients(x, gradient, batch_mean, batch_variance, g.epsilon, dgamma, dbeta);
+  if (dx.defined()) data_gradient(x, gradient, gamma, batch_mean, p, dx);
+}
+
+void CpuBackend::batch_norm_activation_backward(const PlanState*, const BatchNormGeometry& g, const Tensor& x,
+                                                const Tensor&, const Tensor& gamma, const Tensor& beta,
+                                                const Tensor& dy, const Tensor& batch_mean,
+                                                const Tensor& batch_variance, Activation activation,
+                                                const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta) {
+  const std::int64_t width = rows_of(x).width;
+  const ChannelAffine affine =
+      channel_affine(width, device_data(batch_mean), device_data(batch_variance), gamma, beta, g.epsilon);
+  const float* xp = device_data(x);
+  const float* gp = device_data(dy);
+  const float* multiplier = affine.multiplier.data();
+  const float* offset = affine.offset.data();
+  with_activation(activation, [&](auto activate) {
+    with_activation_gradient(activation, [&](auto activation_gradient) {
+      // The activated output is recomputed from x exactly as the forward pass computed it: two streams fewer
+      // than reading it and a separate activation gradient.
+      const auto gradient = [=](std::int64_t m, std::int64_t c) {
+        const std::int64_t i = m * width + c;
+        return activation_gradient(activate(xp[i] * multiplier[c] + offset[c]), gp[i]);
+      };
+      const ParameterGradients p =
+          parameter_gradients(x, gradient, batch_mean, batch_variance, g.epsilon, dgamma, dbeta);
+      if (dx.defined()) data_gradient(x, gradient, gamma, batch_mean, p, dx);
+    });
+  });
 }
 
 void CpuBackend::batch_norm_backward_inference(const PlanState*, const BatchNormGeometry& g, const Tensor& x,
                                                const Tensor& gamma, const Tensor& dy, const Tensor& mean,
                                                const Tensor& variance, const Tensor& dx, const Tensor& dgamma,
                                                const Tensor& dbeta) {
-  const ParameterGradients p = parameter_gradients(x, dy, mean, variance, g.epsilon, dgamma, dbeta);
+  const std::int64_t width = rows_of(x).width;
+  const float* gp = device_data(dy);
+  const auto gradient = [=](std::int64_t m, std::int64_t c) { return gp[m * width + c]; };
+  const ParameterGradients p = parameter_gradients(x, gradient, mean, variance, g.epsilon, dgamma, dbeta);
   if (!dx.defined()) return;
   const Rows r = rows_of(x);
-  const float* gp = device_data(dy);
   float* dp = device_data(dx);
 #pragma omp parallel for
   for (std::int64_t m = 0; m < r.count; ++m)

@@ -14,6 +14,7 @@
 #include <cstring>
 
 #include "cohort/tensor/gemm_path.hpp"
+#include "activation_dispatch.hpp"
 #include "cpu_backend.hpp"
 #include "scratch.hpp"
 #include "tensor/backend_access.hpp"
@@ -133,28 +134,45 @@ std::shared_ptr<const PlanState> CpuBackend::plan(const Conv2dGeometry& geometry
 
 void CpuBackend::conv2d_forward(const PlanState* conv_plan, const Conv2dGeometry& g, const Tensor& x,
                                 const Tensor& kernel, const Tensor& bias, const Tensor& y) {
+  conv2d_forward_activated(conv_plan, g, x, kernel, bias, Activation::Linear, y);
+}
+
+void CpuBackend::conv2d_forward_activated(const PlanState* conv_plan, const Conv2dGeometry& g, const Tensor& x,
+                                          const Tensor& kernel, const Tensor& bias, Activation activation,
+                                          const Tensor& y) {
   gemm_path();  // chosen (or COHORT_GEMM refused) here, not inside the parallel regions that multiply
+  const float* bias_data = bias.defined() ? device_data(bias) : nullptr;
   if (const int tile = winograd_tile_of(conv_plan, g)) {
-    winograd_conv3x3(tile, device_data(x), device_data(kernel), bias.defined() ? device_data(bias) : nullptr, device_data(y), g);
+    // The output transform clips at zero itself; other activations take a pass of their own.
+    const bool relu = activation == Activation::Relu;
+    winograd_conv3x3(tile, device_data(x), device_data(kernel), bias_data, relu, device_data(y), g);
+    if (!relu && activation != Activation::Linear) activation_forward(activation, y, y);
     return;
   }
   const Chunking plan = chunking(g);
   const std::int64_t in_sample = g.in_h * g.in_w * g.in_c;
   const std::int64_t pixels = g.out_h * g.out_w;
   const std::int64_t k = taps(g);
-  for_each_chunk(g, plan, [&](std::int64_t chunk, float* col, int) {
-    const std::int64_t first = chunk * plan.samples_per_chunk;
-    const std::int64_t count = std::min(plan.samples_per_chunk, g.batch - first);
-    for (std::int64_t s = 0; s < count; ++s) im2col(device_data(x) + (first + s) * in_sample, g, col + s * pixels * k);
-    float* out = device_data(y) + first * pixels * g.out_c;
-    const std::int64_t rows = count * pixels;
-    float beta = 0.0f;
-    if (bias.defined()) {
-      // Start from the bias and accumulate the product onto it: the bias add costs no extra pass.
-      for (std::int64_t r = 0; r < rows; ++r) std::memcpy(out + r * g.out_c, device_data(bias), sizeof(float) * g.out_c);
-      beta = 1.0f;
-    }
-    gemm(false, false, rows, g.out_c, k, 1.0f, col, k, device_data(kernel), g.out_c, beta, out, g.out_c);
+  with_activation(activation, [&](auto activate) {
+    for_each_chunk(g, plan, [&](std::int64_t chunk, float* col, int) {
+      const std::int64_t first = chunk * plan.samples_per_chunk;
+      const std::int64_t count = std::min(plan.samples_per_chunk, g.batch - first);
+      for (std::int64_t s = 0; s < count; ++s) im2col(device_data(x) + (first + s) * in_sample, g, col + s * pixels * k);
+      float* out = device_data(y) + first * pixels * g.out_c;
+      const std::int64_t rows = count * pixels;
+      float beta = 0.0f;
+      if (bias_data != nullptr) {
+        // Start from the bias and accumulate the product onto it: the bias add costs no extra pass.
+        for (std::int64_t r = 0; r < rows; ++r) std::memcpy(out + r * g.out_c, bias_data, sizeof(float) * g.out_c);
+        beta = 1.0f;
+      }
+      gemm(false, false, rows, g.out_c, k, 1.0f, col, k, device_data(kernel), g.out_c, beta, out, g.out_c);
+      if (activation != Activation::Linear) {
+        // While the chunk's output is still in cache.
+#pragma omp simd
+        for (std::int64_t i = 0; i < rows * g.out_c; ++i) out[i] = activate(out[i]);
+      }
+    });
   });
 }
 

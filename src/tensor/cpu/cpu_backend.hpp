@@ -65,6 +65,25 @@ class CpuBackend final : public Backend {
   void moving_average_update(const Tensor& moving, const Tensor& batch, float momentum) override;
   void dropout_mask(const Tensor& mask, float rate, std::uint64_t seed) override;
 
+  void conv2d_forward_activated(const PlanState* plan, const Conv2dGeometry& g, const Tensor& x, const Tensor& kernel,
+                                const Tensor& bias, Activation activation, const Tensor& y) override;
+  void bias_activation_forward(const Tensor& y, const Tensor& bias, Activation activation) override;
+  void activation_bias_backward(Activation activation, const Tensor& y, const Tensor& dy, const Tensor& dpre,
+                                const Tensor& dbias) override;
+  void batch_norm_activation_forward_training(const PlanState* plan, const BatchNormGeometry& g, const Tensor& x,
+                                              const Tensor& gamma, const Tensor& beta, Activation activation,
+                                              const Tensor& y, const Tensor& batch_mean,
+                                              const Tensor& batch_variance) override;
+  void batch_norm_activation_forward_inference(const PlanState* plan, const BatchNormGeometry& g, const Tensor& x,
+                                               const Tensor& gamma, const Tensor& beta, const Tensor& mean,
+                                               const Tensor& variance, Activation activation,
+                                               const Tensor& y) override;
+  void batch_norm_activation_backward(const PlanState* plan, const BatchNormGeometry& g, const Tensor& x,
+                                      const Tensor& y, const Tensor& gamma, const Tensor& beta, const Tensor& dy,
+                                      const Tensor& batch_mean,
+                                      const Tensor& batch_variance, Activation activation, const Tensor& dx,
+                                      const Tensor& dgamma, const Tensor& dbeta) override;
+
   void sgd_update(const std::vector<ops::SgdOperands>& variables, float learning_rate, float momentum, bool nesterov,
                   float weight_decay) override;
   void adam_update(const std::vector<ops::AdamOperands>& variables, float learning_rate, float beta_1, float beta_2,

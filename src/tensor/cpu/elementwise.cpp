@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "activation_dispatch.hpp"
 #include "cpu_backend.hpp"
 #include "tensor/activation_rules.hpp"
 #include "tensor/backend_access.hpp"
@@ -89,6 +90,40 @@ void CpuBackend::bias_gradient(const Tensor& dy, const Tensor& dbias) {
 #pragma omp simd
     for (std::int64_t j = 0; j < width; ++j) out[j] += row[j];
   }
+}
+
+void CpuBackend::bias_activation_forward(const Tensor& y, const Tensor& bias, Activation activation) {
+  const Rows layout = rows_of(y);
+  const std::int64_t rows = layout.count, width = layout.width;
+  float* yp = device_data(y);
+  const float* bp = device_data(bias);
+  with_activation(activation, [&](auto activate) {
+#pragma omp parallel for if (y.numel() > kParallelThreshold)
+    for (std::int64_t r = 0; r < rows; ++r) {
+      float* row = yp + r * width;
+#pragma omp simd
+      for (std::int64_t j = 0; j < width; ++j) row[j] = activate(row[j] + bp[j]);
+    }
+  });
+}
+
+void CpuBackend::activation_bias_backward(Activation activation, const Tensor& y, const Tensor& dy, const Tensor& dpre,
+                                          const Tensor& dbias) {
+  const Rows layout = rows_of(y);
+  const std::int64_t rows = layout.count, width = layout.width;
+  const float* yp = device_data(y);
+  const float* gp = device_data(dy);
+  float* dp = device_data(dpre);
+  float* out = device_data(dbias);
+  std::fill_n(out, width, 0.0f);
+  // Rows in order, as bias_gradient sums them, so fused and unfused gradients agree exactly.
+  with_activation_gradient(activation, [&](auto gradient) {
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const std::int64_t offset = r * width;
+#pragma omp simd
+      for (std::int64_t j = 0; j < width; ++j) out[j] += dp[offset + j] = gradient(yp[offset + j], gp[offset + j]);
+    }
+  });
 }
 
 void CpuBackend::activation_forward(Activation activation, const Tensor& x, const Tensor& y) {

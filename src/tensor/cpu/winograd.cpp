@@ -102,8 +102,9 @@ bool winograd_repays_kernel_transform(const Conv2dGeometry& g, int tile) {
   return tiling(g, tile).total >= kMinTilesPerBatch;
 }
 
-void winograd_conv3x3(int tile, const float* x, const float* kernel, const float* bias, float* y, const Conv2dGeometry& g) {
-  kernels().forward(tile, x, kernel, bias, y, g);
+void winograd_conv3x3(int tile, const float* x, const float* kernel, const float* bias, bool relu, float* y,
+                      const Conv2dGeometry& g) {
+  kernels().forward(tile, x, kernel, bias, relu, y, g);
 }
 
 void winograd_conv3x3_kernel_gradient(int tile, const float* x, const float* dy, float* dkernel, const Conv2dGeometry& g) {
@@ -123,7 +124,7 @@ void winograd_conv3x3_data_gradient(const float* dy, const float* kernel, float*
               kernel[(((2 - i) * 3 + (2 - j)) * g.in_c + c) * g.out_c + f];
   const Conv2dGeometry adjoint{g.batch, g.out_h, g.out_w, g.out_c, g.in_h, g.in_w, g.in_c, 3, 3, 1, 1,
                                2 - g.pad_top, 2 - g.pad_left};
-  winograd_conv3x3(winograd_tile(adjoint), dy, rotated.data(), nullptr, dx, adjoint);
+  winograd_conv3x3(winograd_tile(adjoint), dy, rotated.data(), nullptr, false, dx, adjoint);
 }
 
 }  // namespace cohort::cpu

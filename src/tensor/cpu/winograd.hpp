@@ -31,9 +31,10 @@ int winograd_tile(const Conv2dGeometry& g);
 // for many: small batches (one image at inference) compute faster through im2col.
 bool winograd_repays_kernel_transform(const Conv2dGeometry& g, int tile);
 
-// y = conv(x, kernel) (+ bias when not null) over NHWC x and HWIO kernel, for stride-1 3x3 geometries,
-// with output tiles of `tile` (2 or 4) pixels a side.
-void winograd_conv3x3(int tile, const float* x, const float* kernel, const float* bias, float* y, const Conv2dGeometry& g);
+// y = conv(x, kernel) (+ bias when not null, then clipped at zero when `relu`) over NHWC x and HWIO kernel,
+// for stride-1 3x3 geometries, with output tiles of `tile` (2 or 4) pixels a side.
+void winograd_conv3x3(int tile, const float* x, const float* kernel, const float* bias, bool relu, float* y,
+                      const Conv2dGeometry& g);
 
 // dkernel = the kernel gradient of a stride-1 3x3 convolution: G^T (sum over tiles of V .* (A dy A^T)) G,
 // one GEMM per transformed position over the tiles instead of the im2col product.

@@ -152,6 +152,12 @@ void store(float* to, const V& value) {
   std::memcpy(to, &value, sizeof value);
 }
 
+// max(v, 0) per lane, as a select (no branch per lane).
+template <typename V>
+V positive_part(V v) {
+  return v > 0.0f ? v : V{};
+}
+
 // One position's product M = V U (count x F = count x C times C x F, beta 0) for up to 64 input channels,
 // where a register-blocked kernel without packing beats the library GEMMs, whose packing and calls cost
 // more than the few multiplications of each product. Built where the compiler targets AVX2 (16 vector
@@ -301,9 +307,10 @@ struct Winograd {
     }
   }
 
-  // y tiles from M[t][k][f]: Y = A^T M A, plus bias, clipped at the bottom and right edges.
-  static void transform_output(const float* m, const float* bias, const Conv2dGeometry& g, const Tiling& tl,
-                               std::int64_t first, std::int64_t count, float* y, float* edge) {
+  // y tiles from M[t][k][f]: Y = A^T M A, plus bias, clipped at zero when `relu` and at the bottom and right
+  // edges.
+  static void transform_output(const float* m, const float* bias, bool relu, const Conv2dGeometry& g,
+                               const Tiling& tl, std::int64_t first, std::int64_t count, float* y, float* edge) {
     const std::int64_t f_count = g.out_c;
     for (std::int64_t t = 0; t < count; ++t) {
       float* pixels[M][M];
@@ -315,7 +322,10 @@ struct Winograd {
         const V b = bias != nullptr ? load<V>(bias + f) : V{};
         separable<kAlpha, M, V, T::template output<V>>(s, o);
         for (int i = 0; i < M; ++i)
-          for (int j = 0; j < M; ++j) store(pixels[i][j] + f, o[i][j] + b);
+          for (int j = 0; j < M; ++j) {
+            const V value = o[i][j] + b;
+            store(pixels[i][j] + f, relu ? positive_part(value) : value);
+          }
       });
     }
   }
@@ -350,7 +360,8 @@ struct Winograd {
     return larger(1, (tl.total + chunks - 1) / chunks);
   }
 
-  static void forward(const float* x, const float* kernel, const float* bias, float* y, const Conv2dGeometry& g);
+  static void forward(const float* x, const float* kernel, const float* bias, bool relu, float* y,
+                      const Conv2dGeometry& g);
   static void kernel_gradient(const float* x, const float* dy, float* dkernel, const Conv2dGeometry& g);
 };
 
@@ -373,7 +384,8 @@ void for_each_tile_chunk(std::int64_t total, std::int64_t chunk, Body&& body) {
 }
 
 template <int M>
-void Winograd<M>::forward(const float* x, const float* kernel, const float* bias, float* y, const Conv2dGeometry& g) {
+void Winograd<M>::forward(const float* x, const float* kernel, const float* bias, bool relu, float* y,
+                          const Conv2dGeometry& g) {
   const Tiling tl = tiling(g, M);
   if (tl.total == 0) return;
   const float* u = transform_kernel(kernel, g);
@@ -384,7 +396,7 @@ void Winograd<M>::forward(const float* x, const float* kernel, const float* bias
     for (int k = 0; k < kPositions; ++k)
       position_product(count, g.out_c, g.in_c, s.a + k * g.in_c, kPositions * g.in_c, u + k * g.in_c * g.out_c,
                        s.b + k * g.out_c, kPositions * g.out_c);
-    transform_output(s.b, bias, g, tl, first, count, y, s.edge);
+    transform_output(s.b, bias, relu, g, tl, first, count, y, s.edge);
   });
 }
 
@@ -424,9 +436,10 @@ void Winograd<M>::kernel_gradient(const float* x, const float* dy, float* dkerne
     }
 }
 
-void forward(int tile, const float* x, const float* kernel, const float* bias, float* y, const Conv2dGeometry& g) {
-  if (tile == 4) Winograd<4>::forward(x, kernel, bias, y, g);
-  else Winograd<2>::forward(x, kernel, bias, y, g);
+void forward(int tile, const float* x, const float* kernel, const float* bias, bool relu, float* y,
+             const Conv2dGeometry& g) {
+  if (tile == 4) Winograd<4>::forward(x, kernel, bias, relu, y, g);
+  else Winograd<2>::forward(x, kernel, bias, relu, y, g);
 }
 
 void kernel_gradient(int tile, const float* x, const float* dy, float* dkernel, const Conv2dGeometry& g) {

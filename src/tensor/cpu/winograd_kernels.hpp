@@ -8,7 +8,9 @@
 namespace cohort::cpu {
 
 struct WinogradKernels {
-  void (*forward)(int tile, const float* x, const float* kernel, const float* bias, float* y, const Conv2dGeometry& g);
+  // y = conv(x) + bias, clipped at zero (ReLU) when `relu`.
+  void (*forward)(int tile, const float* x, const float* kernel, const float* bias, bool relu, float* y,
+                  const Conv2dGeometry& g);
   void (*kernel_gradient)(int tile, const float* x, const float* dy, float* dkernel, const Conv2dGeometry& g);
 };
 

@@ -1,0 +1,98 @@
+// The fused passes against the Backend's defaults, which run the unfused ops one after the other (what a
+// backend without its own fused kernels, such as CUDA's, computes).
+#include <catch2/catch.hpp>
+#include <algorithm>
+
+#include "cohort/core/error.hpp"
+#include "cohort/tensor/ops.hpp"
+#include "tensor/backend.hpp"
+#include "test_util.hpp"
+
+using namespace cohort;
+using test_util::max_abs_difference;
+using test_util::random_tensor;
+
+namespace {
+
+constexpr Activation kElementwise[] = {Activation::Linear, Activation::Relu, Activation::Sigmoid, Activation::Tanh};
+
+}  // namespace
+
+TEST_CASE("fused batch normalization and activation equal the ops one after the other", "[ops][fused]") {
+  Backend& cpu = backend_for(Device::CPU);
+  const BatchNormGeometry g{.channels = 13, .epsilon = 1e-3f};
+  const Tensor x = random_tensor({4, 5, 3, 13}, 1, -2.0f, 2.0f);
+  const Tensor gamma = random_tensor({13}, 2, 0.5f, 1.5f);
+  const Tensor beta = random_tensor({13}, 3);
+  const Tensor dy = random_tensor(x.shape(), 4);
+  for (Activation activation : kElementwise) {
+    INFO(activation_name(activation));
+    Tensor y(x.shape()), mean({13}), variance({13}), expected_y(x.shape()), expected_mean({13}), expected_variance({13});
+    cpu.batch_norm_activation_forward_training(nullptr, g, x, gamma, beta, activation, y, mean, variance);
+    cpu.Backend::batch_norm_activation_forward_training(nullptr, g, x, gamma, beta, activation, expected_y,
+                                                        expected_mean, expected_variance);
+    CHECK(max_abs_difference(y, expected_y) < 1e-6f);
+    CHECK(max_abs_difference(mean, expected_mean) == 0.0f);
+    CHECK(max_abs_difference(variance, expected_variance) == 0.0f);
+    if (activation == Activation::Relu) CHECK(*std::min_element(y.values().begin(), y.values().end()) == 0.0f);
+
+    Tensor dx(x.shape()), dgamma({13}), dbeta({13}), expected_dx(x.shape()), expected_dgamma({13}), expected_dbeta({13});
+    cpu.batch_norm_activation_backward(nullptr, g, x, y, gamma, beta, dy, mean, variance, activation, dx, dgamma, dbeta);
+    cpu.Backend::batch_norm_activation_backward(nullptr, g, x, expected_y, gamma, beta, dy, mean, variance, activation,
+                                                expected_dx, expected_dgamma, expected_dbeta);
+    CHECK(max_abs_difference(dx, expected_dx) < 1e-5f);
+    CHECK(max_abs_difference(dgamma, expected_dgamma) < 1e-4f);
+    CHECK(max_abs_difference(dbeta, expected_dbeta) < 1e-4f);
+    // Without the data gradient (a first layer) the parameter gradients are the same.
+    Tensor dgamma_only({13}), dbeta_only({13});
+    cpu.batch_norm_activation_backward(nullptr, g, x, y, gamma, beta, dy, mean, variance, activation, Tensor(),
+                                       dgamma_only, dbeta_only);
+    CHECK(max_abs_difference(dgamma_only, dgamma) == 0.0f);
+
+    Tensor inferred(x.shape()), expected_inferred(x.shape());
+    cpu.batch_norm_activation_forward_inference(nullptr, g, x, gamma, beta, mean, variance, activation, inferred);
+    cpu.Backend::batch_norm_activation_forward_inference(nullptr, g, x, gamma, beta, mean, variance, activation,
+                                                         expected_inferred);
+    CHECK(max_abs_difference(inferred, expected_inferred) < 1e-6f);
+  }
+}
+
+TEST_CASE("bias and activation fused equal the ops one after the other, forward and backward", "[ops][fused]") {
+  Backend& cpu = backend_for(Device::CPU);
+  const Tensor pre = random_tensor({7, 19}, 5, -2.0f, 2.0f);
+  const Tensor bias = random_tensor({19}, 6);
+  const Tensor dy = random_tensor({7, 19}, 7);
+  for (Activation activation : kElementwise) {
+    INFO(activation_name(activation));
+    const Tensor y = pre.clone(), expected_y = pre.clone();
+    cpu.bias_activation_forward(y, bias, activation);
+    cpu.Backend::bias_activation_forward(expected_y, bias, activation);
+    CHECK(max_abs_difference(y, expected_y) < 1e-6f);
+    Tensor dpre(y.shape()), dbias({19}), expected_dpre(y.shape()), expected_dbias({19});
+    cpu.activation_bias_backward(activation, y, dy, dpre, dbias);
+    cpu.Backend::activation_bias_backward(activation, y, dy, expected_dpre, expected_dbias);
+    CHECK(max_abs_difference(dpre, expected_dpre) == 0.0f);
+    CHECK(max_abs_difference(dbias, expected_dbias) == 0.0f);
+  }
+  CHECK_THROWS_AS(ops::bias_activation_forward(pre.clone(), bias, Activation::Softmax), InvalidArgument);
+}
+
+TEST_CASE("convolution with its activation fused equals the ops one after the other", "[ops][fused][conv]") {
+  Backend& cpu = backend_for(Device::CPU);
+  // A Winograd geometry, an im2col one (stride 2) and a small batch that goes through im2col too.
+  for (const Conv2dGeometry& g : {Conv2dGeometry{8, 12, 12, 8, 12, 12, 16, 3, 3, 1, 1, 1, 1},
+                                  Conv2dGeometry{3, 9, 9, 5, 4, 4, 7, 3, 3, 2, 2, 0, 0},
+                                  Conv2dGeometry{1, 6, 6, 4, 6, 6, 8, 3, 3, 1, 1, 1, 1}}) {
+    const auto plan = cpu.plan(g);
+    const Tensor x = random_tensor({g.batch, g.in_h, g.in_w, g.in_c}, 8);
+    const Tensor kernel = random_tensor({3, 3, g.in_c, g.out_c}, 9);
+    const Tensor bias = random_tensor({g.out_c}, 10);
+    for (Activation activation : kElementwise) {
+      INFO(activation_name(activation) << ", stride " << g.stride_h << ", batch " << g.batch);
+      Tensor y({g.batch, g.out_h, g.out_w, g.out_c}), expected_y(y.shape());
+      cpu.conv2d_forward_activated(plan.get(), g, x, kernel, bias, activation, y);
+      cpu.Backend::conv2d_forward_activated(plan.get(), g, x, kernel, bias, activation, expected_y);
+      CHECK(max_abs_difference(y, expected_y) < 1e-6f);
+    }
+  }
+}
