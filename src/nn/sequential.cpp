@@ -61,8 +61,7 @@ Tensor Sequential::run(const Tensor& x, std::size_t end, const ForwardContext& c
   ran_.clear();
   Tensor activation = x;
   for (std::size_t i = 0; i < end;) {
-    const std::span<const std::unique_ptr<Layer>> following(layers_.begin() + static_cast<std::ptrdiff_t>(i) + 1,
-                                                            layers_.begin() + static_cast<std::ptrdiff_t>(end));
+    const auto following = layers().subspan(i + 1, end - i - 1);
     const std::size_t absorbed = layers_[i]->absorb(following, context);
     COHORT_CHECK(absorbed <= following.size(), "layer '{}' absorbed {} of the {} layers after it", layers_[i]->name(),
                  absorbed, following.size());

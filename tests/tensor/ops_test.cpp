@@ -215,6 +215,45 @@ TEST_CASE("both Winograd tiles match direct convolution and its gradients, on ev
   CHECK(cpu::winograd_repays_kernel_transform(conv_geometry(128, 6, 6, 64, 128, 3, 1, true), 2));
 }
 
+TEST_CASE("the direct kernel for few input channels matches direct convolution, on every instruction set here",
+          "[ops][conv]") {
+  // One to seven channels, filter counts with and without a remainder of the 8- and 16-filter blocks, rows
+  // with and without a remainder of the six-pixel blocks, same and valid padding, with and without ReLU.
+  struct Case {
+    std::int64_t batch, h, w, c, f;
+    bool same;
+  };
+  const cpu::WinogradIsa best = cpu::winograd_isa();
+  int ran = 0;
+  for (cpu::WinogradIsa isa : cpu::usable_winograd_isas())
+    for (const Case& t : {Case{2, 9, 7, 3, 32, true}, Case{1, 5, 13, 1, 20, false}, Case{3, 4, 4, 7, 8, true},
+                          Case{1, 3, 3, 2, 5, false}, Case{2, 8, 6, 3, 37, true}}) {
+      cpu::set_winograd_isa(isa);
+      const Conv2dGeometry g = conv_geometry(t.batch, t.h, t.w, t.c, t.f, 3, 1, t.same);
+      if (!cpu::direct_conv3x3_fits(g)) continue;  // the portable build has no direct kernel: im2col
+      INFO(cpu::winograd_isa_name(isa) << ", batch " << t.batch << " " << t.h << "x" << t.w << "x" << t.c << " -> "
+                                       << t.f << (t.same ? " same" : " valid"));
+      const Tensor x = random_tensor({g.batch, g.in_h, g.in_w, g.in_c}, 41);
+      const Tensor w = random_tensor({3, 3, g.in_c, g.out_c}, 42);
+      const Tensor bias = random_tensor({g.out_c}, 43);
+      Tensor y({g.batch, g.out_h, g.out_w, g.out_c}), expected_relu(y.shape());
+      cpu::direct_conv3x3(x.data(), w.data(), nullptr, false, y.data(), g);
+      CHECK(max_abs_difference(y, reference_conv(x, w, Tensor(), g)) < 1e-5f);
+      ops::activation_forward(Activation::Relu, reference_conv(x, w, bias, g), expected_relu);
+      cpu::direct_conv3x3(x.data(), w.data(), bias.data(), true, y.data(), g);
+      CHECK(max_abs_difference(y, expected_relu) < 1e-5f);
+      ++ran;
+    }
+  cpu::set_winograd_isa(best);
+  // The first layer of the flagship takes it wherever the processor has AVX2; eight channels do not.
+  if (best != cpu::WinogradIsa::Portable) {
+    CHECK(ran > 0);
+    CHECK(cpu::direct_conv3x3_fits(conv_geometry(128, 32, 32, 3, 32, 3, 1, true)));
+  }
+  CHECK_FALSE(cpu::direct_conv3x3_fits(conv_geometry(128, 32, 32, 8, 32, 3, 1, true)));
+  CHECK_FALSE(cpu::direct_conv3x3_fits(conv_geometry(128, 32, 32, 3, 32, 3, 2, true)));
+}
+
 TEST_CASE("conv2d results do not depend on the thread count", "[ops][conv]") {
   const Conv2dGeometry g = conv_geometry(33, 10, 10, 8, 16, 3, 1, true);
   Conv2dPlan plan(g, Device::CPU);

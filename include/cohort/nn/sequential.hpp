@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -63,6 +64,7 @@ class Sequential {
   std::size_t size() const { return layers_.size(); }
   Layer& layer(std::size_t index) { return *layers_.at(index); }
   const Layer& layer(std::size_t index) const { return *layers_.at(index); }
+  std::span<const std::unique_ptr<Layer>> layers() const { return layers_; }
 
   // All variables in creation order; trainable ones only.
   std::vector<VariablePtr> variables() const;

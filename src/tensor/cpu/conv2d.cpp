@@ -142,11 +142,17 @@ void CpuBackend::conv2d_forward_activated(const PlanState* conv_plan, const Conv
                                           const Tensor& y) {
   gemm_path();  // chosen (or COHORT_GEMM refused) here, not inside the parallel regions that multiply
   const float* bias_data = bias.defined() ? device_data(bias) : nullptr;
+  // The Winograd and direct kernels clip at zero as they write; other activations take a pass of their own.
+  const bool relu = activation == Activation::Relu;
+  const bool separate_activation = !relu && activation != Activation::Linear;
   if (const int tile = winograd_tile_of(conv_plan, g)) {
-    // The output transform clips at zero itself; other activations take a pass of their own.
-    const bool relu = activation == Activation::Relu;
     winograd_conv3x3(tile, device_data(x), device_data(kernel), bias_data, relu, device_data(y), g);
-    if (!relu && activation != Activation::Linear) activation_forward(activation, y, y);
+    if (separate_activation) activation_forward(activation, y, y);
+    return;
+  }
+  if (direct_conv3x3_fits(g)) {
+    direct_conv3x3(device_data(x), device_data(kernel), bias_data, relu, device_data(y), g);
+    if (separate_activation) activation_forward(activation, y, y);
     return;
   }
   const Chunking plan = chunking(g);

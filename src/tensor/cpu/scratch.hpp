@@ -17,6 +17,7 @@ enum class ScratchSlot {
   EdgeSink,
   Columns,
   Partials,
+  PaddedRows,
   kCount
 };
 

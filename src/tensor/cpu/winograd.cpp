@@ -107,6 +107,15 @@ void winograd_conv3x3(int tile, const float* x, const float* kernel, const float
   kernels().forward(tile, x, kernel, bias, relu, y, g);
 }
 
+bool direct_conv3x3_fits(const Conv2dGeometry& g) {
+  return g.kernel_h == 3 && g.kernel_w == 3 && g.stride_h == 1 && g.stride_w == 1 && g.in_c <= kDirectMaxChannels &&
+         kernels().direct_forward != nullptr;
+}
+
+void direct_conv3x3(const float* x, const float* kernel, const float* bias, bool relu, float* y, const Conv2dGeometry& g) {
+  kernels().direct_forward(x, kernel, bias, relu, y, g);
+}
+
 void winograd_conv3x3_kernel_gradient(int tile, const float* x, const float* dy, float* dkernel, const Conv2dGeometry& g) {
   kernels().kernel_gradient(tile, x, dy, dkernel, g);
 }

@@ -36,6 +36,12 @@ bool winograd_repays_kernel_transform(const Conv2dGeometry& g, int tile);
 void winograd_conv3x3(int tile, const float* x, const float* kernel, const float* bias, bool relu, float* y,
                       const Conv2dGeometry& g);
 
+// Whether direct_conv3x3 computes `g` on this processor: a stride-1 3x3 convolution of few input channels (a
+// first layer's RGB), with an instruction set that has the kernel (AVX2 and up).
+bool direct_conv3x3_fits(const Conv2dGeometry& g);
+// The same y as winograd_conv3x3, from the input rows directly, where direct_conv3x3_fits(g).
+void direct_conv3x3(const float* x, const float* kernel, const float* bias, bool relu, float* y, const Conv2dGeometry& g);
+
 // dkernel = the kernel gradient of a stride-1 3x3 convolution: G^T (sum over tiles of V .* (A dy A^T)) G,
 // one GEMM per transformed position over the tiles instead of the im2col product.
 void winograd_conv3x3_kernel_gradient(int tile, const float* x, const float* dy, float* dkernel, const Conv2dGeometry& g);

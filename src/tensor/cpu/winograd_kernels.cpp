@@ -211,6 +211,87 @@ void position_product(std::int64_t rows, std::int64_t columns, std::int64_t dept
   gemm(false, false, rows, columns, depth, 1.0f, a, lda, b, columns, 0.0f, c, ldc);
 }
 
+#if defined(__AVX2__)
+// The direct convolution of few input channels (the first layer's RGB): a stride-1 3x3 window over NHWC
+// rows is, for each of its three kernel rows, a run of 3 C contiguous floats, so R output pixels x 8 L
+// filters are R x L register accumulators over the 9 C taps, read straight from three zero-padded input rows.
+template <int R, int L>
+inline void direct_block(const float* const rows[3], std::int64_t channels, const float* kernel, std::int64_t filters,
+                         const float* bias, bool relu, float* out) {
+  Lanes sums[R][L];
+  for (int l = 0; l < L; ++l) {
+    const Lanes b = bias != nullptr ? load<Lanes>(bias + kLanes * l) : Lanes{};
+    for (int r = 0; r < R; ++r) sums[r][l] = b;
+  }
+  const std::int64_t run = 3 * channels;
+  for (int i = 0; i < 3; ++i)
+    for (std::int64_t t = 0; t < run; ++t) {
+      Lanes weights[L];
+      for (int l = 0; l < L; ++l) weights[l] = load<Lanes>(kernel + (i * run + t) * filters + kLanes * l);
+      for (int r = 0; r < R; ++r) {
+        const float scalar = rows[i][r * channels + t];
+        for (int l = 0; l < L; ++l) sums[r][l] += scalar * weights[l];
+      }
+    }
+  for (int r = 0; r < R; ++r)
+    for (int l = 0; l < L; ++l) store(out + r * filters + kLanes * l, relu ? positive_part(sums[r][l]) : sums[r][l]);
+}
+
+// One output row's pixels [0, width) for the filters [first, first + 8 L), six pixels at a time.
+template <int L>
+void direct_columns(const float* const rows[3], std::int64_t width, std::int64_t channels, std::int64_t first,
+                    const float* kernel, std::int64_t filters, const float* bias, bool relu, float* out) {
+  const float* b = bias != nullptr ? bias + first : nullptr;
+  std::int64_t w = 0;
+  for (; w + 6 <= width; w += 6) {
+    const float* at[3] = {rows[0] + w * channels, rows[1] + w * channels, rows[2] + w * channels};
+    direct_block<6, L>(at, channels, kernel + first, filters, b, relu, out + w * filters + first);
+  }
+  for (; w < width; ++w) {
+    const float* at[3] = {rows[0] + w * channels, rows[1] + w * channels, rows[2] + w * channels};
+    direct_block<1, L>(at, channels, kernel + first, filters, b, relu, out + w * filters + first);
+  }
+}
+
+void direct_forward(const float* x, const float* kernel, const float* bias, bool relu, float* y, const Conv2dGeometry& g) {
+  const std::int64_t c_count = g.in_c, f_count = g.out_c;
+  const std::int64_t padded_width = g.out_w + 2;  // stride 1, 3 taps: every window inside
+  const std::int64_t row_floats = padded_width * c_count;
+#pragma omp parallel for schedule(static)
+  for (std::int64_t n_h = 0; n_h < g.batch * g.out_h; ++n_h) {
+    const std::int64_t n = n_h / g.out_h, h = n_h % g.out_h;
+    // The three input rows under this output row, zero-padded to every window's columns.
+    float* padded = thread_scratch(ScratchSlot::PaddedRows, static_cast<std::size_t>(3 * row_floats));
+    const float* rows[3];
+    for (int i = 0; i < 3; ++i) {
+      float* row = padded + i * row_floats;
+      std::memset(row, 0, sizeof(float) * row_floats);
+      const std::int64_t ih = h - g.pad_top + i;
+      if (ih >= 0 && ih < g.in_h) {
+        const std::int64_t first = larger(0, g.pad_left), last = smaller(padded_width, g.pad_left + g.in_w);
+        if (last > first)
+          std::memcpy(row + first * c_count, x + ((n * g.in_h + ih) * g.in_w + first - g.pad_left) * c_count,
+                      sizeof(float) * (last - first) * c_count);
+      }
+      rows[i] = row;
+    }
+    float* out = y + n_h * g.out_w * f_count;
+    std::int64_t f = 0;
+    for (; f + 2 * kLanes <= f_count; f += 2 * kLanes)
+      direct_columns<2>(rows, g.out_w, c_count, f, kernel, f_count, bias, relu, out);
+    for (; f + kLanes <= f_count; f += kLanes) direct_columns<1>(rows, g.out_w, c_count, f, kernel, f_count, bias, relu, out);
+    for (; f < f_count; ++f)  // fewer than eight filters left
+      for (std::int64_t w = 0; w < g.out_w; ++w) {
+        float sum = bias != nullptr ? bias[f] : 0.0f;
+        for (int i = 0; i < 3; ++i)
+          for (std::int64_t t = 0; t < 3 * c_count; ++t)
+            sum += rows[i][w * c_count + t] * kernel[(i * 3 * c_count + t) * f_count + f];
+        out[w * f_count + f] = relu ? positive_part(sum) : sum;
+      }
+  }
+}
+#endif
+
 // Runs block.template operator()<V>(channel) over [0, count): Lanes while eight channels remain, then float.
 template <typename Block>
 void over_channels(std::int64_t count, Block&& block) {
@@ -450,7 +531,11 @@ void kernel_gradient(int tile, const float* x, const float* dy, float* dkernel, 
 }  // namespace
 
 const WinogradKernels& COHORT_WINOGRAD_KERNELS() {
-  static const WinogradKernels kernels{forward, kernel_gradient};
+#if defined(__AVX2__)
+  static const WinogradKernels kernels{forward, kernel_gradient, direct_forward};
+#else
+  static const WinogradKernels kernels{forward, kernel_gradient, nullptr};
+#endif
   return kernels;
 }
 

@@ -1,6 +1,6 @@
 #pragma once
-// The Winograd convolution's kernels (winograd_kernels.cpp), compiled once per instruction set, and what
-// they share with the choice among them (winograd.cpp).
+// The Winograd convolution's kernels and the direct kernel for few input channels (winograd_kernels.cpp),
+// compiled once per instruction set, and what they share with the choice among them (winograd.cpp).
 #include <cstdint>
 
 #include "cohort/tensor/geometry.hpp"
@@ -12,7 +12,15 @@ struct WinogradKernels {
   void (*forward)(int tile, const float* x, const float* kernel, const float* bias, bool relu, float* y,
                   const Conv2dGeometry& g);
   void (*kernel_gradient)(int tile, const float* x, const float* dy, float* dkernel, const Conv2dGeometry& g);
+  // The same y for a stride-1 3x3 convolution of at most kDirectMaxChannels input channels, computed
+  // directly from the input rows (no im2col copy, no GEMM packing); null where the instruction set has no
+  // kernel for it (then im2col runs).
+  void (*direct_forward)(const float* x, const float* kernel, const float* bias, bool relu, float* y,
+                         const Conv2dGeometry& g);
 };
+
+// A direct kernel's depth (9 x channels) fits its register-blocked products.
+constexpr std::int64_t kDirectMaxChannels = 7;
 
 const WinogradKernels& winograd_kernels_portable();
 #if COHORT_WINOGRAD_X86_VARIANTS
