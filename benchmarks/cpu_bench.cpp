@@ -117,14 +117,13 @@ void BM_FlagshipTrainStep(benchmark::State& state) {
 }
 BENCHMARK(BM_FlagshipTrainStep)->Arg(1)->Arg(2)->ArgNames({"threads"})->UseRealTime()->MinTime(3.0)->Unit(benchmark::kMillisecond);
 
-// Inference with the flagship model: the eval-mode forward pass (what Trainer::predict runs per batch).
+// Inference with the flagship model: Sequential::infer, what Trainer::predict runs per batch.
 void BM_FlagshipPredict(benchmark::State& state) {
   const std::int64_t batch = state.range(0);
   set_num_threads(static_cast<int>(state.range(1)));
   nn::Sequential model = nn::cifar10_cnn({32, 32, 3}, 1);
-  model.eval();
   const Tensor images = filled({batch, 32, 32, 3}, 0.5f);
-  for (auto _ : state) benchmark::DoNotOptimize(model.forward(images).data());
+  for (auto _ : state) benchmark::DoNotOptimize(model.infer(images).data());
   state.counters["images/s"] = benchmark::Counter(static_cast<double>(state.iterations() * batch), benchmark::Counter::kIsRate);
 }
 BENCHMARK(BM_FlagshipPredict)->ArgsProduct({{128, 1}, {1, 2}})->ArgNames({"batch", "threads"})->UseRealTime()->MinTime(2.0)->Unit(benchmark::kMillisecond);

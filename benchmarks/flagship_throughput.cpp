@@ -76,8 +76,7 @@ int main(int argc, char** argv) try {
     model.backward(gradient);
     train::update_variables(adam, model.trainable_variables());
   });
-  model.eval();
-  const double inference = images_per_second(device, batch, seconds, [&] { model.forward(images); });
+  const double inference = images_per_second(device, batch, seconds, [&] { model.infer(images); });
   fmt::print("cohort device={} batch={} train_images/s={:.1f} inference_images/s={:.1f}\n", cohort::device_name(device),
              batch, train, inference);
   return 0;

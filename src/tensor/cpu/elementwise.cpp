@@ -1,11 +1,14 @@
 // Elementwise kernels, activations, bias and dropout for the CPU backend. Loops over large tensors are
 // split across the OpenMP thread budget; small ones stay on the calling thread.
+#include <omp.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 
 #include "activation_dispatch.hpp"
 #include "cpu_backend.hpp"
+#include "scratch.hpp"
 #include "tensor/activation_rules.hpp"
 #include "tensor/backend_access.hpp"
 #include "tensor/dropout_rule.hpp"
@@ -79,17 +82,38 @@ void CpuBackend::add_bias(const Tensor& y, const Tensor& bias) {
   }
 }
 
+namespace {
+
+// out[j] = sum over rows r of value(r, j) (overwrites). Large tensors: each thread sums a contiguous block
+// of rows, the blocks' sums then added in thread order, so that a result depends on the thread count only.
+template <typename Value>
+void column_sums(std::int64_t rows, std::int64_t width, Value&& value, float* out) {
+  const int threads = rows * width > kParallelThreshold ? omp_get_max_threads() : 1;
+  float* partial = thread_scratch(ScratchSlot::ColumnSums, static_cast<std::size_t>(threads * width));
+#pragma omp parallel num_threads(threads)
+  {
+    const int thread = omp_get_thread_num();
+    float* mine = partial + thread * width;
+    std::fill_n(mine, width, 0.0f);
+    const std::int64_t first = rows * thread / threads, last = rows * (thread + 1) / threads;
+    for (std::int64_t r = first; r < last; ++r) {
+#pragma omp simd
+      for (std::int64_t j = 0; j < width; ++j) mine[j] += value(r, j);
+    }
+  }
+  std::copy_n(partial, width, out);
+  for (int t = 1; t < threads; ++t)
+    for (std::int64_t j = 0; j < width; ++j) out[j] += partial[t * width + j];
+}
+
+}  // namespace
+
 void CpuBackend::bias_gradient(const Tensor& dy, const Tensor& dbias) {
   const Rows layout = rows_of(dy);
-  const std::int64_t rows = layout.count, width = layout.width;
   const float* dp = device_data(dy);
-  float* out = device_data(dbias);
-  std::fill_n(out, width, 0.0f);
-  for (std::int64_t r = 0; r < rows; ++r) {
-    const float* row = dp + r * width;
-#pragma omp simd
-    for (std::int64_t j = 0; j < width; ++j) out[j] += row[j];
-  }
+  const std::int64_t width = layout.width;
+  column_sums(layout.count, width, [=](std::int64_t r, std::int64_t j) { return dp[r * width + j]; },
+              device_data(dbias));
 }
 
 void CpuBackend::bias_activation_forward(const Tensor& y, const Tensor& bias, Activation activation) {
@@ -110,19 +134,19 @@ void CpuBackend::bias_activation_forward(const Tensor& y, const Tensor& bias, Ac
 void CpuBackend::activation_bias_backward(Activation activation, const Tensor& y, const Tensor& dy, const Tensor& dpre,
                                           const Tensor& dbias) {
   const Rows layout = rows_of(y);
-  const std::int64_t rows = layout.count, width = layout.width;
+  const std::int64_t width = layout.width;
   const float* yp = device_data(y);
   const float* gp = device_data(dy);
   float* dp = device_data(dpre);
-  float* out = device_data(dbias);
-  std::fill_n(out, width, 0.0f);
-  // Rows in order, as bias_gradient sums them, so fused and unfused gradients agree exactly.
+  // Summed as bias_gradient sums, so that fused and unfused gradients agree exactly.
   with_activation_gradient(activation, [&](auto gradient) {
-    for (std::int64_t r = 0; r < rows; ++r) {
-      const std::int64_t offset = r * width;
-#pragma omp simd
-      for (std::int64_t j = 0; j < width; ++j) out[j] += dp[offset + j] = gradient(yp[offset + j], gp[offset + j]);
-    }
+    column_sums(
+        layout.count, width,
+        [=](std::int64_t r, std::int64_t j) {
+          const std::int64_t i = r * width + j;
+          return dp[i] = gradient(yp[i], gp[i]);
+        },
+        device_data(dbias));
   });
 }
 

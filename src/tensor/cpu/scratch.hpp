@@ -18,6 +18,7 @@ enum class ScratchSlot {
   Columns,
   Partials,
   PaddedRows,
+  ColumnSums,
   kCount
 };
 
