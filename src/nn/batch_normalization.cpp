@@ -1,5 +1,7 @@
 #include "cohort/nn/batch_normalization.hpp"
 
+#include <utility>
+
 #include "cohort/core/check.hpp"
 #include "cohort/nn/activation_layer.hpp"
 #include "cohort/tensor/ops.hpp"
@@ -28,12 +30,12 @@ Shape BatchNormalization::build(const Shape& in, VariableFactory& factory) {
 
 std::size_t BatchNormalization::absorb(std::span<const std::unique_ptr<Layer>> following,
                                       const ForwardContext& context) {
-  activation_ = cohort::Activation::Linear;
+  absorbed_activation_ = cohort::Activation::Linear;
   // Not in eval mode with a backward() to follow: that backward (constant statistics) stays unfused.
   if (following.empty() || !(context.training || context.inference_only)) return 0;
   const auto activation = elementwise_activation(*following.front());
   if (!activation) return 0;
-  activation_ = *activation;
+  absorbed_activation_ = *activation;
   return 1;
 }
 
@@ -41,6 +43,7 @@ Tensor BatchNormalization::forward(const Tensor& x, const ForwardContext& contex
   input_ = x;
   reuse(output_, x.shape(), x.device());
   used_batch_statistics_ = context.training;
+  activation_ = std::exchange(absorbed_activation_, cohort::Activation::Linear);
   if (!context.training) {
     ops::batch_norm_activation_forward_inference(plan_, x, gamma_->value, beta_->value, moving_mean_->value,
                                                  moving_variance_->value, activation_, output_);

@@ -1,5 +1,7 @@
 #include "cohort/nn/conv2d.hpp"
 
+#include <utility>
+
 #include "cohort/core/check.hpp"
 #include "cohort/nn/activation_layer.hpp"
 #include "cohort/nn/initializers.hpp"
@@ -31,14 +33,14 @@ Shape Conv2D::build(const Shape& in, VariableFactory& factory) {
 }
 
 std::size_t Conv2D::absorb(std::span<const std::unique_ptr<Layer>> following, const ForwardContext& context) {
-  folded_ = nullptr;
-  activation_ = cohort::Activation::Linear;
+  absorbed_normalization_ = nullptr;
+  absorbed_activation_ = cohort::Activation::Linear;
   std::size_t absorbed = 0;
   if (context.inference_only && !following.empty())
-    if ((folded_ = dynamic_cast<BatchNormalization*>(following.front().get()))) ++absorbed;
+    if ((absorbed_normalization_ = dynamic_cast<BatchNormalization*>(following.front().get()))) ++absorbed;
   if (absorbed < following.size())
     if (const auto activation = elementwise_activation(*following[absorbed])) {
-      activation_ = *activation;
+      absorbed_activation_ = *activation;
       ++absorbed;
     }
   return absorbed;
@@ -48,6 +50,8 @@ Tensor Conv2D::forward(const Tensor& x, const ForwardContext&) {
   const Conv2dGeometry& g = plan_.geometry();
   input_ = x;
   reuse(output_, {x.dim(0), g.out_h, g.out_w, g.out_c}, x.device());
+  folded_ = std::exchange(absorbed_normalization_, nullptr);
+  activation_ = std::exchange(absorbed_activation_, cohort::Activation::Linear);
   Tensor kernel = kernel_->value, bias = use_bias_ ? bias_->value : Tensor();
   if (folded_ != nullptr) {
     // Folded again on every call: the weights may have changed since, and it costs one pass over the kernel.

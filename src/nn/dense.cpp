@@ -1,5 +1,7 @@
 #include "cohort/nn/dense.hpp"
 
+#include <utility>
+
 #include "cohort/core/check.hpp"
 #include "cohort/nn/activation_layer.hpp"
 #include "cohort/nn/initializers.hpp"
@@ -29,11 +31,12 @@ Shape Dense::build(const Shape& in, VariableFactory& factory) {
 
 std::size_t Dense::absorb(std::span<const std::unique_ptr<Layer>> following, const ForwardContext&) {
   const auto activation = following.empty() ? std::nullopt : elementwise_activation(*following.front());
-  activation_ = activation.value_or(cohort::Activation::Linear);
+  absorbed_activation_ = activation.value_or(cohort::Activation::Linear);
   return activation ? 1 : 0;
 }
 
 Tensor Dense::forward(const Tensor& x, const ForwardContext&) {
+  activation_ = std::exchange(absorbed_activation_, cohort::Activation::Linear);
   // Any leading axes are rows: (..., in) -> (rows, in).
   const std::int64_t rows = x.numel() / input_features_;
   input_rows_ = x.view({rows, input_features_});

@@ -147,13 +147,15 @@ TEST_CASE("backward needs a forward pass first", "[nn]") {
 
 namespace {
 
-// Layers that fuse in every way Sequential offers: Conv2D + BatchNormalization + ReLU (folded in inference),
-// Conv2D + ReLU, Dense + BatchNormalization + Tanh, Dense + ReLU, BatchNormalization + Sigmoid, and a final
-// Softmax that none absorbs.
+// Layers that fuse in every way Sequential offers: Conv2D + BatchNormalization + ReLU (folded in inference;
+// the RGB input's direct kernel, then Winograd without a bias), Conv2D + ReLU (stride 2: im2col),
+// BatchNormalization + Sigmoid, Dense + BatchNormalization + Tanh, Dense + ReLU, and a final Softmax that
+// none absorbs.
 nn::Sequential fusing_model() {
   nn::Sequential model({10, 10, 3}, 11);
   model.add(nn::Conv2D(8, 3, nn::Padding::Same)).add(nn::BatchNormalization()).add(nn::ReLU());
-  model.add(nn::Conv2D(8, 3, nn::Padding::Valid)).add(nn::ReLU()).add(nn::MaxPooling2D(2));
+  model.add(nn::Conv2D(8, 3, nn::Padding::Same, 1, false)).add(nn::BatchNormalization()).add(nn::ReLU());
+  model.add(nn::Conv2D(8, 3, nn::Padding::Valid, 2)).add(nn::ReLU()).add(nn::MaxPooling2D(2));
   model.add(nn::BatchNormalization()).add(nn::Sigmoid()).add(nn::Flatten());
   model.add(nn::Dense(16)).add(nn::BatchNormalization()).add(nn::Activation(cohort::Activation::Tanh));
   model.add(nn::Dense(12)).add(nn::ReLU()).add(nn::Dense(4)).add(nn::Softmax());
@@ -186,6 +188,7 @@ TEST_CASE("a Sequential's fused layers give the results of its layers run one by
   nn::Sequential fused = fusing_model(), reference = fusing_model();
   const Tensor x = test_util::random_tensor({6, 10, 10, 3}, 12);
   const Tensor dy = test_util::random_tensor({6, 4}, 13);
+  REQUIRE(fused.output_shape() == Shape({4}));
 
   SECTION("training, forward and backward") {
     fused.train();
@@ -217,6 +220,9 @@ TEST_CASE("a Sequential's fused layers give the results of its layers run one by
     CHECK(fused.step() == step);
     CHECK(test_util::max_abs_difference(inferred, forward_one_by_one(reference, x, false)) < 1e-5f);
     CHECK_THROWS_AS(fused.backward(dy), InvalidArgument);
+    // What the layers absorbed held for that call only: run one by one, they compute themselves alone.
+    CHECK(test_util::max_abs_difference(forward_one_by_one(fused, x, false), forward_one_by_one(reference, x, false)) ==
+          0.0f);
     // Logits: all but the Softmax.
     const Tensor logits = fused.infer_logits(x).clone();
     Tensor probabilities(logits.shape());

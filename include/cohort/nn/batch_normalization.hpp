@@ -39,7 +39,9 @@ class BatchNormalization : public Layer {
  private:
   BatchNormalizationOptions options_;
   bool used_batch_statistics_ = false;
-  cohort::Activation activation_ = cohort::Activation::Linear;  // absorbed for the current forward()
+  // Absorbed by absorb() for the next forward() only (a forward() called directly computes this layer alone),
+  // and what that forward() applied, for its backward().
+  cohort::Activation absorbed_activation_ = cohort::Activation::Linear, activation_ = cohort::Activation::Linear;
   BatchNormPlan plan_;
   VariablePtr gamma_, beta_, moving_mean_, moving_variance_;
   Tensor input_, output_, input_gradient_, batch_mean_, batch_variance_, zeros_;

@@ -31,9 +31,10 @@ class Conv2D : public Layer {
   bool use_bias_;
   Conv2dPlan plan_;
   VariablePtr kernel_, bias_;
-  // Absorbed for the current forward().
-  BatchNormalization* folded_ = nullptr;
-  cohort::Activation activation_ = cohort::Activation::Linear;
+  // Absorbed by absorb() for the next forward() only (a forward() called directly computes this layer alone),
+  // and what that forward() applied, for its backward().
+  BatchNormalization *absorbed_normalization_ = nullptr, *folded_ = nullptr;
+  cohort::Activation absorbed_activation_ = cohort::Activation::Linear, activation_ = cohort::Activation::Linear;
   Tensor input_, output_, input_gradient_, output_gradient_, folded_kernel_, folded_bias_;
 };
 

@@ -27,7 +27,9 @@ class Dense : public Layer {
   bool use_bias_;
   std::int64_t input_features_ = 0;
   VariablePtr kernel_, bias_;
-  cohort::Activation activation_ = cohort::Activation::Linear;  // absorbed for the current forward()
+  // Absorbed by absorb() for the next forward() only (a forward() called directly computes this layer alone),
+  // and what that forward() applied, for its backward().
+  cohort::Activation absorbed_activation_ = cohort::Activation::Linear, activation_ = cohort::Activation::Linear;
   Tensor input_rows_, output_, input_gradient_, output_gradient_;
 };
 

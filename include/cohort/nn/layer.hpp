@@ -76,7 +76,8 @@ class Layer {
   // Fusion: before each forward(), Sequential offers a layer the layers that follow it. A layer that computes
   // the first n of them within its own passes over memory (an activation in a BatchNormalization's pass, a
   // folded BatchNormalization in a Conv2D's kernel) returns n; its forward() and backward() then stand for all
-  // n + 1 and Sequential calls neither for the n. The default absorbs none.
+  // n + 1 and Sequential calls neither for the n. What a layer absorbed holds for the next forward() only.
+  // The default absorbs none.
   virtual std::size_t absorb(std::span<const std::unique_ptr<Layer>> following, const ForwardContext& context);
   // What nn::save_model stores to build the layer again; layers without one cannot be saved as a model
   // file (their weights still can).
