@@ -2,6 +2,8 @@
 // backend without its own fused kernels, such as CUDA's, computes).
 #include <catch2/catch.hpp>
 #include <algorithm>
+#include <random>
+#include <vector>
 
 #include "cohort/core/error.hpp"
 #include "cohort/tensor/ops.hpp"
@@ -94,5 +96,30 @@ TEST_CASE("convolution with its activation fused equals the ops one after the ot
       cpu.Backend::conv2d_forward_activated(plan.get(), g, x, kernel, bias, activation, expected_y);
       CHECK(max_abs_difference(y, expected_y) < 1e-6f);
     }
+  }
+}
+
+TEST_CASE("batch statistics stay precise for a large mean over a large batch", "[ops][batchnorm]") {
+  // Activations of mean 1000 and spread 1 over 100,000 rows: float sums of x and x^2 would lose the variance.
+  const std::int64_t rows = 100000, channels = 3;
+  Tensor x({rows, channels});
+  std::mt19937_64 rng(21);
+  std::normal_distribution<double> normal(0.0, 1.0);
+  std::vector<double> sum(channels, 0.0), sum_of_squares(channels, 0.0);
+  for (std::int64_t m = 0; m < rows; ++m)
+    for (std::int64_t c = 0; c < channels; ++c) {
+      const float v = static_cast<float>(1000.0 + (c + 1) * normal(rng));
+      x.data()[m * channels + c] = v;
+      sum[c] += v;
+      sum_of_squares[c] += static_cast<double>(v) * v;
+    }
+  BatchNormPlan plan({.channels = channels, .epsilon = 1e-3f}, Device::CPU);
+  Tensor y(x.shape()), mean({channels}), variance({channels});
+  ops::batch_norm_forward_training(plan, x, Tensor::full({channels}, 1.0f), Tensor({channels}), y, mean, variance);
+  for (std::int64_t c = 0; c < channels; ++c) {
+    const double expected_mean = sum[c] / rows;
+    const double expected_variance = sum_of_squares[c] / rows - expected_mean * expected_mean;
+    CHECK(mean.data()[c] == Approx(expected_mean).epsilon(1e-7));
+    CHECK(variance.data()[c] == Approx(expected_variance).epsilon(1e-4));
   }
 }

@@ -1,7 +1,9 @@
-// Batch normalization over the channels (last axis) of an (M x C) view of the input. Statistics are
-// accumulated in double per thread over row blocks, then combined, so that large batches keep precision.
+// Batch normalization over the channels (last axis) of an (M x C) view of the input. Statistics are summed
+// in float over blocks of rows and the blocks' sums in double, so that large batches keep precision; the
+// input's moments are taken about a per-channel shift (its first row) so that a large mean does not cancel.
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <tuple>
 #include <vector>
@@ -13,23 +15,33 @@
 namespace cohort::cpu {
 namespace {
 
-// Per-channel sums of two terms, first(m, c) and second(m, c), over all rows in one pass, computed in
-// parallel and reduced in thread order (repeatable for a given thread count).
+// Per-channel sums of two float terms, first(m, c) and second(m, c), over all rows in one pass, computed in
+// parallel and reduced in thread order (repeatable for a given thread count). Each block of kBlockRows rows
+// is summed in float (twice the lanes of double), then added to the thread's double sums.
 template <typename First, typename Second>
 std::pair<std::vector<double>, std::vector<double>> channel_sums(Rows r, First&& first, Second&& second) {
+  constexpr std::int64_t kBlockRows = 64;
   const int threads = omp_get_max_threads();
   const auto channels = static_cast<std::size_t>(r.width);
+  const std::int64_t blocks = (r.count + kBlockRows - 1) / kBlockRows;
   std::vector<std::vector<double>> partial(static_cast<std::size_t>(threads), std::vector<double>(2 * channels, 0.0));
 #pragma omp parallel
   {
     double* mine = partial[static_cast<std::size_t>(omp_get_thread_num())].data();
+    std::vector<float> block_sums(2 * channels);
+    float* block = block_sums.data();
 #pragma omp for schedule(static)
-    for (std::int64_t m = 0; m < r.count; ++m) {
+    for (std::int64_t b = 0; b < blocks; ++b) {
+      std::fill(block_sums.begin(), block_sums.end(), 0.0f);
+      const std::int64_t end = b * kBlockRows + kBlockRows < r.count ? b * kBlockRows + kBlockRows : r.count;
+      for (std::int64_t m = b * kBlockRows; m < end; ++m) {
 #pragma omp simd
-      for (std::int64_t c = 0; c < r.width; ++c) {
-        mine[c] += first(m, c);
-        mine[channels + c] += second(m, c);
+        for (std::int64_t c = 0; c < r.width; ++c) {
+          block[c] += first(m, c);
+          block[channels + c] += second(m, c);
+        }
       }
+      for (std::size_t c = 0; c < 2 * channels; ++c) mine[c] += block[c];
     }
   }
   std::pair<std::vector<double>, std::vector<double>> sums{std::vector<double>(channels, 0.0), std::vector<double>(channels, 0.0)};
@@ -89,18 +101,21 @@ void CpuBackend::batch_norm_activation_forward_training(const PlanState*, const 
                                                         const Tensor& batch_variance) {
   const Rows r = rows_of(x);
   const float* xp = device_data(x);
-  // One pass for both moments; double accumulators keep E[x^2] - E[x]^2 accurate for activations.
+  // One pass for both moments of x - shift, shift being the first row: E[d^2] - E[d]^2 then stays accurate
+  // whatever the mean.
+  const float* shift = xp;
   const auto [sums, squares] = channel_sums(
-      r, [&](std::int64_t m, std::int64_t c) { return static_cast<double>(xp[m * r.width + c]); },
+      r, [&](std::int64_t m, std::int64_t c) { return xp[m * r.width + c] - shift[c]; },
       [&](std::int64_t m, std::int64_t c) {
-        const double v = xp[m * r.width + c];
-        return v * v;
+        const float d = xp[m * r.width + c] - shift[c];
+        return d * d;
       });
   const double inverse_count = 1.0 / static_cast<double>(r.count);
   for (std::int64_t c = 0; c < r.width; ++c) {
-    const double mean = sums[c] * inverse_count;
-    device_data(batch_mean)[c] = static_cast<float>(mean);
-    device_data(batch_variance)[c] = static_cast<float>(std::max(squares[c] * inverse_count - mean * mean, 0.0));
+    const double mean_offset = sums[c] * inverse_count;
+    device_data(batch_mean)[c] = static_cast<float>(shift[c] + mean_offset);
+    device_data(batch_variance)[c] =
+        static_cast<float>(std::max(squares[c] * inverse_count - mean_offset * mean_offset, 0.0));
   }
   normalize(x, channel_affine(r.width, device_data(batch_mean), device_data(batch_variance), gamma, beta, g.epsilon),
             activation, y);
@@ -142,10 +157,8 @@ ParameterGradients parameter_gradients(const Tensor& x, Gradient&& gradient, con
   for (std::int64_t c = 0; c < r.width; ++c) out.inv_std[c] = 1.0f / std::sqrt(device_data(variance)[c] + epsilon);
   const float* inv_std = out.inv_std.data();
   std::tie(out.grad_sum, out.grad_dot_xhat) = channel_sums(
-      r, [&](std::int64_t m, std::int64_t c) { return static_cast<double>(gradient(m, c)); },
-      [&](std::int64_t m, std::int64_t c) {
-        return static_cast<double>(gradient(m, c)) * (xp[m * r.width + c] - mp[c]) * inv_std[c];
-      });
+      r, [&](std::int64_t m, std::int64_t c) { return gradient(m, c); },
+      [&](std::int64_t m, std::int64_t c) { return gradient(m, c) * ((xp[m * r.width + c] - mp[c]) * inv_std[c]); });
   for (std::int64_t c = 0; c < r.width; ++c) {
     device_data(dbeta)[c] = static_cast<float>(out.grad_sum[c]);
     device_data(dgamma)[c] = static_cast<float>(out.grad_dot_xhat[c]);
