@@ -164,6 +164,11 @@ TEST_CASE("conv2d backward matches the direct data and kernel gradients", "[ops]
       INFO("batch " << t.batch << " " << t.h << "x" << t.w << "x" << t.c << " -> " << t.f << " stride " << t.stride);
       CHECK(max_abs_difference(dx, expected_dx) < 1e-4f);
       CHECK(max_abs_difference(dw, expected_dw) < 1e-3f);
+      // A first layer, which needs no input gradient (few channels: the direct kernel where there is one).
+      Tensor first_layer_dw(w.shape()), first_layer_db({g.out_c});
+      ops::conv2d_backward(plan, x, w, dy, Tensor(), first_layer_dw, first_layer_db);
+      CHECK(max_abs_difference(first_layer_dw, expected_dw) < 1e-3f);
+      CHECK(max_abs_difference(first_layer_db, db) < 1e-4f);
     }
   });
 }
@@ -215,7 +220,8 @@ TEST_CASE("both Winograd tiles match direct convolution and its gradients, on ev
   CHECK(cpu::winograd_repays_kernel_transform(conv_geometry(128, 6, 6, 64, 128, 3, 1, true), 2));
 }
 
-TEST_CASE("the direct kernel for few input channels matches direct convolution, on every instruction set here",
+TEST_CASE("the direct kernel for few input channels matches direct convolution and its kernel gradient, on every "
+          "instruction set here",
           "[ops][conv]") {
   // One to seven channels, filter counts with and without a remainder of the 8- and 16-filter blocks, rows
   // with and without a remainder of the six-pixel blocks, same and valid padding, with and without ReLU.
@@ -242,6 +248,10 @@ TEST_CASE("the direct kernel for few input channels matches direct convolution, 
       ops::activation_forward(Activation::Relu, reference_conv(x, w, bias, g), expected_relu);
       cpu::direct_conv3x3(x.data(), w.data(), bias.data(), true, y.data(), g);
       CHECK(max_abs_difference(y, expected_relu) < 1e-5f);
+      const Tensor dy = random_tensor(y.shape(), 44);
+      Tensor dw(w.shape());
+      cpu::direct_conv3x3_kernel_gradient(x.data(), dy.data(), dw.data(), g);
+      CHECK(max_abs_difference(dw, reference_conv_gradients(x, w, dy, g).second) < 1e-4f);
       ++ran;
     }
   cpu::set_winograd_isa(best);

@@ -192,6 +192,11 @@ void CpuBackend::conv2d_backward(const PlanState* conv_plan, const Conv2dGeometr
     if (dbias.defined()) bias_gradient(dy, dbias);
     return;
   }
+  if (direct_conv3x3_fits(g) && !dx.defined()) {  // a first layer, which needs no input gradient
+    direct_conv3x3_kernel_gradient(device_data(x), device_data(dy), device_data(dkernel), g);
+    if (dbias.defined()) bias_gradient(dy, dbias);
+    return;
+  }
   const Chunking plan = chunking(g);
   const std::int64_t in_sample = g.in_h * g.in_w * g.in_c;
   const std::int64_t pixels = g.out_h * g.out_w;

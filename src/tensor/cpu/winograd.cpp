@@ -116,6 +116,10 @@ void direct_conv3x3(const float* x, const float* kernel, const float* bias, bool
   kernels().direct_forward(x, kernel, bias, relu, y, g);
 }
 
+void direct_conv3x3_kernel_gradient(const float* x, const float* dy, float* dkernel, const Conv2dGeometry& g) {
+  kernels().direct_kernel_gradient(x, dy, dkernel, g);
+}
+
 void winograd_conv3x3_kernel_gradient(int tile, const float* x, const float* dy, float* dkernel, const Conv2dGeometry& g) {
   kernels().kernel_gradient(tile, x, dy, dkernel, g);
 }

@@ -41,6 +41,8 @@ void winograd_conv3x3(int tile, const float* x, const float* kernel, const float
 bool direct_conv3x3_fits(const Conv2dGeometry& g);
 // The same y as winograd_conv3x3, from the input rows directly, where direct_conv3x3_fits(g).
 void direct_conv3x3(const float* x, const float* kernel, const float* bias, bool relu, float* y, const Conv2dGeometry& g);
+// Its kernel gradient (overwrites dkernel), where direct_conv3x3_fits(g).
+void direct_conv3x3_kernel_gradient(const float* x, const float* dy, float* dkernel, const Conv2dGeometry& g);
 
 // dkernel = the kernel gradient of a stride-1 3x3 convolution: G^T (sum over tiles of V .* (A dy A^T)) G,
 // one GEMM per transformed position over the tiles instead of the im2col product.

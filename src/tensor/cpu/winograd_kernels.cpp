@@ -257,28 +257,30 @@ void direct_columns(const float* const rows[3], std::int64_t width, std::int64_t
   }
 }
 
+// The three input rows under output row n_h (= sample * out_h + row), zero-padded to every window's columns
+// (out_w + 2 of them at stride 1), in the calling thread's scratch.
+void padded_rows(const float* x, const Conv2dGeometry& g, std::int64_t n_h, const float* rows[3]) {
+  const std::int64_t n = n_h / g.out_h, h = n_h % g.out_h;
+  const std::int64_t padded_width = g.out_w + 2, row_floats = padded_width * g.in_c;
+  float* padded = thread_scratch(ScratchSlot::PaddedRows, static_cast<std::size_t>(3 * row_floats));
+  const std::int64_t first = larger(0, g.pad_left), last = smaller(padded_width, g.pad_left + g.in_w);
+  for (int i = 0; i < 3; ++i) {
+    float* row = padded + i * row_floats;
+    std::memset(row, 0, sizeof(float) * row_floats);
+    const std::int64_t ih = h - g.pad_top + i;
+    if (ih >= 0 && ih < g.in_h && last > first)
+      std::memcpy(row + first * g.in_c, x + ((n * g.in_h + ih) * g.in_w + first - g.pad_left) * g.in_c,
+                  sizeof(float) * (last - first) * g.in_c);
+    rows[i] = row;
+  }
+}
+
 void direct_forward(const float* x, const float* kernel, const float* bias, bool relu, float* y, const Conv2dGeometry& g) {
   const std::int64_t c_count = g.in_c, f_count = g.out_c;
-  const std::int64_t padded_width = g.out_w + 2;  // stride 1, 3 taps: every window inside
-  const std::int64_t row_floats = padded_width * c_count;
 #pragma omp parallel for schedule(static)
   for (std::int64_t n_h = 0; n_h < g.batch * g.out_h; ++n_h) {
-    const std::int64_t n = n_h / g.out_h, h = n_h % g.out_h;
-    // The three input rows under this output row, zero-padded to every window's columns.
-    float* padded = thread_scratch(ScratchSlot::PaddedRows, static_cast<std::size_t>(3 * row_floats));
     const float* rows[3];
-    for (int i = 0; i < 3; ++i) {
-      float* row = padded + i * row_floats;
-      std::memset(row, 0, sizeof(float) * row_floats);
-      const std::int64_t ih = h - g.pad_top + i;
-      if (ih >= 0 && ih < g.in_h) {
-        const std::int64_t first = larger(0, g.pad_left), last = smaller(padded_width, g.pad_left + g.in_w);
-        if (last > first)
-          std::memcpy(row + first * c_count, x + ((n * g.in_h + ih) * g.in_w + first - g.pad_left) * c_count,
-                      sizeof(float) * (last - first) * c_count);
-      }
-      rows[i] = row;
-    }
+    padded_rows(x, g, n_h, rows);
     float* out = y + n_h * g.out_w * f_count;
     std::int64_t f = 0;
     for (; f + 2 * kLanes <= f_count; f += 2 * kLanes)
@@ -293,6 +295,65 @@ void direct_forward(const float* x, const float* kernel, const float* bias, bool
         out[w * f_count + f] = relu ? positive_part(sum) : sum;
       }
   }
+}
+
+// dkernel of the direct convolution: each thread sums over its output rows, for three taps (input values of
+// one kernel row) x 8 L filters at a time, tap x dy products in registers, then adds them to its partial.
+template <int L>
+void direct_gradient_block(const float* tap_row, std::int64_t channels, const float* dy_row, std::int64_t width,
+                           std::int64_t filters, float* partial) {
+  if (width == 0) return;
+  // Started from the first pixel's products, not zeros (see product_block).
+  Lanes sums[3][L], gradients[L];
+  for (int l = 0; l < L; ++l) gradients[l] = load<Lanes>(dy_row + kLanes * l);
+  for (int t = 0; t < 3; ++t)
+    for (int l = 0; l < L; ++l) sums[t][l] = tap_row[t] * gradients[l];
+  for (std::int64_t w = 1; w < width; ++w) {
+    for (int l = 0; l < L; ++l) gradients[l] = load<Lanes>(dy_row + w * filters + kLanes * l);
+    for (int t = 0; t < 3; ++t) {
+      const float value = tap_row[w * channels + t];
+      for (int l = 0; l < L; ++l) sums[t][l] += value * gradients[l];
+    }
+  }
+  for (int t = 0; t < 3; ++t)
+    for (int l = 0; l < L; ++l) store(partial + t * filters + kLanes * l, load<Lanes>(partial + t * filters + kLanes * l) + sums[t][l]);
+}
+
+void direct_kernel_gradient(const float* x, const float* dy, float* dkernel, const Conv2dGeometry& g) {
+  const std::int64_t c_count = g.in_c, f_count = g.out_c, taps = 9 * c_count;
+  const int threads = omp_get_max_threads();
+  float* partial = thread_scratch(ScratchSlot::Partials, static_cast<std::size_t>(threads * taps * f_count));
+  std::memset(partial, 0, sizeof(float) * threads * taps * f_count);
+#pragma omp parallel
+  {
+    float* mine = partial + omp_get_thread_num() * taps * f_count;
+#pragma omp for schedule(static)
+    for (std::int64_t n_h = 0; n_h < g.batch * g.out_h; ++n_h) {
+      const float* rows[3];
+      padded_rows(x, g, n_h, rows);
+      const float* dy_row = dy + n_h * g.out_w * f_count;
+      // Taps (i, t) in threes: 3 C taps per kernel row i.
+      for (int i = 0; i < 3; ++i)
+        for (std::int64_t t = 0; t < 3 * c_count; t += 3) {
+          float* out = mine + (i * 3 * c_count + t) * f_count;
+          std::int64_t f = 0;
+          for (; f + 4 * kLanes <= f_count; f += 4 * kLanes)
+            direct_gradient_block<4>(rows[i] + t, c_count, dy_row + f, g.out_w, f_count, out + f);
+          for (; f + kLanes <= f_count; f += kLanes)
+            direct_gradient_block<1>(rows[i] + t, c_count, dy_row + f, g.out_w, f_count, out + f);
+          for (; f < f_count; ++f)  // fewer than eight filters left
+            for (int k = 0; k < 3; ++k) {
+              float sum = 0.0f;
+              for (std::int64_t w = 0; w < g.out_w; ++w) sum += rows[i][w * c_count + t + k] * dy_row[w * f_count + f];
+              out[k * f_count + f] += sum;
+            }
+        }
+    }
+  }
+  // Thread order: repeatable for a given thread count.
+  std::memcpy(dkernel, partial, sizeof(float) * taps * f_count);
+  for (int t = 1; t < threads; ++t)
+    for (std::int64_t i = 0; i < taps * f_count; ++i) dkernel[i] += partial[t * taps * f_count + i];
 }
 #endif
 
@@ -536,9 +597,9 @@ void kernel_gradient(int tile, const float* x, const float* dy, float* dkernel, 
 
 const WinogradKernels& COHORT_WINOGRAD_KERNELS() {
 #if defined(__AVX2__)
-  static const WinogradKernels kernels{forward, kernel_gradient, direct_forward};
+  static const WinogradKernels kernels{forward, kernel_gradient, direct_forward, direct_kernel_gradient};
 #else
-  static const WinogradKernels kernels{forward, kernel_gradient, nullptr};
+  static const WinogradKernels kernels{forward, kernel_gradient, nullptr, nullptr};
 #endif
   return kernels;
 }

@@ -17,6 +17,8 @@ struct WinogradKernels {
   // kernel for it (then im2col runs).
   void (*direct_forward)(const float* x, const float* kernel, const float* bias, bool relu, float* y,
                          const Conv2dGeometry& g);
+  // Its kernel gradient (overwrites dkernel); null with direct_forward.
+  void (*direct_kernel_gradient)(const float* x, const float* dy, float* dkernel, const Conv2dGeometry& g);
 };
 
 // A direct kernel's depth (9 x channels) fits its register-blocked products.
