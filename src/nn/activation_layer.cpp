@@ -1,5 +1,7 @@
 #include "cohort/nn/activation_layer.hpp"
 
+#include <typeinfo>
+
 namespace cohort::nn {
 
 ActivationLayer::ActivationLayer(cohort::Activation activation, std::string type_name, std::string name_stem)
@@ -21,9 +23,11 @@ Tensor ActivationLayer::backward(const Tensor& dy, bool need_input_gradient) {
 }
 
 std::optional<cohort::Activation> elementwise_activation(const Layer& layer) {
-  const auto* activation = dynamic_cast<const ActivationLayer*>(&layer);
-  if (activation == nullptr || activation->activation() == cohort::Activation::Softmax) return std::nullopt;
-  return activation->activation();
+  // The built-in layer itself only: a subclass may compute something else in its forward().
+  if (typeid(layer) != typeid(ActivationLayer)) return std::nullopt;
+  const auto& activation = static_cast<const ActivationLayer&>(layer);
+  if (activation.activation() == cohort::Activation::Softmax) return std::nullopt;
+  return activation.activation();
 }
 
 std::optional<LayerConfig> ActivationLayer::config() const {

@@ -60,6 +60,7 @@ Tensor BatchNormalization::forward(const Tensor& x, const ForwardContext& contex
 }
 
 Tensor BatchNormalization::backward(const Tensor& dy, bool need_input_gradient) {
+  COHORT_CHECK(input_.defined(), "{}: backward() needs a forward() first", name());
   if (need_input_gradient) reuse(input_gradient_, input_.shape(), dy.device());
   const Tensor dx = need_input_gradient ? input_gradient_ : Tensor();
   if (!used_batch_statistics_)

@@ -1,5 +1,6 @@
 #include "cohort/nn/conv2d.hpp"
 
+#include <typeinfo>
 #include <utility>
 
 #include "cohort/core/check.hpp"
@@ -36,8 +37,11 @@ std::size_t Conv2D::absorb(std::span<const std::unique_ptr<Layer>> following, co
   absorbed_normalization_ = nullptr;
   absorbed_activation_ = cohort::Activation::Linear;
   std::size_t absorbed = 0;
-  if (context.inference_only && !following.empty())
-    if ((absorbed_normalization_ = dynamic_cast<BatchNormalization*>(following.front().get()))) ++absorbed;
+  // The built-in BatchNormalization itself only: a subclass may compute something else in its forward().
+  if (context.inference_only && !following.empty() && typeid(*following.front()) == typeid(BatchNormalization)) {
+    absorbed_normalization_ = static_cast<BatchNormalization*>(following.front().get());
+    ++absorbed;
+  }
   if (absorbed < following.size())
     if (const auto activation = elementwise_activation(*following[absorbed])) {
       absorbed_activation_ = *activation;

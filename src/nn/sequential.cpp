@@ -71,6 +71,7 @@ Tensor Sequential::run(const Tensor& x, std::size_t end, const ForwardContext& c
   }
   if (context.training) ++step_;
   if (context.inference_only) ran_.clear();
+  last_output_shape_ = activation.shape();
   return activation;
 }
 
@@ -110,7 +111,9 @@ std::size_t Sequential::logits_end() const {
 Tensor Sequential::forward_logits(const Tensor& x) { return run(x, logits_end(), {training_, step_}); }
 
 void Sequential::backward(const Tensor& doutput) {
-  COHORT_CHECK(!ran_.empty(), "backward() needs a forward() first (infer() keeps nothing for it)");
+  COHORT_CHECK(!ran_.empty(), "backward() needs a forward() first (an infer() since keeps nothing for it)");
+  COHORT_CHECK(doutput.shape() == last_output_shape_, "backward() got a gradient of shape {} for an output of shape {}",
+               doutput.shape(), last_output_shape_);
   if (doutput.device() != device_)
     throw DeviceError(fmt::format("the model is on {}, the gradient {} passed to backward() on {}: copy it with to()",
                                   device_name(device_), doutput.shape(), device_name(doutput.device())));

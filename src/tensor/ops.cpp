@@ -97,6 +97,14 @@ void check_channels(const char* op, const Tensor& x, std::initializer_list<const
                  x.shape());
 }
 
+// check_channels, and the plan made for x's channel count.
+void check_batch_norm(const char* op, const BatchNormPlan& plan, const Tensor& x,
+                      std::initializer_list<const Tensor*> per_channel) {
+  check_channels(op, x, per_channel);
+  COHORT_CHECK(plan.geometry().channels == x.dim(x.rank() - 1), "{}: a plan for {} channels got input {}", op,
+               plan.geometry().channels, x.shape());
+}
+
 }  // namespace
 
 void synchronize(Device device) { backend_for(device).synchronize(); }
@@ -234,7 +242,7 @@ void batch_norm_backward(BatchNormPlan& plan, const Tensor& x, const Tensor& gam
                          const Tensor& dbeta) {
   Backend& backend =
       backend_of("batch_norm_backward", {&x, &gamma, &dy, &batch_mean, &batch_variance, &dx, &dgamma, &dbeta});
-  check_channels("batch_norm_backward", x, {&gamma, &batch_mean, &batch_variance, &dgamma, &dbeta});
+  check_batch_norm("batch_norm_backward", plan, x, {&gamma, &batch_mean, &batch_variance, &dgamma, &dbeta});
   check_same_shape("batch_norm_backward", x, dy);
   if (dx.defined()) check_same_shape("batch_norm_backward", x, dx);
   plan.prepare(x.device());
@@ -247,7 +255,7 @@ void batch_norm_backward_inference(BatchNormPlan& plan, const Tensor& x, const T
                                    const Tensor& dbeta) {
   Backend& backend =
       backend_of("batch_norm_backward_inference", {&x, &gamma, &dy, &mean, &variance, &dx, &dgamma, &dbeta});
-  check_channels("batch_norm_backward_inference", x, {&gamma, &mean, &variance, &dgamma, &dbeta});
+  check_batch_norm("batch_norm_backward_inference", plan, x, {&gamma, &mean, &variance, &dgamma, &dbeta});
   check_same_shape("batch_norm_backward_inference", x, dy);
   if (dx.defined()) check_same_shape("batch_norm_backward_inference", x, dx);
   plan.prepare(x.device());
@@ -304,7 +312,7 @@ void batch_norm_activation_forward_training(BatchNormPlan& plan, const Tensor& x
                                             const Tensor& batch_mean, const Tensor& batch_variance) {
   check_elementwise("batch_norm_forward_training", activation);
   Backend& backend = backend_of("batch_norm_forward_training", {&x, &gamma, &beta, &y, &batch_mean, &batch_variance});
-  check_channels("batch_norm", x, {&gamma, &beta, &batch_mean, &batch_variance});
+  check_batch_norm("batch_norm", plan, x, {&gamma, &beta, &batch_mean, &batch_variance});
   check_same_shape("batch_norm", x, y);
   COHORT_CHECK(x.numel() > 0, "batch_norm: training needs a non-empty batch, got {}", x.shape());
   plan.prepare(x.device());
@@ -317,7 +325,7 @@ void batch_norm_activation_forward_inference(BatchNormPlan& plan, const Tensor& 
                                              Activation activation, const Tensor& y) {
   check_elementwise("batch_norm_forward_inference", activation);
   Backend& backend = backend_of("batch_norm_forward_inference", {&x, &gamma, &beta, &mean, &variance, &y});
-  check_channels("batch_norm", x, {&gamma, &beta, &mean, &variance});
+  check_batch_norm("batch_norm", plan, x, {&gamma, &beta, &mean, &variance});
   check_same_shape("batch_norm", x, y);
   plan.prepare(x.device());
   backend.batch_norm_activation_forward_inference(plan.state(), plan.geometry(), x, gamma, beta, mean, variance,
@@ -331,7 +339,7 @@ void batch_norm_activation_backward(BatchNormPlan& plan, const Tensor& x, const 
   check_elementwise("batch_norm_activation_backward", activation);
   Backend& backend = backend_of("batch_norm_activation_backward",
                                 {&x, &y, &gamma, &beta, &dy, &batch_mean, &batch_variance, &dx, &dgamma, &dbeta});
-  check_channels("batch_norm_backward", x, {&gamma, &beta, &batch_mean, &batch_variance, &dgamma, &dbeta});
+  check_batch_norm("batch_norm_backward", plan, x, {&gamma, &beta, &batch_mean, &batch_variance, &dgamma, &dbeta});
   check_same_shape("batch_norm_backward", x, y);
   check_same_shape("batch_norm_backward", x, dy);
   if (dx.defined()) check_same_shape("batch_norm_backward", x, dx);

@@ -230,3 +230,56 @@ TEST_CASE("a Sequential's fused layers give the results of its layers run one by
     CHECK(test_util::max_abs_difference(probabilities, inferred) < 1e-6f);
   }
 }
+
+namespace {
+
+// A subclass computes something else than the layer it derives from: it must not be fused as that layer.
+class DoubledRelu : public nn::ActivationLayer {
+ public:
+  DoubledRelu() : ActivationLayer(cohort::Activation::Relu, "DoubledRelu", "doubled_relu") {}
+  Tensor forward(const Tensor& x, const nn::ForwardContext& context) override {
+    doubled_ = ActivationLayer::forward(x, context).clone();
+    ops::scale(doubled_, 2.0f);
+    return doubled_;
+  }
+
+ private:
+  Tensor doubled_;
+};
+
+class ScaledNormalization : public nn::BatchNormalization {
+ public:
+  Tensor forward(const Tensor& x, const nn::ForwardContext& context) override {
+    scaled_ = BatchNormalization::forward(x, context).clone();
+    ops::scale(scaled_, 10.0f);
+    return scaled_;
+  }
+
+ private:
+  Tensor scaled_;
+};
+
+}  // namespace
+
+TEST_CASE("subclasses of the fusable layers are run as themselves, not fused", "[nn][fused]") {
+  const auto build = [] {
+    nn::Sequential model({6, 6, 2}, 5);
+    model.add(nn::Conv2D(4, 3, nn::Padding::Same)).add(ScaledNormalization()).add(nn::Flatten());
+    model.add(nn::Dense(3)).add(DoubledRelu());
+    return model;
+  };
+  nn::Sequential fused = build(), reference = build();
+  const Tensor x = test_util::random_tensor({2, 6, 6, 2}, 6);
+  CHECK(test_util::max_abs_difference(fused.infer(x).clone(), forward_one_by_one(reference, x, false)) < 1e-5f);
+  fused.train();
+  CHECK(test_util::max_abs_difference(fused.forward(x).clone(), forward_one_by_one(reference, x, true)) == 0.0f);
+}
+
+TEST_CASE("backward refuses a gradient that does not have the output's shape", "[nn][fused]") {
+  nn::Sequential model({4}, 3);
+  model.add(nn::Dense(6)).add(nn::ReLU());  // fused: no activation layer left to compare the shapes
+  model.train();
+  model.forward(test_util::random_tensor({2, 4}, 4));
+  CHECK_THROWS_AS(model.backward(test_util::random_tensor({3, 4}, 5)), InvalidArgument);
+  CHECK_NOTHROW(model.backward(test_util::random_tensor({2, 6}, 5)));
+}

@@ -99,6 +99,14 @@ TEST_CASE("convolution with its activation fused equals the ops one after the ot
   }
 }
 
+TEST_CASE("batch normalization refuses an input of another channel count than its plan's", "[ops][batchnorm]") {
+  BatchNormPlan plan({.channels = 5, .epsilon = 1e-3f}, Device::CPU);
+  const Tensor x = random_tensor({2, 3}, 1);
+  Tensor y(x.shape()), mean({3}), variance({3});
+  CHECK_THROWS_AS(ops::batch_norm_forward_training(plan, x, Tensor::full({3}, 1.0f), Tensor({3}), y, mean, variance),
+                  InvalidArgument);
+}
+
 TEST_CASE("batch statistics stay precise for a large mean over a large batch", "[ops][batchnorm]") {
   // Activations of mean 1000 and spread 1 over 100,000 rows: float sums of x and x^2 would lose the variance.
   const std::int64_t rows = 100000, channels = 3;

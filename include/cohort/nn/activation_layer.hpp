@@ -29,8 +29,8 @@ class ActivationLayer : public Layer {
   Tensor output_, input_gradient_;
 };
 
-// The activation of `layer` when it is an elementwise activation layer, which the layer before it may apply
-// in passing; nullopt for any other layer (Softmax included).
+// The activation of `layer` when it is a built-in elementwise activation layer, which the layer before it may
+// apply in passing; nullopt for any other layer (Softmax, subclasses of ActivationLayer included).
 std::optional<cohort::Activation> elementwise_activation(const Layer& layer);
 
 inline ActivationLayer Activation(cohort::Activation activation) { return ActivationLayer(activation); }

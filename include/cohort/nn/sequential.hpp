@@ -43,13 +43,13 @@ class Sequential {
   void eval() { training_ = false; }
   bool is_training() const { return training_; }
 
-  // Runs all layers on a batch (N, input_shape...). The result is valid until the next forward().
+  // Runs all layers on a batch (N, input_shape...). The result is valid until the next forward() or infer().
   Tensor forward(const Tensor& x);
   // Runs all layers but a final Softmax or Sigmoid, so that a loss can fuse it with cross-entropy.
   Tensor forward_logits(const Tensor& x);
   // Inference with no backward() after it (what Trainer::predict and evaluate run): eval-mode results
   // whichever mode the model is in, faster where layers fold into the ones before them (a BatchNormalization
-  // into its Conv2D). backward() after it is refused.
+  // into its Conv2D). It keeps nothing for a backward(): backward() needs a forward() after it.
   Tensor infer(const Tensor& x);
   Tensor infer_logits(const Tensor& x);
   // The activation of the last layer when it is an activation layer, else Linear.
@@ -95,6 +95,7 @@ class Sequential {
   std::uint64_t step_ = 0;
   // The layers whose forward() the last forward call ran (the others were absorbed into them), for backward().
   std::vector<std::size_t> ran_;
+  Shape last_output_shape_;
 };
 
 }  // namespace cohort::nn

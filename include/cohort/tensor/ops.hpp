@@ -130,7 +130,8 @@ void batch_norm_activation_forward_training(BatchNormPlan& plan, const Tensor& x
 void batch_norm_activation_forward_inference(BatchNormPlan& plan, const Tensor& x, const Tensor& gamma,
                                              const Tensor& beta, const Tensor& mean, const Tensor& variance,
                                              Activation activation, const Tensor& y);
-// Backward of batch_norm_activation_forward_training; y is its output.
+// Backward of batch_norm_activation_forward_training. y is its output, beta its shift: a backend may use
+// either (the CPU recomputes y from x, gamma and beta; the default reads y), so both must be the forward's.
 void batch_norm_activation_backward(BatchNormPlan& plan, const Tensor& x, const Tensor& y, const Tensor& gamma,
                                     const Tensor& beta, const Tensor& dy, const Tensor& batch_mean, const Tensor& batch_variance,
                                     Activation activation, const Tensor& dx, const Tensor& dgamma,
