@@ -60,6 +60,7 @@ launched() {
   local log=$work/log checkpoints=$work/ckpt-$cases
   cases=$((cases + 1))
   echo "case $cases: launcher, $strategy, SIG$signal $victim at $phase"
+  : >"$log"  # emptied before the background launch, whose own truncation may come after the first wait_for
   # shellcheck disable=SC2046
   "$launcher" $(launcher_flags "$strategy") --grace 60 -- "$example" "${args[@]}" --checkpoint-dir "$checkpoints" \
     --checkpoint-every 10 >"$log" 2>&1 &
@@ -138,6 +139,7 @@ restarted() {
   local log=$work/log checkpoints=$work/ckpt-restart-$strategy
   cases=$((cases + 1))
   echo "case $cases: launcher --restarts 1, $strategy, SIGKILL $victim in training"
+  : >"$log"  # as in launched(): the previous case's lines must not be read as this one's
   # shellcheck disable=SC2046
   "$launcher" $(launcher_flags "$strategy") --grace 10 --restarts 1 -- "$example" "${args[@]}" \
     --checkpoint-dir "$checkpoints" --checkpoint-every 10 >"$log" 2>&1 &
