@@ -1,6 +1,7 @@
 #include "cohort/nn/sequential.hpp"
 
 #include <algorithm>
+#include <utility>
 
 #include "cohort/core/check.hpp"
 #include "cohort/core/format.hpp"
@@ -58,7 +59,8 @@ Tensor Sequential::run(const Tensor& x, std::size_t end, const ForwardContext& c
   if (x.device() != device_)
     throw DeviceError(fmt::format("the model is on {}, its input batch {} on {}: copy the batch with to()",
                                   device_name(device_), x.shape(), device_name(x.device())));
-  ran_.clear();
+  ran_.clear();  // a forward that throws leaves nothing for backward()
+  std::vector<std::size_t> ran;
   Tensor activation = x;
   for (std::size_t i = 0; i < end;) {
     const auto following = layers().subspan(i + 1, end - i - 1);
@@ -66,11 +68,11 @@ Tensor Sequential::run(const Tensor& x, std::size_t end, const ForwardContext& c
     COHORT_CHECK(absorbed <= following.size(), "layer '{}' absorbed {} of the {} layers after it", layers_[i]->name(),
                  absorbed, following.size());
     activation = layers_[i]->forward(activation, context);
-    ran_.push_back(i);
+    ran.push_back(i);
     i += 1 + absorbed;
   }
   if (context.training) ++step_;
-  if (context.inference_only) ran_.clear();
+  if (!context.inference_only) ran_ = std::move(ran);
   last_output_shape_ = activation.shape();
   return activation;
 }
