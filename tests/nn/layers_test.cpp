@@ -1,5 +1,6 @@
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <utility>
 
 #include "cohort/core/error.hpp"
 #include "cohort/nn/activation_layer.hpp"
@@ -233,29 +234,20 @@ TEST_CASE("a Sequential's fused layers give the results of its layers run one by
 
 namespace {
 
-// A subclass computes something else than the layer it derives from: it must not be fused as that layer.
-class DoubledRelu : public nn::ActivationLayer {
+// A subclass that scales the output of the built-in layer it derives from: it computes something else, so it
+// must not be fused as that layer.
+template <typename Base>
+class ScaledOutput : public Base {
  public:
-  DoubledRelu() : ActivationLayer(cohort::Activation::Relu, "DoubledRelu", "doubled_relu") {}
+  ScaledOutput(Base base, float factor) : Base(std::move(base)), factor_(factor) {}
   Tensor forward(const Tensor& x, const nn::ForwardContext& context) override {
-    doubled_ = ActivationLayer::forward(x, context).clone();
-    ops::scale(doubled_, 2.0f);
-    return doubled_;
-  }
-
- private:
-  Tensor doubled_;
-};
-
-class ScaledNormalization : public nn::BatchNormalization {
- public:
-  Tensor forward(const Tensor& x, const nn::ForwardContext& context) override {
-    scaled_ = BatchNormalization::forward(x, context).clone();
-    ops::scale(scaled_, 10.0f);
+    scaled_ = Base::forward(x, context).clone();
+    ops::scale(scaled_, factor_);
     return scaled_;
   }
 
  private:
+  float factor_;
   Tensor scaled_;
 };
 
@@ -264,8 +256,10 @@ class ScaledNormalization : public nn::BatchNormalization {
 TEST_CASE("subclasses of the fusable layers are run as themselves, not fused", "[nn][fused]") {
   const auto build = [] {
     nn::Sequential model({6, 6, 2}, 5);
-    model.add(nn::Conv2D(4, 3, nn::Padding::Same)).add(ScaledNormalization()).add(nn::Flatten());
-    model.add(nn::Dense(3)).add(DoubledRelu());
+    model.add(nn::Conv2D(4, 3, nn::Padding::Same))
+        .add(ScaledOutput<nn::BatchNormalization>(nn::BatchNormalization(), 10.0f))
+        .add(nn::Flatten());
+    model.add(nn::Dense(3)).add(ScaledOutput<nn::ActivationLayer>(nn::ReLU(), 2.0f));
     return model;
   };
   nn::Sequential fused = build(), reference = build();
