@@ -222,12 +222,7 @@ void CpuBackend::conv2d_backward(const PlanState* conv_plan, const Conv2dGeometr
     for (std::int64_t s = 0; s < count; ++s) col2im_add(col + s * pixels * k, g, device_data(dx) + (first + s) * in_sample);
   });
 
-  float* dk = device_data(dkernel);
-  std::memcpy(dk, partial_kernel_grads, dkernel.bytes());
-  for (int t = 1; t < threads; ++t) {
-    const float* part = partial_kernel_grads + t * per_thread;
-    for (std::int64_t i = 0; i < dkernel.numel(); ++i) dk[i] += part[i];
-  }
+  sum_thread_partials(partial_kernel_grads, threads, per_thread, device_data(dkernel));
   if (dbias.defined()) bias_gradient(dy, dbias);
 }
 

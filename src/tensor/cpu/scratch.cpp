@@ -1,5 +1,6 @@
 #include "scratch.hpp"
 
+#include <algorithm>
 #include <array>
 #include <memory>
 
@@ -21,6 +22,12 @@ float* thread_scratch(ScratchSlot slot, std::size_t floats) {
     buffer.floats = floats;
   }
   return buffer.memory.get();
+}
+
+void sum_thread_partials(const float* partials, int threads, std::int64_t count, float* out) {
+  std::copy_n(partials, count, out);
+  for (int t = 1; t < threads; ++t)
+    for (std::int64_t i = 0; i < count; ++i) out[i] += partials[t * count + i];
 }
 
 }  // namespace cohort::cpu

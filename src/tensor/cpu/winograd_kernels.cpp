@@ -350,10 +350,7 @@ void direct_kernel_gradient(const float* x, const float* dy, float* dkernel, con
         }
     }
   }
-  // Thread order: repeatable for a given thread count.
-  std::memcpy(dkernel, partial, sizeof(float) * taps * f_count);
-  for (int t = 1; t < threads; ++t)
-    for (std::int64_t i = 0; i < taps * f_count; ++i) dkernel[i] += partial[t * taps * f_count + i];
+  sum_thread_partials(partial, threads, taps * f_count, dkernel);
 }
 #endif
 
