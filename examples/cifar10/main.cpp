@@ -41,14 +41,7 @@ int main(int argc, char** argv) try {
 
   const auto stats = data::channel_statistics(train_set);
   const auto normalize = data::normalize(stats.mean, stats.stddev);
-  train::FitOptions fit{.epochs = options.epochs,
-                        .max_steps = options.max_steps,
-                        .batch_size = options.batch_size,
-                        .seed = options.seed,
-                        .verbosity = app::verbosity(options),
-                        .checkpoint_dir = options.checkpoint_dir,
-                        .checkpoint_every_steps = options.checkpoint_every,
-                        .resume = options.resume};
+  train::FitOptions fit = app::fit_options(options);
   if (cifar) fit.transforms = {data::random_crop(4), data::random_flip_horizontal()};
   fit.transforms.push_back(normalize);
 

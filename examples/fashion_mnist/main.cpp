@@ -40,16 +40,10 @@ int main(int argc, char** argv) try {
       optim::cosine_decay(options.learning_rate, std::max<std::int64_t>(options.epochs * steps_per_epoch, 1)), replicas,
       steps_per_epoch, options);
   Trainer trainer(model, optim::Adam({.learning_rate = schedule}), strategy);
-  const auto history = trainer.fit(train_set, {.epochs = options.epochs,
-                                               .max_steps = options.max_steps,
-                                               .batch_size = options.batch_size,
-                                               .seed = options.seed,
-                                               .transforms = {normalize},
-                                               .validation = &test_view,
-                                               .verbosity = app::verbosity(options),
-                                               .checkpoint_dir = options.checkpoint_dir,
-                                               .checkpoint_every_steps = options.checkpoint_every,
-                                               .resume = options.resume});
+  train::FitOptions fit = app::fit_options(options);
+  fit.transforms = {normalize};
+  fit.validation = &test_view;
+  const auto history = trainer.fit(train_set, fit);
   if (!chief) return 0;
   if (!options.history_csv.empty()) history.write_csv(options.history_csv);
   if (!options.save_model.empty()) {

@@ -38,6 +38,9 @@ TrainingOptions parse_training_options(int argc, const char* const* argv, std::s
   cli.option_defaults()->always_capture_default();
   cli.add_option("--epochs", options.epochs, "epochs to train")->check(whole_number(1, std::int64_t{1} << 40));
   cli.add_option("--batch-size", options.batch_size, "samples per batch per worker")->check(whole_number(1, 1 << 24));
+  cli.add_option("--accumulate-steps", options.accumulate_steps,
+                 "backward passes per update: the update equals one step at N x the batch size")
+      ->check(whole_number(1, 1 << 20));
   cli.add_option("--max-steps", options.max_steps, "stop after N optimizer steps (0: no limit)")
       ->check(whole_number(0, std::int64_t{1} << 62));
   cli.add_option("--train-samples", options.train_samples, "train on the first N samples only (0: all)")
@@ -95,9 +98,24 @@ Device training_device(const TrainingOptions& options, const train::Strategy& st
   return device;
 }
 
+train::FitOptions fit_options(const TrainingOptions& options) {
+  train::FitOptions fit;
+  fit.epochs = options.epochs;
+  fit.max_steps = options.max_steps;
+  fit.batch_size = options.batch_size;
+  fit.accumulate_steps = options.accumulate_steps;
+  fit.seed = options.seed;
+  fit.verbosity = verbosity(options);
+  fit.checkpoint_dir = options.checkpoint_dir;
+  fit.checkpoint_every_steps = options.checkpoint_every;
+  fit.resume = options.resume;
+  return fit;
+}
+
 std::int64_t steps_per_epoch(std::int64_t samples, int replicas, const TrainingOptions& options) {
-  const std::int64_t global_batch = options.batch_size * (options.each_worker_full_pass ? 1 : replicas);
-  return (samples + global_batch - 1) / global_batch;
+  const std::int64_t batch_of_all_readers = options.batch_size * (options.each_worker_full_pass ? 1 : replicas);
+  const std::int64_t passes = (samples + batch_of_all_readers - 1) / batch_of_all_readers;
+  return (passes + options.accumulate_steps - 1) / options.accumulate_steps;
 }
 
 optim::Schedule scaled_for_workers(optim::Schedule base, int replicas, std::int64_t steps_per_epoch,

@@ -112,7 +112,7 @@ std::size_t Sequential::logits_end() const {
 
 Tensor Sequential::forward_logits(const Tensor& x) { return run(x, logits_end(), {training_, step_}); }
 
-void Sequential::backward(const Tensor& doutput) {
+void Sequential::backward(const Tensor& doutput, const GradientsReady& on_ready) {
   COHORT_CHECK(!ran_.empty(), "backward() needs a forward() first (an infer() since keeps nothing for it)");
   COHORT_CHECK(doutput.shape() == last_output_shape_, "backward() got a gradient of shape {} for an output of shape {}",
                doutput.shape(), last_output_shape_);
@@ -120,7 +120,19 @@ void Sequential::backward(const Tensor& doutput) {
     throw DeviceError(fmt::format("the model is on {}, the gradient {} passed to backward() on {}: copy it with to()",
                                   device_name(device_), doutput.shape(), device_name(doutput.device())));
   Tensor gradient = doutput;
-  for (auto i = ran_.rbegin(); i != ran_.rend(); ++i) gradient = layers_[*i]->backward(gradient, *i > 0);
+  std::vector<VariablePtr> ready;
+  std::size_t group_end = layers_.size();
+  for (auto i = ran_.rbegin(); i != ran_.rend(); ++i) {
+    gradient = layers_[*i]->backward(gradient, *i > 0);
+    if (!on_ready) continue;
+    // The layer's backward stood for the layers it absorbed too.
+    ready.clear();
+    for (std::size_t layer = *i; layer < group_end; ++layer)
+      for (const auto& v : layers_[layer]->variables())
+        if (v->trainable) ready.push_back(v);
+    group_end = *i;
+    if (!ready.empty()) on_ready(ready);
+  }
 }
 
 std::vector<VariablePtr> Sequential::variables() const {

@@ -163,25 +163,41 @@ Trainer::Totals Trainer::totals_of(const Scored& scored, const Tensor& targets, 
   return totals;
 }
 
-Trainer::Totals Trainer::train_step(const Tensor& images, const Tensor& targets) {
-  if (images.dim(0) == 0) {
-    // This replica's share of the epoch's last step is empty: it contributes zero gradients.
-    for (const auto& v : model_.trainable_variables()) ops::fill(v->gradient, 0.0f);
-    strategy_->apply_gradients(model_, *optimizer_, 0);
-    return new_totals();
+Trainer::Totals Trainer::train_step(const Tensor& images, const Tensor& targets, bool completes_update) {
+  const std::int64_t samples = images.dim(0);
+  const std::int64_t update_samples = accumulated_samples_ + samples;
+  Totals totals = new_totals();
+  // An empty batch is this replica's empty share of an epoch's last step: it contributes no gradients.
+  if (samples > 0) {
+    const Scored scored = score(images, false);
+    const Tensor& prediction = scored.prediction;
+    if (!output_gradient_.defined() || output_gradient_.shape() != prediction.shape() ||
+        output_gradient_.device() != prediction.device())
+      output_gradient_ = Tensor(prediction.shape(), prediction.device());
+    const double loss = nn::compute_loss(loss_, prediction, scored.logits, targets, output_gradient_);
+    if (!std::isfinite(loss))
+      throw Error(fmt::format("the training loss became {} at step {} (learning rate {:.3g}); lower the learning rate",
+                              loss, optimizer_->iterations(), optimizer_->learning_rate()));
+    totals = totals_of(scored, targets, loss);
+    if (completes_update) {
+      // Each layer's gradients, made final, go to the strategy while the layers before it are computed.
+      strategy_->begin_gradients(model_, update_samples);
+      model_.backward(output_gradient_, [&](std::span<const nn::VariablePtr> ready) {
+        accumulator_.finish(ready, samples, update_samples);
+        strategy_->gradients_ready(ready);
+      });
+    } else {
+      model_.backward(output_gradient_);
+      accumulator_.add(model_.trainable_variables(), samples);
+    }
   }
-  const Scored scored = score(images, false);
-  const Tensor& prediction = scored.prediction;
-  if (!output_gradient_.defined() || output_gradient_.shape() != prediction.shape() ||
-      output_gradient_.device() != prediction.device())
-    output_gradient_ = Tensor(prediction.shape(), prediction.device());
-  const double loss = nn::compute_loss(loss_, prediction, scored.logits, targets, output_gradient_);
-  if (!std::isfinite(loss))
-    throw Error(fmt::format("the training loss became {} at step {} (learning rate {:.3g}); lower the learning rate",
-                            loss, optimizer_->iterations(), optimizer_->learning_rate()));
-  Totals totals = totals_of(scored, targets, loss);
-  model_.backward(output_gradient_);
-  strategy_->apply_gradients(model_, *optimizer_, images.dim(0));
+  if (!completes_update) {
+    accumulated_samples_ = update_samples;
+    return totals;
+  }
+  if (samples == 0) accumulator_.finish(model_.trainable_variables(), 0, update_samples);
+  strategy_->apply_gradients(model_, *optimizer_, update_samples);
+  accumulated_samples_ = 0;
   return totals;
 }
 
@@ -273,14 +289,17 @@ History Trainer::fit(const data::Dataset& train, const FitOptions& options) {
                                 strategy_->sampler(train.size(), loader_options.seed, options.shuffle));
   // With EachWorkerFullPass every replica reads the whole set: an epoch then means replicas passes.
   const bool every_replica_reads_all = share.replicas == 1 && strategy_->replicas() > 1;
-  const std::int64_t steps_per_epoch = loader.batches_per_epoch();
+  const std::int64_t batches_per_epoch = loader.batches_per_epoch();
+  const std::int64_t accumulate = options.accumulate_steps;
+  COHORT_CHECK(accumulate >= 1, "accumulate_steps must be at least 1, got {}", accumulate);
   if (verbose)
-    log::info("training on {} with strategy '{}', loss {}: {} samples per epoch{}, global batch {} = {} replica(s) x {}, "
+    log::info("training on {} with strategy '{}', loss {}: {} samples per epoch{}, global batch {} = {} replica(s) x {}{}, "
               "{} steps per epoch",
               train.description(), strategy_->name(), nn::loss_name(loss_),
               loader.samples_per_epoch() * (every_replica_reads_all ? strategy_->replicas() : 1),
               every_replica_reads_all ? " (every replica reads the whole set)" : "",
-              options.batch_size * strategy_->replicas(), strategy_->replicas(), options.batch_size, steps_per_epoch);
+              options.batch_size * strategy_->replicas() * accumulate, strategy_->replicas(), options.batch_size,
+              accumulate > 1 ? fmt::format(" x {} accumulated", accumulate) : "", (batches_per_epoch + accumulate - 1) / accumulate);
 
   auto save = [&] {
     if (checkpoint_dir.empty()) return;
@@ -307,26 +326,34 @@ History Trainer::fit(const data::Dataset& train, const FitOptions& options) {
     if (verbose && options.epochs > 0)
       fmt::print("Epoch {}/{}{}", epoch + 1, options.epochs, options.verbosity == Verbosity::Epochs ? " " : "\n");
     std::fflush(stdout);
-    // The bar counts the steps this epoch will really take: a step limit may end it early.
-    std::int64_t epoch_steps = steps_per_epoch;
+    // The bar counts the batches this epoch will really read: a step limit may end it early.
+    std::int64_t epoch_batches = batches_per_epoch;
     if (options.max_steps > 0)
-      epoch_steps = std::min(epoch_steps, position.batch_in_epoch + options.max_steps - position.global_step);
+      epoch_batches =
+          std::min(epoch_batches, position.batch_in_epoch + (options.max_steps - position.global_step) * accumulate);
     const auto style = options.verbosity == Verbosity::Lines    ? ProgressBar::Style::Lines
                        : options.verbosity == Verbosity::Epochs ? ProgressBar::Style::EpochOnly
                                                                 : ProgressBar::Style::Auto;
-    ProgressBar progress(epoch_steps, stdout, style);
+    ProgressBar progress(epoch_batches, stdout, style);
     const auto epoch_start = Clock::now();
     Totals totals = new_totals();
     auto host_batches = loader.epoch(epoch, position.batch_in_epoch);
     DeviceBatches batches(*host_batches, model_.device());
+    accumulated_samples_ = 0;
+    std::int64_t passes = 0;  // since the last update
     while (auto batch = batches.next()) {
-      for (auto& callback : callbacks) callback->on_batch_begin(position.global_step, control);
+      if (passes == 0)
+        for (auto& callback : callbacks) callback->on_batch_begin(position.global_step, control);
       model_.train();
-      totals.add(train_step(batch->images, batch->labels));
-      ++position.global_step;
+      const bool completes_update = ++passes == accumulate || batch->index + 1 >= batches_per_epoch;
+      totals.add(train_step(batch->images, batch->labels, completes_update));
       position.batch_in_epoch = batch->index + 1;
       const Logs logs = logs_of(totals, "");
       if (verbose) progress.update(position.batch_in_epoch, shown(logs, false), totals.values[0] / seconds_since(epoch_start));
+      // Checkpoints, limits and stops take effect between updates only.
+      if (!completes_update) continue;
+      passes = 0;
+      ++position.global_step;
       for (auto& callback : callbacks) callback->on_batch_end(position.global_step, logs, control);
       if (!callbacks.empty() && agree_every_step) agree(control);
       if (options.checkpoint_every_steps > 0 && position.global_step % options.checkpoint_every_steps == 0) save();
@@ -359,7 +386,7 @@ History Trainer::fit(const data::Dataset& train, const FitOptions& options) {
     logs["learning_rate"] = optimizer_->learning_rate();
     if (options.validation != nullptr) logs.merge(logs_of(validation, "val_"));
     if (verbose) progress.finish(shown(logs, options.validation != nullptr), seconds, logs["images_per_second"]);
-    if (position.batch_in_epoch >= steps_per_epoch) {
+    if (position.batch_in_epoch >= batches_per_epoch) {
       position.epoch = epoch + 1;
       position.batch_in_epoch = 0;
       position.history.epochs.push_back(logs);

@@ -25,6 +25,7 @@ namespace cohort::app {
 struct TrainingOptions {
   std::int64_t epochs = 5;
   std::int64_t batch_size = 64;
+  std::int64_t accumulate_steps = 1;  // backward passes per update
   std::int64_t max_steps = 0;      // 0: no limit
   std::int64_t train_samples = 0;  // 0: the whole training set
   std::string data_dir;
@@ -53,11 +54,14 @@ TrainingOptions parse_training_options(int argc, const char* const* argv, std::s
                                        TrainingOptions defaults = {});
 
 train::ParameterServerOptions distributed_options(const TrainingOptions& options);
+// fit()'s options from the command line (epochs, steps, batch, accumulation, seed, verbosity, checkpoints);
+// the data's transforms and validation set are the program's.
+train::FitOptions fit_options(const TrainingOptions& options);
 // Where this process trains: --device for workers, logged with the reason when "auto" falls back to
 // the CPU; parameter servers keep their variables on the CPU.
 Device training_device(const TrainingOptions& options, const train::Strategy& strategy);
-// Optimizer steps in one epoch: the global batch is the workers' batches together, unless every worker
-// reads the whole set.
+// Optimizer steps in one epoch: the global batch is the workers' batches together (each accumulated over
+// --accumulate-steps passes), unless every worker reads the whole set.
 std::int64_t steps_per_epoch(std::int64_t samples, int replicas, const TrainingOptions& options);
 // The learning rate scaled with the number of workers (--lr-scaling), warmed up over the first epoch
 // (Goyal et al. 2017).

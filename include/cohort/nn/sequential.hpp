@@ -11,6 +11,7 @@
 
 #include <concepts>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <span>
@@ -56,8 +57,11 @@ class Sequential {
   cohort::Activation final_activation() const;
   // The last layer's name ("dense_2"), or "input" for a model without layers.
   std::string last_layer_name() const;
+  // Called during backward() with the trainable variables whose gradients have just become final, layer
+  // by layer from the last one, so that a strategy can start moving them while the rest is computed.
+  using GradientsReady = std::function<void(std::span<const VariablePtr>)>;
   // Back-propagates dL/d(output of the last forward call); fills every trainable variable's gradient.
-  void backward(const Tensor& doutput);
+  void backward(const Tensor& doutput, const GradientsReady& on_ready = {});
 
   const Shape& input_shape() const { return input_shape_; }
   const Shape& output_shape() const { return output_shapes_.empty() ? input_shape_ : output_shapes_.back(); }

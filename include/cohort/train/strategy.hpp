@@ -49,6 +49,13 @@ class Strategy {
   // Turns the gradients held by the model's trainable variables, computed over `samples` samples of this
   // process (0: this process had no data in this step and its gradients are zero), into one update.
   virtual void apply_gradients(nn::Sequential& model, optim::Optimizer& optimizer, std::int64_t samples) = 0;
+  // Overlap of communication with the backward pass. Before the backward pass whose gradients the next
+  // apply_gradients() takes, the Trainer calls begin_gradients() with the samples they stand for, then
+  // gradients_ready() as each layer's gradients become final (from the last layer back). A strategy may
+  // start moving them at once; apply_gradients() must work without these calls too (every gradient is
+  // then final when it is called).
+  virtual void begin_gradients(nn::Sequential& /*model*/, std::int64_t /*samples*/) {}
+  virtual void gradients_ready(std::span<const nn::VariablePtr> /*variables*/) {}
   // The order in which the cluster visits every epoch of a data set of `size` samples; by default the
   // seeded permutation (or the plain order), the same on every process.
   virtual std::shared_ptr<const data::Sampler> sampler(std::int64_t size, std::uint64_t seed, bool shuffle) const;

@@ -31,6 +31,7 @@
 #include "cohort/train/checkpoint.hpp"
 #include "cohort/train/history.hpp"
 #include "cohort/train/progress.hpp"
+#include "cohort/train/gradient_accumulator.hpp"
 #include "cohort/train/strategy.hpp"
 
 namespace cohort::train {
@@ -42,6 +43,12 @@ struct FitOptions {
   std::int64_t epochs = 1;
   std::int64_t max_steps = 0;  // > 0: stop after this many optimizer steps in total
   std::int64_t batch_size = 32;
+  // Gradient accumulation (Horovod's backward_passes_per_step): accumulate_steps forward/backward passes
+  // at batch_size, then one update that equals one step at accumulate_steps x batch_size; an epoch's last
+  // update takes the passes that are left. Steps (max_steps, checkpoint_every_steps, callbacks' batches)
+  // count updates. Each pass normalizes a BatchNormalization layer with its own batch's statistics and
+  // moves the moving averages once, as k steps at batch_size would; dropout draws a mask per pass.
+  std::int64_t accumulate_steps = 1;
   bool shuffle = true;
   std::uint64_t seed = 0;  // data order and augmentation
   std::vector<data::Transform> transforms;
@@ -104,8 +111,9 @@ class Trainer {
   Totals totals_of(const Scored& scored, const Tensor& targets, double loss) const;
   // Checks that the loss and metrics fit the model and `dataset`.
   void check_fits(const data::Dataset& dataset) const;
-  // One forward/backward/update on a batch.
-  Totals train_step(const Tensor& images, const Tensor& targets);
+  // One forward/backward pass on a batch; when `completes_update`, then the update over the samples of
+  // the passes accumulated since the last one and this one.
+  Totals train_step(const Tensor& images, const Tensor& targets, bool completes_update);
   // The loss and metrics of one batch in inference mode.
   Totals evaluate_batch(const Tensor& images, const Tensor& targets);
   // Totals over this process's share of `dataset`.
@@ -119,6 +127,8 @@ class Trainer {
   nn::Loss loss_;
   std::vector<nn::Metric> metrics_;
   Tensor output_gradient_;
+  GradientAccumulator accumulator_;
+  std::int64_t accumulated_samples_ = 0;  // in the passes since the last update
 };
 
 }  // namespace cohort::train
