@@ -33,28 +33,26 @@ std::string RingAllreduce::name() const {
   return first == "ring" ? "ring-allreduce" : "allreduce over " + first;
 }
 
-void RingAllreduce::run_collective(const Tensor& buffer, bool broadcast) {
-  comm::Communicator* communicator = communicators_.front().get();
+std::pair<comm::Communicator*, bool> RingAllreduce::communicator_for(Device device) const {
   for (const auto& c : communicators_)
-    if (c->accepts(buffer.device())) {
-      communicator = c.get();
-      break;
-    }
-  const bool direct = communicator->accepts(buffer.device());
-  if (!direct) {
-    if (!staging_.defined() || staging_.numel() < buffer.numel()) staging_ = Tensor::pinned({buffer.numel()});
-    ops::copy(buffer, staging_.slice(0, buffer.numel()));
+    if (c->accepts(device)) return {c.get(), true};
+  return {communicators_.front().get(), false};
+}
+
+comm::WorkPtr RingAllreduce::start_collective(const Tensor& buffer, const Tensor& staging, bool broadcast) {
+  const auto [communicator, direct] = communicator_for(buffer.device());
+  if (direct) {
+    // A communicator with a stream of its own reads the buffer only after the ops that wrote it.
+    ops::synchronize(buffer.device());
+  } else {
+    ops::copy(buffer, staging);
   }
-  // A communicator with a stream of its own reads the buffer only after the ops that wrote it.
-  if (direct) ops::synchronize(buffer.device());
-  const Tensor& exchanged = direct ? buffer : staging_;
+  const Tensor& exchanged = direct ? buffer : staging;
   // The buffer owns a reference to the storage: a collective still running after a failed wait writes
   // into memory that is still there.
-  const comm::Buffer data{exchanged.device_pointer(), static_cast<std::size_t>(buffer.numel()), comm::DataType::Float32,
+  const comm::Buffer data{exchanged.device_pointer(), static_cast<std::size_t>(exchanged.numel()), comm::DataType::Float32,
                           exchanged.device(), std::make_shared<const Tensor>(exchanged)};
-  auto work = broadcast ? communicator->broadcast(data, 0) : communicator->allreduce(data, comm::ReduceOp::Sum);
-  work->wait(communicator->timeout());
-  if (!direct) ops::copy(staging_.slice(0, buffer.numel()), buffer);
+  return broadcast ? communicator->broadcast(data, 0) : communicator->allreduce(data, comm::ReduceOp::Sum);
 }
 
 void RingAllreduce::add_gpu_communicator(Device device) {
@@ -79,38 +77,100 @@ void RingAllreduce::add_gpu_communicator(Device device) {
 void RingAllreduce::initialize(nn::Sequential& model, optim::Optimizer&) {
   add_gpu_communicator(model.device());
   // Every variable, trainable or not, starts from the chief's value.
-  for (const auto& v : model.variables()) run_collective(v->value.view({v->value.numel()}), true);
+  plan_buckets(model);
+  const auto timeout = communicators_.front()->timeout();
+  Tensor staging;
+  for (const auto& v : model.variables()) {
+    const std::int64_t n = v->value.numel();
+    const Tensor value = v->value.view({n});
+    if (staged_ && (!staging.defined() || staging.numel() < n)) staging = Tensor::pinned({n});
+    const Tensor staged_value = staged_ ? staging.slice(0, n) : Tensor();
+    start_collective(value, staged_value, true)->wait(timeout);
+    if (staged_) ops::copy(staged_value, value);
+  }
+}
+
+void RingAllreduce::plan_buckets(const nn::Sequential& model) {
+  buckets_ = GradientBuckets(model.trainable_variables(), options_.first_bucket_bytes, options_.bucket_bytes);
+  bucket_states_.assign(buckets_.buckets().size(), {});
+  fused_ = Tensor({buckets_.elements() + 1}, model.device());
+  staged_ = !communicator_for(model.device()).second;
+  staging_ = staged_ ? Tensor::pinned({fused_.numel()}) : Tensor();
+}
+
+std::vector<std::vector<std::string>> RingAllreduce::bucket_plan() const {
+  std::vector<std::vector<std::string>> plan;
+  for (const auto& bucket : buckets_.buckets()) {
+    plan.emplace_back();
+    for (std::size_t member : bucket.members) plan.back().push_back(buckets_.variables()[member]->name);
+  }
+  return plan;
+}
+
+void RingAllreduce::begin_gradients(nn::Sequential& model, std::int64_t samples) {
+  if (fused_.device() != model.device() || buckets_.variables().size() != model.trainable_variables().size())
+    plan_buckets(model);
+  for (std::size_t b = 0; b < bucket_states_.size(); ++b)
+    bucket_states_[b] = {.waiting = buckets_.buckets()[b].members.size(), .work = nullptr};
+  next_bucket_ = 0;
+  step_begun_ = true;
+  // Each process's mean gradients times its sample count, summed, over the summed counts: the gradient
+  // of the mean loss over the whole global batch, however unevenly it was shared. The count rides at the
+  // end of the last bucket.
+  step_samples_ = static_cast<float>(samples);
+  ops::fill(fused_.slice(buckets_.elements(), buckets_.elements() + 1), step_samples_);
+  start_ready_buckets();
+}
+
+void RingAllreduce::gradients_ready(std::span<const nn::VariablePtr> variables) {
+  COHORT_CHECK(step_begun_, "gradients_ready() before begin_gradients()");
+  for (const auto& v : variables) {
+    const auto slot = buckets_.slot_of(*v);
+    const std::int64_t n = v->gradient.numel();
+    const Tensor packed = fused_.slice(slot.offset, slot.offset + n);
+    ops::copy(v->gradient.view({n}), packed);
+    ops::scale(packed, step_samples_);
+    BucketState& state = bucket_states_[slot.bucket];
+    COHORT_CHECK(state.waiting > 0 && state.work == nullptr, "the gradient of '{}' was announced twice in one step", v->name);
+    --state.waiting;
+  }
+  start_ready_buckets();
+}
+
+void RingAllreduce::start_ready_buckets() {
+  const auto& buckets = buckets_.buckets();
+  while (next_bucket_ < buckets.size() && bucket_states_[next_bucket_].waiting == 0) {
+    const bool last = next_bucket_ + 1 == buckets.size();
+    const std::int64_t begin = buckets[next_bucket_].begin, end = buckets[next_bucket_].end + (last ? 1 : 0);
+    bucket_states_[next_bucket_].work =
+        start_collective(fused_.slice(begin, end), staged_ ? staging_.slice(begin, end) : Tensor(), false);
+    ++next_bucket_;
+  }
 }
 
 void RingAllreduce::apply_gradients(nn::Sequential& model, optim::Optimizer& optimizer, std::int64_t samples) {
-  const auto variables = model.trainable_variables();
-  std::int64_t total = 0;
-  for (const auto& v : variables) total += v->gradient.numel();
-  if (!fused_.defined() || fused_.numel() != total + 1 || fused_.device() != model.device())
-    fused_ = Tensor({total + 1}, model.device());
-  // Each process's mean gradient times its sample count, summed, over the summed counts: the gradient
-  // of the mean loss over the whole global batch, however unevenly it was shared.
-  const auto weight = static_cast<float>(samples);
-  std::int64_t at = 0;
-  for (const auto& v : variables) {
-    const std::int64_t n = v->gradient.numel();
-    ops::copy(v->gradient.view({n}), fused_.slice(at, at + n));
-    at += n;
+  if (!step_begun_) {
+    // Called without the backward announcements (a loop of the caller's own): every gradient is final.
+    begin_gradients(model, samples);
+    gradients_ready(buckets_.variables());
   }
-  const Tensor gradients = fused_.slice(0, total), sample_count = fused_.slice(total, total + 1);
-  ops::scale(gradients, weight);
-  ops::fill(sample_count, weight);
-  run_collective(fused_, false);
-  const double global_samples = ops::sum(sample_count);
+  COHORT_CHECK(static_cast<float>(samples) == step_samples_,
+               "apply_gradients() for {} samples after begin_gradients() for {}", samples, step_samples_);
+  COHORT_CHECK(next_bucket_ == bucket_states_.size(), "apply_gradients() before every gradient was announced ({} of {} buckets complete)",
+               next_bucket_, bucket_states_.size());
+  step_begun_ = false;
+  const auto timeout = communicators_.front()->timeout();
+  for (const BucketState& state : bucket_states_) state.work->wait(timeout);
+  if (staged_) ops::copy(staging_, fused_);
+  const double global_samples = ops::sum(fused_.slice(buckets_.elements(), buckets_.elements() + 1));
   COHORT_CHECK(global_samples > 0, "a step in which no process had any data");
-  ops::scale(gradients, 1.0f / static_cast<float>(global_samples));
-  at = 0;
-  for (const auto& v : variables) {
-    const std::int64_t n = v->gradient.numel();
-    ops::copy(fused_.slice(at, at + n), v->gradient.view({n}));
-    at += n;
+  const float inverse = 1.0f / static_cast<float>(global_samples);
+  for (const auto& v : buckets_.variables()) {
+    const std::int64_t n = v->gradient.numel(), offset = buckets_.slot_of(*v).offset;
+    ops::copy(fused_.slice(offset, offset + n), v->gradient.view({n}));
+    ops::scale(v->gradient, inverse);
   }
-  update_variables(optimizer, variables);
+  update_variables(optimizer, model.trainable_variables());
 }
 
 bool RingAllreduce::sum_over_replicas(std::span<double> values) {

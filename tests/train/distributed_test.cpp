@@ -84,6 +84,10 @@ TEST_CASE("replicas share one pass per epoch: every sample exactly once, equal s
 TEST_CASE("ring-allreduce with W workers at batch B takes the steps of one process at batch W x B", "[train][distributed]") {
   // 44 samples, 2 x 8 per step: steps of 16, 16 and 12 samples, the last shared 8 + 4, so the average must
   // weight the replicas by their sample counts. Then 41 samples: the last step leaves replica 1 empty.
+  // Buckets of one variable each, of a few variables, and one bucket for all.
+  const std::size_t bucket_bytes = GENERATE(std::size_t{0}, std::size_t{300}, std::size_t{1} << 30);
+  INFO("bucket_bytes " << bucket_bytes);
+  const train::RingAllreduceOptions ring_options{.first_bucket_bytes = bucket_bytes / 3, .bucket_bytes = bucket_bytes};
   for (std::int64_t samples : {44, 41}) {
     const auto set = data::make_synthetic({.samples = samples, .sample_shape = {8, 8, 2}, .classes = 4, .seed = 3});
     const auto sgd = [] { return optim::SGD({.learning_rate = optim::constant(0.1), .momentum = 0.9}); };
@@ -99,7 +103,8 @@ TEST_CASE("ring-allreduce with W workers at batch B takes the steps of one proce
     // Different starting values on the second replica: initialize() must replace them with the chief's.
     for (float& v : models[1].variable("dense/kernel")->value.values()) v += 1.0f;
     comm_test::run_ranks(2, [&](int r) {
-      Trainer trainer(models[static_cast<std::size_t>(r)], sgd(), std::make_shared<train::RingAllreduce>(group.transport(r)));
+      Trainer trainer(models[static_cast<std::size_t>(r)], sgd(),
+                      std::make_shared<train::RingAllreduce>(group.transport(r), ring_options));
       trainer.fit(set, {.max_steps = 7, .batch_size = 8, .seed = 4, .verbosity = train::Verbosity::Silent});
     });
     for (const auto& v : reference.variables()) {
@@ -114,6 +119,26 @@ TEST_CASE("ring-allreduce with W workers at batch B takes the steps of one proce
       }
     }
   }
+}
+
+TEST_CASE("gradient buckets: reverse creation order, a smaller first bucket, large variables alone", "[train][distributed]") {
+  // small_model's trainable variables in creation order: conv2d/kernel 72, conv2d/bias 4, dense/kernel 64,
+  // dense/bias 4 floats.
+  const nn::Sequential model = small_model();
+  const auto plan_for = [&](std::size_t first, std::size_t rest) {
+    comm::InProcessGroup group(1);
+    train::RingAllreduce ring(group.transport(0), {.first_bucket_bytes = first, .bucket_bytes = rest});
+    nn::Sequential copy = small_model();
+    optim::SGD sgd;
+    ring.initialize(copy, sgd);
+    return ring.bucket_plan();
+  };
+  using Plan = std::vector<std::vector<std::string>>;
+  CHECK(plan_for(0, 0) == Plan{{"dense/bias"}, {"dense/kernel"}, {"conv2d/bias"}, {"conv2d/kernel"}});
+  CHECK(plan_for(16, 1 << 20) == Plan{{"dense/bias"}, {"dense/kernel", "conv2d/bias", "conv2d/kernel"}});
+  CHECK(plan_for(17, 256) == Plan{{"dense/bias", "dense/kernel"}, {"conv2d/bias", "conv2d/kernel"}});
+  CHECK(plan_for(1 << 20, 1 << 20) == Plan{{"dense/bias", "dense/kernel", "conv2d/bias", "conv2d/kernel"}});
+  CHECK(model.trainable_variables().size() == 4);
 }
 
 TEST_CASE("EachWorkerFullPass: every replica reads the whole set in its own order", "[train][distributed]") {

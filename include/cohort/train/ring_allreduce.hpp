@@ -16,6 +16,12 @@
 // EachWorkerFullPass reproduces TensorFlow's behaviour, where every worker reads the whole set.
 // BatchNormalization statistics are not synchronized: each process normalizes with its own batch.
 //
+// Overlap: gradients travel in buckets (variables in reverse creation order, the order backward finishes
+// them; a small first bucket so that communication starts early, DDP-style). A bucket is scaled by this
+// process's sample count and its allreduce starts on the communicator's thread as soon as backward has
+// made its last gradient final, while the layers before it are still computed; buckets start in the same
+// order on every rank. apply_gradients() waits for the buckets in order and updates.
+//
 //   auto cluster = cluster::Cluster::from_environment();
 //   Trainer trainer(model, optim::SGD(...), std::make_shared<train::RingAllreduce>(cluster.transport()));
 
@@ -25,11 +31,16 @@
 #include "cohort/comm/communicator.hpp"
 #include "cohort/comm/transport.hpp"
 #include "cohort/train/strategy.hpp"
+#include "cohort/train/gradient_buckets.hpp"
 
 namespace cohort::train {
 
 struct RingAllreduceOptions {
   DataPolicy data = DataPolicy::OnePassPerEpoch;
+  // Bucket sizes: the first (the last layers' gradients) and the others. A variable larger than a bucket
+  // travels alone; 0 puts every variable in a bucket of its own.
+  std::size_t first_bucket_bytes = std::size_t{1} << 20;
+  std::size_t bucket_bytes = std::size_t{4} << 20;
 };
 
 class RingAllreduce : public Strategy {
@@ -46,19 +57,39 @@ class RingAllreduce : public Strategy {
   bool is_chief() const override { return communicators_.front()->rank() == 0; }
   void initialize(nn::Sequential& model, optim::Optimizer& optimizer) override;
   void apply_gradients(nn::Sequential& model, optim::Optimizer& optimizer, std::int64_t samples) override;
+  void begin_gradients(nn::Sequential& model, std::int64_t samples) override;
+  void gradients_ready(std::span<const nn::VariablePtr> variables) override;
   DataShare data_share() const override;
+  // The buckets as planned (after initialize()): each one's variable names, in launch order.
+  std::vector<std::vector<std::string>> bucket_plan() const;
   bool sum_over_replicas(std::span<double> values) override;
 
  private:
-  // Runs one collective on `buffer` (any device), through the pinned host buffer when the communicator
-  // does not take the buffer's device.
-  void run_collective(const Tensor& buffer, bool broadcast);
+  // The communicator that carries buffers on `device`, and whether it takes them as they are.
+  std::pair<comm::Communicator*, bool> communicator_for(Device device) const;
+  // Starts one collective on `buffer` (any device), through `staging` (pinned host memory of the same
+  // size) when the communicator does not take the buffer's device; copy_back() then brings the result.
+  comm::WorkPtr start_collective(const Tensor& buffer, const Tensor& staging, bool broadcast);
   // Collective: puts NCCL first when every rank's gradients live on a GPU of its own.
   void add_gpu_communicator(Device device);
+  // Plans the buckets and their buffers for the model's trainable variables on its device.
+  void plan_buckets(const nn::Sequential& model);
+  // Starts the allreduce of every complete bucket whose predecessors have started.
+  void start_ready_buckets();
 
-  Tensor fused_;    // every gradient, then the sample count, on the model's device
-  Tensor staging_;  // its host copy, where the communicator needs one
+  struct BucketState {
+    std::size_t waiting = 0;  // gradients not yet final this step
+    comm::WorkPtr work;
+  };
   RingAllreduceOptions options_;
+  GradientBuckets buckets_;
+  std::vector<BucketState> bucket_states_;
+  std::size_t next_bucket_ = 0;  // the next one to start
+  bool step_begun_ = false;
+  float step_samples_ = 0;
+  Tensor fused_;    // every gradient in bucket order, then the sample count, on the model's device
+  Tensor staging_;  // its host copy, where the communicator needs one
+  bool staged_ = false;
   // Last: destroyed first, so that their threads stop before the buffers above go away.
   std::vector<std::shared_ptr<comm::Communicator>> communicators_;
 };
