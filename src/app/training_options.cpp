@@ -58,6 +58,8 @@ TrainingOptions parse_training_options(int argc, const char* const* argv, std::s
   cli.add_option("--history-csv", options.history_csv, "write per-epoch metrics as CSV");
   cli.add_option("--save-model", options.save_model, "write a model file for inference (architecture, weights, input "
                                                      "normalization) at the end");
+  cli.add_option("--timeline", options.timeline,
+                 "write a Chrome trace of the run (chrome://tracing, Perfetto); under cohort-launch, one for the job");
   cli.add_option("--verbosity", options.verbosity, "progress: auto (a bar on a terminal), lines, epochs or silent")
       ->check(CLI::IsMember({"auto", "lines", "epochs", "silent"}));
   cli.add_option("--consistency", options.consistency, "parameter servers: sync, sync:backup=N, async or stale:N")
@@ -109,6 +111,7 @@ train::FitOptions fit_options(const TrainingOptions& options) {
   fit.checkpoint_dir = options.checkpoint_dir;
   fit.checkpoint_every_steps = options.checkpoint_every;
   fit.resume = options.resume;
+  fit.timeline = options.timeline;
   return fit;
 }
 

@@ -55,7 +55,7 @@ class RingCommunicator final : public Communicator {
   }
 
   Transport& transport_;
-  SerialExecutor executor_;  // last: its thread stops before the members it uses go away
+  SerialExecutor executor_{"ring communicator"};  // last: its thread stops before the members it uses go away
 };
 
 }  // namespace

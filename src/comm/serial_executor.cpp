@@ -1,8 +1,14 @@
 #include "comm/serial_executor.hpp"
 
+#include "cohort/core/timeline.hpp"
+
 namespace cohort::comm {
 
-SerialExecutor::SerialExecutor() : worker_([this] { run(); }) {}
+SerialExecutor::SerialExecutor(std::string thread_name)
+    : worker_([this, name = std::move(thread_name)]() mutable {
+        timeline::name_this_thread(std::move(name));
+        run();
+      }) {}
 
 SerialExecutor::~SerialExecutor() {
   {
@@ -14,10 +20,10 @@ SerialExecutor::~SerialExecutor() {
 }
 
 WorkPtr SerialExecutor::submit(std::string what, std::function<void()> job) {
-  auto work = std::make_shared<Work>(std::move(what));
+  auto work = std::make_shared<Work>(what);
   {
     std::lock_guard lock(mutex_);
-    queue_.push_back({std::move(job), work});
+    queue_.push_back({std::move(job), work, std::move(what)});
   }
   changed_.notify_all();
   return work;
@@ -32,6 +38,7 @@ void SerialExecutor::run() {
     queue_.pop_front();
     lock.unlock();
     try {
+      const timeline::Span span("communication", job.what);
       job.body();
       job.work->complete();
     } catch (...) {

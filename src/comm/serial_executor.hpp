@@ -14,14 +14,15 @@ namespace cohort::comm {
 
 class SerialExecutor {
  public:
-  SerialExecutor();
+  // `thread_name` names its thread's track on the timeline.
+  explicit SerialExecutor(std::string thread_name);
   // Runs what is queued, then stops.
   ~SerialExecutor();
   SerialExecutor(const SerialExecutor&) = delete;
   SerialExecutor& operator=(const SerialExecutor&) = delete;
 
-  // `what` names the job in a timeout ("allreduce of 4096 bytes over ring"); a job that throws fails its
-  // Work with that exception.
+  // `what` names the job in a timeout ("allreduce of 4096 bytes over ring") and on the timeline, where
+  // its run is an event of category "communication"; a job that throws fails its Work with that exception.
   WorkPtr submit(std::string what, std::function<void()> job);
 
  private:
@@ -30,6 +31,7 @@ class SerialExecutor {
   struct Job {
     std::function<void()> body;
     WorkPtr work;
+    std::string what;
   };
   std::mutex mutex_;
   std::condition_variable changed_;

@@ -16,7 +16,8 @@
 // Unless OMP_NUM_THREADS is set, the cores are shared among the workers; parameter servers get one thread.
 // With --gpus N the workers take turns over N GPUs through CUDA_VISIBLE_DEVICES (several may share one;
 // the GPUs are those the launcher itself sees), and parameter servers get none. Workers also get
-// LOCAL_RANK and LOCAL_WORLD_SIZE, as under torchrun.
+// LOCAL_RANK and LOCAL_WORLD_SIZE, as under torchrun. A program run with --timeline FILE (FitOptions::timeline)
+// leaves each process's trace in COHORT_TIMELINE_PARTS; the launcher merges them into FILE at the end.
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -31,6 +32,7 @@
 #include <CLI/CLI.hpp>
 
 #include "cohort/app/command_line.hpp"
+#include "cohort/core/timeline.hpp"
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -264,7 +266,8 @@ std::string thread_count(const Process& p, const Options& options) {
   return std::to_string(std::max(1L, cores / options.workers));
 }
 
-void start(Process& p, const Options& options, const std::string& secret, int restart) {
+void start(Process& p, const Options& options, const std::string& secret, int restart,
+           const std::filesystem::path& timeline_parts) {
   int out[2], err[2];
   if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0) {
     fmt::print(stderr, "cohort-launch: pipe failed: {}\n", std::strerror(errno));
@@ -283,6 +286,7 @@ void start(Process& p, const Options& options, const std::string& secret, int re
     ::setenv("TF_CONFIG", p.tf_config.c_str(), 1);
     ::setenv("COHORT_SECRET", secret.c_str(), 1);
     ::setenv("COHORT_RESTART", std::to_string(restart).c_str(), 1);
+    ::setenv("COHORT_TIMELINE_PARTS", timeline_parts.c_str(), 1);
     ::setenv("OMP_NUM_THREADS", thread_count(p, options).c_str(), 0);
     if (options.gpus > 0) ::setenv("CUDA_VISIBLE_DEVICES", p.visible_gpus.c_str(), 1);
     if (!is_parameter_server(p)) {
@@ -414,11 +418,11 @@ constexpr auto kAttributionWindow = std::chrono::milliseconds(500);
 std::string describe_ending(const Process& p) { return fmt::format("{} (pid {}) {}", p.name, p.pid, how(*p.status)); }
 
 // Runs the job once; returns the launcher's exit status.
-int run(const Options& options, int restart) {
+int run_processes(const Options& options, int restart, const std::filesystem::path& timeline_parts) {
   std::vector<Process> processes = plan(options);
   assign_gpus(processes, options.gpus);
   const std::string secret = random_secret();
-  for (auto& p : processes) start(p, options, secret, restart);
+  for (auto& p : processes) start(p, options, secret, restart, timeline_parts);
   std::string started;
   for (const auto& p : processes) started += fmt::format("{}{} (pid {})", started.empty() ? "" : ", ", p.name, p.pid);
   fmt::print(stderr, "cohort-launch: started {}\n", started);
@@ -576,6 +580,47 @@ int run(const Options& options, int restart) {
   }
   fmt::print(stderr, "cohort-launch: all {} processes succeeded\n", processes.size());
   return 0;
+}
+
+// Where the processes of one run leave their timelines (a program run with --timeline FILE) for the
+// launcher to merge into FILE, a track per process, whether the run succeeded or not.
+class TimelineParts {
+ public:
+  TimelineParts() {
+    const char* temporary = std::getenv("TMPDIR");
+    std::string pattern = (temporary != nullptr && *temporary != '\0' ? std::string(temporary) : "/tmp") + "/cohort-timeline-XXXXXX";
+    if (::mkdtemp(pattern.data()) == nullptr) {
+      fmt::print(stderr, "cohort-launch: cannot create a directory for timelines ({}): {}\n", pattern, std::strerror(errno));
+      std::exit(2);
+    }
+    directory_ = pattern;
+  }
+  ~TimelineParts() {
+    std::error_code ignored;
+    std::filesystem::remove_all(directory_, ignored);
+  }
+  TimelineParts(const TimelineParts&) = delete;
+  TimelineParts& operator=(const TimelineParts&) = delete;
+
+  const std::filesystem::path& directory() const { return directory_; }
+  void merge() const {
+    try {
+      for (const auto& file : cohort::timeline::merge_directory(directory_))
+        fmt::print(stderr, "cohort-launch: timeline of the job written to {}\n", file.string());
+    } catch (const std::exception& e) {
+      fmt::print(stderr, "cohort-launch: the processes' timelines were not merged: {}\n", e.what());
+    }
+  }
+
+ private:
+  std::filesystem::path directory_;
+};
+
+int run(const Options& options, int restart) {
+  const TimelineParts timeline_parts;
+  const int status = run_processes(options, restart, timeline_parts.directory());
+  timeline_parts.merge();
+  return status;
 }
 
 }  // namespace

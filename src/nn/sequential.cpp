@@ -5,6 +5,7 @@
 
 #include "cohort/core/check.hpp"
 #include "cohort/core/format.hpp"
+#include "cohort/core/timeline.hpp"
 #include "cohort/nn/activation_layer.hpp"
 #include "cohort/tensor/allocator.hpp"
 
@@ -67,7 +68,10 @@ Tensor Sequential::run(const Tensor& x, std::size_t end, const ForwardContext& c
     const std::size_t absorbed = layers_[i]->absorb(following, context);
     COHORT_CHECK(absorbed <= following.size(), "layer '{}' absorbed {} of the {} layers after it", layers_[i]->name(),
                  absorbed, following.size());
-    activation = layers_[i]->forward(activation, context);
+    {
+      const timeline::Span span(context.training ? "forward" : "inference", layers_[i]->name());
+      activation = layers_[i]->forward(activation, context);
+    }
     ran.push_back(i);
     i += 1 + absorbed;
   }
@@ -123,7 +127,10 @@ void Sequential::backward(const Tensor& doutput, const GradientsReady& on_ready)
   std::vector<VariablePtr> ready;
   std::size_t group_end = layers_.size();
   for (auto i = ran_.rbegin(); i != ran_.rend(); ++i) {
-    gradient = layers_[*i]->backward(gradient, *i > 0);
+    {
+      const timeline::Span span("backward", layers_[*i]->name());
+      gradient = layers_[*i]->backward(gradient, *i > 0);
+    }
     if (!on_ready) continue;
     // The layer's backward stood for the layers it absorbed too.
     ready.clear();

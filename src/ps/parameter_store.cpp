@@ -6,6 +6,7 @@
 #include <map>
 
 #include "cohort/core/check.hpp"
+#include "cohort/core/timeline.hpp"
 #include "core/crc32c.hpp"
 #include "ps/protocol.hpp"
 #include "ps/stats_codec.hpp"
@@ -109,10 +110,16 @@ void ParameterStore::exchange_values(std::uint16_t kind, std::int64_t samples, b
   std::vector<comm::WorkPtr> posted;
   for (Link& link : links_)
     posted.push_back(transport_.recv(link.rank, proto::kReplyPayloadTag, std::as_writable_bytes(std::span(link.incoming))));
-  send_to_all(kind, samples, with_payload);
+  {
+    const timeline::Span span("communication", with_payload ? "push to every server" : "pull request to every server");
+    send_to_all(kind, samples, with_payload);
+  }
   for (std::size_t s = 0; s < links_.size(); ++s) {
     Link& link = links_[s];
+    const auto waiting_since = timeline::Clock::now();
     receive_payload(link, receive_header(link, kind), std::as_writable_bytes(std::span(link.incoming)), posted[s]);
+    if (timeline::recording())
+      timeline::record("communication", fmt::format("values from ps {}", s), waiting_since);
     for (const Piece& piece : link.pieces) {
       const LocalVariable& variable = variables_[piece.variable];
       const float* in = link.incoming.data() + piece.offset;

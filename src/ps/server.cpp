@@ -6,6 +6,7 @@
 
 #include "cohort/core/check.hpp"
 #include "cohort/core/logging.hpp"
+#include "cohort/core/timeline.hpp"
 #include "core/crc32c.hpp"
 #include "ps/protocol.hpp"
 #include "ps/stats_codec.hpp"
@@ -312,6 +313,7 @@ bool Server::push_async_locked(std::unique_lock<std::mutex>& lock, int worker, s
 }
 
 void Server::apply_locked(const float* source, double gradient_scale, double delta_scale) {
+  const timeline::Span span("update", "apply update");
   for (Held& held : held_) {
     const float* in = source + held.offset;
     const std::int64_t n = held.value.numel();

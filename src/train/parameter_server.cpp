@@ -220,10 +220,15 @@ std::string ParameterServer::final_report() {
                      ps::traffic_table(final_stats_, worker_names()), traffic.communication_seconds, traffic.steps, per_step);
 }
 
+std::string ParameterServer::process_name() const {
+  const std::string described = transport_.describe(transport_.rank());  // "chief 0 (127.0.0.1:4000)"
+  return described.substr(0, described.find(" ("));
+}
+
 std::vector<std::string> ParameterServer::worker_names() const {
   std::vector<std::string> names;
   for (int rank = 0; rank < workers_; ++rank) {
-    const std::string described = transport_.describe(rank);  // "chief 0 (127.0.0.1:4000)"
+    const std::string described = transport_.describe(rank);
     names.push_back(described.substr(0, described.find(" (")));
   }
   return names;

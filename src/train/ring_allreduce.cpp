@@ -5,6 +5,7 @@
 #include "cohort/comm/nccl.hpp"
 #include "cohort/core/check.hpp"
 #include "cohort/core/logging.hpp"
+#include "cohort/core/timeline.hpp"
 #include "cohort/tensor/devices.hpp"
 #include "cohort/tensor/ops.hpp"
 #include "cohort/train/update.hpp"
@@ -160,7 +161,11 @@ void RingAllreduce::apply_gradients(nn::Sequential& model, optim::Optimizer& opt
                next_bucket_, bucket_states_.size());
   step_begun_ = false;
   const auto timeout = communicators_.front()->timeout();
-  for (const BucketState& state : bucket_states_) state.work->wait(timeout);
+  {
+    // What of the communication backward did not hide.
+    const timeline::Span span("communication", "wait for allreduce");
+    for (const BucketState& state : bucket_states_) state.work->wait(timeout);
+  }
   if (staged_) ops::copy(staging_, fused_);
   const double global_samples = ops::sum(fused_.slice(buckets_.elements(), buckets_.elements() + 1));
   COHORT_CHECK(global_samples > 0, "a step in which no process had any data");

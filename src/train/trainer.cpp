@@ -1,6 +1,7 @@
 #include "cohort/train/trainer.hpp"
 
 #include <array>
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -10,6 +11,7 @@
 
 #include "cohort/core/check.hpp"
 #include "cohort/core/logging.hpp"
+#include "cohort/core/timeline.hpp"
 #include "cohort/data/loader.hpp"
 #include "cohort/nn/loss.hpp"
 #include "cohort/tensor/copy_stream.hpp"
@@ -88,6 +90,46 @@ class DeviceBatches {
   Slot slots_[2];
   int next_slot_ = 0;
   std::optional<data::Batch> pending_;
+};
+
+// Records fit()'s timeline and writes it however fit() ends (a failed run's timeline shows where it stopped).
+class TimelineRecording {
+ public:
+  TimelineRecording(const std::filesystem::path& path, const Strategy& strategy) {
+    if (path.empty()) return;
+    const std::string process = strategy.process_name();
+    if (const char* parts = std::getenv("COHORT_TIMELINE_PARTS"); parts != nullptr && *parts != '\0') {
+      // cohort-launch merges the parts, in file-name order, into the file asked for.
+      file_ = std::filesystem::path(parts) / fmt::format("{:06}-{}.json", strategy.process_index(), file_label(process));
+      merge_into_ = std::filesystem::absolute(path);
+    } else if (!process.empty()) {
+      file_ = path.parent_path() / (path.stem().string() + "." + file_label(process) + path.extension().string());
+    } else {
+      file_ = path;
+    }
+    timeline::start(process.empty() ? "process" : process);
+  }
+  ~TimelineRecording() {
+    if (file_.empty()) return;
+    try {
+      timeline::stop_and_write(file_, merge_into_);
+      log::info("timeline written to {}", file_.string());
+    } catch (const std::exception& e) {
+      log::warning("{}", e.what());
+    }
+  }
+  TimelineRecording(const TimelineRecording&) = delete;
+  TimelineRecording& operator=(const TimelineRecording&) = delete;
+
+ private:
+  // "chief 0" -> "chief-0"
+  static std::string file_label(std::string process) {
+    for (char& c : process)
+      if (!std::isalnum(static_cast<unsigned char>(c))) c = '-';
+    return process;
+  }
+
+  std::filesystem::path file_, merge_into_;
 };
 
 }  // namespace
@@ -174,7 +216,10 @@ Trainer::Totals Trainer::train_step(const Tensor& images, const Tensor& targets,
     if (!output_gradient_.defined() || output_gradient_.shape() != prediction.shape() ||
         output_gradient_.device() != prediction.device())
       output_gradient_ = Tensor(prediction.shape(), prediction.device());
-    const double loss = nn::compute_loss(loss_, prediction, scored.logits, targets, output_gradient_);
+    const double loss = [&] {
+      const timeline::Span span("forward", "loss");
+      return nn::compute_loss(loss_, prediction, scored.logits, targets, output_gradient_);
+    }();
     if (!std::isfinite(loss))
       throw Error(fmt::format("the training loss became {} at step {} (learning rate {:.3g}); lower the learning rate",
                               loss, optimizer_->iterations(), optimizer_->learning_rate()));
@@ -258,6 +303,7 @@ History Trainer::fit(const data::Dataset& train, const FitOptions& options) {
     std::filesystem::create_directories(checkpoint_dir, made);
     if (made) throw IoError(fmt::format("cannot create checkpoint directory {}: {}", checkpoint_dir.string(), made.message()));
   }
+  const TimelineRecording timeline_recording(options.timeline, *strategy_);
   TrainingPosition position{.data_seed = options.seed};
   if ((options.resume || restarted_by_launcher()) && !checkpoint_dir.empty()) {
     if (auto restored = strategy_->restore_checkpoint(checkpoint_dir, model_, *optimizer_)) {
@@ -341,7 +387,12 @@ History Trainer::fit(const data::Dataset& train, const FitOptions& options) {
     DeviceBatches batches(*host_batches, model_.device());
     accumulated_samples_ = 0;
     std::int64_t passes = 0;  // since the last update
-    while (auto batch = batches.next()) {
+    for (;;) {
+      auto batch = [&] {
+        const timeline::Span span("data", "wait for batch");
+        return batches.next();
+      }();
+      if (!batch) break;
       if (passes == 0)
         for (auto& callback : callbacks) callback->on_batch_begin(position.global_step, control);
       model_.train();

@@ -1,8 +1,11 @@
 #include "cohort/train/update.hpp"
 
+#include "cohort/core/timeline.hpp"
+
 namespace cohort::train {
 
 void update_variables(optim::Optimizer& optimizer, const std::vector<nn::VariablePtr>& variables) {
+  const timeline::Span span("update", "optimizer step");
   std::vector<optim::Optimizer::Gradient> gradients;
   gradients.reserve(variables.size());
   for (const auto& variable : variables)

@@ -40,6 +40,7 @@ struct TrainingOptions {
   bool resume = false;
   std::string history_csv;
   std::string save_model;  // a model file for inference (nn::save_model), written by the chief at the end
+  std::string timeline;    // a Chrome trace of the run (FitOptions::timeline)
   // Distributed runs (under cohort-launch or any cluster environment)
   std::string consistency = "sync";
   std::string placement = "size-balanced";

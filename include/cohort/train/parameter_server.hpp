@@ -57,6 +57,8 @@ class ParameterServer : public Strategy {
   int replicas() const override { return workers_; }
   bool is_chief() const override { return transport_.rank() == 0; }
   bool is_server() const override { return transport_.rank() >= workers_; }
+  std::string process_name() const override;
+  int process_index() const override { return transport_.rank(); }
   void initialize(nn::Sequential& model, optim::Optimizer& optimizer) override;
   void apply_gradients(nn::Sequential& model, optim::Optimizer& optimizer, std::int64_t samples) override;
   DataShare data_share() const override;

@@ -44,6 +44,10 @@ class Strategy {
   // Number of processes that compute gradients: the global batch is replicas() x per-replica batch.
   virtual int replicas() const = 0;
   virtual bool is_chief() const = 0;
+  // This process among the job's ("chief 0", "worker 1", "ps 0", "rank 2"; empty for a single-process
+  // strategy), and its position, trainers first: what names and orders its track on a timeline.
+  virtual std::string process_name() const { return {}; }
+  virtual int process_index() const { return 0; }
   // Brings the model's variables to their starting values (the chief's, in a distributed run).
   virtual void initialize(nn::Sequential& model, optim::Optimizer& optimizer) = 0;
   // Turns the gradients held by the model's trainable variables, computed over `samples` samples of this

@@ -61,6 +61,11 @@ struct FitOptions {
   std::filesystem::path checkpoint_dir;
   std::int64_t checkpoint_every_steps = 0;
   bool resume = false;
+  // A Chrome trace of the run (chrome://tracing, Perfetto): data waits, each layer's forward and backward,
+  // the loss, each collective and parameter-server exchange, the updates, on a track per thread. In a
+  // distributed job each process writes <stem>.<process><extension> beside it (trace.chief-0.json); under
+  // cohort-launch the launcher merges them into this file, a track per process.
+  std::filesystem::path timeline;
 };
 
 struct TrainerOptions {

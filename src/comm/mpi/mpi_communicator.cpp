@@ -121,7 +121,7 @@ class MpiCommunicator final : public Communicator {
   MpiOptions options_;
   int rank_ = 0, size_ = 1;
   bool initialized_here_ = false;
-  SerialExecutor executor_;  // last: its thread stops before the members it uses go away
+  SerialExecutor executor_{"mpi communicator"};  // last: its thread stops before the members it uses go away
 };
 
 }  // namespace

@@ -175,7 +175,7 @@ class NcclCommunicator final : public Communicator {
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;
   bool aborted_ = false;
-  SerialExecutor executor_;  // last: its thread stops before the members it uses go away
+  SerialExecutor executor_{"nccl communicator"};  // last: its thread stops before the members it uses go away
 };
 
 std::string describe_sharing(const std::vector<GpuIdentity>& identities) {

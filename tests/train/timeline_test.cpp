@@ -1,0 +1,130 @@
+// The timeline: Chrome traces written and merged, and what they show of a training step: the allreduce of
+// gradient buckets starting while backward still runs.
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <set>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "cohort/comm/inproc.hpp"
+#include "cohort/core/error.hpp"
+#include "cohort/core/timeline.hpp"
+#include "cohort/optim/sgd.hpp"
+#include "cohort/train/ring_allreduce.hpp"
+#include "ps/ps_test_util.hpp"
+
+using namespace cohort;
+using nlohmann::json;
+
+namespace {
+
+struct TempDir {
+  std::filesystem::path path;
+  explicit TempDir(const std::string& name) : path(std::filesystem::temp_directory_path() / (name + std::to_string(::getpid()))) {
+    std::filesystem::remove_all(path);
+    std::filesystem::create_directories(path);
+  }
+  ~TempDir() { std::filesystem::remove_all(path); }
+};
+
+json read_json(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  REQUIRE(in);
+  return json::parse(in);
+}
+
+// The complete events of category `category` on the track named `thread`.
+std::vector<json> events_of(const json& trace, const std::string& category, const std::string& thread) {
+  int track = -1;
+  for (const auto& e : trace["traceEvents"])
+    if (e["ph"] == "M" && e["name"] == "thread_name" && e["args"]["name"] == thread) track = e["tid"].get<int>();
+  std::vector<json> found;
+  for (const auto& e : trace["traceEvents"])
+    if (e["ph"] == "X" && e["cat"] == category && e["tid"].get<int>() == track) found.push_back(e);
+  return found;
+}
+
+std::int64_t end_of(const json& event) { return event["ts"].get<std::int64_t>() + event["dur"].get<std::int64_t>(); }
+
+}  // namespace
+
+TEST_CASE("a timeline holds spans per thread as a Chrome trace; merged, a track per process", "[train][timeline]") {
+  const TempDir dir("cohort_timeline_");
+  timeline::Span before("forward", "not recorded");  // made before recording: records nothing
+  timeline::start("rank 3");
+  {
+    const timeline::Span span("forward", "dense");
+    std::thread([] {
+      timeline::name_this_thread("helper");
+      const timeline::Span inner("communication", "allreduce");
+    }).join();
+  }
+  timeline::stop_and_write(dir.path / "a.json", dir.path / "merged.json");
+  const json trace = read_json(dir.path / "a.json");
+  REQUIRE(events_of(trace, "forward", "main").size() == 1);
+  CHECK(events_of(trace, "forward", "main")[0]["name"] == "dense");
+  CHECK(events_of(trace, "communication", "helper").size() == 1);
+  CHECK(trace["otherData"]["merge_into"] == (dir.path / "merged.json").string());
+  bool named = false;
+  for (const auto& e : trace["traceEvents"]) named = named || (e["name"] == "process_name" && e["args"]["name"] == "rank 3");
+  CHECK(named);
+  CHECK_FALSE(timeline::recording());
+
+  std::filesystem::copy_file(dir.path / "a.json", dir.path / "b.json");
+  CHECK(timeline::merge_directory(dir.path) == std::vector{dir.path / "merged.json"});
+  CHECK_FALSE(std::filesystem::exists(dir.path / "a.json"));
+  const json merged = read_json(dir.path / "merged.json");
+  std::set<int> pids;
+  for (const auto& e : merged["traceEvents"]) pids.insert(e["pid"].get<int>());
+  CHECK(pids == std::set<int>{0, 1});
+
+  std::ofstream(dir.path / "garbage.json") << "{\"traceEvents\": [1, 2";
+  CHECK_THROWS_AS(timeline::merge({dir.path / "garbage.json"}, dir.path / "out.json"), DataError);
+  CHECK_THROWS_WITH(timeline::merge({dir.path / "garbage.json"}, dir.path / "out.json"), Catch::Contains("garbage.json"));
+  std::ofstream(dir.path / "no_destination.json") << "{\"traceEvents\": []}";
+  std::filesystem::remove(dir.path / "garbage.json");
+  CHECK_THROWS_WITH(timeline::merge_directory(dir.path), Catch::Contains("does not say which file"));
+}
+
+TEST_CASE("the timeline shows a bucket's allreduce starting before backward ends, one bucket for all after it", "[train][timeline][distributed]") {
+  const TempDir dir("cohort_timeline_overlap_");
+  const auto set = data::make_synthetic({.samples = 64, .sample_shape = {8, 8, 2}, .classes = 4, .seed = 3});
+  for (const bool buckets_per_variable : {true, false}) {
+    INFO("a bucket per variable: " << buckets_per_variable);
+    // One rank, so that every communication event on the timeline is this trainer's.
+    comm::InProcessGroup group(1);
+    const train::RingAllreduceOptions options =
+        buckets_per_variable ? train::RingAllreduceOptions{.first_bucket_bytes = 0, .bucket_bytes = 0}
+                             : train::RingAllreduceOptions{.first_bucket_bytes = 1 << 30, .bucket_bytes = 1 << 30};
+    nn::Sequential model = ps_test::small_model(true);
+    Trainer trainer(model, optim::SGD(), std::make_shared<train::RingAllreduce>(group.transport(0), options));
+    train::FitOptions fit;
+    fit.max_steps = 3;
+    fit.batch_size = 16;
+    fit.verbosity = train::Verbosity::Silent;
+    fit.timeline = dir.path / "trace.json";
+    trainer.fit(set, fit);
+    const json trace = read_json(dir.path / "trace.rank-0.json");  // a process of a distributed strategy
+
+    const auto updates = events_of(trace, "update", "main");
+    REQUIRE(updates.size() == 3);
+    // The last step: between the second update and the third.
+    const std::int64_t step_begin = end_of(updates[1]), step_end = updates[2]["ts"].get<std::int64_t>();
+    std::int64_t backward_end = 0, first_allreduce = std::numeric_limits<std::int64_t>::max();
+    for (const auto& e : events_of(trace, "backward", "main"))
+      if (e["ts"] >= step_begin && e["ts"] < step_end) backward_end = std::max(backward_end, end_of(e));
+    for (const auto& e : events_of(trace, "communication", "ring communicator"))
+      if (e["ts"] >= step_begin && e["ts"] < step_end && e["name"].get<std::string>().starts_with("ring allreduce"))
+        first_allreduce = std::min(first_allreduce, e["ts"].get<std::int64_t>());
+    REQUIRE(backward_end > 0);
+    REQUIRE(first_allreduce < step_end);
+    if (buckets_per_variable) CHECK(first_allreduce < backward_end);
+    else CHECK(first_allreduce >= backward_end);
+    CHECK(events_of(trace, "communication", "main").size() == 3);  // the waits for the allreduce
+    CHECK(events_of(trace, "data", "main").size() >= 3);
+  }
+}
