@@ -4,7 +4,7 @@ JOBS ?= $(shell nproc)
 # This machine's instruction set: the build and its benchmarks stay here (installs default to portable code).
 CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=Release -DCOHORT_NATIVE_ARCH=ON
 
-.PHONY: all deps configure build test demo install bench bench-allreduce bench-ps asan-build sanitize fuzz clean
+.PHONY: all deps configure build test demo install bench bench-allreduce bench-ps bench-data-parallel asan-build sanitize fuzz clean
 
 all: build
 
@@ -47,6 +47,16 @@ bench-allreduce:
 	@cmake -S . -B $(BUILD_DIR) $(CMAKE_FLAGS) >/dev/null
 	@cmake --build $(BUILD_DIR) -j $(JOBS) --target cohort-launch cohort_allreduce_bench mpi_allreduce_bench gloo_allreduce_bench
 	@benchmarks/allreduce_compare.sh $(BUILD_DIR)
+
+# Data-parallel training: ring allreduce on 1, 2, 4 workers and 2 + 2 parameter servers with the exposed
+# communication from their timelines, beside PyTorch DDP (torch from PyPI as for make bench).
+bench-data-parallel:
+	@scripts/setup-debian --peers
+	@cmake -S . -B $(BUILD_DIR) $(CMAKE_FLAGS) >/dev/null
+	@cmake --build $(BUILD_DIR) -j $(JOBS) --target cifar10 cohort-launch
+	@if [ -z "$(PYTHON)" ] && ! .venv-peers/bin/python -c 'import torch' 2>/dev/null; then \
+	  (python3 -m venv .venv-peers && .venv-peers/bin/pip install -q torch numpy) || echo "(torch not installed)"; fi
+	@PYTHON=$${PYTHON:-.venv-peers/bin/python} benchmarks/data_parallel_compare.sh $(BUILD_DIR)
 
 # Parameter servers: push+pull GB/s, 2 workers + 2 ps against 1 process, and TensorFlow's parameter servers
 # (tensorflow-cpu from PyPI into .venv-peers unless PYTHON names an interpreter that has it).

@@ -29,20 +29,8 @@ if command -v iperf3 >/dev/null; then
   wait
 fi
 
-# A CIFAR-10 binary set of random images: 5 x 2000 training records, 1000 test records.
 data="$out/cifar"
-mkdir -p "$data"
-python3 - "$data" <<'PY'
-import os, sys
-d = sys.argv[1]
-for name, n in [(f"data_batch_{i}.bin", 2000) for i in range(1, 6)] + [("test_batch.bin", 1000)]:
-    with open(os.path.join(d, name), "wb") as f:
-        for _ in range(n):
-            record = bytearray(os.urandom(3073))
-            record[0] %= 10
-            f.write(record)
-PY
-
+python3 "$here/random_cifar10.py" "$data"
 run_args=(--data-dir "$data" --max-steps "$steps" --batch-size 128)
 echo
 echo "== flagship CIFAR-10 CNN training, batch 128 per worker, $steps steps, $cores cores"

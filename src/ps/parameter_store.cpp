@@ -39,6 +39,9 @@ ParameterStore::ParameterStore(comm::Transport& transport, Plan plan, std::vecto
                  "'{}' is {}trainable in the model but not in the plan", variable.name, variable.trainable ? "" : "not ");
     Link& link = links_[static_cast<std::size_t>(shard.server)];
     const std::int64_t row = row_elements(variable.value.shape());
+    pieces_of_.resize(variables_.size());
+    pieces_of_[it->second].emplace_back(static_cast<std::size_t>(shard.server), link.pieces.size());
+    if (variable.trainable) ++link.trainable_pieces;
     link.pieces.push_back({.variable = it->second,
                            .element_begin = shard.row_begin * row,
                            .count = shard.shape.numel(),
@@ -53,27 +56,30 @@ ParameterStore::ParameterStore(comm::Transport& transport, Plan plan, std::vecto
   traffic_.servers.resize(links_.size());
 }
 
+void ParameterStore::send_request(Link& link, std::uint16_t kind, std::int64_t samples, bool with_payload,
+                                  std::optional<std::int64_t> step, std::vector<comm::WorkPtr>& sends) {
+  const std::size_t bytes = with_payload ? link.outgoing.size() * sizeof(float) : 0;
+  proto::RequestHeader header;
+  header.kind = kind;
+  header.plan_fingerprint = plan_.fingerprint();
+  header.step = step.value_or(link.step);
+  header.samples = samples;
+  header.learning_rate_factor = learning_rate_factor_;
+  header.payload_bytes = bytes;
+  header.payload_crc = crc32c_of(link.outgoing.data(), bytes);
+  // Kept in the link: the transport reads the bytes until the send completes.
+  std::memcpy(link.request.data(), &header, sizeof header);
+  sends.push_back(transport_.send(link.rank, proto::kRequestTag, link.request));
+  if (bytes > 0) sends.push_back(transport_.send(link.rank, proto::kRequestPayloadTag, std::as_bytes(std::span(link.outgoing))));
+  const auto server = static_cast<std::size_t>(&link - links_.data());
+  ++traffic_.servers[server].requests;
+  traffic_.servers[server].bytes_sent += static_cast<std::int64_t>(sizeof header + bytes);
+}
+
 void ParameterStore::send_to_all(std::uint16_t kind, std::int64_t samples, bool with_payload, std::optional<std::int64_t> step) {
   // Every server's request goes out before any is waited for, so that the transfers overlap.
   std::vector<comm::WorkPtr> sends;
-  for (std::size_t s = 0; s < links_.size(); ++s) {
-    Link& link = links_[s];
-    const std::size_t bytes = with_payload ? link.outgoing.size() * sizeof(float) : 0;
-    proto::RequestHeader header;
-    header.kind = kind;
-    header.plan_fingerprint = plan_.fingerprint();
-    header.step = step.value_or(link.step);
-    header.samples = samples;
-    header.learning_rate_factor = learning_rate_factor_;
-    header.payload_bytes = bytes;
-    header.payload_crc = crc32c_of(link.outgoing.data(), bytes);
-    // Kept in the link: the transport reads the bytes until the send completes.
-    std::memcpy(link.request.data(), &header, sizeof header);
-    sends.push_back(transport_.send(link.rank, proto::kRequestTag, link.request));
-    if (bytes > 0) sends.push_back(transport_.send(link.rank, proto::kRequestPayloadTag, std::as_bytes(std::span(link.outgoing))));
-    ++traffic_.servers[s].requests;
-    traffic_.servers[s].bytes_sent += static_cast<std::int64_t>(sizeof header + bytes);
-  }
+  for (Link& link : links_) send_request(link, kind, samples, with_payload, step, sends);
   comm::wait_all(sends, transport_.timeout());
 }
 
@@ -105,21 +111,19 @@ void ParameterStore::receive_payload(Link& link, const proto::ReplyHeader& heade
     throw ProtocolError(fmt::format("the answer of {} fails its checksum (garbled in transit)", server));
 }
 
-void ParameterStore::exchange_values(std::uint16_t kind, std::int64_t samples, bool with_payload) {
-  // The answers' receives are posted first, so that the values land straight in their buffers.
+std::vector<comm::WorkPtr> ParameterStore::post_value_receives() {
   std::vector<comm::WorkPtr> posted;
   for (Link& link : links_)
     posted.push_back(transport_.recv(link.rank, proto::kReplyPayloadTag, std::as_writable_bytes(std::span(link.incoming))));
-  {
-    const timeline::Span span("communication", with_payload ? "push to every server" : "pull request to every server");
-    send_to_all(kind, samples, with_payload);
-  }
+  return posted;
+}
+
+void ParameterStore::receive_values(std::uint16_t kind, const std::vector<comm::WorkPtr>& posted) {
   for (std::size_t s = 0; s < links_.size(); ++s) {
     Link& link = links_[s];
     const auto waiting_since = timeline::Clock::now();
     receive_payload(link, receive_header(link, kind), std::as_writable_bytes(std::span(link.incoming)), posted[s]);
-    if (timeline::recording())
-      timeline::record("communication", fmt::format("values from ps {}", s), waiting_since);
+    if (timeline::recording()) timeline::record("communication", fmt::format("values from ps {}", s), waiting_since);
     for (const Piece& piece : link.pieces) {
       const LocalVariable& variable = variables_[piece.variable];
       const float* in = link.incoming.data() + piece.offset;
@@ -128,6 +132,15 @@ void ParameterStore::exchange_values(std::uint16_t kind, std::int64_t samples, b
       if (!variable.trainable) std::copy_n(in, piece.count, link.last_read.data() + piece.offset);
     }
   }
+}
+
+void ParameterStore::exchange_values(std::uint16_t kind, std::int64_t samples, bool with_payload) {
+  const auto posted = post_value_receives();
+  {
+    const timeline::Span span("communication", with_payload ? "push to every server" : "pull request to every server");
+    send_to_all(kind, samples, with_payload);
+  }
+  receive_values(kind, posted);
 }
 
 void ParameterStore::initialize_servers() {
@@ -144,23 +157,70 @@ void ParameterStore::initialize_servers() {
 
 void ParameterStore::pull() { exchange_values(static_cast<std::uint16_t>(proto::Kind::Pull), 0, false); }
 
+void ParameterStore::pack(Link& link, const Piece& piece) {
+  const LocalVariable& variable = variables_[piece.variable];
+  float* out = link.outgoing.data() + piece.offset;
+  if (variable.trainable) {
+    std::copy_n(variable.gradient.data() + piece.element_begin, piece.count, out);
+    return;
+  }
+  // The change this worker made since its last read: the servers add it up.
+  const float* now = variable.value.data() + piece.element_begin;
+  const float* before = link.last_read.data() + piece.offset;
+  for (std::int64_t i = 0; i < piece.count; ++i) out[i] = now[i] - before[i];
+}
+
 void ParameterStore::push_pull(std::int64_t samples) {
-  const auto start = Clock::now();
+  begin_push(samples);
+  finish_push();
+}
+
+void ParameterStore::begin_push(std::int64_t samples) {
+  COHORT_CHECK(!push_, "begin_push() while a push is in progress");
+  push_ = Push{.samples = samples, .posted_receives = post_value_receives(), .sends = {}};
   for (Link& link : links_) {
-    for (const Piece& piece : link.pieces) {
-      const LocalVariable& variable = variables_[piece.variable];
-      float* out = link.outgoing.data() + piece.offset;
-      if (variable.trainable) {
-        std::copy_n(variable.gradient.data() + piece.element_begin, piece.count, out);
-      } else {
-        // The change this worker made since its last read: the servers add it up.
-        const float* now = variable.value.data() + piece.element_begin;
-        const float* before = link.last_read.data() + piece.offset;
-        for (std::int64_t i = 0; i < piece.count; ++i) out[i] = now[i] - before[i];
-      }
+    link.pieces_waiting = link.trainable_pieces;
+    link.request_sent = false;
+  }
+}
+
+void ParameterStore::gradients_ready(std::span<const std::size_t> variables) {
+  COHORT_CHECK(push_.has_value(), "gradients_ready() outside begin_push() .. finish_push()");
+  const auto start = Clock::now();
+  for (std::size_t v : variables) {
+    COHORT_CHECK(v < variables_.size() && variables_[v].trainable, "gradients_ready(): {} is not a trainable variable of the store", v);
+    for (const auto& [server, index] : pieces_of_[v]) {
+      Link& link = links_[server];
+      COHORT_CHECK(!link.request_sent && link.pieces_waiting > 0, "the gradient of '{}' was announced twice in one step",
+                   variables_[v].name);
+      pack(link, link.pieces[index]);
+      if (--link.pieces_waiting > 0) continue;
+      // Everything this server holds is final: its request leaves now, while backward goes on.
+      for (const Piece& piece : link.pieces)
+        if (!variables_[piece.variable].trainable) pack(link, piece);
+      const timeline::Span span("communication", "push");
+      send_request(link, static_cast<std::uint16_t>(proto::Kind::Push), push_->samples, true, {}, push_->sends);
+      link.request_sent = true;
     }
   }
-  exchange_values(static_cast<std::uint16_t>(proto::Kind::Push), samples, true);
+  traffic_.communication_seconds += std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+void ParameterStore::finish_push() {
+  COHORT_CHECK(push_.has_value(), "finish_push() without begin_push()");
+  const auto start = Clock::now();
+  Push push = std::move(*push_);
+  push_.reset();
+  {
+    const timeline::Span span("communication", "push");
+    for (Link& link : links_) {
+      if (link.request_sent) continue;
+      for (const Piece& piece : link.pieces) pack(link, piece);
+      send_request(link, static_cast<std::uint16_t>(proto::Kind::Push), push.samples, true, {}, push.sends);
+    }
+    comm::wait_all(push.sends, transport_.timeout());
+  }
+  receive_values(static_cast<std::uint16_t>(proto::Kind::Push), push.posted_receives);
   traffic_.communication_seconds += std::chrono::duration<double>(Clock::now() - start).count();
   ++traffic_.steps;
 }

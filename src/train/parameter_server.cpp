@@ -54,12 +54,15 @@ void ParameterServer::initialize(nn::Sequential& model, optim::Optimizer& optimi
   staging_ = staged_ ? std::make_unique<CopyStream>(model.device()) : nullptr;
   std::vector<ps::LocalVariable> variables;
   mirrors_.clear();
+  store_index_.clear();
+  optimizer_ = &optimizer;
   for (const auto& v : model.variables()) {
     Mirror mirror{v, v->value, v->gradient};
     if (staged_) {
       mirror.value = Tensor::pinned(v->value.shape());
       if (v->trainable) mirror.gradient = Tensor::pinned(v->gradient.shape());
     }
+    store_index_[v.get()] = variables.size();
     variables.push_back({v->name, mirror.value, mirror.gradient, v->trainable});
     mirrors_.push_back(std::move(mirror));
   }
@@ -74,7 +77,27 @@ void ParameterServer::initialize(nn::Sequential& model, optim::Optimizer& optimi
   optimizer.set_iterations(store_->step());
 }
 
+void ParameterServer::begin_gradients(nn::Sequential&, std::int64_t samples) {
+  if (staged_) return;
+  store_->set_learning_rate_factor(optimizer_->learning_rate_factor());
+  store_->begin_push(samples);
+  pushing_ = true;
+}
+
+void ParameterServer::gradients_ready(std::span<const nn::VariablePtr> variables) {
+  if (!pushing_) return;
+  std::vector<std::size_t> indices;
+  for (const auto& v : variables) indices.push_back(store_index_.at(v.get()));
+  store_->gradients_ready(indices);
+}
+
 void ParameterServer::apply_gradients(nn::Sequential&, optim::Optimizer& optimizer, std::int64_t samples) {
+  if (pushing_) {
+    pushing_ = false;
+    store_->finish_push();
+    optimizer.set_iterations(store_->step());
+    return;
+  }
   if (staged_) {
     for (const Mirror& m : mirrors_)
       if (m.variable->trainable) staging_->copy(m.variable->gradient, m.gradient);

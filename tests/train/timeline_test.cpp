@@ -1,5 +1,5 @@
 // The timeline: Chrome traces written and merged, and what they show of a training step: the allreduce of
-// gradient buckets starting while backward still runs.
+// gradient buckets, and a parameter server's request, starting while backward still runs.
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
@@ -47,6 +47,16 @@ std::vector<json> events_of(const json& trace, const std::string& category, cons
     if (e["ph"] == "X" && e["cat"] == category && e["tid"].get<int>() == track) found.push_back(e);
   return found;
 }
+
+// A placement of the test's own: the dense layer on server 1, the rest on server 0.
+struct DenseApart {
+  std::string name() const { return "dense apart"; }
+  std::vector<int> assign(const std::vector<ps::Shard>& shards, int) const {
+    std::vector<int> servers;
+    for (const auto& shard : shards) servers.push_back(shard.variable.starts_with("dense") ? 1 : 0);
+    return servers;
+  }
+};
 
 std::int64_t end_of(const json& event) { return event["ts"].get<std::int64_t>() + event["dur"].get<std::int64_t>(); }
 
@@ -127,4 +137,34 @@ TEST_CASE("the timeline shows a bucket's allreduce starting before backward ends
     CHECK(events_of(trace, "communication", "main").size() == 3);  // the waits for the allreduce
     CHECK(events_of(trace, "data", "main").size() >= 3);
   }
+}
+
+TEST_CASE("parameter servers: a server's request leaves while backward still runs", "[train][timeline][ps]") {
+  const TempDir dir("cohort_timeline_ps_");
+  const auto set = data::make_synthetic({.samples = 64, .sample_shape = {8, 8, 2}, .classes = 4, .seed = 3});
+  comm::InProcessGroup group(3);
+  std::vector<nn::Sequential> models;
+  for (int r = 0; r < 3; ++r) models.push_back(ps_test::small_model(true));
+  // The dense layer's variables on a server of their own: its request can leave before conv2d's backward,
+  // the last, has run.
+  ps_test::run_cluster(group, 1, 2, {.placement = DenseApart{}}, [&](int r, auto strategy) {
+    Trainer trainer(models[static_cast<std::size_t>(r)], optim::SGD(), strategy);
+    train::FitOptions fit;
+    fit.max_steps = 3;
+    fit.batch_size = 16;
+    fit.verbosity = train::Verbosity::Silent;
+    if (r == 0) fit.timeline = dir.path / "trace.json";  // one recorder per process: the worker's
+    trainer.fit(set, fit);
+  });
+  const json trace = read_json(dir.path / "trace.rank-0.json");
+  const auto batches = events_of(trace, "data", "main");
+  REQUIRE(batches.size() >= 3);
+  const std::int64_t step_begin = batches[2]["ts"].get<std::int64_t>();  // the last step
+  std::int64_t backward_end = 0, first_push = std::numeric_limits<std::int64_t>::max();
+  for (const auto& e : events_of(trace, "backward", "main"))
+    if (e["ts"] >= step_begin) backward_end = std::max(backward_end, end_of(e));
+  for (const auto& e : events_of(trace, "communication", "main"))
+    if (e["ts"] >= step_begin && e["name"] == "push") first_push = std::min(first_push, e["ts"].get<std::int64_t>());
+  REQUIRE(backward_end > 0);
+  CHECK(first_push < backward_end);
 }

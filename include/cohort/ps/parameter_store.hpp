@@ -62,6 +62,13 @@ class ParameterStore {
   void pull();
   // Sends the gradients of a step over `samples` samples (0: none) and reads the new values.
   void push_pull(std::int64_t samples);
+  // push_pull() in parts, so that requests leave while backward runs: begin_push() before backward,
+  // gradients_ready() as variables' gradients become final (a server's request leaves as soon as every
+  // gradient it holds is), finish_push() after backward: the requests not yet sent go, the values come.
+  void begin_push(std::int64_t samples);
+  // `variables`: indices into the variables the store was given.
+  void gradients_ready(std::span<const std::size_t> variables);
+  void finish_push();
   // The factor on the servers' learning-rate schedule that the next pushes carry (1 by default).
   void set_learning_rate_factor(double factor) { learning_rate_factor_ = factor; }
   // Every server writes its snapshot for checkpoint step `step`; returns the files for the manifest.
@@ -88,7 +95,28 @@ class ParameterStore {
     std::vector<float> outgoing{}, incoming{}, last_read{};
     std::vector<std::byte> request{};  // the request header while it is being sent
     std::int64_t step = 0;
+    std::size_t trainable_pieces = 0;
+    // During a pipelined push: pieces whose gradients are not final yet, and whether the request left.
+    std::size_t pieces_waiting = 0;
+    bool request_sent = false;
   };
+  // A pipelined push between begin_push() and finish_push().
+  struct Push {
+    std::int64_t samples = 0;
+    std::vector<comm::WorkPtr> posted_receives, sends;
+  };
+
+  // Copies piece `piece` of `link` into its outgoing payload: a gradient, or a non-trainable variable's
+  // change since the last read.
+  void pack(Link& link, const Piece& piece);
+  // Queues `link`'s request; `sends` gets the works that complete once its bytes are out.
+  void send_request(Link& link, std::uint16_t kind, std::int64_t samples, bool with_payload, std::optional<std::int64_t> step,
+                    std::vector<comm::WorkPtr>& sends);
+  // The receives of every server's answer with values, posted before the requests so that the values
+  // land straight in their buffers.
+  std::vector<comm::WorkPtr> post_value_receives();
+  // Reads every server's answer with values into the model's variables.
+  void receive_values(std::uint16_t kind, const std::vector<comm::WorkPtr>& posted);
 
   // Sends one request to every server (a payload: each link's outgoing values); step defaults to each
   // link's last answered step. Returns once every request is out.
@@ -106,6 +134,9 @@ class ParameterStore {
   Plan plan_;
   std::vector<LocalVariable> variables_;
   std::vector<Link> links_;
+  // Per variable, its pieces: (server, index in that link's pieces).
+  std::vector<std::vector<std::pair<std::size_t, std::size_t>>> pieces_of_;
+  std::optional<Push> push_;
   bool run_ended_ = false;
   double learning_rate_factor_ = 1;
   ClientTraffic traffic_;

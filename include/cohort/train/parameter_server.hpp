@@ -23,6 +23,7 @@
 #include <chrono>
 #include <memory>
 #include <optional>
+#include <unordered_map>
 #include <vector>
 
 #include "cohort/cluster/cluster.hpp"
@@ -61,6 +62,10 @@ class ParameterServer : public Strategy {
   int process_index() const override { return transport_.rank(); }
   void initialize(nn::Sequential& model, optim::Optimizer& optimizer) override;
   void apply_gradients(nn::Sequential& model, optim::Optimizer& optimizer, std::int64_t samples) override;
+  // A model on the CPU sends each server its request as soon as backward has made every gradient that
+  // server holds final; a model on a device sends them all after backward (its gradients are staged).
+  void begin_gradients(nn::Sequential& model, std::int64_t samples) override;
+  void gradients_ready(std::span<const nn::VariablePtr> variables) override;
   DataShare data_share() const override;
   // Returns the run's history, which the chief sends every server at the end.
   History serve(nn::Sequential& model, optim::Optimizer& optimizer, const std::filesystem::path& checkpoint_dir) override;
@@ -107,7 +112,10 @@ class ParameterServer : public Strategy {
   std::optional<ps::Plan> plan_;
   std::unique_ptr<ps::ParameterStore> store_;
   std::vector<Mirror> mirrors_;
+  std::unordered_map<const nn::Variable*, std::size_t> store_index_;  // the store's index of each variable
   bool staged_ = false;  // the model is not on the CPU
+  bool pushing_ = false;  // between begin_gradients() and apply_gradients()
+  const optim::Optimizer* optimizer_ = nullptr;  // the learning-rate factor the pushes carry
   std::unique_ptr<CopyStream> staging_;
   std::optional<ps::Manifest> resumed_from_;
   std::filesystem::path resumed_dir_;
