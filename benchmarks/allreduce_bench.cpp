@@ -1,4 +1,4 @@
-// cohort's ring allreduce over the TCP transport, swept nccl-tests style (allreduce_sweep.hpp). It takes
+// cohort's allreduce (recursive doubling for small vectors, the ring above) over the TCP transport, swept nccl-tests style (allreduce_sweep.hpp). It takes
 // the cluster from the environment, so it runs under cohort-launch; with COHORT_COMMUNICATOR=mpi under
 // mpirun it measures cohort's MPI communicator instead:
 //
@@ -6,6 +6,8 @@
 //   COHORT_COMMUNICATOR=mpi mpirun -np 4 ./build/benchmarks/cohort_allreduce_bench
 //   ... --min-bytes 4096 --max-bytes 268435456     (defaults)
 //   ... --forever                                  (repeat the sweep until stopped; for failure drills)
+//   COHORT_LATENCY_OPTIMAL_BELOW=N ...              (recursive doubling below N bytes, the ring above;
+//                                                   0: the ring only; to find the crossover)
 // benchmarks/allreduce_compare.sh puts it beside Open MPI and Gloo.
 #include <cstdio>
 #include <cstdlib>
@@ -33,11 +35,13 @@ int main(int argc, char** argv) try {
         [&](float* data, std::size_t count) { wait(mpi->allreduce(comm::Buffer::of({data, count}), comm::ReduceOp::Sum)); },
         [&] { wait(mpi->allreduce(comm::Buffer::of({&token, 1}), comm::ReduceOp::Sum)); });
   }
+  comm::AllreduceOptions allreduce;
+  if (const char* below = std::getenv("COHORT_LATENCY_OPTIMAL_BELOW")) allreduce.latency_optimal_below_bytes = std::stoull(below);
   auto cluster = cluster::Cluster::from_environment();
   comm::Transport& transport = cluster.transport();
   return sweep::run(
-      "cohort ring allreduce over TCP", transport.rank(), transport.size(), options,
-      [&](float* data, std::size_t count) { comm::allreduce(transport, {data, count}); },
+      "cohort allreduce over TCP", transport.rank(), transport.size(), options,
+      [&](float* data, std::size_t count) { comm::allreduce(transport, {data, count}, allreduce); },
       [&] { comm::barrier(transport); });
 } catch (const std::exception& e) {
   std::fprintf(stderr, "cohort_allreduce_bench: %s\n", e.what());

@@ -19,6 +19,7 @@ for binary in examples/cifar10 cohort-launch; do
 done
 python3 "$here/random_cifar10.py" "$out/cifar"
 args=(--data-dir "$out/cifar" --max-steps "$steps" --batch-size 128 --threads 1 --verbosity silent)
+cores=$(nproc)
 export OMP_NUM_THREADS=1
 
 # rate LABEL WORKERS TRACE: the cluster's images/s and the chief's exposed communication, from the timeline.
@@ -34,7 +35,7 @@ print(f"{label:<40} {128 * workers * 1000 / step_ms:>9.1f} images/s  step {step_
 PY
 }
 
-echo "== flagship CIFAR-10 CNN, batch 128 per worker, 1 thread per process, $steps steps, $(nproc) cores"
+echo "== flagship CIFAR-10 CNN, batch 128 per worker, 1 thread per process, $steps steps, $cores cores"
 "$build/examples/cifar10" "${args[@]}" --timeline "$out/w1.json" >"$out/log" 2>&1 || { cat "$out/log"; exit 1; }
 rate "cohort, 1 process" 1 "$out/w1.json" | tee "$out/rates"
 for workers in 2 4; do

@@ -112,10 +112,47 @@ void ring_allreduce(Transport& transport, std::span<T> data, const AllreduceOpti
       wait_all({sent, received}, transport.timeout());
     }
   }
-  if (options.op == ReduceOp::Mean) {
-    const T inverse = T(1) / static_cast<T>(n);
-    for (T& v : data) v *= inverse;
+}
+
+// Recursive doubling (Thakur, Rabenseifner and Gropp 2005): in round k every rank swaps its whole vector
+// with the rank 2^k away and adds, so log2(n) message times instead of the ring's 2 (n - 1): the choice
+// for small vectors, where latency dominates. With n not a power of two, the first 2 r ranks (r = n - p,
+// p the largest power of two below n) fold in pairs first and the odd one of each pair takes part; the
+// even one gets the result at the end. Each addition has two operands, and a + b == b + a exactly, so
+// all ranks end with bitwise identical results.
+template <typename T>
+void recursive_doubling_allreduce(Transport& transport, std::span<T> data, const AllreduceOptions& options) {
+  const int n = transport.size(), r = transport.rank();
+  int p = 1;
+  while (p * 2 <= n) p *= 2;
+  const int folded = n - p;
+  thread_local std::vector<T> incoming;
+  if (incoming.size() < data.size()) incoming.resize(data.size());
+  const auto theirs = std::span(incoming).subspan(0, data.size());
+  auto add_theirs = [&] {
+    for (std::size_t i = 0; i < data.size(); ++i) data[i] += theirs[i];
+  };
+  // Ranks below 2 * folded pair up; the odd one of each pair stands for both.
+  if (r < 2 * folded && r % 2 == 0) {
+    transport.send(r + 1, options.tag, bytes_of(data))->wait(transport.timeout());
+    transport.recv(r + 1, options.tag, bytes_of(data))->wait(transport.timeout());
+    return;
   }
+  if (r < 2 * folded) {
+    transport.recv(r - 1, options.tag, bytes_of(theirs))->wait(transport.timeout());
+    add_theirs();
+  }
+  const int self = r < 2 * folded ? r / 2 : r - folded;
+  auto real = [&](int virtual_rank) { return virtual_rank < folded ? 2 * virtual_rank + 1 : virtual_rank + folded; };
+  for (int mask = 1; mask < p; mask <<= 1) {
+    const int partner = real(self ^ mask);
+    // The send reads `data` until it completes: the sum is taken after.
+    auto sent = transport.send(partner, options.tag, bytes_of(data));
+    auto received = transport.recv(partner, options.tag, bytes_of(theirs));
+    wait_all({sent, received}, transport.timeout());
+    add_theirs();
+  }
+  if (r < 2 * folded) transport.send(r - 1, options.tag, bytes_of(data))->wait(transport.timeout());
 }
 
 }  // namespace
@@ -124,9 +161,20 @@ void allreduce(Transport& transport, std::span<std::byte> data, const AllreduceO
   const std::size_t element = size_of(options.type);
   COHORT_CHECK(data.size() % element == 0, "allreduce: {} bytes are not whole elements of {} bytes", data.size(), element);
   switch (options.type) {
-    case DataType::Float32:
-      ring_allreduce(transport, std::span(reinterpret_cast<float*>(data.data()), data.size() / element), options);
+    case DataType::Float32: {
+      const std::span values(reinterpret_cast<float*>(data.data()), data.size() / element);
+      const std::size_t latency_optimal_below =
+          options.latency_optimal_below_bytes.value_or(transport.size() == 2 ? std::size_t{1} << 20 : std::size_t{256} << 10);
+      if (transport.size() > 1 && data.size() < latency_optimal_below)
+        recursive_doubling_allreduce(transport, values, options);
+      else
+        ring_allreduce(transport, values, options);
+      if (options.op == ReduceOp::Mean) {
+        const float inverse = 1.0f / static_cast<float>(transport.size());
+        for (float& v : values) v *= inverse;
+      }
       return;
+    }
   }
 }
 

@@ -2,6 +2,7 @@
 // The transport contract as checks that run against any connected group, so that every transport goes
 // through the same suite (tests/comm/inproc_test.cpp, tests/comm/tcp_test.cpp).
 
+#include <limits>
 #include <catch2/catch.hpp>
 #include <numeric>
 #include <vector>
@@ -95,10 +96,12 @@ inline std::vector<float> input_of(int rank, std::size_t count) {
   return v;
 }
 
-// Allreduce (sum and mean) against a serial reference, for sizes that do not divide evenly and zero.
+// Allreduce (sum and mean) against a serial reference, for sizes that do not divide evenly and zero, by
+// the ring and by recursive doubling; every rank ends with the same bits.
 inline void allreduce_matches_reference(const Group& group, std::initializer_list<std::size_t> counts) {
   const int n = static_cast<int>(group.size());
   for (std::size_t count : counts) {
+    for (const std::size_t latency_optimal_below : {std::size_t{0}, std::numeric_limits<std::size_t>::max()})
     for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Mean}) {
       std::vector<float> expected(count, 0.0f);
       for (int r = 0; r < n; ++r) {
@@ -110,10 +113,12 @@ inline void allreduce_matches_reference(const Group& group, std::initializer_lis
       std::vector<std::vector<float>> results(static_cast<std::size_t>(n));
       comm_test::run_ranks(n, [&](int r) {
         auto data = input_of(r, count);
-        allreduce(*group[static_cast<std::size_t>(r)], data, {.op = op, .segment_bytes = 4 * 100});
+        allreduce(*group[static_cast<std::size_t>(r)], data,
+                  {.op = op, .segment_bytes = 4 * 100, .latency_optimal_below_bytes = latency_optimal_below});
         results[static_cast<std::size_t>(r)] = std::move(data);
       });
-      INFO("ranks " << n << " count " << count << " mean " << (op == ReduceOp::Mean));
+      INFO("ranks " << n << " count " << count << " mean " << (op == ReduceOp::Mean) << " recursive doubling "
+                    << (latency_optimal_below > 0));
       for (int r = 0; r < n; ++r) {
         const auto& got = results[static_cast<std::size_t>(r)];
         REQUIRE(got.size() == count);

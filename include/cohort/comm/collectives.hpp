@@ -10,6 +10,7 @@
 // need no second code path; the wire carries the elements as they are.
 
 #include <cstddef>
+#include <optional>
 #include <span>
 
 #include "cohort/comm/transport.hpp"
@@ -30,6 +31,11 @@ struct AllreduceOptions {
   // Each ring step moves its chunk in segments of this size, so that reducing one segment overlaps
   // receiving the next.
   std::size_t segment_bytes = 256 * 1024;
+  // Below this size the latency-optimal recursive doubling (log2 n exchanges of the whole vector) runs
+  // instead of the ring (2 (n - 1) exchanges of 1/n of it). Unset: where it stopped beating the ring in
+  // the allreduce sweep over loopback TCP, 1 MiB on 2 ranks (both send the vector once, but the ring
+  // overlaps its additions with the transfer) and 256 KiB on more.
+  std::optional<std::size_t> latency_optimal_below_bytes;
   Tag tag = kCollectiveTag;
 };
 
