@@ -24,8 +24,10 @@ refuses "--epochs: needs a whole number from 1 to 1099511627776, got '3x'" --epo
 refuses "--device: gpu not in {cpu,cuda,auto,emulated}" --device gpu
 refuses "--placement: placement policy 'RoundRobin': expected round-robin, size-balanced or tensorflow-greedy" --placement RoundRobin
 refuses "--consistency: consistency 'stale:x'" --consistency stale:x
+refuses "--accumulate-steps: needs a whole number from 1 to 1048576, got '0'" --accumulate-steps 0
 refuses "--bogus" --bogus
 # One line, not the whole usage.
 [ "$(timeout 30 "$example" --bogus 2>&1 | wc -l)" -eq 1 ] || fail "a mistake prints more than one line"
 timeout 30 "$example" --help | grep -q -- '--each-worker-full-pass' || fail "--help does not list the options on stdout"
+timeout 30 "$example" --help | grep -q -- '--timeline' || fail "--help does not list --timeline"
 echo "options_test: all checks passed"
