@@ -15,7 +15,7 @@ GradientBuckets::GradientBuckets(const std::vector<nn::VariablePtr>& trainable, 
     if (buckets_.empty() || static_cast<std::size_t>(buckets_.back().end - buckets_.back().begin) * sizeof(float) >= limit)
       buckets_.push_back({at, at, {}});
     GradientBucket& bucket = buckets_.back();
-    slots_[variables_[i].get()] = {buckets_.size() - 1, at};
+    slots_[variables_[i].get()] = {buckets_.size() - 1, at, i};
     at += variables_[i]->gradient.numel();
     bucket.end = at;
     bucket.members.push_back(i);

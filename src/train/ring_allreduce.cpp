@@ -113,6 +113,7 @@ void RingAllreduce::begin_gradients(nn::Sequential& model, std::int64_t samples)
     plan_buckets(model);
   for (std::size_t b = 0; b < bucket_states_.size(); ++b)
     bucket_states_[b] = {.waiting = buckets_.buckets()[b].members.size(), .work = nullptr};
+  announced_.assign(buckets_.variables().size(), false);
   next_bucket_ = 0;
   step_begun_ = true;
   // Each process's mean gradients times its sample count, summed, over the summed counts: the gradient
@@ -127,13 +128,13 @@ void RingAllreduce::gradients_ready(std::span<const nn::VariablePtr> variables) 
   COHORT_CHECK(step_begun_, "gradients_ready() before begin_gradients()");
   for (const auto& v : variables) {
     const auto slot = buckets_.slot_of(*v);
+    COHORT_CHECK(!announced_[slot.index], "the gradient of '{}' was announced twice in one step", v->name);
+    announced_[slot.index] = true;
     const std::int64_t n = v->gradient.numel();
     const Tensor packed = fused_.slice(slot.offset, slot.offset + n);
     ops::copy(v->gradient.view({n}), packed);
     ops::scale(packed, step_samples_);
-    BucketState& state = bucket_states_[slot.bucket];
-    COHORT_CHECK(state.waiting > 0 && state.work == nullptr, "the gradient of '{}' was announced twice in one step", v->name);
-    --state.waiting;
+    --bucket_states_[slot.bucket].waiting;
   }
   start_ready_buckets();
 }

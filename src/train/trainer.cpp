@@ -5,6 +5,8 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
+#include <fstream>
 #include <cstdlib>
 #include <string_view>
 #include <optional>
@@ -107,6 +109,11 @@ class TimelineRecording {
     } else {
       file_ = path;
     }
+    // A timeline that cannot be written is refused now, not after the run.
+    const std::filesystem::path probe = file_.string() + ".partial";
+    if (!std::ofstream(probe))
+      throw IoError(fmt::format("cannot write the timeline {}: {}", file_.string(), std::strerror(errno)));
+    std::filesystem::remove(probe);
     timeline::start(process.empty() ? "process" : process);
   }
   ~TimelineRecording() {

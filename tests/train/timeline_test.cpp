@@ -168,3 +168,15 @@ TEST_CASE("parameter servers: a server's request leaves while backward still run
   REQUIRE(backward_end > 0);
   CHECK(first_push < backward_end);
 }
+
+TEST_CASE("a timeline that cannot be written is refused before training", "[train][timeline]") {
+  const auto set = data::make_synthetic({.samples = 16, .sample_shape = {8, 8, 2}, .classes = 4, .seed = 3});
+  nn::Sequential model = ps_test::small_model();
+  Trainer trainer(model, optim::SGD());
+  train::FitOptions fit;
+  fit.verbosity = train::Verbosity::Silent;
+  fit.timeline = "/nonexistent-directory/trace.json";
+  CHECK_THROWS_WITH(trainer.fit(set, fit), Catch::Contains("cannot write the timeline /nonexistent-directory/trace.json"));
+  CHECK_FALSE(timeline::recording());
+  CHECK(trainer.optimizer().iterations() == 0);
+}

@@ -32,6 +32,7 @@ class GradientBuckets {
   struct Slot {
     std::size_t bucket;
     std::int64_t offset;  // in the flat buffer
+    std::size_t index;    // into variables()
   };
   // Where `variable` lives; InvalidArgument for a variable the plan was not made for.
   Slot slot_of(const nn::Variable& variable) const;

@@ -86,6 +86,7 @@ class RingAllreduce : public Strategy {
   RingAllreduceOptions options_;
   GradientBuckets buckets_;
   std::vector<BucketState> bucket_states_;
+  std::vector<bool> announced_;  // per variable of buckets_, this step
   std::size_t next_bucket_ = 0;  // the next one to start
   bool step_begun_ = false;
   float step_samples_ = 0;
