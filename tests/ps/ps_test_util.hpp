@@ -2,6 +2,7 @@
 // Parameter-server runs inside one test: every process of the run is a thread over an InProcessGroup,
 // workers first (rank 0 is the chief), then the servers.
 
+#include <catch2/catch.hpp>
 #include <functional>
 #include <memory>
 #include <string>
@@ -15,6 +16,7 @@
 #include "cohort/nn/dense.hpp"
 #include "cohort/nn/flatten.hpp"
 #include "cohort/nn/pooling2d.hpp"
+#include "cohort/optim/sgd.hpp"
 #include "cohort/train/parameter_server.hpp"
 #include "cohort/train/trainer.hpp"
 #include "comm/comm_test_util.hpp"
@@ -30,6 +32,21 @@ inline nn::Sequential small_model(bool batch_norm = false) {
   model.add(nn::ReLU()).add(nn::MaxPooling2D(2));
   model.add(nn::Flatten()).add(nn::Dense(4)).add(nn::Softmax());
   return model;
+}
+
+inline optim::SGD momentum_sgd() { return optim::SGD({.learning_rate = optim::constant(0.1), .momentum = 0.9}); }
+
+// Every variable of `got` equals the one of the same name in `expected`, within `tolerance`.
+inline void require_same_variables(const nn::Sequential& expected, const nn::Sequential& got, double tolerance = 1e-4) {
+  for (const auto& v : expected.variables()) {
+    const auto want = v->value.to_vector();
+    const auto have = got.variable(v->name)->value.to_vector();
+    REQUIRE(have.size() == want.size());
+    for (std::size_t i = 0; i < have.size(); ++i) {
+      INFO(v->name << "[" << i << "]");
+      REQUIRE(have[i] == Approx(want[i]).epsilon(tolerance).margin(1e-5));
+    }
+  }
 }
 
 // "worker 0" .. then "ps 0" ..: how errors name the processes of a run.

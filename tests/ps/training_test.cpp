@@ -12,25 +12,13 @@
 #include "ps/ps_test_util.hpp"
 
 using namespace cohort;
+using ps_test::momentum_sgd;
+using ps_test::require_same_variables;
 using ps_test::small_model;
 
 namespace {
 
 const auto kSet = data::make_synthetic({.samples = 44, .sample_shape = {8, 8, 2}, .classes = 4, .seed = 3});
-
-optim::SGD momentum_sgd() { return optim::SGD({.learning_rate = optim::constant(0.1), .momentum = 0.9}); }
-
-void require_same_variables(const nn::Sequential& expected, const nn::Sequential& got, double tolerance = 1e-4) {
-  for (const auto& v : expected.variables()) {
-    const auto want = v->value.to_vector();
-    const auto have = got.variable(v->name)->value.to_vector();
-    REQUIRE(have.size() == want.size());
-    for (std::size_t i = 0; i < have.size(); ++i) {
-      INFO(v->name << "[" << i << "]");
-      REQUIRE(have[i] == Approx(want[i]).epsilon(tolerance).margin(1e-5));
-    }
-  }
-}
 
 // Sleeps after every batch: a slow worker.
 struct Slowdown : train::Callback {

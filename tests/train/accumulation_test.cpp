@@ -8,14 +8,14 @@
 #include "ps/ps_test_util.hpp"
 
 using namespace cohort;
+using ps_test::momentum_sgd;
+using ps_test::require_same_variables;
 using ps_test::small_model;
 
 namespace {
 
 // 44 samples: updates of 32 and, at each epoch's end, of the 12 left (shared unevenly among replicas).
 const auto kSet = data::make_synthetic({.samples = 44, .sample_shape = {8, 8, 2}, .classes = 4, .seed = 3});
-
-optim::SGD momentum_sgd() { return optim::SGD({.learning_rate = optim::constant(0.1), .momentum = 0.9}); }
 
 train::FitOptions fit_at(std::int64_t batch_size, std::int64_t accumulate_steps) {
   train::FitOptions options;
@@ -25,18 +25,6 @@ train::FitOptions fit_at(std::int64_t batch_size, std::int64_t accumulate_steps)
   options.seed = 4;
   options.verbosity = train::Verbosity::Silent;
   return options;
-}
-
-void require_same_variables(const nn::Sequential& expected, const nn::Sequential& got) {
-  for (const auto& v : expected.variables()) {
-    const auto want = v->value.to_vector();
-    const auto have = got.variable(v->name)->value.to_vector();
-    REQUIRE(have.size() == want.size());
-    for (std::size_t i = 0; i < have.size(); ++i) {
-      INFO(v->name << "[" << i << "]");
-      REQUIRE(have[i] == Approx(want[i]).epsilon(1e-4).margin(1e-5));
-    }
-  }
 }
 
 // One process at batch 32: 2 epochs of 2 updates each.
