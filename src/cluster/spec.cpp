@@ -1,5 +1,7 @@
 #include "cohort/cluster/spec.hpp"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include <charconv>
@@ -109,6 +111,18 @@ bool ClusterSpec::is_chief() const { return role == Role::Chief || (chief.empty(
 std::string ClusterSpec::describe(int rank) const {
   const auto [r, i] = task_of(rank);
   return fmt::format("{} {} ({})", role_name(r), i, endpoint(rank).to_string());
+}
+
+std::vector<int> ClusterSpec::host_of() const {
+  std::vector<std::string> hosts;
+  std::vector<int> of;
+  for (int rank = 0; rank < world_size(); ++rank) {
+    const std::string& host = endpoint(rank).host;
+    const auto known = std::find(hosts.begin(), hosts.end(), host);
+    of.push_back(static_cast<int>(known - hosts.begin()));
+    if (known == hosts.end()) hosts.push_back(host);
+  }
+  return of;
 }
 
 }  // namespace cohort::cluster

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <vector>
 
 #include "cohort/comm/communicator.hpp"
 #include "cohort/core/check.hpp"
@@ -15,9 +16,13 @@ std::span<std::byte> bytes_of(const Buffer& buffer) { return {static_cast<std::b
 
 class RingCommunicator final : public Communicator {
  public:
-  explicit RingCommunicator(Transport& transport) : transport_(transport) {}
+  RingCommunicator(Transport& transport, std::vector<int> host_of)
+      : transport_(transport), host_of_(std::move(host_of)), hierarchical_(spans_hosts_with_several_ranks(host_of_)) {
+    COHORT_CHECK(host_of_.empty() || static_cast<int>(host_of_.size()) == transport_.size(),
+                 "ring communicator: {} hosts given for {} ranks", host_of_.size(), transport_.size());
+  }
 
-  std::string name() const override { return "ring"; }
+  std::string name() const override { return hierarchical_ ? "hierarchical ring" : "ring"; }
   int rank() const override { return transport_.rank(); }
   int size() const override { return transport_.size(); }
   bool accepts(Device device) const override { return device == Device::CPU; }
@@ -27,8 +32,9 @@ class RingCommunicator final : public Communicator {
 
   WorkPtr allreduce(Buffer data, ReduceOp op) override {
     check_host("allreduce", data);
-    return executor_.submit(fmt::format("ring allreduce of {} bytes", data.bytes()), [this, data, op] {
-      comm::allreduce(transport_, bytes_of(data), {.op = op, .type = data.type});
+    return executor_.submit(fmt::format("{} allreduce of {} bytes", name(), data.bytes()), [this, data, op] {
+      if (hierarchical_) comm::hierarchical_allreduce(transport_, host_of_, bytes_of(data), {.op = op, .type = data.type});
+      else comm::allreduce(transport_, bytes_of(data), {.op = op, .type = data.type});
     });
   }
 
@@ -55,13 +61,15 @@ class RingCommunicator final : public Communicator {
   }
 
   Transport& transport_;
+  std::vector<int> host_of_;
+  bool hierarchical_;
   SerialExecutor executor_{"ring communicator"};  // last: its thread stops before the members it uses go away
 };
 
 }  // namespace
 
-std::unique_ptr<Communicator> make_ring_communicator(Transport& transport) {
-  return std::make_unique<RingCommunicator>(transport);
+std::unique_ptr<Communicator> make_ring_communicator(Transport& transport, std::vector<int> host_of) {
+  return std::make_unique<RingCommunicator>(transport, std::move(host_of));
 }
 
 }  // namespace cohort::comm

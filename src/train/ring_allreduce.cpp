@@ -31,7 +31,7 @@ RingAllreduce::RingAllreduce(std::vector<std::shared_ptr<comm::Communicator>> co
 
 std::string RingAllreduce::name() const {
   const std::string& first = communicators_.front()->name();
-  return first == "ring" ? "ring-allreduce" : "allreduce over " + first;
+  return first.ends_with("ring") ? first + "-allreduce" : "allreduce over " + first;
 }
 
 std::pair<comm::Communicator*, bool> RingAllreduce::communicator_for(Device device) const {

@@ -3,9 +3,12 @@
 #include <cctype>
 #include <cstdlib>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "cohort/comm/mpi.hpp"
 #include "cohort/core/error.hpp"
+#include "cohort/core/logging.hpp"
 #include "cohort/train/ring_allreduce.hpp"
 
 namespace cohort::train {
@@ -33,7 +36,17 @@ std::shared_ptr<Strategy> strategy_for(cluster::Cluster& cluster, const Paramete
   }
   if (communicator != "ring")
     throw InvalidArgument(fmt::format("COHORT_COMMUNICATOR is '{}'; use 'ring' or 'mpi'", communicator));
-  if (cluster.distributed()) return std::make_shared<RingAllreduce>(cluster.transport(), allreduce);
+  if (cluster.distributed()) {
+    // Ranks spread over several hosts, some with several ranks: one rank per host talks across hosts,
+    // unless COHORT_HIERARCHICAL_ALLREDUCE=0.
+    const char* hierarchical = std::getenv("COHORT_HIERARCHICAL_ALLREDUCE");
+    const bool flat = hierarchical != nullptr && std::string_view(hierarchical) == "0";
+    std::shared_ptr<comm::Communicator> ring =
+        comm::make_ring_communicator(cluster.transport(), flat ? std::vector<int>{} : cluster.spec().host_of());
+    if (ring->name() != "ring" && cluster.spec().is_chief())
+      log::info("gradients: hierarchical allreduce over the hosts of the cluster (COHORT_HIERARCHICAL_ALLREDUCE=0 turns it off)");
+    return std::make_shared<RingAllreduce>(std::move(ring), allreduce);
+  }
   return std::make_shared<Local>();
 }
 

@@ -247,3 +247,10 @@ TEST_CASE("encryption comes from the environment: COHORT_TLS and certificates gi
     with_environment_settings({}, environment_of({{"COHORT_TLS_CERT", "a.pem"}, {"COHORT_TLS_KEY", "a.key"}, {"COHORT_TLS_CA", "c.pem"}}));
   }, {"COHORT_TLS is not 1"});
 }
+
+TEST_CASE("ranks on the same host name or address share a host", "[cluster]") {
+  const ClusterSpec spec{.chief = {{"10.0.0.1", 2222}},
+                         .workers = {{"10.0.0.2", 2222}, {"10.0.0.1", 2223}},
+                         .ps = {{"10.0.0.3", 2224}, {"10.0.0.2", 2225}}};
+  CHECK(spec.host_of() == std::vector<int>{0, 1, 0, 2, 1});
+}

@@ -47,6 +47,40 @@ TEST_CASE("a killed rank fails every pending and later operation of every rank, 
   CHECK_THROWS_WITH(group.transport(1).send(0, 1, bytes(out))->wait(1s), Catch::Contains("lost ps 0 (h:3)"));
 }
 
+TEST_CASE("hierarchical allreduce matches a serial sum for hosts of every shape, the same bits everywhere", "[comm][collectives]") {
+  using Hosts = std::vector<int>;
+  for (const Hosts& host_of : {Hosts{0, 0, 1, 1}, Hosts{0, 1, 1}, Hosts{0, 0, 0, 1, 1}, Hosts{0, 1, 0, 1}, Hosts{2, 0, 2, 1, 0}}) {
+    const int n = static_cast<int>(host_of.size());
+    InProcessGroup group(n, 10s);
+    for (const std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{1000}, std::size_t{65537}})
+      for (const ReduceOp op : {ReduceOp::Sum, ReduceOp::Mean}) {
+        std::vector<float> expected(count, 0.0f);
+        for (int r = 0; r < n; ++r) {
+          const auto in = conformance::input_of(r, count);
+          for (std::size_t i = 0; i < count; ++i) expected[i] += in[i];
+        }
+        if (op == ReduceOp::Mean)
+          for (float& v : expected) v /= static_cast<float>(n);
+        std::vector<std::vector<float>> results(static_cast<std::size_t>(n));
+        comm_test::run_ranks(n, [&](int r) {
+          auto data = conformance::input_of(r, count);
+          hierarchical_allreduce(group.transport(r), host_of, std::as_writable_bytes(std::span(data)), {.op = op});
+          results[static_cast<std::size_t>(r)] = std::move(data);
+        });
+        INFO("hosts " << Catch::Detail::stringify(host_of) << " count " << count << " mean " << (op == ReduceOp::Mean));
+        for (int r = 0; r < n; ++r) {
+          const auto& got = results[static_cast<std::size_t>(r)];
+          REQUIRE(got.size() == count);
+          for (std::size_t i = 0; i < count; ++i) REQUIRE(got[i] == Approx(expected[i]).epsilon(1e-6));
+          CHECK(got == results[0]);
+        }
+      }
+  }
+  CHECK(spans_hosts_with_several_ranks(std::vector{0, 0, 1}));
+  CHECK_FALSE(spans_hosts_with_several_ranks(std::vector{0, 0, 0}));  // one host
+  CHECK_FALSE(spans_hosts_with_several_ranks(std::vector{0, 1, 2}));  // a rank per host: the ring as it is
+}
+
 TEST_CASE("in-process: allreduce matches a serial sum for every size and rank count", "[comm][collectives]") {
   for (int n : {1, 2, 3, 4, 5}) {
     InProcessGroup group(n, 10s);

@@ -5,6 +5,7 @@
 #    longer than the 1 s peer timeout: the job still completes (a peer is alive while its bytes arrive).
 # 2. The link is cut mid-training: every process ends within seconds, each naming a process of the other
 #    host.
+# 3. A ring-allreduce job of 2 workers per host runs the hierarchical allreduce and learns.
 # Needs root (CAP_NET_ADMIN and CAP_SYS_ADMIN), ip, tc, unshare and nsenter; exits 77 (skipped) saying why
 # when they are missing. Nothing outlives the test: each namespace lives as long as one sleeping process.
 #   usage: hosts_test.sh FASHION_MNIST_EXAMPLE
@@ -43,17 +44,18 @@ fail() {
   exit 1
 }
 
-# Starts the job; sets pids[] in the order chief 0, ps 0 (host A), worker 0, ps 1 (host B).
+# Starts the job of `cluster` (TF_CONFIG's cluster) with processes `names` (the first half on host A, the
+# rest on host B); sets pids[] in that order. Default: chief 0, ps 0 (host A), worker 0, ps 1 (host B).
 names=("chief 0" "ps 0" "worker 0" "ps 1")
+cluster="\"chief\": [\"$address_a:2222\"], \"worker\": [\"$address_b:2222\"], \"ps\": [\"$address_a:2223\", \"$address_b:2223\"]"
 start_job() {
-  local cluster="\"chief\": [\"$address_a:2222\"], \"worker\": [\"$address_b:2222\"], \"ps\": [\"$address_a:2223\", \"$address_b:2223\"]"
   local secret
   secret=$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')
   pids=()
   local i=0 name
   for name in "${names[@]}"; do
     local role=${name% *} index=${name#* } host=$host_a
-    [ $i -ge 2 ] && host=$host_b
+    [ $i -ge $(( ${#names[@]} / 2 )) ] && host=$host_b
     nsenter -t "$host" -n env TF_CONFIG="{\"cluster\": {$cluster}, \"task\": {\"type\": \"$role\", \"index\": $index}}" \
       COHORT_SECRET="$secret" OMP_NUM_THREADS=1 "$@" >"$work/out-$i" 2>&1 &
     pids+=($!)
@@ -92,4 +94,18 @@ took=$((SECONDS - cut_at))
 grep -q 'lost \(worker 0\|ps 1\)' "$work/out-0" || fail "the chief (host A) did not name a process of host B"
 grep -q 'lost \(chief 0\|ps 0\)' "$work/out-2" || fail "worker 0 (host B) did not name a process of host A"
 echo "cut link: every process ended within $took s, naming the other host"
+in_a ip link set veth-a up
+
+# 3. Ring allreduce over 2 hosts x 2 workers: hierarchical (one rank per host crosses the link), and it learns.
+export COHORT_PEER_TIMEOUT=10s
+names=("chief 0" "worker 0" "worker 1" "worker 2")
+cluster="\"chief\": [\"$address_a:2222\"], \"worker\": [\"$address_a:2223\", \"$address_b:2222\", \"$address_b:2223\"]"
+start_job "$example" --train-samples 2048 --batch-size 32 --max-steps 16 --epochs 1 --threads 1 --lr-scaling none
+for i in 0 1 2 3; do
+  wait "${pids[$i]}" || fail "${names[$i]} failed in the hierarchical allreduce job"
+done
+grep -q 'hierarchical allreduce over the hosts' "$work/out-0" || fail "the chief did not choose the hierarchical allreduce"
+grep -q "strategy 'hierarchical ring-allreduce'" "$work/out-0" || fail "the strategy is not the hierarchical ring"
+grep -q 'test accuracy: 0\.[3-9]' "$work/out-0" || fail "the hierarchical allreduce job did not learn"
+echo "hierarchical allreduce: 2 hosts x 2 workers trained"
 echo "hosts test passed"

@@ -121,6 +121,31 @@ TEST_CASE("ring-allreduce with W workers at batch B takes the steps of one proce
   }
 }
 
+TEST_CASE("hierarchical ring allreduce: 4 ranks on 2 hosts take the steps of one process", "[train][distributed]") {
+  const auto set = data::make_synthetic({.samples = 44, .sample_shape = {8, 8, 2}, .classes = 4, .seed = 3});
+  const auto sgd = [] { return optim::SGD({.learning_rate = optim::constant(0.1), .momentum = 0.9}); };
+  nn::Sequential reference = small_model();
+  Trainer single(reference, sgd());
+  single.fit(set, {.max_steps = 4, .batch_size = 16, .seed = 4, .verbosity = train::Verbosity::Silent});
+
+  comm::InProcessGroup group(4);
+  std::vector<nn::Sequential> models;
+  for (int r = 0; r < 4; ++r) models.push_back(small_model());
+  comm_test::run_ranks(4, [&](int r) {
+    std::shared_ptr<comm::Communicator> ring = comm::make_ring_communicator(group.transport(r), {0, 1, 0, 1});
+    CHECK(ring->name() == "hierarchical ring");
+    Trainer trainer(models[static_cast<std::size_t>(r)], sgd(), std::make_shared<train::RingAllreduce>(std::move(ring)));
+    trainer.fit(set, {.max_steps = 4, .batch_size = 4, .seed = 4, .verbosity = train::Verbosity::Silent});
+  });
+  for (const auto& v : reference.variables()) {
+    const auto expected = v->value.to_vector();
+    for (const auto& model : models) {
+      const auto got = model.variable(v->name)->value.to_vector();
+      for (std::size_t i = 0; i < got.size(); ++i) REQUIRE(got[i] == Approx(expected[i]).epsilon(1e-4).margin(1e-5));
+    }
+  }
+}
+
 TEST_CASE("gradient buckets: reverse creation order, a smaller first bucket, large variables alone", "[train][distributed]") {
   // small_model's trainable variables in creation order: conv2d/kernel 72, conv2d/bias 4, dense/kernel 64,
   // dense/bias 4 floats.

@@ -53,6 +53,9 @@ struct ClusterSpec {
   bool is_chief() const;
   // "worker 1 (10.0.0.2:2222)": how errors name a peer.
   std::string describe(int rank) const;
+  // Per rank, its host: ranks whose endpoints have the same host name or address share a number
+  // (numbered in rank order from 0).
+  std::vector<int> host_of() const;
 };
 
 }  // namespace cohort::cluster

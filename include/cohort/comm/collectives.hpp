@@ -52,4 +52,14 @@ inline void allreduce(Transport& transport, std::span<float> data, const Allredu
   allreduce(transport, std::as_writable_bytes(data), options);
 }
 
+// Hierarchical allreduce (Horovod's HOROVOD_HIERARCHICAL_ALLREDUCE) for ranks spread over hosts:
+// host_of[r] is rank r's host. The ranks of each host send their vectors to the host's first rank, which
+// adds them in rank order; those first ranks allreduce among themselves (allreduce() above); each then
+// broadcasts the result within its host. Only one rank per host sends across hosts, and every rank ends
+// with the same bits.
+void hierarchical_allreduce(Transport& transport, std::span<const int> host_of, std::span<std::byte> data,
+                            const AllreduceOptions& options = {});
+// Whether `host_of` makes a hierarchy worth having: more than one host, and a host with several ranks.
+bool spans_hosts_with_several_ranks(std::span<const int> host_of);
+
 }  // namespace cohort::comm

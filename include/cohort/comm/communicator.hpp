@@ -14,6 +14,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "cohort/comm/collectives.hpp"
 #include "cohort/comm/transport.hpp"
@@ -59,7 +60,8 @@ class Communicator {
 
 // The ring algorithms of collectives.hpp over `transport`, on a thread of their own so that calls
 // return at once. The transport must outlive the communicator and be used by no other collective on
-// kCollectiveTag meanwhile.
-std::unique_ptr<Communicator> make_ring_communicator(Transport& transport);
+// kCollectiveTag meanwhile. With `host_of` (each rank's host) spanning several hosts of which one has
+// several ranks, allreduce is hierarchical (hierarchical_allreduce): one rank per host talks across hosts.
+std::unique_ptr<Communicator> make_ring_communicator(Transport& transport, std::vector<int> host_of = {});
 
 }  // namespace cohort::comm

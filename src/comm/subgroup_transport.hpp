@@ -1,0 +1,38 @@
+#pragma once
+// SubgroupTransport: some ranks of a transport seen as a group of their own (ranks 0..k-1 in the order
+// given), so that the collectives run among them unchanged. Messages go over the underlying transport.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "cohort/comm/transport.hpp"
+#include "cohort/core/check.hpp"
+
+namespace cohort::comm {
+
+class SubgroupTransport final : public Transport {
+ public:
+  // `members`: ranks of `base`, this process's among them.
+  SubgroupTransport(Transport& base, std::vector<int> members) : base_(base), members_(std::move(members)) {
+    const auto self = std::find(members_.begin(), members_.end(), base_.rank());
+    COHORT_CHECK(self != members_.end(), "rank {} is not a member of its own subgroup", base_.rank());
+    rank_ = static_cast<int>(self - members_.begin());
+  }
+
+  int rank() const override { return rank_; }
+  int size() const override { return static_cast<int>(members_.size()); }
+  WorkPtr send(int peer, Tag tag, std::span<const std::byte> data) override { return base_.send(real(peer), tag, data); }
+  WorkPtr recv(int peer, Tag tag, std::span<std::byte> out) override { return base_.recv(real(peer), tag, out); }
+  std::string describe(int rank) const override { return base_.describe(real(rank)); }
+  std::chrono::milliseconds timeout() const override { return base_.timeout(); }
+
+ private:
+  int real(int member) const { return members_.at(static_cast<std::size_t>(member)); }
+
+  Transport& base_;
+  std::vector<int> members_;
+  int rank_ = 0;
+};
+
+}  // namespace cohort::comm
