@@ -12,6 +12,8 @@ namespace {
 template <typename T>
 std::span<std::byte> bytes_of(std::span<T> values) { return std::as_writable_bytes(values); }
 
+constexpr std::string_view kRecursiveDoubling = "recursive doubling";
+
 }  // namespace
 
 void barrier(Transport& transport, Tag tag) {
@@ -157,15 +159,19 @@ void recursive_doubling_allreduce(Transport& transport, std::span<T> data, const
 
 }  // namespace
 
+std::string_view allreduce_algorithm(std::size_t bytes, int ranks, const AllreduceOptions& options) {
+  const std::size_t latency_optimal_below =
+      options.latency_optimal_below_bytes.value_or(ranks == 2 ? std::size_t{1} << 20 : std::size_t{256} << 10);
+  return ranks > 1 && bytes < latency_optimal_below ? kRecursiveDoubling : "ring";
+}
+
 void allreduce(Transport& transport, std::span<std::byte> data, const AllreduceOptions& options) {
   const std::size_t element = size_of(options.type);
   COHORT_CHECK(data.size() % element == 0, "allreduce: {} bytes are not whole elements of {} bytes", data.size(), element);
   switch (options.type) {
     case DataType::Float32: {
       const std::span values(reinterpret_cast<float*>(data.data()), data.size() / element);
-      const std::size_t latency_optimal_below =
-          options.latency_optimal_below_bytes.value_or(transport.size() == 2 ? std::size_t{1} << 20 : std::size_t{256} << 10);
-      if (transport.size() > 1 && data.size() < latency_optimal_below)
+      if (allreduce_algorithm(data.size(), transport.size(), options) == kRecursiveDoubling)
         recursive_doubling_allreduce(transport, values, options);
       else
         ring_allreduce(transport, values, options);

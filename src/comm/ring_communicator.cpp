@@ -32,7 +32,8 @@ class RingCommunicator final : public Communicator {
 
   WorkPtr allreduce(Buffer data, ReduceOp op) override {
     check_host("allreduce", data);
-    return executor_.submit(fmt::format("{} allreduce of {} bytes", name(), data.bytes()), [this, data, op] {
+    const std::string_view algorithm = hierarchical_ ? "hierarchical" : allreduce_algorithm(data.bytes(), size());
+    return executor_.submit(fmt::format("{} allreduce of {} bytes", algorithm, data.bytes()), [this, data, op] {
       if (hierarchical_) comm::hierarchical_allreduce(transport_, host_of_, bytes_of(data), {.op = op, .type = data.type});
       else comm::allreduce(transport_, bytes_of(data), {.op = op, .type = data.type});
     });

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <mutex>
@@ -53,16 +55,36 @@ nlohmann::json metadata(const char* what, int pid, int tid, nlohmann::json args)
   return {{"name", what}, {"ph", "M"}, {"pid", pid}, {"tid", tid}, {"args", std::move(args)}};
 }
 
+// Where a timeline for `path` goes: through a symbolic link to its target; refused when that is not a
+// regular file (a device, a pipe, a directory), which a rename would replace.
+std::filesystem::path resolved_destination(const std::filesystem::path& path) {
+  std::error_code error;
+  std::filesystem::path target = path;
+  for (int links = 0; links < 40 && std::filesystem::is_symlink(target, error); ++links) {
+    const std::filesystem::path next = std::filesystem::read_symlink(target, error);
+    target = next.is_absolute() ? next : target.parent_path() / next;
+  }
+  const auto status = std::filesystem::status(target, error);
+  if (std::filesystem::exists(status) && !std::filesystem::is_regular_file(status))
+    throw IoError(fmt::format("cannot write the timeline {}: it exists and is not a regular file", path.string()));
+  return target;
+}
+
 void write_whole(const std::filesystem::path& path, const nlohmann::json& trace) {
-  const std::filesystem::path partial = path.string() + ".partial";
+  const std::filesystem::path destination = resolved_destination(path);
+  const std::filesystem::path partial = destination.string() + ".partial";
   {
     std::ofstream out(partial, std::ios::binary | std::ios::trunc);
+    if (!out) throw IoError(fmt::format("cannot write the timeline {}: {}", path.string(), std::strerror(errno)));
     out << trace.dump() << '\n';
-    if (!out.flush()) throw IoError(fmt::format("cannot write the timeline {}", partial.string()));
+    if (!out.flush()) throw IoError(fmt::format("cannot write the timeline {}: {}", path.string(), std::strerror(errno)));
   }
   std::error_code error;
-  std::filesystem::rename(partial, path, error);
-  if (error) throw IoError(fmt::format("cannot write the timeline {}: {}", path.string(), error.message()));
+  std::filesystem::rename(partial, destination, error);
+  if (error) {
+    std::filesystem::remove(partial, error);
+    throw IoError(fmt::format("cannot write the timeline {}: {}", path.string(), error.message()));
+  }
 }
 
 nlohmann::json read_trace(const std::filesystem::path& path) {
@@ -79,6 +101,13 @@ nlohmann::json read_trace(const std::filesystem::path& path) {
 }
 
 }  // namespace
+
+void check_writable(const std::filesystem::path& path) {
+  const std::filesystem::path probe = resolved_destination(path).string() + ".partial";
+  if (!std::ofstream(probe)) throw IoError(fmt::format("cannot write the timeline {}: {}", path.string(), std::strerror(errno)));
+  std::error_code ignored;
+  std::filesystem::remove(probe, ignored);
+}
 
 void start(std::string process) {
   Recorder& r = recorder();
@@ -161,27 +190,34 @@ void merge(const std::vector<std::filesystem::path>& parts, const std::filesyste
   write_whole(into, {{"traceEvents", std::move(events)}, {"displayTimeUnit", "ms"}});
 }
 
-std::vector<std::filesystem::path> merge_directory(const std::filesystem::path& directory) {
-  std::vector<std::filesystem::path> parts;
+MergeReport merge_directory(const std::filesystem::path& directory) {
+  MergeReport report;
   std::error_code error;
+  std::vector<std::filesystem::path> parts;
   for (const auto& entry : std::filesystem::directory_iterator(directory, error))
     if (entry.path().extension() == ".json") parts.push_back(entry.path());
   std::sort(parts.begin(), parts.end());
   std::map<std::filesystem::path, std::vector<std::filesystem::path>> by_destination;
   for (const auto& part : parts) {
-    const nlohmann::json trace = read_trace(part);
-    const auto other = trace.find("otherData");
-    if (other == trace.end() || !other->contains("merge_into") || !(*other)["merge_into"].is_string())
-      throw DataError(fmt::format("{} does not say which file to merge it into", part.string()));
-    by_destination[(*other)["merge_into"].get<std::string>()].push_back(part);
+    try {
+      const nlohmann::json trace = read_trace(part);
+      const auto other = trace.find("otherData");
+      if (other == trace.end() || !other->contains("merge_into") || !(*other)["merge_into"].is_string())
+        throw DataError(fmt::format("{} does not say which file to merge it into", part.string()));
+      by_destination[(*other)["merge_into"].get<std::string>()].push_back(part);
+    } catch (const Error& e) {
+      report.problems.push_back(e.what());  // one bad part does not cost the others
+    }
   }
-  std::vector<std::filesystem::path> written;
   for (const auto& [destination, group] : by_destination) {
-    merge(group, destination);
-    for (const auto& part : group) std::filesystem::remove(part, error);
-    written.push_back(destination);
+    try {
+      merge(group, destination);
+      report.written.push_back(destination);
+    } catch (const Error& e) {
+      report.problems.push_back(e.what());
+    }
   }
-  return written;
+  return report;
 }
 
 }  // namespace cohort::timeline

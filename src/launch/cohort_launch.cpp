@@ -17,7 +17,8 @@
 // With --gpus N the workers take turns over N GPUs through CUDA_VISIBLE_DEVICES (several may share one;
 // the GPUs are those the launcher itself sees), and parameter servers get none. Workers also get
 // LOCAL_RANK and LOCAL_WORLD_SIZE, as under torchrun. A program run with --timeline FILE (FitOptions::timeline)
-// leaves each process's trace in COHORT_TIMELINE_PARTS; the launcher merges them into FILE at the end.
+// leaves each process's trace in COHORT_TIMELINE_PARTS; the launcher merges them into FILE at the end of
+// the run, failed or not (processes stopped by Ctrl-C or a signal write none).
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -586,14 +587,12 @@ int run_processes(const Options& options, int restart, const std::filesystem::pa
 // launcher to merge into FILE, a track per process, whether the run succeeded or not.
 class TimelineParts {
  public:
+  // The directory is made by the first process that writes a timeline: a job without timelines leaves
+  // nothing behind, whatever happens to the launcher.
   TimelineParts() {
     const char* temporary = std::getenv("TMPDIR");
-    std::string pattern = (temporary != nullptr && *temporary != '\0' ? std::string(temporary) : "/tmp") + "/cohort-timeline-XXXXXX";
-    if (::mkdtemp(pattern.data()) == nullptr) {
-      fmt::print(stderr, "cohort-launch: cannot create a directory for timelines ({}): {}\n", pattern, std::strerror(errno));
-      std::exit(2);
-    }
-    directory_ = pattern;
+    const std::filesystem::path base = temporary != nullptr && *temporary != '\0' ? temporary : "/tmp";
+    directory_ = base / fmt::format("cohort-timeline-{}-{}", ::getpid(), random_secret().substr(0, 12));
   }
   ~TimelineParts() {
     std::error_code ignored;
@@ -604,12 +603,11 @@ class TimelineParts {
 
   const std::filesystem::path& directory() const { return directory_; }
   void merge() const {
-    try {
-      for (const auto& file : cohort::timeline::merge_directory(directory_))
-        fmt::print(stderr, "cohort-launch: timeline of the job written to {}\n", file.string());
-    } catch (const std::exception& e) {
-      fmt::print(stderr, "cohort-launch: the processes' timelines were not merged: {}\n", e.what());
-    }
+    std::error_code error;
+    if (!std::filesystem::exists(directory_, error)) return;
+    const auto report = cohort::timeline::merge_directory(directory_);
+    for (const auto& file : report.written) fmt::print(stderr, "cohort-launch: timeline of the job written to {}\n", file.string());
+    for (const auto& problem : report.problems) fmt::print(stderr, "cohort-launch: a timeline was left out: {}\n", problem);
   }
 
  private:

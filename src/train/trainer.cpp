@@ -5,8 +5,6 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
-#include <fstream>
 #include <cstdlib>
 #include <string_view>
 #include <optional>
@@ -102,25 +100,24 @@ class TimelineRecording {
     const std::string process = strategy.process_name();
     if (const char* parts = std::getenv("COHORT_TIMELINE_PARTS"); parts != nullptr && *parts != '\0') {
       // cohort-launch merges the parts, in file-name order, into the file asked for.
+      std::error_code ignored;
+      std::filesystem::create_directories(parts, ignored);
       file_ = std::filesystem::path(parts) / fmt::format("{:06}-{}.json", strategy.process_index(), file_label(process));
       merge_into_ = std::filesystem::absolute(path);
+      timeline::check_writable(merge_into_);
     } else if (!process.empty()) {
       file_ = path.parent_path() / (path.stem().string() + "." + file_label(process) + path.extension().string());
     } else {
       file_ = path;
     }
-    // A timeline that cannot be written is refused now, not after the run.
-    const std::filesystem::path probe = file_.string() + ".partial";
-    if (!std::ofstream(probe))
-      throw IoError(fmt::format("cannot write the timeline {}: {}", file_.string(), std::strerror(errno)));
-    std::filesystem::remove(probe);
+    timeline::check_writable(file_);  // now, not after the run
     timeline::start(process.empty() ? "process" : process);
   }
   ~TimelineRecording() {
     if (file_.empty()) return;
     try {
       timeline::stop_and_write(file_, merge_into_);
-      log::info("timeline written to {}", file_.string());
+      if (merge_into_.empty()) log::info("timeline written to {}", file_.string());
     } catch (const std::exception& e) {
       log::warning("{}", e.what());
     }
@@ -353,6 +350,9 @@ History Trainer::fit(const data::Dataset& train, const FitOptions& options) {
               every_replica_reads_all ? " (every replica reads the whole set)" : "",
               options.batch_size * strategy_->replicas() * accumulate, strategy_->replicas(), options.batch_size,
               accumulate > 1 ? fmt::format(" x {} accumulated", accumulate) : "", (batches_per_epoch + accumulate - 1) / accumulate);
+  if (verbose && accumulate > batches_per_epoch)
+    log::warning("accumulate_steps {} exceeds the {} batches of an epoch: each update takes one epoch's", accumulate,
+                 batches_per_epoch);
 
   auto save = [&] {
     if (checkpoint_dir.empty()) return;

@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <optional>
 #include <span>
+#include <string_view>
 
 #include "cohort/comm/transport.hpp"
 
@@ -35,7 +36,7 @@ struct AllreduceOptions {
   // instead of the ring (2 (n - 1) exchanges of 1/n of it). Unset: where it stopped beating the ring in
   // the allreduce sweep over loopback TCP, 1 MiB on 2 ranks (both send the vector once, but the ring
   // overlaps its additions with the transfer) and 256 KiB on more.
-  std::optional<std::size_t> latency_optimal_below_bytes;
+  std::optional<std::size_t> latency_optimal_below_bytes{};
   Tag tag = kCollectiveTag;
 };
 
@@ -48,6 +49,8 @@ void allgather(Transport& transport, std::span<const std::byte> mine, std::span<
 // Element-wise sum (or mean) of `data` across ranks, in place; every rank ends with identical values.
 // `data` holds elements of options.type.
 void allreduce(Transport& transport, std::span<std::byte> data, const AllreduceOptions& options = {});
+// Which algorithm allreduce() runs for `bytes` on `ranks` ranks: "ring" or "recursive doubling".
+std::string_view allreduce_algorithm(std::size_t bytes, int ranks, const AllreduceOptions& options = {});
 inline void allreduce(Transport& transport, std::span<float> data, const AllreduceOptions& options = {}) {
   allreduce(transport, std::as_writable_bytes(data), options);
 }

@@ -22,8 +22,13 @@ using Clock = std::chrono::system_clock;
 // Begins recording this process's events, forgetting earlier ones; `process` names its track.
 void start(std::string process);
 bool recording();
-// Stops recording and writes what was recorded to `path` (whole, or not at all). `merge_into`, when not
-// empty, is stored in the trace for cohort-launch, which merges the traces of a job into that file.
+// Throws IoError saying why when a timeline could not be written to `path` (checked before a run, so
+// that a bad path does not cost it). A symbolic link is written through; an existing file that is not a
+// regular file (a device, a pipe, a directory) is refused.
+void check_writable(const std::filesystem::path& path);
+// Stops recording and writes what was recorded to `path` (whole, or not at all; as check_writable says).
+// `merge_into`, when not empty, is stored in the trace for cohort-launch, which merges the traces of a job
+// into that file.
 void stop_and_write(const std::filesystem::path& path, const std::filesystem::path& merge_into = {});
 // Stops recording and forgets the events.
 void discard();
@@ -52,8 +57,12 @@ class Span {
 // Merges Chrome traces written by stop_and_write() into one, a track per process (sorted by the order
 // of `parts`); DataError naming the file for one that is not such a trace.
 void merge(const std::vector<std::filesystem::path>& parts, const std::filesystem::path& into);
-// Merges the traces in `directory` (in file-name order) into the files they name as merge_into, removes
-// them, and returns the files written.
-std::vector<std::filesystem::path> merge_directory(const std::filesystem::path& directory);
+// Merges the traces in `directory` (in file-name order) into the files they name as merge_into. A part
+// that cannot be read or merged is left out and reported; the others are merged.
+struct MergeReport {
+  std::vector<std::filesystem::path> written;
+  std::vector<std::string> problems;
+};
+MergeReport merge_directory(const std::filesystem::path& directory);
 
 }  // namespace cohort::timeline
