@@ -16,6 +16,7 @@
 #include "cohort/train/strategy_for.hpp"
 #include "cohort/train/trainer.hpp"
 #include "comm/comm_test_util.hpp"
+#include "ps/ps_test_util.hpp"
 
 using namespace cohort;
 
@@ -90,10 +91,9 @@ TEST_CASE("ring-allreduce with W workers at batch B takes the steps of one proce
   const train::RingAllreduceOptions ring_options{.first_bucket_bytes = bucket_bytes / 3, .bucket_bytes = bucket_bytes};
   for (std::int64_t samples : {44, 41}) {
     const auto set = data::make_synthetic({.samples = samples, .sample_shape = {8, 8, 2}, .classes = 4, .seed = 3});
-    const auto sgd = [] { return optim::SGD({.learning_rate = optim::constant(0.1), .momentum = 0.9}); };
 
     nn::Sequential reference = small_model();
-    Trainer single(reference, sgd());
+    Trainer single(reference, ps_test::momentum_sgd());
     single.fit(set, {.max_steps = 7, .batch_size = 16, .seed = 4, .verbosity = train::Verbosity::Silent});
 
     comm::InProcessGroup group(2);
@@ -103,29 +103,18 @@ TEST_CASE("ring-allreduce with W workers at batch B takes the steps of one proce
     // Different starting values on the second replica: initialize() must replace them with the chief's.
     for (float& v : models[1].variable("dense/kernel")->value.values()) v += 1.0f;
     comm_test::run_ranks(2, [&](int r) {
-      Trainer trainer(models[static_cast<std::size_t>(r)], sgd(),
+      Trainer trainer(models[static_cast<std::size_t>(r)], ps_test::momentum_sgd(),
                       std::make_shared<train::RingAllreduce>(group.transport(r), ring_options));
       trainer.fit(set, {.max_steps = 7, .batch_size = 8, .seed = 4, .verbosity = train::Verbosity::Silent});
     });
-    for (const auto& v : reference.variables()) {
-      const auto expected = v->value.to_vector();
-      for (const auto& model : models) {
-        const auto got = model.variable(v->name)->value.to_vector();
-        REQUIRE(got.size() == expected.size());
-        for (std::size_t i = 0; i < got.size(); ++i) {
-          INFO(v->name << "[" << i << "]");
-          REQUIRE(got[i] == Approx(expected[i]).epsilon(1e-4).margin(1e-5));
-        }
-      }
-    }
+    for (const auto& model : models) ps_test::require_same_variables(reference, model);
   }
 }
 
 TEST_CASE("hierarchical ring allreduce: 4 ranks on 2 hosts take the steps of one process", "[train][distributed]") {
   const auto set = data::make_synthetic({.samples = 44, .sample_shape = {8, 8, 2}, .classes = 4, .seed = 3});
-  const auto sgd = [] { return optim::SGD({.learning_rate = optim::constant(0.1), .momentum = 0.9}); };
   nn::Sequential reference = small_model();
-  Trainer single(reference, sgd());
+  Trainer single(reference, ps_test::momentum_sgd());
   single.fit(set, {.max_steps = 4, .batch_size = 16, .seed = 4, .verbosity = train::Verbosity::Silent});
 
   comm::InProcessGroup group(4);
@@ -134,16 +123,10 @@ TEST_CASE("hierarchical ring allreduce: 4 ranks on 2 hosts take the steps of one
   comm_test::run_ranks(4, [&](int r) {
     std::shared_ptr<comm::Communicator> ring = comm::make_ring_communicator(group.transport(r), {0, 1, 0, 1});
     CHECK(ring->name() == "hierarchical ring");
-    Trainer trainer(models[static_cast<std::size_t>(r)], sgd(), std::make_shared<train::RingAllreduce>(std::move(ring)));
+    Trainer trainer(models[static_cast<std::size_t>(r)], ps_test::momentum_sgd(), std::make_shared<train::RingAllreduce>(std::move(ring)));
     trainer.fit(set, {.max_steps = 4, .batch_size = 4, .seed = 4, .verbosity = train::Verbosity::Silent});
   });
-  for (const auto& v : reference.variables()) {
-    const auto expected = v->value.to_vector();
-    for (const auto& model : models) {
-      const auto got = model.variable(v->name)->value.to_vector();
-      for (std::size_t i = 0; i < got.size(); ++i) REQUIRE(got[i] == Approx(expected[i]).epsilon(1e-4).margin(1e-5));
-    }
-  }
+  for (const auto& model : models) ps_test::require_same_variables(reference, model);
 }
 
 TEST_CASE("gradient buckets: reverse creation order, a smaller first bucket, large variables alone", "[train][distributed]") {

@@ -102,7 +102,8 @@ class ParameterServer : public Strategy {
   History receive_history();
   // Sync with backup workers: the workers never wait for each other.
   bool has_backup_workers() const;
-  // The workers as the cluster names them ("chief 0", "worker 0", ...).
+  // A process as the cluster names it ("chief 0", "worker 0", "ps 1"), and all the workers.
+  std::string name_of(int rank) const;
   std::vector<std::string> worker_names() const;
   void values_from_host();
 
