@@ -3,7 +3,7 @@
 #include <fmt/format.h>
 
 #include "cohort/cluster/rendezvous.hpp"
-#include "cohort/core/check.hpp"
+#include "cohort/core/error.hpp"
 
 namespace cohort::cluster {
 
@@ -48,8 +48,8 @@ comm::Transport& Cluster::transport() {
     tcp.heartbeat_interval = options_.heartbeat_interval;
     tcp.peer_timeout = options_.peer_timeout;
     tcp.tls = options_.tls;
-    COHORT_CHECK(static_cast<bool>(options_.transport_factory), "ConnectOptions::transport_factory is empty");
-    transport_ = options_.transport_factory(tcp);
+    if (options_.transport_factory) transport_ = options_.transport_factory(tcp);
+    else transport_ = options_.shared_memory ? comm::connect_group(tcp) : comm::connect_tcp(tcp);
   }
   return *transport_;
 }

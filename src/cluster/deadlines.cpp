@@ -44,6 +44,11 @@ ConnectOptions with_environment_settings(ConnectOptions options, const Environme
     if (*tls != "0" && *tls != "1") throw InvalidArgument(fmt::format("COHORT_TLS='{}': use 1 (encrypt) or 0", *tls));
     options.tls.enabled = *tls == "1";
   }
+  if (const auto shared = environment("COHORT_SHARED_MEMORY")) {
+    if (*shared != "0" && *shared != "1")
+      throw InvalidArgument(fmt::format("COHORT_SHARED_MEMORY='{}': use 1 (ranks on one host share memory) or 0 (TCP only)", *shared));
+    options.shared_memory = *shared == "1";
+  }
   int files = 0;
   for (auto [name, file] : {std::pair{"COHORT_TLS_CERT", &options.tls.certificate}, std::pair{"COHORT_TLS_KEY", &options.tls.private_key},
                             std::pair{"COHORT_TLS_CA", &options.tls.ca}}) {

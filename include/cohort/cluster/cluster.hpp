@@ -11,6 +11,7 @@
 #include <optional>
 
 #include "cohort/cluster/discovery.hpp"
+#include "cohort/comm/shared_memory.hpp"
 #include "cohort/comm/tcp.hpp"
 #include "cohort/comm/transport.hpp"
 
@@ -22,8 +23,11 @@ struct ConnectOptions {
   std::chrono::milliseconds heartbeat_interval{1000};
   std::chrono::milliseconds peer_timeout{10000};
   comm::TlsOptions tls;
-  // How the transport is made once the peers are known (TCP by default).
-  comm::TransportFactory transport_factory = comm::connect_tcp;
+  // Ranks on one host (the same address) exchange messages through shared memory (comm::connect_group);
+  // false keeps them on loopback TCP.
+  bool shared_memory = true;
+  // How the transport is made once the peers are known; empty: by `shared_memory`.
+  comm::TransportFactory transport_factory;
 };
 
 // `options` with what the environment sets. Deadlines: COHORT_CONNECT_TIMEOUT, COHORT_TIMEOUT (each wait
@@ -32,6 +36,7 @@ struct ConnectOptions {
 // instead of the shared secret's key COHORT_TLS_CERT, COHORT_TLS_KEY and COHORT_TLS_CA (PEM files). A value
 // that is not a positive duration of at most a day, a peer timeout not above the heartbeat interval, a
 // COHORT_TLS other than 0 or 1 or certificates given in part throw InvalidArgument naming the variable.
+// COHORT_SHARED_MEMORY=0 (or 1) sets shared_memory.
 ConnectOptions with_environment_settings(ConnectOptions options, const Environment& environment = process_environment());
 
 class Cluster {

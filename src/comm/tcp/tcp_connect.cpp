@@ -90,7 +90,12 @@ TcpTransport::TcpTransport(const TcpOptions& options) : options_(options) {
       lock, connect_deadline_, [&] { return connected_ == expected_peers() || setup_failure_ != nullptr; });
   const std::exception_ptr failure = setup_failure_;
   lock.unlock();
-  if (failure) std::rethrow_exception(failure);
+  if (failure) {
+    // The peers already connected learn why (an abort naming a lost peer, or a goodbye) rather than
+    // seeing this process's sockets close.
+    shut_down();
+    std::rethrow_exception(failure);
+  }
   if (!all) {
     std::promise<std::string> missing;
     asio::post(io_, [&] {
@@ -105,6 +110,7 @@ TcpTransport::TcpTransport(const TcpOptions& options) : options_(options) {
       missing.set_value(text);
     });
     const std::string text = missing.get_future().get();
+    shut_down();
     throw TimeoutError(fmt::format("{} could not connect within {} ms to {}", names_[static_cast<std::size_t>(options_.rank)],
                                    options_.connect_timeout.count(), text));
   }

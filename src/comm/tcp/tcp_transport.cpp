@@ -11,8 +11,11 @@
 namespace cohort::comm {
 namespace tcp {
 
-TcpTransport::~TcpTransport() {
-  // Say goodbye on every healthy link and give the frames a moment to leave; then close everything.
+TcpTransport::~TcpTransport() { shut_down(); }
+
+void TcpTransport::shut_down() {
+  // Say goodbye on every healthy link and give the frames (goodbyes, and the aborts that name a lost peer)
+  // a moment to leave; then close everything.
   const auto give_up = Clock::now() + std::chrono::milliseconds(500);
   bool said_goodbye = false;
   for (;;) {
@@ -43,10 +46,10 @@ TcpTransport::~TcpTransport() {
     heartbeat_timer_.cancel();
     for (PendingHandshake& p : pending_handshakes_) p.socket->close(ignored);
     pending_handshakes_.clear();
-    const auto shut_down = [] { return std::make_exception_ptr(IoError("the transport was shut down")); };
-    fail_queued_sends(shut_down);
+    const auto shut = [] { return std::make_exception_ptr(IoError("the transport was shut down")); };
+    fail_queued_sends(shut);
     for (auto& [key, queue] : receivers_)
-      for (auto& receiver : queue) receiver.work->fail(shut_down());
+      for (auto& receiver : queue) receiver.work->fail(shut());
     receivers_.clear();
     for (auto& p : peers_) {
       p.retry->cancel();

@@ -158,6 +158,9 @@ class TcpTransport : public Transport {
     return broken_by_protocol_ ? std::make_exception_ptr(ProtocolError(*broken_)) : std::make_exception_ptr(IoError(*broken_));
   }
   void check_peer(int peer) const;
+  // Says goodbye, lets queued frames leave (half a second at most), closes every socket and stops the
+  // I/O thread: at destruction, and before a failed set-up throws.
+  void shut_down();
   // During set-up: makes connect_tcp throw `error` now instead of waiting for its deadline.
   void fail_setup(std::exception_ptr error);
   bool setting_up();

@@ -1,0 +1,37 @@
+#pragma once
+// Shared memory between ranks on one host. connect_group() connects every rank over TCP (authenticated,
+// with heartbeats) exactly as connect_tcp() does; then each pair of ranks on the same host moves its
+// messages through lock-free rings in shared memory instead of loopback TCP, with futex wake-ups.
+//
+// - The same host: equal `hosts` labels, by default the host part of each rank's address.
+// - A segment's name is sent only over the authenticated TCP link, so no rank maps memory before the
+//   shared secret is proven. Segments are private to the user (0600) and unlinked once mapped.
+// - A pair whose segments cannot be opened or reserved (separate /dev/shm, a full one) keeps TCP, with a
+//   warning naming the peer.
+// - Loss detection stays with the TCP link: a peer whose process dies, stops or says goodbye is noticed
+//   through its socket and heartbeats, and every pending operation fails naming it.
+//
+//   auto transport = comm::connect_group(options);   // TcpOptions, as for connect_tcp
+
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cohort/comm/tcp.hpp"
+
+namespace cohort::comm {
+
+struct SharedMemoryOptions {
+  // A label per rank; ranks with equal labels share memory. Empty: the host of each rank's address.
+  std::vector<std::string> hosts;
+  // Each direction of each pair has a ring of this size; larger messages stream through it.
+  std::size_t ring_bytes = std::size_t{2} << 20;
+};
+
+// Connects like connect_tcp(); peers on this rank's host then talk through shared memory. A Cluster's
+// transport unless COHORT_SHARED_MEMORY=0. Throws InvalidArgument for `hosts` of the wrong length or rings
+// under 4 KiB.
+std::unique_ptr<Transport> connect_group(const TcpOptions& options, const SharedMemoryOptions& shared_memory = {});
+
+}  // namespace cohort::comm

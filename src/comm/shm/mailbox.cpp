@@ -1,0 +1,156 @@
+#include "mailbox.hpp"
+
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fmt/format.h>
+#include <random>
+
+#include "cohort/core/error.hpp"
+
+namespace cohort::comm::shm {
+namespace {
+
+constexpr std::uint64_t kMagic = 0x636F686F72746D62ull;  // "cohortmb"
+constexpr std::size_t kPage = 4096;
+
+std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
+
+std::size_t counters_offset() { return round_up(sizeof(MailboxHeader), 64); }
+std::size_t rings_offset(std::uint32_t slots) { return round_up(counters_offset() + slots * sizeof(RingCounters), kPage); }
+
+Nonce random_nonce() {
+  std::random_device device;
+  Nonce nonce{};
+  for (std::size_t i = 0; i < nonce.size(); i += 4) {
+    const std::uint32_t word = device();
+    std::memcpy(nonce.data() + i, &word, 4);
+  }
+  return nonce;
+}
+
+std::string random_name() {
+  std::random_device device;
+  return fmt::format("/cohort-{}-{:08x}{:08x}", ::getpid(), device(), device());
+}
+
+long futex(std::atomic<std::uint32_t>* word, int op, std::uint32_t value, const timespec* timeout) {
+  // Not FUTEX_PRIVATE_FLAG: the word lives in memory shared between processes.
+  return ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(word), op, value, timeout, nullptr, 0);
+}
+
+}  // namespace
+
+void Ring::write(std::span<const std::byte> data) {
+  const std::uint64_t at = written_ % capacity_;
+  const std::size_t first = std::min<std::size_t>(data.size(), capacity_ - at);
+  std::memcpy(bytes_ + at, data.data(), first);
+  std::memcpy(bytes_, data.data() + first, data.size() - first);
+  written_ += data.size();
+}
+
+void Ring::read(std::span<std::byte> out) {
+  const std::uint64_t at = read_ % capacity_;
+  const std::size_t first = std::min<std::size_t>(out.size(), capacity_ - at);
+  std::memcpy(out.data(), bytes_ + at, first);
+  std::memcpy(out.data() + first, bytes_, out.size() - first);
+  read_ += out.size();
+}
+
+std::size_t Mailbox::bytes_for(std::uint32_t slots, std::uint64_t ring_bytes) { return rings_offset(slots) + slots * ring_bytes; }
+
+Mailbox Mailbox::create(std::uint32_t slots, std::uint64_t ring_bytes) {
+  Mailbox box;
+  box.name_ = random_name();
+  box.size_ = bytes_for(slots, ring_bytes);
+  const int fd = ::shm_open(box.name_.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
+  if (fd < 0) throw IoError(fmt::format("cannot create shared memory {}: {}", box.name_, std::strerror(errno)));
+  box.linked_ = true;
+  // Reserved now, so that a full /dev/shm is an error here and not a SIGBUS on a later write.
+  const int reserved = ::posix_fallocate(fd, 0, static_cast<off_t>(box.size_));
+  if (reserved != 0) {
+    ::close(fd);
+    throw IoError(fmt::format("cannot reserve {} MiB of shared memory in /dev/shm: {}", box.size_ >> 20, std::strerror(reserved)));
+  }
+  box.base_ = ::mmap(nullptr, box.size_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ::close(fd);
+  if (box.base_ == MAP_FAILED) {
+    box.base_ = nullptr;
+    throw IoError(fmt::format("cannot map shared memory {}: {}", box.name_, std::strerror(errno)));
+  }
+  auto* header = new (box.base_) MailboxHeader{.magic = kMagic, .nonce = random_nonce(), .slots = slots, .ring_bytes = ring_bytes};
+  (void)header;
+  for (std::uint32_t slot = 0; slot < slots; ++slot)
+    new (static_cast<std::byte*>(box.base_) + counters_offset() + slot * sizeof(RingCounters)) RingCounters{};
+  return box;
+}
+
+Mailbox Mailbox::open(const std::string& name, const Nonce& nonce, std::uint32_t slots, std::uint64_t ring_bytes) {
+  Mailbox box;
+  box.name_ = name;
+  box.size_ = bytes_for(slots, ring_bytes);
+  const int fd = ::shm_open(name.c_str(), O_RDWR, 0);
+  if (fd < 0) throw IoError(fmt::format("cannot open its shared memory {}: {}", name, std::strerror(errno)));
+  struct stat status {};
+  if (::fstat(fd, &status) != 0 || static_cast<std::size_t>(status.st_size) != box.size_) {
+    ::close(fd);
+    throw IoError(fmt::format("its shared memory {} is not the size offered", name));
+  }
+  box.base_ = ::mmap(nullptr, box.size_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ::close(fd);
+  if (box.base_ == MAP_FAILED) {
+    box.base_ = nullptr;
+    throw IoError(fmt::format("cannot map its shared memory {}: {}", name, std::strerror(errno)));
+  }
+  const MailboxHeader& header = box.header();
+  if (header.magic != kMagic || header.nonce != nonce || header.slots != slots || header.ring_bytes != ring_bytes)
+    throw IoError(fmt::format("the shared memory {} is not the one offered (another host's /dev/shm?)", name));
+  return box;
+}
+
+Mailbox::Mailbox(Mailbox&& other) noexcept { *this = std::move(other); }
+
+Mailbox& Mailbox::operator=(Mailbox&& other) noexcept {
+  std::swap(name_, other.name_);
+  std::swap(base_, other.base_);
+  std::swap(size_, other.size_);
+  std::swap(linked_, other.linked_);
+  return *this;
+}
+
+Mailbox::~Mailbox() {
+  unlink();
+  if (base_ != nullptr) ::munmap(base_, size_);
+}
+
+void Mailbox::unlink() {
+  if (linked_) ::shm_unlink(name_.c_str());
+  linked_ = false;
+}
+
+Ring Mailbox::ring(std::uint32_t slot) const {
+  auto* base = static_cast<std::byte*>(base_);
+  const std::uint64_t ring_bytes = header().ring_bytes;
+  return {reinterpret_cast<RingCounters*>(base + counters_offset() + slot * sizeof(RingCounters)),
+          base + rings_offset(header().slots) + slot * ring_bytes, ring_bytes};
+}
+
+void Mailbox::ring_bell() const {
+  MailboxHeader& h = header();
+  if (h.sleeping.load(std::memory_order_seq_cst) == 0) return;
+  h.bell.fetch_add(1, std::memory_order_seq_cst);
+  futex(&h.bell, FUTEX_WAKE, 1, nullptr);
+}
+
+void Mailbox::wait_for_bell(std::uint32_t seen, std::chrono::milliseconds timeout) const {
+  const timespec limit{.tv_sec = static_cast<time_t>(timeout.count() / 1000), .tv_nsec = static_cast<long>(timeout.count() % 1000) * 1'000'000};
+  futex(&header().bell, FUTEX_WAIT, seen, &limit);  // returns at once when the bell has moved
+}
+
+}  // namespace cohort::comm::shm

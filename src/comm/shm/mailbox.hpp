@@ -1,0 +1,102 @@
+#pragma once
+// Mailbox: one process's shared-memory segment for incoming messages: a ring per same-host peer, each
+// written by that peer alone and read by this process alone, and one bell that wakes this process.
+//
+// Layout: a header page (magic, nonce, slot count, ring size, the bell), then per slot a cache-line pair
+// of counters (head: bytes written, tail: bytes read; both only grow), then the rings' bytes.
+//
+// Waking without losing a wake-up: a sleeper announces itself (`sleeping`, or a ring's
+// `producer_waiting`), checks once more for work, then waits on the bell's value read before the check.
+// A waker publishes its counter, then rings the bell if somebody announced sleep. Both sides use
+// sequentially consistent operations, so at least one of them sees the other's write.
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+
+namespace cohort::comm::shm {
+
+using Nonce = std::array<std::byte, 16>;
+
+struct alignas(64) RingCounters {
+  std::atomic<std::uint64_t> head{0};  // bytes the producer has published
+  char pad0[56];
+  std::atomic<std::uint64_t> tail{0};  // bytes the consumer has taken
+  std::atomic<std::uint32_t> producer_waiting{0};  // the producer sleeps until space frees
+  char pad1[52];
+};
+
+struct alignas(64) MailboxHeader {
+  std::uint64_t magic;
+  Nonce nonce;
+  std::uint32_t slots;
+  std::uint64_t ring_bytes;
+  alignas(64) std::atomic<std::uint32_t> bell{0};  // futex word: bumped to wake the owner
+  std::atomic<std::uint32_t> sleeping{0};         // the owner waits on the bell
+};
+
+// A view of one ring, from either side.
+class Ring {
+ public:
+  Ring() = default;
+  Ring(RingCounters* counters, std::byte* bytes, std::uint64_t capacity) : counters_(counters), bytes_(bytes), capacity_(capacity) {}
+
+  // Producer side.
+  std::uint64_t free_bytes() const { return capacity_ - (written_ - counters_->tail.load(std::memory_order_acquire)); }
+  void write(std::span<const std::byte> data);  // at most free_bytes()
+  void publish() { counters_->head.store(written_, std::memory_order_seq_cst); }
+  // Consumer side.
+  std::uint64_t readable_bytes() const { return counters_->head.load(std::memory_order_acquire) - read_; }
+  void read(std::span<std::byte> out);  // at most readable_bytes()
+  void skip(std::uint64_t bytes) { read_ += bytes; }
+  void release() { counters_->tail.store(read_, std::memory_order_seq_cst); }
+
+  RingCounters& counters() const { return *counters_; }
+  std::uint64_t capacity() const { return capacity_; }
+
+ private:
+  RingCounters* counters_ = nullptr;
+  std::byte* bytes_ = nullptr;
+  std::uint64_t capacity_ = 0;
+  std::uint64_t written_ = 0;  // producer: head, including bytes not yet published
+  std::uint64_t read_ = 0;     // consumer: tail, including bytes not yet released
+};
+
+// A mapped segment: created (and owned) by the process it belongs to, or opened by a peer.
+class Mailbox {
+ public:
+  // Creates and reserves a segment of `slots` rings. Throws IoError naming the reason (no shared memory,
+  // not enough of it).
+  static Mailbox create(std::uint32_t slots, std::uint64_t ring_bytes);
+  // Opens a peer's segment; throws IoError when it cannot be opened or is not the one offered.
+  static Mailbox open(const std::string& name, const Nonce& nonce, std::uint32_t slots, std::uint64_t ring_bytes);
+
+  Mailbox() = default;
+  Mailbox(Mailbox&& other) noexcept;
+  Mailbox& operator=(Mailbox&& other) noexcept;
+  ~Mailbox();
+
+  const std::string& name() const { return name_; }
+  const Nonce& nonce() const { return header().nonce; }
+  Ring ring(std::uint32_t slot) const;
+  MailboxHeader& header() const { return *static_cast<MailboxHeader*>(base_); }
+  // Removes the name (the memory stays while mapped); the creator calls it once its peers have mapped it.
+  void unlink();
+
+  // Wakes the owner if it announced sleep.
+  void ring_bell() const;
+  // The owner: sleeps until the bell moves past `seen` or `timeout` passes.
+  void wait_for_bell(std::uint32_t seen, std::chrono::milliseconds timeout) const;
+
+ private:
+  static std::size_t bytes_for(std::uint32_t slots, std::uint64_t ring_bytes);
+  std::string name_;
+  void* base_ = nullptr;
+  std::size_t size_ = 0;
+  bool linked_ = false;  // created here and not yet unlinked
+};
+
+}  // namespace cohort::comm::shm

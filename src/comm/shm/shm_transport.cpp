@@ -1,0 +1,432 @@
+#include "shm_transport.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <fmt/format.h>
+
+#include "cohort/core/check.hpp"
+#include "cohort/core/error.hpp"
+#include "cohort/core/logging.hpp"
+
+namespace cohort::comm {
+namespace shm {
+namespace {
+
+// Tags of the set-up exchange and of the liveness watch, on the TCP links.
+constexpr Tag kOfferTag = 0x53484D4F46464552ull;   // "SHMOFFER"
+constexpr Tag kAnswerTag = 0x53484D414E535752ull;  // "SHMANSWR"
+constexpr Tag kWatchTag = 0x53484D5741544348ull;   // "SHMWATCH"
+
+constexpr std::size_t kFrameHeaderBytes = 16;  // tag, length
+constexpr std::chrono::milliseconds kWatchInterval{20};
+
+// What a rank tells a same-host peer about its mailbox.
+struct Offer {
+  char name[64];  // empty: this rank has no mailbox
+  Nonce nonce;
+  std::uint64_t ring_bytes;
+  std::uint32_t slots;
+  std::uint32_t slot;  // the receiving peer's ring in this mailbox
+};
+
+std::span<const std::byte> bytes_of(const auto& value) { return std::as_bytes(std::span(&value, 1)); }
+std::span<std::byte> bytes_of(auto& value) { return std::as_writable_bytes(std::span(&value, 1)); }
+
+}  // namespace
+
+ShmTransport::ShmTransport(std::unique_ptr<Transport> tcp, const std::vector<int>& local, const SharedMemoryOptions& options)
+    : tcp_(std::move(tcp)), link_by_rank_(static_cast<std::size_t>(tcp_->size()), nullptr) {
+  exchange_segments(local, options);
+  log::info("{}: shared memory with {} of the {} peer(s) on its host", describe(rank()), links_.size(), local.size());
+  if (links_.empty()) return;
+  for (auto& link : links_) link->watch = tcp_->recv(link->peer, kWatchTag, {});
+  progress_thread_ = std::thread([this] { progress(); });
+}
+
+ShmTransport::~ShmTransport() {
+  if (progress_thread_.joinable()) {
+    stopping_ = true;
+    own_.header().bell.fetch_add(1, std::memory_order_seq_cst);  // a wait that starts now returns at once
+    own_.ring_bell();
+    progress_thread_.join();
+  }
+  const auto shut_down = [] { return std::make_exception_ptr(IoError("the transport was shut down")); };
+  for (auto& link : links_) {
+    const std::lock_guard lock(link->send_mutex);
+    for (Outgoing& outgoing : link->queue) outgoing.work->fail(shut_down());
+    link->queue.clear();
+    if (link->incoming && link->incoming->work) link->incoming->work->fail(shut_down());
+  }
+  {
+    const std::lock_guard lock(state_mutex_);
+    for (auto& [key, queue] : receivers_)
+      for (Receiver& receiver : queue) receiver.work->fail(shut_down());
+    receivers_.clear();
+  }
+  tcp_.reset();  // goodbyes, after which the peers drain what this rank wrote
+}
+
+void ShmTransport::exchange_segments(const std::vector<int>& local, const SharedMemoryOptions& options) {
+  const auto slots = static_cast<std::uint32_t>(local.size());
+  const std::string self = describe(rank());
+  bool have_mailbox = true;
+  try {
+    own_ = Mailbox::create(slots, options.ring_bytes);
+  } catch (const IoError& error) {
+    log::warning("{}: no shared memory, the peers on its host are reached over TCP: {}", self, error.what());
+    have_mailbox = false;
+  }
+  std::vector<Offer> mine(local.size()), theirs(local.size());
+  std::vector<WorkPtr> works;
+  for (std::size_t i = 0; i < local.size(); ++i) {
+    Offer& offer = mine[i];
+    std::memset(&offer, 0, sizeof offer);
+    if (have_mailbox) {
+      std::snprintf(offer.name, sizeof offer.name, "%s", own_.name().c_str());
+      offer.nonce = own_.nonce();
+    }
+    offer.ring_bytes = options.ring_bytes;
+    offer.slots = slots;
+    offer.slot = static_cast<std::uint32_t>(i);
+    works.push_back(tcp_->send(local[i], kOfferTag, bytes_of(mine[i])));
+    works.push_back(tcp_->recv(local[i], kOfferTag, bytes_of(theirs[i])));
+  }
+  wait_all(works, timeout());
+  works.clear();
+
+  // Both directions must map, or the pair keeps TCP: each side sends whether it mapped the other's.
+  std::vector<Mailbox> mapped(local.size());
+  std::vector<std::uint8_t> opened(local.size(), 0), answers(local.size(), 0);
+  for (std::size_t i = 0; i < local.size(); ++i) {
+    const Offer& offer = theirs[i];
+    const std::string name(offer.name, strnlen(offer.name, sizeof offer.name));
+    if (name.empty() || !have_mailbox) continue;
+    try {
+      if (offer.slot >= offer.slots || offer.ring_bytes != options.ring_bytes)
+        throw IoError(fmt::format("its shared-memory settings differ from this rank's (rings of {} bytes, this rank {})",
+                                  offer.ring_bytes, options.ring_bytes));
+      mapped[i] = Mailbox::open(name, offer.nonce, offer.slots, offer.ring_bytes);
+      opened[i] = 1;
+    } catch (const IoError& error) {
+      log::warning("{}: {} is reached over TCP: {}", self, describe(local[i]), error.what());
+    }
+  }
+  for (std::size_t i = 0; i < local.size(); ++i) {
+    works.push_back(tcp_->send(local[i], kAnswerTag, bytes_of(opened[i])));
+    works.push_back(tcp_->recv(local[i], kAnswerTag, bytes_of(answers[i])));
+  }
+  wait_all(works, timeout());
+  own_.unlink();  // every peer that could map it has
+
+  for (std::size_t i = 0; i < local.size(); ++i) {
+    if (opened[i] == 0 || answers[i] == 0) continue;
+    auto link = std::make_unique<Link>();
+    link->peer = local[i];
+    link->theirs = std::move(mapped[i]);
+    link->outbound = link->theirs.ring(theirs[i].slot);
+    link->inbound = own_.ring(static_cast<std::uint32_t>(i));
+    link_by_rank_[static_cast<std::size_t>(local[i])] = link.get();
+    links_.push_back(std::move(link));
+  }
+}
+
+int ShmTransport::shared_memory_peers() const { return static_cast<int>(links_.size()); }
+
+ShmTransport::Link* ShmTransport::link_of(int peer) const {
+  COHORT_CHECK(peer >= 0 && peer < size() && peer != rank(), "rank {} cannot address peer {} in a group of {}", rank(), peer, size());
+  return link_by_rank_[static_cast<std::size_t>(peer)];
+}
+
+std::exception_ptr ShmTransport::error_for(int peer) const {
+  const Link& link = *link_by_rank_[static_cast<std::size_t>(peer)];
+  if (!link.gone) return nullptr;
+  return link.gone_by_protocol ? std::make_exception_ptr(ProtocolError(*link.gone)) : std::make_exception_ptr(IoError(*link.gone));
+}
+
+void ShmTransport::wake_progress() const { own_.ring_bell(); }
+
+// ---- sending
+
+WorkPtr ShmTransport::send(int peer, Tag tag, std::span<const std::byte> data) {
+  Link* link = link_of(peer);
+  if (link == nullptr) return tcp_->send(peer, tag, data);
+  auto work = std::make_shared<Work>(fmt::format("send to {}, tag {}", describe(peer), tag));
+  std::unique_lock lock(link->send_mutex);
+  {
+    // Checked under the send lock: a failure after this point finds the frame in the queue and fails it.
+    const std::lock_guard state(state_mutex_);
+    if (auto error = error_for(peer)) {
+      work->fail(error);
+      return work;
+    }
+  }
+  link->queue.push_back({.tag = tag, .data = data, .work = work});
+  if (link->queue.size() == 1) write_queued(*link);
+  const bool left_for_progress = !link->queue.empty();
+  lock.unlock();
+  if (left_for_progress) wake_progress();
+  return work;
+}
+
+void ShmTransport::write_queued(Link& link) {
+  Ring& ring = link.outbound;
+  bool wrote = false;
+  std::vector<WorkPtr> finished;
+  while (!link.queue.empty()) {
+    Outgoing& outgoing = link.queue.front();
+    if (!outgoing.header_written) {
+      if (ring.free_bytes() < kFrameHeaderBytes) break;
+      const std::array<std::uint64_t, 2> header{outgoing.tag, outgoing.data.size()};
+      ring.write(std::as_bytes(std::span(header)));
+      outgoing.header_written = wrote = true;
+    }
+    const std::size_t piece = std::min<std::size_t>(outgoing.data.size() - outgoing.written, ring.free_bytes());
+    if (piece > 0) {
+      ring.write(outgoing.data.subspan(outgoing.written, piece));
+      outgoing.written += piece;
+      wrote = true;
+    }
+    if (outgoing.written < outgoing.data.size()) break;
+    finished.push_back(std::move(outgoing.work));
+    link.queue.pop_front();
+  }
+  if (!wrote) return;
+  ring.publish();
+  link.theirs.ring_bell();
+  for (const WorkPtr& work : finished) work->complete();
+}
+
+// ---- receiving
+
+WorkPtr ShmTransport::recv(int peer, Tag tag, std::span<std::byte> out) {
+  Link* link = link_of(peer);
+  if (link == nullptr) return tcp_->recv(peer, tag, out);
+  auto work = std::make_shared<Work>(fmt::format("recv from {}, tag {}", describe(peer), tag));
+  const std::lock_guard lock(state_mutex_);
+  const std::pair<int, Tag> key{peer, tag};
+  auto queued = unexpected_.find(key);
+  if (queued != unexpected_.end() && !queued->second.empty()) {
+    const std::vector<std::byte> bytes = std::move(queued->second.front());
+    queued->second.pop_front();
+    hand_over(peer, tag, bytes, {out, work});
+    return work;
+  }
+  if (auto error = error_for(peer)) {
+    work->fail(error);
+    return work;
+  }
+  receivers_[key].push_back({out, work});
+  return work;
+}
+
+void ShmTransport::hand_over(int peer, Tag tag, const std::vector<std::byte>& bytes, const Receiver& receiver) {
+  if (receiver.out.size() != bytes.size()) {
+    receiver.work->fail(std::make_exception_ptr(ProtocolError(fmt::format(
+        "message from {} with tag {} has {} bytes, the receive expects {}", describe(peer), tag, bytes.size(), receiver.out.size()))));
+    return;
+  }
+  if (!bytes.empty()) std::memcpy(receiver.out.data(), bytes.data(), bytes.size());
+  receiver.work->complete();
+}
+
+bool ShmTransport::read_inbound(Link& link) {
+  Ring& ring = link.inbound;
+  bool progressed = false;
+  for (;;) {
+    std::uint64_t readable = ring.readable_bytes();
+    if (!link.incoming) {
+      if (readable < kFrameHeaderBytes) break;
+      std::array<std::uint64_t, 2> header{};
+      ring.read(std::as_writable_bytes(std::span(header)));
+      readable -= kFrameHeaderBytes;
+      start_frame(link, header[0], header[1]);
+      progressed = true;
+    }
+    Incoming& incoming = *link.incoming;
+    const std::uint64_t piece = std::min(readable, incoming.length - incoming.done);
+    if (piece > 0) {
+      if (incoming.discard) ring.skip(piece);
+      else ring.read({incoming.into + incoming.done, static_cast<std::size_t>(piece)});
+      incoming.done += piece;
+      progressed = true;
+    }
+    if (progressed) {
+      // Released per piece, so that a frame larger than the ring streams through it.
+      ring.release();
+      if (ring.counters().producer_waiting.load(std::memory_order_seq_cst) != 0) link.theirs.ring_bell();
+    }
+    if (incoming.done < incoming.length) break;
+    finish_frame(link);
+  }
+  return progressed;
+}
+
+void ShmTransport::start_frame(Link& link, Tag tag, std::uint64_t length) {
+  Incoming incoming{.tag = tag, .length = length};
+  {
+    const std::lock_guard lock(state_mutex_);
+    auto waiting = receivers_.find({link.peer, tag});
+    if (waiting != receivers_.end() && !waiting->second.empty()) {
+      const Receiver receiver = waiting->second.front();
+      waiting->second.pop_front();
+      if (receiver.out.size() == length) {
+        incoming.into = receiver.out.data();
+        incoming.work = receiver.work;
+      } else {
+        receiver.work->fail(std::make_exception_ptr(ProtocolError(fmt::format(
+            "message from {} with tag {} has {} bytes, the receive expects {}", describe(link.peer), tag, length, receiver.out.size()))));
+        incoming.discard = true;
+      }
+    }
+  }
+  if (!incoming.work && !incoming.discard) {
+    incoming.buffer.resize(length);
+    incoming.into = incoming.buffer.data();
+  }
+  link.incoming = std::move(incoming);
+}
+
+void ShmTransport::finish_frame(Link& link) {
+  Incoming incoming = std::move(*link.incoming);
+  link.incoming.reset();
+  if (incoming.discard) return;
+  if (incoming.work) return incoming.work->complete();
+  // Buffered: a receive posted meanwhile takes it, else it waits for one.
+  const std::lock_guard lock(state_mutex_);
+  auto waiting = receivers_.find({link.peer, incoming.tag});
+  if (waiting != receivers_.end() && !waiting->second.empty()) {
+    const Receiver receiver = waiting->second.front();
+    waiting->second.pop_front();
+    return hand_over(link.peer, incoming.tag, incoming.buffer, receiver);
+  }
+  unexpected_[{link.peer, incoming.tag}].push_back(std::move(incoming.buffer));
+}
+
+// ---- the progress thread
+
+void ShmTransport::progress() {
+  auto next_watch = std::chrono::steady_clock::now();
+  MailboxHeader& own = own_.header();
+  while (!stopping_.load()) {
+    bool progressed = false;
+    for (auto& link : links_) progressed |= read_inbound(*link);
+    for (auto& link : links_) {
+      const std::lock_guard lock(link->send_mutex);
+      if (link->queue.empty()) continue;
+      const std::size_t before = link->queue.front().written;
+      const std::size_t queued = link->queue.size();
+      write_queued(*link);
+      progressed |= link->queue.size() != queued || (!link->queue.empty() && link->queue.front().written != before);
+    }
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= next_watch) {
+      check_watches();
+      next_watch = now + kWatchInterval;
+    }
+    if (progressed) continue;
+    // Announce the sleep (and which rings this thread waits to write into), look once more, then sleep.
+    const std::uint32_t seen = own.bell.load(std::memory_order_seq_cst);
+    own.sleeping.store(1, std::memory_order_seq_cst);
+    std::vector<Link*> blocked;
+    for (auto& link : links_) {
+      const std::lock_guard lock(link->send_mutex);
+      if (link->queue.empty()) continue;
+      link->outbound.counters().producer_waiting.store(1, std::memory_order_seq_cst);
+      blocked.push_back(link.get());
+    }
+    if (!work_waiting() && !stopping_.load()) own_.wait_for_bell(seen, kWatchInterval);
+    own.sleeping.store(0, std::memory_order_seq_cst);
+    for (Link* link : blocked) link->outbound.counters().producer_waiting.store(0, std::memory_order_seq_cst);
+  }
+}
+
+bool ShmTransport::work_waiting() {
+  for (auto& link : links_) {
+    if (link->inbound.readable_bytes() > 0) return true;
+    const std::lock_guard lock(link->send_mutex);
+    if (link->queue.empty()) continue;
+    const std::uint64_t needed = link->queue.front().header_written ? 1 : kFrameHeaderBytes;
+    if (link->outbound.free_bytes() >= needed) return true;
+  }
+  return false;
+}
+
+void ShmTransport::check_watches() {
+  for (auto& link : links_) {
+    {
+      const std::lock_guard lock(state_mutex_);
+      if (link->gone) continue;
+    }
+    if (!link->watch->done()) continue;
+    std::string reason;
+    bool protocol = false;
+    try {
+      link->watch->wait(std::chrono::milliseconds(0));
+      reason = fmt::format("{} sent a message on a reserved tag", describe(link->peer));
+      protocol = true;
+    } catch (const ProtocolError& error) {
+      reason = error.what();
+      protocol = true;
+    } catch (const std::exception& error) {
+      reason = error.what();
+    }
+    fail_link(*link, reason, protocol);
+  }
+}
+
+void ShmTransport::fail_link(Link& link, const std::string& reason, bool protocol) {
+  // What the peer wrote before it went is delivered first (a peer that says goodbye has finished writing).
+  while (read_inbound(link)) {
+  }
+  {
+    const std::lock_guard lock(state_mutex_);
+    link.gone = reason;
+    link.gone_by_protocol = protocol;
+    for (auto& [key, queue] : receivers_) {
+      if (key.first != link.peer) continue;
+      for (Receiver& receiver : queue) receiver.work->fail(error_for(link.peer));
+      queue.clear();
+    }
+    if (link.incoming && link.incoming->work) link.incoming->work->fail(error_for(link.peer));
+  }
+  link.incoming.reset();
+  const std::lock_guard lock(link.send_mutex);
+  for (Outgoing& outgoing : link.queue) {
+    const std::lock_guard state(state_mutex_);
+    outgoing.work->fail(error_for(link.peer));
+  }
+  link.queue.clear();
+}
+
+}  // namespace shm
+
+namespace {
+
+std::vector<int> same_host_peers(const TcpOptions& options, const SharedMemoryOptions& shared_memory) {
+  const int n = static_cast<int>(options.addresses.size());
+  const auto host = [&](int r) {
+    return shared_memory.hosts.empty() ? options.addresses[static_cast<std::size_t>(r)].host : shared_memory.hosts[static_cast<std::size_t>(r)];
+  };
+  std::vector<int> local;
+  for (int peer = 0; peer < n; ++peer) {
+    const bool linked = !options.star || options.rank == 0 || peer == 0;
+    if (peer != options.rank && linked && host(peer) == host(options.rank)) local.push_back(peer);
+  }
+  return local;
+}
+
+}  // namespace
+
+std::unique_ptr<Transport> connect_group(const TcpOptions& options, const SharedMemoryOptions& shared_memory) {
+  if (!shared_memory.hosts.empty() && shared_memory.hosts.size() != options.addresses.size())
+    throw InvalidArgument(fmt::format("SharedMemoryOptions::hosts has {} labels for {} ranks", shared_memory.hosts.size(),
+                                      options.addresses.size()));
+  if (shared_memory.ring_bytes < 4096)
+    throw InvalidArgument(fmt::format("SharedMemoryOptions::ring_bytes is {}, at least 4096 are needed", shared_memory.ring_bytes));
+  auto tcp = connect_tcp(options);
+  const std::vector<int> local = same_host_peers(options, shared_memory);
+  if (local.empty()) return tcp;
+  return std::make_unique<shm::ShmTransport>(std::move(tcp), local, shared_memory);
+}
+
+}  // namespace cohort::comm

@@ -1,0 +1,113 @@
+#pragma once
+// ShmTransport, the implementation behind comm::connect_group (private to src/comm/shm/).
+//
+// It owns a connected TCP transport and keeps using it for the peers on other hosts, and for every peer's
+// liveness. For each peer on this host, messages go through a ring in the receiver's mailbox (mailbox.hpp):
+// a frame is a 16-byte header (tag, length) followed by the payload, streamed through the ring when it is
+// larger than the ring.
+//
+// Sending: the caller's thread writes what fits straight into the ring and completes the Work once the last
+// byte is in (the caller's buffer is free then); what does not fit waits in the peer's queue for the
+// progress thread. Receiving: the progress thread reads each ring, copying a frame straight into the posted
+// receive when there is one, else into a buffer that the next matching recv() takes.
+//
+// Failures come from the TCP transport: the progress thread keeps a receive posted there per shared-memory
+// peer on a tag nothing sends, and when it fails (the peer was lost, the group broke, or the peer left)
+// the same failure reaches the shared-memory operations. A peer that left cleanly is drained first: what it
+// wrote before its goodbye is still delivered.
+#include <atomic>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <vector>
+
+#include "cohort/comm/shared_memory.hpp"
+#include "mailbox.hpp"
+
+namespace cohort::comm::shm {
+
+class ShmTransport : public Transport {
+ public:
+  // `local` lists the peers that share this host with this rank.
+  ShmTransport(std::unique_ptr<Transport> tcp, const std::vector<int>& local, const SharedMemoryOptions& options);
+  ~ShmTransport() override;
+
+  int rank() const override { return tcp_->rank(); }
+  int size() const override { return tcp_->size(); }
+  std::string describe(int rank) const override { return tcp_->describe(rank); }
+  std::chrono::milliseconds timeout() const override { return tcp_->timeout(); }
+  WorkPtr send(int peer, Tag tag, std::span<const std::byte> data) override;
+  WorkPtr recv(int peer, Tag tag, std::span<std::byte> out) override;
+
+  // How many peers share memory with this rank (the others use TCP).
+  int shared_memory_peers() const;
+
+ private:
+  struct Outgoing {
+    Tag tag = 0;
+    std::span<const std::byte> data{};
+    WorkPtr work{};
+    bool header_written = false;
+    std::size_t written = 0;
+  };
+  struct Receiver {
+    std::span<std::byte> out;
+    WorkPtr work;
+  };
+  // An incoming frame being read: into a posted receive, a buffer, or nowhere (its receive failed).
+  struct Incoming {
+    Tag tag = 0;
+    std::uint64_t length = 0;
+    std::uint64_t done = 0;
+    std::byte* into = nullptr;
+    WorkPtr work{};
+    std::vector<std::byte> buffer{};
+    bool discard = false;
+  };
+  struct Link {  // one same-host peer
+    int peer = -1;
+    Mailbox theirs;  // where this rank writes
+    Ring outbound;
+    Ring inbound;  // this rank's ring for the peer, in its own mailbox
+    std::mutex send_mutex;
+    std::deque<Outgoing> queue;  // guarded by send_mutex
+    std::optional<Incoming> incoming;  // progress thread only
+    WorkPtr watch;                     // a TCP receive that fails when the peer does
+    std::optional<std::string> gone;   // why operations with this peer fail; guarded by state_mutex_
+    bool gone_by_protocol = false;
+  };
+
+  void exchange_segments(const std::vector<int>& local, const SharedMemoryOptions& options);
+  Link* link_of(int peer) const;
+  // Writes what fits of the queue's front frames; the caller holds link.send_mutex.
+  void write_queued(Link& link);
+  void progress();
+  bool read_inbound(Link& link);
+  void start_frame(Link& link, Tag tag, std::uint64_t length);
+  void finish_frame(Link& link);
+  void hand_over(int peer, Tag tag, const std::vector<std::byte>& bytes, const Receiver& receiver);
+  bool work_waiting();
+  void check_watches();
+  // Fails what waits on `link`'s peer, now and later, after delivering what it had written. A lost peer
+  // fails every watch at once (the TCP transport fails all its receives), so every link fails with it.
+  void fail_link(Link& link, const std::string& reason, bool protocol);
+  std::exception_ptr error_for(int peer) const;  // under state_mutex_
+  void wake_progress() const;
+
+  std::unique_ptr<Transport> tcp_;
+  Mailbox own_;
+  std::vector<std::unique_ptr<Link>> links_;
+  std::vector<Link*> link_by_rank_;  // null: TCP
+
+  mutable std::mutex state_mutex_;  // receive matching and failures
+  std::map<std::pair<int, Tag>, std::deque<Receiver>> receivers_;
+  std::map<std::pair<int, Tag>, std::deque<std::vector<std::byte>>> unexpected_;
+
+  std::atomic<bool> stopping_{false};
+  std::thread progress_thread_;
+};
+
+}  // namespace cohort::comm::shm

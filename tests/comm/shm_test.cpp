@@ -1,0 +1,209 @@
+// Shared memory between ranks on one host (connect_group): the shared conformance checks and collectives
+// through the rings (also rings smaller than the messages, and groups mixing shared memory and TCP), then
+// what a shared-memory peer must still honour: the peer's death or silence noticed through its process,
+// what it wrote before a goodbye delivered, segments unlinked once mapped, and a pair that cannot share
+// memory falling back to TCP.
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <cstdlib>
+#include <filesystem>
+#include <fmt/format.h>
+#include <thread>
+
+#include "cohort/comm/shared_memory.hpp"
+#include "comm/shm/shm_transport.hpp"
+#include "conformance.hpp"
+
+using namespace cohort;
+using namespace cohort::comm;
+using namespace std::chrono_literals;
+
+namespace {
+
+TcpOptions options_for(int rank, const std::vector<Address>& addresses) {
+  TcpOptions options;
+  options.rank = rank;
+  options.addresses = addresses;
+  options.secret = "a shared secret for tests";
+  options.connect_timeout = 10s;
+  options.timeout = 10s;
+  options.heartbeat_interval = 100ms;
+  options.peer_timeout = 1s;
+  for (int r = 0; r < static_cast<int>(addresses.size()); ++r)
+    options.names.push_back(fmt::format("{} {} (127.0.0.1:{})", r == 0 ? "chief" : "worker", r, addresses[static_cast<std::size_t>(r)].port));
+  return options;
+}
+
+std::vector<std::unique_ptr<Transport>> connect_ranks(int n, const SharedMemoryOptions& shared = {},
+                                                      const std::function<void(int, SharedMemoryOptions&)>& adjust = {}) {
+  const auto addresses = comm_test::free_addresses(n);
+  std::vector<std::unique_ptr<Transport>> transports(static_cast<std::size_t>(n));
+  comm_test::run_ranks(n, [&](int r) {
+    SharedMemoryOptions mine = shared;
+    if (adjust) adjust(r, mine);
+    transports[static_cast<std::size_t>(r)] = connect_group(options_for(r, addresses), mine);
+  });
+  return transports;
+}
+
+conformance::Group members(const std::vector<std::unique_ptr<Transport>>& transports) {
+  conformance::Group out;
+  for (const auto& t : transports) out.push_back(t.get());
+  return out;
+}
+
+int shared_peers(const std::unique_ptr<Transport>& transport) {
+  const auto* shm = dynamic_cast<const shm::ShmTransport*>(transport.get());
+  return shm == nullptr ? 0 : shm->shared_memory_peers();
+}
+
+std::vector<std::string> own_segments() {
+  std::vector<std::string> found;
+  const std::string prefix = fmt::format("cohort-{}-", ::getpid());
+  for (const auto& entry : std::filesystem::directory_iterator("/dev/shm"))
+    if (entry.path().filename().string().starts_with(prefix)) found.push_back(entry.path().string());
+  return found;
+}
+
+// Rank 1 in a process of its own: this test binary again, running the hidden test case below.
+class PeerProcess {
+ public:
+  explicit PeerProcess(const std::vector<Address>& addresses) : child_(::fork()) {
+    REQUIRE(child_ >= 0);
+    if (child_ > 0) return;
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    const std::string ports = fmt::format("{},{}", addresses[0].port, addresses[1].port);
+    ::setenv("COHORT_TEST_SHM_PEER_PORTS", ports.c_str(), 1);
+    ::execl("/proc/self/exe", "cohort_tests", "shm: the peer process of the loss tests", static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  ~PeerProcess() {
+    ::kill(child_, SIGKILL);
+    ::waitpid(child_, nullptr, 0);
+  }
+  PeerProcess(const PeerProcess&) = delete;
+  PeerProcess& operator=(const PeerProcess&) = delete;
+  void signal(int number) const { ::kill(child_, number); }
+
+ private:
+  pid_t child_;
+};
+
+}  // namespace
+
+TEST_CASE("shm: the conformance checks", "[comm][shm]") {
+  for (const std::size_t ring_bytes : {std::size_t{4096}, SharedMemoryOptions{}.ring_bytes}) {
+    INFO("rings of " << ring_bytes << " bytes");
+    {
+      auto group = connect_ranks(3, {.ring_bytes = ring_bytes});
+      for (const auto& t : group) REQUIRE(shared_peers(t) == 2);
+      conformance::ordering_and_tags(members(group));
+    }
+    {
+      auto group = connect_ranks(2, {.ring_bytes = ring_bytes});
+      conformance::sizes_and_mismatch(members(group));
+    }
+  }
+}
+
+TEST_CASE("shm: collectives match the serial reference on 2 to 5 ranks, on one host and across two", "[comm][shm][collectives]") {
+  for (int n : {2, 3, 4, 5}) {
+    INFO(n << " ranks on one host");
+    auto group = connect_ranks(n, {.ring_bytes = 64 * 1024});
+    conformance::allreduce_matches_reference(members(group), {0, 1, static_cast<std::size_t>(n - 1), 7, 1000, 300001});
+    conformance::broadcast_allgather_barrier(members(group));
+  }
+  // Ranks 0, 2 on "a" and 1, 3 on "b": each rank has one shared-memory peer and two TCP peers.
+  auto mixed = connect_ranks(4, {.hosts = {"a", "b", "a", "b"}});
+  for (const auto& t : mixed) REQUIRE(shared_peers(t) == 1);
+  conformance::allreduce_matches_reference(members(mixed), {0, 5, 300001});
+  conformance::broadcast_allgather_barrier(members(mixed));
+}
+
+TEST_CASE("shm: segments are unlinked once mapped; a pair that cannot share memory keeps TCP", "[comm][shm]") {
+  {
+    auto group = connect_ranks(2);
+    CHECK(own_segments().empty());
+    std::vector<int> ping{7}, pong(1);
+    auto sent = group[0]->send(1, 3, conformance::bytes(ping));
+    group[1]->recv(0, 3, conformance::bytes(pong))->wait(5s);
+    sent->wait(5s);
+    CHECK(pong[0] == 7);
+  }
+  // Rings of other sizes: each side refuses the other's segment, and the pair talks over TCP.
+  auto group = connect_ranks(2, {}, [](int r, SharedMemoryOptions& options) { options.ring_bytes = r == 0 ? 4096 : 8192; });
+  CHECK(own_segments().empty());
+  for (const auto& t : group) CHECK(shared_peers(t) == 0);
+  conformance::sizes_and_mismatch(members(group));
+}
+
+TEST_CASE("shm: bad options are refused", "[comm][shm]") {
+  const auto addresses = comm_test::free_addresses(2);
+  CHECK_THROWS_AS(connect_group(options_for(0, addresses), {.hosts = {"a"}}), InvalidArgument);
+  CHECK_THROWS_WITH(connect_group(options_for(0, addresses), {.ring_bytes = 100}), Catch::Contains("ring_bytes"));
+}
+
+TEST_CASE("shm: what a peer wrote before its goodbye is delivered; then operations needing it fail", "[comm][shm]") {
+  auto group = connect_ranks(3);
+  std::vector<std::vector<int>> messages{{1}, std::vector<int>(3'000'000, 2), {3}};
+  std::vector<WorkPtr> sent;
+  for (std::size_t i = 0; i < messages.size(); ++i) sent.push_back(group[2]->send(0, 5, conformance::bytes(messages[i])));
+  comm::wait_all(sent, 10s);
+  group[2].reset();
+  std::this_thread::sleep_for(200ms);  // the goodbye arrives before the receives are posted
+  for (const auto& message : messages) {
+    std::vector<int> got(message.size());
+    group[0]->recv(2, 5, conformance::bytes(got))->wait(5s);
+    CHECK(got == message);
+  }
+  std::vector<int> more(1);
+  CHECK_THROWS_WITH(group[0]->recv(2, 5, conformance::bytes(more))->wait(5s), Catch::Contains("worker 2") && Catch::Contains("left"));
+  std::vector<int> value{4};
+  auto still = group[0]->send(1, 1, conformance::bytes(value));
+  group[1]->recv(0, 1, conformance::bytes(more))->wait(5s);
+  still->wait(5s);
+  CHECK(more[0] == 4);
+}
+
+TEST_CASE("shm: a peer process that dies or stops fails the operations waiting on it, naming it", "[comm][shm]") {
+  for (const int signal : {SIGKILL, SIGSTOP}) {
+    INFO("signal " << signal);
+    const auto addresses = comm_test::free_addresses(2);
+    PeerProcess peer(addresses);
+    auto zero = connect_group(options_for(0, addresses));
+    REQUIRE(shared_peers(zero) == 1);
+    std::vector<int> ping{11}, pong(1);
+    auto sent = zero->send(1, 1, conformance::bytes(ping));
+    zero->recv(1, 2, conformance::bytes(pong))->wait(5s);  // the peer echoes through shared memory
+    sent->wait(5s);
+    REQUIRE(pong[0] == 11);
+    std::vector<int> big(2'000'000, 1), out(1);
+    auto waiting = zero->recv(1, 4, conformance::bytes(out));
+    const auto hit = std::chrono::steady_clock::now();
+    peer.signal(signal);
+    // A message larger than a ring: the send waits for the peer to read, which it never will.
+    auto blocked_send = zero->send(1, 3, conformance::bytes(big));
+    CHECK_THROWS_WITH(waiting->wait(10s), Catch::Contains("lost worker 1"));
+    CHECK_THROWS_WITH(blocked_send->wait(10s), Catch::Contains("worker 1"));
+    CHECK(std::chrono::steady_clock::now() - hit < 3s);  // the peer timeout is 1 s
+    CHECK_THROWS_WITH(zero->send(1, 5, conformance::bytes(ping))->wait(5s), Catch::Contains("lost worker 1"));
+  }
+}
+
+TEST_CASE("shm: the peer process of the loss tests", "[.shm-peer]") {
+  const char* ports = std::getenv("COHORT_TEST_SHM_PEER_PORTS");
+  REQUIRE(ports != nullptr);
+  const std::string text(ports);
+  const auto comma = text.find(',');
+  const std::vector<Address> addresses{{"127.0.0.1", static_cast<std::uint16_t>(std::stoi(text.substr(0, comma)))},
+                                       {"127.0.0.1", static_cast<std::uint16_t>(std::stoi(text.substr(comma + 1)))}};
+  auto one = connect_group(options_for(1, addresses));
+  std::vector<int> value(1);
+  one->recv(0, 1, conformance::bytes(value))->wait(10s);
+  one->send(0, 2, conformance::bytes(value))->wait(10s);
+  for (;;) std::this_thread::sleep_for(1s);  // until the test's signal
+}
