@@ -1,11 +1,13 @@
-// cohort's allreduce (recursive doubling for small vectors, the ring above) over the TCP transport, swept nccl-tests style (allreduce_sweep.hpp). It takes
-// the cluster from the environment, so it runs under cohort-launch; with COHORT_COMMUNICATOR=mpi under
-// mpirun it measures cohort's MPI communicator instead:
+// cohort's allreduce (recursive doubling for small vectors, the ring above) over the cluster's transport
+// (shared memory between ranks on one host, TCP otherwise; COHORT_SHARED_MEMORY=0 for TCP only), swept
+// nccl-tests style (allreduce_sweep.hpp). It takes the cluster from the environment, so it runs under
+// cohort-launch; with COHORT_COMMUNICATOR=mpi under mpirun it measures cohort's MPI communicator instead:
 //
 //   ./build/cohort-launch --workers 4 -- ./build/benchmarks/cohort_allreduce_bench
 //   COHORT_COMMUNICATOR=mpi mpirun -np 4 ./build/benchmarks/cohort_allreduce_bench
 //   ... --min-bytes 4096 --max-bytes 268435456     (defaults)
 //   ... --forever                                  (repeat the sweep until stopped; for failure drills)
+//   ./build/benchmarks/cohort_allreduce_bench --memcpy   (one memcpy per size: the one-host ceiling)
 //   COHORT_LATENCY_OPTIMAL_BELOW=N ...              (recursive doubling below N bytes, the ring above;
 //                                                   0: the ring only; to find the crossover)
 // benchmarks/allreduce_compare.sh puts it beside Open MPI and Gloo.
@@ -23,6 +25,10 @@ using namespace cohort;
 
 int main(int argc, char** argv) try {
   const sweep::Options options = sweep::parse(argc, argv);
+  if (options.memcpy_only) {
+    sweep::memcpy_ceiling(options);
+    return 0;
+  }
   const std::string_view requested = std::getenv("COHORT_COMMUNICATOR") ? std::getenv("COHORT_COMMUNICATOR") : "";
   if (!requested.empty() && requested != "mpi" && requested != "ring")
     throw std::invalid_argument("COHORT_COMMUNICATOR is '" + std::string(requested) + "'; use 'ring' or 'mpi'");
@@ -39,8 +45,11 @@ int main(int argc, char** argv) try {
   if (const char* below = std::getenv("COHORT_LATENCY_OPTIMAL_BELOW")) allreduce.latency_optimal_below_bytes = std::stoull(below);
   auto cluster = cluster::Cluster::from_environment();
   comm::Transport& transport = cluster.transport();
+  const char* shared = std::getenv("COHORT_SHARED_MEMORY");
+  const char* title = shared != nullptr && std::string_view(shared) == "0" ? "cohort allreduce over TCP"
+                                                                          : "cohort allreduce (shared memory on one host)";
   return sweep::run(
-      "cohort allreduce over TCP", transport.rank(), transport.size(), options,
+      title, transport.rank(), transport.size(), options,
       [&](float* data, std::size_t count) { comm::allreduce(transport, {data, count}, allreduce); },
       [&] { comm::barrier(transport); });
 } catch (const std::exception& e) {

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# One command for the allreduce picture on this machine: cohort's ring allreduce beside Open MPI's
-# MPI_Allreduce (its ob1 TCP path forced, so that all three use loopback TCP) and Gloo's ring allreduce, for
-# 2 and 4 ranks, 4 KiB to 256 MiB, with the ratios, and the loopback TCP bandwidth (iperf3) as the ceiling.
-# cohort's MPI communicator runs under the same mpirun settings as Open MPI's own benchmark.
+# One command for the allreduce picture on this machine, 2 and 4 ranks, 4 KiB to 256 MiB, with the ratios:
+#   - cohort over shared memory (its default between ranks on one host) beside Open MPI's shared-memory
+#     path (btl vader), with one thread's memcpy bandwidth as the ceiling;
+#   - cohort over loopback TCP (COHORT_SHARED_MEMORY=0) beside Open MPI's TCP path (ob1/tcp forced) and
+#     Gloo's ring allreduce, with the loopback TCP bandwidth (iperf3) as the ceiling;
+#   - cohort's MPI communicator under the same mpirun settings as Open MPI's own TCP run.
 # Peers that are not installed are skipped (Debian: openmpi-bin libopenmpi-dev libgloo-dev iperf3).
 #   usage: benchmarks/allreduce_compare.sh [BUILD_DIR] [MAX_BYTES]
 set -uo pipefail
@@ -13,11 +15,16 @@ out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 [ -x "$bench/cohort_allreduce_bench" ] || { echo "allreduce_compare: build first (make bench)" >&2; exit 2; }
 
+"$bench/cohort_allreduce_bench" --memcpy --max-bytes "$max" >"$out/memcpy" 2>&1
 for n in 2 4; do
-  "$build/cohort-launch" --workers $n -- "$bench/cohort_allreduce_bench" --max-bytes "$max" >"$out/cohort.$n" 2>&1 \
-    || { echo "cohort run on $n ranks failed:"; cat "$out/cohort.$n"; exit 1; }
+  "$build/cohort-launch" --workers $n -- "$bench/cohort_allreduce_bench" --max-bytes "$max" >"$out/cohort_shm.$n" 2>&1 \
+    || { echo "cohort run on $n ranks failed:"; cat "$out/cohort_shm.$n"; exit 1; }
+  COHORT_SHARED_MEMORY=0 "$build/cohort-launch" --workers $n -- "$bench/cohort_allreduce_bench" --max-bytes "$max" \
+    >"$out/cohort.$n" 2>&1 || { echo "cohort TCP run on $n ranks failed:"; cat "$out/cohort.$n"; exit 1; }
   if [ -x "$bench/mpi_allreduce_bench" ] && command -v mpirun >/dev/null; then
     root=(); [ "$(id -u)" -eq 0 ] && root=(--allow-run-as-root)
+    mpirun "${root[@]}" -np $n --oversubscribe --mca pml ob1 --mca btl vader,self \
+      "$bench/mpi_allreduce_bench" --max-bytes "$max" >"$out/mpi_shm.$n" 2>&1 || echo "(Open MPI shared-memory run on $n ranks failed)"
     mpirun "${root[@]}" -np $n --oversubscribe --mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include lo \
       "$bench/mpi_allreduce_bench" --max-bytes "$max" >"$out/mpi.$n" 2>&1 || echo "(Open MPI run on $n ranks failed)"
     COHORT_COMMUNICATOR=mpi mpirun "${root[@]}" -np $n --oversubscribe --mca pml ob1 --mca btl tcp,self \
@@ -52,18 +59,28 @@ def table(path):
         if m:
             rows[int(m.group(1))] = (float(m.group(2)), float(m.group(4)), m.group(5) == "yes")
     return rows
+def label(size):
+    return f"{size // 1048576} MiB" if size >= 1048576 else f"{size // 1024} KiB"
+def cell(rows, size):
+    return f"{rows[size][1]:7.3f} ({'ok' if rows[size][2] else 'BAD'})" if size in rows else f"{'-':>12}"
+def latency(rows, size):
+    return f"{rows[size][0]:9.1f}" if size in rows else f"{'-':>9}"
+def ratio(mine, peer, size):
+    return f"{mine[size][1] / peer[size][1]:7.2f}x" if size in mine and size in peer and peer[size][1] > 0 else f"{'-':>8}"
+copy = table(f"{out}/memcpy")
 for n in (2, 4):
-    c, m, g, cm = (table(f"{out}/{name}.{n}") for name in ("cohort", "mpi", "gloo", "cohort_mpi"))
-    print(f"\nallreduce, float32 sum, {n} ranks on loopback TCP: busbw in GB/s (correct), ratio = cohort / peer")
-    print(f"{'size':>10} {'cohort ring':>14} {'cohort MPI':>14} {'Open MPI':>14} {'Gloo':>14} {'vs MPI':>8} {'vs Gloo':>8}")
-    def cell(rows, size):
-        return f"{rows[size][1]:8.3f} ({'ok' if rows[size][2] else 'BAD'})" if size in rows else f"{'-':>13}"
-    def ratio(rows, size):
-        return f"{c[size][1] / rows[size][1]:7.2f}x" if size in rows and rows[size][1] > 0 else f"{'-':>8}"
-    for size in sorted(c):
-        label = f"{size // 1048576} MiB" if size >= 1048576 else f"{size // 1024} KiB"
-        print(f"{label:>10} {cell(c, size):>14} {cell(cm, size):>14} {cell(m, size):>14} {cell(g, size):>14} "
-              f"{ratio(m, size)} {ratio(g, size)}")
+    shm, mpi_shm = table(f"{out}/cohort_shm.{n}"), table(f"{out}/mpi_shm.{n}")
+    tcp, mpi, gloo, cohort_mpi = (table(f"{out}/{name}.{n}") for name in ("cohort", "mpi", "gloo", "cohort_mpi"))
+    print(f"\nallreduce, float32 sum, {n} ranks on one host: busbw in GB/s (correct), ratio = cohort / peer")
+    print(f"{'size':>8} | {'cohort shm':>12} {'Open MPI shm':>12} {'memcpy':>12} {'vs MPI':>8} | "
+          f"{'cohort TCP':>12} {'Open MPI TCP':>12} {'Gloo':>12} {'cohort MPI':>12} {'vs MPI':>8} {'vs Gloo':>8}")
+    for size in sorted(set(shm) | set(tcp)):
+        print(f"{label(size):>8} | {cell(shm, size)} {cell(mpi_shm, size)} {cell(copy, size)} {ratio(shm, mpi_shm, size)} | "
+              f"{cell(tcp, size)} {cell(mpi, size)} {cell(gloo, size)} {cell(cohort_mpi, size)} {ratio(tcp, mpi, size)} "
+              f"{ratio(tcp, gloo, size)}")
+    print(f"time per allreduce in us: {'size':>8} {'cohort shm':>10} {'MPI shm':>9} {'cohort TCP':>10} {'MPI TCP':>9}")
+    for size in sorted(shm)[:4]:
+        print(f"{'':>26}{label(size):>8} {latency(shm, size):>10} {latency(mpi_shm, size)} {latency(tcp, size):>10} {latency(mpi, size)}")
 if ceiling:
     print(f"\nloopback TCP ceiling (iperf3, one stream): {ceiling} GB/s")
 PY

@@ -2,11 +2,13 @@
 // The nccl-tests-style sweep shared by cohort's allreduce benchmark and its peers (Open MPI, Gloo), so
 // that all print the same table: size, count, mean time, algbw = bytes / time, busbw = algbw * 2 (n-1) / n
 // (the traffic on each link of a ring), and whether the result equals the exact sum on every rank.
+// memcpy_ceiling() prints the same table for one memcpy per size: the ceiling for ranks on one host.
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -16,6 +18,7 @@ namespace sweep {
 struct Options {
   std::size_t min_bytes = 4096, max_bytes = std::size_t{256} << 20;
   bool forever = false;  // repeat until stopped, for failure drills
+  bool memcpy_only = false;  // memcpy_ceiling() instead of an allreduce
 };
 
 inline Options parse(int argc, char** argv) {
@@ -29,13 +32,39 @@ inline Options parse(int argc, char** argv) {
     if (arg == "--min-bytes") options.min_bytes = value();
     else if (arg == "--max-bytes") options.max_bytes = value();
     else if (arg == "--forever") options.forever = true;
+    else if (arg == "--memcpy") options.memcpy_only = true;
     else if (arg == "--help") {
-      std::printf("usage: %s [--min-bytes N] [--max-bytes N] [--forever]\n", argv[0]);
+      std::printf("usage: %s [--min-bytes N] [--max-bytes N] [--forever] [--memcpy]\n", argv[0]);
       std::exit(0);
     } else throw std::invalid_argument("unknown option " + arg);
   }
   if (options.min_bytes < 4 || options.max_bytes < options.min_bytes) throw std::invalid_argument("bad size range");
   return options;
+}
+
+// About 64 MiB of traffic per size, at least 3 and at most 1000 repetitions.
+inline int iterations_for(std::size_t bytes) {
+  return static_cast<int>(std::clamp<std::size_t>((std::size_t{64} << 20) / bytes, 3, 1000));
+}
+
+inline void memcpy_ceiling(const Options& options) {
+  using Clock = std::chrono::steady_clock;
+  std::printf("# memcpy, one thread\n");
+  std::printf("# %12s %12s %12s %12s %12s %8s\n", "size(B)", "count", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "correct");
+  for (std::size_t bytes = options.min_bytes; bytes <= options.max_bytes; bytes *= 2) {
+    std::vector<char> from(bytes, 1), to(bytes, 0);
+    const int iterations = iterations_for(bytes);
+    std::memcpy(to.data(), from.data(), bytes);  // warm-up: pages mapped
+    const auto start = Clock::now();
+    for (int i = 0; i < iterations; ++i) {
+      from[static_cast<std::size_t>(i) % bytes] = static_cast<char>(i);  // each copy is a new one
+      std::memcpy(to.data(), from.data(), bytes);
+    }
+    const double seconds = std::chrono::duration<double>(Clock::now() - start).count() / iterations;
+    const bool correct = std::equal(from.begin(), from.end(), to.begin());
+    const double bandwidth = static_cast<double>(bytes) / seconds / 1e9;
+    std::printf("  %12zu %12zu %12.1f %12.3f %12.3f %8s\n", bytes, bytes, seconds * 1e6, bandwidth, bandwidth, correct ? "yes" : "NO");
+  }
 }
 
 // allreduce(float* data, std::size_t count) sums in place across ranks; barrier() synchronizes.
@@ -52,8 +81,7 @@ int run(const char* title, int rank, int size, const Options& options, Allreduce
   do {
     for (std::size_t bytes = options.min_bytes; bytes <= options.max_bytes; bytes *= 2) {
       std::vector<float> data(bytes / sizeof(float), 1.0f);
-      // About 64 MiB of traffic per size, at least 3 and at most 50 repetitions.
-      const int iterations = static_cast<int>(std::clamp<std::size_t>((std::size_t{64} << 20) / bytes, 3, 50));
+      const int iterations = iterations_for(bytes);
       allreduce(data.data(), data.size());  // warm-up
       barrier();
       const auto start = Clock::now();

@@ -1,12 +1,24 @@
 #include "cohort/comm/work.hpp"
 
+#include <algorithm>
 #include <fmt/format.h>
+#include <thread>
 
 #include "cohort/core/error.hpp"
 
 namespace cohort::comm {
 
 void Work::wait(std::chrono::milliseconds timeout) {
+  if (poll_) {
+    // Long enough for a collective's next step to arrive on one host, short enough that a rank waiting
+    // for a slow peer soon sleeps and leaves the core to others.
+    constexpr std::chrono::microseconds kPollFor{200};
+    const auto until = std::chrono::steady_clock::now() + std::min<std::chrono::microseconds>(kPollFor, timeout);
+    while (!done() && std::chrono::steady_clock::now() < until) {
+      poll_();
+      if (!done()) std::this_thread::yield();
+    }
+  }
   std::unique_lock lock(mutex_);
   if (!finished_.wait_for(lock, timeout, [&] { return done_; }))
     throw TimeoutError(fmt::format("{} did not complete within {} ms", what_, timeout.count()));

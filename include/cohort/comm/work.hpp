@@ -9,6 +9,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -20,6 +21,9 @@ class Work {
  public:
   // `what` names the operation in a timeout message ("recv from worker 1, tag 7").
   explicit Work(std::string what) : what_(std::move(what)) {}
+  // For a transport whose waiting thread can move the bytes itself (shared memory): wait() calls `poll`,
+  // yielding between calls, for a short while before it sleeps. `poll` must tolerate concurrent calls.
+  Work(std::string what, std::function<void()> poll) : what_(std::move(what)), poll_(std::move(poll)) {}
 
   // Returns when done; rethrows the failure; throws TimeoutError after `timeout`.
   void wait(std::chrono::milliseconds timeout);
@@ -32,6 +36,7 @@ class Work {
 
  private:
   std::string what_;
+  std::function<void()> poll_;
   mutable std::mutex mutex_;
   std::condition_variable finished_;
   bool done_ = false;

@@ -19,6 +19,7 @@ constexpr Tag kWatchTag = 0x53484D5741544348ull;   // "SHMWATCH"
 
 constexpr std::size_t kFrameHeaderBytes = 16;  // tag, length
 constexpr std::chrono::milliseconds kWatchInterval{20};
+constexpr std::chrono::microseconds kPollAfterProgress{50};
 
 // What a rank tells a same-host peer about its mailbox.
 struct Offer {
@@ -52,9 +53,12 @@ ShmTransport::~ShmTransport() {
   }
   const auto shut_down = [] { return std::make_exception_ptr(IoError("the transport was shut down")); };
   for (auto& link : links_) {
-    const std::lock_guard lock(link->send_mutex);
-    for (Outgoing& outgoing : link->queue) outgoing.work->fail(shut_down());
-    link->queue.clear();
+    {
+      const std::lock_guard lock(link->send_mutex);
+      for (Outgoing& outgoing : link->queue) outgoing.work->fail(shut_down());
+      link->queue.clear();
+    }
+    const std::lock_guard reading(link->read_mutex);
     if (link->incoming && link->incoming->work) link->incoming->work->fail(shut_down());
   }
   {
@@ -150,7 +154,10 @@ void ShmTransport::wake_progress() const { own_.ring_bell(); }
 WorkPtr ShmTransport::send(int peer, Tag tag, std::span<const std::byte> data) {
   Link* link = link_of(peer);
   if (link == nullptr) return tcp_->send(peer, tag, data);
-  auto work = std::make_shared<Work>(fmt::format("send to {}, tag {}", describe(peer), tag));
+  auto work = std::make_shared<Work>(fmt::format("send to {}, tag {}", describe(peer), tag), [this, link] {
+    const std::unique_lock writing(link->send_mutex, std::try_to_lock);
+    if (writing && !link->queue.empty()) write_queued(*link);
+  });
   std::unique_lock lock(link->send_mutex);
   {
     // Checked under the send lock: a failure after this point finds the frame in the queue and fails it.
@@ -190,6 +197,7 @@ void ShmTransport::write_queued(Link& link) {
     finished.push_back(std::move(outgoing.work));
     link.queue.pop_front();
   }
+  link.queued.store(!link.queue.empty(), std::memory_order_seq_cst);  // seq_cst: read against `sleeping`
   if (!wrote) return;
   ring.publish();
   link.theirs.ring_bell();
@@ -201,7 +209,10 @@ void ShmTransport::write_queued(Link& link) {
 WorkPtr ShmTransport::recv(int peer, Tag tag, std::span<std::byte> out) {
   Link* link = link_of(peer);
   if (link == nullptr) return tcp_->recv(peer, tag, out);
-  auto work = std::make_shared<Work>(fmt::format("recv from {}, tag {}", describe(peer), tag));
+  auto work = std::make_shared<Work>(fmt::format("recv from {}, tag {}", describe(peer), tag), [this, link] {
+    const std::unique_lock reading(link->read_mutex, std::try_to_lock);
+    if (reading) read_inbound(*link);
+  });
   const std::lock_guard lock(state_mutex_);
   const std::pair<int, Tag> key{peer, tag};
   auto queued = unexpected_.find(key);
@@ -306,11 +317,16 @@ void ShmTransport::finish_frame(Link& link) {
 
 void ShmTransport::progress() {
   auto next_watch = std::chrono::steady_clock::now();
+  auto last_progress = next_watch;
   MailboxHeader& own = own_.header();
   while (!stopping_.load()) {
     bool progressed = false;
-    for (auto& link : links_) progressed |= read_inbound(*link);
     for (auto& link : links_) {
+      const std::unique_lock reading(link->read_mutex, std::try_to_lock);  // else a waiting caller reads
+      if (reading) progressed |= read_inbound(*link);
+    }
+    for (auto& link : links_) {
+      if (!link->queued.load(std::memory_order_seq_cst)) continue;
       const std::lock_guard lock(link->send_mutex);
       if (link->queue.empty()) continue;
       const std::size_t before = link->queue.front().written;
@@ -323,7 +339,13 @@ void ShmTransport::progress() {
       check_watches();
       next_watch = now + kWatchInterval;
     }
-    if (progressed) continue;
+    if (progressed) last_progress = now;
+    // Messages come in bursts (a collective's steps): polling a moment longer answers the next one
+    // without a futex round trip.
+    if (progressed || now - last_progress < kPollAfterProgress) {
+      if (!progressed) std::this_thread::yield();
+      continue;
+    }
     // Announce the sleep (and which rings this thread waits to write into), look once more, then sleep.
     const std::uint32_t seen = own.bell.load(std::memory_order_seq_cst);
     own.sleeping.store(1, std::memory_order_seq_cst);
@@ -342,7 +364,11 @@ void ShmTransport::progress() {
 
 bool ShmTransport::work_waiting() {
   for (auto& link : links_) {
-    if (link->inbound.readable_bytes() > 0) return true;
+    {
+      const std::unique_lock reading(link->read_mutex, std::try_to_lock);
+      if (reading && link->inbound.readable_bytes() > 0) return true;
+    }
+    if (!link->queued.load(std::memory_order_seq_cst)) continue;
     const std::lock_guard lock(link->send_mutex);
     if (link->queue.empty()) continue;
     const std::uint64_t needed = link->queue.front().header_written ? 1 : kFrameHeaderBytes;
@@ -376,9 +402,10 @@ void ShmTransport::check_watches() {
 
 void ShmTransport::fail_link(Link& link, const std::string& reason, bool protocol) {
   // What the peer wrote before it went is delivered first (a peer that says goodbye has finished writing).
-  while (read_inbound(link)) {
-  }
   {
+    const std::lock_guard reading(link.read_mutex);
+    while (read_inbound(link)) {
+    }
     const std::lock_guard lock(state_mutex_);
     link.gone = reason;
     link.gone_by_protocol = protocol;
@@ -388,14 +415,15 @@ void ShmTransport::fail_link(Link& link, const std::string& reason, bool protoco
       queue.clear();
     }
     if (link.incoming && link.incoming->work) link.incoming->work->fail(error_for(link.peer));
+    link.incoming.reset();
   }
-  link.incoming.reset();
   const std::lock_guard lock(link.send_mutex);
   for (Outgoing& outgoing : link.queue) {
     const std::lock_guard state(state_mutex_);
     outgoing.work->fail(error_for(link.peer));
   }
   link.queue.clear();
+  link.queued = false;
 }
 
 }  // namespace shm
