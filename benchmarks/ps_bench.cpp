@@ -2,14 +2,17 @@
 // the authenticated TCP transport on 127.0.0.1. A round trip sends every gradient the server holds and
 // receives every value back; GB/s counts both directions' payload. The server applies plain SGD, so the
 // figure is the transport and the protocol (header checks, CRC-32 both ways), not optimizer arithmetic.
-// With --tls every connection runs over TLS 1.3 keyed from the secret, as under COHORT_TLS=1.
-//   usage: cohort_ps_bench [--round-trips N] [--tls]
+// With --tls every connection runs over TLS 1.3 keyed from the secret, as under COHORT_TLS=1; with
+// --shared-memory the two talk through shared memory (comm::connect_group), as a worker and a server on one
+// host of a Cluster do.
+//   usage: cohort_ps_bench [--round-trips N] [--tls | --shared-memory]
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <fmt/format.h>
 #include <thread>
 
+#include "cohort/comm/shared_memory.hpp"
 #include "cohort/comm/tcp.hpp"
 #include "cohort/nn/zoo.hpp"
 #include "cohort/optim/sgd.hpp"
@@ -26,8 +29,10 @@ struct Result {
   double gigabytes_per_second;
 };
 
+enum class Link { Tcp, Tls, SharedMemory };
+
 Result measure(const std::vector<ps::VariableInfo>& infos, std::vector<ps::LocalVariable> variables, int round_trips,
-               bool tls) {
+               Link link) {
   const ps::Plan plan = ps::make_plan(infos, 1, ps::placement::RoundRobin{});
   const std::string secret = "benchmark-secret";
   // Two free loopback ports: let the OS pick by binding port 0 is not possible through the factory, so pick
@@ -37,14 +42,18 @@ Result measure(const std::vector<ps::VariableInfo>& infos, std::vector<ps::Local
   std::int64_t payload = 0;
   for (const auto& info : infos) payload += info.bytes();
 
+  const auto connect = [&](int rank) {
+    const comm::TcpOptions options{.rank = rank, .addresses = addresses, .secret = secret, .tls = {.enabled = link == Link::Tls}};
+    return link == Link::SharedMemory ? comm::connect_group(options) : comm::connect_tcp(options);
+  };
   std::unique_ptr<comm::Transport> server_transport;
   std::thread server_thread([&] {
-    server_transport = comm::connect_tcp({.rank = 1, .addresses = addresses, .secret = secret, .tls = {.enabled = tls}});
+    server_transport = connect(1);
     optim::SGD sgd({.learning_rate = optim::constant(1e-6)});
     ps::Server server(*server_transport, plan, 0, {0}, sgd);
     server.serve();
   });
-  auto worker_transport = comm::connect_tcp({.rank = 0, .addresses = addresses, .secret = secret, .tls = {.enabled = tls}});
+  auto worker_transport = connect(0);
   ps::ParameterStore store(*worker_transport, plan, {1}, std::move(variables));
   store.initialize_servers();
   for (int i = 0; i < 3; ++i) store.push_pull(1);
@@ -60,29 +69,32 @@ Result measure(const std::vector<ps::VariableInfo>& infos, std::vector<ps::Local
 
 int main(int argc, char** argv) {
   int round_trips = 50;
-  bool tls = false;
+  Link link = Link::Tcp;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--round-trips") == 0 && i + 1 < argc) round_trips = std::atoi(argv[++i]);
-    else if (std::strcmp(argv[i], "--tls") == 0) tls = true;
+    else if (std::strcmp(argv[i], "--tls") == 0) link = Link::Tls;
+    else if (std::strcmp(argv[i], "--shared-memory") == 0) link = Link::SharedMemory;
     else {
-      fmt::print(stderr, "usage: {} [--round-trips N] [--tls]\n", argv[0]);
+      fmt::print(stderr, "usage: {} [--round-trips N] [--tls | --shared-memory]\n", argv[0]);
       return 2;
     }
   }
   nn::Sequential flagship = nn::cifar10_cnn({32, 32, 3});
   std::vector<ps::LocalVariable> variables;
   for (const auto& v : flagship.variables()) variables.push_back({v->name, v->value, v->gradient, v->trainable});
-  const Result model = measure(train::variable_infos(flagship), std::move(variables), round_trips, tls);
+  const Result model = measure(train::variable_infos(flagship), std::move(variables), round_trips, link);
 
   const Shape big{16384, 1024};  // 64 MiB of float32
   const ps::VariableInfo info{.name = "big/kernel", .shape = big};
   Tensor value(big), gradient(big);
-  const Result large = measure({info}, {{"big/kernel", value, gradient, true}}, std::max(5, round_trips / 5), tls);
+  const Result large = measure({info}, {{"big/kernel", value, gradient, true}}, std::max(5, round_trips / 5), link);
 
-  fmt::print("{:<40} {:>14} {:>14}\n", tls ? "push+pull over TLS, 1 worker -> 1 server" : "push+pull, 1 worker -> 1 server",
-             "ms/round trip", "GB/s");
-  fmt::print("{:<40} {:>14.3f} {:>14.3f}\n", "flagship CIFAR-10 variables (2.2 MB)", model.milliseconds_per_round_trip,
+  const char* title = link == Link::Tls            ? "push+pull over TLS, 1 worker -> 1 server"
+                      : link == Link::SharedMemory ? "push+pull, shared memory, 1 worker -> 1 server"
+                                                   : "push+pull over TCP, 1 worker -> 1 server";
+  fmt::print("{:<48} {:>14} {:>14}\n", title, "ms/round trip", "GB/s");
+  fmt::print("{:<48} {:>14.3f} {:>14.3f}\n", "flagship CIFAR-10 variables (2.2 MB)", model.milliseconds_per_round_trip,
              model.gigabytes_per_second);
-  fmt::print("{:<40} {:>14.3f} {:>14.3f}\n", "one 64 MiB variable", large.milliseconds_per_round_trip, large.gigabytes_per_second);
+  fmt::print("{:<48} {:>14.3f} {:>14.3f}\n", "one 64 MiB variable", large.milliseconds_per_round_trip, large.gigabytes_per_second);
   return 0;
 }

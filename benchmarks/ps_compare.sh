@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One command for the parameter-server picture on this machine:
-#  1. push+pull throughput of one server (cohort_ps_bench) beside the loopback TCP ceiling (iperf3);
+#  1. push+pull throughput of one server (cohort_ps_bench) over TCP beside the loopback TCP ceiling
+#     (iperf3), and over shared memory;
 #  2. training throughput of the flagship CIFAR-10 CNN (batch 128 per worker) on 1 process and on
 #     2 workers + 2 parameter servers (cohort-launch, Sync), with the chief's time communicating per step;
 #  3. the same 2 + 2 run with TensorFlow's parameter servers (benchmarks/peers/tensorflow_ps_cifar10.py),
@@ -19,8 +20,9 @@ for binary in cohort_ps_bench; do
 done
 cores=$(nproc)
 
-echo "== push+pull of one parameter server (loopback TCP)"
+echo "== push+pull of one parameter server (loopback TCP, then shared memory)"
 "$build/benchmarks/cohort_ps_bench" || exit 1
+"$build/benchmarks/cohort_ps_bench" --shared-memory || exit 1
 if command -v iperf3 >/dev/null; then
   port=$(( 20000 + RANDOM % 20000 ))
   iperf3 -s -1 -B 127.0.0.1 -p $port >/dev/null 2>&1 &

@@ -9,6 +9,8 @@
 #include "cohort/cluster/discovery.hpp"
 #include "cohort/comm/inproc.hpp"
 #include "cohort/core/error.hpp"
+#include "comm/comm_test_util.hpp"
+#include "comm/shm/shm_transport.hpp"
 #include "environment.hpp"
 
 using namespace cohort;
@@ -226,6 +228,36 @@ TEST_CASE("deadlines come from the environment where it sets them, and nonsense 
   require_invalid([&] { with_environment_settings(defaults, environment_of({{"COHORT_HEARTBEAT_INTERVAL", "20s"}})); },
                   {"COHORT_PEER_TIMEOUT", "COHORT_HEARTBEAT_INTERVAL", "longer"});
   require_invalid([] { Cluster::from_environment(environment_of({{"COHORT_TIMEOUT", "soon"}})); }, {"COHORT_TIMEOUT"});
+}
+
+TEST_CASE("a cluster's ranks on one host share memory, unless ConnectOptions::shared_memory is off", "[cluster][comm]") {
+  ::setenv("COHORT_SECRET", "shared memory cluster test", 1);
+  for (const bool shared : {true, false}) {
+    INFO("shared memory " << shared);
+    const auto ports = comm_test::free_addresses(2);
+    std::vector<std::unique_ptr<cluster::Cluster>> ranks(2);
+    comm_test::run_ranks(2, [&](int r) {
+      ClusterSpec spec{.chief = {{"127.0.0.1", ports[0].port}}, .workers = {{"127.0.0.1", ports[1].port}},
+                       .role = r == 0 ? Role::Chief : Role::Worker, .index = 0};
+      ranks[static_cast<std::size_t>(r)] = std::make_unique<cluster::Cluster>(spec, ConnectOptions{.shared_memory = shared});
+      ranks[static_cast<std::size_t>(r)]->transport();
+    });
+    for (const auto& rank : ranks) {
+      const auto* transport = dynamic_cast<const comm::shm::ShmTransport*>(&rank->transport());
+      CHECK((transport != nullptr && transport->shared_memory_peers() == 1) == shared);
+    }
+  }
+  ::unsetenv("COHORT_SECRET");
+}
+
+TEST_CASE("COHORT_SHARED_MEMORY turns shared memory between same-host ranks off or on", "[cluster]") {
+  CHECK(with_environment_settings({}, environment_of({})).shared_memory);
+  CHECK_FALSE(with_environment_settings({}, environment_of({{"COHORT_SHARED_MEMORY", "0"}})).shared_memory);
+  ConnectOptions off;
+  off.shared_memory = false;
+  CHECK(with_environment_settings(off, environment_of({{"COHORT_SHARED_MEMORY", "1"}})).shared_memory);
+  for (const char* bad : {"", "yes", "2"})
+    require_invalid([&] { with_environment_settings({}, environment_of({{"COHORT_SHARED_MEMORY", bad}})); }, {"COHORT_SHARED_MEMORY"});
 }
 
 TEST_CASE("encryption comes from the environment: COHORT_TLS and certificates given together", "[cluster]") {

@@ -147,6 +147,24 @@ TEST_CASE("shm: bad options are refused", "[comm][shm]") {
   CHECK_THROWS_WITH(connect_group(options_for(0, addresses), {.ring_bytes = 100}), Catch::Contains("ring_bytes"));
 }
 
+TEST_CASE("shm: a frame above the size limit fails every operation with ProtocolError, naming the peer", "[comm][shm][security]") {
+  const auto addresses = comm_test::free_addresses(3);
+  std::vector<std::unique_ptr<Transport>> group(3);
+  comm_test::run_ranks(3, [&](int r) {
+    TcpOptions options = options_for(r, addresses);
+    if (r == 0) options.max_frame_bytes = 1000;
+    group[static_cast<std::size_t>(r)] = connect_group(options);
+  });
+  std::vector<int> large(1000, 1), out(1000), small(1);
+  auto pending_on_two = group[0]->recv(2, 2, conformance::bytes(small));
+  auto sent = group[1]->send(0, 1, conformance::bytes(large));
+  CHECK_THROWS_WITH(group[0]->recv(1, 1, conformance::bytes(out))->wait(5s),
+                    Catch::Contains("worker 1") && Catch::Contains("4000 bytes") && Catch::Contains("limit of 1000"));
+  CHECK_THROWS_AS(pending_on_two->wait(5s), ProtocolError);
+  CHECK_THROWS_AS(group[0]->send(2, 1, conformance::bytes(small))->wait(5s), ProtocolError);
+  sent->wait(5s);
+}
+
 TEST_CASE("shm: what a peer wrote before its goodbye is delivered; then operations needing it fail", "[comm][shm]") {
   auto group = connect_ranks(3);
   std::vector<std::vector<int>> messages{{1}, std::vector<int>(3'000'000, 2), {3}};

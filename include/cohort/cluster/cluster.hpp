@@ -22,12 +22,12 @@ struct ConnectOptions {
   std::chrono::milliseconds timeout{60000};
   std::chrono::milliseconds heartbeat_interval{1000};
   std::chrono::milliseconds peer_timeout{10000};
-  comm::TlsOptions tls;
+  comm::TlsOptions tls{};
   // Ranks on one host (the same address) exchange messages through shared memory (comm::connect_group);
   // false keeps them on loopback TCP.
   bool shared_memory = true;
   // How the transport is made once the peers are known; empty: by `shared_memory`.
-  comm::TransportFactory transport_factory;
+  comm::TransportFactory transport_factory{};
 };
 
 // `options` with what the environment sets. Deadlines: COHORT_CONNECT_TIMEOUT, COHORT_TIMEOUT (each wait

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <fmt/format.h>
 #include <random>
+#include <string_view>
 
 #include "cohort/core/error.hpp"
 
@@ -19,6 +20,7 @@ namespace {
 
 constexpr std::uint64_t kMagic = 0x636F686F72746D62ull;  // "cohortmb"
 constexpr std::size_t kPage = 4096;
+constexpr std::string_view kNamePrefix = "/cohort-";
 
 std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
 
@@ -37,7 +39,7 @@ Nonce random_nonce() {
 
 std::string random_name() {
   std::random_device device;
-  return fmt::format("/cohort-{}-{:08x}{:08x}", ::getpid(), device(), device());
+  return fmt::format("{}{}-{:08x}{:08x}", kNamePrefix, ::getpid(), device(), device());
 }
 
 long futex(std::atomic<std::uint32_t>* word, int op, std::uint32_t value, const timespec* timeout) {
@@ -84,14 +86,15 @@ Mailbox Mailbox::create(std::uint32_t slots, std::uint64_t ring_bytes) {
     box.base_ = nullptr;
     throw IoError(fmt::format("cannot map shared memory {}: {}", box.name_, std::strerror(errno)));
   }
-  auto* header = new (box.base_) MailboxHeader{.magic = kMagic, .nonce = random_nonce(), .slots = slots, .ring_bytes = ring_bytes};
-  (void)header;
+  new (box.base_) MailboxHeader{.magic = kMagic, .nonce = random_nonce(), .slots = slots, .ring_bytes = ring_bytes};
   for (std::uint32_t slot = 0; slot < slots; ++slot)
     new (static_cast<std::byte*>(box.base_) + counters_offset() + slot * sizeof(RingCounters)) RingCounters{};
   return box;
 }
 
 Mailbox Mailbox::open(const std::string& name, const Nonce& nonce, std::uint32_t slots, std::uint64_t ring_bytes) {
+  if (!name.starts_with(kNamePrefix) || name.find('/', 1) != std::string::npos)
+    throw IoError(fmt::format("it offered shared memory named '{}', not one of cohort's", name));
   Mailbox box;
   box.name_ = name;
   box.size_ = bytes_for(slots, ring_bytes);

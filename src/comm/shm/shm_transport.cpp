@@ -35,8 +35,9 @@ std::span<std::byte> bytes_of(auto& value) { return std::as_writable_bytes(std::
 
 }  // namespace
 
-ShmTransport::ShmTransport(std::unique_ptr<Transport> tcp, const std::vector<int>& local, const SharedMemoryOptions& options)
-    : tcp_(std::move(tcp)), link_by_rank_(static_cast<std::size_t>(tcp_->size()), nullptr) {
+ShmTransport::ShmTransport(std::unique_ptr<Transport> tcp, const std::vector<int>& local, const SharedMemoryOptions& options,
+                           std::uint64_t max_frame_bytes)
+    : tcp_(std::move(tcp)), max_frame_bytes_(max_frame_bytes), link_by_rank_(static_cast<std::size_t>(tcp_->size()), nullptr) {
   exchange_segments(local, options);
   log::info("{}: shared memory with {} of the {} peer(s) on its host", describe(rank()), links_.size(), local.size());
   if (links_.empty()) return;
@@ -243,13 +244,19 @@ void ShmTransport::hand_over(int peer, Tag tag, const std::vector<std::byte>& by
 bool ShmTransport::read_inbound(Link& link) {
   Ring& ring = link.inbound;
   bool progressed = false;
-  for (;;) {
+  while (!link.corrupt) {
     std::uint64_t readable = ring.readable_bytes();
     if (!link.incoming) {
       if (readable < kFrameHeaderBytes) break;
       std::array<std::uint64_t, 2> header{};
       ring.read(std::as_writable_bytes(std::span(header)));
       readable -= kFrameHeaderBytes;
+      if (header[1] > max_frame_bytes_) {
+        // Reported by the progress thread (check_watches), which may fail every link.
+        link.corrupt = fmt::format("protocol error: {} wrote a frame of {} bytes into shared memory, above the limit of {}",
+                                   describe(link.peer), header[1], max_frame_bytes_);
+        return true;
+      }
       start_frame(link, header[0], header[1]);
       progressed = true;
     }
@@ -377,13 +384,26 @@ bool ShmTransport::work_waiting() {
   return false;
 }
 
+bool ShmTransport::is_gone(const Link& link) const {
+  const std::lock_guard lock(state_mutex_);
+  return link.gone.has_value();
+}
+
 void ShmTransport::check_watches() {
   for (auto& link : links_) {
+    std::optional<std::string> corrupt;
     {
-      const std::lock_guard lock(state_mutex_);
-      if (link->gone) continue;
+      const std::lock_guard reading(link->read_mutex);
+      corrupt = link->corrupt;
     }
-    if (!link->watch->done()) continue;
+    if (!corrupt || is_gone(*link)) continue;
+    log::error("{}: {}", describe(rank()), *corrupt);
+    for (auto& other : links_)
+      if (!is_gone(*other)) fail_link(*other, *corrupt, true);
+    return;
+  }
+  for (auto& link : links_) {
+    if (is_gone(*link) || !link->watch->done()) continue;
     std::string reason;
     bool protocol = false;
     try {
@@ -454,7 +474,7 @@ std::unique_ptr<Transport> connect_group(const TcpOptions& options, const Shared
   auto tcp = connect_tcp(options);
   const std::vector<int> local = same_host_peers(options, shared_memory);
   if (local.empty()) return tcp;
-  return std::make_unique<shm::ShmTransport>(std::move(tcp), local, shared_memory);
+  return std::make_unique<shm::ShmTransport>(std::move(tcp), local, shared_memory, options.max_frame_bytes);
 }
 
 }  // namespace cohort::comm

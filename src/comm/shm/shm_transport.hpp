@@ -18,7 +18,8 @@
 // Failures come from the TCP transport: the progress thread keeps a receive posted there per shared-memory
 // peer on a tag nothing sends, and when it fails (the peer was lost, the group broke, or the peer left)
 // the same failure reaches the shared-memory operations. A peer that left cleanly is drained first: what it
-// wrote before its goodbye is still delivered.
+// wrote before its goodbye is still delivered. A frame header that breaks the protocol (a length above
+// the limit) fails every operation of this rank with ProtocolError naming the peer, as on TCP.
 #include <atomic>
 #include <deque>
 #include <map>
@@ -36,7 +37,9 @@ namespace cohort::comm::shm {
 class ShmTransport : public Transport {
  public:
   // `local` lists the peers that share this host with this rank.
-  ShmTransport(std::unique_ptr<Transport> tcp, const std::vector<int>& local, const SharedMemoryOptions& options);
+  // Frames above `max_frame_bytes` are a protocol violation, as on TCP.
+  ShmTransport(std::unique_ptr<Transport> tcp, const std::vector<int>& local, const SharedMemoryOptions& options,
+               std::uint64_t max_frame_bytes);
   ~ShmTransport() override;
 
   int rank() const override { return tcp_->rank(); }
@@ -81,6 +84,7 @@ class ShmTransport : public Transport {
     std::atomic<bool> queued{false};  // !queue.empty(), readable without the lock
     std::mutex read_mutex;  // the inbound ring and `incoming`: the progress thread, or a waiting caller
     std::optional<Incoming> incoming;
+    std::optional<std::string> corrupt;  // a bad frame header: the ring's framing is lost (under read_mutex)
     WorkPtr watch;                     // a TCP receive that fails when the peer does
     std::optional<std::string> gone;   // why operations with this peer fail; guarded by state_mutex_
     bool gone_by_protocol = false;
@@ -97,6 +101,7 @@ class ShmTransport : public Transport {
   void hand_over(int peer, Tag tag, const std::vector<std::byte>& bytes, const Receiver& receiver);
   bool work_waiting();
   void check_watches();
+  bool is_gone(const Link& link) const;
   // Fails what waits on `link`'s peer, now and later, after delivering what it had written. A lost peer
   // fails every watch at once (the TCP transport fails all its receives), so every link fails with it.
   void fail_link(Link& link, const std::string& reason, bool protocol);
@@ -104,6 +109,7 @@ class ShmTransport : public Transport {
   void wake_progress() const;
 
   std::unique_ptr<Transport> tcp_;
+  std::uint64_t max_frame_bytes_;
   Mailbox own_;
   std::vector<std::unique_ptr<Link>> links_;
   std::vector<Link*> link_by_rank_;  // null: TCP
