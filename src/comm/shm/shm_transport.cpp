@@ -39,6 +39,8 @@ ShmTransport::ShmTransport(std::unique_ptr<Transport> tcp, const std::vector<int
                            std::uint64_t max_frame_bytes)
     : tcp_(std::move(tcp)), max_frame_bytes_(max_frame_bytes), link_by_rank_(static_cast<std::size_t>(tcp_->size()), nullptr) {
   exchange_segments(local, options);
+  // Polling pays while every rank of the host has a core; beyond that it takes the cores the peers need.
+  poll_ = local.size() + 1 <= std::max(1u, std::thread::hardware_concurrency());
   log::info("{}: shared memory with {} of the {} peer(s) on its host", describe(rank()), links_.size(), local.size());
   if (links_.empty()) return;
   for (auto& link : links_) link->watch = tcp_->recv(link->peer, kWatchTag, {});
@@ -155,7 +157,8 @@ void ShmTransport::wake_progress() const { own_.ring_bell(); }
 WorkPtr ShmTransport::send(int peer, Tag tag, std::span<const std::byte> data) {
   Link* link = link_of(peer);
   if (link == nullptr) return tcp_->send(peer, tag, data);
-  auto work = std::make_shared<Work>(fmt::format("send to {}, tag {}", describe(peer), tag), [this, link] {
+  std::string what = fmt::format("send to {}, tag {}", describe(peer), tag);
+  auto work = !poll_ ? std::make_shared<Work>(std::move(what)) : std::make_shared<Work>(std::move(what), [this, link] {
     const std::unique_lock writing(link->send_mutex, std::try_to_lock);
     if (writing && !link->queue.empty()) write_queued(*link);
   });
@@ -210,7 +213,8 @@ void ShmTransport::write_queued(Link& link) {
 WorkPtr ShmTransport::recv(int peer, Tag tag, std::span<std::byte> out) {
   Link* link = link_of(peer);
   if (link == nullptr) return tcp_->recv(peer, tag, out);
-  auto work = std::make_shared<Work>(fmt::format("recv from {}, tag {}", describe(peer), tag), [this, link] {
+  std::string what = fmt::format("recv from {}, tag {}", describe(peer), tag);
+  auto work = !poll_ ? std::make_shared<Work>(std::move(what)) : std::make_shared<Work>(std::move(what), [this, link] {
     const std::unique_lock reading(link->read_mutex, std::try_to_lock);
     if (reading) read_inbound(*link);
   });
@@ -349,7 +353,7 @@ void ShmTransport::progress() {
     if (progressed) last_progress = now;
     // Messages come in bursts (a collective's steps): polling a moment longer answers the next one
     // without a futex round trip.
-    if (progressed || now - last_progress < kPollAfterProgress) {
+    if (progressed || (poll_ && now - last_progress < kPollAfterProgress)) {
       if (!progressed) std::this_thread::yield();
       continue;
     }

@@ -13,7 +13,8 @@
 //
 // A thread waiting on one of these operations makes the progress itself for a moment (Work's poll) before
 // it sleeps: on one host the next message of a collective usually arrives within microseconds, and moving
-// it on the waiting thread saves two thread wake-ups per message.
+// it on the waiting thread saves two thread wake-ups per message. Where the host runs more ranks than it has
+// cores, nobody polls: the cores are better left to the peers.
 //
 // Failures come from the TCP transport: the progress thread keeps a receive posted there per shared-memory
 // peer on a tag nothing sends, and when it fails (the peer was lost, the group broke, or the peer left)
@@ -118,6 +119,7 @@ class ShmTransport : public Transport {
   std::map<std::pair<int, Tag>, std::deque<Receiver>> receivers_;
   std::map<std::pair<int, Tag>, std::deque<std::vector<std::byte>>> unexpected_;
 
+  bool poll_ = true;  // waiting threads and the progress thread poll before they sleep
   std::atomic<bool> stopping_{false};
   std::thread progress_thread_;
 };
