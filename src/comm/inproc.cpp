@@ -2,13 +2,13 @@
 
 #include <fmt/format.h>
 
-#include <cstring>
 #include <deque>
 #include <map>
 #include <mutex>
 #include <tuple>
 
 #include "cohort/core/check.hpp"
+#include "comm/delivery.hpp"
 
 namespace cohort::comm {
 
@@ -38,13 +38,7 @@ struct InProcessGroup::State {
   int lost_rank = -1;
 
   static void deliver(const std::vector<std::byte>& bytes, const Receiver& receiver, int source, Tag tag) {
-    if (bytes.size() != receiver.out.size()) {
-      receiver.work->fail(std::make_exception_ptr(ProtocolError(fmt::format(
-          "message from rank {} with tag {} has {} bytes, the receive expects {}", source, tag, bytes.size(), receiver.out.size()))));
-      return;
-    }
-    if (!bytes.empty()) std::memcpy(receiver.out.data(), bytes.data(), bytes.size());
-    receiver.work->complete();
+    hand_over(fmt::format("rank {}", source), tag, bytes, receiver.out, *receiver.work);
   }
 };
 

@@ -7,6 +7,7 @@
 #include "cohort/core/check.hpp"
 #include "cohort/core/error.hpp"
 #include "cohort/core/logging.hpp"
+#include "comm/delivery.hpp"
 
 namespace cohort::comm {
 namespace shm {
@@ -224,7 +225,7 @@ WorkPtr ShmTransport::recv(int peer, Tag tag, std::span<std::byte> out) {
   if (queued != unexpected_.end() && !queued->second.empty()) {
     const std::vector<std::byte> bytes = std::move(queued->second.front());
     queued->second.pop_front();
-    hand_over(peer, tag, bytes, {out, work});
+    hand_over(describe(peer), tag, bytes, out, *work);
     return work;
   }
   if (auto error = error_for(peer)) {
@@ -233,16 +234,6 @@ WorkPtr ShmTransport::recv(int peer, Tag tag, std::span<std::byte> out) {
   }
   receivers_[key].push_back({out, work});
   return work;
-}
-
-void ShmTransport::hand_over(int peer, Tag tag, const std::vector<std::byte>& bytes, const Receiver& receiver) {
-  if (receiver.out.size() != bytes.size()) {
-    receiver.work->fail(std::make_exception_ptr(ProtocolError(fmt::format(
-        "message from {} with tag {} has {} bytes, the receive expects {}", describe(peer), tag, bytes.size(), receiver.out.size()))));
-    return;
-  }
-  if (!bytes.empty()) std::memcpy(receiver.out.data(), bytes.data(), bytes.size());
-  receiver.work->complete();
 }
 
 bool ShmTransport::read_inbound(Link& link) {
@@ -295,8 +286,7 @@ void ShmTransport::start_frame(Link& link, Tag tag, std::uint64_t length) {
         incoming.into = receiver.out.data();
         incoming.work = receiver.work;
       } else {
-        receiver.work->fail(std::make_exception_ptr(ProtocolError(fmt::format(
-            "message from {} with tag {} has {} bytes, the receive expects {}", describe(link.peer), tag, length, receiver.out.size()))));
+        receiver.work->fail(size_mismatch(describe(link.peer), tag, length, receiver.out.size()));
         incoming.discard = true;
       }
     }
@@ -319,7 +309,7 @@ void ShmTransport::finish_frame(Link& link) {
   if (waiting != receivers_.end() && !waiting->second.empty()) {
     const Receiver receiver = waiting->second.front();
     waiting->second.pop_front();
-    return hand_over(link.peer, incoming.tag, incoming.buffer, receiver);
+    return hand_over(describe(link.peer), incoming.tag, incoming.buffer, receiver.out, *receiver.work);
   }
   unexpected_[{link.peer, incoming.tag}].push_back(std::move(incoming.buffer));
 }

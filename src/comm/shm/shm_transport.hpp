@@ -99,7 +99,6 @@ class ShmTransport : public Transport {
   bool read_inbound(Link& link);  // the caller holds link.read_mutex
   void start_frame(Link& link, Tag tag, std::uint64_t length);
   void finish_frame(Link& link);
-  void hand_over(int peer, Tag tag, const std::vector<std::byte>& bytes, const Receiver& receiver);
   bool work_waiting();
   void check_watches();
   bool is_gone(const Link& link) const;

@@ -6,6 +6,7 @@
 
 #include "cohort/core/check.hpp"
 #include "cohort/core/logging.hpp"
+#include "comm/delivery.hpp"
 #include "tcp_transport.hpp"
 
 namespace cohort::comm {
@@ -148,17 +149,7 @@ void TcpTransport::deliver(int peer, Tag tag, std::vector<std::byte> bytes) {
   }
   const Receiver receiver = waiting->second.front();
   waiting->second.pop_front();
-  hand_over(peer, tag, bytes, receiver);
-}
-
-void TcpTransport::hand_over(int peer, Tag tag, const std::vector<std::byte>& bytes, const Receiver& receiver) {
-  if (receiver.out.size() != bytes.size()) {
-    receiver.work->fail(std::make_exception_ptr(ProtocolError(fmt::format(
-        "message from {} with tag {} has {} bytes, the receive expects {}", describe(peer), tag, bytes.size(), receiver.out.size()))));
-    return;
-  }
-  if (!bytes.empty()) std::memcpy(receiver.out.data(), bytes.data(), bytes.size());
-  receiver.work->complete();
+  hand_over(describe(peer), tag, bytes, receiver.out, *receiver.work);
 }
 
 WorkPtr TcpTransport::send(int peer, Tag tag, std::span<const std::byte> data) {
@@ -183,7 +174,7 @@ WorkPtr TcpTransport::recv(int peer, Tag tag, std::span<std::byte> out) {
     if (queued != unexpected_.end() && !queued->second.empty()) {
       const std::vector<std::byte> bytes = std::move(queued->second.front());
       queued->second.pop_front();
-      return hand_over(peer, tag, bytes, {out, work});
+      return hand_over(describe(peer), tag, bytes, out, *work);
     }
     if (peers_[static_cast<std::size_t>(peer)].departed)
       return work->fail(std::make_exception_ptr(IoError(fmt::format("{} left the group", describe(peer)))));

@@ -153,7 +153,6 @@ class TcpTransport : public Transport {
   void fail_pending_of(int peer, const std::string& message);
   // Each failed operation gets its own exception object: waiters on other threads rethrow them.
   void fail_queued_sends(const std::function<std::exception_ptr()>& error);
-  void hand_over(int peer, Tag tag, const std::vector<std::byte>& bytes, const Receiver& receiver);
   std::exception_ptr broken_error() const {
     return broken_by_protocol_ ? std::make_exception_ptr(ProtocolError(*broken_)) : std::make_exception_ptr(IoError(*broken_));
   }
