@@ -53,6 +53,24 @@ inline void run_ranks(int ranks, const std::function<void(int)>& body) {
   if (first) std::rethrow_exception(first);
 }
 
+// Options for rank `rank` of a loopback group: short deadlines, a heartbeat every 100 ms, and names as a
+// cluster gives them ("chief 0 (127.0.0.1:PORT)", "worker 1 (...)").
+inline cohort::comm::TcpOptions tcp_options(int rank, const std::vector<cohort::comm::Address>& addresses,
+                                            std::chrono::milliseconds peer_timeout, std::string secret) {
+  cohort::comm::TcpOptions options;
+  options.rank = rank;
+  options.addresses = addresses;
+  options.secret = std::move(secret);
+  options.connect_timeout = std::chrono::seconds(10);
+  options.timeout = std::chrono::seconds(10);
+  options.heartbeat_interval = std::chrono::milliseconds(100);
+  options.peer_timeout = peer_timeout;
+  for (int r = 0; r < static_cast<int>(addresses.size()); ++r)
+    options.names.push_back((r == 0 ? "chief " : "worker ") + std::to_string(r) + " (127.0.0.1:" +
+                            std::to_string(addresses[static_cast<std::size_t>(r)].port) + ")");
+  return options;
+}
+
 // Loopback addresses with ports that were free a moment ago, all different.
 inline std::vector<cohort::comm::Address> free_addresses(int n) {
   std::vector<cohort::comm::Address> addresses;

@@ -25,17 +25,7 @@ using namespace std::chrono_literals;
 namespace {
 
 TcpOptions options_for(int rank, const std::vector<Address>& addresses) {
-  TcpOptions options;
-  options.rank = rank;
-  options.addresses = addresses;
-  options.secret = "a shared secret for tests";
-  options.connect_timeout = 10s;
-  options.timeout = 10s;
-  options.heartbeat_interval = 100ms;
-  options.peer_timeout = 1s;
-  for (int r = 0; r < static_cast<int>(addresses.size()); ++r)
-    options.names.push_back(fmt::format("{} {} (127.0.0.1:{})", r == 0 ? "chief" : "worker", r, addresses[static_cast<std::size_t>(r)].port));
-  return options;
+  return comm_test::tcp_options(rank, addresses, 1s, "a shared secret for tests");
 }
 
 std::vector<std::unique_ptr<Transport>> connect_ranks(int n, const SharedMemoryOptions& shared = {},

@@ -33,17 +33,7 @@ namespace {
 const std::string kSecret = "a shared secret for tests";
 
 TcpOptions options_for(int rank, const std::vector<Address>& addresses, std::string secret = kSecret) {
-  TcpOptions options;
-  options.rank = rank;
-  options.addresses = addresses;
-  options.secret = std::move(secret);
-  options.connect_timeout = 10s;
-  options.timeout = 10s;
-  options.heartbeat_interval = 100ms;
-  options.peer_timeout = 3s;
-  for (int r = 0; r < static_cast<int>(addresses.size()); ++r)
-    options.names.push_back(fmt::format("{} {} (127.0.0.1:{})", r == 0 ? "chief" : "worker", r, addresses[static_cast<std::size_t>(r)].port));
-  return options;
+  return comm_test::tcp_options(rank, addresses, 3s, std::move(secret));
 }
 
 // Connects n ranks concurrently, as n processes would; `adjust` changes every rank's options.
