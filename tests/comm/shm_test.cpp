@@ -9,7 +9,6 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
-#include <cstdlib>
 #include <filesystem>
 #include <fmt/format.h>
 #include <thread>
@@ -17,6 +16,7 @@
 #include "cohort/comm/shared_memory.hpp"
 #include "comm/shm/shm_transport.hpp"
 #include "conformance.hpp"
+#include "helper_process.hpp"
 
 using namespace cohort;
 using namespace cohort::comm;
@@ -59,7 +59,22 @@ std::vector<std::string> own_segments() {
   return found;
 }
 
-// Rank 1 in a process of its own: this test binary again, running the hidden test case below.
+// Rank 1 of the loss tests in a process of its own: echoes one message through shared memory, then waits
+// for the test's signal. The argument is "port0,port1".
+int shm_peer(const std::string& ports) {
+  const auto comma = ports.find(',');
+  const std::vector<Address> addresses{{"127.0.0.1", static_cast<std::uint16_t>(std::stoi(ports.substr(0, comma)))},
+                                       {"127.0.0.1", static_cast<std::uint16_t>(std::stoi(ports.substr(comma + 1)))}};
+  auto one = connect_group(options_for(1, addresses));
+  std::vector<int> value(1);
+  one->recv(0, 1, conformance::bytes(value))->wait(10s);
+  one->send(0, 2, conformance::bytes(value))->wait(10s);
+  for (;;) std::this_thread::sleep_for(1s);
+}
+
+const bool shm_peer_registered = cohort_test::register_helper("shm-peer", shm_peer);
+
+// Rank 1 in a process of its own: this test binary again, as the helper above.
 class PeerProcess {
  public:
   explicit PeerProcess(const std::vector<Address>& addresses) : child_(::fork()) {
@@ -67,8 +82,7 @@ class PeerProcess {
     if (child_ > 0) return;
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     const std::string ports = fmt::format("{},{}", addresses[0].port, addresses[1].port);
-    ::setenv("COHORT_TEST_SHM_PEER_PORTS", ports.c_str(), 1);
-    ::execl("/proc/self/exe", "cohort_tests", "shm: the peer process of the loss tests", static_cast<char*>(nullptr));
+    ::execl("/proc/self/exe", "cohort_tests", "--helper", "shm-peer", ports.c_str(), static_cast<char*>(nullptr));
     ::_exit(127);
   }
   ~PeerProcess() {
@@ -200,18 +214,4 @@ TEST_CASE("shm: a peer process that dies or stops fails the operations waiting o
     CHECK(std::chrono::steady_clock::now() - hit < 3s);  // the peer timeout is 1 s
     CHECK_THROWS_WITH(zero->send(1, 5, conformance::bytes(ping))->wait(5s), Catch::Contains("lost worker 1"));
   }
-}
-
-TEST_CASE("shm: the peer process of the loss tests", "[.shm-peer]") {
-  const char* ports = std::getenv("COHORT_TEST_SHM_PEER_PORTS");
-  REQUIRE(ports != nullptr);
-  const std::string text(ports);
-  const auto comma = text.find(',');
-  const std::vector<Address> addresses{{"127.0.0.1", static_cast<std::uint16_t>(std::stoi(text.substr(0, comma)))},
-                                       {"127.0.0.1", static_cast<std::uint16_t>(std::stoi(text.substr(comma + 1)))}};
-  auto one = connect_group(options_for(1, addresses));
-  std::vector<int> value(1);
-  one->recv(0, 1, conformance::bytes(value))->wait(10s);
-  one->send(0, 2, conformance::bytes(value))->wait(10s);
-  for (;;) std::this_thread::sleep_for(1s);  // until the test's signal
 }
