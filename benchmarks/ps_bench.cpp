@@ -6,10 +6,11 @@
 // --shared-memory the two talk through shared memory (comm::connect_group), as a worker and a server on one
 // host of a Cluster do.
 //   usage: cohort_ps_bench [--round-trips N] [--tls | --shared-memory]
+#include <charconv>
 #include <chrono>
 #include <cstdlib>
-#include <cstring>
 #include <fmt/format.h>
+#include <string_view>
 #include <thread>
 
 #include "cohort/comm/shared_memory.hpp"
@@ -70,14 +71,22 @@ Result measure(const std::vector<ps::VariableInfo>& infos, std::vector<ps::Local
 int main(int argc, char** argv) {
   int round_trips = 50;
   Link link = Link::Tcp;
-  for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--round-trips") == 0 && i + 1 < argc) round_trips = std::atoi(argv[++i]);
-    else if (std::strcmp(argv[i], "--tls") == 0) link = Link::Tls;
-    else if (std::strcmp(argv[i], "--shared-memory") == 0) link = Link::SharedMemory;
-    else {
-      fmt::print(stderr, "usage: {} [--round-trips N] [--tls | --shared-memory]\n", argv[0]);
-      return 2;
+  bool usable = true;
+  for (int i = 1; i < argc && usable; ++i) {
+    const std::string_view argument = argv[i];
+    if (argument == "--round-trips" && i + 1 < argc) {
+      const std::string_view count = argv[++i];
+      const auto parsed = std::from_chars(count.data(), count.data() + count.size(), round_trips);
+      usable = parsed.ec == std::errc{} && parsed.ptr == count.data() + count.size() && round_trips > 0;
+    } else if ((argument == "--tls" || argument == "--shared-memory") && link == Link::Tcp) {
+      link = argument == "--tls" ? Link::Tls : Link::SharedMemory;
+    } else {
+      usable = false;
     }
+  }
+  if (!usable) {
+    fmt::print(stderr, "usage: {} [--round-trips N (at least 1)] [--tls | --shared-memory]\n", argv[0]);
+    return 2;
   }
   nn::Sequential flagship = nn::cifar10_cnn({32, 32, 3});
   std::vector<ps::LocalVariable> variables;

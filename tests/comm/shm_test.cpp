@@ -1,19 +1,25 @@
 // Shared memory between ranks on one host (connect_group): the shared conformance checks and collectives
 // through the rings (also rings smaller than the messages, and groups mixing shared memory and TCP), then
 // what a shared-memory peer must still honour: the peer's death or silence noticed through its process,
-// what it wrote before a goodbye delivered, segments unlinked once mapped, and a pair that cannot share
-// memory falling back to TCP.
+// what it wrote before a goodbye delivered, segments unlinked once mapped (and those of killed processes
+// swept), a pair that cannot share memory falling back to TCP, and ring counters a peer moved out of range.
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <fmt/format.h>
 #include <thread>
 
 #include "cohort/comm/shared_memory.hpp"
+#include "cohort/comm/stale_shared_memory.hpp"
+#include "comm/shm/mailbox.hpp"
 #include "comm/shm/shm_transport.hpp"
 #include "conformance.hpp"
 #include "helper_process.hpp"
@@ -56,6 +62,23 @@ std::vector<std::string> own_segments() {
   const std::string prefix = fmt::format("cohort-{}-", ::getpid());
   for (const auto& entry : std::filesystem::directory_iterator("/dev/shm"))
     if (entry.path().filename().string().starts_with(prefix)) found.push_back(entry.path().string());
+  return found;
+}
+
+// The first ring's counters of every segment mapped in this process (twice each: by its creator and by
+// its peer), found through /proc/self/maps as a peer process would reach them.
+std::vector<shm::RingCounters*> mapped_ring_counters() {
+  std::ifstream maps("/proc/self/maps");
+  std::vector<shm::RingCounters*> found;
+  for (std::string line; std::getline(maps, line);) {
+    if (line.find("/dev/shm/cohort-") == std::string::npos) continue;
+    std::istringstream fields(line);
+    std::string range, permissions, offset;
+    fields >> range >> permissions >> offset;
+    if (std::stoull(offset, nullptr, 16) != 0) continue;
+    auto* base = reinterpret_cast<std::byte*>(std::stoull(range.substr(0, range.find('-')), nullptr, 16));
+    found.push_back(reinterpret_cast<shm::RingCounters*>(base + shm::counters_offset()));
+  }
   return found;
 }
 
@@ -128,7 +151,7 @@ TEST_CASE("shm: collectives match the serial reference on 2 to 5 ranks, on one h
   conformance::broadcast_allgather_barrier(members(mixed));
 }
 
-TEST_CASE("shm: segments are unlinked once mapped; a pair that cannot share memory keeps TCP", "[comm][shm]") {
+TEST_CASE("shm: segments are unlinked once mapped, a pair that cannot share memory keeps TCP", "[comm][shm]") {
   {
     auto group = connect_ranks(2);
     CHECK(own_segments().empty());
@@ -149,6 +172,64 @@ TEST_CASE("shm: bad options are refused", "[comm][shm]") {
   const auto addresses = comm_test::free_addresses(2);
   CHECK_THROWS_AS(connect_group(options_for(0, addresses), {.hosts = {"a"}}), InvalidArgument);
   CHECK_THROWS_WITH(connect_group(options_for(0, addresses), {.ring_bytes = 100}), Catch::Contains("ring_bytes"));
+  CHECK_THROWS_WITH(connect_group(options_for(0, addresses), {.ring_bytes = std::size_t{1} << 40}), Catch::Contains("1 GiB"));
+}
+
+TEST_CASE("shm: a ring whose peer moves a counter out of range is broken and copies nothing more", "[comm][shm][security]") {
+  shm::RingCounters counters;
+  std::vector<std::byte> memory(4096), data(100);
+  shm::Ring producer(&counters, memory.data(), memory.size()), consumer(&counters, memory.data(), memory.size());
+  producer.write(data);
+  producer.publish();
+  CHECK(consumer.readable_bytes() == 100);
+  CHECK(producer.free_bytes() == 3996);
+  counters.head = 100 + 4097;  // more published than the ring holds
+  CHECK(consumer.readable_bytes() == 0);
+  CHECK(consumer.broken());
+  counters.tail = 101;  // more taken than written
+  CHECK(producer.free_bytes() == 0);
+  CHECK(producer.broken());
+}
+
+TEST_CASE("shm: ring counters a peer could not have written fail every operation with ProtocolError, naming it", "[comm][shm][security]") {
+  for (const bool published : {true, false}) {
+    INFO((published ? "head" : "tail") << " moved");
+    auto group = connect_ranks(2);
+    const auto counters = mapped_ring_counters();
+    REQUIRE(counters.size() >= 2);
+    std::vector<int> value{1}, out(1);
+    if (published) {
+      auto waiting = group[0]->recv(1, 1, conformance::bytes(out));
+      for (auto* ring : counters) ring->head.fetch_add(std::uint64_t{1} << 40);
+      CHECK_THROWS_WITH(waiting->wait(5s), Catch::Contains("worker 1") && Catch::Contains("counters"));
+    } else {
+      for (auto* ring : counters) ring->tail.fetch_add(std::uint64_t{1} << 40);
+      CHECK_THROWS_WITH(group[1]->send(0, 1, conformance::bytes(value))->wait(5s), Catch::Contains("counters"));
+    }
+    CHECK_THROWS_AS(group[0]->send(1, 2, conformance::bytes(value))->wait(5s), ProtocolError);
+  }
+}
+
+TEST_CASE("shm: segments left by processes that no longer run are removed, and no others", "[comm][shm]") {
+  const pid_t ended = ::fork();
+  REQUIRE(ended >= 0);
+  if (ended == 0) ::_exit(0);
+  ::waitpid(ended, nullptr, 0);
+  const auto make = [](const std::string& name) {
+    const int fd = ::shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
+    REQUIRE(fd >= 0);
+    ::close(fd);
+    return "/dev/shm" + name;
+  };
+  const std::string stale = make(fmt::format("/cohort-{}-0123456789abcdef", ended));
+  const std::string running = make(fmt::format("/cohort-{}-fedcba9876543210", ::getpid()));
+  const std::string not_cohorts = make(fmt::format("/cohort-{}-not-one-of-ours", ended));
+  CHECK(remove_stale_shared_memory() >= 1);
+  CHECK_FALSE(std::filesystem::exists(stale));
+  CHECK(std::filesystem::exists(running));
+  CHECK(std::filesystem::exists(not_cohorts));
+  std::filesystem::remove(running);
+  std::filesystem::remove(not_cohorts);
 }
 
 TEST_CASE("shm: a frame above the size limit fails every operation with ProtocolError, naming the peer", "[comm][shm][security]") {
@@ -169,7 +250,7 @@ TEST_CASE("shm: a frame above the size limit fails every operation with Protocol
   sent->wait(5s);
 }
 
-TEST_CASE("shm: what a peer wrote before its goodbye is delivered; then operations needing it fail", "[comm][shm]") {
+TEST_CASE("shm: what a peer wrote before its goodbye is delivered, then operations needing it fail", "[comm][shm]") {
   auto group = connect_ranks(3);
   std::vector<std::vector<int>> messages{{1}, std::vector<int>(3'000'000, 2), {3}};
   std::vector<WorkPtr> sent;

@@ -8,6 +8,8 @@
 //   shared secret is proven. Segments are private to the user (0600) and unlinked once mapped.
 // - A pair whose segments cannot be opened or reserved (separate /dev/shm, a full one) keeps TCP, with a
 //   warning naming the peer.
+// - A peer's counters are checked before every copy: values it could not have written in good faith fail
+//   every operation with ProtocolError, naming it.
 // - Loss detection stays with the TCP link: a peer whose process dies, stops or says goodbye is noticed
 //   through its socket and heartbeats, and every pending operation fails naming it.
 //
@@ -31,7 +33,7 @@ struct SharedMemoryOptions {
 
 // Connects like connect_tcp(); peers on this rank's host then talk through shared memory. A Cluster's
 // transport unless COHORT_SHARED_MEMORY=0. Throws InvalidArgument for `hosts` of the wrong length or rings
-// under 4 KiB.
+// under 4 KiB or over 1 GiB.
 std::unique_ptr<Transport> connect_group(const TcpOptions& options, const SharedMemoryOptions& shared_memory = {});
 
 }  // namespace cohort::comm

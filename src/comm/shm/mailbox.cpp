@@ -10,9 +10,11 @@
 #include <cerrno>
 #include <cstring>
 #include <fmt/format.h>
+#include <limits>
 #include <random>
 #include <string_view>
 
+#include "cohort/core/check.hpp"
 #include "cohort/core/error.hpp"
 
 namespace cohort::comm::shm {
@@ -24,7 +26,6 @@ constexpr std::string_view kNamePrefix = "/cohort-";
 
 std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
 
-std::size_t counters_offset() { return round_up(sizeof(MailboxHeader), 64); }
 std::size_t rings_offset(std::uint32_t slots) { return round_up(counters_offset() + slots * sizeof(RingCounters), kPage); }
 
 Nonce random_nonce() {
@@ -49,6 +50,20 @@ long futex(std::atomic<std::uint32_t>* word, int op, std::uint32_t value, const 
 
 }  // namespace
 
+std::size_t counters_offset() { return round_up(sizeof(MailboxHeader), 64); }
+
+std::uint64_t Ring::free_bytes() {
+  const std::uint64_t taken = counters_->tail.load(std::memory_order_acquire);
+  if (taken > written_ || written_ - taken > capacity_) broken_ = true;
+  return broken_ ? 0 : capacity_ - (written_ - taken);
+}
+
+std::uint64_t Ring::readable_bytes() {
+  const std::uint64_t published = counters_->head.load(std::memory_order_acquire);
+  if (published < read_ || published - read_ > capacity_) broken_ = true;
+  return broken_ ? 0 : published - read_;
+}
+
 void Ring::write(std::span<const std::byte> data) {
   const std::uint64_t at = written_ % capacity_;
   const std::size_t first = std::min<std::size_t>(data.size(), capacity_ - at);
@@ -65,12 +80,19 @@ void Ring::read(std::span<std::byte> out) {
   read_ += out.size();
 }
 
-std::size_t Mailbox::bytes_for(std::uint32_t slots, std::uint64_t ring_bytes) { return rings_offset(slots) + slots * ring_bytes; }
+std::size_t Mailbox::bytes_for(std::uint32_t slots, std::uint64_t ring_bytes) {
+  const std::size_t header = rings_offset(slots);
+  if (slots != 0 && ring_bytes > (std::numeric_limits<off_t>::max() - header) / slots)
+    throw IoError(fmt::format("{} rings of {} bytes do not fit in one segment", slots, ring_bytes));
+  return header + slots * ring_bytes;
+}
 
 Mailbox Mailbox::create(std::uint32_t slots, std::uint64_t ring_bytes) {
   Mailbox box;
-  box.name_ = random_name();
   box.size_ = bytes_for(slots, ring_bytes);
+  box.name_ = random_name();
+  box.slots_ = slots;
+  box.ring_bytes_ = ring_bytes;
   const int fd = ::shm_open(box.name_.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
   if (fd < 0) throw IoError(fmt::format("cannot create shared memory {}: {}", box.name_, std::strerror(errno)));
   box.linked_ = true;
@@ -98,6 +120,8 @@ Mailbox Mailbox::open(const std::string& name, const Nonce& nonce, std::uint32_t
   Mailbox box;
   box.name_ = name;
   box.size_ = bytes_for(slots, ring_bytes);
+  box.slots_ = slots;
+  box.ring_bytes_ = ring_bytes;
   const int fd = ::shm_open(name.c_str(), O_RDWR, 0);
   if (fd < 0) throw IoError(fmt::format("cannot open its shared memory {}: {}", name, std::strerror(errno)));
   struct stat status {};
@@ -123,6 +147,8 @@ Mailbox& Mailbox::operator=(Mailbox&& other) noexcept {
   std::swap(name_, other.name_);
   std::swap(base_, other.base_);
   std::swap(size_, other.size_);
+  std::swap(slots_, other.slots_);
+  std::swap(ring_bytes_, other.ring_bytes_);
   std::swap(linked_, other.linked_);
   return *this;
 }
@@ -138,10 +164,10 @@ void Mailbox::unlink() {
 }
 
 Ring Mailbox::ring(std::uint32_t slot) const {
+  COHORT_CHECK(slot < slots_, "slot {} of a segment of {}", slot, slots_);
   auto* base = static_cast<std::byte*>(base_);
-  const std::uint64_t ring_bytes = header().ring_bytes;
   return {reinterpret_cast<RingCounters*>(base + counters_offset() + slot * sizeof(RingCounters)),
-          base + rings_offset(header().slots) + slot * ring_bytes, ring_bytes};
+          base + rings_offset(slots_) + slot * ring_bytes_, ring_bytes_};
 }
 
 void Mailbox::ring_bell() const {

@@ -38,22 +38,26 @@ struct alignas(64) MailboxHeader {
   std::atomic<std::uint32_t> sleeping{0};         // the owner waits on the bell
 };
 
-// A view of one ring, from either side.
+// A view of one ring, from either side. The other side's counter is checked on every read: a value no
+// well-behaved peer can write (more taken than written, more published than fits) breaks the ring for
+// good, so that a peer cannot steer a copy outside the segment.
 class Ring {
  public:
   Ring() = default;
   Ring(RingCounters* counters, std::byte* bytes, std::uint64_t capacity) : counters_(counters), bytes_(bytes), capacity_(capacity) {}
 
   // Producer side.
-  std::uint64_t free_bytes() const { return capacity_ - (written_ - counters_->tail.load(std::memory_order_acquire)); }
+  std::uint64_t free_bytes();
   void write(std::span<const std::byte> data);  // at most free_bytes()
   void publish() { counters_->head.store(written_, std::memory_order_seq_cst); }
   // Consumer side.
-  std::uint64_t readable_bytes() const { return counters_->head.load(std::memory_order_acquire) - read_; }
+  std::uint64_t readable_bytes();
   void read(std::span<std::byte> out);  // at most readable_bytes()
   void skip(std::uint64_t bytes) { read_ += bytes; }
   void release() { counters_->tail.store(read_, std::memory_order_seq_cst); }
 
+  // The peer moved its counter out of range; free_bytes and readable_bytes say 0 from then on.
+  bool broken() const { return broken_; }
   RingCounters& counters() const { return *counters_; }
   std::uint64_t capacity() const { return capacity_; }
 
@@ -63,13 +67,17 @@ class Ring {
   std::uint64_t capacity_ = 0;
   std::uint64_t written_ = 0;  // producer: head, including bytes not yet published
   std::uint64_t read_ = 0;     // consumer: tail, including bytes not yet released
+  bool broken_ = false;
 };
+
+// Where the slots' counters start in a segment.
+std::size_t counters_offset();
 
 // A mapped segment: created (and owned) by the process it belongs to, or opened by a peer.
 class Mailbox {
  public:
   // Creates and reserves a segment of `slots` rings. Throws IoError naming the reason (no shared memory,
-  // not enough of it).
+  // not enough of it, a size beyond the address space).
   static Mailbox create(std::uint32_t slots, std::uint64_t ring_bytes);
   // Opens a peer's segment; throws IoError when it cannot be opened or is not the one offered.
   static Mailbox open(const std::string& name, const Nonce& nonce, std::uint32_t slots, std::uint64_t ring_bytes);
@@ -81,7 +89,7 @@ class Mailbox {
 
   const std::string& name() const { return name_; }
   const Nonce& nonce() const { return header().nonce; }
-  Ring ring(std::uint32_t slot) const;
+  Ring ring(std::uint32_t slot) const;  // slot < the slot count it was created or opened with
   MailboxHeader& header() const { return *static_cast<MailboxHeader*>(base_); }
   // Removes the name (the memory stays while mapped); the creator calls it once its peers have mapped it.
   void unlink();
@@ -96,6 +104,9 @@ class Mailbox {
   std::string name_;
   void* base_ = nullptr;
   std::size_t size_ = 0;
+  // As created or checked at open: the header's copies live in memory the peers can write.
+  std::uint32_t slots_ = 0;
+  std::uint64_t ring_bytes_ = 0;
   bool linked_ = false;  // created here and not yet unlinked
 };
 

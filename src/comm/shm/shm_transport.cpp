@@ -4,6 +4,7 @@
 #include <cstring>
 #include <fmt/format.h>
 
+#include "cohort/comm/stale_shared_memory.hpp"
 #include "cohort/core/check.hpp"
 #include "cohort/core/error.hpp"
 #include "cohort/core/logging.hpp"
@@ -21,6 +22,7 @@ constexpr Tag kWatchTag = 0x53484D5741544348ull;   // "SHMWATCH"
 constexpr std::size_t kFrameHeaderBytes = 16;  // tag, length
 constexpr std::chrono::milliseconds kWatchInterval{20};
 constexpr std::chrono::microseconds kPollAfterProgress{50};
+constexpr std::size_t kMaxRingBytes = std::size_t{1} << 30;
 
 // What a rank tells a same-host peer about its mailbox.
 struct Offer {
@@ -33,6 +35,10 @@ struct Offer {
 
 std::span<const std::byte> bytes_of(const auto& value) { return std::as_bytes(std::span(&value, 1)); }
 std::span<std::byte> bytes_of(auto& value) { return std::as_writable_bytes(std::span(&value, 1)); }
+
+std::string broken_ring(const ShmTransport& transport, int peer) {
+  return fmt::format("protocol error: {} moved the counters of a shared-memory ring out of range", transport.describe(peer));
+}
 
 }  // namespace
 
@@ -77,6 +83,8 @@ ShmTransport::~ShmTransport() {
 void ShmTransport::exchange_segments(const std::vector<int>& local, const SharedMemoryOptions& options) {
   const auto slots = static_cast<std::uint32_t>(local.size());
   const std::string self = describe(rank());
+  if (const std::size_t removed = remove_stale_shared_memory(); removed > 0)
+    log::info("{}: removed {} shared-memory segment(s) left in /dev/shm by processes that no longer run", self, removed);
   bool have_mailbox = true;
   try {
     own_ = Mailbox::create(slots, options.ring_bytes);
@@ -241,6 +249,10 @@ bool ShmTransport::read_inbound(Link& link) {
   bool progressed = false;
   while (!link.corrupt) {
     std::uint64_t readable = ring.readable_bytes();
+    if (ring.broken()) {
+      link.corrupt = broken_ring(*this, link.peer);
+      return true;
+    }
     if (!link.incoming) {
       if (readable < kFrameHeaderBytes) break;
       std::array<std::uint64_t, 2> header{};
@@ -390,6 +402,10 @@ void ShmTransport::check_watches() {
       const std::lock_guard reading(link->read_mutex);
       corrupt = link->corrupt;
     }
+    if (!corrupt) {
+      const std::lock_guard writing(link->send_mutex);
+      if (link->outbound.broken()) corrupt = broken_ring(*this, link->peer);
+    }
     if (!corrupt || is_gone(*link)) continue;
     log::error("{}: {}", describe(rank()), *corrupt);
     for (auto& other : links_)
@@ -463,8 +479,9 @@ std::unique_ptr<Transport> connect_group(const TcpOptions& options, const Shared
   if (!shared_memory.hosts.empty() && shared_memory.hosts.size() != options.addresses.size())
     throw InvalidArgument(fmt::format("SharedMemoryOptions::hosts has {} labels for {} ranks", shared_memory.hosts.size(),
                                       options.addresses.size()));
-  if (shared_memory.ring_bytes < 4096)
-    throw InvalidArgument(fmt::format("SharedMemoryOptions::ring_bytes is {}, at least 4096 are needed", shared_memory.ring_bytes));
+  if (shared_memory.ring_bytes < 4096 || shared_memory.ring_bytes > shm::kMaxRingBytes)
+    throw InvalidArgument(fmt::format("SharedMemoryOptions::ring_bytes is {}; it must be from 4096 to {} (1 GiB)",
+                                      shared_memory.ring_bytes, shm::kMaxRingBytes));
   auto tcp = connect_tcp(options);
   const std::vector<int> local = same_host_peers(options, shared_memory);
   if (local.empty()) return tcp;
