@@ -158,7 +158,7 @@ TEST_CASE("rank-only environments ask for a rendezvous at the chief's address", 
                   {"COHORT_NUM_PS"});
 }
 
-TEST_CASE("precedence: TF_CONFIG over SageMaker over rank environments; nothing set is a single process", "[cluster]") {
+TEST_CASE("precedence: TF_CONFIG over SageMaker over rank environments, nothing set is a single process", "[cluster]") {
   const auto both = discover(environment_of({{"TF_CONFIG", R"({"cluster": {"worker": ["w:1"]}, "task": {"type": "worker"}})"},
                                              {"SM_HOSTS", R"(["a"])"}, {"SM_CURRENT_HOST", "a"}, {"RANK", "0"}}));
   CHECK(std::get<ClusterSpec>(both).source == "TF_CONFIG");

@@ -18,12 +18,12 @@ conformance::Group members(InProcessGroup& group, int n) {
   return out;
 }
 
-TEST_CASE("in-process: messages with one tag arrive in order; tags and peers are independent", "[comm]") {
+TEST_CASE("in-process: messages with one tag arrive in order, tags and peers are independent", "[comm]") {
   InProcessGroup group(3, 10s);
   conformance::ordering_and_tags(members(group, 3));
 }
 
-TEST_CASE("in-process: empty, large and many messages; a size mismatch is a ProtocolError", "[comm]") {
+TEST_CASE("in-process: empty, large and many messages, a size mismatch is a ProtocolError", "[comm]") {
   InProcessGroup group(2, 10s);
   conformance::sizes_and_mismatch(members(group, 2));
 }

@@ -185,7 +185,7 @@ TEST_CASE("tcp: processes may start in any order", "[comm][tcp]") {
   conformance::broadcast_allgather_barrier(members(group));
 }
 
-TEST_CASE("tcp: a missing peer is a TimeoutError naming it; no secret is refused at once", "[comm][tcp]") {
+TEST_CASE("tcp: a missing peer is a TimeoutError naming it, no secret is refused at once", "[comm][tcp]") {
   const auto addresses = comm_test::free_addresses(2);
   auto options = options_for(1, addresses);
   options.connect_timeout = 500ms;

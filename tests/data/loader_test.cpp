@@ -53,7 +53,7 @@ TEST_CASE("an epoch visits every sample exactly once, in a seeded order", "[data
   CHECK(in_order.back() == 102);
 }
 
-TEST_CASE("the tail batch is kept or dropped on request; resuming mid-epoch continues the same order", "[data][loader]") {
+TEST_CASE("the tail batch is kept or dropped on request, resuming mid-epoch continues the same order", "[data][loader]") {
   const IndexDataset set(25);
   const data::DataLoader keep(set, {.batch_size = 10, .seed = 1});
   const data::DataLoader drop(set, {.batch_size = 10, .seed = 1, .drop_remainder = true});

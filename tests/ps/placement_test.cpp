@@ -85,7 +85,7 @@ TEST_CASE("partitioning splits along the first axis into near-equal row ranges",
   CHECK(make_shards({{"v", {2, 100}, 0}}, {.max_shard_bytes = 16}).size() == 2);  // never more shards than rows
 }
 
-TEST_CASE("plans are deterministic and fingerprinted; user policies are checked", "[ps][placement]") {
+TEST_CASE("plans are deterministic and fingerprinted, user policies are checked", "[ps][placement]") {
   const Plan one = make_plan(five_variables(), 3, placement::SizeBalanced{}, {.optimizer_slots = 2});
   const Plan two = make_plan(five_variables(), 3, placement::SizeBalanced{}, {.optimizer_slots = 2});
   CHECK(one.fingerprint() == two.fingerprint());
@@ -120,7 +120,7 @@ TEST_CASE("a process with another plan is found at start-up and named", "[ps][pl
   comm_test::run_ranks(2, [&](int r) { verify_same_plan(agreeing.transport(r), make_plan(five_variables(), 2, placement::RoundRobin{})); });
 }
 
-TEST_CASE("variables partition by rows of their first axis; a scalar is one row", "[ps]") {
+TEST_CASE("variables partition by rows of their first axis, a scalar is one row", "[ps]") {
   CHECK(ps::rows_of(Shape{4, 3}) == 4);
   CHECK(ps::row_elements(Shape{4, 3}) == 3);
   CHECK(ps::rows_of(Shape{}) == 1);

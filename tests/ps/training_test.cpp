@@ -75,7 +75,7 @@ TEST_CASE("BatchNorm moving statistics are kept on the servers and agree everywh
   require_same_variables(models[0], models[1], 0.0);
 }
 
-TEST_CASE("Async and BoundedStaleness converge; the bound holds while Async runs ahead", "[ps][train]") {
+TEST_CASE("Async and BoundedStaleness converge, the bound holds while Async runs ahead", "[ps][train]") {
   const auto set = data::make_synthetic({.samples = 512, .sample_shape = {8, 8, 2}, .classes = 4, .seed = 7});
   struct Case {
     ps::Consistency consistency;

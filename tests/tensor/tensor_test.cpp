@@ -16,7 +16,7 @@ TEST_CASE("tensors are zero-filled, 64-byte aligned and sized by their shape", "
   }
 }
 
-TEST_CASE("view and slice share storage; clone copies", "[tensor]") {
+TEST_CASE("view and slice share storage, clone copies", "[tensor]") {
   Tensor t = Tensor::from_values({2, 3}, std::vector<float>{0, 1, 2, 3, 4, 5});
   Tensor flat = t.view({6});
   flat.data()[4] = 40;

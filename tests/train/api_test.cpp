@@ -70,7 +70,7 @@ data::TensorDataset line_set() {
 
 }  // namespace
 
-TEST_CASE("a model without Softmax trains with from_logits; a loss that does not fit says what to change", "[train][api]") {
+TEST_CASE("a model without Softmax trains with from_logits, a loss that does not fit says what to change", "[train][api]") {
   nn::Sequential logits_model = mlp(false);
   Trainer wrong(logits_model, adam());
   CHECK_THROWS_AS(wrong.fit(three_classes(), quiet(1)), InvalidArgument);
@@ -186,7 +186,7 @@ TEST_CASE("a rate changed behind the agreement's back is caught, not left to spl
   for (const auto& error : errors) CHECK_THAT(error, Catch::Contains("learning rates differ") && Catch::Contains("set_learning_rate"));
 }
 
-TEST_CASE("under parameter servers a worker's stop ends every process alike; a new rate reaches the servers", "[train][api][ps]") {
+TEST_CASE("under parameter servers a worker's stop ends every process alike, a new rate reaches the servers", "[train][api][ps]") {
   comm::InProcessGroup group(3);
   std::vector<nn::Sequential> models;
   for (int r = 0; r < 3; ++r) models.push_back(mlp(true));

@@ -168,7 +168,7 @@ TEST_CASE("fit, evaluate and predict on the emulated device equal the CPU's", "[
   CHECK(emulated.predict(images.to(Device::Emulated), 4).to_vector() == on_host.to_vector());
 }
 
-TEST_CASE("a model moved with to() trains on its new device; checkpoints cross devices", "[device][train]") {
+TEST_CASE("a model moved with to() trains on its new device, checkpoints cross devices", "[device][train]") {
   test_util::ScratchDirectory directory("emulated_checkpoint");
   const auto path = directory.path() / "latest.ckpt";
   nn::Sequential reference = full_model(Device::CPU);

@@ -72,7 +72,7 @@ nn::Sequential overlap_model() {
 
 }  // namespace
 
-TEST_CASE("a timeline holds spans per thread as a Chrome trace; merged, a track per process", "[train][timeline]") {
+TEST_CASE("a timeline holds spans per thread as a Chrome trace, merged, a track per process", "[train][timeline]") {
   const TempDir dir("cohort_timeline_");
   timeline::Span before("forward", "not recorded");  // made before recording: records nothing
   timeline::start("rank 3");
