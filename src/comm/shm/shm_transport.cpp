@@ -46,8 +46,6 @@ ShmTransport::ShmTransport(std::unique_ptr<Transport> tcp, const std::vector<int
                            std::uint64_t max_frame_bytes)
     : tcp_(std::move(tcp)), max_frame_bytes_(max_frame_bytes), link_by_rank_(static_cast<std::size_t>(tcp_->size()), nullptr) {
   exchange_segments(local, options);
-  // Polling pays while every rank of the host has a core; beyond that it takes the cores the peers need.
-  poll_ = local.size() + 1 <= std::max(1u, std::thread::hardware_concurrency());
   log::info("{}: shared memory with {} of the {} peer(s) on its host", describe(rank()), links_.size(), local.size());
   if (links_.empty()) return;
   for (auto& link : links_) link->watch = tcp_->recv(link->peer, kWatchTag, {});
@@ -167,7 +165,8 @@ WorkPtr ShmTransport::send(int peer, Tag tag, std::span<const std::byte> data) {
   Link* link = link_of(peer);
   if (link == nullptr) return tcp_->send(peer, tag, data);
   std::string what = fmt::format("send to {}, tag {}", describe(peer), tag);
-  auto work = !poll_ ? std::make_shared<Work>(std::move(what)) : std::make_shared<Work>(std::move(what), [this, link] {
+  // The waiting thread moves the bytes itself for a moment (yielding the core between looks) before it sleeps.
+  auto work = std::make_shared<Work>(std::move(what), [this, link] {
     const std::unique_lock writing(link->send_mutex, std::try_to_lock);
     if (writing && !link->queue.empty()) write_queued(*link);
   });
@@ -223,7 +222,7 @@ WorkPtr ShmTransport::recv(int peer, Tag tag, std::span<std::byte> out) {
   Link* link = link_of(peer);
   if (link == nullptr) return tcp_->recv(peer, tag, out);
   std::string what = fmt::format("recv from {}, tag {}", describe(peer), tag);
-  auto work = !poll_ ? std::make_shared<Work>(std::move(what)) : std::make_shared<Work>(std::move(what), [this, link] {
+  auto work = std::make_shared<Work>(std::move(what), [this, link] {
     const std::unique_lock reading(link->read_mutex, std::try_to_lock);
     if (reading) read_inbound(*link);
   });
@@ -355,7 +354,7 @@ void ShmTransport::progress() {
     if (progressed) last_progress = now;
     // Messages come in bursts (a collective's steps): polling a moment longer answers the next one
     // without a futex round trip.
-    if (progressed || (poll_ && now - last_progress < kPollAfterProgress)) {
+    if (progressed || now - last_progress < kPollAfterProgress) {
       if (!progressed) std::this_thread::yield();
       continue;
     }

@@ -118,7 +118,6 @@ class ShmTransport : public Transport {
   std::map<std::pair<int, Tag>, std::deque<Receiver>> receivers_;
   std::map<std::pair<int, Tag>, std::deque<std::vector<std::byte>>> unexpected_;
 
-  bool poll_ = true;  // waiting threads and the progress thread poll before they sleep
   std::atomic<bool> stopping_{false};
   std::thread progress_thread_;
 };
