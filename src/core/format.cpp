@@ -3,10 +3,14 @@
 namespace cohort {
 
 std::string with_thousands(std::int64_t value) {
-  std::string digits = std::to_string(value);
-  const int first = digits.front() == '-' ? 1 : 0;
-  for (int i = static_cast<int>(digits.size()) - 3; i > first; i -= 3) digits.insert(static_cast<std::size_t>(i), ",");
-  return digits;
+  const std::string digits = std::to_string(value);
+  const std::size_t sign = digits.front() == '-' ? 1 : 0;
+  std::string grouped = digits.substr(0, sign);
+  for (std::size_t i = sign; i < digits.size(); ++i) {
+    if (i > sign && (digits.size() - i) % 3 == 0) grouped += ',';
+    grouped += digits[i];
+  }
+  return grouped;
 }
 
 }  // namespace cohort

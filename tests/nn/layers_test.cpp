@@ -1,8 +1,10 @@
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstdint>
 #include <utility>
 
 #include "cohort/core/error.hpp"
+#include "cohort/core/format.hpp"
 #include "cohort/nn/activation_layer.hpp"
 #include "cohort/nn/batch_normalization.hpp"
 #include "cohort/nn/conv2d.hpp"
@@ -86,6 +88,15 @@ TEST_CASE("initial values depend on the seed and the variable name only", "[nn]"
   };
   CHECK(kernel(1, false) == kernel(1, true));
   CHECK(kernel(1, false) != kernel(2, false));
+}
+
+TEST_CASE("counts in summaries and tables are grouped by thousands", "[nn]") {
+  CHECK(with_thousands(0) == "0");
+  CHECK(with_thousands(999) == "999");
+  CHECK(with_thousands(1000) == "1,000");
+  CHECK(with_thousands(-1234567) == "-1,234,567");
+  CHECK(with_thousands(-100) == "-100");
+  CHECK(with_thousands(INT64_MIN) == "-9,223,372,036,854,775,808");
 }
 
 TEST_CASE("the flagship model's summary has Keras' shapes and parameter counts", "[nn][keras]") {
