@@ -45,9 +45,8 @@ int main(int argc, char** argv) try {
   if (const char* below = std::getenv("COHORT_LATENCY_OPTIMAL_BELOW")) allreduce.latency_optimal_below_bytes = std::stoull(below);
   auto cluster = cluster::Cluster::from_environment();
   comm::Transport& transport = cluster.transport();
-  const char* shared = std::getenv("COHORT_SHARED_MEMORY");
-  const char* title = shared != nullptr && std::string_view(shared) == "0" ? "cohort allreduce over TCP"
-                                                                          : "cohort allreduce (shared memory on one host)";
+  const char* title = cluster::with_environment_settings({}).shared_memory ? "cohort allreduce (shared memory on one host)"
+                                                                          : "cohort allreduce over TCP";
   return sweep::run(
       title, transport.rank(), transport.size(), options,
       [&](float* data, std::size_t count) { comm::allreduce(transport, {data, count}, allreduce); },

@@ -20,6 +20,7 @@
 #include "cohort/comm/shared_memory.hpp"
 #include "cohort/comm/stale_shared_memory.hpp"
 #include "comm/shm/mailbox.hpp"
+#include "comm/shm/segment_name.hpp"
 #include "comm/shm/shm_transport.hpp"
 #include "conformance.hpp"
 #include "helper_process.hpp"
@@ -210,6 +211,17 @@ TEST_CASE("shm: ring counters a peer could not have written fail every operation
   }
 }
 
+TEST_CASE("shm: only segment names of cohort's form are opened or swept", "[comm][shm][security]") {
+  CHECK(shm::creator_of(shm::segment_name(4242, 0xabc)) == 4242);
+  CHECK(shm::segment_name(4242, 0xabc) == "/cohort-4242-0000000000000abc");
+  for (const char* foreign : {"/cohort-4242-0000000000000ABC", "/cohort-4242-0000000000000abc/x", "/cohort-4242-abc",
+                              "/cohort--0000000000000abc", "/other-4242-0000000000000abc", "cohort-4242-0000000000000abc"}) {
+    INFO(foreign);
+    CHECK(shm::creator_of(foreign) == 0);
+    CHECK_THROWS_WITH(shm::Mailbox::open(foreign, {}, 1, 4096), Catch::Contains("not one of cohort's"));
+  }
+}
+
 TEST_CASE("shm: segments left by processes that no longer run are removed, and no others", "[comm][shm]") {
   const pid_t ended = ::fork();
   REQUIRE(ended >= 0);
@@ -221,8 +233,8 @@ TEST_CASE("shm: segments left by processes that no longer run are removed, and n
     ::close(fd);
     return "/dev/shm" + name;
   };
-  const std::string stale = make(fmt::format("/cohort-{}-0123456789abcdef", ended));
-  const std::string running = make(fmt::format("/cohort-{}-fedcba9876543210", ::getpid()));
+  const std::string stale = make(shm::segment_name(ended, 0x0123456789abcdef));
+  const std::string running = make(shm::segment_name(::getpid(), 0xfedcba9876543210));
   const std::string not_cohorts = make(fmt::format("/cohort-{}-not-one-of-ours", ended));
   CHECK(remove_stale_shared_memory() >= 1);
   CHECK_FALSE(std::filesystem::exists(stale));

@@ -12,17 +12,16 @@
 #include <fmt/format.h>
 #include <limits>
 #include <random>
-#include <string_view>
 
 #include "cohort/core/check.hpp"
 #include "cohort/core/error.hpp"
+#include "segment_name.hpp"
 
 namespace cohort::comm::shm {
 namespace {
 
 constexpr std::uint64_t kMagic = 0x636F686F72746D62ull;  // "cohortmb"
 constexpr std::size_t kPage = 4096;
-constexpr std::string_view kNamePrefix = "/cohort-";
 
 std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
 
@@ -40,7 +39,7 @@ Nonce random_nonce() {
 
 std::string random_name() {
   std::random_device device;
-  return fmt::format("{}{}-{:08x}{:08x}", kNamePrefix, ::getpid(), device(), device());
+  return segment_name(::getpid(), std::uint64_t{device()} << 32 | device());
 }
 
 long futex(std::atomic<std::uint32_t>* word, int op, std::uint32_t value, const timespec* timeout) {
@@ -115,7 +114,7 @@ Mailbox Mailbox::create(std::uint32_t slots, std::uint64_t ring_bytes) {
 }
 
 Mailbox Mailbox::open(const std::string& name, const Nonce& nonce, std::uint32_t slots, std::uint64_t ring_bytes) {
-  if (!name.starts_with(kNamePrefix) || name.find('/', 1) != std::string::npos)
+  if (creator_of(name) == 0)
     throw IoError(fmt::format("it offered shared memory named '{}', not one of cohort's", name));
   Mailbox box;
   box.name_ = name;

@@ -59,20 +59,19 @@ ShmTransport::~ShmTransport() {
     own_.ring_bell();
     progress_thread_.join();
   }
-  const auto shut_down = [] { return std::make_exception_ptr(IoError("the transport was shut down")); };
   for (auto& link : links_) {
     {
       const std::lock_guard lock(link->send_mutex);
-      for (Outgoing& outgoing : link->queue) outgoing.work->fail(shut_down());
+      for (Outgoing& outgoing : link->queue) outgoing.work->fail(shut_down_error());
       link->queue.clear();
     }
     const std::lock_guard reading(link->read_mutex);
-    if (link->incoming && link->incoming->work) link->incoming->work->fail(shut_down());
+    if (link->incoming && link->incoming->work) link->incoming->work->fail(shut_down_error());
   }
   {
     const std::lock_guard lock(state_mutex_);
     for (auto& [key, queue] : receivers_)
-      for (Receiver& receiver : queue) receiver.work->fail(shut_down());
+      for (Receiver& receiver : queue) receiver.work->fail(shut_down_error());
     receivers_.clear();
   }
   tcp_.reset();  // goodbyes, after which the peers drain what this rank wrote

@@ -13,14 +13,15 @@
 //
 // A thread waiting on one of these operations makes the progress itself for a moment (Work's poll) before
 // it sleeps: on one host the next message of a collective usually arrives within microseconds, and moving
-// it on the waiting thread saves two thread wake-ups per message. Where the host runs more ranks than it has
-// cores, nobody polls: the cores are better left to the peers.
+// it on the waiting thread saves two thread wake-ups per message. It yields the core between looks, so
+// polling pays even where a host runs more ranks than it has cores.
 //
 // Failures come from the TCP transport: the progress thread keeps a receive posted there per shared-memory
 // peer on a tag nothing sends, and when it fails (the peer was lost, the group broke, or the peer left)
 // the same failure reaches the shared-memory operations. A peer that left cleanly is drained first: what it
 // wrote before its goodbye is still delivered. A frame header that breaks the protocol (a length above
-// the limit) fails every operation of this rank with ProtocolError naming the peer, as on TCP.
+// the limit), or ring counters the peer could not have written, fail every operation of this rank with
+// ProtocolError naming the peer, as on TCP.
 #include <atomic>
 #include <deque>
 #include <map>

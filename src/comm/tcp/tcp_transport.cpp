@@ -47,10 +47,9 @@ void TcpTransport::shut_down() {
     heartbeat_timer_.cancel();
     for (PendingHandshake& p : pending_handshakes_) p.socket->close(ignored);
     pending_handshakes_.clear();
-    const auto shut = [] { return std::make_exception_ptr(IoError("the transport was shut down")); };
-    fail_queued_sends(shut);
+    fail_queued_sends(shut_down_error);
     for (auto& [key, queue] : receivers_)
-      for (auto& receiver : queue) receiver.work->fail(shut());
+      for (auto& receiver : queue) receiver.work->fail(shut_down_error());
     receivers_.clear();
     for (auto& p : peers_) {
       p.retry->cancel();
