@@ -8,6 +8,7 @@
 # Peers that are not installed are skipped (Debian: openmpi-bin libopenmpi-dev libgloo-dev iperf3).
 #   usage: benchmarks/allreduce_compare.sh [BUILD_DIR] [MAX_BYTES]
 set -uo pipefail
+case ${1:-} in -h | --help) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;; esac
 build=${1:-build}
 max=${2:-268435456}
 bench=$build/benchmarks

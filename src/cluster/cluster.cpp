@@ -4,6 +4,7 @@
 
 #include "cohort/cluster/rendezvous.hpp"
 #include "cohort/core/error.hpp"
+#include "cohort/core/logging.hpp"
 
 namespace cohort::cluster {
 
@@ -49,7 +50,13 @@ comm::Transport& Cluster::transport() {
     tcp.peer_timeout = options_.peer_timeout;
     tcp.tls = options_.tls;
     if (options_.transport_factory) transport_ = options_.transport_factory(tcp);
-    else transport_ = options_.shared_memory ? comm::connect_group(tcp) : comm::connect_tcp(tcp);
+    else if (options_.shared_memory) transport_ = comm::connect_group(tcp);
+    else {
+      transport_ = comm::connect_tcp(tcp);
+      if (distributed())
+        log::info("{}: shared memory is off (COHORT_SHARED_MEMORY=0, ConnectOptions::shared_memory): the peers on its host "
+                  "are reached over TCP", spec_.describe(spec_.rank()));
+    }
   }
   return *transport_;
 }

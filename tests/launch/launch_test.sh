@@ -67,6 +67,13 @@ COHORT_TLS=1 timeout 120 "$launcher" --workers 3 -- "$bench" --min-bytes 4096 --
 grep -q 'connections: TLS 1.3, keyed from the shared secret' "$work/log" || fail "the chief did not report TLS"
 grep -q ' no$' "$work/log" && fail "an allreduce over TLS gave a wrong result"
 [ "$(grep -c ' yes$' "$work/log")" -ge 10 ] || fail "the sweep over TLS is incomplete"
+grep -q '\[chief 0\] .*shared memory with 2 of the 2 peer(s) on its host' "$work/log" || fail "the ranks did not share memory"
+
+# 4b. COHORT_SHARED_MEMORY=0: every rank says its same-host peers are reached over TCP, and the sweep is correct.
+COHORT_SHARED_MEMORY=0 timeout 60 "$launcher" --workers 2 -- "$bench" --min-bytes 4096 --max-bytes 65536 >"$work/log" 2>&1 ||
+  fail "the allreduce sweep over TCP failed"
+[ "$(grep -c 'shared memory is off (COHORT_SHARED_MEMORY=0' "$work/log")" -eq 2 ] || fail "shared memory off is not logged by every rank"
+grep -q '# cohort allreduce over TCP' "$work/log" && ! grep -q ' no$' "$work/log" || fail "the sweep over TCP is wrong"
 
 # 5. Ctrl-C stops everything.
 "$launcher" --workers 2 -- sleep 30 >"$work/log" 2>&1 &
