@@ -9,6 +9,10 @@
 namespace cohort::comm {
 
 void Work::wait(std::chrono::milliseconds timeout) {
+  if (!wait_for(timeout)) throw TimeoutError(fmt::format("{} did not complete within {} ms", what_, timeout.count()));
+}
+
+bool Work::wait_for(std::chrono::milliseconds timeout) {
   if (poll_) {
     // Long enough for a collective's next step to arrive on one host, short enough that a rank waiting
     // for a slow peer soon sleeps and leaves the core to others.
@@ -20,9 +24,9 @@ void Work::wait(std::chrono::milliseconds timeout) {
     }
   }
   std::unique_lock lock(mutex_);
-  if (!finished_.wait_for(lock, timeout, [&] { return done_; }))
-    throw TimeoutError(fmt::format("{} did not complete within {} ms", what_, timeout.count()));
+  if (!finished_.wait_for(lock, timeout, [&] { return done_; })) return false;
   if (error_) std::rethrow_exception(error_);
+  return true;
 }
 
 bool Work::done() const {
@@ -47,6 +51,13 @@ void Work::fail(std::exception_ptr error) {
     error_ = std::move(error);
   }
   finished_.notify_all();
+}
+
+void keep_until_exit(std::shared_ptr<void> buffer) {
+  static std::mutex mutex;
+  static std::vector<std::shared_ptr<void>> kept;
+  const std::lock_guard lock(mutex);
+  kept.push_back(std::move(buffer));
 }
 
 void wait_all(const std::vector<WorkPtr>& works, std::chrono::milliseconds timeout) {

@@ -78,6 +78,7 @@ struct Process {
   std::optional<int> status;  // waitpid status once exited
   std::optional<int> stopped_by;          // the signal that stopped it, while it is stopped
   std::vector<std::string> reported_lost_by;  // processes whose output says they lost this one
+  std::vector<std::string> reported_stuck_by;  // ... or that it is alive but makes no progress
   bool killed_as_hung = false;
 };
 
@@ -318,20 +319,42 @@ bool names_at(const std::string& line, const std::string& name, std::size_t at) 
   return !(after < line.size() && std::isdigit(static_cast<unsigned char>(line[after])));
 }
 
-// Notes the processes that `reporter`'s line says it lost ("lost worker 1 (...)") or could not reach during
-// set-up ("... could not connect within 60000 ms to worker 1 (...), ps 0 (...)").
+// Whether `line` says at `at`, right after the name of `name` and its address, that it is stuck
+// ("worker 1 (127.0.0.1:4001) is stuck: ...").
+bool stuck_at(const std::string& line, const std::string& name, std::size_t at) {
+  if (!names_at(line, name, at)) return false;
+  std::size_t after = at + name.size();
+  if (line.compare(after, 2, " (") == 0) {
+    const std::size_t close = line.find(')', after);
+    if (close == std::string::npos) return false;
+    after = close + 1;
+  }
+  return line.compare(after, 9, " is stuck") == 0;
+}
+
+void note(std::vector<std::string>& reporters, const std::string& reporter) {
+  if (std::find(reporters.begin(), reporters.end(), reporter) == reporters.end()) reporters.push_back(reporter);
+}
+
+// Notes the processes that `reporter`'s line says it lost ("lost worker 1 (...)"), could not reach during
+// set-up ("... could not connect within 60000 ms to worker 1 (...), ps 0 (...)") or found stuck.
 void note_losses(const Process& reporter, const std::string& line, std::vector<Process>& processes) {
   const std::size_t unreachable = line.find("could not connect within");
+  const bool stuck = line.find(" is stuck") != std::string::npos;
   for (Process& q : processes) {
     if (&q == &reporter) continue;
+    for (std::size_t at = stuck ? line.find(q.name) : std::string::npos; at != std::string::npos; at = line.find(q.name, at + 1))
+      if (stuck_at(line, q.name, at)) {
+        note(q.reported_stuck_by, reporter.name);
+        break;
+      }
     bool named = false;
     for (std::size_t at = line.find("lost " + q.name); at != std::string::npos && !named; at = line.find("lost " + q.name, at + 1))
       named = names_at(line, q.name, at + 5);
     for (std::size_t at = unreachable == std::string::npos ? std::string::npos : line.find(q.name, unreachable);
          at != std::string::npos && !named; at = line.find(q.name, at + 1))
       named = names_at(line, q.name, at);
-    if (named && std::find(q.reported_lost_by.begin(), q.reported_lost_by.end(), reporter.name) == q.reported_lost_by.end())
-      q.reported_lost_by.push_back(reporter.name);
+    if (named) note(q.reported_lost_by, reporter.name);
   }
 }
 
@@ -398,17 +421,21 @@ void signal_all(std::vector<Process>& processes, int number) {
     }
 }
 
-// A process still running that others lost or that is stopped: the likely cause of their failures.
-bool suspect(const Process& p) { return !p.status && (p.stopped_by || !p.reported_lost_by.empty()); }
+// A process still running that others lost, found stuck, or that is stopped: the likely cause of their
+// failures.
+bool suspect(const Process& p) {
+  return !p.status && (p.stopped_by || !p.reported_lost_by.empty() || !p.reported_stuck_by.empty());
+}
 
-// "worker 1 (pid 42) is stopped (signal 19, Stopped (signal)) and was reported lost by chief 0, worker 0"
+// "worker 1 (pid 42) is stopped (signal 19, Stopped (signal)) and was reported lost by chief 0, worker 0";
+// "worker 1 (pid 42) is stuck: alive and connected, but making no progress (reported by ps 0, ps 1)"
 std::string describe_suspect(const Process& p) {
-  std::string reporters;
-  for (const auto& name : p.reported_lost_by) reporters += (reporters.empty() ? "" : ", ") + name;
   std::string out = fmt::format("{} (pid {}) ", p.name, p.pid);
   if (p.stopped_by) out += fmt::format("is stopped (signal {}, {})", *p.stopped_by, strsignal(*p.stopped_by));
+  else if (!p.reported_stuck_by.empty())
+    return out + fmt::format("is stuck: alive and connected, but making no progress (reported by {})", fmt::join(p.reported_stuck_by, ", "));
   else out += "stopped answering";
-  if (!reporters.empty()) out += " and was reported lost by " + reporters;
+  if (!p.reported_lost_by.empty()) out += fmt::format(" and was reported lost by {}", fmt::join(p.reported_lost_by, ", "));
   return out;
 }
 

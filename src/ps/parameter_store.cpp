@@ -17,15 +17,15 @@ namespace {
 using Clock = std::chrono::steady_clock;
 namespace proto = protocol;
 
-// A Sync answer waits for the slowest worker, which may be validating or checkpointing; a lost process is
-// reported by the transport long before this.
-constexpr auto kReplyWait = std::chrono::minutes(15);
+// A server bounds its own waits for the other workers by the same deadline and answers with the culprit
+// when it gives up, so a worker waits longer than that before it calls the server itself stuck.
+constexpr int kReplySlack = 2;
 
 }  // namespace
 
 ParameterStore::ParameterStore(comm::Transport& transport, Plan plan, std::vector<int> server_ranks,
                                std::vector<LocalVariable> variables)
-    : transport_(transport), plan_(std::move(plan)), variables_(std::move(variables)) {
+    : transport_(transport), plan_(std::move(plan)), variables_(std::move(variables)), deadline_(transport.timeout()) {
   COHORT_CHECK(static_cast<int>(server_ranks.size()) == plan_.servers(), "the plan places on {} servers, {} ranks given",
                plan_.servers(), server_ranks.size());
   std::map<std::string, std::size_t> by_name;
@@ -84,12 +84,22 @@ void ParameterStore::send_to_all(std::uint16_t kind, std::int64_t samples, bool 
 }
 
 proto::ReplyHeader ParameterStore::receive_header(Link& link, std::uint16_t kind) {
-  proto::ReplyHeader header;
-  transport_.recv(link.rank, proto::kReplyTag, std::as_writable_bytes(std::span(&header, 1)))->wait(kReplyWait);
+  auto received = std::make_shared<proto::ReplyHeader>();
+  const auto since = Clock::now();
+  const auto limit = kReplySlack * deadline_.limit();
   const std::string server = transport_.describe(link.rank);
+  if (!transport_.recv(link.rank, proto::kReplyTag, std::as_writable_bytes(std::span(received.get(), 1)))->wait_for(limit)) {
+    comm::keep_until_exit(std::move(received));
+    throw TimeoutError(fmt::format("{} is stuck: connected, but it did not answer {} within {:.1f} s (COHORT_TIMEOUT "
+                                   "bounds a process's longest pause)",
+                                   server, proto::kind_name(kind), comm::in_seconds(limit)));
+  }
+  deadline_.observe(Clock::now() - since);
+  const proto::ReplyHeader header = *received;
   if (header.magic != proto::kReplyMagic || header.version != proto::kVersion)
     throw ProtocolError(fmt::format("{} answered {} with a malformed header (magic {:08x}, version {})", server,
                                     proto::kind_name(kind), header.magic, header.version));
+  if (header.status == static_cast<std::uint16_t>(proto::Status::Failed)) throw IoError(proto::message_of(header));
   if (header.status != static_cast<std::uint16_t>(proto::Status::Ok))
     throw ProtocolError(fmt::format("{}: {}", server, proto::message_of(header)));
   if (header.flags & proto::kRunEnded) run_ended_ = true;

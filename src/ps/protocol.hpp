@@ -65,7 +65,9 @@ struct RequestHeader {
 };
 static_assert(sizeof(RequestHeader) == 56);
 
-enum class Status : std::uint16_t { Ok = 0, Refused = 1 };
+// Failed: the server stopped serving (a worker stuck or lost); the message says why and names the process.
+// It may come unasked, as the answer to a worker's next request.
+enum class Status : std::uint16_t { Ok = 0, Refused = 1, Failed = 2 };
 
 inline constexpr std::uint32_t kRunEnded = 1;  // reply flag: the chief has ended the run
 
@@ -78,7 +80,7 @@ struct ReplyHeader {
   std::uint64_t payload_bytes = 0;
   std::uint32_t payload_crc = 0;
   std::uint32_t flags = 0;
-  char message[216] = {};      // why a request was refused
+  char message[216] = {};      // why a request was refused, or serving failed
 };
 static_assert(sizeof(ReplyHeader) == 256);
 

@@ -17,9 +17,8 @@ namespace {
 using Clock = std::chrono::steady_clock;
 namespace proto = protocol;
 
-// Between two requests a worker may compute, validate or write checkpoints for a long time; a lost worker
-// is reported by the transport, so the wait for its next request is not bounded here.
-constexpr auto kIdleWait = std::chrono::hours(24 * 365);
+// How often a thread waiting for a worker's next request looks whether serving has failed meanwhile.
+constexpr auto kFailureCheck = std::chrono::milliseconds(100);
 constexpr std::size_t kLatencyWindow = 4096;
 
 template <typename T>
@@ -27,7 +26,23 @@ std::span<const std::byte> bytes_of(const T& value) {
   return std::as_bytes(std::span(&value, 1));
 }
 
+std::string message_of(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const std::exception& e) {
+    return e.what();
+  } catch (...) {
+    return "an unknown error";
+  }
+}
+
 }  // namespace
+
+// A worker's request as it arrives: its header, then its payload.
+struct Server::Inbox {
+  proto::RequestHeader header;
+  std::vector<float> payload;
+};
 
 Server::Server(comm::Transport& transport, Plan plan, int server, std::vector<int> worker_ranks,
                optim::Optimizer& optimizer, ServerOptions options)
@@ -36,7 +51,8 @@ Server::Server(comm::Transport& transport, Plan plan, int server, std::vector<in
       server_(server),
       worker_ranks_(std::move(worker_ranks)),
       optimizer_(optimizer),
-      options_(std::move(options)) {
+      options_(std::move(options)),
+      deadline_(options_.wait_timeout.count() > 0 ? options_.wait_timeout : transport_.timeout()) {
   COHORT_CHECK(server_ >= 0 && server_ < plan_.servers(), "server index {} is outside the plan's {} servers", server_,
                plan_.servers());
   COHORT_CHECK(!worker_ranks_.empty(), "a parameter server needs at least one worker");
@@ -51,9 +67,10 @@ Server::Server(comm::Transport& transport, Plan plan, int server, std::vector<in
     held_.push_back({&shard, Tensor(shard.shape), shard.trainable ? Tensor(shard.shape) : Tensor(), payload_floats_});
     payload_floats_ += static_cast<std::size_t>(shard.shape.numel());
   }
-  accumulator_.assign(payload_floats_, 0.0f);
+  accumulator_.assign(payload_floats_, 0.0);
   const std::size_t workers = worker_ranks_.size();
-  contributed_.assign(workers, 0);
+  contributions_.assign(workers, nullptr);
+  contribution_samples_.assign(workers, 0);
   clocks_.assign(workers, 0);
   finished_.assign(workers, 0);
   reply_values_.resize(workers);
@@ -88,10 +105,12 @@ void Server::restore(const std::vector<ServerSnapshot>& snapshots) {
 
 void Server::serve() {
   std::vector<std::thread> threads;
-  for (int w = 0; w < static_cast<int>(worker_ranks_.size()); ++w)
-    threads.emplace_back([this, w] {
+  std::vector<std::shared_ptr<Inbox>> inboxes;
+  for (int w = 0; w < static_cast<int>(worker_ranks_.size()); ++w) {
+    inboxes.push_back(std::make_shared<Inbox>());
+    threads.emplace_back([this, w, inbox = inboxes.back()] {
       try {
-        serve_worker(w);
+        serve_worker(w, *inbox);
       } catch (...) {
         const std::lock_guard lock(mutex_);
         if (!first_error_) first_error_ = std::current_exception();
@@ -99,21 +118,29 @@ void Server::serve() {
         changed_.notify_all();
       }
     });
+  }
   for (auto& thread : threads) thread.join();
-  if (first_error_) std::rethrow_exception(first_error_);
+  if (!first_error_) return;
+  for (auto& inbox : inboxes) comm::keep_until_exit(std::move(inbox));  // a stuck worker's receive stays posted
+  const std::string reason = message_of(first_error_);
+  log::error("ps {}: {}", server_, reason);
+  announce_failure(reason);
+  std::rethrow_exception(first_error_);
 }
 
-void Server::serve_worker(int worker) {
+void Server::serve_worker(int worker, Inbox& inbox) {
   const int rank = worker_ranks_[static_cast<std::size_t>(worker)];
-  std::vector<float> payload;
+  std::string after = "the start";
   for (;;) {
-    proto::RequestHeader header;
-    transport_.recv(rank, proto::kRequestTag, std::as_writable_bytes(std::span(&header, 1)))->wait(kIdleWait);
+    auto received = transport_.recv(rank, proto::kRequestTag, std::as_writable_bytes(std::span(&inbox.header, 1)));
+    if (!await_request(worker, received, after)) return;
+    const proto::RequestHeader& header = inbox.header;
     const auto start = Clock::now();
     if (const std::string problem = check_header(header, worker); !problem.empty()) {
       refuse(worker, problem);
       return;
     }
+    std::vector<float>& payload = inbox.payload;
     payload.resize(header.payload_bytes / sizeof(float));
     if (!payload.empty())
       transport_.recv(rank, proto::kRequestPayloadTag, std::as_writable_bytes(std::span(payload)))->wait(transport_.timeout());
@@ -131,10 +158,30 @@ void Server::serve_worker(int worker) {
       refuse(worker, problem);
       return;
     }
+    after = fmt::format("its {} of step {}", proto::kind_name(header.kind), header.step);
     const bool done = handle(worker, header, payload);
     record_latency(std::chrono::duration<double, std::milli>(Clock::now() - start).count());
     if (done) return;
   }
+}
+
+bool Server::await_request(int worker, const comm::WorkPtr& received, const std::string& after) {
+  // Between two requests a worker computes, validates or writes checkpoints: legitimate pauses, which the
+  // deadline learns; a worker silent past it is stuck (a lost one is reported by the transport sooner).
+  const auto since = Clock::now();
+  for (;;) {
+    const bool arrived = received->wait_for(kFailureCheck);
+    {
+      const std::lock_guard lock(mutex_);
+      if (failed_) return false;  // serve() answers this request with the reason
+    }
+    if (arrived) break;
+    if (Clock::now() - since > deadline_.limit())
+      throw TimeoutError(stuck_text(transport_.describe(worker_ranks_[static_cast<std::size_t>(worker)]) + " is stuck",
+                                    fmt::format("ps {} got no request after {}", server_, after)));
+  }
+  deadline_.observe(Clock::now() - since);
+  return true;
 }
 
 std::string Server::check_header(const protocol::RequestHeader& header, int worker) const {
@@ -206,7 +253,10 @@ bool Server::handle(int worker, const protocol::RequestHeader& header, const std
       return false;
     }
     case proto::Kind::Pull: {
-      if (!wait_locked(lock, [&] { return initialized_; }, "the chief's initial values")) return true;
+      if (!wait_locked(lock, [&] { return initialized_; }, [&] {
+            return stuck_text(transport_.describe(worker_ranks_[0]) + " is stuck", fmt::format("ps {} got no initial values", server_));
+          }))
+        return true;
       copy_values_locked(out);
       lock.unlock();
       reply(worker, 0, std::as_bytes(std::span(out)));
@@ -259,33 +309,42 @@ bool Server::push_sync_locked(std::unique_lock<std::mutex>& lock, int worker, st
     staleness = version_ - step;
     return true;
   }
-  const auto weight = static_cast<float>(samples);
-  for (const Held& held : held_) {
-    const float* in = payload.data() + held.offset;
-    float* acc = accumulator_.data() + held.offset;
-    const std::int64_t n = held.value.numel();
-    // Trainable: mean gradient x samples, so the step averages over all samples of the global batch;
-    // non-trainable: the change of the moving statistics, averaged over the workers.
-    if (held.shard->trainable)
-      for (std::int64_t i = 0; i < n; ++i) acc[i] += in[i] * weight;
-    else
-      for (std::int64_t i = 0; i < n; ++i) acc[i] += in[i];
-  }
-  contributed_[static_cast<std::size_t>(worker)] = 1;
+  const auto w = static_cast<std::size_t>(worker);
+  if (contributors_ == 0) step_started_ = Clock::now();
+  contributions_[w] = payload.data();
+  contribution_samples_[w] = samples;
   ++contributors_;
   contributed_samples_ += samples;
   complete_sync_step_if_ready_locked();
-  return wait_locked(lock, [&] { return version_ > step; }, fmt::format("the gradients of step {} ({})", step, missing_workers_locked()));
+  return wait_locked(lock, [&] { return version_ > step; }, [&] { return missing_workers_locked(step); });
 }
 
 void Server::complete_sync_step_if_ready_locked() {
   const int backups = std::get<Sync>(options_.consistency).backup_workers;
   const int needed = std::max(1, active_workers_locked() - backups);
   if (contributors_ == 0 || contributors_ < needed) return;
+  // In worker order, whatever the arrival order: the same sum, bit for bit, on every run. Trainable: mean
+  // gradient x samples, so the step averages over all samples of the global batch; non-trainable: the
+  // change of the moving statistics, averaged over the workers. A float times an integer below 2^24 is
+  // exact in double, so a fused multiply-add rounds as the separate operations do.
+  std::fill(accumulator_.begin(), accumulator_.end(), 0.0);
+  for (std::size_t w = 0; w < contributions_.size(); ++w) {
+    if (contributions_[w] == nullptr) continue;
+    const auto weight = static_cast<double>(contribution_samples_[w]);
+    for (const Held& held : held_) {
+      const float* in = contributions_[w] + held.offset;
+      double* acc = accumulator_.data() + held.offset;
+      const std::int64_t n = held.value.numel();
+      if (held.shard->trainable)
+        for (std::int64_t i = 0; i < n; ++i) acc[i] += static_cast<double>(in[i]) * weight;
+      else
+        for (std::int64_t i = 0; i < n; ++i) acc[i] += static_cast<double>(in[i]);
+    }
+  }
   const double gradient_scale = contributed_samples_ > 0 ? 1.0 / static_cast<double>(contributed_samples_) : 0.0;
   apply_locked(accumulator_.data(), gradient_scale, 1.0 / contributors_);
-  std::fill(accumulator_.begin(), accumulator_.end(), 0.0f);
-  std::fill(contributed_.begin(), contributed_.end(), 0);
+  deadline_.observe(Clock::now() - step_started_);
+  std::fill(contributions_.begin(), contributions_.end(), nullptr);
   contributors_ = 0;
   contributed_samples_ = 0;
   changed_.notify_all();
@@ -305,28 +364,29 @@ bool Server::push_async_locked(std::unique_lock<std::mutex>& lock, int worker, s
   if (const auto* bounded = std::get_if<BoundedStaleness>(&options_.consistency)) {
     const std::int64_t bound = bounded->max_staleness;
     if (!wait_locked(lock, [&] { return clocks_[w] - slowest_clock_locked() <= bound; },
-                     fmt::format("the slowest worker to come within {} steps", bound)))
+                     [&] { return laggards_locked(clocks_[w] - bound); }))
       return false;
   }
   counters.max_lead = std::max(counters.max_lead, clocks_[w] - slowest_clock_locked());
   return true;
 }
 
-void Server::apply_locked(const float* source, double gradient_scale, double delta_scale) {
+template <typename Element>
+void Server::apply_locked(const Element* source, double gradient_scale, double delta_scale) {
   const timeline::Span span("update", "apply update");
+  // Scaled in double and rounded once to float, then added: no product left for the compiler to fuse, so
+  // every instruction set gives the same bits.
   for (Held& held : held_) {
-    const float* in = source + held.offset;
+    const Element* in = source + held.offset;
     const std::int64_t n = held.value.numel();
     if (held.shard->trainable) {
       if (gradient_scale == 0.0) continue;
-      const auto scale = static_cast<float>(gradient_scale);
       float* g = held.gradient.data();
-      for (std::int64_t i = 0; i < n; ++i) g[i] = in[i] * scale;
+      for (std::int64_t i = 0; i < n; ++i) g[i] = static_cast<float>(static_cast<double>(in[i]) * gradient_scale);
       optimizer_.apply(held.shard->name(), held.value, held.gradient);
     } else {
-      const auto scale = static_cast<float>(delta_scale);
       float* v = held.value.data();
-      for (std::int64_t i = 0; i < n; ++i) v[i] += in[i] * scale;
+      for (std::int64_t i = 0; i < n; ++i) v[i] += static_cast<float>(static_cast<double>(in[i]) * delta_scale);
     }
   }
   optimizer_.finish_step();
@@ -352,22 +412,51 @@ std::int64_t Server::slowest_clock_locked() const {
   return slowest == std::numeric_limits<std::int64_t>::max() ? 0 : slowest;
 }
 
-std::string Server::missing_workers_locked() const {
-  std::string missing;
-  for (std::size_t w = 0; w < contributed_.size(); ++w)
-    if (!contributed_[w] && !finished_[w])
-      missing += (missing.empty() ? "" : ", ") + transport_.describe(worker_ranks_[w]);
-  return missing.empty() ? "none missing" : "missing: " + missing;
+std::string Server::stuck_text(const std::string& names, std::string_view what) const {
+  return fmt::format("{}: connected, but {} within {:.1f} s (COHORT_TIMEOUT bounds a worker's longest pause)", names,
+                     what, comm::in_seconds(deadline_.limit()));
 }
 
-template <typename Ready>
-bool Server::wait_locked(std::unique_lock<std::mutex>& lock, Ready ready, const std::string& what) {
-  const bool in_time = changed_.wait_for(lock, options_.wait_timeout, [&] { return ready() || failed_; });
+std::string Server::missing_workers_locked(std::int64_t step) const {
+  std::string missing;
+  for (std::size_t w = 0; w < contributions_.size(); ++w)
+    if (contributions_[w] == nullptr && !finished_[w])
+      missing += (missing.empty() ? "" : ", ") + transport_.describe(worker_ranks_[w]) + " is stuck";
+  return stuck_text(missing, fmt::format("ps {} got no gradients of step {}", server_, step));
+}
+
+std::string Server::laggards_locked(std::int64_t clock) const {
+  std::string behind;
+  for (std::size_t w = 0; w < clocks_.size(); ++w)
+    if (!finished_[w] && clocks_[w] < clock) behind += (behind.empty() ? "" : ", ") + transport_.describe(worker_ranks_[w]) + " is stuck";
+  return stuck_text(behind, fmt::format("ps {} got no push that brings it within the staleness bound", server_));
+}
+
+template <typename Ready, typename Culprit>
+bool Server::wait_locked(std::unique_lock<std::mutex>& lock, Ready ready, Culprit culprit) {
+  const auto limit = deadline_.limit();
+  const bool in_time = changed_.wait_for(lock, limit, [&] { return ready() || failed_; });
   if (failed_) return false;  // another worker's failure ends serving; serve() reports it
-  if (!in_time)
-    throw TimeoutError(fmt::format("ps {} waited {} s for {}", server_,
-                                   std::chrono::duration_cast<std::chrono::seconds>(options_.wait_timeout).count(), what));
+  if (!in_time) throw TimeoutError(culprit());
   return true;
+}
+
+void Server::announce_failure(const std::string& reason) {
+  proto::ReplyHeader header;
+  header.status = static_cast<std::uint16_t>(proto::Status::Failed);
+  proto::set_message(header, fmt::format("ps {} failed: {}", server_, reason));
+  std::vector<comm::WorkPtr> sends;
+  for (std::size_t w = 0; w < worker_ranks_.size(); ++w) {
+    if (finished_[w]) continue;
+    sends.push_back(transport_.send(worker_ranks_[w], proto::kReplyTag, std::as_bytes(std::span(&header, 1))));
+  }
+  // Best effort: a worker that is lost or stuck may not take it, and serve() fails either way.
+  for (const auto& sent : sends) {
+    try {
+      sent->wait(transport_.timeout());
+    } catch (const Error&) {
+    }
+  }
 }
 
 void Server::copy_values_locked(std::vector<float>& out) const {

@@ -26,10 +26,30 @@ constexpr comm::Tag kAgreementTag = 0x5053414752454500ull;  // "PSAGREE"
 constexpr comm::Tag kHistoryTag = 0x5053484953540000ull;    // "PSHIST"
 constexpr std::uint64_t kMaxHistoryBytes = 64ull << 20;
 
+// Receives `out` from `peer` within the deadline, or names the peer stuck: it is connected (a lost one is
+// reported sooner) but has not reached the agreement. `slack` lets the chief, which waits for the others
+// itself, time out first and name the one it waited for.
+void receive_agreement(comm::Transport& transport, int peer, std::span<double> out, comm::ProgressDeadline& deadline, int slack) {
+  auto received = std::make_shared<std::vector<double>>(out.size());
+  const auto since = comm::ProgressDeadline::Clock::now();
+  const auto limit = slack * deadline.limit();
+  if (!transport.recv(peer, kAgreementTag, std::as_writable_bytes(std::span(*received)))->wait_for(limit)) {
+    comm::keep_until_exit(std::move(received));
+    throw TimeoutError(fmt::format("{} is stuck: connected, but it did not reach the agreement of the workers within {:.1f} s "
+                                   "(COHORT_TIMEOUT bounds a process's longest pause)",
+                                   transport.describe(peer), comm::in_seconds(limit)));
+  }
+  deadline.observe(comm::ProgressDeadline::Clock::now() - since);
+  std::copy(received->begin(), received->end(), out.begin());
+}
+
 }  // namespace
 
 ParameterServer::ParameterServer(comm::Transport& transport, int workers, ParameterServerOptions options)
-    : transport_(transport), workers_(workers), options_(std::move(options)) {
+    : transport_(transport),
+      workers_(workers),
+      options_(std::move(options)),
+      agreement_deadline_(options_.wait_timeout.count() > 0 ? options_.wait_timeout : transport_.timeout()) {
   COHORT_CHECK(workers_ >= 1 && workers_ < transport_.size(),
                "parameter-server training needs at least one worker and one server: {} workers among {} processes",
                workers_, transport_.size());
@@ -159,20 +179,19 @@ bool ParameterServer::steps_in_lockstep() const {
 
 bool ParameterServer::sum_over_replicas(std::span<double> values) {
   if (workers_ == 1 || has_backup_workers()) return false;
-  const auto wait = options_.wait_timeout;
   if (!is_chief()) {
-    transport_.send(0, kAgreementTag, std::as_bytes(values))->wait(wait);
-    transport_.recv(0, kAgreementTag, std::as_writable_bytes(values))->wait(wait);
+    transport_.send(0, kAgreementTag, std::as_bytes(values))->wait(transport_.timeout());
+    receive_agreement(transport_, 0, values, agreement_deadline_, 2);
     return true;
   }
   std::vector<double> theirs(values.size());
   for (int worker = 1; worker < workers_; ++worker) {
-    transport_.recv(worker, kAgreementTag, std::as_writable_bytes(std::span(theirs)))->wait(wait);
+    receive_agreement(transport_, worker, theirs, agreement_deadline_, 1);
     for (std::size_t i = 0; i < values.size(); ++i) values[i] += theirs[i];
   }
   std::vector<comm::WorkPtr> sends;
   for (int worker = 1; worker < workers_; ++worker) sends.push_back(transport_.send(worker, kAgreementTag, std::as_bytes(values)));
-  comm::wait_all(sends, wait);
+  comm::wait_all(sends, transport_.timeout());
   return true;
 }
 

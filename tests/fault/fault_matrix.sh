@@ -6,13 +6,17 @@
 #   - under the launcher: its verdict names the process that was hit (killed, or stopped), and it ends
 #     within the deadline (peer timeout + set-up deadline + margin), killing a stopped process itself;
 #   - by hand: every other process exits non-zero by itself within the deadline, naming the one hit;
-#   - with --restarts 1: the job finishes, resuming at the last checkpoint written before the kill.
-#   usage: fault_matrix.sh [--short] LAUNCHER FASHION_MNIST_EXAMPLE
-# --short (CI) runs a cross-section of 8 cases; without it, all of them (about 10 minutes on 2 cores).
+#   - with --restarts 1: the job finishes, resuming at the last checkpoint written before the kill, and its
+#     model file is the same bytes as an uninterrupted run's.
+# Then a stuck process: its main thread alone stopped (FREEZE_THREAD, by ptrace), so that its transport
+# goes on with heartbeats; the others name it stuck within the progress deadline (COHORT_TIMEOUT), under
+# the launcher, whose verdict names it and which kills it, and by hand.
+#   usage: fault_matrix.sh [--short] LAUNCHER FASHION_MNIST_EXAMPLE FREEZE_THREAD
+# --short (CI) runs a cross-section of 11 cases; without it, all of them (about 12 minutes on 2 cores).
 set -uo pipefail
 short=0
 [ "${1:-}" = "--short" ] && { short=1; shift; }
-launcher=$1 example=$2
+launcher=$1 example=$2 freeze=$3
 work=$(mktemp -d)
 trap 'kill -9 $(jobs -p) 2>/dev/null; pkill -9 -P $$ 2>/dev/null; rm -rf "$work"' EXIT
 source "$(dirname "$0")/../launch/common.sh"
@@ -20,6 +24,7 @@ source "$(dirname "$0")/../launch/common.sh"
 # Short deadlines, so that a hang shows within seconds: a stopped process is lost after 2 s of silence.
 export COHORT_PEER_TIMEOUT=2s COHORT_HEARTBEAT_INTERVAL=200ms COHORT_CONNECT_TIMEOUT=8s COHORT_TIMEOUT=20s
 deadline=25  # seconds from the signal to the end of every process
+stuck_deadline=35  # from freezing a process's main thread: the progress deadline (COHORT_TIMEOUT) + margin
 args=(--train-samples 12000 --batch-size 32 --epochs 1 --threads 1)
 cases=0
 
@@ -46,12 +51,37 @@ free_port() {  # a port nothing listens on now, from a range the kernel does not
   done
 }
 
+# Hits process PID with SIGNAL: KILL, STOP, or FREEZE (its main thread alone stopped, by $freeze, which
+# holds it until the process ends).
+hit() {
+  local signal=$1 pid=$2
+  if [ "$signal" != FREEZE ]; then
+    kill -"$signal" "$pid" 2>/dev/null
+    return
+  fi
+  kill -0 "$pid" 2>/dev/null || return 1
+  "$freeze" "$pid" >"$work/freeze" 2>&1 &
+  wait_for "frozen $pid" "$work/freeze" || { cat "$work/freeze" >&2; return 1; }
+}
+
+deadline_of() {  # SIGNAL
+  if [ "$1" = FREEZE ]; then echo $stuck_deadline; else echo $deadline; fi
+}
+
+# STRATEGY: ps (synchronous), ps-async, ps-backup (synchronous, one backup worker) or allreduce.
+strategy_args() {  # STRATEGY: the example's options that choose it
+  case $1 in
+    ps-async) echo "--consistency async" ;;
+    ps-backup) echo "--consistency sync:backup=1" ;;
+  esac
+}
+
 processes_of() {  # STRATEGY: the process names of its job
-  if [ "$1" = ps ]; then echo "chief 0;worker 0;ps 0;ps 1"; else echo "chief 0;worker 0;worker 1"; fi
+  if [ "${1%%-*}" = ps ]; then echo "chief 0;worker 0;ps 0;ps 1"; else echo "chief 0;worker 0;worker 1"; fi
 }
 
 launcher_flags() {  # STRATEGY
-  if [ "$1" = ps ]; then echo "--workers 2 --ps 2"; else echo "--workers 3"; fi
+  if [ "${1%%-*}" = ps ]; then echo "--workers 2 --ps 2"; else echo "--workers 3"; fi
 }
 
 # One case under the launcher.
@@ -62,24 +92,26 @@ launched() {
   echo "case $cases: launcher, $strategy, SIG$signal $victim at $phase"
   : >"$log"  # emptied before the background launch, whose own truncation may come after the first wait_for
   # shellcheck disable=SC2046
-  "$launcher" $(launcher_flags "$strategy") --grace 60 -- "$example" "${args[@]}" --checkpoint-dir "$checkpoints" \
-    --checkpoint-every 10 >"$log" 2>&1 &
+  "$launcher" $(launcher_flags "$strategy") --grace 60 -- "$example" "${args[@]}" $(strategy_args "$strategy") \
+    --checkpoint-dir "$checkpoints" --checkpoint-every 10 >"$log" 2>&1 &
   local launcher_pid=$!
   wait_for "$victim (pid [0-9]*)" "$log" || fail "no pid for $victim"
   reach "$phase" "$log" "$checkpoints" || fail "the job never reached $phase"
   local pid
   pid=$(grep -o "$victim (pid [0-9]*)" "$log" | head -1 | grep -o '[0-9]*)' | tr -d ')')
   local hit_at=$SECONDS
-  kill -"$signal" "$pid" 2>/dev/null || fail "$victim had already ended before SIG$signal"
+  hit "$signal" "$pid" || fail "$victim had already ended before SIG$signal"
   wait "$launcher_pid"
   local status=$? took=$((SECONDS - hit_at))
   [ $status -ne 0 ] || fail "the launcher succeeded after SIG$signal of $victim"
-  [ $took -le $deadline ] || fail "the job took $took s to end after SIG$signal of $victim"
-  if [ "$signal" = KILL ]; then
-    grep -q "failed: $victim (pid $pid) was killed by signal 9" "$log" || fail "the verdict does not name the killed $victim"
-  else
-    grep -q "failed: $victim (pid $pid) is stopped" "$log" || fail "the verdict does not name the stopped $victim"
-  fi
+  [ $took -le "$(deadline_of "$signal")" ] || fail "the job took $took s to end after SIG$signal of $victim"
+  case $signal in
+    KILL) grep -q "failed: $victim (pid $pid) was killed by signal 9" "$log" || fail "the verdict does not name the killed $victim" ;;
+    STOP) grep -q "failed: $victim (pid $pid) is stopped" "$log" || fail "the verdict does not name the stopped $victim" ;;
+    FREEZE) grep -q "failed: $victim (pid $pid) is stuck" "$log" || fail "the verdict does not name the stuck $victim"
+            grep -q "killing $victim (pid $pid)" "$log" || fail "the launcher did not kill the stuck $victim" ;;
+  esac
+  echo "  the job ended $took s after SIG$signal"
   kill -0 "$pid" 2>/dev/null && fail "$victim outlived the launcher"
   return 0
 }
@@ -108,23 +140,25 @@ by_hand() {
     name=${names[$i]}
     local role=${name% *} index=${name#* }
     TF_CONFIG="{\"cluster\": {$cluster}, \"task\": {\"type\": \"$role\", \"index\": $index}}" COHORT_SECRET=$secret \
-      OMP_NUM_THREADS=1 "$example" "${args[@]}" --checkpoint-dir "$work/ckpt-$cases" --checkpoint-every 10 >"$work/out-$i" 2>&1 &
+      OMP_NUM_THREADS=1 "$example" "${args[@]}" $(strategy_args "$strategy") --checkpoint-dir "$work/ckpt-$cases" \
+      --checkpoint-every 10 >"$work/out-$i" 2>&1 &
     pids+=($!)
     [ "$name" = "$victim" ] && victim_pid=$!
   done
   reach "$phase" "$work/out-0" "" || fail "the job never reached $phase"
-  local hit_at=$SECONDS
-  kill -"$signal" "$victim_pid" 2>/dev/null || fail "$victim had already ended before SIG$signal"
+  local hit_at=$SECONDS limit
+  limit=$(deadline_of "$signal")
+  hit "$signal" "$victim_pid" || fail "$victim had already ended before SIG$signal"
   for i in "${!names[@]}"; do
     [ "${names[$i]}" = "$victim" ] && continue
     local waited=0
-    while kill -0 "${pids[$i]}" 2>/dev/null && [ $waited -lt $((deadline * 10)) ]; do sleep 0.1; waited=$((waited + 1)); done
-    kill -0 "${pids[$i]}" 2>/dev/null && { cat "$work/out-$i" >"$log"; fail "${names[$i]} still runs $deadline s after SIG$signal of $victim"; }
+    while kill -0 "${pids[$i]}" 2>/dev/null && [ $waited -lt $((limit * 10)) ]; do sleep 0.1; waited=$((waited + 1)); done
+    kill -0 "${pids[$i]}" 2>/dev/null && { cat "$work/out-$i" >"$log"; fail "${names[$i]} still runs $limit s after SIG$signal of $victim"; }
     wait "${pids[$i]}"
     local status=$?
     cp "$work/out-$i" "$log"
     [ $status -ne 0 ] || fail "${names[$i]} succeeded after SIG$signal of $victim"
-    grep -q "lost $victim\|could not connect within .* $victim\|$victim .*left the group" "$work/out-$i" ||
+    grep -q "lost $victim\|could not connect within .* $victim\|$victim .*left the group\|$victim .*is stuck" "$work/out-$i" ||
       fail "${names[$i]} did not name $victim"
   done
   kill -9 "$victim_pid" 2>/dev/null
@@ -133,16 +167,20 @@ by_hand() {
   return 0
 }
 
-# --restarts 1 after a kill in training: the job finishes, resumed at the last checkpoint written before.
+# --restarts 1 after a kill in training: the job finishes, resumed at the last checkpoint written before,
+# with the model an uninterrupted run of the same job writes, byte for byte.
 restarted() {
   local strategy=$1 victim=$2
   local log=$work/log checkpoints=$work/ckpt-restart-$strategy
   cases=$((cases + 1))
   echo "case $cases: launcher --restarts 1, $strategy, SIGKILL $victim in training"
+  # shellcheck disable=SC2046
+  "$launcher" $(launcher_flags "$strategy") -- "$example" "${args[@]}" --save-model "$work/uninterrupted.model" \
+    >"$log" 2>&1 || { cat "$log" >&2; fail "the uninterrupted run failed"; }
   : >"$log"  # as in launched(): the previous case's lines must not be read as this one's
   # shellcheck disable=SC2046
   "$launcher" $(launcher_flags "$strategy") --grace 10 --restarts 1 -- "$example" "${args[@]}" \
-    --checkpoint-dir "$checkpoints" --checkpoint-every 10 >"$log" 2>&1 &
+    --save-model "$work/restarted.model" --checkpoint-dir "$checkpoints" --checkpoint-every 10 >"$log" 2>&1 &
   local launcher_pid=$!
   wait_for 'checkpoint of step [0-9]* saved' "$log" || fail "no checkpoint was written"
   sleep 0.5
@@ -160,7 +198,9 @@ restarted() {
   [ "$resumed" -ge "$saved" ] && [ "$resumed" -le $((saved + 10)) ] ||
     fail "resumed at step $resumed, the last checkpoint before the kill was step $saved"
   grep -q '^\[chief 0\] test accuracy: 0\.[4-9]' "$log" || fail "the restarted job did not finish training"
-  echo "  resumed at step $resumed (last checkpoint seen before the kill: step $saved)"
+  cmp -s "$work/uninterrupted.model" "$work/restarted.model" ||
+    fail "the restarted job's model differs from the uninterrupted run's ($(sha256sum "$work/uninterrupted.model" "$work/restarted.model" | cut -c1-16 | tr '\n' ' '))"
+  echo "  resumed at step $resumed (last checkpoint seen before the kill: step $saved); the model equals the uninterrupted run's"
 }
 
 if [ $short -eq 1 ]; then
@@ -172,6 +212,9 @@ if [ $short -eq 1 ]; then
   by_hand ps KILL "ps 1" start
   restarted ps "worker 0"
   restarted allreduce "worker 1"
+  launched ps FREEZE "worker 0" train
+  launched ps-async FREEZE "chief 0" train
+  by_hand ps FREEZE "worker 0" train
 else
   for strategy in ps allreduce; do
     IFS=';' read -r -a victims <<<"$(processes_of "$strategy")"
@@ -185,6 +228,12 @@ else
       done
     done
     restarted "$strategy" "worker 0"
+  done
+  for strategy in ps ps-async ps-backup; do
+    for victim in "chief 0" "worker 0"; do
+      launched "$strategy" FREEZE "$victim" train
+      by_hand "$strategy" FREEZE "$victim" train
+    done
   done
 fi
 echo "fault matrix: $cases cases passed"

@@ -1,9 +1,11 @@
 // A parameter server spoken to by hand: garbled, foreign and lying requests are refused with a reason,
 // counted, and leave the variables as they were.
 #include <catch2/catch.hpp>
+#include <bit>
 #include <cmath>
 #include <thread>
 
+#include "cohort/core/error.hpp"
 #include "cohort/optim/sgd.hpp"
 #include "cohort/ps/server.hpp"
 #include "cohort/train/variable_infos.hpp"
@@ -116,4 +118,159 @@ TEST_CASE("a parameter server refuses garbled and foreign requests and keeps its
   CHECK(receive(group.transport(0)).header.status == static_cast<std::uint16_t>(proto::Status::Ok));
   serving.join();
   CHECK_FALSE(serve_error);
+}
+
+namespace {
+
+// One server of a 3-worker run spoken to by hand, with its serve() on a thread of its own.
+struct HandServed {
+  static constexpr int kHandWorkers = 3;
+  nn::Sequential model = ps_test::small_model();
+  ps::Plan plan = ps::make_plan(train::variable_infos(model), 1, ps::placement::SizeBalanced{});
+  comm::InProcessGroup group{kHandWorkers + 1, std::chrono::seconds(10), ps_test::process_names(kHandWorkers, 1)};
+  optim::SGD sgd;
+  std::unique_ptr<ps::Server> server;
+  std::exception_ptr serve_error;
+  std::thread serving;
+
+  explicit HandServed(ps::ServerOptions options) {
+    server = std::make_unique<ps::Server>(group.transport(kHandWorkers), plan, 0, std::vector<int>{0, 1, 2}, sgd, std::move(options));
+    serving = std::thread([this] {
+      try {
+        server->serve();
+      } catch (...) {
+        serve_error = std::current_exception();
+      }
+    });
+  }
+  ~HandServed() {
+    if (serving.joinable()) serving.join();
+  }
+  comm::Transport& worker(int w) { return group.transport(w); }
+  std::size_t payload_floats() const {
+    std::size_t n = 0;
+    for (const auto& shard : plan.shards()) n += static_cast<std::size_t>(shard.shape.numel());
+    return n;
+  }
+  void send_to(int w, proto::Kind kind, const std::vector<float>& payload, std::int64_t step = 0) {
+    auto header = header_for(plan, kind, payload);
+    header.step = step;
+    comm::Transport& t = worker(w);
+    auto sent = t.send(HandServed::kHandWorkers, proto::kRequestTag, std::as_bytes(std::span(&header, 1)));
+    if (!payload.empty()) t.send(kHandWorkers, proto::kRequestPayloadTag, std::as_bytes(std::span(payload)))->wait(std::chrono::seconds(10));
+    sent->wait(std::chrono::seconds(10));
+  }
+  Answer answer_of(int w) {
+    Answer answer;
+    comm::Transport& t = worker(w);
+    t.recv(kHandWorkers, proto::kReplyTag, std::as_writable_bytes(std::span(&answer.header, 1)))->wait(std::chrono::seconds(10));
+    answer.values.resize(answer.header.payload_bytes / sizeof(float));
+    if (!answer.values.empty())
+      t.recv(kHandWorkers, proto::kReplyPayloadTag, std::as_writable_bytes(std::span(answer.values)))->wait(std::chrono::seconds(10));
+    return answer;
+  }
+  // Waits until the server has taken `pushes` pushes from worker `w`, so that the next one arrives after.
+  void await_pushes(int w, std::int64_t pushes) {
+    for (int i = 0; i < 1000 && server->stats().workers[static_cast<std::size_t>(w)].pushes < pushes; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    REQUIRE(server->stats().workers[static_cast<std::size_t>(w)].pushes >= pushes);
+  }
+};
+
+// Gradients of mixed magnitudes, so that float sums in different orders round differently.
+std::vector<float> mixed_gradients(std::size_t n, std::uint32_t seed) {
+  std::vector<float> values(n);
+  std::uint32_t state = seed * 2654435761u + 1;
+  for (float& v : values) {
+    state = state * 1664525u + 1013904223u;
+    const float unit = static_cast<float>(state >> 8) / static_cast<float>(1u << 24) - 0.5f;
+    v = unit * std::ldexp(1.0f, static_cast<int>(state % 24) - 12);
+  }
+  return values;
+}
+
+std::vector<std::uint32_t> bits_of(const std::vector<float>& values) {
+  std::vector<std::uint32_t> bits;
+  for (float v : values) bits.push_back(std::bit_cast<std::uint32_t>(v));
+  return bits;
+}
+
+}  // namespace
+
+TEST_CASE("a Sync step gives the same bits whatever order the workers' gradients arrive in", "[ps][threads]") {
+  std::vector<int> order{0, 1, 2};
+  std::vector<std::uint32_t> first;
+  int orders = 0;
+  do {
+    HandServed served({.consistency = ps::Sync{}});
+    const std::size_t n = served.payload_floats();
+    served.send_to(0, proto::Kind::Init, std::vector<float>(n, 0.25f));
+    REQUIRE(served.answer_of(0).header.status == static_cast<std::uint16_t>(proto::Status::Ok));
+    for (int w : order) {
+      served.send_to(w, proto::Kind::Push, mixed_gradients(n, static_cast<std::uint32_t>(w)));
+      served.await_pushes(w, 1);
+    }
+    std::vector<std::vector<std::uint32_t>> answers;
+    for (int w = 0; w < HandServed::kHandWorkers; ++w) {
+      const Answer answer = served.answer_of(w);
+      REQUIRE(answer.header.status == static_cast<std::uint16_t>(proto::Status::Ok));
+      answers.push_back(bits_of(answer.values));
+    }
+    for (int w = 0; w < HandServed::kHandWorkers; ++w) served.send_to(w, proto::Kind::Done, {});
+    for (int w = 0; w < HandServed::kHandWorkers; ++w) served.answer_of(w);
+    served.serving.join();
+    REQUIRE_FALSE(served.serve_error);
+    INFO("arrival order " << order[0] << order[1] << order[2]);
+    CHECK(answers[1] == answers[0]);
+    CHECK(answers[2] == answers[0]);
+    if (first.empty()) first = answers[0];
+    CHECK(answers[0] == first);
+    ++orders;
+  } while (std::next_permutation(order.begin(), order.end()));
+  CHECK(orders == 6);
+}
+
+TEST_CASE("a parameter server names a worker that is connected but sends no gradients, and every other worker learns it",
+          "[ps][threads]") {
+  const auto started = std::chrono::steady_clock::now();
+  HandServed served({.consistency = ps::Sync{}, .wait_timeout = std::chrono::milliseconds(400)});
+  const std::size_t n = served.payload_floats();
+  served.send_to(0, proto::Kind::Init, std::vector<float>(n, 0.25f));
+  REQUIRE(served.answer_of(0).header.status == static_cast<std::uint16_t>(proto::Status::Ok));
+  // Workers 0 and 1 push step 0; worker 2 stays connected and silent, as a worker whose training thread
+  // is blocked while its transport goes on.
+  served.send_to(0, proto::Kind::Push, std::vector<float>(n, 0.5f));
+  served.send_to(1, proto::Kind::Push, std::vector<float>(n, 0.5f));
+  for (int w : {0, 1}) {
+    const Answer answer = served.answer_of(w);
+    CHECK(answer.header.status == static_cast<std::uint16_t>(proto::Status::Failed));
+    CHECK_THAT(proto::message_of(answer.header), Catch::StartsWith("ps 0 failed: worker 2 is stuck: connected, but"));
+  }
+  served.serving.join();  // serve() does not wait for the stuck worker's next request
+  REQUIRE(served.serve_error);
+  CHECK_THROWS_WITH(std::rethrow_exception(served.serve_error), Catch::Contains("worker 2 is stuck"));
+  CHECK_THROWS_AS(std::rethrow_exception(served.serve_error), TimeoutError);
+  CHECK(std::chrono::steady_clock::now() - started < std::chrono::seconds(5));
+}
+
+TEST_CASE("an asynchronous parameter server names a worker that sends no next request", "[ps][threads]") {
+  HandServed served({.consistency = ps::Async{}, .wait_timeout = std::chrono::milliseconds(400)});
+  const std::size_t n = served.payload_floats();
+  served.send_to(0, proto::Kind::Init, std::vector<float>(n, 0.25f));
+  REQUIRE(served.answer_of(0).header.status == static_cast<std::uint16_t>(proto::Status::Ok));
+  // The chief and worker 1 go on pushing well within the deadline; worker 2 never sends a request.
+  std::string told;
+  for (int step = 0; step < 40 && told.empty(); ++step) {
+    for (int w : {0, 1}) {
+      served.send_to(w, proto::Kind::Push, std::vector<float>(n, 0.5f), step);
+      const Answer answer = served.answer_of(w);
+      if (answer.header.status == static_cast<std::uint16_t>(proto::Status::Failed)) told = proto::message_of(answer.header);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  CHECK_THAT(told, Catch::Contains("worker 2 is stuck") && Catch::Contains("no request after the start"));
+  served.serving.join();
+  REQUIRE(served.serve_error);
+  CHECK_THROWS_WITH(std::rethrow_exception(served.serve_error), Catch::Contains("worker 2 is stuck"));
+  CHECK_THROWS_AS(std::rethrow_exception(served.serve_error), TimeoutError);
 }

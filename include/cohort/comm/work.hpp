@@ -27,6 +27,8 @@ class Work {
 
   // Returns when done; rethrows the failure; throws TimeoutError after `timeout`.
   void wait(std::chrono::milliseconds timeout);
+  // As wait(), but false instead of TimeoutError: for a waiter that checks other conditions between waits.
+  bool wait_for(std::chrono::milliseconds timeout);
   bool done() const;
 
   // Called by transports, once; later calls are ignored. Give every Work its own exception object:
@@ -44,6 +46,10 @@ class Work {
 };
 
 using WorkPtr = std::shared_ptr<Work>;
+
+// A receive given up on (its peer is stuck) stays posted: the transport may still fill its buffer, which
+// must outlive the transport. This keeps the buffer until the process ends; it happens once per failed run.
+void keep_until_exit(std::shared_ptr<void> buffer);
 
 // Waits for every handle, in order, each within the remaining time of one shared deadline.
 void wait_all(const std::vector<WorkPtr>& works, std::chrono::milliseconds timeout);

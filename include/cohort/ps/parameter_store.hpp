@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "cohort/comm/progress_deadline.hpp"
 #include "cohort/comm/transport.hpp"
 #include "cohort/ps/placement.hpp"
 #include "cohort/ps/snapshot.hpp"
@@ -137,6 +138,7 @@ class ParameterStore {
   // Per variable, its pieces: (server, index in that link's pieces).
   std::vector<std::vector<std::pair<std::size_t, std::size_t>>> pieces_of_;
   std::optional<Push> push_;
+  comm::ProgressDeadline deadline_;  // of an answer: the servers' own deadline, kReplySlack times over
   bool run_ended_ = false;
   double learning_rate_factor_ = 1;
   ClientTraffic traffic_;

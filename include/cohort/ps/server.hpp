@@ -9,6 +9,15 @@
 // with a reason sent back to the worker, counted, logged, and that worker is no longer served; the
 // variables stay as they were. A lost worker (IoError from the transport) ends serve() with that error.
 //
+// Progress is bounded, not only liveness: a worker whose next request, or whose gradients for a Sync step,
+// do not come within the progress deadline (ServerOptions::wait_timeout, growing with the longest such wait
+// the run has shown) is named stuck ("worker 1 (...) is stuck: ..."). Whatever ends serving, every worker
+// still served gets the reason as a Failed answer, and serve() returns without waiting for a stuck worker.
+//
+// A Sync step sums the workers' gradients in worker order whatever order they arrive in, in double
+// precision (each float product with the sample count is exact there), so a step's result is the same bits
+// on every run and every instruction set.
+//
 //   ps::Server server(transport, plan, /*server=*/0, /*worker_ranks=*/{0, 1}, optimizer, ps::Sync{});
 //   server.serve();   // returns when every worker has said Done
 
@@ -19,9 +28,11 @@
 #include <filesystem>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "cohort/comm/transport.hpp"
+#include "cohort/comm/progress_deadline.hpp"
 #include "cohort/optim/optimizer.hpp"
 #include "cohort/ps/consistency.hpp"
 #include "cohort/ps/placement.hpp"
@@ -38,9 +49,11 @@ struct ServerOptions {
   Consistency consistency = Sync{};
   // Where Save requests write snapshots (the same directory the chief writes the manifest to).
   std::filesystem::path checkpoint_dir;
-  // A Sync step, or a BoundedStaleness wait, that lasts longer than this fails, naming the workers missing.
-  // Lost processes are detected much sooner by the transport; this bounds a live but stuck one.
-  std::chrono::milliseconds wait_timeout{std::chrono::minutes(10)};
+  // The progress deadline's floor (comm ProgressDeadline): how long the server waits for a worker's next
+  // request, a Sync step's missing gradients or a BoundedStaleness laggard before naming it stuck.
+  // 0: the transport's operation deadline (COHORT_TIMEOUT). Lost processes are reported much sooner by
+  // the transport; this bounds a live but stuck one.
+  std::chrono::milliseconds wait_timeout{0};
 };
 
 class Server {
@@ -64,8 +77,11 @@ class Server {
     Tensor value, gradient;  // gradient: scratch for the optimizer, trainable shards only
     std::size_t offset;      // in floats, within a payload
   };
+  struct Inbox;
 
-  void serve_worker(int worker);
+  void serve_worker(int worker, Inbox& inbox);
+  // Waits for the next request of `worker`; false once serving has failed; TimeoutError naming it stuck.
+  bool await_request(int worker, const comm::WorkPtr& received, const std::string& after);
   // An empty string when the header is acceptable, else why not.
   std::string check_header(const protocol::RequestHeader& header, int worker) const;
   std::string check_finite(const std::vector<float>& payload) const;
@@ -79,14 +95,22 @@ class Server {
                          const std::vector<float>& payload, std::int64_t& staleness);
   void complete_sync_step_if_ready_locked();
   // gradients x gradient_scale into the optimizer (skipped when 0), value changes x delta_scale added.
-  void apply_locked(const float* source, double gradient_scale, double delta_scale);
+  template <typename Element>
+  void apply_locked(const Element* source, double gradient_scale, double delta_scale);
   void finish_worker_locked(int worker);
   int active_workers_locked() const;
   std::int64_t slowest_clock_locked() const;
-  std::string missing_workers_locked() const;
-  // Waits until ready(); false when serving failed meanwhile; TimeoutError after options_.wait_timeout.
-  template <typename Ready>
-  bool wait_locked(std::unique_lock<std::mutex>& lock, Ready ready, const std::string& what);
+  // "worker 1 (...) is stuck: connected, but ps 0 got no gradients of step 12 within 15.0 s (...)"
+  std::string stuck_text(const std::string& names, std::string_view what) const;
+  std::string missing_workers_locked(std::int64_t step) const;
+  // The workers whose clock is below `clock`, named stuck.
+  std::string laggards_locked(std::int64_t clock) const;
+  // Waits until ready(); false when serving failed meanwhile; past the progress deadline TimeoutError
+  // with culprit()'s text ("worker 1 (...) is stuck: ...").
+  template <typename Ready, typename Culprit>
+  bool wait_locked(std::unique_lock<std::mutex>& lock, Ready ready, Culprit culprit);
+  // Tells every worker not yet finished why serving ended (a Failed answer).
+  void announce_failure(const std::string& reason);
   void copy_values_locked(std::vector<float>& out) const;
   ServerSnapshot snapshot_locked() const;
   ServerStats stats_locked() const;
@@ -100,6 +124,7 @@ class Server {
   std::vector<int> worker_ranks_;
   optim::Optimizer& optimizer_;
   ServerOptions options_;
+  comm::ProgressDeadline deadline_;
   std::vector<Held> held_;
   std::size_t payload_floats_ = 0;
   std::vector<std::vector<float>> reply_values_;  // per worker, touched by its own thread only
@@ -111,11 +136,14 @@ class Server {
   bool run_ended_ = false;
   bool failed_ = false;
   std::int64_t version_ = 0;  // updates applied
-  // Sync: the current step's gradients so far
-  std::vector<float> accumulator_;
+  // Sync: the current step's gradients so far, each in its worker's request buffer (that worker's thread
+  // waits for the step), summed in worker order when the step is complete.
+  std::vector<double> accumulator_;
   int contributors_ = 0;
   std::int64_t contributed_samples_ = 0;
-  std::vector<char> contributed_;     // per worker: in the current step
+  std::vector<const float*> contributions_;  // per worker: its gradients of the current step, or null
+  std::vector<std::int64_t> contribution_samples_;
+  std::chrono::steady_clock::time_point step_started_{};  // the current step's first contribution
   std::vector<std::int64_t> clocks_;  // per worker: pushes applied (BoundedStaleness)
   std::vector<char> finished_;        // per worker: Done or refused
   ServerStats stats_;

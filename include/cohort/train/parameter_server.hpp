@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "cohort/cluster/cluster.hpp"
+#include "cohort/comm/progress_deadline.hpp"
 #include "cohort/comm/transport.hpp"
 #include "cohort/ps/consistency.hpp"
 #include "cohort/ps/parameter_store.hpp"
@@ -42,9 +43,12 @@ struct ParameterServerOptions {
   ps::AnyPolicy placement = ps::placement::SizeBalanced{};
   std::int64_t max_shard_bytes = 0;  // > 0: partition larger variables along their first axis
   DataPolicy data = DataPolicy::OnePassPerEpoch;
-  // How long a server waits for a Sync step's missing workers before failing (lost processes are reported
-  // by the transport within its peer timeout).
-  std::chrono::milliseconds wait_timeout{std::chrono::minutes(10)};
+  // The progress deadline: how long a process waits for another's progress (a server for a worker's next
+  // request or a Sync step's missing gradients, a worker for an answer or an agreement) before naming it
+  // stuck. 0: the transport's operation deadline (COHORT_TIMEOUT, 60 s by default); it grows to 4 times the
+  // longest such wait the run has shown. Lost processes are reported by the transport within its peer
+  // timeout; this finds one that is alive, and sends heartbeats, but makes no progress.
+  std::chrono::milliseconds wait_timeout{0};
 };
 
 class ParameterServer : public Strategy {
@@ -122,6 +126,7 @@ class ParameterServer : public Strategy {
   std::filesystem::path resumed_dir_;
   double reported_communication_seconds_ = 0;
   std::vector<ps::ServerStats> final_stats_;
+  comm::ProgressDeadline agreement_deadline_;  // of sum_over_replicas
 };
 
 }  // namespace cohort::train
