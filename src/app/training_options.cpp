@@ -8,9 +8,11 @@
 
 #include "cohort/core/error.hpp"
 #include "cohort/core/logging.hpp"
+#include "cohort/core/settings.hpp"
 #include "cohort/ps/consistency.hpp"
 #include "cohort/ps/placement.hpp"
 #include "cohort/tensor/devices.hpp"
+#include "cohort/tensor/gemm_path.hpp"
 
 namespace cohort::app {
 namespace {
@@ -80,6 +82,14 @@ TrainingOptions parse_training_options(int argc, const char* const* argv, std::s
   cli.add_flag("--demo", options.demo, "a short run for `make demo`");
   cli.add_flag("--summary", options.summary_only, "print the model summary and exit");
   parse_or_exit(cli, argc, argv);
+  // A misspelled COHORT_* setting ends the program here, before it loads data or connects, as a bad option does.
+  try {
+    check_settings();
+    check_cpu_kernel_settings();
+  } catch (const InvalidArgument& e) {
+    fmt::print(stderr, "{}\n", e.what());
+    std::exit(2);
+  }
   return options;
 }
 

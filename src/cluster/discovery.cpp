@@ -188,7 +188,13 @@ ClusterSpec parse_sagemaker(const std::string& hosts_json, const std::string& cu
 }
 
 Discovery discover(const Environment& environment) {
-  if (const auto tf_config = environment("TF_CONFIG"); tf_config && !tf_config->empty()) return parse_tf_config(*tf_config);
+  if (const auto tf_config = environment("TF_CONFIG"); tf_config && !tf_config->empty()) {
+    // Two descriptions of one process may disagree; which one wins must not be a guess.
+    for (const char* other : {"RANK", "SM_HOSTS", "SM_CURRENT_HOST"})
+      if (environment(other))
+        throw InvalidArgument(fmt::format("TF_CONFIG and {} are both set: describe the cluster one way, unset the other", other));
+    return parse_tf_config(*tf_config);
+  }
   const auto hosts = environment("SM_HOSTS");
   const auto current = environment("SM_CURRENT_HOST");
   if (hosts || current) {

@@ -4,8 +4,12 @@
 
 #include <fmt/format.h>
 
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+
 #include <charconv>
-#include <set>
+#include <map>
 
 #include "cohort/core/check.hpp"
 
@@ -19,6 +23,26 @@ const std::vector<Endpoint>& members(const ClusterSpec& spec, Role role) {
     case Role::Ps: return spec.ps;
   }
   throw InvalidArgument("unknown role");
+}
+
+// The addresses `host` stands for ("localhost": 127.0.0.1 and ::1; "127.000.000.001": 127.0.0.1), or the
+// name itself where it does not resolve here (a host of another network).
+std::vector<std::string> addresses_of(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (::getaddrinfo(host.c_str(), nullptr, &hints, &found) != 0) return {host};
+  std::vector<std::string> addresses;
+  for (const addrinfo* a = found; a != nullptr; a = a->ai_next) {
+    char text[INET6_ADDRSTRLEN] = {};
+    const void* raw = a->ai_family == AF_INET ? static_cast<const void*>(&reinterpret_cast<const sockaddr_in*>(a->ai_addr)->sin_addr)
+                                              : static_cast<const void*>(&reinterpret_cast<const sockaddr_in6*>(a->ai_addr)->sin6_addr);
+    if (::inet_ntop(a->ai_family, raw, text, sizeof text) != nullptr) addresses.emplace_back(text);
+  }
+  ::freeaddrinfo(found);
+  if (addresses.empty()) addresses.push_back(host);
+  return addresses;
 }
 
 }  // namespace
@@ -68,13 +92,30 @@ void ClusterSpec::validate() const {
   if (index < 0 || index >= static_cast<int>(mine.size()))
     throw InvalidArgument(fmt::format("{}: task index {} is outside cluster.{} (which has {} entries)", source, index,
                                       role_name(role), mine.size()));
-  std::set<std::string> seen;
+  // Compared after resolution: "localhost:P" and "127.0.0.1:P" are one listening address, and two tasks
+  // cannot both listen there.
+  std::map<std::string, std::vector<std::string>> resolved;
+  struct Listed {
+    std::string task;      // "cluster.worker[0]"
+    std::string endpoint;  // as given
+  };
+  std::map<std::pair<std::string, std::uint16_t>, Listed> seen;  // by (address, port)
   for (Role r : {Role::Chief, Role::Worker, Role::Ps}) {
     const auto& list = members(*this, r);
-    for (std::size_t i = 0; i < list.size(); ++i)
-      if (!seen.insert(list[i].to_string()).second)
-        throw InvalidArgument(fmt::format("{}: cluster.{}[{}] = {} is listed twice", source, role_name(r), i,
-                                          list[i].to_string()));
+    for (std::size_t i = 0; i < list.size(); ++i) {
+      const Listed here{fmt::format("cluster.{}[{}]", role_name(r), i), list[i].to_string()};
+      auto [at, fresh] = resolved.try_emplace(list[i].host);
+      if (fresh) at->second = addresses_of(list[i].host);
+      for (const std::string& address : at->second) {
+        const auto [earlier, added] = seen.try_emplace({address, list[i].port}, here);
+        if (added) continue;
+        const Listed& other = earlier->second;
+        throw InvalidArgument(other.endpoint == here.endpoint
+                                  ? fmt::format("{}: {} = {} is listed twice (also {})", source, here.task, here.endpoint, other.task)
+                                  : fmt::format("{}: {} = {} is listed twice: {} = {} is the same address ({} port {})", source,
+                                                here.task, here.endpoint, other.task, other.endpoint, address, list[i].port));
+      }
+    }
   }
 }
 

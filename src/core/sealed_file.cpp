@@ -147,4 +147,12 @@ std::string read_sealed_file(const std::filesystem::path& path, std::string_view
   return file.substr(kHeaderBytes);
 }
 
+bool sealed_file_exists(const std::filesystem::path& path) {
+  std::error_code error;
+  const auto status = std::filesystem::status(path, error);
+  if (status.type() == std::filesystem::file_type::not_found) return false;
+  if (error) throw DataError(fmt::format("{} cannot be read: {}", path.string(), error.message()));
+  return true;
+}
+
 }  // namespace cohort

@@ -19,6 +19,9 @@ std::string read_sealed_file(const std::filesystem::path& path, std::string_view
                              std::string_view what);
 
 // Writes `bytes` to `path` through a temporary file, fsync and rename.
+// Whether a file is at `path`: false when nothing is there; DataError naming it when that cannot be told
+// (a loop of symbolic links, a directory that may not be read), rather than a raw filesystem error.
+bool sealed_file_exists(const std::filesystem::path& path);
 void write_file_atomically(const std::filesystem::path& path, const std::string& bytes);
 
 std::uint32_t crc32_of(const void* data, std::size_t size);

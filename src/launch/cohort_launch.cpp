@@ -79,6 +79,8 @@ struct Process {
   std::optional<int> stopped_by;          // the signal that stopped it, while it is stopped
   std::vector<std::string> reported_lost_by;  // processes whose output says they lost this one
   std::vector<std::string> reported_stuck_by;  // ... or that it is alive but makes no progress
+  std::vector<std::string> reported_failed_by;  // ... or that it failed ("ps 0 failed: ...")
+  bool outlived_failure = false;  // killed after it went on alone once every other process had failed
   bool killed_as_hung = false;
 };
 
@@ -343,6 +345,11 @@ void note_losses(const Process& reporter, const std::string& line, std::vector<P
   const bool stuck = line.find(" is stuck") != std::string::npos;
   for (Process& q : processes) {
     if (&q == &reporter) continue;
+    for (std::size_t at = line.find(q.name + " failed: "); at != std::string::npos; at = line.find(q.name + " failed: ", at + 1))
+      if (at == 0 || !std::isalnum(static_cast<unsigned char>(line[at - 1]))) {
+        note(q.reported_failed_by, reporter.name);
+        break;
+      }
     for (std::size_t at = stuck ? line.find(q.name) : std::string::npos; at != std::string::npos; at = line.find(q.name, at + 1))
       if (stuck_at(line, q.name, at)) {
         note(q.reported_stuck_by, reporter.name);
@@ -442,6 +449,8 @@ std::string describe_suspect(const Process& p) {
 // 128 + the signal, as a shell reports a process ended by it.
 int interrupted_status(int signal) { return 128 + signal; }
 constexpr auto kAttributionWindow = std::chrono::milliseconds(500);
+// How long a process may go on alone after every other one has failed before it counts as stuck.
+constexpr auto kOutliveWindow = std::chrono::seconds(3);
 
 // "worker 1 (pid 42) was killed by signal 9 (Killed)"
 std::string describe_ending(const Process& p) { return fmt::format("{} (pid {}) {}", p.name, p.pid, how(*p.status)); }
@@ -460,7 +469,7 @@ int run_processes(const Options& options, int restart, const std::filesystem::pa
   std::vector<std::string> later_failures;
   std::vector<const Process*> undecided;           // failed before a cause was named
   Clock::time_point undecided_since;
-  std::optional<Clock::time_point> stop_at, kill_at;
+  std::optional<Clock::time_point> stop_at, kill_at, alone_since;
   bool interrupted = false;
   int interrupted_by = 0;
   int stopped = 0;
@@ -543,17 +552,23 @@ int run_processes(const Options& options, int restart, const std::filesystem::pa
       // did not cause the failure: the peer did.
       const auto hung = std::find_if(processes.begin(), processes.end(), suspect);
       const bool blame_hung = hung != processes.end() && !WIFSIGNALED(*undecided.front()->status);
-      // Likewise one that ended after the others had lost it (a pause that outlasted the peer timeout).
+      // Likewise one that ended after the others had lost it (a pause that outlasted the peer timeout), and
+      // above all one that others report failed with its own reason (a server's full disk).
       if (!blame_hung && !WIFSIGNALED(*undecided.front()->status)) {
         const auto lost = std::find_if(undecided.begin(), undecided.end(), [](const Process* p) { return !p->reported_lost_by.empty(); });
         if (lost != undecided.end()) std::rotate(undecided.begin(), lost, lost + 1);
+        const auto failed = std::find_if(undecided.begin(), undecided.end(), [](const Process* p) { return !p->reported_failed_by.empty(); });
+        if (failed != undecided.end()) std::rotate(undecided.begin(), failed, failed + 1);
       }
       const Process& cause = *undecided.front();
-      first_failure = blame_hung ? describe_suspect(*hung)
-                      : cause.reported_lost_by.empty() || WIFSIGNALED(*cause.status)
-                          ? describe_ending(cause)
-                          : fmt::format("{}, after the others had lost it (reported lost by {})", describe_ending(cause),
-                                        fmt::join(cause.reported_lost_by, ", "));
+      first_failure = blame_hung                         ? describe_suspect(*hung)
+                      : WIFSIGNALED(*cause.status)       ? describe_ending(cause)
+                      : !cause.reported_failed_by.empty() ? fmt::format("{} (reported failed by {})", describe_ending(cause),
+                                                                        fmt::join(cause.reported_failed_by, ", "))
+                      : !cause.reported_lost_by.empty()
+                          ? fmt::format("{}, after the others had lost it (reported lost by {})", describe_ending(cause),
+                                        fmt::join(cause.reported_lost_by, ", "))
+                          : describe_ending(cause);
       for (std::size_t i = blame_hung ? 0 : 1; i < undecided.size(); ++i) later_failures.push_back(describe_ending(*undecided[i]));
       undecided.clear();
       fmt::print(stderr, "cohort-launch: {}; the others have {} s to finish\n", *first_failure, options.grace.count());
@@ -572,6 +587,24 @@ int run_processes(const Options& options, int restart, const std::filesystem::pa
     // Once only the processes the others lost are left, waiting for them is pointless: they are hung.
     const bool only_suspects_left =
         std::none_of(processes.begin(), processes.end(), [](const Process& p) { return !p.status && !suspect(p); });
+    // A process that goes on alone once every other one has failed is stuck (alive, its transport too,
+    // but its training makes no progress): after a moment it is killed and named as the cause.
+    const auto running = std::count_if(processes.begin(), processes.end(), [](const Process& p) { return !p.status; });
+    const bool alone_after_failures =
+        first_failure && running == 1 && !only_suspects_left &&
+        std::all_of(processes.begin(), processes.end(), [](const Process& p) { return !p.status || failed(*p.status); });
+    if (!alone_after_failures) alone_since.reset();
+    else if (!alone_since) alone_since = now;
+    if (alone_after_failures && !kill_at && now - *alone_since >= kOutliveWindow) {
+      for (auto& p : processes)
+        if (!p.status) {
+          fmt::print(stderr, "cohort-launch: killing {} (pid {}): it went on alone after every other process had failed\n", p.name, p.pid);
+          ::kill(-p.pid, SIGKILL);
+          p.killed_as_hung = true;
+          p.outlived_failure = true;
+        }
+      kill_at = now + std::chrono::hours(1);
+    }
     if (first_failure && !kill_at && only_suspects_left) {
       for (auto& p : processes)
         if (!p.status) {
@@ -601,6 +634,13 @@ int run_processes(const Options& options, int restart, const std::filesystem::pa
   }
   if (first_failure) {
     std::string then;
+    // The one that went on alone caused the others' failures, unless the first of them was killed by a signal.
+    const auto outlived = std::find_if(processes.begin(), processes.end(), [](const Process& p) { return p.outlived_failure; });
+    if (outlived != processes.end() && first_failure->find(" was killed by signal") == std::string::npos) {
+      later_failures.insert(later_failures.begin(), *first_failure);
+      first_failure = fmt::format("{} (pid {}) is stuck: it went on alone after every other process had failed, and was killed",
+                                  outlived->name, outlived->pid);
+    }
     for (const auto& f : later_failures) then += (then.empty() ? "; then " : ", ") + f;
     fmt::print(stderr, "cohort-launch: failed: {}{}{}\n", *first_failure, then,
                stopped > 0 ? fmt::format("; stopped {} that did not exit by themselves", stopped) : "");

@@ -122,10 +122,15 @@ void Server::serve() {
   for (auto& thread : threads) thread.join();
   if (!first_error_) return;
   for (auto& inbox : inboxes) comm::keep_until_exit(std::move(inbox));  // a stuck worker's receive stays posted
-  const std::string reason = message_of(first_error_);
+  std::string reason = message_of(first_error_);
+  // Another process may have named a stuck worker first and left: this server then sees it leave, but the
+  // step it has long waited for points at the cause.
+  const std::string overdue = reason.find(" is stuck") == std::string::npos ? overdue_workers() : std::string();
+  if (!overdue.empty()) reason += "; meanwhile " + overdue;
   log::error("ps {}: {}", server_, reason);
   announce_failure(reason);
-  std::rethrow_exception(first_error_);
+  if (overdue.empty()) std::rethrow_exception(first_error_);
+  throw IoError(reason);
 }
 
 void Server::serve_worker(int worker, Inbox& inbox) {
@@ -439,6 +444,20 @@ bool Server::wait_locked(std::unique_lock<std::mutex>& lock, Ready ready, Culpri
   if (failed_) return false;  // another worker's failure ends serving; serve() reports it
   if (!in_time) throw TimeoutError(culprit());
   return true;
+}
+
+std::string Server::overdue_workers() const {
+  const std::lock_guard lock(mutex_);
+  if (!std::holds_alternative<Sync>(options_.consistency) || contributors_ == 0) return {};
+  const auto waited = Clock::now() - step_started_;
+  if (waited < deadline_.limit() / 2) return {};
+  std::string missing;
+  for (std::size_t w = 0; w < contributions_.size(); ++w)
+    if (contributions_[w] == nullptr && !finished_[w])
+      missing += (missing.empty() ? "" : ", ") + transport_.describe(worker_ranks_[w]) + " is stuck";
+  if (missing.empty()) return {};
+  return fmt::format("{}: connected, but ps {} got no gradients of step {} for {:.1f} s", missing, server_, version_,
+                     std::chrono::duration<double>(waited).count());
 }
 
 void Server::announce_failure(const std::string& reason) {

@@ -1,6 +1,10 @@
 #include "cohort/ps/snapshot.hpp"
 
 #include <cereal/types/vector.hpp>
+#include <algorithm>
+#include <map>
+#include <regex>
+#include <set>
 
 #include "cohort/core/check.hpp"
 #include "cohort/ps/placement.hpp"
@@ -75,6 +79,20 @@ std::vector<ServerSnapshot> read_snapshots(const std::filesystem::path& director
     snapshots.push_back(decode<ServerSnapshot>(payload, path, "parameter-server snapshot"));
   }
   return snapshots;
+}
+
+bool holds_complete_snapshots(const std::filesystem::path& step_directory) {
+  std::map<int, std::set<int>> servers_of;  // N -> the K present
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator(step_directory, error)) {
+    static const std::regex kSnapshotName(R"(server-(\d{1,6})-of-(\d{1,6})\.snapshot)");
+    const std::string name = entry.path().filename().string();
+    std::smatch match;
+    if (!std::regex_match(name, match, kSnapshotName)) continue;
+    const int server = std::stoi(match[1]), servers = std::stoi(match[2]);
+    if (server < servers) servers_of[servers].insert(server);
+  }
+  return std::any_of(servers_of.begin(), servers_of.end(), [](const auto& set) { return static_cast<int>(set.second.size()) == set.first; });
 }
 
 void remove_old_snapshots(const std::filesystem::path& directory, std::int64_t keep_step) {

@@ -7,6 +7,7 @@
 #include "cohort/ps/verify_plan.hpp"
 #include "cohort/tensor/ops.hpp"
 #include "cohort/train/variable_infos.hpp"
+#include "core/sealed_file.hpp"
 #include "train/position_codec.hpp"
 
 namespace cohort::train {
@@ -27,12 +28,13 @@ constexpr comm::Tag kHistoryTag = 0x5053484953540000ull;    // "PSHIST"
 constexpr std::uint64_t kMaxHistoryBytes = 64ull << 20;
 
 // Receives `out` from `peer` within the deadline, or names the peer stuck: it is connected (a lost one is
-// reported sooner) but has not reached the agreement. `slack` lets the chief, which waits for the others
-// itself, time out first and name the one it waited for.
-void receive_agreement(comm::Transport& transport, int peer, std::span<double> out, comm::ProgressDeadline& deadline, int slack) {
+// reported sooner) but has not reached the agreement. A worker waiting for the chief waits half as long
+// again, so that a chief waiting for a stuck worker names that one first.
+void receive_agreement(comm::Transport& transport, int peer, std::span<double> out, comm::ProgressDeadline& deadline,
+                       bool from_chief) {
   auto received = std::make_shared<std::vector<double>>(out.size());
   const auto since = comm::ProgressDeadline::Clock::now();
-  const auto limit = slack * deadline.limit();
+  const auto limit = deadline.limit() + (from_chief ? deadline.limit() / 2 : std::chrono::milliseconds(0));
   if (!transport.recv(peer, kAgreementTag, std::as_writable_bytes(std::span(*received)))->wait_for(limit)) {
     comm::keep_until_exit(std::move(received));
     throw TimeoutError(fmt::format("{} is stuck: connected, but it did not reach the agreement of the workers within {:.1f} s "
@@ -181,12 +183,12 @@ bool ParameterServer::sum_over_replicas(std::span<double> values) {
   if (workers_ == 1 || has_backup_workers()) return false;
   if (!is_chief()) {
     transport_.send(0, kAgreementTag, std::as_bytes(values))->wait(transport_.timeout());
-    receive_agreement(transport_, 0, values, agreement_deadline_, 2);
+    receive_agreement(transport_, 0, values, agreement_deadline_, true);
     return true;
   }
   std::vector<double> theirs(values.size());
   for (int worker = 1; worker < workers_; ++worker) {
-    receive_agreement(transport_, worker, theirs, agreement_deadline_, 1);
+    receive_agreement(transport_, worker, theirs, agreement_deadline_, false);
     for (std::size_t i = 0; i < values.size(); ++i) values[i] += theirs[i];
   }
   std::vector<comm::WorkPtr> sends;
@@ -210,12 +212,14 @@ void ParameterServer::save_checkpoint(const std::filesystem::path& directory, co
 
 std::optional<TrainingPosition> ParameterServer::restore_checkpoint(const std::filesystem::path& directory,
                                                                     nn::Sequential& model, optim::Optimizer&) {
-  if (!std::filesystem::exists(directory / ps::kManifestName)) {
-    // Snapshots without the manifest that names them: starting over would delete them at the first
-    // checkpoint, so the run refuses and says how to proceed.
+  if (!sealed_file_exists(directory / ps::kManifestName)) {
+    // A complete set of snapshots without the manifest that names them: starting over would delete them at
+    // the first checkpoint, so the run refuses and says how to proceed. An incomplete set is a checkpoint
+    // that failed before its commit (a full disk): it holds nothing to lose, and the next one replaces it.
     std::error_code error;
     for (const auto& entry : std::filesystem::directory_iterator(directory, error))
-      if (entry.is_directory() && entry.path().filename().string().starts_with("ps-step-"))
+      if (entry.is_directory() && entry.path().filename().string().starts_with("ps-step-") &&
+          ps::holds_complete_snapshots(entry.path()))
         throw DataError(fmt::format("{} holds parameter-server snapshots ({}) but no {}: refusing to start over and "
                                     "delete them; restore the manifest to resume, or remove the directory to start afresh",
                                     directory.string(), entry.path().filename().string(), ps::kManifestName));

@@ -7,6 +7,8 @@
 #include <cstdlib>
 #include <string_view>
 
+#include "cohort/core/settings.hpp"
+
 namespace cohort::train {
 namespace {
 
@@ -33,9 +35,8 @@ std::string format_logs(const OrderedLogs& logs) {
 
 ProgressBar::Style resolve(ProgressBar::Style style, std::FILE* out) {
   if (style != ProgressBar::Style::Auto) return style;
-  const char* forced = std::getenv("COHORT_PROGRESS");
-  if (forced != nullptr && std::string_view(forced) == "bar") return ProgressBar::Style::Bar;
-  if (forced != nullptr && std::string_view(forced) == "lines") return ProgressBar::Style::Lines;
+  if (const auto forced = choice_setting("COHORT_PROGRESS", {"bar", "lines"}))
+    return *forced == "bar" ? ProgressBar::Style::Bar : ProgressBar::Style::Lines;
   return isatty(fileno(out)) != 0 ? ProgressBar::Style::Bar : ProgressBar::Style::Lines;
 }
 

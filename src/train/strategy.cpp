@@ -2,6 +2,7 @@
 
 #include "cohort/core/error.hpp"
 #include "cohort/train/update.hpp"
+#include "core/sealed_file.hpp"
 
 namespace cohort::train {
 
@@ -28,7 +29,7 @@ void Strategy::save_checkpoint(const std::filesystem::path& directory, const nn:
 std::optional<TrainingPosition> Strategy::restore_checkpoint(const std::filesystem::path& directory, nn::Sequential& model,
                                                              optim::Optimizer& optimizer) {
   const auto path = directory / kCheckpointFile;
-  if (!std::filesystem::exists(path)) return std::nullopt;
+  if (!sealed_file_exists(path)) return std::nullopt;
   return load_checkpoint(path, model, optimizer);
 }
 

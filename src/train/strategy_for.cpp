@@ -9,6 +9,7 @@
 #include "cohort/comm/mpi.hpp"
 #include "cohort/core/error.hpp"
 #include "cohort/core/logging.hpp"
+#include "cohort/core/settings.hpp"
 #include "cohort/train/ring_allreduce.hpp"
 
 namespace cohort::train {
@@ -16,12 +17,7 @@ namespace {
 
 // COHORT_COMMUNICATOR picks what carries the gradients of data-parallel training: "ring" (the default,
 // over the cluster's transport) or "mpi" (Open MPI's collectives, for a job started by mpirun).
-std::string requested_communicator() {
-  const char* name = std::getenv("COHORT_COMMUNICATOR");
-  std::string lower = name == nullptr || *name == '\0' ? "ring" : name;
-  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return lower;
-}
+std::string requested_communicator() { return choice_setting("COHORT_COMMUNICATOR", {"ring", "mpi"}).value_or("ring"); }
 
 }  // namespace
 
@@ -34,13 +30,10 @@ std::shared_ptr<Strategy> strategy_for(cluster::Cluster& cluster, const Paramete
     if (mpi->size() == 1) return std::make_shared<Local>();  // a single process, started without mpirun
     return std::make_shared<RingAllreduce>(std::move(mpi), allreduce);
   }
-  if (communicator != "ring")
-    throw InvalidArgument(fmt::format("COHORT_COMMUNICATOR is '{}'; use 'ring' or 'mpi'", communicator));
   if (cluster.distributed()) {
     // Ranks spread over several hosts, some with several ranks: one rank per host talks across hosts,
     // unless COHORT_HIERARCHICAL_ALLREDUCE=0.
-    const char* hierarchical = std::getenv("COHORT_HIERARCHICAL_ALLREDUCE");
-    const bool flat = hierarchical != nullptr && std::string_view(hierarchical) == "0";
+    const bool flat = !switch_setting("COHORT_HIERARCHICAL_ALLREDUCE").value_or(true);
     std::shared_ptr<comm::Communicator> ring =
         comm::make_ring_communicator(cluster.transport(), flat ? std::vector<int>{} : cluster.spec().host_of());
     if (ring->name() != "ring" && cluster.spec().is_chief())

@@ -10,6 +10,8 @@
 #include <optional>
 
 #include "cohort/core/check.hpp"
+#include "cohort/core/settings.hpp"
+#include "cohort/tensor/gemm_path.hpp"
 #include "cohort/core/logging.hpp"
 #include "cohort/core/timeline.hpp"
 #include "cohort/data/loader.hpp"
@@ -26,10 +28,7 @@ using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
 // cohort-launch --restarts sets COHORT_RESTART to the restart's number: continue from the latest checkpoint.
-bool restarted_by_launcher() {
-  const char* restart = std::getenv("COHORT_RESTART");
-  return restart != nullptr && *restart != '\0' && std::string_view(restart) != "0";
-}
+bool restarted_by_launcher() { return count_setting("COHORT_RESTART").value_or(0) > 0; }
 
 // Restores the model's train/eval mode when it goes out of scope.
 class ModeGuard {
@@ -294,6 +293,8 @@ void Trainer::agree(TrainingControl& control) {
 }
 
 History Trainer::fit(const data::Dataset& train, const FitOptions& options) {
+  check_settings();
+  check_cpu_kernel_settings();
   COHORT_CHECK(options.epochs > 0 || options.max_steps > 0, "fit() needs epochs > 0 or max_steps > 0");
   COHORT_CHECK(train.size() > 0, "fit() got an empty training set '{}'", train.description());
   check_fits(train);

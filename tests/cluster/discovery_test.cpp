@@ -4,6 +4,7 @@
 #include <map>
 
 #include <cstdlib>
+#include <fmt/format.h>
 
 #include "cohort/cluster/cluster.hpp"
 #include "cohort/cluster/discovery.hpp"
@@ -90,6 +91,12 @@ TEST_CASE("malformed or contradictory TF_CONFIG fails naming the JSON path", "[c
                   {"task.index"});
   require_invalid([] { parse_tf_config(R"({"cluster": {"worker": ["a:1"], "ps": ["a:1"]}, "task": {"type": "ps"}})"); },
                   {"cluster.ps[0]", "listed twice"});
+  // One listening address under two names is listed twice too.
+  for (const char* alias : {"localhost", "127.000.000.001", "127.1"}) {
+    const std::string config = fmt::format(R"({{"cluster": {{"chief": ["127.0.0.1:4000"], "worker": ["{}:4000"]}}, "task": {{"type": "chief"}}}})", alias);
+    require_invalid([&] { parse_tf_config(config); }, {"cluster.worker[0]", "listed twice", "cluster.chief[0] = 127.0.0.1:4000", "same address"});
+  }
+  CHECK_NOTHROW(parse_tf_config(R"({"cluster": {"chief": ["127.0.0.1:4000"], "worker": ["localhost:4001"]}, "task": {"type": "chief"}})"));
   require_invalid([] { parse_tf_config(R"({"cluster": {"ps": ["a:1"]}, "task": {"type": "ps"}})"); },
                   {"neither a chief nor a worker"});
   require_invalid([] { parse_tf_config(R"({"cluster": {"worker": ["a:1"]}, "task": {"type": "worker"}, "environment": 3})"); },
@@ -143,6 +150,11 @@ TEST_CASE("rank-only environments ask for a rendezvous at the chief's address", 
   const auto torchrun = discover(environment_of({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "1"}}));
   CHECK(std::get<RendezvousRequest>(torchrun).source == "torchrun");
 
+  // Two descriptions of one process are refused, not resolved by a silent precedence.
+  const std::string tf_config = R"({"cluster": {"worker": ["127.0.0.1:4000", "127.0.0.1:4001"]}, "task": {"type": "worker", "index": 1}})";
+  require_invalid([&] { discover(environment_of({{"TF_CONFIG", tf_config}, {"RANK", "0"}, {"WORLD_SIZE", "2"}})); },
+                  {"TF_CONFIG and RANK are both set"});
+  require_invalid([&] { discover(environment_of({{"TF_CONFIG", tf_config}, {"SM_HOSTS", "[]"}})); }, {"TF_CONFIG and SM_HOSTS"});
   require_invalid([] { discover(environment_of({{"RANK", "1"}, {"MASTER_ADDR", "a"}, {"MASTER_PORT", "1"}})); },
                   {"torchrun", "WORLD_SIZE"});
   require_invalid([] { discover(environment_of({{"RANK", "4"}, {"WORLD_SIZE", "4"}, {"MASTER_ADDR", "a"}, {"MASTER_PORT", "1"}})); },
@@ -158,10 +170,11 @@ TEST_CASE("rank-only environments ask for a rendezvous at the chief's address", 
                   {"COHORT_NUM_PS"});
 }
 
-TEST_CASE("precedence: TF_CONFIG over SageMaker over rank environments, nothing set is a single process", "[cluster]") {
-  const auto both = discover(environment_of({{"TF_CONFIG", R"({"cluster": {"worker": ["w:1"]}, "task": {"type": "worker"}})"},
-                                             {"SM_HOSTS", R"(["a"])"}, {"SM_CURRENT_HOST", "a"}, {"RANK", "0"}}));
-  CHECK(std::get<ClusterSpec>(both).source == "TF_CONFIG");
+TEST_CASE("precedence: TF_CONFIG alone, SageMaker over rank environments, nothing set is a single process", "[cluster]") {
+  require_invalid([] {
+    discover(environment_of({{"TF_CONFIG", R"({"cluster": {"worker": ["w:1"]}, "task": {"type": "worker"}})"},
+                             {"SM_HOSTS", R"(["a"])"}, {"SM_CURRENT_HOST", "a"}, {"RANK", "0"}}));
+  }, {"TF_CONFIG and", "both set"});
   const auto sagemaker = discover(environment_of({{"SM_HOSTS", R"(["a"])"}, {"SM_CURRENT_HOST", "a"}, {"RANK", "0"}}));
   CHECK(std::get<ClusterSpec>(sagemaker).source == "SM_HOSTS");
   CHECK(std::holds_alternative<SingleProcess>(discover(environment_of({}))));

@@ -26,6 +26,19 @@ refuses "--placement: placement policy 'RoundRobin': expected round-robin, size-
 refuses "--consistency: consistency 'stale:x'" --consistency stale:x
 refuses "--accumulate-steps: needs a whole number from 1 to 1048576, got '0'" --accumulate-steps 0
 refuses "--bogus" --bogus
+# Settings from the environment: a spelling outside the documented ones is refused at once, in one line.
+refuses_setting() {  # refuses_setting EXPECTED_TEXT NAME=VALUE
+  local output status
+  output=$(env "$2" timeout 30 "$example" --epochs 1 2>&1)
+  status=$?
+  [ $status -eq 2 ] || fail "$2 exited with $status, expected 2"
+  [ "$(wc -l <<<"$output")" -eq 1 ] || fail "$2 printed more than one line: $(head -3 <<<"$output")"
+  grep -qF -- "$1" <<<"$output" || fail "$2 did not say '$1': $output"
+}
+refuses_setting "COHORT_RESTART='false'" COHORT_RESTART=false
+refuses_setting "COHORT_HIERARCHICAL_ALLREDUCE='off'" COHORT_HIERARCHICAL_ALLREDUCE=off
+refuses_setting "COHORT_GEMM='foo': use eigen, openblas" COHORT_GEMM=foo
+refuses_setting "COHORT_CPU_ISA='foo': use portable, avx2, avx512" COHORT_CPU_ISA=foo
 # One line, not the whole usage.
 [ "$(timeout 30 "$example" --bogus 2>&1 | wc -l)" -eq 1 ] || fail "a mistake prints more than one line"
 timeout 30 "$example" --help | grep -q -- '--each-worker-full-pass' || fail "--help does not list the options on stdout"

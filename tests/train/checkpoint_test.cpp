@@ -14,6 +14,7 @@
 #include "cohort/comm/inproc.hpp"
 #include "cohort/train/checkpoint.hpp"
 #include "cohort/train/parameter_server.hpp"
+#include "cohort/train/strategy.hpp"
 #include "cohort/train/update.hpp"
 #include "core/archive_bytes.hpp"
 #include "tensor/tensor_archive.hpp"
@@ -146,6 +147,37 @@ TEST_CASE("resuming parameter servers without their manifest refuses instead of 
   // An empty directory is a fresh start.
   ScratchDirectory empty("ps_fresh");
   CHECK(!strategy.restore_checkpoint(empty.path(), model, adam).has_value());
+}
+
+TEST_CASE("a checkpoint that failed before its commit does not block resuming parameter servers", "[train][checkpoint][ps]") {
+  // A full disk at the first checkpoint: ps 1 wrote its snapshot, ps 0 could not, the manifest was never written.
+  ScratchDirectory dir("ps_uncommitted");
+  std::filesystem::create_directories(dir.path() / "ps-step-10");
+  write_bytes(dir.path() / "ps-step-10" / "server-1-of-2.snapshot", "snapshot");
+  write_bytes(dir.path() / "ps-step-10" / "server-0-of-2.snapshot.tmp.2147483646", "half a snapshot");
+  comm::InProcessGroup group(3);
+  train::ParameterServer strategy(group.transport(0), 1);
+  nn::Sequential model = small_model(1);
+  optim::Adam adam;
+  CHECK(!strategy.restore_checkpoint(dir.path(), model, adam).has_value());  // a fresh start
+  // With every server's snapshot, the set was complete: the manifest is missing, not uncommitted.
+  write_bytes(dir.path() / "ps-step-10" / "server-0-of-2.snapshot", "snapshot");
+  CHECK_THROWS_AS(strategy.restore_checkpoint(dir.path(), model, adam), DataError);
+}
+
+TEST_CASE("a checkpoint that is a loop of symbolic links is refused by name", "[train][checkpoint]") {
+  ScratchDirectory dir("checkpoint_link_loop");
+  std::filesystem::create_symlink("latest.ckpt", dir.path() / "latest.ckpt");
+  nn::Sequential model = small_model(1);
+  optim::Adam adam;
+  train::Local local;
+  CHECK_THROWS_AS(local.restore_checkpoint(dir.path(), model, adam), DataError);
+  CHECK_THROWS_WITH(local.restore_checkpoint(dir.path(), model, adam),
+                    Catch::Contains("latest.ckpt cannot be read") && Catch::Contains("symbolic links"));
+  comm::InProcessGroup group(3);
+  std::filesystem::create_symlink("ps.manifest", dir.path() / "ps.manifest");
+  train::ParameterServer servers(group.transport(0), 1);
+  CHECK_THROWS_WITH(servers.restore_checkpoint(dir.path(), model, adam), Catch::Contains("ps.manifest cannot be read"));
 }
 
 TEST_CASE("lengths in a record cannot make decoding allocate more than the record holds", "[train][checkpoint]") {

@@ -2,6 +2,7 @@
 #include <fstream>
 
 #include "cohort/core/error.hpp"
+#include "cohort/core/settings.hpp"
 #include "cohort/data/synthetic.hpp"
 #include "cohort/nn/activation_layer.hpp"
 #include "cohort/nn/batch_normalization.hpp"
@@ -166,4 +167,35 @@ TEST_CASE("the progress bar: loss first, metrics in the order given, time per st
     CHECK(std::string(e.what()).find(".cpp") == std::string::npos);
     CHECK(std::string(e.what()).find(".hpp") == std::string::npos);
   }
+}
+
+TEST_CASE("a setting spelled outside its documented spellings is refused before fit() trains", "[train]") {
+  struct Case {
+    const char* name;
+    const char* value;
+    const char* expected;
+  };
+  const Case cases[] = {
+      {"COHORT_RESTART", "false", "COHORT_RESTART='false': use a whole number"},
+      {"COHORT_HIERARCHICAL_ALLREDUCE", "off", "COHORT_HIERARCHICAL_ALLREDUCE='off': use 1 (on) or 0 (off)"},
+      {"COHORT_ALLOW_TF32", "yes", "COHORT_ALLOW_TF32='yes'"},
+      {"COHORT_PROGRESS", "fancy", "COHORT_PROGRESS='fancy': use bar, lines"},
+      {"COHORT_COMMUNICATOR", "MPI", "COHORT_COMMUNICATOR='MPI': use ring, mpi"},
+      {"COHORT_GEMM", "foo", "COHORT_GEMM='foo': use eigen, openblas"},
+      {"COHORT_CPU_ISA", "foo", "COHORT_CPU_ISA='foo': use portable, avx2, avx512"},
+  };
+  for (const Case& c : cases) {
+    INFO(c.name << "=" << c.value);
+    ::setenv(c.name, c.value, 1);
+    nn::Sequential model = tiny_cnn();
+    const auto before = snapshot(model);
+    Trainer trainer(model, optim::SGD());
+    CHECK_THROWS_WITH(trainer.fit(synthetic_set(), {.epochs = 1, .batch_size = 32, .verbosity = train::Verbosity::Silent}),
+                      Catch::Contains(c.expected));
+    CHECK(snapshot(model) == before);
+    ::unsetenv(c.name);
+  }
+  ::setenv("COHORT_RESTART", "2", 1);  // as cohort-launch --restarts sets it
+  CHECK_NOTHROW(check_settings());
+  ::unsetenv("COHORT_RESTART");
 }

@@ -109,6 +109,9 @@ class Server {
   // with culprit()'s text ("worker 1 (...) is stuck: ...").
   template <typename Ready, typename Culprit>
   bool wait_locked(std::unique_lock<std::mutex>& lock, Ready ready, Culprit culprit);
+  // The workers a Sync step has waited for longer than half the progress deadline, named stuck; empty when
+  // none. Serving failed for another reason meanwhile (a worker left), perhaps because of them.
+  std::string overdue_workers() const;
   // Tells every worker not yet finished why serving ended (a Failed answer).
   void announce_failure(const std::string& reason);
   void copy_values_locked(std::vector<float>& out) const;

@@ -63,6 +63,9 @@ void write_manifest(const std::filesystem::path& directory, const Manifest& mani
 // Throw DataError naming the file for a missing, damaged, foreign or mismatching file.
 Manifest read_manifest(const std::filesystem::path& directory);
 std::vector<ServerSnapshot> read_snapshots(const std::filesystem::path& directory, const Manifest& manifest);
+// Whether a checkpoint step's directory ("ps-step-10") holds every server's snapshot of one topology
+// ("server-K-of-N.snapshot" for every K < N).
+bool holds_complete_snapshots(const std::filesystem::path& step_directory);
 // Removes the snapshot directories of steps other than `keep_step`.
 void remove_old_snapshots(const std::filesystem::path& directory, std::int64_t keep_step);
 

@@ -21,5 +21,8 @@ std::vector<GemmPath> available_gemm_paths();
 GemmPath gemm_path();
 // Uses `path` from now on, for every thread. InvalidArgument when this build lacks it.
 void set_gemm_path(GemmPath path);
+// COHORT_GEMM and COHORT_CPU_ISA against this build and processor, at once rather than at the first
+// product or convolution: InvalidArgument naming the variable and what this machine has.
+void check_cpu_kernel_settings();
 
 }  // namespace cohort

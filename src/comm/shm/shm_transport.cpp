@@ -268,8 +268,15 @@ bool ShmTransport::read_inbound(Link& link) {
     Incoming& incoming = *link.incoming;
     const std::uint64_t piece = std::min(readable, incoming.length - incoming.done);
     if (piece > 0) {
-      if (incoming.discard) ring.skip(piece);
-      else ring.read({incoming.into + incoming.done, static_cast<std::size_t>(piece)});
+      if (incoming.discard) {
+        ring.skip(piece);
+      } else if (incoming.work) {
+        ring.read({incoming.into + incoming.done, static_cast<std::size_t>(piece)});
+      } else {
+        // Buffered: grown as the bytes come, so that an announced length alone allocates nothing.
+        incoming.buffer.resize(static_cast<std::size_t>(incoming.done + piece));
+        ring.read({incoming.buffer.data() + incoming.done, static_cast<std::size_t>(piece)});
+      }
       incoming.done += piece;
       progressed = true;
     }
@@ -300,10 +307,6 @@ void ShmTransport::start_frame(Link& link, Tag tag, std::uint64_t length) {
         incoming.discard = true;
       }
     }
-  }
-  if (!incoming.work && !incoming.discard) {
-    incoming.buffer.resize(length);
-    incoming.into = incoming.buffer.data();
   }
   link.incoming = std::move(incoming);
 }

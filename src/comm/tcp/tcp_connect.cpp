@@ -100,13 +100,21 @@ TcpTransport::TcpTransport(const TcpOptions& options) : options_(options) {
     std::promise<std::string> missing;
     asio::post(io_, [&] {
       std::string text;
+      int first_missing = -1;
       for (int r = 0; r < n; ++r) {
         const Peer& p = peers_[static_cast<std::size_t>(r)];
         if (r == options_.rank || p.ready || !linked(r)) continue;
+        if (first_missing < 0) first_missing = r;
         text += fmt::format("{}{}{}", text.empty() ? "" : ", ", names_[static_cast<std::size_t>(r)],
                             p.last_failure.empty() ? "" : " (" + p.last_failure + ")");
       }
       if (!last_rejection_.empty()) text += "; the last connection refused was " + last_rejection_;
+      // The peers already connected wait for the same rank: an abort naming it tells them whom the group
+      // lacks, where a goodbye would make them blame this rank for leaving.
+      for (int r = 0; r < n; ++r)
+        if (peers_[static_cast<std::size_t>(r)].ready)
+          enqueue(r, {encode({.type = FrameType::Abort, .tag = static_cast<std::uint64_t>(first_missing)}), {}, nullptr});
+      broken_ = fmt::format("could not connect to {}", names_[static_cast<std::size_t>(first_missing)]);
       missing.set_value(text);
     });
     const std::string text = missing.get_future().get();
@@ -281,21 +289,25 @@ void TcpTransport::serve_handshake(Socket socket) {
         const Hello hello = decode_hello(state->hello);
         const std::uint32_t expected_rank = hello.server_rank;
         const int client = state->client;
-        // A dialer with the wrong rank, addresses or deadlines will never get in: it is told why, so that it fails now.
-        auto refuse = [this, socket, reject](const std::string& reason) { this->refuse(socket, reason, reject); };
+        // A dialer with the wrong rank, addresses or deadlines will never get in: it is told so, so that it fails
+        // now. It has proven nothing yet, so it learns only what it sent wrong, nothing of this group's layout
+        // or settings; the listener's log has the details.
+        auto refuse = [this, socket, reject](const std::string& reason, const std::string& details = {}) {
+          this->refuse(socket, reason, [reject, reason, details](const std::string&) { reject(details.empty() ? reason : reason + ": " + details); });
+        };
         if (static_cast<int>(expected_rank) != options_.rank)
           return refuse(fmt::format("it dialed rank {} at the address of rank {}", expected_rank, options_.rank));
         if (client <= options_.rank || client >= size())
           return refuse(fmt::format("it claims rank {}, which is not a rank above {} in a group of {}", client, options_.rank, size()));
         if (layout_ != 0 && hello.layout != 0 && hello.layout != layout_)
-          return refuse(fmt::format("its list of the group's addresses is not this rank's ({} addresses: {}): every process "
-                                    "needs the same cluster, in the same order",
-                                    size(), fmt::join(given_addresses(), ", ")));
+          return refuse("its list of the group's addresses is not this rank's: every process needs the same cluster, in the same order",
+                        fmt::format("this rank's {} addresses are {}", size(), fmt::join(given_addresses(), ", ")));
         const Hello own = own_hello(client);
         if (hello.heartbeat_ms != own.heartbeat_ms || hello.peer_timeout_ms != own.peer_timeout_ms)
-          return refuse(fmt::format("it sends heartbeats every {} ms and loses a silent peer after {} ms, this rank every {} ms "
-                                    "and after {} ms: set COHORT_HEARTBEAT_INTERVAL and COHORT_PEER_TIMEOUT alike everywhere",
-                                    hello.heartbeat_ms, hello.peer_timeout_ms, own.heartbeat_ms, own.peer_timeout_ms));
+          return refuse("its heartbeat interval or peer timeout differs from this rank's: set COHORT_HEARTBEAT_INTERVAL and "
+                        "COHORT_PEER_TIMEOUT alike everywhere",
+                        fmt::format("it sends heartbeats every {} ms and loses a silent peer after {} ms, this rank every {} ms "
+                                    "and after {} ms", hello.heartbeat_ms, hello.peer_timeout_ms, own.heartbeat_ms, own.peer_timeout_ms));
         if (peers_[static_cast<std::size_t>(client)].ready) return reject(fmt::format("rank {} is already connected", client));
         const Nonce client_nonce = hello.nonce;
         state->server_nonce = random_nonce();

@@ -129,14 +129,27 @@ void TcpTransport::on_frame(int peer, const FrameHeader& header) {
                      });
     return;
   }
-  p.payload.resize(header.length);
-  asio::async_read(*p.socket, asio::buffer(p.payload), noting_arrivals(peer), [this, peer, tag = header.tag](const asio::error_code& error, std::size_t) {
-    if (error) return lose(peer, error.message());
-    Peer& q = peers_[static_cast<std::size_t>(peer)];
-    deliver(peer, tag, std::move(q.payload));
-    q.payload = {};
-    read_header(peer);
-  });
+  p.payload.clear();
+  read_unexpected(peer, header.tag, header.length);
+}
+
+void TcpTransport::read_unexpected(int peer, Tag tag, std::uint64_t length) {
+  // Grown piece by piece as the bytes come, so that a header announcing gigabytes costs memory only for what
+  // the peer really sends; a peer that stops sending is lost after peer_timeout like any silent one.
+  Peer& p = peers_[static_cast<std::size_t>(peer)];
+  const std::size_t have = p.payload.size();
+  if (have == length) {
+    deliver(peer, tag, std::move(p.payload));
+    p.payload = {};
+    return read_header(peer);
+  }
+  const std::size_t piece = static_cast<std::size_t>(std::min<std::uint64_t>(length - have, kUnexpectedPiece));
+  p.payload.resize(have + piece);
+  asio::async_read(*p.socket, asio::buffer(p.payload.data() + have, piece), noting_arrivals(peer),
+                   [this, peer, tag, length](const asio::error_code& error, std::size_t) {
+                     if (error) return lose(peer, error.message());
+                     read_unexpected(peer, tag, length);
+                   });
 }
 
 void TcpTransport::deliver(int peer, Tag tag, std::vector<std::byte> bytes) {
@@ -295,6 +308,9 @@ std::unique_ptr<Transport> connect_tcp(const TcpOptions& options) { return std::
 std::string load_secret() {
   // Short enough to guess is as good as none: the HMAC handshake is only as strong as the secret.
   constexpr std::size_t kMinimumLength = 16;
+  if (std::getenv("COHORT_SECRET") != nullptr && std::getenv("COHORT_SECRET_FILE") != nullptr)
+    throw InvalidArgument("COHORT_SECRET and COHORT_SECRET_FILE are both set: set one of them, so that every process "
+                          "surely uses the same secret");
   if (const char* secret = std::getenv("COHORT_SECRET"); secret != nullptr) {
     COHORT_CHECK(std::strlen(secret) >= kMinimumLength,
                  "COHORT_SECRET has {} characters; use at least {} (e.g. openssl rand -hex 32)", std::strlen(secret),

@@ -20,7 +20,8 @@
 //
 // Data: a frame header, then the payload. Sends are written as a scatter/gather pair (header, caller's
 // bytes), so payloads are not copied; a frame whose receive is already posted is read straight into the
-// caller's buffer, others are queued until their receive comes.
+// caller's buffer, others are queued until their receive comes (read in pieces as the bytes arrive, so that
+// an announced length alone allocates nothing).
 //
 // Failures: a connection that breaks, sends a bad frame, or stays silent longer than peer_timeout
 // (heartbeats keep idle links audible; every arrival of bytes counts, so a frame that takes longer than
@@ -142,6 +143,9 @@ class TcpTransport : public Transport {
   static constexpr std::size_t kReadPiece = 64 * 1024;
   void read_header(int peer);
   void on_frame(int peer, const FrameHeader& header);
+  // Reads a frame whose receive is not posted yet into the peer's payload buffer.
+  static constexpr std::size_t kUnexpectedPiece = 4 << 20;
+  void read_unexpected(int peer, Tag tag, std::uint64_t length);
   void deliver(int peer, Tag tag, std::vector<std::byte> bytes);
   void enqueue(int peer, Outgoing outgoing);
   void write_next(int peer);

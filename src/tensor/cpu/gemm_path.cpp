@@ -16,6 +16,7 @@
 #include "cohort/core/logging.hpp"
 #include "cpu_backend.hpp"
 #include "gemm_paths.hpp"
+#include "winograd.hpp"
 
 namespace cohort {
 namespace {
@@ -110,6 +111,11 @@ void set_gemm_path(GemmPath path) {
   COHORT_CHECK(std::find(paths.begin(), paths.end(), path) != paths.end(), "this build has no {} matrix products",
                gemm_path_name(path));
   chosen.store(static_cast<int>(path), std::memory_order_release);
+}
+
+void check_cpu_kernel_settings() {
+  if (const char* name = std::getenv("COHORT_GEMM"); name != nullptr && *name != '\0') named(name);
+  cpu::winograd_isa();
 }
 
 namespace cpu {

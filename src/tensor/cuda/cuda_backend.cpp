@@ -11,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include "cohort/core/settings.hpp"
 #include "cuda_check.hpp"
 #include "cuda_entry.hpp"
 #include "kernels.hpp"
@@ -143,7 +144,7 @@ CudaBackend::CudaBackend() {
                                   describe_visible_devices()));
   }
   ordinal_ = choose_ordinal(count);
-  allow_tf32_ = environment("COHORT_ALLOW_TF32") == "1";
+  allow_tf32_ = switch_setting("COHORT_ALLOW_TF32").value_or(false);
   activate();
   allocator_ = std::make_unique<CachingAllocator>(std::make_unique<CudaAllocator>(CudaAllocator::Memory::Device, ordinal_));
   pinned_ = std::make_unique<CachingAllocator>(std::make_unique<CudaAllocator>(CudaAllocator::Memory::PinnedHost, ordinal_));
