@@ -33,7 +33,6 @@
 #include <CLI/CLI.hpp>
 
 #include "cohort/app/command_line.hpp"
-#include "cohort/comm/stale_shared_memory.hpp"
 #include "cohort/core/timeline.hpp"
 #include <fmt/format.h>
 
@@ -625,9 +624,6 @@ int run_processes(const Options& options, int restart, const std::filesystem::pa
     }
   }
 
-  // A process killed while it set up shared memory leaves its segment.
-  if (const std::size_t removed = cohort::comm::remove_stale_shared_memory(); removed > 0)
-    fmt::print(stderr, "cohort-launch: removed {} shared-memory segment(s) left in /dev/shm by processes that no longer run\n", removed);
   if (interrupted) {
     fmt::print(stderr, "cohort-launch: stopped {} processes on request\n", processes.size());
     return interrupted_status(interrupted_by);

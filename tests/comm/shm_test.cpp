@@ -18,9 +18,7 @@
 #include <thread>
 
 #include "cohort/comm/shared_memory.hpp"
-#include "cohort/comm/stale_shared_memory.hpp"
 #include "comm/shm/mailbox.hpp"
-#include "comm/shm/segment_name.hpp"
 #include "comm/shm/shm_transport.hpp"
 #include "conformance.hpp"
 #include "helper_process.hpp"
@@ -58,11 +56,14 @@ int shared_peers(const std::unique_ptr<Transport>& transport) {
   return shm == nullptr ? 0 : shm->shared_memory_peers();
 }
 
+// This process's open descriptors of segments: none once its peers have mapped them.
 std::vector<std::string> own_segments() {
   std::vector<std::string> found;
-  const std::string prefix = fmt::format("cohort-{}-", ::getpid());
-  for (const auto& entry : std::filesystem::directory_iterator("/dev/shm"))
-    if (entry.path().filename().string().starts_with(prefix)) found.push_back(entry.path().string());
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) {
+    std::error_code error;
+    const auto target = std::filesystem::read_symlink(entry.path(), error).string();
+    if (target.starts_with("/memfd:cohort-")) found.push_back(target);
+  }
   return found;
 }
 
@@ -72,7 +73,7 @@ std::vector<shm::RingCounters*> mapped_ring_counters() {
   std::ifstream maps("/proc/self/maps");
   std::vector<shm::RingCounters*> found;
   for (std::string line; std::getline(maps, line);) {
-    if (line.find("/dev/shm/cohort-") == std::string::npos) continue;
+    if (line.find("/memfd:cohort-") == std::string::npos) continue;
     std::istringstream fields(line);
     std::string range, permissions, offset;
     fields >> range >> permissions >> offset;
@@ -211,37 +212,31 @@ TEST_CASE("shm: ring counters a peer could not have written fail every operation
   }
 }
 
-TEST_CASE("shm: only segment names of cohort's form are opened or swept", "[comm][shm][security]") {
-  CHECK(shm::creator_of(shm::segment_name(4242, 0xabc)) == 4242);
-  CHECK(shm::segment_name(4242, 0xabc) == "/cohort-4242-0000000000000abc");
-  for (const char* foreign : {"/cohort-4242-0000000000000ABC", "/cohort-4242-0000000000000abc/x", "/cohort-4242-abc",
-                              "/cohort--0000000000000abc", "/other-4242-0000000000000abc", "cohort-4242-0000000000000abc"}) {
+TEST_CASE("shm: only segment names of cohort's form are opened", "[comm][shm][security]") {
+  for (const char* foreign : {"/cohort-4242-0000000000000abc", "/dev/shm/cohort-1", "/proc/self/fd/3", "/proc/1/fd/3/x",
+                              "/proc/1/root/etc/passwd", "/proc/01/fd/3", "proc/1/fd/3"}) {
     INFO(foreign);
-    CHECK(shm::creator_of(foreign) == 0);
     CHECK_THROWS_WITH(shm::Mailbox::open(foreign, {}, 1, 4096), Catch::Contains("not one of cohort's"));
   }
 }
 
-TEST_CASE("shm: segments left by processes that no longer run are removed, and no others", "[comm][shm]") {
-  const pid_t ended = ::fork();
-  REQUIRE(ended >= 0);
-  if (ended == 0) ::_exit(0);
-  ::waitpid(ended, nullptr, 0);
-  const auto make = [](const std::string& name) {
-    const int fd = ::shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
-    REQUIRE(fd >= 0);
-    ::close(fd);
-    return "/dev/shm" + name;
-  };
-  const std::string stale = make(shm::segment_name(ended, 0x0123456789abcdef));
-  const std::string running = make(shm::segment_name(::getpid(), 0xfedcba9876543210));
-  const std::string not_cohorts = make(fmt::format("/cohort-{}-not-one-of-ours", ended));
-  CHECK(remove_stale_shared_memory() >= 1);
-  CHECK_FALSE(std::filesystem::exists(stale));
-  CHECK(std::filesystem::exists(running));
-  CHECK(std::filesystem::exists(not_cohorts));
-  std::filesystem::remove(running);
-  std::filesystem::remove(not_cohorts);
+TEST_CASE("shm: a segment is sealed against shrinking, and an unsealed one is refused", "[comm][shm][security]") {
+  shm::Mailbox box = shm::Mailbox::create(2, 4096);
+  // A peer, or its creator, that truncates the segment would make every process mapping it die of SIGBUS.
+  const int peer_view = ::open(box.name().c_str(), O_RDWR);
+  REQUIRE(peer_view >= 0);
+  CHECK(::ftruncate(peer_view, 0) != 0);
+  CHECK(errno == EPERM);
+  ::close(peer_view);
+  const shm::Mailbox opened = shm::Mailbox::open(box.name(), box.nonce(), 2, 4096);
+  CHECK(opened.ring(1).capacity() == 4096);
+  // The same layout in a memory file without seals.
+  const int unsealed = ::memfd_create("cohort-test", MFD_CLOEXEC);
+  REQUIRE(unsealed >= 0);
+  REQUIRE(::ftruncate(unsealed, static_cast<off_t>(std::filesystem::file_size(box.name()))) == 0);
+  const std::string path = fmt::format("/proc/{}/fd/{}", ::getpid(), unsealed);
+  CHECK_THROWS_WITH(shm::Mailbox::open(path, box.nonce(), 2, 4096), Catch::Contains("not sealed against shrinking"));
+  ::close(unsealed);
 }
 
 TEST_CASE("shm: a frame above the size limit fails every operation with ProtocolError, naming the peer", "[comm][shm][security]") {

@@ -5,9 +5,11 @@
 //
 // - The same host: equal `hosts` labels, by default the host part of each rank's address.
 // - A segment's name is sent only over the authenticated TCP link, so no rank maps memory before the
-//   shared secret is proven. Segments are private to the user (0600) and unlinked once mapped.
-// - A pair whose segments cannot be opened or reserved (separate /dev/shm, a full one) keeps TCP, with a
-//   warning naming the peer.
+//   shared secret is proven. Segments are memory files sealed against shrinking (a peer maps only a sealed
+//   one, so nobody can make it die of SIGBUS), opened by processes of the same user only, and gone with
+//   their last user.
+// - A pair whose segments cannot be opened or reserved (another user's process, not enough memory) keeps
+//   TCP, with a warning naming the peer.
 // - A peer's counters are checked before every copy: values it could not have written in good faith fail
 //   every operation with ProtocolError, naming it.
 // - Loss detection stays with the TCP link: a peer whose process dies, stops or says goodbye is noticed

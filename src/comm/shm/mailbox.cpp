@@ -12,10 +12,10 @@
 #include <fmt/format.h>
 #include <limits>
 #include <random>
+#include <regex>
 
 #include "cohort/core/check.hpp"
 #include "cohort/core/error.hpp"
-#include "segment_name.hpp"
 
 namespace cohort::comm::shm {
 namespace {
@@ -37,9 +37,13 @@ Nonce random_nonce() {
   return nonce;
 }
 
-std::string random_name() {
-  std::random_device device;
-  return segment_name(::getpid(), std::uint64_t{device()} << 32 | device());
+// How a peer opens a memory file of process `pid`: its descriptor in /proc, which the kernel lets only
+// processes of the same user (that may trace it) open.
+std::string descriptor_path(pid_t pid, int fd) { return fmt::format("/proc/{}/fd/{}", pid, fd); }
+
+bool is_descriptor_path(const std::string& name) {
+  static const std::regex kPath(R"(/proc/[1-9][0-9]{0,9}/fd/[0-9]{1,10})");
+  return std::regex_match(name, kPath);
 }
 
 long futex(std::atomic<std::uint32_t>* word, int op, std::uint32_t value, const timespec* timeout) {
@@ -89,20 +93,21 @@ std::size_t Mailbox::bytes_for(std::uint32_t slots, std::uint64_t ring_bytes) {
 Mailbox Mailbox::create(std::uint32_t slots, std::uint64_t ring_bytes) {
   Mailbox box;
   box.size_ = bytes_for(slots, ring_bytes);
-  box.name_ = random_name();
   box.slots_ = slots;
   box.ring_bytes_ = ring_bytes;
-  const int fd = ::shm_open(box.name_.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
-  if (fd < 0) throw IoError(fmt::format("cannot create shared memory {}: {}", box.name_, std::strerror(errno)));
-  box.linked_ = true;
-  // Reserved now, so that a full /dev/shm is an error here and not a SIGBUS on a later write.
-  const int reserved = ::posix_fallocate(fd, 0, static_cast<off_t>(box.size_));
-  if (reserved != 0) {
-    ::close(fd);
-    throw IoError(fmt::format("cannot reserve {} MiB of shared memory in /dev/shm: {}", box.size_ >> 20, std::strerror(reserved)));
-  }
-  box.base_ = ::mmap(nullptr, box.size_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  ::close(fd);
+  // A memory file rather than a name in /dev/shm: it vanishes with its last user, and its seals keep
+  // anybody, this process included, from shrinking it under the peers that map it (who would die of SIGBUS).
+  const std::string label = fmt::format("cohort-{}", ::getpid());  // as /proc/PID/maps shows it
+  box.fd_ = ::memfd_create(label.c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (box.fd_ < 0) throw IoError(fmt::format("cannot create shared memory {}: {}", label, std::strerror(errno)));
+  box.name_ = descriptor_path(::getpid(), box.fd_);
+  // Reserved now, so that a full memory is an error here and not a SIGBUS on a later write.
+  const int reserved = ::posix_fallocate(box.fd_, 0, static_cast<off_t>(box.size_));
+  if (reserved != 0)
+    throw IoError(fmt::format("cannot reserve {} MiB of shared memory: {}", box.size_ >> 20, std::strerror(reserved)));
+  if (::fcntl(box.fd_, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0)
+    throw IoError(fmt::format("cannot seal shared memory {}: {}", label, std::strerror(errno)));
+  box.base_ = ::mmap(nullptr, box.size_, PROT_READ | PROT_WRITE, MAP_SHARED, box.fd_, 0);
   if (box.base_ == MAP_FAILED) {
     box.base_ = nullptr;
     throw IoError(fmt::format("cannot map shared memory {}: {}", box.name_, std::strerror(errno)));
@@ -114,19 +119,25 @@ Mailbox Mailbox::create(std::uint32_t slots, std::uint64_t ring_bytes) {
 }
 
 Mailbox Mailbox::open(const std::string& name, const Nonce& nonce, std::uint32_t slots, std::uint64_t ring_bytes) {
-  if (creator_of(name) == 0)
+  if (!is_descriptor_path(name))
     throw IoError(fmt::format("it offered shared memory named '{}', not one of cohort's", name));
   Mailbox box;
   box.name_ = name;
   box.size_ = bytes_for(slots, ring_bytes);
   box.slots_ = slots;
   box.ring_bytes_ = ring_bytes;
-  const int fd = ::shm_open(name.c_str(), O_RDWR, 0);
+  const int fd = ::open(name.c_str(), O_RDWR | O_CLOEXEC);
   if (fd < 0) throw IoError(fmt::format("cannot open its shared memory {}: {}", name, std::strerror(errno)));
   struct stat status {};
   if (::fstat(fd, &status) != 0 || static_cast<std::size_t>(status.st_size) != box.size_) {
     ::close(fd);
     throw IoError(fmt::format("its shared memory {} is not the size offered", name));
+  }
+  // Sealed for good against shrinking, or a peer could cut the memory away under this process.
+  constexpr int kRequiredSeals = F_SEAL_SHRINK | F_SEAL_SEAL;
+  if (const int seals = ::fcntl(fd, F_GET_SEALS); seals < 0 || (seals & kRequiredSeals) != kRequiredSeals) {
+    ::close(fd);
+    throw IoError(fmt::format("its shared memory {} is not sealed against shrinking", name));
   }
   box.base_ = ::mmap(nullptr, box.size_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   ::close(fd);
@@ -136,7 +147,7 @@ Mailbox Mailbox::open(const std::string& name, const Nonce& nonce, std::uint32_t
   }
   const MailboxHeader& header = box.header();
   if (header.magic != kMagic || header.nonce != nonce || header.slots != slots || header.ring_bytes != ring_bytes)
-    throw IoError(fmt::format("the shared memory {} is not the one offered (another host's /dev/shm?)", name));
+    throw IoError(fmt::format("the shared memory {} is not the one offered (another host's process of that id?)", name));
   return box;
 }
 
@@ -148,7 +159,7 @@ Mailbox& Mailbox::operator=(Mailbox&& other) noexcept {
   std::swap(size_, other.size_);
   std::swap(slots_, other.slots_);
   std::swap(ring_bytes_, other.ring_bytes_);
-  std::swap(linked_, other.linked_);
+  std::swap(fd_, other.fd_);
   return *this;
 }
 
@@ -158,8 +169,8 @@ Mailbox::~Mailbox() {
 }
 
 void Mailbox::unlink() {
-  if (linked_) ::shm_unlink(name_.c_str());
-  linked_ = false;
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
 }
 
 Ring Mailbox::ring(std::uint32_t slot) const {

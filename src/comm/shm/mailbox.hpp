@@ -79,7 +79,8 @@ class Mailbox {
   // Creates and reserves a segment of `slots` rings. Throws IoError naming the reason (no shared memory,
   // not enough of it, a size beyond the address space).
   static Mailbox create(std::uint32_t slots, std::uint64_t ring_bytes);
-  // Opens a peer's segment; throws IoError when it cannot be opened or is not the one offered.
+  // Opens a peer's segment by its name ("/proc/PID/fd/N"); throws IoError when it cannot be opened, is
+  // not sealed against shrinking, or is not the one offered.
   static Mailbox open(const std::string& name, const Nonce& nonce, std::uint32_t slots, std::uint64_t ring_bytes);
 
   Mailbox() = default;
@@ -91,7 +92,8 @@ class Mailbox {
   const Nonce& nonce() const { return header().nonce; }
   Ring ring(std::uint32_t slot) const;  // slot < the slot count it was created or opened with
   MailboxHeader& header() const { return *static_cast<MailboxHeader*>(base_); }
-  // Removes the name (the memory stays while mapped); the creator calls it once its peers have mapped it.
+  // Closes the creator's descriptor, through which peers open the segment (the memory stays while mapped);
+  // the creator calls it once its peers have mapped it.
   void unlink();
 
   // Wakes the owner if it announced sleep.
@@ -107,7 +109,7 @@ class Mailbox {
   // As created or checked at open: the header's copies live in memory the peers can write.
   std::uint32_t slots_ = 0;
   std::uint64_t ring_bytes_ = 0;
-  bool linked_ = false;  // created here and not yet unlinked
+  int fd_ = -1;  // created here and not yet unlinked: the sealed memory file peers open
 };
 
 }  // namespace cohort::comm::shm

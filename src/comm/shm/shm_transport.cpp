@@ -4,7 +4,6 @@
 #include <cstring>
 #include <fmt/format.h>
 
-#include "cohort/comm/stale_shared_memory.hpp"
 #include "cohort/core/check.hpp"
 #include "cohort/core/error.hpp"
 #include "cohort/core/logging.hpp"
@@ -80,8 +79,6 @@ ShmTransport::~ShmTransport() {
 void ShmTransport::exchange_segments(const std::vector<int>& local, const SharedMemoryOptions& options) {
   const auto slots = static_cast<std::uint32_t>(local.size());
   const std::string self = describe(rank());
-  if (const std::size_t removed = remove_stale_shared_memory(); removed > 0)
-    log::info("{}: removed {} shared-memory segment(s) left in /dev/shm by processes that no longer run", self, removed);
   bool have_mailbox = true;
   try {
     own_ = Mailbox::create(slots, options.ring_bytes);
