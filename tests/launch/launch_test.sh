@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# cohort-launch end to end: a failing process is reported and the rest stopped; SIGKILL of one process of
+# cohort-launch end to end: a failing process is reported and the rest stopped, the cause named when others
+# report it lost, failed or stuck; SIGKILL of one process of
 # a running 4-process allreduce makes the other three exit non-zero within 30 s, each naming the lost
 # peer; SIGSTOP of one is blamed on it within seconds; a sweep over TLS is correct; Ctrl-C (SIGINT) stops
 # everything; --gpus spreads the workers over GPUs; output lines come out whole and prefixed on their stream.
@@ -26,6 +27,22 @@ timeout 60 "$launcher" --workers 2 --grace 1 -- sh -c \
    *) sleep 0.2; exit 1;; esac' >"$work/log" 2>&1
 grep -q 'failed: worker 0 (pid [0-9]*) exited with status 1, after the others had lost it (reported lost by chief 0)' "$work/log" ||
   fail "the verdict does not blame the worker the chief lost"
+
+# 1c. A process the others report failed with its own reason (a server's full disk) is the cause, even when
+# one of those others exits first.
+timeout 60 "$launcher" --workers 2 --ps 1 --grace 1 -- sh -c \
+  'case "$TF_CONFIG" in *"\"ps\", \"index\": 0"*) sleep 0.3; echo "error: No space left on device"; exit 1;;
+   *) echo "error: ps 0 failed: cannot write ps-step-10: No space left on device"; exit 1;; esac' >"$work/log" 2>&1
+grep -q 'failed: ps 0 (pid [0-9]*) exited with status 1 (reported failed by ' "$work/log" ||
+  fail "the verdict does not blame the server the workers report failed"
+
+# 1d. A process reported stuck (alive, making no progress) is the cause and is killed once the others end.
+timeout 60 "$launcher" --workers 2 --grace 30 -- sh -c \
+  'case "$TF_CONFIG" in *"\"chief\", \"index\": 0"*) echo "error: worker 0 (127.0.0.1:1) is stuck: connected, but ..."; exit 1;;
+   *) sleep 30;; esac' >"$work/log" 2>&1
+grep -q 'failed: worker 0 (pid [0-9]*) is stuck: alive and connected, but making no progress (reported by chief 0)' "$work/log" ||
+  fail "the verdict does not blame the worker reported stuck"
+grep -q 'killing worker 0 (pid [0-9]*): every other process has ended' "$work/log" || fail "the stuck worker was not killed"
 
 # 2. SIGKILL one process of a running allreduce job, a worker and then the chief.
 kill_one() {
