@@ -24,8 +24,11 @@ constexpr int kReplySlack = 2;
 }  // namespace
 
 ParameterStore::ParameterStore(comm::Transport& transport, Plan plan, std::vector<int> server_ranks,
-                               std::vector<LocalVariable> variables)
-    : transport_(transport), plan_(std::move(plan)), variables_(std::move(variables)), deadline_(transport.timeout()) {
+                               std::vector<LocalVariable> variables, std::chrono::milliseconds progress_timeout)
+    : transport_(transport),
+      plan_(std::move(plan)),
+      variables_(std::move(variables)),
+      deadline_(progress_timeout.count() > 0 ? progress_timeout : transport.timeout()) {
   COHORT_CHECK(static_cast<int>(server_ranks.size()) == plan_.servers(), "the plan places on {} servers, {} ranks given",
                plan_.servers(), server_ranks.size());
   std::map<std::string, std::size_t> by_name;

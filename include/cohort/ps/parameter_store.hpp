@@ -10,6 +10,7 @@
 //   store.initialize_servers();           // the chief; every other worker calls store.pull()
 //   store.push_pull(batch_samples);        // after backward(): gradients out, new values in
 
+#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -52,8 +53,11 @@ struct ClientTraffic {
 
 class ParameterStore {
  public:
-  // `transport` must outlive the store; server_ranks[k] is the rank of ps k.
-  ParameterStore(comm::Transport& transport, Plan plan, std::vector<int> server_ranks, std::vector<LocalVariable> variables);
+  // `transport` must outlive the store; server_ranks[k] is the rank of ps k. An answer may take twice the
+  // servers' progress deadline (`progress_timeout`, as ServerOptions::wait_timeout; 0: the transport's
+  // timeout()) before the server is named stuck.
+  ParameterStore(comm::Transport& transport, Plan plan, std::vector<int> server_ranks, std::vector<LocalVariable> variables,
+                 std::chrono::milliseconds progress_timeout = {});
 
   const Plan& placement() const { return plan_; }
 
