@@ -1,5 +1,8 @@
 #include "comm/serial_executor.hpp"
 
+#include <fmt/format.h>
+
+#include "cohort/core/error.hpp"
 #include "cohort/core/timeline.hpp"
 
 namespace cohort::comm {
@@ -37,11 +40,21 @@ void SerialExecutor::run() {
     Job job = std::move(queue_.front());
     queue_.pop_front();
     lock.unlock();
+    if (!first_failure_.empty()) {
+      job.work->fail(std::make_exception_ptr(
+          IoError(fmt::format("{} was not started: an earlier one on this communicator failed ({})", job.what, first_failure_))));
+      lock.lock();
+      continue;
+    }
     try {
       const timeline::Span span("communication", job.what);
       job.body();
       job.work->complete();
+    } catch (const std::exception& e) {
+      first_failure_ = e.what();
+      job.work->fail(std::current_exception());
     } catch (...) {
+      first_failure_ = "an unknown error";
       job.work->fail(std::current_exception());
     }
     lock.lock();

@@ -1,6 +1,8 @@
 #pragma once
 // SerialExecutor: runs submitted jobs one after another on a thread of its own and reports each through
-// a Work, so that a communicator's collectives return at once yet keep their call order.
+// a Work, so that a communicator's collectives return at once yet keep their call order. Once a job has
+// failed, later ones fail without running: a collective given up midway leaves the peers midway through
+// theirs, and the next one's messages, on the same tags, would be taken for the rest of it.
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -37,6 +39,7 @@ class SerialExecutor {
   std::condition_variable changed_;
   std::deque<Job> queue_;
   bool stopping_ = false;
+  std::string first_failure_;  // what the first failed job threw; the worker thread's alone
   std::thread worker_;
 };
 

@@ -28,6 +28,20 @@ TEST_CASE("a lost rank fails the ring communicator's pending collective", "[comm
   CHECK_THROWS_AS(work->wait(std::chrono::seconds(5)), IoError);
 }
 
+TEST_CASE("after a failed collective the ring communicator starts no other, so peers never misread one for another",
+          "[comm]") {
+  // Rank 1 is stuck: it never joins. Rank 0's first allreduce times out midway; the next one, already queued,
+  // must not send its pieces on the same tags, where rank 1 would take them for the first one's.
+  comm::InProcessGroup group(2, std::chrono::milliseconds(200));
+  auto communicator = comm::make_ring_communicator(group.transport(0));
+  std::vector<float> first(1000, 1.0f), second(10, 1.0f);
+  auto failed = communicator->allreduce(comm::Buffer::of(first), comm::ReduceOp::Sum);
+  auto next = communicator->allreduce(comm::Buffer::of(second), comm::ReduceOp::Sum);
+  CHECK_THROWS_AS(failed->wait(std::chrono::seconds(5)), TimeoutError);
+  CHECK_THROWS_WITH(next->wait(std::chrono::seconds(5)),
+                    Catch::Contains("was not started: an earlier one on this communicator failed") && Catch::Contains("did not complete"));
+}
+
 TEST_CASE("NCCL is set up only when every rank has a GPU of its own, and every rank hears why not", "[comm]") {
   // The check runs over the host communicator before NCCL is touched, so it runs on machines without a GPU.
   comm::InProcessGroup group(3);
