@@ -36,9 +36,15 @@ std::vector<std::string> addresses_of(const std::string& host) {
   std::vector<std::string> addresses;
   for (const addrinfo* a = found; a != nullptr; a = a->ai_next) {
     char text[INET6_ADDRSTRLEN] = {};
-    const void* raw = a->ai_family == AF_INET ? static_cast<const void*>(&reinterpret_cast<const sockaddr_in*>(a->ai_addr)->sin_addr)
-                                              : static_cast<const void*>(&reinterpret_cast<const sockaddr_in6*>(a->ai_addr)->sin6_addr);
-    if (::inet_ntop(a->ai_family, raw, text, sizeof text) != nullptr) addresses.emplace_back(text);
+    int family = a->ai_family;
+    const void* raw = family == AF_INET ? static_cast<const void*>(&reinterpret_cast<const sockaddr_in*>(a->ai_addr)->sin_addr)
+                                        : static_cast<const void*>(&reinterpret_cast<const sockaddr_in6*>(a->ai_addr)->sin6_addr);
+    // "::ffff:127.0.0.1" is 127.0.0.1.
+    if (family == AF_INET6 && IN6_IS_ADDR_V4MAPPED(static_cast<const in6_addr*>(raw))) {
+      raw = static_cast<const std::byte*>(raw) + 12;
+      family = AF_INET;
+    }
+    if (::inet_ntop(family, raw, text, sizeof text) != nullptr) addresses.emplace_back(text);
   }
   ::freeaddrinfo(found);
   if (addresses.empty()) addresses.push_back(host);
@@ -100,6 +106,9 @@ void ClusterSpec::validate() const {
     std::string endpoint;  // as given
   };
   std::map<std::pair<std::string, std::uint16_t>, Listed> seen;  // by (address, port)
+  // A task listening on every address of its host ("0.0.0.0", "::") takes its port on all of them.
+  const auto wildcard = [](const std::string& address) { return address == "0.0.0.0" || address == "::"; };
+  std::map<std::uint16_t, Listed> wildcard_ports, any_ports;
   for (Role r : {Role::Chief, Role::Worker, Role::Ps}) {
     const auto& list = members(*this, r);
     for (std::size_t i = 0; i < list.size(); ++i) {
@@ -107,6 +116,17 @@ void ClusterSpec::validate() const {
       auto [at, fresh] = resolved.try_emplace(list[i].host);
       if (fresh) at->second = addresses_of(list[i].host);
       for (const std::string& address : at->second) {
+        const auto& wild = wildcard_ports.find(list[i].port);
+        const Listed* other_at_port = wild != wildcard_ports.end() ? &wild->second
+                                      : wildcard(address) && any_ports.contains(list[i].port) ? &any_ports.at(list[i].port)
+                                                                                               : nullptr;
+        if (other_at_port != nullptr && other_at_port->task != here.task)
+          throw InvalidArgument(fmt::format("{}: {} = {} is listed twice: {} = {} takes the same port {} (0.0.0.0 and :: "
+                                            "listen on every address)",
+                                            source, here.task, here.endpoint, other_at_port->task, other_at_port->endpoint,
+                                            list[i].port));
+        any_ports.try_emplace(list[i].port, here);
+        if (wildcard(address)) wildcard_ports.try_emplace(list[i].port, here);
         const auto [earlier, added] = seen.try_emplace({address, list[i].port}, here);
         if (added) continue;
         const Listed& other = earlier->second;

@@ -472,6 +472,7 @@ int run_processes(const Options& options, int restart, const std::filesystem::pa
   bool interrupted = false;
   int interrupted_by = 0;
   int stopped = 0;
+  std::vector<std::string> left_running;  // "ps 0 (pid 42)": stopped by the launcher after the grace period
   auto begin_stopping = [&](std::chrono::seconds grace) {
     if (!stop_at) stop_at = Clock::now() + grace;
   };
@@ -614,7 +615,11 @@ int run_processes(const Options& options, int restart, const std::filesystem::pa
       kill_at = now + std::chrono::hours(1);
     }
     if (stop_at && now >= *stop_at && !kill_at) {
-      for (const auto& p : processes) stopped += p.status ? 0 : 1;
+      for (const auto& p : processes)
+        if (!p.status) {
+          ++stopped;
+          left_running.push_back(fmt::format("{} (pid {})", p.name, p.pid));
+        }
       signal_all(processes, SIGTERM);
       kill_at = now + std::chrono::seconds(5);
     }
@@ -643,7 +648,8 @@ int run_processes(const Options& options, int restart, const std::filesystem::pa
     return 1;
   }
   if (stopped > 0) {
-    fmt::print(stderr, "cohort-launch: failed: {} process(es) did not exit after the workers finished and were stopped\n", stopped);
+    fmt::print(stderr, "cohort-launch: failed: {} did not exit within {} s after the workers finished (stuck?) and {} stopped\n",
+               fmt::join(left_running, ", "), options.grace.count(), stopped == 1 ? "was" : "were");
     return 1;
   }
   fmt::print(stderr, "cohort-launch: all {} processes succeeded\n", processes.size());

@@ -70,6 +70,7 @@ Server::Server(comm::Transport& transport, Plan plan, int server, std::vector<in
   accumulator_.assign(payload_floats_, 0.0);
   const std::size_t workers = worker_ranks_.size();
   contributions_.assign(workers, nullptr);
+  idle_since_.assign(workers, std::nullopt);
   contribution_samples_.assign(workers, 0);
   clocks_.assign(workers, 0);
   finished_.assign(workers, 0);
@@ -125,7 +126,7 @@ void Server::serve() {
   std::string reason = message_of(first_error_);
   // Another process may have named a stuck worker first and left: this server then sees it leave, but the
   // step it has long waited for points at the cause.
-  const std::string overdue = reason.find(" is stuck") == std::string::npos ? overdue_workers() : std::string();
+  const std::string overdue = reason.find(" is stuck") == std::string::npos ? overdue_workers(reason) : std::string();
   if (!overdue.empty()) reason += "; meanwhile " + overdue;
   log::error("ps {}: {}", server_, reason);
   announce_failure(reason);
@@ -174,11 +175,17 @@ bool Server::await_request(int worker, const comm::WorkPtr& received, const std:
   // Between two requests a worker computes, validates or writes checkpoints: legitimate pauses, which the
   // deadline learns; a worker silent past it is stuck (a lost one is reported by the transport sooner).
   const auto since = Clock::now();
+  const auto w = static_cast<std::size_t>(worker);
+  {
+    const std::lock_guard lock(mutex_);
+    idle_since_[w] = since;
+  }
   for (;;) {
     const bool arrived = received->wait_for(kFailureCheck);
     {
       const std::lock_guard lock(mutex_);
       if (failed_) return false;  // serve() answers this request with the reason
+      if (arrived) idle_since_[w].reset();
     }
     if (arrived) break;
     if (Clock::now() - since > deadline_.limit())
@@ -446,18 +453,25 @@ bool Server::wait_locked(std::unique_lock<std::mutex>& lock, Ready ready, Culpri
   return true;
 }
 
-std::string Server::overdue_workers() const {
+std::string Server::overdue_workers(const std::string& reason) const {
   const std::lock_guard lock(mutex_);
-  if (!std::holds_alternative<Sync>(options_.consistency) || contributors_ == 0) return {};
-  const auto waited = Clock::now() - step_started_;
-  if (waited < deadline_.limit() / 2) return {};
-  std::string missing;
-  for (std::size_t w = 0; w < contributions_.size(); ++w)
-    if (contributions_[w] == nullptr && !finished_[w])
-      missing += (missing.empty() ? "" : ", ") + transport_.describe(worker_ranks_[w]) + " is stuck";
-  if (missing.empty()) return {};
-  return fmt::format("{}: connected, but ps {} got no gradients of step {} for {:.1f} s", missing, server_, version_,
-                     std::chrono::duration<double>(waited).count());
+  const auto now = Clock::now();
+  const auto half = deadline_.limit() / 2;
+  const bool step_overdue = std::holds_alternative<Sync>(options_.consistency) && contributors_ > 0 && now - step_started_ >= half;
+  std::string overdue;
+  for (std::size_t w = 0; w < worker_ranks_.size(); ++w) {
+    const std::string name = transport_.describe(worker_ranks_[w]);
+    if (finished_[w] || reason.find(name) != std::string::npos) continue;  // done, or the one lost
+    std::string why;
+    if (step_overdue && contributions_[w] == nullptr)
+      why = fmt::format("ps {} got no gradients of step {} for {:.1f} s", server_, version_,
+                        std::chrono::duration<double>(now - step_started_).count());
+    else if (idle_since_[w] && now - *idle_since_[w] >= half)
+      why = fmt::format("ps {} got no request for {:.1f} s", server_, std::chrono::duration<double>(now - *idle_since_[w]).count());
+    if (!why.empty())
+      overdue += fmt::format("{}{} is stuck: connected, but {}", overdue.empty() ? "" : "; ", name, why);
+  }
+  return overdue;
 }
 
 void Server::announce_failure(const std::string& reason) {

@@ -55,6 +55,11 @@ ParameterServer::ParameterServer(comm::Transport& transport, int workers, Parame
   COHORT_CHECK(workers_ >= 1 && workers_ < transport_.size(),
                "parameter-server training needs at least one worker and one server: {} workers among {} processes",
                workers_, transport_.size());
+  // Checked by every process, before any connects: a setting only the servers refused would look, to the
+  // workers, like servers that vanished.
+  if (const auto* sync = std::get_if<ps::Sync>(&options_.consistency))
+    COHORT_CHECK(sync->backup_workers >= 0 && sync->backup_workers < workers_,
+                 "{} backup workers among {} workers: at least one gradient must count", sync->backup_workers, workers_);
 }
 
 ParameterServer::ParameterServer(cluster::Cluster& cluster, ParameterServerOptions options)

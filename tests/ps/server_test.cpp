@@ -274,3 +274,30 @@ TEST_CASE("an asynchronous parameter server names a worker that sends no next re
   CHECK_THROWS_WITH(std::rethrow_exception(served.serve_error), Catch::Contains("worker 2 is stuck"));
   CHECK_THROWS_AS(std::rethrow_exception(served.serve_error), TimeoutError);
 }
+
+TEST_CASE("a parameter server that loses a worker names the one its step has long waited for", "[ps][threads]") {
+  // Worker 2 is stuck; another process named it first and left, so this server sees worker 1 lost. The step
+  // it has waited for since points at worker 2.
+  HandServed served({.consistency = ps::Sync{}, .wait_timeout = std::chrono::seconds(2)});
+  const std::size_t n = served.payload_floats();
+  served.send_to(0, proto::Kind::Init, std::vector<float>(n, 0.25f));
+  REQUIRE(served.answer_of(0).header.status == static_cast<std::uint16_t>(proto::Status::Ok));
+  served.send_to(0, proto::Kind::Push, std::vector<float>(n, 0.5f));
+  served.send_to(1, proto::Kind::Push, std::vector<float>(n, 0.5f));
+  served.await_pushes(1, 1);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1200));  // beyond half the deadline
+  served.group.kill(1);
+  served.serving.join();
+  REQUIRE(served.serve_error);
+  CHECK_THROWS_WITH(std::rethrow_exception(served.serve_error),
+                    Catch::Contains("lost worker 1") && Catch::Contains("meanwhile worker 2 is stuck: connected, but ps 0 got no "
+                                                                       "gradients of step 0"));
+  CHECK_THROWS_WITH(std::rethrow_exception(served.serve_error), !Catch::Contains("chief 0 is stuck"));
+}
+
+TEST_CASE("backup workers that leave no gradient to count are refused by every process before it connects", "[ps]") {
+  comm::InProcessGroup group(3);
+  for (int rank = 0; rank < 3; ++rank)
+    CHECK_THROWS_WITH(train::ParameterServer(group.transport(rank), 2, {.consistency = ps::Sync{.backup_workers = 2}}),
+                      Catch::Contains("2 backup workers among 2 workers"));
+}

@@ -27,6 +27,7 @@
 #include <span>
 #include <filesystem>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -109,9 +110,10 @@ class Server {
   // with culprit()'s text ("worker 1 (...) is stuck: ...").
   template <typename Ready, typename Culprit>
   bool wait_locked(std::unique_lock<std::mutex>& lock, Ready ready, Culprit culprit);
-  // The workers a Sync step has waited for longer than half the progress deadline, named stuck; empty when
-  // none. Serving failed for another reason meanwhile (a worker left), perhaps because of them.
-  std::string overdue_workers() const;
+  // The workers that a Sync step, or the wait for their next request, has waited for longer than half the
+  // progress deadline, named stuck (not one that `reason`, why serving ended, names); empty when none.
+  // Serving failed for another reason meanwhile (a worker left), perhaps because of them.
+  std::string overdue_workers(const std::string& reason) const;
   // Tells every worker not yet finished why serving ended (a Failed answer).
   void announce_failure(const std::string& reason);
   void copy_values_locked(std::vector<float>& out) const;
@@ -147,6 +149,7 @@ class Server {
   std::vector<const float*> contributions_;  // per worker: its gradients of the current step, or null
   std::vector<std::int64_t> contribution_samples_;
   std::chrono::steady_clock::time_point step_started_{};  // the current step's first contribution
+  std::vector<std::optional<std::chrono::steady_clock::time_point>> idle_since_;  // per worker: awaiting its request since
   std::vector<std::int64_t> clocks_;  // per worker: pushes applied (BoundedStaleness)
   std::vector<char> finished_;        // per worker: Done or refused
   ServerStats stats_;
