@@ -441,7 +441,7 @@ TEST_CASE("tcp: a frame header announcing gigabytes allocates only what arrives"
   std::vector<int> out(4);
   auto pending = zero->recv(1, 1, conformance::bytes(out));
   CHECK_THROWS_WITH(pending->wait(10s), Catch::Contains("lost worker 1") && Catch::Contains("silent"));
-  CHECK(resident_bytes() - before < (std::int64_t{64} << 20));
+  CHECK(resident_bytes() - before < (std::int64_t{256} << 20));  // sanitizers' shadow memory included; 3 GiB before
 }
 
 TEST_CASE("tcp: a peer that vanishes or falls silent fails every rank's operations, naming it", "[comm][tcp]") {
