@@ -12,7 +12,7 @@
 # goes on with heartbeats; the others name it stuck within the progress deadline (COHORT_TIMEOUT), under
 # the launcher, whose verdict names it and which kills it, and by hand.
 #   usage: fault_matrix.sh [--short] LAUNCHER FASHION_MNIST_EXAMPLE FREEZE_THREAD
-# --short (CI) runs a cross-section of 12 cases; without it, all of them (about 12 minutes on 2 cores).
+# --short (CI) runs a cross-section of 12 cases; without it, all 88 (about 14 minutes on 2 cores).
 set -uo pipefail
 short=0
 [ "${1:-}" = "--short" ] && { short=1; shift; }
@@ -161,7 +161,11 @@ by_hand() {
     wait "${pids[$i]}"
     local status=$?
     cp "$work/out-$i" "$log"
-    [ $status -ne 0 ] || fail "${names[$i]} succeeded after SIG$signal of $victim"
+    if [ $status -eq 0 ]; then
+      # With backup workers a worker waits on nobody: it may finish its share while another one is stuck.
+      [ "$strategy" = ps-backup ] && [ "${names[$i]%% *}" != ps ] || fail "${names[$i]} succeeded after SIG$signal of $victim"
+      continue
+    fi
     grep -q "lost $victim\|could not connect within .* $victim\|$victim .*left the group\|$victim .*is stuck" "$work/out-$i" ||
       fail "${names[$i]} did not name $victim"
   done
