@@ -31,6 +31,7 @@ std::optional<std::string> check(const FrameHeader& header, std::uint64_t max_pa
     case FrameType::Abort:
     case FrameType::Bye:
     case FrameType::Refused:
+    case FrameType::Accepted:
       break;
     default:
       return fmt::format("unknown frame type {}", static_cast<unsigned>(header.type));

@@ -13,7 +13,7 @@
 namespace cohort::comm::tcp {
 
 inline constexpr std::uint32_t kMagic = 0x54484F43;  // "COHT"
-inline constexpr std::uint16_t kProtocolVersion = 2;
+inline constexpr std::uint16_t kProtocolVersion = 3;
 inline constexpr std::size_t kHeaderBytes = 24;
 inline constexpr std::size_t kNonceBytes = 32;
 inline constexpr std::size_t kMacBytes = 32;
@@ -26,7 +26,8 @@ enum class FrameType : std::uint16_t {
   Heartbeat = 11,
   Abort = 12,     // tag = the rank whose loss the sender observed
   Bye = 13,       // the sender shuts down cleanly
-  Refused = 14,   // server, instead of a challenge: payload = why (text); the dialer's configuration is wrong
+  Refused = 14,   // server, instead of a challenge or an acceptance: payload = why (text); the dialer's configuration is wrong
+  Accepted = 15,  // server, after a correct response: the connection carries data from here on
 };
 
 // The longest reason a Refused frame may carry.

@@ -3,8 +3,10 @@
 //   client -> server  Hello:     client nonce Nc, the rank it expects to reach
 //   server -> client  Challenge: server nonce Ns, HMAC(secret, "server" | Nc | Ns | ranks)
 //   client -> server  Response:  HMAC(secret, "client" | Ns | Nc | ranks)
+//   server -> client  Accepted, or Refused with how the client's cluster list or deadlines differ
 // Each side proves knowledge of the secret over the other side's fresh nonce, so a recorded handshake
-// replayed later fails against the new nonce.
+// replayed later fails against the new nonce. Before the Response a listener explains only an impossible
+// rank or address, so a stranger learns nothing of the group.
 
 #include <array>
 #include <cstddef>

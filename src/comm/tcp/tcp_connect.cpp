@@ -236,6 +236,29 @@ void TcpTransport::note_rejection(const std::string& remote, const std::string& 
   unlogged_rejections_ = 0;
 }
 
+std::string TcpTransport::settings_mismatch(const Hello& hello, int client) const {
+  if (layout_ != 0 && hello.layout != 0 && hello.layout != layout_)
+    return fmt::format("its list of the group's addresses is not this rank's ({} addresses: {}): every process needs the "
+                       "same cluster, in the same order",
+                       size(), fmt::join(given_addresses(), ", "));
+  const Hello own = own_hello(client);
+  if (hello.heartbeat_ms != own.heartbeat_ms || hello.peer_timeout_ms != own.peer_timeout_ms)
+    return fmt::format("it sends heartbeats every {} ms and loses a silent peer after {} ms, this rank every {} ms and after "
+                       "{} ms: set COHORT_HEARTBEAT_INTERVAL and COHORT_PEER_TIMEOUT alike everywhere",
+                       hello.heartbeat_ms, hello.peer_timeout_ms, own.heartbeat_ms, own.peer_timeout_ms);
+  return {};
+}
+
+void TcpTransport::read_refusal(const Socket& socket, std::uint64_t length, const std::function<void(const std::string&)>& cannot_join) {
+  // The listener says this rank's configuration is wrong: trying again cannot help.
+  auto reason = std::make_shared<std::string>(length, '\0');
+  asio::async_read(*socket, asio::buffer(*reason), [reason, cannot_join](const asio::error_code& error, std::size_t) {
+    std::string text = error ? std::string("no reason given") : *reason;
+    for (char& c : text) c = std::isprint(static_cast<unsigned char>(c)) ? c : '?';  // bytes from outside
+    cannot_join(fmt::format("refused it: {}", text));
+  });
+}
+
 void TcpTransport::serve_handshake(Socket socket) {
   // Everything the handshake reads lives in one state object shared by its callbacks.
   struct State {
@@ -245,6 +268,7 @@ void TcpTransport::serve_handshake(Socket socket) {
     std::array<std::byte, kHeaderBytes + kNonceBytes + kMacBytes> challenge{};
     Mac response{};
     int client = -1;
+    Hello client_hello{};  // compared with this rank's settings once the client has proven the secret
     bool finished = false;  // rejected or connected: later callbacks of a closed socket say nothing
     asio::steady_timer timer;
     explicit State(asio::io_context& io) : timer(io) {}
@@ -289,25 +313,15 @@ void TcpTransport::serve_handshake(Socket socket) {
         const Hello hello = decode_hello(state->hello);
         const std::uint32_t expected_rank = hello.server_rank;
         const int client = state->client;
-        // A dialer with the wrong rank, addresses or deadlines will never get in: it is told so, so that it fails
-        // now. It has proven nothing yet, so it learns only what it sent wrong, nothing of this group's layout
-        // or settings; the listener's log has the details.
-        auto refuse = [this, socket, reject](const std::string& reason, const std::string& details = {}) {
-          this->refuse(socket, reason, [reject, reason, details](const std::string&) { reject(details.empty() ? reason : reason + ": " + details); });
-        };
+        // A dialer that claims an impossible rank, or dials a rank at another's address, will never get in: it
+        // is told so, so that it fails now. It has proven nothing yet, so it learns nothing of this group's
+        // layout or settings: those are compared once it has proven the secret.
+        auto refuse = [this, socket, reject](const std::string& reason) { this->refuse(socket, reason, reject); };
         if (static_cast<int>(expected_rank) != options_.rank)
           return refuse(fmt::format("it dialed rank {} at the address of rank {}", expected_rank, options_.rank));
         if (client <= options_.rank || client >= size())
           return refuse(fmt::format("it claims rank {}, which is not a rank above {} in a group of {}", client, options_.rank, size()));
-        if (layout_ != 0 && hello.layout != 0 && hello.layout != layout_)
-          return refuse("its list of the group's addresses is not this rank's: every process needs the same cluster, in the same order",
-                        fmt::format("this rank's {} addresses are {}", size(), fmt::join(given_addresses(), ", ")));
-        const Hello own = own_hello(client);
-        if (hello.heartbeat_ms != own.heartbeat_ms || hello.peer_timeout_ms != own.peer_timeout_ms)
-          return refuse("its heartbeat interval or peer timeout differs from this rank's: set COHORT_HEARTBEAT_INTERVAL and "
-                        "COHORT_PEER_TIMEOUT alike everywhere",
-                        fmt::format("it sends heartbeats every {} ms and loses a silent peer after {} ms, this rank every {} ms "
-                                    "and after {} ms", hello.heartbeat_ms, hello.peer_timeout_ms, own.heartbeat_ms, own.peer_timeout_ms));
+        state->client_hello = hello;
         if (peers_[static_cast<std::size_t>(client)].ready) return reject(fmt::format("rank {} is already connected", client));
         const Nonce client_nonce = hello.nonce;
         state->server_nonce = random_nonce();
@@ -332,10 +346,20 @@ void TcpTransport::serve_handshake(Socket socket) {
               const Mac expected = client_proof(options_.secret, client_nonce, state->server_nonce, state->client, options_.rank);
               if (!same(expected, state->response)) return reject("it does not know the shared secret");
               if (peers_[static_cast<std::size_t>(state->client)].ready) return reject(fmt::format("rank {} is already connected", state->client));
-              state->finished = true;
-              state->timer.cancel();
-              remove_pending(socket);
-              connected(state->client, socket);
+              // Only now, with the secret proven, is a member told how its settings differ from this rank's.
+              if (const std::string mismatch = settings_mismatch(state->client_hello, state->client); !mismatch.empty())
+                return this->refuse(socket, mismatch, reject);
+              const HeaderBytes accepted = encode({.type = FrameType::Accepted, .tag = static_cast<std::uint64_t>(options_.rank)});
+              std::copy(accepted.begin(), accepted.end(), state->header.begin());
+              asio::async_write(*socket, asio::buffer(state->header), [this, socket, state, reject](const asio::error_code& error, std::size_t) {
+                if (error) return reject("connection closed before its acceptance (" + error.message() + ")");
+                if (peers_[static_cast<std::size_t>(state->client)].ready)
+                  return reject(fmt::format("rank {} is already connected", state->client));
+                state->finished = true;
+                state->timer.cancel();
+                remove_pending(socket);
+                connected(state->client, socket);
+              });
             });
           });
         });
@@ -419,15 +443,7 @@ void TcpTransport::client_handshake(int peer, Socket socket) {
         if (error) return give_up("closed during the handshake (another secret or other settings?)");
         const FrameHeader header = decode(state->header);
         if (auto problem = check(header, std::max(kNonceBytes + kMacBytes, kMaxRefusalBytes))) return give_up(*problem);
-        if (header.type == FrameType::Refused) {
-          // The listener says this rank's configuration is wrong: trying again cannot help.
-          auto reason = std::make_shared<std::string>(header.length, '\0');
-          return asio::async_read(*socket, asio::buffer(*reason), [reason, cannot_join](const asio::error_code& error, std::size_t) {
-            std::string text = error ? std::string("no reason given") : *reason;
-            for (char& c : text) c = std::isprint(static_cast<unsigned char>(c)) ? c : '?';  // unauthenticated bytes
-            cannot_join(fmt::format("refused it: {}", text));
-          });
-        }
+        if (header.type == FrameType::Refused) return read_refusal(socket, header.length, cannot_join);
         if (header.type != FrameType::Challenge || header.length != kNonceBytes + kMacBytes || static_cast<int>(header.tag) != peer)
           return give_up("the listener answered with an unexpected frame");
         asio::async_read(*socket, asio::buffer(state->challenge), [this, peer, socket, state, give_up, cannot_join](const asio::error_code& error, std::size_t) {
@@ -443,12 +459,20 @@ void TcpTransport::client_handshake(int peer, Socket socket) {
           const HeaderBytes header = encode({.type = FrameType::Response, .length = kMacBytes});
           std::copy(header.begin(), header.end(), state->response.begin());
           std::copy(answer.begin(), answer.end(), state->response.begin() + kHeaderBytes);
-          asio::async_write(*socket, asio::buffer(state->response), [this, peer, socket, state, give_up](const asio::error_code& error, std::size_t) {
+          asio::async_write(*socket, asio::buffer(state->response), [this, peer, socket, state, give_up, cannot_join](const asio::error_code& error, std::size_t) {
             if (error) return give_up("closed during the response");
-            if (state->finished) return;
-            state->finished = true;
-            state->timer.cancel();
-            connected(peer, socket);
+            asio::async_read(*socket, asio::buffer(state->header), [this, peer, socket, state, give_up, cannot_join](const asio::error_code& error, std::size_t) {
+              if (error) return give_up("closed before accepting this rank");
+              const FrameHeader header = decode(state->header);
+              if (auto problem = check(header, kMaxRefusalBytes)) return give_up(*problem);
+              if (header.type == FrameType::Refused) return read_refusal(socket, header.length, cannot_join);
+              if (header.type != FrameType::Accepted || header.length != 0 || static_cast<int>(header.tag) != peer)
+                return give_up("the listener answered the response with an unexpected frame");
+              if (state->finished) return;
+              state->finished = true;
+              state->timer.cancel();
+              connected(peer, socket);
+            });
           });
         });
       });

@@ -7,7 +7,8 @@
 //
 // Setting up: every rank listens on its own address. A rank dials every lower rank (retrying with
 // back-off, so processes may start in any order) and accepts every higher one. Each connection is
-// authenticated both ways (handshake.hpp) before it carries data; a connection that fails the handshake
+// authenticated both ways (handshake.hpp), then the listener compares the dialer's cluster list and
+// deadlines with its own and accepts it (an Accepted frame) or says how they differ, before it carries data; a connection that fails the handshake
 // is logged with its address and the reason, closed, and the listener goes on accepting. Both sides give
 // a handshake a deadline. A listener that fails to prove the shared secret is a configuration error: the
 // dialer's set-up fails at once with ProtocolError (the listener only logs the clients it refuses, so that
@@ -121,6 +122,10 @@ class TcpTransport : public Transport {
   void refuse(const Socket& socket, const std::string& reason, const std::function<void(const std::string&)>& reject);
   // What this rank says when it dials `peer`, and the settings a listener compares with its own.
   Hello own_hello(int peer) const;
+  // How a client's hello disagrees with this rank's cluster list or deadlines; empty when it does not.
+  std::string settings_mismatch(const Hello& hello, int client) const;
+  // A dialer reads the reason of a Refused frame of `length` bytes and gives up with it.
+  static void read_refusal(const Socket& socket, std::uint64_t length, const std::function<void(const std::string&)>& cannot_join);
   std::vector<std::string> given_addresses() const;  // "host:port" per rank, as the options give them
   // Runs `then(error)` once the stream is ready for the handshake: at once for plain TCP, after the TLS
   // handshake with encryption.
