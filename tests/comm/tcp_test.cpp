@@ -736,9 +736,13 @@ class RecordingRelay {
         if (fds[side].revents == 0) continue;
         char buffer[65536];
         const ssize_t got = ::recv(fds[side].fd, buffer, sizeof buffer, 0);
-        if (got <= 0 || ::send(fds[1 - side].fd, buffer, static_cast<std::size_t>(got), MSG_NOSIGNAL) != got) return true;
-        const std::lock_guard lock(mutex_);
-        bytes_.append(buffer, static_cast<std::size_t>(got));
+        if (got <= 0) return true;
+        {
+          // Recorded before it is passed on, so that what the receiver has, the recording has.
+          const std::lock_guard lock(mutex_);
+          bytes_.append(buffer, static_cast<std::size_t>(got));
+        }
+        if (::send(fds[1 - side].fd, buffer, static_cast<std::size_t>(got), MSG_NOSIGNAL) != got) return true;
       }
     }
   }
