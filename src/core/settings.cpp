@@ -24,7 +24,7 @@ std::optional<bool> switch_setting(const char* name) {
   return *value == "1";
 }
 
-std::optional<std::string> choice_setting(const char* name, std::initializer_list<std::string_view> choices) {
+std::optional<std::string> choice_setting(const char* name, std::span<const std::string_view> choices) {
   const auto value = value_of(name);
   if (!value) return std::nullopt;
   for (std::string_view choice : choices)
@@ -46,10 +46,10 @@ void check_settings() {
   count_setting("COHORT_RESTART");
   for (const char* name : {"COHORT_HIERARCHICAL_ALLREDUCE", "COHORT_SHARED_MEMORY", "COHORT_TLS", "COHORT_ALLOW_TF32"})
     switch_setting(name);
-  choice_setting("COHORT_PROGRESS", {"bar", "lines"});
-  choice_setting("COHORT_COMMUNICATOR", {"ring", "mpi"});
-  choice_setting("COHORT_GEMM", {"eigen", "openblas"});
-  choice_setting("COHORT_CPU_ISA", {"portable", "avx2", "avx512"});
+  choice_setting("COHORT_PROGRESS", kProgressSpellings);
+  choice_setting("COHORT_COMMUNICATOR", kCommunicatorSpellings);
+  choice_setting("COHORT_GEMM", kGemmSpellings);
+  choice_setting("COHORT_CPU_ISA", kCpuIsaSpellings);
 }
 
 }  // namespace cohort

@@ -471,7 +471,6 @@ int run_processes(const Options& options, int restart, const std::filesystem::pa
   std::optional<Clock::time_point> stop_at, kill_at, alone_since;
   bool interrupted = false;
   int interrupted_by = 0;
-  int stopped = 0;
   std::vector<std::string> left_running;  // "ps 0 (pid 42)": stopped by the launcher after the grace period
   auto begin_stopping = [&](std::chrono::seconds grace) {
     if (!stop_at) stop_at = Clock::now() + grace;
@@ -616,10 +615,7 @@ int run_processes(const Options& options, int restart, const std::filesystem::pa
     }
     if (stop_at && now >= *stop_at && !kill_at) {
       for (const auto& p : processes)
-        if (!p.status) {
-          ++stopped;
-          left_running.push_back(fmt::format("{} (pid {})", p.name, p.pid));
-        }
+        if (!p.status) left_running.push_back(fmt::format("{} (pid {})", p.name, p.pid));
       signal_all(processes, SIGTERM);
       kill_at = now + std::chrono::seconds(5);
     }
@@ -644,12 +640,12 @@ int run_processes(const Options& options, int restart, const std::filesystem::pa
     }
     for (const auto& f : later_failures) then += (then.empty() ? "; then " : ", ") + f;
     fmt::print(stderr, "cohort-launch: failed: {}{}{}\n", *first_failure, then,
-               stopped > 0 ? fmt::format("; stopped {} that did not exit by themselves", stopped) : "");
+               left_running.empty() ? "" : fmt::format("; stopped {} that did not exit by themselves", left_running.size()));
     return 1;
   }
-  if (stopped > 0) {
+  if (!left_running.empty()) {
     fmt::print(stderr, "cohort-launch: failed: {} did not exit within {} s after the workers finished (stuck?) and {} stopped\n",
-               fmt::join(left_running, ", "), options.grace.count(), stopped == 1 ? "was" : "were");
+               fmt::join(left_running, ", "), options.grace.count(), left_running.size() == 1 ? "was" : "were");
     return 1;
   }
   fmt::print(stderr, "cohort-launch: all {} processes succeeded\n", processes.size());

@@ -88,16 +88,11 @@ void ParameterStore::send_to_all(std::uint16_t kind, std::int64_t samples, bool 
 
 proto::ReplyHeader ParameterStore::receive_header(Link& link, std::uint16_t kind) {
   auto received = std::make_shared<proto::ReplyHeader>();
-  const auto since = Clock::now();
   const auto limit = kReplySlack * deadline_.limit();
   const std::string server = transport_.describe(link.rank);
-  if (!transport_.recv(link.rank, proto::kReplyTag, std::as_writable_bytes(std::span(received.get(), 1)))->wait_for(limit)) {
-    comm::keep_until_exit(std::move(received));
-    throw TimeoutError(fmt::format("{} is stuck: connected, but it did not answer {} within {:.1f} s (COHORT_TIMEOUT "
-                                   "bounds a process's longest pause)",
-                                   server, proto::kind_name(kind), comm::in_seconds(limit)));
-  }
-  deadline_.observe(Clock::now() - since);
+  if (!deadline_.await(transport_.recv(link.rank, proto::kReplyTag, std::as_writable_bytes(std::span(received.get(), 1))), limit,
+                       received))
+    throw TimeoutError(comm::stuck_message(server + " is stuck", fmt::format("it did not answer {}", proto::kind_name(kind)), limit));
   const proto::ReplyHeader header = *received;
   if (header.magic != proto::kReplyMagic || header.version != proto::kVersion)
     throw ProtocolError(fmt::format("{} answered {} with a malformed header (magic {:08x}, version {})", server,

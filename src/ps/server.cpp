@@ -189,8 +189,8 @@ bool Server::await_request(int worker, const comm::WorkPtr& received, const std:
     }
     if (arrived) break;
     if (Clock::now() - since > deadline_.limit())
-      throw TimeoutError(stuck_text(transport_.describe(worker_ranks_[static_cast<std::size_t>(worker)]) + " is stuck",
-                                    fmt::format("ps {} got no request after {}", server_, after)));
+      throw TimeoutError(comm::stuck_message(transport_.describe(worker_ranks_[w]) + " is stuck",
+                                             fmt::format("ps {} got no request after {}", server_, after), deadline_.limit()));
   }
   deadline_.observe(Clock::now() - since);
   return true;
@@ -266,7 +266,8 @@ bool Server::handle(int worker, const protocol::RequestHeader& header, const std
     }
     case proto::Kind::Pull: {
       if (!wait_locked(lock, [&] { return initialized_; }, [&] {
-            return stuck_text(transport_.describe(worker_ranks_[0]) + " is stuck", fmt::format("ps {} got no initial values", server_));
+            return comm::stuck_message(transport_.describe(worker_ranks_[0]) + " is stuck",
+                                       fmt::format("ps {} got no initial values", server_), deadline_.limit());
           }))
         return true;
       copy_values_locked(out);
@@ -424,24 +425,20 @@ std::int64_t Server::slowest_clock_locked() const {
   return slowest == std::numeric_limits<std::int64_t>::max() ? 0 : slowest;
 }
 
-std::string Server::stuck_text(const std::string& names, std::string_view what) const {
-  return fmt::format("{}: connected, but {} within {:.1f} s (COHORT_TIMEOUT bounds a worker's longest pause)", names,
-                     what, comm::in_seconds(deadline_.limit()));
-}
-
 std::string Server::missing_workers_locked(std::int64_t step) const {
   std::string missing;
   for (std::size_t w = 0; w < contributions_.size(); ++w)
     if (contributions_[w] == nullptr && !finished_[w])
       missing += (missing.empty() ? "" : ", ") + transport_.describe(worker_ranks_[w]) + " is stuck";
-  return stuck_text(missing, fmt::format("ps {} got no gradients of step {}", server_, step));
+  return comm::stuck_message(missing, fmt::format("ps {} got no gradients of step {}", server_, step), deadline_.limit());
 }
 
 std::string Server::laggards_locked(std::int64_t clock) const {
   std::string behind;
   for (std::size_t w = 0; w < clocks_.size(); ++w)
     if (!finished_[w] && clocks_[w] < clock) behind += (behind.empty() ? "" : ", ") + transport_.describe(worker_ranks_[w]) + " is stuck";
-  return stuck_text(behind, fmt::format("ps {} got no push that brings it within the staleness bound", server_));
+  return comm::stuck_message(behind, fmt::format("ps {} got no push that brings it within the staleness bound", server_),
+                             deadline_.limit());
 }
 
 template <typename Ready, typename Culprit>

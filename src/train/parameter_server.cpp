@@ -33,15 +33,9 @@ constexpr std::uint64_t kMaxHistoryBytes = 64ull << 20;
 void receive_agreement(comm::Transport& transport, int peer, std::span<double> out, comm::ProgressDeadline& deadline,
                        bool from_chief) {
   auto received = std::make_shared<std::vector<double>>(out.size());
-  const auto since = comm::ProgressDeadline::Clock::now();
   const auto limit = deadline.limit() + (from_chief ? deadline.limit() / 2 : std::chrono::milliseconds(0));
-  if (!transport.recv(peer, kAgreementTag, std::as_writable_bytes(std::span(*received)))->wait_for(limit)) {
-    comm::keep_until_exit(std::move(received));
-    throw TimeoutError(fmt::format("{} is stuck: connected, but it did not reach the agreement of the workers within {:.1f} s "
-                                   "(COHORT_TIMEOUT bounds a process's longest pause)",
-                                   transport.describe(peer), comm::in_seconds(limit)));
-  }
-  deadline.observe(comm::ProgressDeadline::Clock::now() - since);
+  if (!deadline.await(transport.recv(peer, kAgreementTag, std::as_writable_bytes(std::span(*received))), limit, received))
+    throw TimeoutError(comm::stuck_message(transport.describe(peer) + " is stuck", "it did not reach the agreement of the workers", limit));
   std::copy(received->begin(), received->end(), out.begin());
 }
 

@@ -35,7 +35,7 @@ std::string format_logs(const OrderedLogs& logs) {
 
 ProgressBar::Style resolve(ProgressBar::Style style, std::FILE* out) {
   if (style != ProgressBar::Style::Auto) return style;
-  if (const auto forced = choice_setting("COHORT_PROGRESS", {"bar", "lines"}))
+  if (const auto forced = choice_setting("COHORT_PROGRESS", kProgressSpellings))
     return *forced == "bar" ? ProgressBar::Style::Bar : ProgressBar::Style::Lines;
   return isatty(fileno(out)) != 0 ? ProgressBar::Style::Bar : ProgressBar::Style::Lines;
 }

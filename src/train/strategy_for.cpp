@@ -17,7 +17,7 @@ namespace {
 
 // COHORT_COMMUNICATOR picks what carries the gradients of data-parallel training: "ring" (the default,
 // over the cluster's transport) or "mpi" (Open MPI's collectives, for a job started by mpirun).
-std::string requested_communicator() { return choice_setting("COHORT_COMMUNICATOR", {"ring", "mpi"}).value_or("ring"); }
+std::string requested_communicator() { return choice_setting("COHORT_COMMUNICATOR", kCommunicatorSpellings).value_or("ring"); }
 
 }  // namespace
 

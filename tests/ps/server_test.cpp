@@ -169,6 +169,11 @@ struct HandServed {
       t.recv(kHandWorkers, proto::kReplyPayloadTag, std::as_writable_bytes(std::span(answer.values)))->wait(std::chrono::seconds(10));
     return answer;
   }
+  // The chief's Init of `n` values, answered.
+  void initialize(std::size_t n) {
+    send_to(0, proto::Kind::Init, std::vector<float>(n, 0.25f));
+    REQUIRE(answer_of(0).header.status == static_cast<std::uint16_t>(proto::Status::Ok));
+  }
   // Waits until the server has taken `pushes` pushes from worker `w`, so that the next one arrives after.
   void await_pushes(int w, std::int64_t pushes) {
     for (int i = 0; i < 1000 && server->stats().workers[static_cast<std::size_t>(w)].pushes < pushes; ++i)
@@ -204,8 +209,7 @@ TEST_CASE("a Sync step gives the same bits whatever order the workers' gradients
   do {
     HandServed served({.consistency = ps::Sync{}});
     const std::size_t n = served.payload_floats();
-    served.send_to(0, proto::Kind::Init, std::vector<float>(n, 0.25f));
-    REQUIRE(served.answer_of(0).header.status == static_cast<std::uint16_t>(proto::Status::Ok));
+    served.initialize(n);
     for (int w : order) {
       served.send_to(w, proto::Kind::Push, mixed_gradients(n, static_cast<std::uint32_t>(w)));
       served.await_pushes(w, 1);
@@ -235,8 +239,7 @@ TEST_CASE("a parameter server names a worker that is connected but sends no grad
   const auto started = std::chrono::steady_clock::now();
   HandServed served({.consistency = ps::Sync{}, .wait_timeout = std::chrono::milliseconds(400)});
   const std::size_t n = served.payload_floats();
-  served.send_to(0, proto::Kind::Init, std::vector<float>(n, 0.25f));
-  REQUIRE(served.answer_of(0).header.status == static_cast<std::uint16_t>(proto::Status::Ok));
+  served.initialize(n);
   // Workers 0 and 1 push step 0; worker 2 stays connected and silent, as a worker whose training thread
   // is blocked while its transport goes on.
   served.send_to(0, proto::Kind::Push, std::vector<float>(n, 0.5f));
@@ -256,8 +259,7 @@ TEST_CASE("a parameter server names a worker that is connected but sends no grad
 TEST_CASE("an asynchronous parameter server names a worker that sends no next request", "[ps][threads]") {
   HandServed served({.consistency = ps::Async{}, .wait_timeout = std::chrono::milliseconds(400)});
   const std::size_t n = served.payload_floats();
-  served.send_to(0, proto::Kind::Init, std::vector<float>(n, 0.25f));
-  REQUIRE(served.answer_of(0).header.status == static_cast<std::uint16_t>(proto::Status::Ok));
+  served.initialize(n);
   // The chief and worker 1 go on pushing well within the deadline; worker 2 never sends a request.
   std::string told;
   for (int step = 0; step < 40 && told.empty(); ++step) {
@@ -280,8 +282,7 @@ TEST_CASE("a parameter server that loses a worker names the one its step has lon
   // it has waited for since points at worker 2.
   HandServed served({.consistency = ps::Sync{}, .wait_timeout = std::chrono::seconds(2)});
   const std::size_t n = served.payload_floats();
-  served.send_to(0, proto::Kind::Init, std::vector<float>(n, 0.25f));
-  REQUIRE(served.answer_of(0).header.status == static_cast<std::uint16_t>(proto::Status::Ok));
+  served.initialize(n);
   served.send_to(0, proto::Kind::Push, std::vector<float>(n, 0.5f));
   served.send_to(1, proto::Kind::Push, std::vector<float>(n, 0.5f));
   served.await_pushes(1, 1);

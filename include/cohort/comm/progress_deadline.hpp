@@ -9,13 +9,18 @@
 // whose steps outgrow the floor is not misjudged, and a stuck peer is named within a few steps' time.
 //
 //   ProgressDeadline deadline(transport.timeout());
-//   const auto started = ProgressDeadline::Clock::now();
-//   if (!work->wait_for(deadline.limit())) throw TimeoutError(...);   // the peer is stuck
-//   deadline.observe(ProgressDeadline::Clock::now() - started);
+//   auto reply = std::make_shared<Reply>();
+//   if (!deadline.await(transport.recv(peer, tag, bytes_of(*reply)), deadline.limit(), reply))
+//     throw TimeoutError(stuck_message(transport.describe(peer) + " is stuck", "it did not answer", deadline.limit()));
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "cohort/comm/work.hpp"
 
 namespace cohort::comm {
 
@@ -29,6 +34,9 @@ class ProgressDeadline {
   std::chrono::milliseconds limit() const {
     return std::max(floor_, kSlack * std::chrono::milliseconds(longest_ms_.load(std::memory_order_relaxed)));
   }
+  // Waits up to `limit` for `work`. In time, the wait counts as legitimate (observe()); past it false, and
+  // `buffer`, which the receive still posted may yet fill, is kept until the process ends.
+  bool await(const WorkPtr& work, std::chrono::milliseconds limit, std::shared_ptr<void> buffer);
   // A wait that ended in progress; any thread.
   void observe(Clock::duration waited) {
     const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(waited).count();
@@ -42,7 +50,8 @@ class ProgressDeadline {
   std::atomic<std::int64_t> longest_ms_{0};
 };
 
-// A deadline as error messages give it: "15.0 s".
-inline double in_seconds(std::chrono::milliseconds duration) { return static_cast<double>(duration.count()) / 1000.0; }
+// "worker 1 (...) is stuck: connected, but ps 0 got no gradients of step 12 within 15.0 s (...)": `stuck`
+// names the processes, each followed by " is stuck"; `what` says what did not happen within `limit`.
+std::string stuck_message(std::string_view stuck, std::string_view what, std::chrono::milliseconds limit);
 
 }  // namespace cohort::comm

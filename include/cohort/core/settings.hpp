@@ -7,17 +7,23 @@
 //   check_settings();   // every switch and choice at once, before a program starts its work
 
 #include <cstdint>
-#include <initializer_list>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 
 namespace cohort {
 
+// The spellings of each choice, written once for its reader and for check_settings().
+inline constexpr std::string_view kProgressSpellings[] = {"bar", "lines"};              // COHORT_PROGRESS
+inline constexpr std::string_view kCommunicatorSpellings[] = {"ring", "mpi"};           // COHORT_COMMUNICATOR
+inline constexpr std::string_view kGemmSpellings[] = {"eigen", "openblas"};             // COHORT_GEMM
+inline constexpr std::string_view kCpuIsaSpellings[] = {"portable", "avx2", "avx512"};  // COHORT_CPU_ISA
+
 // "0" or "1".
 std::optional<bool> switch_setting(const char* name);
 // One of `choices`.
-std::optional<std::string> choice_setting(const char* name, std::initializer_list<std::string_view> choices);
+std::optional<std::string> choice_setting(const char* name, std::span<const std::string_view> choices);
 // A whole number >= 0 ("0", "12").
 std::optional<std::int64_t> count_setting(const char* name);
 

@@ -29,7 +29,6 @@
 #include <mutex>
 #include <optional>
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include "cohort/comm/transport.hpp"
@@ -101,8 +100,6 @@ class Server {
   void finish_worker_locked(int worker);
   int active_workers_locked() const;
   std::int64_t slowest_clock_locked() const;
-  // "worker 1 (...) is stuck: connected, but ps 0 got no gradients of step 12 within 15.0 s (...)"
-  std::string stuck_text(const std::string& names, std::string_view what) const;
   std::string missing_workers_locked(std::int64_t step) const;
   // The workers whose clock is below `clock`, named stuck.
   std::string laggards_locked(std::int64_t clock) const;
