@@ -174,7 +174,10 @@ void Server::serve_worker(int worker, Inbox& inbox) {
 bool Server::await_request(int worker, const comm::WorkPtr& received, const std::string& after) {
   // Between two requests a worker computes, validates or writes checkpoints: legitimate pauses, which the
   // deadline learns; a worker silent past it is stuck (a lost one is reported by the transport sooner).
+  // Under Sync a silent worker may be waiting for another server's answer, whose step waits for the stuck
+  // one: that server, which has the evidence, is given the time to name it first.
   const auto since = Clock::now();
+  const bool sync = std::holds_alternative<Sync>(options_.consistency);
   const auto w = static_cast<std::size_t>(worker);
   {
     const std::lock_guard lock(mutex_);
@@ -188,9 +191,10 @@ bool Server::await_request(int worker, const comm::WorkPtr& received, const std:
       if (arrived) idle_since_[w].reset();
     }
     if (arrived) break;
-    if (Clock::now() - since > deadline_.limit())
+    const auto limit = deadline_.limit() + (sync ? deadline_.limit() / 2 : std::chrono::milliseconds(0));
+    if (Clock::now() - since > limit)
       throw TimeoutError(comm::stuck_message(transport_.describe(worker_ranks_[w]) + " is stuck",
-                                             fmt::format("ps {} got no request after {}", server_, after), deadline_.limit()));
+                                             fmt::format("ps {} got no request after {}", server_, after), limit));
   }
   deadline_.observe(Clock::now() - since);
   return true;
