@@ -179,6 +179,9 @@ by_hand() {
 # with the model an uninterrupted run of the same job writes, byte for byte.
 restarted() {
   local strategy=$1 victim=$2
+  # The faster of Eigen and OpenBLAS is chosen by a timing at start-up, which a loaded machine can tip either
+  # way between the two runs; their products round differently, so both runs take the same one.
+  local -x COHORT_GEMM=eigen
   local log=$work/log checkpoints=$work/ckpt-restart-$strategy
   cases=$((cases + 1))
   echo "case $cases: launcher --restarts 1, $strategy, SIGKILL $victim in training"
