@@ -189,8 +189,9 @@ ClusterSpec parse_sagemaker(const std::string& hosts_json, const std::string& cu
 
 Discovery discover(const Environment& environment) {
   if (const auto tf_config = environment("TF_CONFIG"); tf_config && !tf_config->empty()) {
-    // Two descriptions of one process may disagree; which one wins must not be a guess.
-    for (const char* other : {"RANK", "SM_HOSTS", "SM_CURRENT_HOST"})
+    // Two descriptions of one process may disagree; which one wins must not be a guess. Slurm's
+    // SLURM_PROCID is no description: every process of an allocation has it, also one given TF_CONFIG.
+    for (const char* other : {"RANK", "OMPI_COMM_WORLD_RANK", "SM_HOSTS", "SM_CURRENT_HOST"})
       if (environment(other))
         throw InvalidArgument(fmt::format("TF_CONFIG and {} are both set: describe the cluster one way, unset the other", other));
     return parse_tf_config(*tf_config);
@@ -205,8 +206,9 @@ Discovery discover(const Environment& environment) {
   }
   if (environment("OMPI_COMM_WORLD_RANK"))
     return rank_environment(environment, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "Open MPI");
-  if (environment("SLURM_PROCID")) return rank_environment(environment, "SLURM_PROCID", "SLURM_NTASKS", "Slurm");
+  // torchrun started by srun: RANK numbers the processes, SLURM_PROCID only the torchrun per node.
   if (environment("RANK")) return rank_environment(environment, "RANK", "WORLD_SIZE", "torchrun");
+  if (environment("SLURM_PROCID")) return rank_environment(environment, "SLURM_PROCID", "SLURM_NTASKS", "Slurm");
   return SingleProcess{};
 }
 

@@ -5,6 +5,7 @@
 #include <deque>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <tuple>
 
 #include "cohort/core/check.hpp"
@@ -31,11 +32,24 @@ struct InProcessGroup::State {
   std::string describe(int rank) const {
     return rank < static_cast<int>(names.size()) ? names[static_cast<std::size_t>(rank)] : fmt::format("rank {}", rank);
   }
-  std::exception_ptr lost(int rank) const {
-    return std::make_exception_ptr(IoError(fmt::format("lost {}", describe(rank))));
+  // A lost or stuck rank breaks the whole group: why, or nothing while it is whole.
+  std::optional<std::string> broken;
+  bool broken_by_stuck = false;
+  // Each failed operation gets an exception object of its own: waiters on other threads rethrow them.
+  std::exception_ptr failure() const {
+    return broken_by_stuck ? std::make_exception_ptr(TimeoutError(*broken)) : std::make_exception_ptr(IoError(*broken));
   }
-  // A lost rank breaks the whole group: the first one lost, or -1.
-  int lost_rank = -1;
+  void break_group(std::string why, bool stuck) {
+    if (!broken) {
+      broken = std::move(why);
+      broken_by_stuck = stuck;
+    }
+    for (auto& [key, channel] : channels) {
+      for (auto& receiver : channel.receivers) receiver.work->fail(failure());
+      channel.receivers.clear();
+    }
+  }
+  std::vector<std::optional<std::uint64_t>> progress;  // per rank
 
   static void deliver(const std::vector<std::byte>& bytes, const Receiver& receiver, int source, Tag tag) {
     hand_over(fmt::format("rank {}", source), tag, bytes, receiver.out, *receiver.work);
@@ -53,12 +67,27 @@ class InProcessTransport : public Transport {
   std::string describe(int rank) const override { return state_->describe(rank); }
   std::chrono::milliseconds timeout() const override { return state_->timeout; }
 
+  void report_progress(std::uint64_t collectives) override {
+    const std::lock_guard lock(state_->mutex);
+    state_->progress[static_cast<std::size_t>(rank_)] = collectives;
+  }
+  std::optional<std::uint64_t> progress_of(int peer) const override {
+    check_peer(peer);
+    const std::lock_guard lock(state_->mutex);
+    return state_->progress[static_cast<std::size_t>(peer)];
+  }
+  void declare_stuck(int peer, const std::string& reason) override {
+    check_peer(peer);
+    const std::lock_guard lock(state_->mutex);
+    state_->break_group(reason, /*stuck=*/true);
+  }
+
   WorkPtr send(int peer, Tag tag, std::span<const std::byte> data) override {
     check_peer(peer);
     auto work = std::make_shared<Work>(fmt::format("send to {}, tag {}", describe(peer), tag));
     const std::lock_guard lock(state_->mutex);
-    if (state_->lost_rank >= 0) {
-      work->fail(state_->lost(state_->lost_rank));
+    if (state_->broken) {
+      work->fail(state_->failure());
       return work;
     }
     auto& channel = state_->channels[{rank_, peer, tag}];
@@ -77,8 +106,8 @@ class InProcessTransport : public Transport {
     check_peer(peer);
     auto work = std::make_shared<Work>(fmt::format("recv from {}, tag {}", describe(peer), tag));
     const std::lock_guard lock(state_->mutex);
-    if (state_->lost_rank >= 0) {
-      work->fail(state_->lost(state_->lost_rank));
+    if (state_->broken) {
+      work->fail(state_->failure());
       return work;
     }
     auto& channel = state_->channels[{peer, rank_, tag}];
@@ -109,6 +138,7 @@ InProcessGroup::InProcessGroup(int size, std::chrono::milliseconds timeout, std:
   state_->size = size;
   state_->timeout = timeout;
   state_->names = std::move(names);
+  state_->progress.resize(static_cast<std::size_t>(size));
   for (int r = 0; r < size; ++r) transports_.push_back(std::make_unique<InProcessTransport>(state_, r));
 }
 
@@ -122,11 +152,7 @@ Transport& InProcessGroup::transport(int rank) {
 void InProcessGroup::kill(int rank) {
   COHORT_CHECK(rank >= 0 && rank < state_->size, "rank {} outside a group of {}", rank, state_->size);
   const std::lock_guard lock(state_->mutex);
-  if (state_->lost_rank < 0) state_->lost_rank = rank;
-  for (auto& [key, channel] : state_->channels) {
-    for (auto& receiver : channel.receivers) receiver.work->fail(state_->lost(state_->lost_rank));
-    channel.receivers.clear();
-  }
+  state_->break_group(fmt::format("lost {}", state_->describe(rank)), /*stuck=*/false);
 }
 
 }  // namespace cohort::comm

@@ -1,11 +1,16 @@
 // The Communicator over any Transport: the ring algorithms of collectives.cpp, run on the executor's
-// thread so that a strategy can go on while a collective is in flight.
+// thread so that a strategy can go on while a collective is in flight. Each rank reports through the
+// transport how many collectives it has started, so that a timed-out wait names the peer that never
+// started the collective (alive, its heartbeats going on, but stuck) rather than the neighbour waited on.
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <functional>
+#include <optional>
 #include <vector>
 
 #include "cohort/comm/communicator.hpp"
+#include "cohort/comm/progress_deadline.hpp"
 #include "cohort/core/check.hpp"
 #include "comm/serial_executor.hpp"
 
@@ -33,7 +38,7 @@ class RingCommunicator final : public Communicator {
   WorkPtr allreduce(Buffer data, ReduceOp op) override {
     check_host("allreduce", data);
     const std::string_view algorithm = hierarchical_ ? "hierarchical" : allreduce_algorithm(data.bytes(), size());
-    return executor_.submit(fmt::format("{} allreduce of {} bytes", algorithm, data.bytes()), [this, data, op] {
+    return run(fmt::format("{} allreduce of {} bytes", algorithm, data.bytes()), [this, data, op] {
       if (hierarchical_) comm::hierarchical_allreduce(transport_, host_of_, bytes_of(data), {.op = op, .type = data.type});
       else comm::allreduce(transport_, bytes_of(data), {.op = op, .type = data.type});
     });
@@ -41,16 +46,16 @@ class RingCommunicator final : public Communicator {
 
   WorkPtr broadcast(Buffer data, int root) override {
     check_host("broadcast", data);
-    return executor_.submit(fmt::format("broadcast of {} bytes from rank {}", data.bytes(), root),
-                            [this, data, root] { comm::broadcast(transport_, root, bytes_of(data)); });
+    return run(fmt::format("broadcast of {} bytes from rank {}", data.bytes(), root),
+               [this, data, root] { comm::broadcast(transport_, root, bytes_of(data)); });
   }
 
   WorkPtr allgather(Buffer mine, Buffer all) override {
     check_host("allgather", mine);
     check_host("allgather", all);
     COHORT_CHECK(mine.type == all.type, "allgather: elements of different types");
-    return executor_.submit(fmt::format("allgather of {} bytes", all.bytes()),
-                            [this, mine, all] { comm::allgather(transport_, bytes_of(mine), bytes_of(all)); });
+    return run(fmt::format("allgather of {} bytes", all.bytes()),
+               [this, mine, all] { comm::allgather(transport_, bytes_of(mine), bytes_of(all)); });
   }
 
  private:
@@ -61,9 +66,43 @@ class RingCommunicator final : public Communicator {
                                     op, device_name(buffer.device)));
   }
 
+  // Runs `collective` as the next job, counted in the progress the transport tells the peers; when one of its
+  // waits times out, the peers that never started it are the stuck ones.
+  WorkPtr run(std::string what, std::function<void()> collective) {
+    return executor_.submit(what, [this, what, collective = std::move(collective)] {
+      transport_.report_progress(++started_);
+      try {
+        collective();
+      } catch (const TimeoutError&) {
+        name_the_stuck(what);
+        throw;
+      }
+    });
+  }
+
+  // After a wait in the current collective timed out: declares the peers that have not started it stuck
+  // and throws naming them, so that every rank names them rather than the neighbour it waited on.
+  void name_the_stuck(const std::string& what) {
+    std::vector<int> behind;
+    for (int peer = 0; peer < size(); ++peer)
+      if (const auto progress = peer == rank() ? std::nullopt : transport_.progress_of(peer); progress && *progress < started_)
+        behind.push_back(peer);
+    if (behind.empty()) return;
+    std::vector<std::string> stuck;
+    for (int peer : behind) stuck.push_back(transport_.describe(peer) + " is stuck");
+    const std::string reason = stuck_message(
+        fmt::format("{}", fmt::join(stuck, ", ")),
+        fmt::format("{} waited for {} in collective {} ({}), which {} did not start", transport_.describe(rank()),
+                    behind.size() == 1 ? "it" : "them", started_, what, behind.size() == 1 ? "it" : "they"),
+        transport_.timeout());
+    for (int peer : behind) transport_.declare_stuck(peer, reason);
+    throw TimeoutError(reason);
+  }
+
   Transport& transport_;
   std::vector<int> host_of_;
   bool hierarchical_;
+  std::uint64_t started_ = 0;  // collectives begun; the executor's thread alone
   SerialExecutor executor_{"ring communicator"};  // last: its thread stops before the members it uses go away
 };
 

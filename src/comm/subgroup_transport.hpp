@@ -26,6 +26,9 @@ class SubgroupTransport final : public Transport {
   WorkPtr recv(int peer, Tag tag, std::span<std::byte> out) override { return base_.recv(real(peer), tag, out); }
   std::string describe(int rank) const override { return base_.describe(real(rank)); }
   std::chrono::milliseconds timeout() const override { return base_.timeout(); }
+  void report_progress(std::uint64_t collectives) override { base_.report_progress(collectives); }
+  std::optional<std::uint64_t> progress_of(int peer) const override { return base_.progress_of(real(peer)); }
+  void declare_stuck(int peer, const std::string& reason) override { base_.declare_stuck(real(peer), reason); }
 
  private:
   int real(int member) const { return members_.at(static_cast<std::size_t>(member)); }

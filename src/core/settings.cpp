@@ -11,7 +11,7 @@ namespace {
 
 std::optional<std::string> value_of(const char* name) {
   const char* value = std::getenv(name);
-  if (value == nullptr || *value == '\0') return std::nullopt;
+  if (value == nullptr) return std::nullopt;
   return std::string(value);
 }
 
@@ -20,7 +20,8 @@ std::optional<std::string> value_of(const char* name) {
 std::optional<bool> switch_setting(const char* name) {
   const auto value = value_of(name);
   if (!value) return std::nullopt;
-  if (*value != "0" && *value != "1") throw InvalidArgument(fmt::format("{}='{}': use 1 (on) or 0 (off)", name, *value));
+  if (*value != "0" && *value != "1")
+    throw InvalidArgument(fmt::format("{}='{}': use 1 (on) or 0 (off), or unset it", name, *value));
   return *value == "1";
 }
 
@@ -29,7 +30,7 @@ std::optional<std::string> choice_setting(const char* name, std::span<const std:
   if (!value) return std::nullopt;
   for (std::string_view choice : choices)
     if (*value == choice) return value;
-  throw InvalidArgument(fmt::format("{}='{}': use {}", name, *value, fmt::join(choices, ", ")));
+  throw InvalidArgument(fmt::format("{}='{}': use {}, or unset it", name, *value, fmt::join(choices, ", ")));
 }
 
 std::optional<std::int64_t> count_setting(const char* name) {
@@ -38,12 +39,12 @@ std::optional<std::int64_t> count_setting(const char* name) {
   std::int64_t count = -1;
   const auto [end, error] = std::from_chars(value->data(), value->data() + value->size(), count);
   if (error != std::errc() || end != value->data() + value->size() || count < 0)
-    throw InvalidArgument(fmt::format("{}='{}': use a whole number, 0 or more", name, *value));
+    throw InvalidArgument(fmt::format("{}='{}': use a whole number, 0 or more, or unset it", name, *value));
   return count;
 }
 
 void check_settings() {
-  count_setting("COHORT_RESTART");
+  for (const char* name : {"COHORT_RESTART", "COHORT_CUDA_DEVICE"}) count_setting(name);
   for (const char* name : {"COHORT_HIERARCHICAL_ALLREDUCE", "COHORT_SHARED_MEMORY", "COHORT_TLS", "COHORT_ALLOW_TF32"})
     switch_setting(name);
   choice_setting("COHORT_PROGRESS", kProgressSpellings);

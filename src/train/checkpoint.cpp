@@ -1,6 +1,7 @@
 #include "cohort/train/checkpoint.hpp"
 
 #include <cereal/types/map.hpp>
+#include <cereal/types/string.hpp>
 #include <cereal/types/utility.hpp>
 #include <cstring>
 #include <fstream>
@@ -25,19 +26,20 @@ struct PositionRecord {
   std::uint64_t data_seed = 0;
   std::vector<Logs> history;
   double learning_rate_factor = 1;
+  std::string gemm_path;
 
   PositionRecord() = default;
   PositionRecord(const TrainingPosition& position, std::uint64_t step)
       : model_step(step), epoch(position.epoch), batch_in_epoch(position.batch_in_epoch),
         global_step(position.global_step), data_seed(position.data_seed), history(position.history.epochs),
-        learning_rate_factor(position.learning_rate_factor) {}
+        learning_rate_factor(position.learning_rate_factor), gemm_path(position.gemm_path) {}
   TrainingPosition position() const {
-    return {epoch, batch_in_epoch, global_step, data_seed, History{history}, learning_rate_factor};
+    return {epoch, batch_in_epoch, global_step, data_seed, History{history}, learning_rate_factor, gemm_path};
   }
 
   template <class Archive>
   void serialize(Archive& archive) {
-    archive(model_step, epoch, batch_in_epoch, global_step, data_seed, history, learning_rate_factor);
+    archive(model_step, epoch, batch_in_epoch, global_step, data_seed, history, learning_rate_factor, gemm_path);
   }
 };
 

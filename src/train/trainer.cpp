@@ -292,6 +292,22 @@ void Trainer::agree(TrainingControl& control) {
   control.set_agreed(votes[0] > 0);
 }
 
+void Trainer::agree_on_gemm_path(TrainingPosition& position) {
+  if (std::getenv("COHORT_GEMM") == nullptr) {
+    if (!position.gemm_path.empty()) {
+      if (const auto recorded = gemm_path_named(position.gemm_path)) set_gemm_path(*recorded);
+      else if (strategy_->is_chief())
+        log::warning("the checkpoint's matrix products went through {}, which this build lacks: the resumed run rounds "
+                     "differently from the interrupted one",
+                     position.gemm_path);
+    }
+    // Each process's own timing could choose differently; the chief's choice (or the recorded one) is the job's.
+    std::array<double, 1> chosen{strategy_->is_chief() ? 1.0 + static_cast<int>(gemm_path()) : 0.0};
+    if (strategy_->sum_over_replicas(chosen)) set_gemm_path(static_cast<GemmPath>(static_cast<int>(chosen[0]) - 1));
+  }
+  position.gemm_path = gemm_path_name(gemm_path());
+}
+
 History Trainer::fit(const data::Dataset& train, const FitOptions& options) {
   check_settings();
   check_cpu_kernel_settings();
@@ -322,6 +338,7 @@ History Trainer::fit(const data::Dataset& train, const FitOptions& options) {
   optimizer_->to(model_.device());
   strategy_->initialize(model_, *optimizer_);  // after a resume, so that all processes start from the chief's
   if (strategy_->is_server()) return strategy_->serve(model_, *optimizer_, checkpoint_dir);
+  agree_on_gemm_path(position);
   if (verbose) {
     const std::string setup = strategy_->setup_report();
     if (!setup.empty()) fmt::print("{}", setup);

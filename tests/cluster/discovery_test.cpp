@@ -156,12 +156,21 @@ TEST_CASE("rank-only environments ask for a rendezvous at the chief's address", 
 
   const auto torchrun = discover(environment_of({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "1"}}));
   CHECK(std::get<RendezvousRequest>(torchrun).source == "torchrun");
+  // srun torchrun: every process of a node shares its SLURM_PROCID; RANK tells them apart.
+  const auto torchrun_under_slurm = discover(environment_of({{"RANK", "3"}, {"WORLD_SIZE", "4"}, {"SLURM_PROCID", "1"},
+                                                             {"SLURM_NTASKS", "2"}, {"MASTER_ADDR", "n1"}, {"MASTER_PORT", "1"}}));
+  CHECK(std::get<RendezvousRequest>(torchrun_under_slurm).source == "torchrun");
+  CHECK(std::get<RendezvousRequest>(torchrun_under_slurm).rank == 3);
 
   // Two descriptions of one process are refused, not resolved by a silent precedence.
   const std::string tf_config = R"({"cluster": {"worker": ["127.0.0.1:4000", "127.0.0.1:4001"]}, "task": {"type": "worker", "index": 1}})";
   require_invalid([&] { discover(environment_of({{"TF_CONFIG", tf_config}, {"RANK", "0"}, {"WORLD_SIZE", "2"}})); },
                   {"TF_CONFIG and RANK are both set"});
   require_invalid([&] { discover(environment_of({{"TF_CONFIG", tf_config}, {"SM_HOSTS", "[]"}})); }, {"TF_CONFIG and SM_HOSTS"});
+  require_invalid([&] { discover(environment_of({{"TF_CONFIG", tf_config}, {"OMPI_COMM_WORLD_RANK", "0"}})); },
+                  {"TF_CONFIG and OMPI_COMM_WORLD_RANK are both set"});
+  // Slurm sets SLURM_PROCID for every process of an allocation, also those given TF_CONFIG.
+  CHECK(std::get<ClusterSpec>(discover(environment_of({{"TF_CONFIG", tf_config}, {"SLURM_PROCID", "0"}}))).index == 1);
   require_invalid([] { discover(environment_of({{"RANK", "1"}, {"MASTER_ADDR", "a"}, {"MASTER_PORT", "1"}})); },
                   {"torchrun", "WORLD_SIZE"});
   require_invalid([] { discover(environment_of({{"RANK", "4"}, {"WORLD_SIZE", "4"}, {"MASTER_ADDR", "a"}, {"MASTER_PORT", "1"}})); },
@@ -213,6 +222,9 @@ TEST_CASE("a cluster makes its transport through the factory it is given", "[clu
       comm::WorkPtr recv(int p, comm::Tag t, std::span<std::byte> o) override { return inner.recv(p, t, o); }
       std::string describe(int r) const override { return inner.describe(r); }
       std::chrono::milliseconds timeout() const override { return inner.timeout(); }
+      void report_progress(std::uint64_t collectives) override { inner.report_progress(collectives); }
+      std::optional<std::uint64_t> progress_of(int p) const override { return inner.progress_of(p); }
+      void declare_stuck(int p, const std::string& reason) override { inner.declare_stuck(p, reason); }
     };
     return std::make_unique<Borrowed>(group.transport(peers.rank));
   };

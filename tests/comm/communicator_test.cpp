@@ -42,6 +42,29 @@ TEST_CASE("after a failed collective the ring communicator starts no other, so p
                     Catch::Contains("was not started: an earlier one on this communicator failed") && Catch::Contains("did not complete"));
 }
 
+TEST_CASE("a rank that never starts a collective is named stuck by every rank, not the neighbour each waited on",
+          "[comm]") {
+  // Worker 1 joins the first allreduce, then its training stops (its transport goes on). Worker 0 waits on
+  // the chief, its ring neighbour, and the chief on worker 1: both must name worker 1.
+  comm::InProcessGroup group(3, std::chrono::milliseconds(300), {"chief 0", "worker 0", "worker 1"});
+  std::vector<std::unique_ptr<comm::Communicator>> communicators;
+  std::vector<std::vector<float>> values(3, std::vector<float>(3000, 1.0f));
+  auto allreduce = [&](int rank) {
+    const auto r = static_cast<std::size_t>(rank);
+    return communicators[r]->allreduce(comm::Buffer::of(values[r]), comm::ReduceOp::Sum);
+  };
+  for (int r = 0; r < 3; ++r) communicators.push_back(comm::make_ring_communicator(group.transport(r)));
+  std::vector<comm::WorkPtr> first{allreduce(0), allreduce(1), allreduce(2)};
+  for (auto& work : first) work->wait(std::chrono::seconds(5));
+  const std::vector<comm::WorkPtr> second{allreduce(0), allreduce(1)};
+  for (std::size_t r = 0; r < second.size(); ++r) {
+    INFO("rank " << r);
+    CHECK_THROWS_AS(second[r]->wait(std::chrono::seconds(5)), TimeoutError);
+    CHECK_THROWS_WITH(second[r]->wait(std::chrono::seconds(1)),
+                      Catch::Contains("worker 1 is stuck") && Catch::Contains("in collective 2") && Catch::Contains("did not start"));
+  }
+}
+
 TEST_CASE("NCCL is set up only when every rank has a GPU of its own, and every rank hears why not", "[comm]") {
   // The check runs over the host communicator before NCCL is touched, so it runs on machines without a GPU.
   comm::InProcessGroup group(3);

@@ -5,6 +5,7 @@
 #include <limits>
 #include <catch2/catch.hpp>
 #include <numeric>
+#include <thread>
 #include <vector>
 
 #include "cohort/comm/collectives.hpp"
@@ -147,6 +148,33 @@ inline void broadcast_allgather_barrier(const Group& group) {
     }
     barrier(t);
   });
+}
+
+// Needs 3 ranks; ends the group. Each rank learns the others' progress; rank 0 then declares rank 2 stuck,
+// and the operations every rank has pending fail with TimeoutError naming rank 2, not the peer they wait on.
+inline void progress_and_stuck(const Group& group) {
+  for (int r = 0; r < 3; ++r) group[static_cast<std::size_t>(r)]->report_progress(static_cast<std::uint64_t>(10 + r));
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  auto everyone_heard = [&] {
+    for (int r = 0; r < 3; ++r)
+      for (int peer = 0; peer < 3; ++peer)
+        if (peer != r && group[static_cast<std::size_t>(r)]->progress_of(peer) != static_cast<std::uint64_t>(10 + peer)) return false;
+    return true;
+  };
+  while (!everyone_heard() && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  REQUIRE(everyone_heard());
+
+  std::vector<int> out(3, 0);
+  std::vector<WorkPtr> pending{group[0]->recv(1, 5, bytes(out)), group[1]->recv(0, 5, bytes(out)), group[2]->recv(1, 5, bytes(out))};
+  const std::string stuck = group[0]->describe(2) + " is stuck";
+  group[0]->declare_stuck(2, stuck + ": it never started collective 11");
+  for (int r = 0; r < 3; ++r) {
+    INFO("rank " << r);
+    CHECK_THROWS_AS(pending[static_cast<std::size_t>(r)]->wait(std::chrono::seconds(10)), TimeoutError);
+    CHECK_THROWS_WITH(pending[static_cast<std::size_t>(r)]->wait(std::chrono::seconds(1)), Catch::Contains(stuck));
+    CHECK_THROWS_WITH(group[static_cast<std::size_t>(r)]->send((r + 1) % 3, 6, bytes(out))->wait(std::chrono::seconds(10)),
+                      Catch::Contains(stuck));
+  }
 }
 
 }  // namespace conformance

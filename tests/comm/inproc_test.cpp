@@ -28,6 +28,11 @@ TEST_CASE("in-process: empty, large and many messages, a size mismatch is a Prot
   conformance::sizes_and_mismatch(members(group, 2));
 }
 
+TEST_CASE("in-process: progress reaches every rank, and a rank declared stuck is named by all", "[comm]") {
+  InProcessGroup group(3, 10s, {"chief 0", "worker 1", "worker 2"});
+  conformance::progress_and_stuck(members(group, 3));
+}
+
 TEST_CASE("a receive that nothing answers times out with a message naming it", "[comm]") {
   InProcessGroup group(2, 5s, {"chief 0 (a:1)", "worker 0 (b:2)"});
   std::vector<int> out(1);

@@ -139,6 +139,11 @@ TEST_CASE("shm: the conformance checks", "[comm][shm]") {
   }
 }
 
+TEST_CASE("shm: progress and a stuck rank travel with the liveness, over TCP", "[comm][shm]") {
+  auto group = connect_ranks(3);
+  conformance::progress_and_stuck(members(group));
+}
+
 TEST_CASE("shm: collectives match the serial reference on 2 to 5 ranks, on one host and across two", "[comm][shm][collectives]") {
   for (int n : {2, 3, 4, 5}) {
     INFO(n << " ranks on one host");

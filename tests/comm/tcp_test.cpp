@@ -167,6 +167,11 @@ TEST_CASE("tcp: the conformance checks", "[comm][tcp]") {
   }
 }
 
+TEST_CASE("tcp: heartbeats carry each rank's progress, and a rank declared stuck is named by all", "[comm][tcp]") {
+  const auto addresses = comm_test::free_addresses(3);
+  conformance::progress_and_stuck(members(connect_group(3, addresses)));
+}
+
 TEST_CASE("tcp: collectives match the serial reference on 1 to 4 ranks", "[comm][tcp][collectives]") {
   for (int n : {1, 2, 3, 4}) {
     const auto addresses = comm_test::free_addresses(n);

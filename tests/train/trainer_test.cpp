@@ -13,6 +13,7 @@
 #include "cohort/nn/pooling2d.hpp"
 #include "cohort/optim/adam.hpp"
 #include "cohort/optim/sgd.hpp"
+#include "cohort/tensor/gemm_path.hpp"
 #include "cohort/train/trainer.hpp"
 #include "test_util.hpp"
 
@@ -183,6 +184,8 @@ TEST_CASE("a setting spelled outside its documented spellings is refused before 
       {"COHORT_COMMUNICATOR", "MPI", "COHORT_COMMUNICATOR='MPI': use ring, mpi"},
       {"COHORT_GEMM", "foo", "COHORT_GEMM='foo': use eigen, openblas"},
       {"COHORT_CPU_ISA", "foo", "COHORT_CPU_ISA='foo': use portable, avx2, avx512"},
+      {"COHORT_GEMM", "", "COHORT_GEMM='': use eigen, openblas, or unset it"},
+      {"COHORT_CUDA_DEVICE", "zz", "COHORT_CUDA_DEVICE='zz': use a whole number"},
   };
   for (const Case& c : cases) {
     INFO(c.name << "=" << c.value);
@@ -198,4 +201,28 @@ TEST_CASE("a setting spelled outside its documented spellings is refused before 
   ::setenv("COHORT_RESTART", "2", 1);  // as cohort-launch --restarts sets it
   CHECK_NOTHROW(check_settings());
   ::unsetenv("COHORT_RESTART");
+}
+
+TEST_CASE("checkpoints record the GEMM path, and a resumed run computes through it again", "[train][checkpoint]") {
+  // Eigen's and OpenBLAS's products round differently: a run resumed on the other path would not repeat
+  // the interrupted one bit for bit.
+  if (available_gemm_paths().size() < 2) {
+    WARN("this build has Eigen's matrix products only");
+    return;
+  }
+  const GemmPath before = gemm_path();
+  ScratchDirectory dir("gemm_path_resume");
+  set_gemm_path(GemmPath::OpenBlas);
+  nn::Sequential model = tiny_cnn();
+  Trainer(model, optim::SGD()).fit(synthetic_set(), {.epochs = 1, .verbosity = train::Verbosity::Silent, .checkpoint_dir = dir.path()});
+  nn::Sequential probe = tiny_cnn();
+  optim::SGD sgd;
+  CHECK(train::load_checkpoint(dir.path() / train::kCheckpointFile, probe, sgd).gemm_path == "openblas");
+
+  set_gemm_path(GemmPath::Eigen);
+  nn::Sequential resumed = tiny_cnn();
+  Trainer(resumed, optim::SGD()).fit(synthetic_set(), {.epochs = 2, .verbosity = train::Verbosity::Silent,
+                                                       .checkpoint_dir = dir.path(), .resume = true});
+  CHECK(gemm_path() == GemmPath::OpenBlas);
+  set_gemm_path(before);
 }

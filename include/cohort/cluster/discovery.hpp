@@ -5,8 +5,8 @@
 //   2. SageMaker's SM_HOSTS and SM_CURRENT_HOST: every host runs a worker (port COHORT_WORKER_PORT,
 //      default 2222) and a parameter server (COHORT_PS_PORT, default 2223); the first host's worker is the
 //      chief; COHORT_ROLE=ps selects the parameter server of this host;
-//   3. rank-only environments: Open MPI (OMPI_COMM_WORLD_RANK/SIZE), Slurm (SLURM_PROCID/NTASKS) and
-//      torchrun-style (RANK, WORLD_SIZE), which name only this process's rank; the chief's address comes
+//   3. rank-only environments, the first set of: Open MPI (OMPI_COMM_WORLD_RANK/SIZE), torchrun-style (RANK,
+//      WORLD_SIZE) and Slurm (SLURM_PROCID/NTASKS), which name only this process's rank; the chief's address comes
 //      from MASTER_ADDR and MASTER_PORT (COHORT_MASTER_ADDR/PORT take precedence), and a rendezvous at
 //      that address hands out roles and the parameter-server count (COHORT_NUM_PS, read by rank 0).
 // Explicit C++ configuration bypasses all of this. A malformed or contradictory setting fails here, at

@@ -10,6 +10,9 @@
 //   different peers are independent.
 // - When a peer is lost, every pending and later operation of this rank fails with IoError naming the
 //   lost peer (role, index, address): a group that lost a member cannot complete a collective.
+// - Progress: a rank reports how many collectives it has started, and its peers learn the count (over TCP
+//   in its heartbeats), so that a rank that waits in vain in collective K can tell a peer that never started
+//   K, alive but stuck, from the peers that wait in K with it; declare_stuck() then ends the group naming it.
 //
 //   auto s = transport.send(1, tag, std::as_bytes(std::span(values)));
 //   auto r = transport.recv(1, tag, std::as_writable_bytes(std::span(incoming)));
@@ -18,6 +21,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 
@@ -39,6 +43,14 @@ class Transport {
   virtual std::string describe(int rank) const = 0;
   // The deadline that blocking helpers (collectives) apply to each wait.
   virtual std::chrono::milliseconds timeout() const = 0;
+
+  // This rank has started `collectives` collectives in all.
+  virtual void report_progress(std::uint64_t collectives) = 0;
+  // What `peer` last reported (at most a heartbeat interval old); nothing before its first report.
+  virtual std::optional<std::uint64_t> progress_of(int peer) const = 0;
+  // Ends the group because `peer` is stuck (alive, but making no progress): every pending and later
+  // operation of this rank fails with TimeoutError(reason), and every other member's fails naming `peer`.
+  virtual void declare_stuck(int peer, const std::string& reason) = 0;
 };
 
 }  // namespace cohort::comm

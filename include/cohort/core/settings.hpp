@@ -1,7 +1,8 @@
 #pragma once
 // Settings read from the environment. Each COHORT_* variable has documented spellings; any other value is
 // refused with InvalidArgument naming the variable and its spellings, so that a typo ("false" for "0")
-// never silently changes what a run does. Unset and empty mean the default.
+// never silently changes what a run does. Unset means the default; set but empty is refused like any other
+// spelling (as the cluster's settings are), so that `COHORT_GEMM=$UNSET_VARIABLE` is not mistaken for a choice.
 //
 //   if (switch_setting("COHORT_HIERARCHICAL_ALLREDUCE").value_or(true)) ...
 //   check_settings();   // every switch and choice at once, before a program starts its work
@@ -28,7 +29,7 @@ std::optional<std::string> choice_setting(const char* name, std::span<const std:
 std::optional<std::int64_t> count_setting(const char* name);
 
 // Checks the spelling of every switch, choice and count among cohort's settings: COHORT_RESTART,
-// COHORT_HIERARCHICAL_ALLREDUCE, COHORT_SHARED_MEMORY, COHORT_TLS, COHORT_ALLOW_TF32, COHORT_PROGRESS,
+// COHORT_CUDA_DEVICE (whether that GPU exists is checked when the CUDA backend starts), COHORT_HIERARCHICAL_ALLREDUCE, COHORT_SHARED_MEMORY, COHORT_TLS, COHORT_ALLOW_TF32, COHORT_PROGRESS,
 // COHORT_COMMUNICATOR, COHORT_GEMM, COHORT_CPU_ISA. Whether this build and processor have the GEMM library
 // or instruction set named is checked where they are chosen (check_cpu_kernel_settings()).
 void check_settings();

@@ -5,6 +5,7 @@
 //
 //   fmt::print("matrix products: {}\n", gemm_path_name(gemm_path()));
 
+#include <optional>
 #include <string_view>
 #include <vector>
 
@@ -14,6 +15,8 @@ enum class GemmPath { Eigen, OpenBlas };
 
 // "eigen" or "openblas".
 std::string_view gemm_path_name(GemmPath path);
+// The path of that name which this build has; nothing for another name or a path this build lacks.
+std::optional<GemmPath> gemm_path_named(std::string_view name);
 // The paths this build has: Eigen always, OpenBLAS when it was found at configure time.
 std::vector<GemmPath> available_gemm_paths();
 // The path in use (measured on the first call unless chosen). InvalidArgument when COHORT_GEMM names

@@ -1,6 +1,6 @@
 #pragma once
 // Checkpoints: the model's variables, the optimizer's state, the model's step counter (which seeds
-// dropout), the data seed and the position in training, in one file. The file starts with a magic, a
+// dropout), the data seed, the position in training and the CPU's GEMM path, in one file. The file starts with a magic, a
 // format version, the payload size and a CRC-32 of the payload; it is written to a temporary file,
 // flushed and renamed, so a crash leaves either the old or the new checkpoint. Loading a damaged,
 // foreign or mismatched file raises DataError and changes nothing.
@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <string>
 
 #include "cohort/nn/sequential.hpp"
 #include "cohort/optim/optimizer.hpp"
@@ -24,9 +25,12 @@ struct TrainingPosition {
   std::uint64_t data_seed = 0;
   History history{};                // completed epochs
   double learning_rate_factor = 1;  // what callbacks made of the optimizer's schedule
+  // The CPU's matrix products ("eigen", "openblas"; empty where unknown): a resumed run computes them as the
+  // interrupted one did, since the two libraries round differently.
+  std::string gemm_path{};
 };
 
-inline constexpr std::uint32_t kCheckpointFormatVersion = 2;
+inline constexpr std::uint32_t kCheckpointFormatVersion = 3;
 
 void save_checkpoint(const std::filesystem::path& path, const nn::Sequential& model, const optim::Optimizer& optimizer,
                      const TrainingPosition& position);

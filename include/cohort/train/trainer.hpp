@@ -125,6 +125,9 @@ class Trainer {
   Totals evaluate_share(const data::Dataset& dataset, std::int64_t batch_size, int replica, int replicas);
   // Agrees on the callbacks' requests among the processes and applies what was agreed.
   void agree(TrainingControl& control);
+  // Unless COHORT_GEMM chooses: the GEMM path a resumed run used before, else the chief's, for every
+  // process that trains, so that runs repeat bit for bit; recorded in `position` for the checkpoints.
+  void agree_on_gemm_path(TrainingPosition& position);
 
   nn::Sequential& model_;
   std::unique_ptr<optim::Optimizer> optimizer_;

@@ -150,7 +150,12 @@ ShmTransport::Link* ShmTransport::link_of(int peer) const {
 std::exception_ptr ShmTransport::error_for(int peer) const {
   const Link& link = *link_by_rank_[static_cast<std::size_t>(peer)];
   if (!link.gone) return nullptr;
-  return link.gone_by_protocol ? std::make_exception_ptr(ProtocolError(*link.gone)) : std::make_exception_ptr(IoError(*link.gone));
+  switch (link.gone_by) {
+    case Failure::Protocol: return std::make_exception_ptr(ProtocolError(*link.gone));
+    case Failure::Stuck: return std::make_exception_ptr(TimeoutError(*link.gone));
+    case Failure::Lost: break;
+  }
+  return std::make_exception_ptr(IoError(*link.gone));
 }
 
 void ShmTransport::wake_progress() const { own_.ring_bell(); }
@@ -407,28 +412,31 @@ void ShmTransport::check_watches() {
     if (!corrupt || is_gone(*link)) continue;
     log::error("{}: {}", describe(rank()), *corrupt);
     for (auto& other : links_)
-      if (!is_gone(*other)) fail_link(*other, *corrupt, true);
+      if (!is_gone(*other)) fail_link(*other, *corrupt, Failure::Protocol);
     return;
   }
   for (auto& link : links_) {
     if (is_gone(*link) || !link->watch->done()) continue;
     std::string reason;
-    bool protocol = false;
+    Failure failure = Failure::Lost;
     try {
       link->watch->wait(std::chrono::milliseconds(0));
       reason = fmt::format("{} sent a message on a reserved tag", describe(link->peer));
-      protocol = true;
+      failure = Failure::Protocol;
     } catch (const ProtocolError& error) {
       reason = error.what();
-      protocol = true;
+      failure = Failure::Protocol;
+    } catch (const TimeoutError& error) {  // the group broke: a stuck member
+      reason = error.what();
+      failure = Failure::Stuck;
     } catch (const std::exception& error) {
       reason = error.what();
     }
-    fail_link(*link, reason, protocol);
+    fail_link(*link, reason, failure);
   }
 }
 
-void ShmTransport::fail_link(Link& link, const std::string& reason, bool protocol) {
+void ShmTransport::fail_link(Link& link, const std::string& reason, Failure failure) {
   // What the peer wrote before it went is delivered first (a peer that says goodbye has finished writing).
   {
     const std::lock_guard reading(link.read_mutex);
@@ -436,7 +444,7 @@ void ShmTransport::fail_link(Link& link, const std::string& reason, bool protoco
     }
     const std::lock_guard lock(state_mutex_);
     link.gone = reason;
-    link.gone_by_protocol = protocol;
+    link.gone_by = failure;
     for (auto& [key, queue] : receivers_) {
       if (key.first != link.peer) continue;
       for (Receiver& receiver : queue) receiver.work->fail(error_for(link.peer));

@@ -48,6 +48,10 @@ class ShmTransport : public Transport {
   int size() const override { return tcp_->size(); }
   std::string describe(int rank) const override { return tcp_->describe(rank); }
   std::chrono::milliseconds timeout() const override { return tcp_->timeout(); }
+  // Progress and stuck peers travel over TCP, with the liveness.
+  void report_progress(std::uint64_t collectives) override { tcp_->report_progress(collectives); }
+  std::optional<std::uint64_t> progress_of(int peer) const override { return tcp_->progress_of(peer); }
+  void declare_stuck(int peer, const std::string& reason) override { tcp_->declare_stuck(peer, reason); }
   WorkPtr send(int peer, Tag tag, std::span<const std::byte> data) override;
   WorkPtr recv(int peer, Tag tag, std::span<std::byte> out) override;
 
@@ -76,6 +80,8 @@ class ShmTransport : public Transport {
     std::vector<std::byte> buffer{};
     bool discard = false;
   };
+  // What a link's failed operations throw: IoError, ProtocolError, or TimeoutError (a stuck peer).
+  enum class Failure { Lost, Protocol, Stuck };
   struct Link {  // one same-host peer
     int peer = -1;
     Mailbox theirs;  // where this rank writes
@@ -89,7 +95,7 @@ class ShmTransport : public Transport {
     std::optional<std::string> corrupt;  // a bad frame header: the ring's framing is lost (under read_mutex)
     WorkPtr watch;                     // a TCP receive that fails when the peer does
     std::optional<std::string> gone;   // why operations with this peer fail; guarded by state_mutex_
-    bool gone_by_protocol = false;
+    Failure gone_by = Failure::Lost;
   };
 
   void exchange_segments(const std::vector<int>& local, const SharedMemoryOptions& options);
@@ -105,7 +111,7 @@ class ShmTransport : public Transport {
   bool is_gone(const Link& link) const;
   // Fails what waits on `link`'s peer, now and later, after delivering what it had written. A lost peer
   // fails every watch at once (the TCP transport fails all its receives), so every link fails with it.
-  void fail_link(Link& link, const std::string& reason, bool protocol);
+  void fail_link(Link& link, const std::string& reason, Failure failure);
   std::exception_ptr error_for(int peer) const;  // under state_mutex_
   void wake_progress() const;
 

@@ -32,6 +32,7 @@ std::optional<std::string> check(const FrameHeader& header, std::uint64_t max_pa
     case FrameType::Bye:
     case FrameType::Refused:
     case FrameType::Accepted:
+    case FrameType::Stuck:
       break;
     default:
       return fmt::format("unknown frame type {}", static_cast<unsigned>(header.type));

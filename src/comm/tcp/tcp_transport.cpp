@@ -100,7 +100,16 @@ void TcpTransport::on_frame(int peer, const FrameHeader& header) {
                                                                describe(options_.rank), describe(peer)))));
       return fail_pending_of(peer, fmt::format("{} left the group", describe(peer)));
     case FrameType::Heartbeat:
+      peer_progress_[static_cast<std::size_t>(peer)].store(header.tag + 1, std::memory_order_relaxed);
       return read_header(peer);
+    case FrameType::Stuck: {
+      const auto stuck = static_cast<int>(header.tag);
+      const std::string stuck_name = stuck >= 0 && stuck < size() ? describe(stuck) : fmt::format("rank {}", header.tag);
+      break_group(fmt::format("{} is stuck (found by {}): connected, but it never started a collective the others waited in",
+                              stuck_name, describe(peer)),
+                  Breakage::Stuck);
+      return read_header(peer);
+    }
     case FrameType::Abort: {
       const auto lost = static_cast<int>(header.tag);
       const std::string lost_name = lost >= 0 && lost < size() ? describe(lost) : fmt::format("rank {}", header.tag);
@@ -238,7 +247,8 @@ void TcpTransport::heartbeat() {
       lose(r, fmt::format("silent for more than {} ms", options_.peer_timeout.count()));
       continue;
     }
-    if (p.queue.empty()) enqueue(r, {encode({.type = FrameType::Heartbeat}), {}, nullptr});
+    if (p.queue.empty())
+      enqueue(r, {encode({.type = FrameType::Heartbeat, .tag = progress_.load(std::memory_order_relaxed)}), {}, nullptr});
   }
   heartbeat_timer_.expires_after(options_.heartbeat_interval);
   heartbeat_timer_.async_wait([this](const asio::error_code& error) {
@@ -261,17 +271,49 @@ void TcpTransport::lose(int peer, const std::string& reason, bool protocol) {
     if (r != peer && other.ready && !other.departed)
       enqueue(r, {encode({.type = FrameType::Abort, .tag = static_cast<std::uint64_t>(peer)}), {}, nullptr});
   }
-  break_group(fmt::format("lost {}: {}", describe(peer), reason), protocol);
+  break_group(fmt::format("lost {}: {}", describe(peer), reason), protocol ? Breakage::Protocol : Breakage::Lost);
 }
 
-void TcpTransport::break_group(const std::string& message, bool protocol) {
+std::optional<std::uint64_t> TcpTransport::progress_of(int peer) const {
+  check_peer(peer);
+  const std::uint64_t heard = peer_progress_[static_cast<std::size_t>(peer)].load(std::memory_order_relaxed);
+  if (heard == 0) return std::nullopt;
+  return heard - 1;
+}
+
+void TcpTransport::declare_stuck(int peer, const std::string& reason) {
+  check_peer(peer);
+  asio::post(io_, [this, peer, reason] {
+    if (!broken_) {
+      log::error("{}: {}", describe(options_.rank), reason);
+      // The stuck peer hears it too: should it wake, it learns why the group is gone.
+      for (int r = 0; r < size(); ++r) {
+        const Peer& other = peers_[static_cast<std::size_t>(r)];
+        if (other.ready && !other.departed)
+          enqueue(r, {encode({.type = FrameType::Stuck, .tag = static_cast<std::uint64_t>(peer)}), {}, nullptr});
+      }
+      break_group(reason, Breakage::Stuck);
+    }
+  });
+}
+
+std::exception_ptr TcpTransport::broken_error() const {
+  switch (breakage_) {
+    case Breakage::Protocol: return std::make_exception_ptr(ProtocolError(*broken_));
+    case Breakage::Stuck: return std::make_exception_ptr(TimeoutError(*broken_));
+    case Breakage::Lost: break;
+  }
+  return std::make_exception_ptr(IoError(*broken_));
+}
+
+void TcpTransport::break_group(const std::string& message, Breakage breakage) {
   if (broken_) return;
   broken_ = message;
-  broken_by_protocol_ = protocol;
+  breakage_ = breakage;
   // A peer lost before everybody is connected: set-up cannot finish, and says why at once.
   if (setting_up()) {
     const std::string failure = fmt::format("{} could not finish set-up: {}", describe(options_.rank), message);
-    fail_setup(protocol ? std::make_exception_ptr(ProtocolError(failure)) : std::make_exception_ptr(IoError(failure)));
+    fail_setup(breakage == Breakage::Protocol ? std::make_exception_ptr(ProtocolError(failure)) : std::make_exception_ptr(IoError(failure)));
   }
   for (auto& [key, queue] : receivers_)
     for (auto& receiver : queue) receiver.work->fail(broken_error());

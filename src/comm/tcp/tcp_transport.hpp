@@ -31,6 +31,7 @@
 // ranks fail naming the same peer, whichever link they were waiting on. A rank that shuts down cleanly
 // says goodbye first; only operations that need it fail then.
 #include <asio.hpp>
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -107,6 +108,9 @@ class TcpTransport : public Transport {
   int size() const override { return static_cast<int>(options_.addresses.size()); }
   std::string describe(int rank) const override { return names_.at(static_cast<std::size_t>(rank)); }
   std::chrono::milliseconds timeout() const override { return options_.timeout; }
+  void report_progress(std::uint64_t collectives) override { progress_.store(collectives, std::memory_order_relaxed); }
+  std::optional<std::uint64_t> progress_of(int peer) const override;
+  void declare_stuck(int peer, const std::string& reason) override;
   WorkPtr send(int peer, Tag tag, std::span<const std::byte> data) override;
   WorkPtr recv(int peer, Tag tag, std::span<std::byte> out) override;
 
@@ -158,13 +162,13 @@ class TcpTransport : public Transport {
   // failures
   // protocol: the peer sent bytes that break the protocol; operations then fail with ProtocolError.
   void lose(int peer, const std::string& reason, bool protocol = false);
-  void break_group(const std::string& message, bool protocol = false);
+  // How the group broke, which decides what its failed operations throw: IoError, ProtocolError, TimeoutError.
+  enum class Breakage { Lost, Protocol, Stuck };
+  void break_group(const std::string& message, Breakage breakage = Breakage::Lost);
   void fail_pending_of(int peer, const std::string& message);
   // Each failed operation gets its own exception object: waiters on other threads rethrow them.
   void fail_queued_sends(const std::function<std::exception_ptr()>& error);
-  std::exception_ptr broken_error() const {
-    return broken_by_protocol_ ? std::make_exception_ptr(ProtocolError(*broken_)) : std::make_exception_ptr(IoError(*broken_));
-  }
+  std::exception_ptr broken_error() const;
   void check_peer(int peer) const;
   // Says goodbye, lets queued frames leave (half a second at most), closes every socket and stops the
   // I/O thread: at destruction, and before a failed set-up throws.
@@ -191,7 +195,10 @@ class TcpTransport : public Transport {
   std::map<std::pair<int, Tag>, std::deque<Receiver>> receivers_;
   std::map<std::pair<int, Tag>, std::deque<std::vector<std::byte>>> unexpected_;
   std::optional<std::string> broken_;
-  bool broken_by_protocol_ = false;
+  Breakage breakage_ = Breakage::Lost;
+  std::atomic<std::uint64_t> progress_{0};
+  // Per peer: 1 + the count its latest heartbeat carried, 0 before its first; written by the I/O thread alone.
+  std::unique_ptr<std::atomic<std::uint64_t>[]> peer_progress_;
   Clock::time_point connect_deadline_;
 
   std::mutex setup_mutex_;

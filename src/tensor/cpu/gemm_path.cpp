@@ -80,8 +80,7 @@ GemmPath measured_fastest() {
 }
 
 GemmPath named(std::string_view name) {
-  for (GemmPath path : available_gemm_paths())
-    if (gemm_path_name(path) == name) return path;
+  if (const auto path = gemm_path_named(name)) return *path;
   throw InvalidArgument(fmt::format("COHORT_GEMM={}: this build computes matrix products with {}", name,
                                     available_gemm_paths().size() == 1 ? "eigen only" : "eigen or openblas"));
 }
@@ -89,6 +88,12 @@ GemmPath named(std::string_view name) {
 }  // namespace
 
 std::string_view gemm_path_name(GemmPath path) { return path == GemmPath::OpenBlas ? "openblas" : "eigen"; }
+
+std::optional<GemmPath> gemm_path_named(std::string_view name) {
+  for (GemmPath path : available_gemm_paths())
+    if (gemm_path_name(path) == name) return path;
+  return std::nullopt;
+}
 
 std::vector<GemmPath> available_gemm_paths() {
   return COHORT_HAS_OPENBLAS ? std::vector{GemmPath::Eigen, GemmPath::OpenBlas} : std::vector{GemmPath::Eigen};
