@@ -34,6 +34,8 @@ class RingCommunicator final : public Communicator {
   // Each of the ring's 2 (n - 1) steps may take the transport's timeout; a lost peer is reported by the
   // transport long before.
   std::chrono::milliseconds timeout() const override { return transport_.timeout() * (2 * std::max(1, size())); }
+  // The ring's messages are pieces of the buffers, a broadcast's the whole buffer.
+  void expect_buffers_up_to(std::uint64_t bytes) override { transport_.expect_messages_up_to(bytes); }
 
   WorkPtr allreduce(Buffer data, ReduceOp op) override {
     check_host("allreduce", data);

@@ -51,11 +51,14 @@ ParameterStore::ParameterStore(comm::Transport& transport, Plan plan, std::vecto
                            .offset = link.outgoing.size()});
     link.outgoing.resize(link.outgoing.size() + static_cast<std::size_t>(shard.shape.numel()));
   }
+  std::uint64_t largest_reply = 0;
   for (Link& link : links_) {
     link.incoming.resize(link.outgoing.size());
     link.last_read.resize(link.outgoing.size());
     link.request.resize(sizeof(proto::RequestHeader));
+    largest_reply = std::max<std::uint64_t>(largest_reply, link.incoming.size() * sizeof(float));
   }
+  transport_.expect_messages_up_to(largest_reply);
   traffic_.servers.resize(links_.size());
 }
 

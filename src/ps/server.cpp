@@ -68,6 +68,7 @@ Server::Server(comm::Transport& transport, Plan plan, int server, std::vector<in
     payload_floats_ += static_cast<std::size_t>(shard.shape.numel());
   }
   accumulator_.assign(payload_floats_, 0.0);
+  transport_.expect_messages_up_to(payload_floats_ * sizeof(float));  // what the plan lets a request carry
   const std::size_t workers = worker_ranks_.size();
   contributions_.assign(workers, nullptr);
   idle_since_.assign(workers, std::nullopt);

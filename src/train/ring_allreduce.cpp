@@ -97,6 +97,12 @@ void RingAllreduce::plan_buckets(const nn::Sequential& model) {
   fused_ = Tensor({buckets_.elements() + 1}, model.device());
   staged_ = !communicator_for(model.device()).second;
   staging_ = staged_ ? Tensor::pinned({fused_.numel()}) : Tensor();
+  // The largest buffer: a bucket (the last with the sample count) or a variable the chief broadcasts.
+  std::uint64_t largest = 0;
+  for (const auto& bucket : buckets_.buckets())
+    largest = std::max(largest, static_cast<std::uint64_t>(bucket.end - bucket.begin + 1) * sizeof(float));
+  for (const auto& v : model.variables()) largest = std::max(largest, static_cast<std::uint64_t>(v->value.numel()) * sizeof(float));
+  for (const auto& c : communicators_) c->expect_buffers_up_to(largest);
 }
 
 std::vector<std::vector<std::string>> RingAllreduce::bucket_plan() const {

@@ -177,4 +177,26 @@ inline void progress_and_stuck(const Group& group) {
   }
 }
 
+// Needs 2 ranks; ends the group. Once rank 1 expects messages of at most 512 KiB, one of that size still
+// waits for a receive posted after it came, and a larger one that no receive awaits fails rank 1 with
+// ProtocolError naming rank 0, before its bytes are buffered.
+inline void unexpected_messages_bounded(const Group& group) {
+  Transport& zero = *group[0];
+  Transport& one = *group[1];
+  constexpr std::size_t kExpected = 512 << 10;
+  one.expect_messages_up_to(kExpected);
+  std::vector<std::byte> fits(kExpected, std::byte{7}), larger(kExpected + 1, std::byte{8}), got(kExpected);
+  zero.send(1, 1, fits)->wait(std::chrono::seconds(10));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // so that it is buffered before its receive
+  one.recv(0, 1, got)->wait(std::chrono::seconds(10));
+  CHECK(got == fits);
+  std::vector<int> unrelated(1);
+  auto pending = one.recv(0, 3, bytes(unrelated));
+  zero.send(1, 2, larger);
+  CHECK_THROWS_AS(pending->wait(std::chrono::seconds(10)), ProtocolError);
+  CHECK_THROWS_WITH(pending->wait(std::chrono::seconds(1)),
+                    Catch::Contains(zero.describe(0)) && Catch::Contains("no receive awaits") &&
+                        Catch::Contains(std::to_string(kExpected + 1) + " bytes"));
+}
+
 }  // namespace conformance

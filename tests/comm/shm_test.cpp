@@ -144,6 +144,11 @@ TEST_CASE("shm: progress and a stuck rank travel with the liveness, over TCP", "
   conformance::progress_and_stuck(members(group));
 }
 
+TEST_CASE("shm: a message larger than the run expects, which no receive awaits, is refused at once", "[comm][shm][security]") {
+  auto group = connect_ranks(2);
+  conformance::unexpected_messages_bounded(members(group));
+}
+
 TEST_CASE("shm: collectives match the serial reference on 2 to 5 ranks, on one host and across two", "[comm][shm][collectives]") {
   for (int n : {2, 3, 4, 5}) {
     INFO(n << " ranks on one host");

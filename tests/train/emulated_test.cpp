@@ -269,6 +269,7 @@ TEST_CASE("ring allreduce picks the communicator that accepts the gradients' dev
     int size() const override { return ring->size(); }
     bool accepts(Device device) const override { return device == Device::Emulated; }
     std::chrono::milliseconds timeout() const override { return ring->timeout(); }
+    void expect_buffers_up_to(std::uint64_t bytes) override { ring->expect_buffers_up_to(bytes); }
     static comm::Buffer on_host(comm::Buffer b) {
       b.device = Device::CPU;
       return b;

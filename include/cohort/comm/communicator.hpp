@@ -49,6 +49,9 @@ class Communicator {
   virtual bool accepts(Device device) const = 0;
   // How long a caller should wait for one whole collective before declaring the group stuck.
   virtual std::chrono::milliseconds timeout() const = 0;
+  // No buffer of this run's collectives is larger than `bytes`: a transport that buffers early messages
+  // refuses a larger one from then on (Transport::expect_messages_up_to).
+  virtual void expect_buffers_up_to(std::uint64_t bytes) = 0;
 
   // Element-wise sum (or mean) across ranks, in place; every rank ends with identical values.
   virtual WorkPtr allreduce(Buffer data, ReduceOp op) = 0;

@@ -13,6 +13,9 @@
 // - Progress: a rank reports how many collectives it has started, and its peers learn the count (over TCP
 //   in its heartbeats), so that a rank that waits in vain in collective K can tell a peer that never started
 //   K, alive but stuck, from the peers that wait in K with it; declare_stuck() then ends the group naming it.
+// - A message that arrives before its receive is posted is buffered, in pieces as its bytes come; once the
+//   run has said how large its messages get (expect_messages_up_to), one announced above that is a
+//   ProtocolError naming its sender at once, so that no member makes a rank buffer more than it may send.
 //
 //   auto s = transport.send(1, tag, std::as_bytes(std::span(values)));
 //   auto r = transport.recv(1, tag, std::as_writable_bytes(std::span(incoming)));
@@ -30,6 +33,9 @@
 namespace cohort::comm {
 
 using Tag = std::uint64_t;
+
+// Messages this small are always expected (agreements, a run's history, rendezvous answers).
+inline constexpr std::uint64_t kAlwaysExpectedBytes = 256 << 10;
 
 class Transport {
  public:
@@ -51,6 +57,9 @@ class Transport {
   // Ends the group because `peer` is stuck (alive, but making no progress): every pending and later
   // operation of this rank fails with TimeoutError(reason), and every other member's fails naming `peer`.
   virtual void declare_stuck(int peer, const std::string& reason) = 0;
+  // No message of this run is larger than max(bytes, kAlwaysExpectedBytes): from now on a frame that
+  // announces more while no receive of its size waits fails this rank with ProtocolError naming the sender.
+  virtual void expect_messages_up_to(std::uint64_t bytes) = 0;
 };
 
 }  // namespace cohort::comm

@@ -72,6 +72,7 @@ class MpiCommunicator final : public Communicator {
   int size() const override { return size_; }
   bool accepts(Device device) const override { return device == Device::CPU; }
   std::chrono::milliseconds timeout() const override { return options_.timeout; }
+  void expect_buffers_up_to(std::uint64_t) override {}  // MPI's own transport buffers on its own terms
 
   WorkPtr allreduce(Buffer data, ReduceOp op) override {
     check_host("allreduce", data);

@@ -84,6 +84,7 @@ class NcclCommunicator final : public Communicator {
   int size() const override { return size_; }
   bool accepts(Device device) const override { return device == Device::CUDA; }
   std::chrono::milliseconds timeout() const override { return timeout_; }
+  void expect_buffers_up_to(std::uint64_t) override {}  // NCCL reads into the buffers themselves
 
   WorkPtr allreduce(Buffer data, ReduceOp op) override {
     check_gpu("allreduce", data);

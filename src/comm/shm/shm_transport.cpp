@@ -43,7 +43,7 @@ std::string broken_ring(const ShmTransport& transport, int peer) {
 
 ShmTransport::ShmTransport(std::unique_ptr<Transport> tcp, const std::vector<int>& local, const SharedMemoryOptions& options,
                            std::uint64_t max_frame_bytes)
-    : tcp_(std::move(tcp)), max_frame_bytes_(max_frame_bytes), link_by_rank_(static_cast<std::size_t>(tcp_->size()), nullptr) {
+    : tcp_(std::move(tcp)), max_frame_bytes_(max_frame_bytes), expected_bytes_(max_frame_bytes), link_by_rank_(static_cast<std::size_t>(tcp_->size()), nullptr) {
   exchange_segments(local, options);
   log::info("{}: shared memory with {} of the {} peer(s) on its host", describe(rank()), links_.size(), local.size());
   if (links_.empty()) return;
@@ -264,7 +264,7 @@ bool ShmTransport::read_inbound(Link& link) {
                                    describe(link.peer), header[1], max_frame_bytes_);
         return true;
       }
-      start_frame(link, header[0], header[1]);
+      if (!start_frame(link, header[0], header[1])) return true;
       progressed = true;
     }
     Incoming& incoming = *link.incoming;
@@ -293,12 +293,19 @@ bool ShmTransport::read_inbound(Link& link) {
   return progressed;
 }
 
-void ShmTransport::start_frame(Link& link, Tag tag, std::uint64_t length) {
+bool ShmTransport::start_frame(Link& link, Tag tag, std::uint64_t length) {
   Incoming incoming{.tag = tag, .length = length};
   {
     const std::lock_guard lock(state_mutex_);
     auto waiting = receivers_.find({link.peer, tag});
-    if (waiting != receivers_.end() && !waiting->second.empty()) {
+    const bool awaited = waiting != receivers_.end() && !waiting->second.empty();
+    if (const std::uint64_t expected = expected_bytes_.load(std::memory_order_relaxed); !awaited && length > expected) {
+      link.corrupt = fmt::format("protocol error: {} wrote a message of {} bytes on tag {} that no receive awaits into "
+                                 "shared memory, above the {} bytes of this run's largest",
+                                 describe(link.peer), length, tag, expected);
+      return false;
+    }
+    if (awaited) {
       const Receiver receiver = waiting->second.front();
       waiting->second.pop_front();
       if (receiver.out.size() == length) {
@@ -311,6 +318,13 @@ void ShmTransport::start_frame(Link& link, Tag tag, std::uint64_t length) {
     }
   }
   link.incoming = std::move(incoming);
+  return true;
+}
+
+void ShmTransport::expect_messages_up_to(std::uint64_t bytes) {
+  const std::uint64_t expected = std::min(std::max(bytes, kAlwaysExpectedBytes), max_frame_bytes_);
+  expected_bytes_.store(expected, std::memory_order_relaxed);
+  tcp_->expect_messages_up_to(expected);
 }
 
 void ShmTransport::finish_frame(Link& link) {

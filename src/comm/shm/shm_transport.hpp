@@ -52,6 +52,7 @@ class ShmTransport : public Transport {
   void report_progress(std::uint64_t collectives) override { tcp_->report_progress(collectives); }
   std::optional<std::uint64_t> progress_of(int peer) const override { return tcp_->progress_of(peer); }
   void declare_stuck(int peer, const std::string& reason) override { tcp_->declare_stuck(peer, reason); }
+  void expect_messages_up_to(std::uint64_t bytes) override;
   WorkPtr send(int peer, Tag tag, std::span<const std::byte> data) override;
   WorkPtr recv(int peer, Tag tag, std::span<std::byte> out) override;
 
@@ -104,7 +105,8 @@ class ShmTransport : public Transport {
   void write_queued(Link& link);
   void progress();
   bool read_inbound(Link& link);  // the caller holds link.read_mutex
-  void start_frame(Link& link, Tag tag, std::uint64_t length);
+  // Begins reading a frame; false (and the link corrupt) when it is one that no receive awaits and larger than expected.
+  bool start_frame(Link& link, Tag tag, std::uint64_t length);
   void finish_frame(Link& link);
   bool work_waiting();
   void check_watches();
@@ -117,6 +119,7 @@ class ShmTransport : public Transport {
 
   std::unique_ptr<Transport> tcp_;
   std::uint64_t max_frame_bytes_;
+  std::atomic<std::uint64_t> expected_bytes_;  // the largest frame buffered while no receive awaits it
   Mailbox own_;
   std::vector<std::unique_ptr<Link>> links_;
   std::vector<Link*> link_by_rank_;  // null: TCP

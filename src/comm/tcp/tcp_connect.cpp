@@ -58,6 +58,7 @@ TcpTransport::TcpTransport(const TcpOptions& options) : options_(options) {
   if (!options_.star) layout_ = layout_fingerprint(given_addresses());
   peers_.resize(static_cast<std::size_t>(n));
   peer_progress_ = std::make_unique<std::atomic<std::uint64_t>[]>(static_cast<std::size_t>(n));
+  expected_bytes_.store(options_.max_frame_bytes);
   for (auto& peer : peers_) peer.retry = std::make_unique<asio::steady_timer>(io_);
 
   if (n > 1 && (!options_.star || options_.rank == 0)) {

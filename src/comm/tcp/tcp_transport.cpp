@@ -138,6 +138,12 @@ void TcpTransport::on_frame(int peer, const FrameHeader& header) {
                      });
     return;
   }
+  if (const std::uint64_t expected = expected_bytes_.load(std::memory_order_relaxed); header.length > expected)
+    return lose(peer,
+                fmt::format("protocol error: a message of {} bytes on tag {} that no receive awaits, above the {} bytes of "
+                            "this run's largest",
+                            header.length, header.tag, expected),
+                true);
   p.payload.clear();
   read_unexpected(peer, header.tag, header.length);
 }
@@ -295,6 +301,10 @@ void TcpTransport::declare_stuck(int peer, const std::string& reason) {
       break_group(reason, Breakage::Stuck);
     }
   });
+}
+
+void TcpTransport::expect_messages_up_to(std::uint64_t bytes) {
+  expected_bytes_.store(std::min(std::max(bytes, kAlwaysExpectedBytes), options_.max_frame_bytes), std::memory_order_relaxed);
 }
 
 std::exception_ptr TcpTransport::broken_error() const {

@@ -111,6 +111,7 @@ class TcpTransport : public Transport {
   void report_progress(std::uint64_t collectives) override { progress_.store(collectives, std::memory_order_relaxed); }
   std::optional<std::uint64_t> progress_of(int peer) const override;
   void declare_stuck(int peer, const std::string& reason) override;
+  void expect_messages_up_to(std::uint64_t bytes) override;
   WorkPtr send(int peer, Tag tag, std::span<const std::byte> data) override;
   WorkPtr recv(int peer, Tag tag, std::span<std::byte> out) override;
 
@@ -197,6 +198,7 @@ class TcpTransport : public Transport {
   std::optional<std::string> broken_;
   Breakage breakage_ = Breakage::Lost;
   std::atomic<std::uint64_t> progress_{0};
+  std::atomic<std::uint64_t> expected_bytes_;  // the largest frame buffered while no receive awaits it
   // Per peer: 1 + the count its latest heartbeat carried, 0 before its first; written by the I/O thread alone.
   std::unique_ptr<std::atomic<std::uint64_t>[]> peer_progress_;
   Clock::time_point connect_deadline_;
