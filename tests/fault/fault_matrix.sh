@@ -22,9 +22,9 @@ trap 'kill -9 $(jobs -p) 2>/dev/null; pkill -9 -P $$ 2>/dev/null; rm -rf "$work"
 source "$(dirname "$0")/../launch/common.sh"
 
 # Short deadlines, so that a hang shows within seconds: a stopped process is lost after 2 s of silence.
-export COHORT_PEER_TIMEOUT=2s COHORT_HEARTBEAT_INTERVAL=200ms COHORT_CONNECT_TIMEOUT=8s COHORT_TIMEOUT=20s
+export COHORT_PEER_TIMEOUT=2s COHORT_HEARTBEAT_INTERVAL=200ms COHORT_CONNECT_TIMEOUT=8s COHORT_TIMEOUT=10s
 deadline=25  # seconds from the signal to the end of every process
-stuck_deadline=40  # from freezing a process's main thread: the progress deadline (COHORT_TIMEOUT) + margin
+stuck_deadline=30  # from freezing a process's main thread: the progress deadline (COHORT_TIMEOUT) + margin
 args=(--train-samples 12000 --batch-size 32 --epochs 1 --threads 1)
 cases=0
 
