@@ -185,7 +185,9 @@ inline void unexpected_messages_bounded(const Group& group) {
   Transport& one = *group[1];
   constexpr std::size_t kExpected = 512 << 10;
   one.expect_messages_up_to(kExpected);
-  std::vector<std::byte> fits(kExpected, std::byte{7}), larger(kExpected + 1, std::byte{8}), got(kExpected);
+  std::vector<std::byte> fits(kExpected, std::byte{7}), got(kExpected);
+  // The refused send may stay in flight until the group closes, after this returns: its bytes outlive it.
+  static const std::vector<std::byte> larger(kExpected + 1, std::byte{8});
   zero.send(1, 1, fits)->wait(std::chrono::seconds(10));
   std::this_thread::sleep_for(std::chrono::milliseconds(100));  // so that it is buffered before its receive
   one.recv(0, 1, got)->wait(std::chrono::seconds(10));
