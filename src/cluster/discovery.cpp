@@ -191,7 +191,7 @@ Discovery discover(const Environment& environment) {
   if (const auto tf_config = environment("TF_CONFIG"); tf_config && !tf_config->empty()) {
     // Two descriptions of one process may disagree; which one wins must not be a guess. Slurm's
     // SLURM_PROCID is no description: every process of an allocation has it, also one given TF_CONFIG.
-    for (const char* other : {"RANK", "OMPI_COMM_WORLD_RANK", "SM_HOSTS", "SM_CURRENT_HOST"})
+    for (const char* other : {"RANK", "OMPI_COMM_WORLD_RANK", "SM_HOSTS", "SM_CURRENT_HOST", "COHORT_NUM_PS"})
       if (environment(other))
         throw InvalidArgument(fmt::format("TF_CONFIG and {} are both set: describe the cluster one way, unset the other", other));
     return parse_tf_config(*tf_config);
@@ -199,6 +199,9 @@ Discovery discover(const Environment& environment) {
   const auto hosts = environment("SM_HOSTS");
   const auto current = environment("SM_CURRENT_HOST");
   if (hosts || current) {
+    if (environment("COHORT_NUM_PS"))  // SageMaker runs a parameter server on every host
+      throw InvalidArgument("SageMaker's SM_HOSTS and COHORT_NUM_PS are both set: every host runs a parameter server there; "
+                            "unset COHORT_NUM_PS");
     if (!hosts || !current)
       throw InvalidArgument(fmt::format("SageMaker: {} is set but {} is not", hosts ? "SM_HOSTS" : "SM_CURRENT_HOST",
                                         hosts ? "SM_CURRENT_HOST" : "SM_HOSTS"));

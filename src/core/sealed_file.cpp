@@ -34,9 +34,23 @@ T get(const std::string& in, std::size_t offset) {
   return static_cast<T>(value);
 }
 
+std::string_view kind_of(std::filesystem::file_type type) {
+  switch (type) {
+    case std::filesystem::file_type::directory: return "a directory";
+    case std::filesystem::file_type::block: return "a block device";
+    case std::filesystem::file_type::character: return "a character device";
+    case std::filesystem::file_type::fifo: return "a FIFO";
+    case std::filesystem::file_type::socket: return "a socket";
+    default: return "not a regular file";
+  }
+}
+
 std::string read_whole_file(const std::filesystem::path& path, std::string_view what) {
+  // Only a regular file has an end: a FIFO would block the reader and a device feed it without end.
   std::error_code error;
-  if (std::filesystem::is_directory(path, error)) throw DataError(fmt::format("{} {}: is a directory", what, path.string()));
+  const auto type = std::filesystem::status(path, error).type();
+  if (!error && type != std::filesystem::file_type::regular)
+    throw DataError(fmt::format("{} {}: is {}, not a file", what, path.string(), kind_of(type)));
   std::ifstream in(path, std::ios::binary);
   if (!in) throw IoError(fmt::format("{} {}: cannot open it: {}", what, path.string(), std::strerror(errno)));
   std::ostringstream content;

@@ -18,10 +18,11 @@ std::uint32_t write_sealed_file(const std::filesystem::path& path, std::string_v
 std::string read_sealed_file(const std::filesystem::path& path, std::string_view magic, std::uint32_t version,
                              std::string_view what);
 
-// Writes `bytes` to `path` through a temporary file, fsync and rename.
 // Whether a file is at `path`: false when nothing is there; DataError naming it when that cannot be told
 // (a loop of symbolic links, a directory that may not be read), rather than a raw filesystem error.
+// Reading refuses anything but a regular file (a directory, a device, a FIFO) with DataError.
 bool sealed_file_exists(const std::filesystem::path& path);
+// Writes `bytes` to `path` through a temporary file, fsync and rename.
 void write_file_atomically(const std::filesystem::path& path, const std::string& bytes);
 
 std::uint32_t crc32_of(const void* data, std::size_t size);

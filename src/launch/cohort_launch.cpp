@@ -320,9 +320,9 @@ bool names_at(const std::string& line, const std::string& name, std::size_t at) 
   return !(after < line.size() && std::isdigit(static_cast<unsigned char>(line[after])));
 }
 
-// Whether `line` says at `at`, right after the name of `name` and its address, that it is stuck
-// ("worker 1 (127.0.0.1:4001) is stuck: ...").
-bool stuck_at(const std::string& line, const std::string& name, std::size_t at) {
+// Whether `line` says at `at`, right after the name of `name` and its address, `what` of it
+// ("worker 1 (127.0.0.1:4001) is stuck: ...", "chief 0 (...) left the group").
+bool says_at(const std::string& line, const std::string& name, std::size_t at, std::string_view what) {
   if (!names_at(line, name, at)) return false;
   std::size_t after = at + name.size();
   if (line.compare(after, 2, " (") == 0) {
@@ -330,15 +330,16 @@ bool stuck_at(const std::string& line, const std::string& name, std::size_t at) 
     if (close == std::string::npos) return false;
     after = close + 1;
   }
-  return line.compare(after, 9, " is stuck") == 0;
+  return line.compare(after, what.size(), what) == 0;
 }
 
 void note(std::vector<std::string>& reporters, const std::string& reporter) {
   if (std::find(reporters.begin(), reporters.end(), reporter) == reporters.end()) reporters.push_back(reporter);
 }
 
-// Notes the processes that `reporter`'s line says it lost ("lost worker 1 (...)"), could not reach during
-// set-up ("... could not connect within 60000 ms to worker 1 (...), ps 0 (...)") or found stuck.
+// Notes the processes that `reporter`'s line says it lost ("lost worker 1 (...)", "chief 0 (...) left the
+// group": a process that failed by itself leaves before its peers give up), could not reach during set-up
+// ("... could not connect within 60000 ms to worker 1 (...), ps 0 (...)") or found stuck.
 void note_losses(const Process& reporter, const std::string& line, std::vector<Process>& processes) {
   const std::size_t unreachable = line.find("could not connect within");
   const bool stuck = line.find(" is stuck") != std::string::npos;
@@ -350,13 +351,15 @@ void note_losses(const Process& reporter, const std::string& line, std::vector<P
         break;
       }
     for (std::size_t at = stuck ? line.find(q.name) : std::string::npos; at != std::string::npos; at = line.find(q.name, at + 1))
-      if (stuck_at(line, q.name, at)) {
+      if (says_at(line, q.name, at, " is stuck")) {
         note(q.reported_stuck_by, reporter.name);
         break;
       }
     bool named = false;
     for (std::size_t at = line.find("lost " + q.name); at != std::string::npos && !named; at = line.find("lost " + q.name, at + 1))
       named = names_at(line, q.name, at + 5);
+    for (std::size_t at = line.find(q.name); at != std::string::npos && !named; at = line.find(q.name, at + 1))
+      named = says_at(line, q.name, at, " left the group");
     for (std::size_t at = unreachable == std::string::npos ? std::string::npos : line.find(q.name, unreachable);
          at != std::string::npos && !named; at = line.find(q.name, at + 1))
       named = names_at(line, q.name, at);
@@ -554,7 +557,17 @@ int run_processes(const Options& options, int restart, const std::filesystem::pa
       // Likewise one that ended after the others had lost it (a pause that outlasted the peer timeout), and
       // above all one that others report failed with its own reason (a server's full disk).
       if (!blame_hung && !WIFSIGNALED(*undecided.front()->status)) {
-        const auto lost = std::find_if(undecided.begin(), undecided.end(), [](const Process* p) { return !p->reported_lost_by.empty(); });
+        // Losses chain (worker 1 saw worker 0 leave, which had seen the chief leave): the cause is the one
+        // lost that lost nobody itself.
+        auto reported_a_loss = [&](const Process* p) {
+          return std::any_of(processes.begin(), processes.end(), [&](const Process& q) {
+            return std::find(q.reported_lost_by.begin(), q.reported_lost_by.end(), p->name) != q.reported_lost_by.end();
+          });
+        };
+        auto lost = std::find_if(undecided.begin(), undecided.end(),
+                                 [&](const Process* p) { return !p->reported_lost_by.empty() && !reported_a_loss(p); });
+        if (lost == undecided.end())
+          lost = std::find_if(undecided.begin(), undecided.end(), [](const Process* p) { return !p->reported_lost_by.empty(); });
         if (lost != undecided.end()) std::rotate(undecided.begin(), lost, lost + 1);
         const auto failed = std::find_if(undecided.begin(), undecided.end(), [](const Process* p) { return !p->reported_failed_by.empty(); });
         if (failed != undecided.end()) std::rotate(undecided.begin(), failed, failed + 1);

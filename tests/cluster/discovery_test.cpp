@@ -169,6 +169,11 @@ TEST_CASE("rank-only environments ask for a rendezvous at the chief's address", 
   require_invalid([&] { discover(environment_of({{"TF_CONFIG", tf_config}, {"SM_HOSTS", "[]"}})); }, {"TF_CONFIG and SM_HOSTS"});
   require_invalid([&] { discover(environment_of({{"TF_CONFIG", tf_config}, {"OMPI_COMM_WORLD_RANK", "0"}})); },
                   {"TF_CONFIG and OMPI_COMM_WORLD_RANK are both set"});
+  // TF_CONFIG lists the parameter servers: a count beside it is a second source.
+  require_invalid([&] { discover(environment_of({{"TF_CONFIG", tf_config}, {"COHORT_NUM_PS", "x"}})); },
+                  {"TF_CONFIG and COHORT_NUM_PS are both set"});
+  require_invalid([] { discover(environment_of({{"SM_HOSTS", R"(["a"])"}, {"SM_CURRENT_HOST", "a"}, {"COHORT_NUM_PS", "1"}})); },
+                  {"SM_HOSTS and COHORT_NUM_PS are both set"});
   // Slurm sets SLURM_PROCID for every process of an allocation, also those given TF_CONFIG.
   CHECK(std::get<ClusterSpec>(discover(environment_of({{"TF_CONFIG", tf_config}, {"SLURM_PROCID", "0"}}))).index == 1);
   require_invalid([] { discover(environment_of({{"RANK", "1"}, {"MASTER_ADDR", "a"}, {"MASTER_PORT", "1"}})); },

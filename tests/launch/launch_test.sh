@@ -28,6 +28,16 @@ timeout 60 "$launcher" --workers 2 --grace 1 -- sh -c \
 grep -q 'failed: worker 0 (pid [0-9]*) exited with status 1, after the others had lost it (reported lost by chief 0)' "$work/log" ||
   fail "the verdict does not blame the worker the chief lost"
 
+# 1b'. Losses chain around a ring (worker 1 saw worker 0 leave, which had seen the chief leave with a full
+# disk): the cause is the chief, the one lost that lost nobody, though it exits last.
+timeout 60 "$launcher" --workers 3 --grace 1 -- sh -c \
+  'case "$TF_CONFIG" in
+     *"\"chief\", \"index\": 0"*) sleep 0.4; echo "error: cannot write ck/latest.ckpt: No space left on device"; exit 1;;
+     *"\"worker\", \"index\": 0"*) sleep 0.2; echo "error: chief 0 (127.0.0.1:1) left the group"; exit 1;;
+     *) echo "error: worker 0 (127.0.0.1:2) left the group"; exit 1;; esac' >"$work/log" 2>&1
+grep -q 'failed: chief 0 (pid [0-9]*) exited with status 1, after the others had lost it (reported lost by worker 0)' "$work/log" ||
+  fail "the verdict does not blame the chief that left first"
+
 # 1c. A process the others report failed with its own reason (a server's full disk) is the cause, even when
 # one of those others exits first.
 timeout 60 "$launcher" --workers 2 --ps 1 --grace 1 -- sh -c \

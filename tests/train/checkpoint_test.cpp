@@ -4,6 +4,7 @@
 #include <cereal/types/vector.hpp>
 #include <fstream>
 #include <sstream>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cohort/core/error.hpp"
@@ -178,6 +179,23 @@ TEST_CASE("a checkpoint that is a loop of symbolic links is refused by name", "[
   std::filesystem::create_symlink("ps.manifest", dir.path() / "ps.manifest");
   train::ParameterServer servers(group.transport(0), 1);
   CHECK_THROWS_WITH(servers.restore_checkpoint(dir.path(), model, adam), Catch::Contains("ps.manifest cannot be read"));
+}
+
+TEST_CASE("a checkpoint that is a FIFO or a device is refused by name, not read without end", "[train][checkpoint]") {
+  ScratchDirectory dir("checkpoint_not_a_file");
+  nn::Sequential model = small_model(1);
+  optim::Adam adam;
+  train::Local local;
+  REQUIRE(::mkfifo((dir.path() / "latest.ckpt").c_str(), 0600) == 0);
+  CHECK_THROWS_WITH(local.restore_checkpoint(dir.path(), model, adam), Catch::Contains("latest.ckpt: is a FIFO"));
+  std::filesystem::remove(dir.path() / "latest.ckpt");
+  std::filesystem::create_symlink("/dev/zero", dir.path() / "latest.ckpt");
+  CHECK_THROWS_AS(local.restore_checkpoint(dir.path(), model, adam), DataError);
+  CHECK_THROWS_WITH(local.restore_checkpoint(dir.path(), model, adam), Catch::Contains("is a character device"));
+  comm::InProcessGroup group(3);
+  REQUIRE(::mkfifo((dir.path() / "ps.manifest").c_str(), 0600) == 0);
+  train::ParameterServer servers(group.transport(0), 1);
+  CHECK_THROWS_WITH(servers.restore_checkpoint(dir.path(), model, adam), Catch::Contains("ps.manifest: is a FIFO"));
 }
 
 TEST_CASE("lengths in a record cannot make decoding allocate more than the record holds", "[train][checkpoint]") {
