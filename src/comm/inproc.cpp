@@ -78,6 +78,10 @@ class InProcessTransport : public Transport {
   }
   // A message is a copy the sender made in this process: no peer makes this rank buffer anything.
   void expect_messages_up_to(std::uint64_t) override {}
+  void announce_failure(const std::string& reason) override {
+    const std::lock_guard lock(state_->mutex);
+    state_->break_group(fmt::format("{} failed: {}", describe(rank_), reason), /*stuck=*/false);
+  }
   void declare_stuck(int peer, const std::string& reason) override {
     check_peer(peer);
     const std::lock_guard lock(state_->mutex);

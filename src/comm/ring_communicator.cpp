@@ -36,6 +36,7 @@ class RingCommunicator final : public Communicator {
   std::chrono::milliseconds timeout() const override { return transport_.timeout() * (2 * std::max(1, size())); }
   // The ring's messages are pieces of the buffers, a broadcast's the whole buffer.
   void expect_buffers_up_to(std::uint64_t bytes) override { transport_.expect_messages_up_to(bytes); }
+  void announce_failure(const std::string& reason) override { transport_.announce_failure(reason); }
 
   WorkPtr allreduce(Buffer data, ReduceOp op) override {
     check_host("allreduce", data);

@@ -30,6 +30,7 @@ class SubgroupTransport final : public Transport {
   std::optional<std::uint64_t> progress_of(int peer) const override { return base_.progress_of(real(peer)); }
   void declare_stuck(int peer, const std::string& reason) override { base_.declare_stuck(real(peer), reason); }
   void expect_messages_up_to(std::uint64_t bytes) override { base_.expect_messages_up_to(bytes); }
+  void announce_failure(const std::string& reason) override { base_.announce_failure(reason); }
 
  private:
   int real(int member) const { return members_.at(static_cast<std::size_t>(member)); }

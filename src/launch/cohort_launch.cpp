@@ -345,8 +345,9 @@ void note_losses(const Process& reporter, const std::string& line, std::vector<P
   const bool stuck = line.find(" is stuck") != std::string::npos;
   for (Process& q : processes) {
     if (&q == &reporter) continue;
-    for (std::size_t at = line.find(q.name + " failed: "); at != std::string::npos; at = line.find(q.name + " failed: ", at + 1))
-      if (at == 0 || !std::isalnum(static_cast<unsigned char>(line[at - 1]))) {
+    // "ps 0 failed: ..." (a server's reply), "chief 0 (127.0.0.1:2222) failed: ..." (a transport's report)
+    for (std::size_t at = line.find(q.name); at != std::string::npos; at = line.find(q.name, at + 1))
+      if ((at == 0 || !std::isalnum(static_cast<unsigned char>(line[at - 1]))) && says_at(line, q.name, at, " failed: ")) {
         note(q.reported_failed_by, reporter.name);
         break;
       }

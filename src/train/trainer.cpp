@@ -309,6 +309,15 @@ void Trainer::agree_on_gemm_path(TrainingPosition& position) {
 }
 
 History Trainer::fit(const data::Dataset& train, const FitOptions& options) {
+  try {
+    return run(train, options);
+  } catch (const std::exception& e) {
+    strategy_->announce_failure(e.what());
+    throw;
+  }
+}
+
+History Trainer::run(const data::Dataset& train, const FitOptions& options) {
   check_settings();
   check_cpu_kernel_settings();
   COHORT_CHECK(options.epochs > 0 || options.max_steps > 0, "fit() needs epochs > 0 or max_steps > 0");

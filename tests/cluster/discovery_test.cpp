@@ -231,6 +231,7 @@ TEST_CASE("a cluster makes its transport through the factory it is given", "[clu
       std::optional<std::uint64_t> progress_of(int p) const override { return inner.progress_of(p); }
       void declare_stuck(int p, const std::string& reason) override { inner.declare_stuck(p, reason); }
       void expect_messages_up_to(std::uint64_t bytes) override { inner.expect_messages_up_to(bytes); }
+      void announce_failure(const std::string& reason) override { inner.announce_failure(reason); }
     };
     return std::make_unique<Borrowed>(group.transport(peers.rank));
   };

@@ -177,6 +177,20 @@ inline void progress_and_stuck(const Group& group) {
   }
 }
 
+// Needs 3 ranks; ends the group. Rank 2 announces why it ends: every rank's pending operations fail with
+// that reason, naming rank 2.
+inline void failure_announced(const Group& group) {
+  std::vector<int> out(3, 0);
+  std::vector<WorkPtr> pending{group[0]->recv(1, 5, bytes(out)), group[1]->recv(0, 5, bytes(out)), group[2]->recv(0, 5, bytes(out))};
+  group[2]->announce_failure("cannot write run/latest.ckpt: No space left on device");
+  const std::string expected = group[0]->describe(2) + " failed: cannot write run/latest.ckpt: No space left on device";
+  for (int r = 0; r < 3; ++r) {
+    INFO("rank " << r);
+    CHECK_THROWS_AS(pending[static_cast<std::size_t>(r)]->wait(std::chrono::seconds(10)), IoError);
+    CHECK_THROWS_WITH(pending[static_cast<std::size_t>(r)]->wait(std::chrono::seconds(1)), Catch::Contains(expected));
+  }
+}
+
 // Needs 2 ranks; ends the group. Once rank 1 expects messages of at most 512 KiB, one of that size still
 // waits for a receive posted after it came, and a larger one that no receive awaits fails rank 1 with
 // ProtocolError naming rank 0, before its bytes are buffered.

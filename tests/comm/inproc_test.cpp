@@ -33,6 +33,11 @@ TEST_CASE("in-process: progress reaches every rank, and a rank declared stuck is
   conformance::progress_and_stuck(members(group, 3));
 }
 
+TEST_CASE("in-process: a rank that announces its failure is named with its reason by all", "[comm]") {
+  InProcessGroup group(3, 10s, {"chief 0", "worker 1", "worker 2"});
+  conformance::failure_announced(members(group, 3));
+}
+
 TEST_CASE("a receive that nothing answers times out with a message naming it", "[comm]") {
   InProcessGroup group(2, 5s, {"chief 0 (a:1)", "worker 0 (b:2)"});
   std::vector<int> out(1);

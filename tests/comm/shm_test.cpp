@@ -144,6 +144,11 @@ TEST_CASE("shm: progress and a stuck rank travel with the liveness, over TCP", "
   conformance::progress_and_stuck(members(group));
 }
 
+TEST_CASE("shm: a rank that announces its failure is named with its reason by all", "[comm][shm]") {
+  auto group = connect_ranks(3);
+  conformance::failure_announced(members(group));
+}
+
 TEST_CASE("shm: a message larger than the run expects, which no receive awaits, is refused at once", "[comm][shm][security]") {
   auto group = connect_ranks(2);
   conformance::unexpected_messages_bounded(members(group));

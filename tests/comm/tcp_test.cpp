@@ -172,6 +172,11 @@ TEST_CASE("tcp: heartbeats carry each rank's progress, and a rank declared stuck
   conformance::progress_and_stuck(members(connect_group(3, addresses)));
 }
 
+TEST_CASE("tcp: a rank that announces its failure is named with its reason by all", "[comm][tcp]") {
+  const auto addresses = comm_test::free_addresses(3);
+  conformance::failure_announced(members(connect_group(3, addresses)));
+}
+
 TEST_CASE("tcp: a message larger than the run expects, which no receive awaits, is refused at once", "[comm][tcp][security]") {
   const auto addresses = comm_test::free_addresses(2);
   conformance::unexpected_messages_bounded(members(connect_group(2, addresses)));

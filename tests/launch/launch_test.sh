@@ -28,6 +28,15 @@ timeout 60 "$launcher" --workers 2 --grace 1 -- sh -c \
 grep -q 'failed: worker 0 (pid [0-9]*) exited with status 1, after the others had lost it (reported lost by chief 0)' "$work/log" ||
   fail "the verdict does not blame the worker the chief lost"
 
+# 1b''. A process that others report failed, naming it with its address, is the cause though it exits last.
+timeout 60 "$launcher" --workers 3 --grace 1 -- sh -c \
+  'case "$TF_CONFIG" in
+     *"\"chief\", \"index\": 0"*) sleep 0.4; echo "error: cannot write ck/latest.ckpt: No space left on device"; exit 1;;
+     *) echo "error: chief 0 (127.0.0.1:1) failed: cannot write ck/latest.ckpt: No space left on device"; exit 1;; esac' \
+  >"$work/log" 2>&1
+grep -q 'failed: chief 0 (pid [0-9]*) exited with status 1 (reported failed by ' "$work/log" ||
+  fail "the verdict does not blame the chief the others report failed"
+
 # 1b'. Losses chain around a ring (worker 1 saw worker 0 leave, which had seen the chief leave with a full
 # disk): the cause is the chief, the one lost that lost nobody, though it exits last.
 timeout 60 "$launcher" --workers 3 --grace 1 -- sh -c \

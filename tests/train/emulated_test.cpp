@@ -270,6 +270,7 @@ TEST_CASE("ring allreduce picks the communicator that accepts the gradients' dev
     bool accepts(Device device) const override { return device == Device::Emulated; }
     std::chrono::milliseconds timeout() const override { return ring->timeout(); }
     void expect_buffers_up_to(std::uint64_t bytes) override { ring->expect_buffers_up_to(bytes); }
+    void announce_failure(const std::string& reason) override { ring->announce_failure(reason); }
     static comm::Buffer on_host(comm::Buffer b) {
       b.device = Device::CPU;
       return b;

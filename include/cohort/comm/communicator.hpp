@@ -52,6 +52,9 @@ class Communicator {
   // No buffer of this run's collectives is larger than `bytes`: a transport that buffers early messages
   // refuses a larger one from then on (Transport::expect_messages_up_to).
   virtual void expect_buffers_up_to(std::uint64_t bytes) = 0;
+  // This rank ends because of `reason`: the others are told it (Transport::announce_failure) where the
+  // communicator can tell them.
+  virtual void announce_failure(const std::string& reason) = 0;
 
   // Element-wise sum (or mean) across ranks, in place; every rank ends with identical values.
   virtual WorkPtr allreduce(Buffer data, ReduceOp op) = 0;

@@ -57,6 +57,9 @@ class Transport {
   // Ends the group because `peer` is stuck (alive, but making no progress): every pending and later
   // operation of this rank fails with TimeoutError(reason), and every other member's fails naming `peer`.
   virtual void declare_stuck(int peer, const std::string& reason) = 0;
+  // This rank ends because of `reason`: every peer's pending and later operations fail with IoError
+  // "<this rank> failed: <reason>", so that they name the cause rather than only seeing this rank leave.
+  virtual void announce_failure(const std::string& reason) = 0;
   // No message of this run is larger than max(bytes, kAlwaysExpectedBytes): from now on a frame that
   // announces more while no receive of its size waits fails this rank with ProtocolError naming the sender.
   virtual void expect_messages_up_to(std::uint64_t bytes) = 0;

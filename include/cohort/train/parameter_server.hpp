@@ -78,6 +78,7 @@ class ParameterServer : public Strategy {
   bool sum_over_replicas(std::span<double> values) override;
   bool steps_in_lockstep() const override;
   bool should_stop() const override { return store_ && store_->run_ended(); }
+  void announce_failure(const std::string& reason) override { transport_.announce_failure(reason); }
   void save_checkpoint(const std::filesystem::path& directory, const nn::Sequential& model,
                        const optim::Optimizer& optimizer, const TrainingPosition& position) override;
   std::optional<TrainingPosition> restore_checkpoint(const std::filesystem::path& directory, nn::Sequential& model,

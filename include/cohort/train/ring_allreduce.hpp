@@ -65,6 +65,9 @@ class RingAllreduce : public Strategy {
   // The buckets as planned (after initialize()): each one's variable names, in launch order.
   std::vector<std::vector<std::string>> bucket_plan() const;
   bool sum_over_replicas(std::span<double> values) override;
+  void announce_failure(const std::string& reason) override {
+    for (const auto& communicator : communicators_) communicator->announce_failure(reason);
+  }
 
  private:
   // The communicator that carries buffers on `device`, and whether it takes them as they are.

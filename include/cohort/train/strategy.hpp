@@ -80,6 +80,9 @@ class Strategy {
   virtual History serve(nn::Sequential& model, optim::Optimizer& optimizer, const std::filesystem::path& checkpoint_dir);
   // True once another process has ended the run (the chief stopped early): this one stops too.
   virtual bool should_stop() const { return false; }
+  // fit() failed on this process with `reason`: tells the other processes, so that they name the cause
+  // ("chief 0 (...) failed: cannot write ...: No space left on device") rather than only that it left.
+  virtual void announce_failure(const std::string& /*reason*/) {}
 
   // Checkpoints. By default the chief writes directory/latest.ckpt and every process reads it.
   virtual void save_checkpoint(const std::filesystem::path& directory, const nn::Sequential& model,

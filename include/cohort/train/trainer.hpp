@@ -123,6 +123,8 @@ class Trainer {
   Totals evaluate_batch(const Tensor& images, const Tensor& targets);
   // Totals over this process's share of `dataset`.
   Totals evaluate_share(const data::Dataset& dataset, std::int64_t batch_size, int replica, int replicas);
+  // fit() itself; fit() tells the other processes why when it throws.
+  History run(const data::Dataset& train, const FitOptions& options);
   // Agrees on the callbacks' requests among the processes and applies what was agreed.
   void agree(TrainingControl& control);
   // Unless COHORT_GEMM chooses: the GEMM path a resumed run used before, else the chief's, for every

@@ -73,6 +73,7 @@ class MpiCommunicator final : public Communicator {
   bool accepts(Device device) const override { return device == Device::CPU; }
   std::chrono::milliseconds timeout() const override { return options_.timeout; }
   void expect_buffers_up_to(std::uint64_t) override {}  // MPI's own transport buffers on its own terms
+  void announce_failure(const std::string&) override {}  // mpirun ends the job and names the rank that failed
 
   WorkPtr allreduce(Buffer data, ReduceOp op) override {
     check_host("allreduce", data);

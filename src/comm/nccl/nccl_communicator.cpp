@@ -85,6 +85,7 @@ class NcclCommunicator final : public Communicator {
   bool accepts(Device device) const override { return device == Device::CUDA; }
   std::chrono::milliseconds timeout() const override { return timeout_; }
   void expect_buffers_up_to(std::uint64_t) override {}  // NCCL reads into the buffers themselves
+  void announce_failure(const std::string&) override {}  // its host communicator tells the others
 
   WorkPtr allreduce(Buffer data, ReduceOp op) override {
     check_gpu("allreduce", data);

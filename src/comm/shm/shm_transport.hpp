@@ -53,6 +53,7 @@ class ShmTransport : public Transport {
   std::optional<std::uint64_t> progress_of(int peer) const override { return tcp_->progress_of(peer); }
   void declare_stuck(int peer, const std::string& reason) override { tcp_->declare_stuck(peer, reason); }
   void expect_messages_up_to(std::uint64_t bytes) override;
+  void announce_failure(const std::string& reason) override { tcp_->announce_failure(reason); }
   WorkPtr send(int peer, Tag tag, std::span<const std::byte> data) override;
   WorkPtr recv(int peer, Tag tag, std::span<std::byte> out) override;
 

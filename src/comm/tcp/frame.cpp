@@ -34,6 +34,10 @@ std::optional<std::string> check(const FrameHeader& header, std::uint64_t max_pa
     case FrameType::Accepted:
     case FrameType::Stuck:
       break;
+    case FrameType::Failed:
+      if (header.length > kMaxRefusalBytes)
+        return fmt::format("a failure report of {} bytes, above the {} a reason may have", header.length, kMaxRefusalBytes);
+      break;
     default:
       return fmt::format("unknown frame type {}", static_cast<unsigned>(header.type));
   }

@@ -29,6 +29,7 @@ enum class FrameType : std::uint16_t {
   Refused = 14,   // server, instead of a challenge or an acceptance: payload = why (text); the dialer's configuration is wrong
   Accepted = 15,  // server, after a correct response: the connection carries data from here on
   Stuck = 16,     // tag = the rank the sender found stuck (alive, but it never started a collective)
+  Failed = 17,    // payload = why the sender ends (text, at most kMaxRefusalBytes)
 };
 
 // The longest reason a Refused frame may carry.

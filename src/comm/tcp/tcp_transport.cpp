@@ -110,6 +110,8 @@ void TcpTransport::on_frame(int peer, const FrameHeader& header) {
                   Breakage::Stuck);
       return read_header(peer);
     }
+    case FrameType::Failed:
+      return read_failure(peer, header.length);
     case FrameType::Abort: {
       const auto lost = static_cast<int>(header.tag);
       const std::string lost_name = lost >= 0 && lost < size() ? describe(lost) : fmt::format("rank {}", header.tag);
@@ -165,6 +167,19 @@ void TcpTransport::read_unexpected(int peer, Tag tag, std::uint64_t length) {
                      if (error) return lose(peer, error.message());
                      read_unexpected(peer, tag, length);
                    });
+}
+
+void TcpTransport::read_failure(int peer, std::uint64_t length) {
+  Peer& p = peers_[static_cast<std::size_t>(peer)];
+  p.payload.resize(static_cast<std::size_t>(length));
+  asio::async_read(*p.socket, asio::buffer(p.payload), noting_arrivals(peer), [this, peer](const asio::error_code& error, std::size_t) {
+    if (error) return lose(peer, error.message());
+    Peer& q = peers_[static_cast<std::size_t>(peer)];
+    const std::string reason(reinterpret_cast<const char*>(q.payload.data()), q.payload.size());
+    q.payload = {};
+    break_group(fmt::format("{} failed: {}", describe(peer), reason));
+    read_header(peer);
+  });
 }
 
 void TcpTransport::deliver(int peer, Tag tag, std::vector<std::byte> bytes) {
@@ -300,6 +315,20 @@ void TcpTransport::declare_stuck(int peer, const std::string& reason) {
       }
       break_group(reason, Breakage::Stuck);
     }
+  });
+}
+
+void TcpTransport::announce_failure(const std::string& reason) {
+  asio::post(io_, [this, reason] {
+    if (broken_) return;  // the cause came from elsewhere, and the peers have heard of it
+    failure_report_ = reason.substr(0, kMaxRefusalBytes);
+    const auto report = std::as_bytes(std::span(failure_report_));
+    for (int r = 0; r < size(); ++r) {
+      const Peer& other = peers_[static_cast<std::size_t>(r)];
+      if (other.ready && !other.departed)
+        enqueue(r, {encode({.type = FrameType::Failed, .length = report.size()}), report, nullptr});
+    }
+    break_group(fmt::format("{} failed: {}", describe(options_.rank), reason));
   });
 }
 

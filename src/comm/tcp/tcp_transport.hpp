@@ -112,6 +112,7 @@ class TcpTransport : public Transport {
   std::optional<std::uint64_t> progress_of(int peer) const override;
   void declare_stuck(int peer, const std::string& reason) override;
   void expect_messages_up_to(std::uint64_t bytes) override;
+  void announce_failure(const std::string& reason) override;
   WorkPtr send(int peer, Tag tag, std::span<const std::byte> data) override;
   WorkPtr recv(int peer, Tag tag, std::span<std::byte> out) override;
 
@@ -156,6 +157,8 @@ class TcpTransport : public Transport {
   // Reads a frame whose receive is not posted yet into the peer's payload buffer.
   static constexpr std::size_t kUnexpectedPiece = 4 << 20;
   void read_unexpected(int peer, Tag tag, std::uint64_t length);
+  // Reads a peer's failure report of `length` bytes and ends the group with it.
+  void read_failure(int peer, std::uint64_t length);
   void deliver(int peer, Tag tag, std::vector<std::byte> bytes);
   void enqueue(int peer, Outgoing outgoing);
   void write_next(int peer);
@@ -199,6 +202,7 @@ class TcpTransport : public Transport {
   Breakage breakage_ = Breakage::Lost;
   std::atomic<std::uint64_t> progress_{0};
   std::atomic<std::uint64_t> expected_bytes_;  // the largest frame buffered while no receive awaits it
+  std::string failure_report_;  // what this rank's Failed frames carry; the I/O thread's alone
   // Per peer: 1 + the count its latest heartbeat carried, 0 before its first; written by the I/O thread alone.
   std::unique_ptr<std::atomic<std::uint64_t>[]> peer_progress_;
   Clock::time_point connect_deadline_;
