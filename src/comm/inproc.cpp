@@ -144,7 +144,7 @@ InProcessGroup::InProcessGroup(int size, std::chrono::milliseconds timeout, std:
   state_->size = size;
   state_->timeout = timeout;
   state_->names = std::move(names);
-  state_->progress.resize(static_cast<std::size_t>(size));
+  state_->progress.assign(static_cast<std::size_t>(size), 0);  // every rank is heard from at once: none started
   for (int r = 0; r < size; ++r) transports_.push_back(std::make_unique<InProcessTransport>(state_, r));
 }
 

@@ -2,17 +2,26 @@
 
 #include <fmt/format.h>
 
+#include <memory>
 #include <vector>
 
-#include "cohort/comm/collectives.hpp"
+#include "cohort/comm/communicator.hpp"
 #include "cohort/core/error.hpp"
 
 namespace cohort::ps {
 
 void verify_same_plan(comm::Transport& transport, const Plan& plan) {
-  const std::uint64_t mine = plan.fingerprint();
-  std::vector<std::uint64_t> all(static_cast<std::size_t>(transport.size()));
-  comm::allgather(transport, std::as_bytes(std::span(&mine, 1)), std::as_writable_bytes(std::span(all)));
+  // Through a communicator, whose progress names a process stuck before its first step, rather than the
+  // neighbour each waited on. Fingerprints travel as raw bytes: a u64 is two float slots.
+  auto mine = std::make_shared<std::uint64_t>(plan.fingerprint());
+  auto gathered = std::make_shared<std::vector<std::uint64_t>>(static_cast<std::size_t>(transport.size()));
+  const auto communicator = comm::make_ring_communicator(transport);
+  constexpr std::size_t kSlots = sizeof(std::uint64_t) / sizeof(float);
+  communicator
+      ->allgather({mine.get(), kSlots, comm::DataType::Float32, Device::CPU, mine},
+                  {gathered->data(), kSlots * gathered->size(), comm::DataType::Float32, Device::CPU, gathered})
+      ->wait(communicator->timeout());
+  const std::vector<std::uint64_t>& all = *gathered;
   std::string differing;
   for (int r = 0; r < transport.size(); ++r)
     if (all[static_cast<std::size_t>(r)] != all[0])

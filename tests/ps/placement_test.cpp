@@ -120,6 +120,24 @@ TEST_CASE("a process with another plan is found at start-up and named", "[ps][pl
   comm_test::run_ranks(2, [&](int r) { verify_same_plan(agreeing.transport(r), make_plan(five_variables(), 2, placement::RoundRobin{})); });
 }
 
+TEST_CASE("a process stuck before the plans are compared is named by every other, not the neighbour each waits on",
+          "[ps][placement]") {
+  // Worker 1 never reaches the comparison (its training thread is stuck; its transport goes on).
+  comm::InProcessGroup group(3, std::chrono::milliseconds(300), {"chief 0 (h:1)", "worker 0 (h:2)", "worker 1 (h:3)"});
+  std::vector<std::string> errors(2);
+  comm_test::run_ranks(2, [&](int r) {
+    try {
+      verify_same_plan(group.transport(r), make_plan(five_variables(), 2, placement::SizeBalanced{}));
+    } catch (const TimeoutError& e) {
+      errors[static_cast<std::size_t>(r)] = e.what();
+    }
+  });
+  for (const auto& e : errors) {
+    INFO(e);
+    CHECK(e.find("worker 1 (h:3) is stuck") != std::string::npos);
+  }
+}
+
 TEST_CASE("variables partition by rows of their first axis, a scalar is one row", "[ps]") {
   CHECK(ps::rows_of(Shape{4, 3}) == 4);
   CHECK(ps::row_elements(Shape{4, 3}) == 3);

@@ -52,7 +52,8 @@ class Transport {
 
   // This rank has started `collectives` collectives in all.
   virtual void report_progress(std::uint64_t collectives) = 0;
-  // What `peer` last reported (at most a heartbeat interval old); nothing before its first report.
+  // What `peer` last reported (at most a heartbeat interval old; 0 before its first report); nothing before
+  // this rank has heard from it.
   virtual std::optional<std::uint64_t> progress_of(int peer) const = 0;
   // Ends the group because `peer` is stuck (alive, but making no progress): every pending and later
   // operation of this rank fails with TimeoutError(reason), and every other member's fails naming `peer`.
