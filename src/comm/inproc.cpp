@@ -34,15 +34,12 @@ struct InProcessGroup::State {
   }
   // A lost or stuck rank breaks the whole group: why, or nothing while it is whole.
   std::optional<std::string> broken;
-  bool broken_by_stuck = false;
-  // Each failed operation gets an exception object of its own: waiters on other threads rethrow them.
-  std::exception_ptr failure() const {
-    return broken_by_stuck ? std::make_exception_ptr(TimeoutError(*broken)) : std::make_exception_ptr(IoError(*broken));
-  }
-  void break_group(std::string why, bool stuck) {
+  Breakage breakage = Breakage::Lost;
+  std::exception_ptr failure() const { return broken_group_error(breakage, *broken); }
+  void break_group(std::string why, Breakage how) {
     if (!broken) {
       broken = std::move(why);
-      broken_by_stuck = stuck;
+      breakage = how;
     }
     for (auto& [key, channel] : channels) {
       for (auto& receiver : channel.receivers) receiver.work->fail(failure());
@@ -80,12 +77,12 @@ class InProcessTransport : public Transport {
   void expect_messages_up_to(std::uint64_t) override {}
   void announce_failure(const std::string& reason) override {
     const std::lock_guard lock(state_->mutex);
-    state_->break_group(fmt::format("{} failed: {}", describe(rank_), reason), /*stuck=*/false);
+    state_->break_group(fmt::format("{} failed: {}", describe(rank_), reason), Breakage::Lost);
   }
   void declare_stuck(int peer, const std::string& reason) override {
     check_peer(peer);
     const std::lock_guard lock(state_->mutex);
-    state_->break_group(reason, /*stuck=*/true);
+    state_->break_group(reason, Breakage::Stuck);
   }
 
   WorkPtr send(int peer, Tag tag, std::span<const std::byte> data) override {
@@ -158,7 +155,7 @@ Transport& InProcessGroup::transport(int rank) {
 void InProcessGroup::kill(int rank) {
   COHORT_CHECK(rank >= 0 && rank < state_->size, "rank {} outside a group of {}", rank, state_->size);
   const std::lock_guard lock(state_->mutex);
-  state_->break_group(fmt::format("lost {}", state_->describe(rank)), /*stuck=*/false);
+  state_->break_group(fmt::format("lost {}", state_->describe(rank)), Breakage::Lost);
 }
 
 }  // namespace cohort::comm

@@ -150,12 +150,7 @@ ShmTransport::Link* ShmTransport::link_of(int peer) const {
 std::exception_ptr ShmTransport::error_for(int peer) const {
   const Link& link = *link_by_rank_[static_cast<std::size_t>(peer)];
   if (!link.gone) return nullptr;
-  switch (link.gone_by) {
-    case Failure::Protocol: return std::make_exception_ptr(ProtocolError(*link.gone));
-    case Failure::Stuck: return std::make_exception_ptr(TimeoutError(*link.gone));
-    case Failure::Lost: break;
-  }
-  return std::make_exception_ptr(IoError(*link.gone));
+  return broken_group_error(link.gone_by, *link.gone);
 }
 
 void ShmTransport::wake_progress() const { own_.ring_bell(); }
@@ -322,7 +317,7 @@ bool ShmTransport::start_frame(Link& link, Tag tag, std::uint64_t length) {
 }
 
 void ShmTransport::expect_messages_up_to(std::uint64_t bytes) {
-  const std::uint64_t expected = std::min(std::max(bytes, kAlwaysExpectedBytes), max_frame_bytes_);
+  const std::uint64_t expected = expected_message_limit(bytes, max_frame_bytes_);
   expected_bytes_.store(expected, std::memory_order_relaxed);
   tcp_->expect_messages_up_to(expected);
 }
@@ -426,31 +421,31 @@ void ShmTransport::check_watches() {
     if (!corrupt || is_gone(*link)) continue;
     log::error("{}: {}", describe(rank()), *corrupt);
     for (auto& other : links_)
-      if (!is_gone(*other)) fail_link(*other, *corrupt, Failure::Protocol);
+      if (!is_gone(*other)) fail_link(*other, *corrupt, Breakage::Protocol);
     return;
   }
   for (auto& link : links_) {
     if (is_gone(*link) || !link->watch->done()) continue;
     std::string reason;
-    Failure failure = Failure::Lost;
+    Breakage breakage = Breakage::Lost;
     try {
       link->watch->wait(std::chrono::milliseconds(0));
       reason = fmt::format("{} sent a message on a reserved tag", describe(link->peer));
-      failure = Failure::Protocol;
+      breakage = Breakage::Protocol;
     } catch (const ProtocolError& error) {
       reason = error.what();
-      failure = Failure::Protocol;
+      breakage = Breakage::Protocol;
     } catch (const TimeoutError& error) {  // the group broke: a stuck member
       reason = error.what();
-      failure = Failure::Stuck;
+      breakage = Breakage::Stuck;
     } catch (const std::exception& error) {
       reason = error.what();
     }
-    fail_link(*link, reason, failure);
+    fail_link(*link, reason, breakage);
   }
 }
 
-void ShmTransport::fail_link(Link& link, const std::string& reason, Failure failure) {
+void ShmTransport::fail_link(Link& link, const std::string& reason, Breakage breakage) {
   // What the peer wrote before it went is delivered first (a peer that says goodbye has finished writing).
   {
     const std::lock_guard reading(link.read_mutex);
@@ -458,7 +453,7 @@ void ShmTransport::fail_link(Link& link, const std::string& reason, Failure fail
     }
     const std::lock_guard lock(state_mutex_);
     link.gone = reason;
-    link.gone_by = failure;
+    link.gone_by = breakage;
     for (auto& [key, queue] : receivers_) {
       if (key.first != link.peer) continue;
       for (Receiver& receiver : queue) receiver.work->fail(error_for(link.peer));

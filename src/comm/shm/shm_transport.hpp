@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "cohort/comm/shared_memory.hpp"
+#include "comm/delivery.hpp"
 #include "mailbox.hpp"
 
 namespace cohort::comm::shm {
@@ -82,8 +83,6 @@ class ShmTransport : public Transport {
     std::vector<std::byte> buffer{};
     bool discard = false;
   };
-  // What a link's failed operations throw: IoError, ProtocolError, or TimeoutError (a stuck peer).
-  enum class Failure { Lost, Protocol, Stuck };
   struct Link {  // one same-host peer
     int peer = -1;
     Mailbox theirs;  // where this rank writes
@@ -97,7 +96,7 @@ class ShmTransport : public Transport {
     std::optional<std::string> corrupt;  // a bad frame header: the ring's framing is lost (under read_mutex)
     WorkPtr watch;                     // a TCP receive that fails when the peer does
     std::optional<std::string> gone;   // why operations with this peer fail; guarded by state_mutex_
-    Failure gone_by = Failure::Lost;
+    Breakage gone_by = Breakage::Lost;  // what its failed operations throw
   };
 
   void exchange_segments(const std::vector<int>& local, const SharedMemoryOptions& options);
@@ -114,7 +113,7 @@ class ShmTransport : public Transport {
   bool is_gone(const Link& link) const;
   // Fails what waits on `link`'s peer, now and later, after delivering what it had written. A lost peer
   // fails every watch at once (the TCP transport fails all its receives), so every link fails with it.
-  void fail_link(Link& link, const std::string& reason, Failure failure);
+  void fail_link(Link& link, const std::string& reason, Breakage breakage);
   std::exception_ptr error_for(int peer) const;  // under state_mutex_
   void wake_progress() const;
 

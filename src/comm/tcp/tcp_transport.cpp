@@ -287,11 +287,7 @@ void TcpTransport::lose(int peer, const std::string& reason, bool protocol) {
   if (p.socket) p.socket->close(ignored);
   if (broken_) return;
   log::error("{}: lost {}: {}", describe(options_.rank), describe(peer), reason);
-  for (int r = 0; r < size(); ++r) {
-    const Peer& other = peers_[static_cast<std::size_t>(r)];
-    if (r != peer && other.ready && !other.departed)
-      enqueue(r, {encode({.type = FrameType::Abort, .tag = static_cast<std::uint64_t>(peer)}), {}, nullptr});
-  }
+  tell_peers(encode({.type = FrameType::Abort, .tag = static_cast<std::uint64_t>(peer)}), {}, peer);
   break_group(fmt::format("lost {}: {}", describe(peer), reason), protocol ? Breakage::Protocol : Breakage::Lost);
 }
 
@@ -308,11 +304,7 @@ void TcpTransport::declare_stuck(int peer, const std::string& reason) {
     if (!broken_) {
       log::error("{}: {}", describe(options_.rank), reason);
       // The stuck peer hears it too: should it wake, it learns why the group is gone.
-      for (int r = 0; r < size(); ++r) {
-        const Peer& other = peers_[static_cast<std::size_t>(r)];
-        if (other.ready && !other.departed)
-          enqueue(r, {encode({.type = FrameType::Stuck, .tag = static_cast<std::uint64_t>(peer)}), {}, nullptr});
-      }
+      tell_peers(encode({.type = FrameType::Stuck, .tag = static_cast<std::uint64_t>(peer)}));
       break_group(reason, Breakage::Stuck);
     }
   });
@@ -323,26 +315,20 @@ void TcpTransport::announce_failure(const std::string& reason) {
     if (broken_) return;  // the cause came from elsewhere, and the peers have heard of it
     failure_report_ = reason.substr(0, kMaxRefusalBytes);
     const auto report = std::as_bytes(std::span(failure_report_));
-    for (int r = 0; r < size(); ++r) {
-      const Peer& other = peers_[static_cast<std::size_t>(r)];
-      if (other.ready && !other.departed)
-        enqueue(r, {encode({.type = FrameType::Failed, .length = report.size()}), report, nullptr});
-    }
+    tell_peers(encode({.type = FrameType::Failed, .length = report.size()}), report);
     break_group(fmt::format("{} failed: {}", describe(options_.rank), reason));
   });
 }
 
 void TcpTransport::expect_messages_up_to(std::uint64_t bytes) {
-  expected_bytes_.store(std::min(std::max(bytes, kAlwaysExpectedBytes), options_.max_frame_bytes), std::memory_order_relaxed);
+  expected_bytes_.store(expected_message_limit(bytes, options_.max_frame_bytes), std::memory_order_relaxed);
 }
 
-std::exception_ptr TcpTransport::broken_error() const {
-  switch (breakage_) {
-    case Breakage::Protocol: return std::make_exception_ptr(ProtocolError(*broken_));
-    case Breakage::Stuck: return std::make_exception_ptr(TimeoutError(*broken_));
-    case Breakage::Lost: break;
+void TcpTransport::tell_peers(const HeaderBytes& header, std::span<const std::byte> payload, int except) {
+  for (int r = 0; r < size(); ++r) {
+    const Peer& other = peers_[static_cast<std::size_t>(r)];
+    if (r != except && other.ready && !other.departed) enqueue(r, {header, payload, nullptr});
   }
-  return std::make_exception_ptr(IoError(*broken_));
 }
 
 void TcpTransport::break_group(const std::string& message, Breakage breakage) {

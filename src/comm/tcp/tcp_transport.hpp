@@ -41,6 +41,7 @@
 #include <thread>
 
 #include "cohort/comm/tcp.hpp"
+#include "comm/delivery.hpp"
 #include "frame.hpp"
 #include "handshake.hpp"
 #include "stream.hpp"
@@ -166,13 +167,13 @@ class TcpTransport : public Transport {
   // failures
   // protocol: the peer sent bytes that break the protocol; operations then fail with ProtocolError.
   void lose(int peer, const std::string& reason, bool protocol = false);
-  // How the group broke, which decides what its failed operations throw: IoError, ProtocolError, TimeoutError.
-  enum class Breakage { Lost, Protocol, Stuck };
   void break_group(const std::string& message, Breakage breakage = Breakage::Lost);
   void fail_pending_of(int peer, const std::string& message);
   // Each failed operation gets its own exception object: waiters on other threads rethrow them.
   void fail_queued_sends(const std::function<std::exception_ptr()>& error);
-  std::exception_ptr broken_error() const;
+  std::exception_ptr broken_error() const { return broken_group_error(breakage_, *broken_); }
+  // Sends a control frame to every connected peer but `except` (-1: none).
+  void tell_peers(const HeaderBytes& header, std::span<const std::byte> payload = {}, int except = -1);
   void check_peer(int peer) const;
   // Says goodbye, lets queued frames leave (half a second at most), closes every socket and stops the
   // I/O thread: at destruction, and before a failed set-up throws.
