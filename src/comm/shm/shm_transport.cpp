@@ -420,9 +420,7 @@ void ShmTransport::check_watches() {
     }
     if (!corrupt || is_gone(*link)) continue;
     log::error("{}: {}", describe(rank()), *corrupt);
-    for (auto& other : links_)
-      if (!is_gone(*other)) fail_link(*other, *corrupt, Breakage::Protocol);
-    return;
+    return fail_links(remaining_links(), *corrupt, Breakage::Protocol);
   }
   for (auto& link : links_) {
     if (is_gone(*link) || !link->watch->done()) continue;
@@ -441,34 +439,52 @@ void ShmTransport::check_watches() {
     } catch (const std::exception& error) {
       reason = error.what();
     }
-    fail_link(*link, reason, breakage);
+    // One peer gone leaves the others to finish what they share; a stuck member or broken protocol ends
+    // the whole group at once, not as each watch is seen to fail.
+    if (breakage == Breakage::Lost) fail_links({link.get()}, reason, breakage);
+    else return fail_links(remaining_links(), reason, breakage);
   }
 }
 
-void ShmTransport::fail_link(Link& link, const std::string& reason, Breakage breakage) {
-  // What the peer wrote before it went is delivered first (a peer that says goodbye has finished writing).
-  {
-    const std::lock_guard reading(link.read_mutex);
-    while (read_inbound(link)) {
+std::vector<ShmTransport::Link*> ShmTransport::remaining_links() const {
+  std::vector<Link*> remaining;
+  for (const auto& link : links_)
+    if (!is_gone(*link)) remaining.push_back(link.get());
+  return remaining;
+}
+
+void ShmTransport::fail_links(const std::vector<Link*>& links, const std::string& reason, Breakage breakage) {
+  // What the peers wrote before they went is delivered first (a peer that says goodbye has finished
+  // writing). Every link is marked gone before any operation fails, so that a caller woken by one failure
+  // cannot start another on a link still standing.
+  for (Link* link : links) {
+    const std::lock_guard reading(link->read_mutex);
+    while (read_inbound(*link)) {
     }
     const std::lock_guard lock(state_mutex_);
-    link.gone = reason;
-    link.gone_by = breakage;
-    for (auto& [key, queue] : receivers_) {
-      if (key.first != link.peer) continue;
-      for (Receiver& receiver : queue) receiver.work->fail(error_for(link.peer));
-      queue.clear();
+    link->gone = reason;
+    link->gone_by = breakage;
+  }
+  for (Link* link : links) {
+    {
+      const std::lock_guard reading(link->read_mutex);
+      const std::lock_guard lock(state_mutex_);
+      for (auto& [key, queue] : receivers_) {
+        if (key.first != link->peer) continue;
+        for (Receiver& receiver : queue) receiver.work->fail(error_for(link->peer));
+        queue.clear();
+      }
+      if (link->incoming && link->incoming->work) link->incoming->work->fail(error_for(link->peer));
+      link->incoming.reset();
     }
-    if (link.incoming && link.incoming->work) link.incoming->work->fail(error_for(link.peer));
-    link.incoming.reset();
+    const std::lock_guard lock(link->send_mutex);
+    for (Outgoing& outgoing : link->queue) {
+      const std::lock_guard state(state_mutex_);
+      outgoing.work->fail(error_for(link->peer));
+    }
+    link->queue.clear();
+    link->queued = false;
   }
-  const std::lock_guard lock(link.send_mutex);
-  for (Outgoing& outgoing : link.queue) {
-    const std::lock_guard state(state_mutex_);
-    outgoing.work->fail(error_for(link.peer));
-  }
-  link.queue.clear();
-  link.queued = false;
 }
 
 }  // namespace shm

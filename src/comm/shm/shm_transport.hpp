@@ -111,9 +111,9 @@ class ShmTransport : public Transport {
   bool work_waiting();
   void check_watches();
   bool is_gone(const Link& link) const;
-  // Fails what waits on `link`'s peer, now and later, after delivering what it had written. A lost peer
-  // fails every watch at once (the TCP transport fails all its receives), so every link fails with it.
-  void fail_link(Link& link, const std::string& reason, Breakage breakage);
+  std::vector<Link*> remaining_links() const;  // those not gone
+  // Fails what waits on the links' peers, now and later, after delivering what they had written.
+  void fail_links(const std::vector<Link*>& links, const std::string& reason, Breakage breakage);
   std::exception_ptr error_for(int peer) const;  // under state_mutex_
   void wake_progress() const;
 
