@@ -166,21 +166,17 @@ std::string_view allreduce_algorithm(std::size_t bytes, int ranks, const Allredu
 }
 
 void allreduce(Transport& transport, std::span<std::byte> data, const AllreduceOptions& options) {
-  const std::size_t element = size_of(options.type);
+  COHORT_CHECK(options.type == DType::Float32, "allreduce: reduces float32 elements, got {}", dtype_name(options.type));
+  const std::size_t element = element_size(options.type);
   COHORT_CHECK(data.size() % element == 0, "allreduce: {} bytes are not whole elements of {} bytes", data.size(), element);
-  switch (options.type) {
-    case DataType::Float32: {
-      const std::span values(reinterpret_cast<float*>(data.data()), data.size() / element);
-      if (allreduce_algorithm(data.size(), transport.size(), options) == kRecursiveDoubling)
-        recursive_doubling_allreduce(transport, values, options);
-      else
-        ring_allreduce(transport, values, options);
-      if (options.op == ReduceOp::Mean) {
-        const float inverse = 1.0f / static_cast<float>(transport.size());
-        for (float& v : values) v *= inverse;
-      }
-      return;
-    }
+  const std::span values(reinterpret_cast<float*>(data.data()), data.size() / element);
+  if (allreduce_algorithm(data.size(), transport.size(), options) == kRecursiveDoubling)
+    recursive_doubling_allreduce(transport, values, options);
+  else
+    ring_allreduce(transport, values, options);
+  if (options.op == ReduceOp::Mean) {
+    const float inverse = 1.0f / static_cast<float>(transport.size());
+    for (float& v : values) v *= inverse;
   }
 }
 

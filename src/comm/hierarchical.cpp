@@ -19,7 +19,7 @@ void hierarchical_allreduce(Transport& transport, std::span<const int> host_of, 
                             const AllreduceOptions& options) {
   const int n = transport.size(), r = transport.rank();
   COHORT_CHECK(static_cast<int>(host_of.size()) == n, "hierarchical allreduce: {} hosts given for {} ranks", host_of.size(), n);
-  COHORT_CHECK(options.type == DataType::Float32 && data.size() % sizeof(float) == 0,
+  COHORT_CHECK(options.type == DType::Float32 && data.size() % sizeof(float) == 0,
                "hierarchical allreduce: {} bytes are not whole float32 elements", data.size());
   std::vector<int> neighbours, leaders;  // this host's ranks; every host's first rank
   for (int q = 0; q < n; ++q) {

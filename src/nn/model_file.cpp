@@ -24,7 +24,7 @@ namespace cohort::nn {
 namespace {
 
 constexpr std::string_view kMagic = "COHORTMD";
-constexpr std::uint32_t kFormatVersion = 1;
+constexpr std::uint32_t kFormatVersion = 2;  // 2: tensors record their element type
 constexpr const char* kInputNormalization = "input_normalization";
 
 struct LayerRecord {

@@ -12,7 +12,7 @@ namespace cohort::nn {
 namespace {
 
 constexpr std::string_view kMagic = "COHORTWT";
-constexpr std::uint32_t kFormatVersion = 1;
+constexpr std::uint32_t kFormatVersion = 2;  // 2: tensors record their element type
 
 }  // namespace
 

@@ -18,7 +18,7 @@ void serialize(Archive& archive, SlotState& state) {
 }
 
 namespace {
-constexpr std::uint32_t kStateFormatVersion = 1;
+constexpr std::uint32_t kStateFormatVersion = 2;  // 2: tensors record their element type
 }
 
 Optimizer::Optimizer(Schedule learning_rate, double decay) : schedule_(std::move(learning_rate)), decay_(decay) {

@@ -38,7 +38,7 @@ namespace {
 
 constexpr std::string_view kSnapshotMagic = "COHORTPS";
 constexpr std::string_view kManifestMagic = "COHORTMF";
-constexpr std::uint32_t kFormatVersion = 1;
+constexpr std::uint32_t kFormatVersion = 2;  // 2: tensors record their element type
 
 template <typename T>
 T decode(const std::string& bytes, const std::filesystem::path& path, std::string_view what) {

@@ -18,8 +18,8 @@ void verify_same_plan(comm::Transport& transport, const Plan& plan) {
   const auto communicator = comm::make_ring_communicator(transport);
   constexpr std::size_t kSlots = sizeof(std::uint64_t) / sizeof(float);
   communicator
-      ->allgather({mine.get(), kSlots, comm::DataType::Float32, Device::CPU, mine},
-                  {gathered->data(), kSlots * gathered->size(), comm::DataType::Float32, Device::CPU, gathered})
+      ->allgather({mine.get(), kSlots, DType::Float32, Device::CPU, mine},
+                  {gathered->data(), kSlots * gathered->size(), DType::Float32, Device::CPU, gathered})
       ->wait(communicator->timeout());
   const std::vector<std::uint64_t>& all = *gathered;
   std::string differing;

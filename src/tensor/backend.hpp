@@ -49,8 +49,13 @@ class Backend {
   virtual void synchronize() = 0;
 
   // ---- memory: host pointers are on the CPU; the tensors on this device
-  virtual void copy_from_host(const float* source, const Tensor& destination) = 0;
-  virtual void copy_to_host(const Tensor& source, float* destination) = 0;
+  virtual void copy_from_host(const void* source, const Tensor& destination) = 0;
+  virtual void copy_to_host(const Tensor& source, void* destination) = 0;
+  // Every byte of x zero: zero in any element type.
+  virtual void zero(const Tensor& x) = 0;
+  // destination = source in destination's element type (ops::convert's rules): one of them float32, the
+  // other bfloat16, float16 or (as the source) int32.
+  virtual void convert(const Tensor& source, const Tensor& destination) = 0;
 
   // ---- plans
   virtual std::shared_ptr<const PlanState> plan(const Conv2dGeometry& geometry) = 0;

@@ -33,17 +33,28 @@ namespace {
 std::string describe_operands(std::span<const Tensor* const> operands) {
   std::string out;
   for (const Tensor* t : operands)
-    if (t->defined()) out += fmt::format("{}{} on {}", out.empty() ? "" : ", ", t->shape(), device_name(t->device()));
+    if (t->defined())
+      out += fmt::format("{}{} {} on {}", out.empty() ? "" : ", ", dtype_name(t->dtype()), t->shape(),
+                         device_name(t->device()));
   return out;
 }
 
+// What element types an op takes: float32 throughout (what every kernel computes in), or one type shared
+// by all operands (copies), or any (the op checked them itself).
+enum class Types { Float32, Same, Checked };
+
 // The backend of the device every defined operand lives on. Operands on different devices, or still
 // being copied asynchronously, are the caller's error: DeviceError naming the op, devices and shapes.
-Backend& backend_of(const char* op, std::span<const Tensor* const> operands) {
+// Operands of an element type the op does not take are InvalidArgument naming the op, types and shapes.
+Backend& backend_of(const char* op, std::span<const Tensor* const> operands, Types types = Types::Float32) {
   const Tensor* first = nullptr;
   for (const Tensor* t : operands) {
     if (!t->defined()) continue;
     if (first == nullptr) first = t;
+    if ((types == Types::Float32 && t->dtype() != DType::Float32) || (types == Types::Same && t->dtype() != first->dtype()))
+        [[unlikely]]
+      throw InvalidArgument(fmt::format("{}: takes {} operands, got {}; convert them with to(DType) first", op,
+                                        types == Types::Float32 ? "float32" : "same-typed", describe_operands(operands)));
     if (t->device() != first->device()) [[unlikely]]
       throw DeviceError(fmt::format("{}: operands on different devices ({}); move them with to() first", op,
                                     describe_operands(operands)));
@@ -56,20 +67,25 @@ Backend& backend_of(const char* op, std::span<const Tensor* const> operands) {
   return backend_for(first->device());
 }
 
-Backend& backend_of(const char* op, std::initializer_list<const Tensor*> operands) {
-  return backend_of(op, std::span<const Tensor* const>(operands.begin(), operands.size()));
+Backend& backend_of(const char* op, std::initializer_list<const Tensor*> operands, Types types = Types::Float32) {
+  return backend_of(op, std::span<const Tensor* const>(operands.begin(), operands.size()), types);
 }
 
 void check_same_shape(const char* op, const Tensor& a, const Tensor& b) {
   COHORT_CHECK(a.shape() == b.shape(), "{}: shapes {} and {} differ", op, a.shape(), b.shape());
 }
 
-void check_labels(const char* op, const Tensor& scores, const Tensor& labels) {
+// The labels as the kernels read them: float32, class indices converted from int32.
+Tensor checked_labels(const char* op, const Tensor& scores, const Tensor& labels) {
   COHORT_CHECK(scores.rank() == 2, "{}: scores must be (N, C), got {}", op, scores.shape());
   const bool sparse = labels.rank() == 1 && labels.dim(0) == scores.dim(0);
   COHORT_CHECK(sparse || labels.shape() == scores.shape(),
                "{}: labels must be (N,) class indices or (N, C) targets matching {}, got {}", op, scores.shape(),
                labels.shape());
+  COHORT_CHECK(labels.dtype() == DType::Float32 || (sparse && labels.dtype() == DType::Int32),
+               "{}: labels must be float32, or int32 class indices, got {} {}", op, dtype_name(labels.dtype()),
+               labels.shape());
+  return labels.to(DType::Float32);
 }
 
 void check_conv(const Tensor& x, const Tensor& kernel, const Tensor& y, const Conv2dGeometry& g) {
@@ -115,22 +131,44 @@ void fill(const Tensor& x, float value) {
 
 void copy(const Tensor& source, const Tensor& destination) {
   COHORT_CHECK(source.numel() == destination.numel(), "copy: {} into {}", source.shape(), destination.shape());
+  const std::array both{&source, &destination};
   if (source.device() == destination.device()) {
-    backend_of("copy", {&source, &destination}).copy(source, destination);
+    backend_of("copy", both, Types::Same).copy(source, destination);
     return;
   }
+  COHORT_CHECK(source.dtype() == destination.dtype(), "copy: takes same-typed operands, got {}; convert with to(DType)",
+               describe_operands(both));
   // Between devices: through the host, which every backend reaches.
-  backend_of("copy", {&source});
-  backend_of("copy", {&destination});
+  backend_of("copy", {&source}, Types::Same);
+  backend_of("copy", {&destination}, Types::Same);
   if (destination.device() == Device::CPU) {
-    backend_for(source.device()).copy_to_host(source, destination.data());
+    backend_for(source.device()).copy_to_host(source, destination.host_bytes().data());
   } else if (source.device() == Device::CPU) {
-    backend_for(destination.device()).copy_from_host(source.data(), destination);
+    backend_for(destination.device()).copy_from_host(source.host_bytes().data(), destination);
   } else {
-    const Tensor staging = Tensor::uninitialized(source.shape(), Device::CPU);
-    backend_for(source.device()).copy_to_host(source, staging.data());
-    backend_for(destination.device()).copy_from_host(staging.data(), destination);
+    const Tensor staging = Tensor::uninitialized(source.shape(), source.dtype(), Device::CPU);
+    backend_for(source.device()).copy_to_host(source, staging.host_bytes().data());
+    backend_for(destination.device()).copy_from_host(staging.host_bytes().data(), destination);
   }
+}
+
+void convert(const Tensor& source, const Tensor& destination) {
+  const std::array both{&source, &destination};
+  COHORT_CHECK(source.shape() == destination.shape(), "convert: shapes differ ({})", describe_operands(both));
+  const bool floating = is_floating(source.dtype()) && is_floating(destination.dtype());
+  const bool labels = source.dtype() == DType::Int32 && destination.dtype() == DType::Float32;
+  COHORT_CHECK(floating || labels, "convert: converts between floating types and from int32 to float32, got {}",
+               describe_operands(both));
+  Backend& backend = backend_of("convert", both, Types::Checked);
+  if (source.numel() == 0) return;
+  if (source.dtype() == destination.dtype()) return backend.copy(source, destination);
+  if (source.dtype() != DType::Float32 && destination.dtype() != DType::Float32) {
+    // Between the two 16-bit types: through float32, which holds both exactly.
+    const Tensor wide = Tensor::uninitialized(source.shape(), DType::Float32, source.device());
+    backend.convert(source, wide);
+    return backend.convert(wide, destination);
+  }
+  backend.convert(source, destination);
 }
 
 void axpy(float alpha, const Tensor& x, const Tensor& y) {
@@ -400,20 +438,22 @@ void rmsprop_update(const std::vector<RmspropOperands>& variables, float learnin
 }
 
 double softmax_cross_entropy(const Tensor& logits, const Tensor& labels, const Tensor& dlogits) {
-  check_labels("softmax_cross_entropy", logits, labels);
+  const Tensor float_labels = checked_labels("softmax_cross_entropy", logits, labels);
   if (dlogits.defined()) check_same_shape("softmax_cross_entropy", logits, dlogits);
-  return backend_of("softmax_cross_entropy", {&logits, &labels, &dlogits}).softmax_cross_entropy(logits, labels, dlogits);
+  return backend_of("softmax_cross_entropy", {&logits, &float_labels, &dlogits})
+      .softmax_cross_entropy(logits, float_labels, dlogits);
 }
 
 double categorical_cross_entropy(const Tensor& probabilities, const Tensor& labels, const Tensor& dprobabilities) {
-  check_labels("categorical_cross_entropy", probabilities, labels);
+  const Tensor float_labels = checked_labels("categorical_cross_entropy", probabilities, labels);
   if (dprobabilities.defined()) check_same_shape("categorical_cross_entropy", probabilities, dprobabilities);
-  return backend_of("categorical_cross_entropy", {&probabilities, &labels, &dprobabilities}).categorical_cross_entropy(probabilities, labels, dprobabilities);
+  return backend_of("categorical_cross_entropy", {&probabilities, &float_labels, &dprobabilities})
+      .categorical_cross_entropy(probabilities, float_labels, dprobabilities);
 }
 
 std::int64_t count_correct(const Tensor& scores, const Tensor& labels) {
-  check_labels("count_correct", scores, labels);
-  return backend_of("count_correct", {&scores, &labels}).count_correct(scores, labels);
+  const Tensor float_labels = checked_labels("count_correct", scores, labels);
+  return backend_of("count_correct", {&scores, &float_labels}).count_correct(scores, float_labels);
 }
 
 }  // namespace ops

@@ -10,12 +10,12 @@ namespace cohort {
 class Storage {
  public:
   Storage(std::size_t bytes, Device device, Allocator& allocator)
-      : data_(static_cast<float*>(allocator.allocate(bytes))), bytes_(bytes), device_(device), allocator_(allocator) {}
+      : data_(static_cast<std::byte*>(allocator.allocate(bytes))), bytes_(bytes), device_(device), allocator_(allocator) {}
   ~Storage() { allocator_.deallocate(data_, bytes_); }
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
 
-  float* data() const { return data_; }
+  std::byte* data() const { return data_; }
   Device device() const { return device_; }
   // Asynchronous copies that read from (write into) this storage and have not been synchronized yet.
   std::atomic<int>& copies_reading() { return copies_reading_; }
@@ -23,7 +23,7 @@ class Storage {
   bool copy_in_flight() const { return copies_reading_.load() > 0 || copies_writing_.load() > 0; }
 
  private:
-  float* data_;
+  std::byte* data_;
   std::size_t bytes_;
   Device device_;
   Allocator& allocator_;

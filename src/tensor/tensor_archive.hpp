@@ -1,6 +1,7 @@
 #pragma once
 // cereal serialization of tensors for the library's binary archives (optimizer state, checkpoints):
-// the extents, then the raw float32 values. Private to src/: public headers stay free of cereal.
+// the extents, the element type's code (DType), then the raw values. Private to src/: public headers stay
+// free of cereal.
 // Tensors of any device are saved through the host and always load onto the CPU, so an archive moves
 // between devices unchanged.
 #include <cereal/archives/portable_binary.hpp>
@@ -14,9 +15,9 @@ namespace cohort {
 
 template <class Archive>
 void save(Archive& archive, const Tensor& tensor) {
-  archive(tensor.shape().dims());
+  archive(tensor.shape().dims(), static_cast<std::uint8_t>(tensor.dtype()));
   const Tensor host = tensor.to(Device::CPU);
-  archive(cereal::binary_data(host.data(), host.bytes()));
+  archive(cereal::binary_data(host.host_bytes().data(), host.bytes()));
 }
 
 template <class Archive>
@@ -31,11 +32,16 @@ void load(Archive& archive, Tensor& tensor) {
                     "archived tensor has implausible extents");
     count *= d;
   }
+  std::uint8_t type_code = 0;
+  archive(type_code);
+  const std::optional<DType> dtype = dtype_from_code(type_code);
+  COHORT_CHECK_AS(DataError, dtype.has_value(), "archived tensor has element type code {}, which names no type", type_code);
   if constexpr (requires { archive.remaining(); })
-    COHORT_CHECK_AS(DataError, static_cast<std::uint64_t>(count) * sizeof(float) <= archive.remaining(),
-                    "archived tensor of {} elements is longer than the {} bytes left", count, archive.remaining());
-  tensor = Tensor(Shape(std::move(dims)));
-  archive(cereal::binary_data(tensor.data(), tensor.bytes()));
+    COHORT_CHECK_AS(DataError, static_cast<std::uint64_t>(count) * element_size(*dtype) <= archive.remaining(),
+                    "archived {} tensor of {} elements is longer than the {} bytes left", dtype_name(*dtype), count,
+                    archive.remaining());
+  tensor = Tensor(Shape(std::move(dims)), *dtype);
+  archive(cereal::binary_data(tensor.host_bytes().data(), tensor.bytes()));
 }
 
 }  // namespace cohort

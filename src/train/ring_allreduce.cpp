@@ -51,7 +51,7 @@ comm::WorkPtr RingAllreduce::start_collective(const Tensor& buffer, const Tensor
   const Tensor& exchanged = direct ? buffer : staging;
   // The buffer owns a reference to the storage: a collective still running after a failed wait writes
   // into memory that is still there.
-  const comm::Buffer data{exchanged.device_pointer(), static_cast<std::size_t>(exchanged.numel()), comm::DataType::Float32,
+  const comm::Buffer data{exchanged.device_pointer(), static_cast<std::size_t>(exchanged.numel()), DType::Float32,
                           exchanged.device(), std::make_shared<const Tensor>(exchanged)};
   return broadcast ? communicator->broadcast(data, 0) : communicator->allreduce(data, comm::ReduceOp::Sum);
 }
@@ -196,8 +196,8 @@ bool RingAllreduce::sum_over_replicas(std::span<double> values) {
   auto mine = std::make_shared<std::vector<double>>(values.begin(), values.end());
   auto all = std::make_shared<std::vector<double>>(values.size() * ranks);
   const std::size_t slots = values.size() * sizeof(double) / sizeof(float);
-  const comm::Buffer mine_buffer{mine->data(), slots, comm::DataType::Float32, Device::CPU, mine};
-  const comm::Buffer all_buffer{all->data(), slots * ranks, comm::DataType::Float32, Device::CPU, all};
+  const comm::Buffer mine_buffer{mine->data(), slots, DType::Float32, Device::CPU, mine};
+  const comm::Buffer all_buffer{all->data(), slots * ranks, DType::Float32, Device::CPU, all};
   communicator.allgather(mine_buffer, all_buffer)->wait(communicator.timeout());
   for (std::size_t i = 0; i < values.size(); ++i) {
     double sum = 0;

@@ -2,10 +2,12 @@
 // flagship's shapes (within 1e-4, relative to each tensor's magnitude), three SGD steps of the flagship
 // (loss and every variable within 1e-3, but for the biases that a batch normalization cancels, which only
 // rounding moves), three Adam steps (loss, predictions, each variable's whole update), dropout masks
-// (identical), checkpoints moved between the devices, asynchronous copies and out-of-memory errors. The device is COHORT_TEST_DEVICE: cuda on a GPU host
+// (identical), element-type conversions (bit for bit), checkpoints moved between the devices, asynchronous copies and out-of-memory errors. The device is COHORT_TEST_DEVICE: cuda on a GPU host
 // (`ctest -L cuda`), emulated in the CPU suite, which runs this file's own logic where no GPU is.
 #include <catch2/catch.hpp>
+#include <bit>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <map>
 #include <set>
@@ -154,6 +156,39 @@ TEST_CASE("elementwise ops and reductions match the CPU", "[ops]") {
     ops::moving_average_update(out.device, x.device, 0.9f);
     require_close(out.cpu, out.device, kOpTolerance, "moving_average_update");
   }
+}
+
+TEST_CASE("element-type conversions give the CPU's bits, and NaN stays NaN", "[ops][dtype]") {
+  // Every 16-bit pattern, and floats around every rounding boundary: ties, subnormals, overflow.
+  std::vector<std::uint16_t> patterns(1 << 16);
+  for (std::size_t i = 0; i < patterns.size(); ++i) patterns[i] = static_cast<std::uint16_t>(i);
+  std::vector<float> floats = test_util::random_tensor({1 << 16}, 3, -70000.0f, 70000.0f).to_vector();
+  for (std::uint32_t bits = 0; bits < (1u << 20); bits += 97) floats.push_back(std::bit_cast<float>(bits << 11));
+  const Tensor wide_cpu = Tensor::from_values({static_cast<std::int64_t>(floats.size())}, floats);
+  const Tensor wide_device = wide_cpu.to(dut());
+  for (DType type : {DType::BFloat16, DType::Float16}) {
+    INFO(dtype_name(type));
+    const auto narrowed_cpu = wide_cpu.to(type), narrowed_device = wide_device.to(type).to(Device::CPU);
+    REQUIRE(narrowed_device.dtype() == type);
+    const auto a = narrowed_cpu.to_vector(), b = narrowed_device.to_vector();
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      INFO("float " << floats[i]);
+      if (std::isnan(a[i])) REQUIRE(std::isnan(b[i]));
+      else REQUIRE(std::bit_cast<std::uint32_t>(a[i]) == std::bit_cast<std::uint32_t>(b[i]));
+    }
+    Tensor low_cpu(Shape{static_cast<std::int64_t>(patterns.size())}, type);
+    std::memcpy(low_cpu.host_bytes().data(), patterns.data(), low_cpu.bytes());
+    const auto widened_cpu = low_cpu.to(DType::Float32).to_vector();
+    const auto widened_device = low_cpu.to(dut()).to(DType::Float32).to_vector();
+    for (std::size_t i = 0; i < patterns.size(); ++i) {
+      INFO("pattern " << patterns[i]);
+      if (std::isnan(widened_cpu[i])) REQUIRE(std::isnan(widened_device[i]));
+      else REQUIRE(std::bit_cast<std::uint32_t>(widened_cpu[i]) == std::bit_cast<std::uint32_t>(widened_device[i]));
+    }
+  }
+  const Tensor labels = Tensor::from_values({4}, std::vector<std::int32_t>{0, 7, -3, 1 << 20});
+  CHECK(labels.to(dut()).to(DType::Float32).to_vector() == std::vector<float>{0, 7, -3, 1 << 20});
+  CHECK(Tensor({3}, DType::BFloat16, dut()).to_vector() == std::vector<float>(3, 0.0f));
 }
 
 TEST_CASE("matrix products match the CPU for every transpose, alpha and beta", "[ops]") {

@@ -206,13 +206,19 @@ TEST_CASE("lengths in a record cannot make decoding allocate more than the recor
                        Catch::Message("a vector cannot be decoded: a length of 1099511627776 before offset 9 exceeds the 0 bytes left"));
   CHECK_THROWS_AS((from_archive_bytes<DataError, std::string>(huge_length, "a string")), DataError);
   CHECK_THROWS_AS((from_archive_bytes<DataError, std::map<std::string, float>>(huge_length, "a map")), DataError);
-  const std::string big_tensor = to_archive_bytes(std::vector<std::int64_t>{1 << 20, 1 << 15});  // 128 GiB of floats
+  // A tensor's record: its extents, its element type's code, then the values.
+  const auto tensor_record = [](const std::vector<std::int64_t>& dims, DType type) {
+    return to_archive_bytes(dims) + static_cast<char>(type);
+  };
+  const std::string big_tensor = tensor_record({1 << 20, 1 << 15}, DType::Float32);  // 128 GiB of floats
   CHECK_THROWS_WITH((from_archive_bytes<DataError, Tensor>(big_tensor, "a tensor")),
-                    Catch::Contains("34359738368 elements is longer than the 0 bytes left"));
-  const std::string overflowing = to_archive_bytes(std::vector<std::int64_t>{12884901889, 17179869184});
+                    Catch::Contains("float32 tensor of 34359738368 elements is longer than the 0 bytes left"));
+  const std::string big_low = tensor_record({1 << 20, 1 << 15}, DType::BFloat16) + std::string(8, '\0');
+  CHECK_THROWS_WITH((from_archive_bytes<DataError, Tensor>(big_low, "a tensor")),
+                    Catch::Contains("bfloat16 tensor of 34359738368 elements is longer than the 8 bytes left"));
+  const std::string overflowing = tensor_record({12884901889, 17179869184}, DType::Float32);
   CHECK_THROWS_WITH((from_archive_bytes<DataError, Tensor>(overflowing, "a tensor")), Catch::Contains("implausible extents"));
-  std::string short_values = to_archive_bytes(std::vector<std::int64_t>{4});
-  short_values += std::string(12, '\0');  // 3 of the 4 floats
+  const std::string short_values = tensor_record({4}, DType::Float32) + std::string(12, '\0');  // 3 of the 4 floats
   CHECK_THROWS_WITH((from_archive_bytes<DataError, Tensor>(short_values, "a tensor")), Catch::Contains("4 elements is longer than the 12 bytes left"));
 }
 

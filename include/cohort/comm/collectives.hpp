@@ -15,6 +15,7 @@
 #include <string_view>
 
 #include "cohort/comm/transport.hpp"
+#include "cohort/core/dtype.hpp"
 
 namespace cohort::comm {
 
@@ -22,13 +23,10 @@ inline constexpr Tag kCollectiveTag = 0xC011EC7100000000ull;
 
 enum class ReduceOp { Sum, Mean };
 
-// The element types collectives reduce. Float32 is the one gradients use today.
-enum class DataType { Float32 };
-constexpr std::size_t size_of(DataType) { return 4; }
-
 struct AllreduceOptions {
   ReduceOp op = ReduceOp::Sum;
-  DataType type = DataType::Float32;
+  // The elements' type (cohort's one DType); reductions add float32, other types are refused by name.
+  DType type = DType::Float32;
   // Each ring step moves its chunk in segments of this size, so that reducing one segment overlaps
   // receiving the next.
   std::size_t segment_bytes = 256 * 1024;

@@ -29,12 +29,12 @@ namespace cohort::comm {
 struct Buffer {
   void* data = nullptr;
   std::size_t count = 0;
-  DataType type = DataType::Float32;
+  DType type = DType::Float32;
   Device device = Device::CPU;
   std::shared_ptr<const void> owner;
 
-  std::size_t bytes() const { return count * size_of(type); }
-  static Buffer of(std::span<float> values) { return {values.data(), values.size(), DataType::Float32, Device::CPU, {}}; }
+  std::size_t bytes() const { return count * element_size(type); }
+  static Buffer of(std::span<float> values) { return {values.data(), values.size(), DType::Float32, Device::CPU, {}}; }
 };
 
 class Communicator {

@@ -3,7 +3,8 @@
 // call. Each checks shapes and devices once, then calls the backend of its operands' device
 // (src/tensor/backend.hpp lists what a backend implements; src/tensor/backend.cpp picks it). Operands on
 // different devices, or in the middle of an asynchronous copy, are a DeviceError naming the op, the
-// devices and the shapes. Images are NHWC, convolution kernels HWIO (Keras layout), matrices row-major.
+// devices and the shapes. Ops compute in float32: operands of another element type are InvalidArgument
+// naming the op, the types and the shapes (convert() changes a tensor's type); labels may be int32. Images are NHWC, convolution kernels HWIO (Keras layout), matrices row-major.
 // Outputs must be allocated by the caller with the right shape.
 //
 // Convolution, pooling and batch normalization take a plan: made once per layer at build time, it is
@@ -67,6 +68,9 @@ void fill(const Tensor& x, float value);
 // The one op whose operands may be on different devices: a synchronous transfer (CopyStream for
 // asynchronous ones).
 void copy(const Tensor& source, const Tensor& destination);
+// destination = source in destination's element type, on one device: between float32, bfloat16 and float16
+// (rounding to nearest even, NaN and infinity kept, float16 subnormals produced), and int32 to float32.
+void convert(const Tensor& source, const Tensor& destination);
 void axpy(float alpha, const Tensor& x, const Tensor& y);            // y += alpha * x
 void scale(const Tensor& x, float alpha);                            // x *= alpha
 void multiply(const Tensor& a, const Tensor& b, const Tensor& out);  // out = a .* b

@@ -30,7 +30,7 @@ struct TrainingPosition {
   std::string gemm_path{};
 };
 
-inline constexpr std::uint32_t kCheckpointFormatVersion = 3;
+inline constexpr std::uint32_t kCheckpointFormatVersion = 4;  // 4: tensors record their element type
 
 void save_checkpoint(const std::filesystem::path& path, const nn::Sequential& model, const optim::Optimizer& optimizer,
                      const TrainingPosition& position);

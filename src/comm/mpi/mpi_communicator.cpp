@@ -23,11 +23,10 @@ void check_mpi(int code, const char* call) {
   throw IoError(fmt::format("{} failed: {}", call, std::string_view(text, static_cast<std::size_t>(length))));
 }
 
-MPI_Datatype mpi_type(DataType type) {
-  switch (type) {
-    case DataType::Float32: return MPI_FLOAT;
-  }
-  throw InvalidArgument("MPI communicator: unsupported element type");
+MPI_Datatype mpi_type(DType type) {
+  if (type == DType::Float32) return MPI_FLOAT;
+  if (type == DType::Int32) return MPI_INT32_T;
+  throw InvalidArgument(fmt::format("MPI communicator: MPI has no {} type to reduce", dtype_name(type)));
 }
 
 class MpiCommunicator final : public Communicator {

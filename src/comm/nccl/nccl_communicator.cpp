@@ -32,11 +32,14 @@ void check_nccl(ncclResult_t result, const char* call) {
   throw IoError(fmt::format("{} failed: {} ({})", call, ncclGetErrorString(result), ncclGetLastError(nullptr)));
 }
 
-ncclDataType_t nccl_type(DataType type) {
+ncclDataType_t nccl_type(DType type) {
   switch (type) {
-    case DataType::Float32: return ncclFloat32;
+    case DType::Float32: return ncclFloat32;
+    case DType::BFloat16: return ncclBfloat16;
+    case DType::Float16: return ncclFloat16;
+    case DType::Int32: return ncclInt32;
   }
-  throw InvalidArgument("NCCL communicator: unsupported element type");
+  throw InvalidArgument(fmt::format("NCCL communicator: no element type has code {}", static_cast<int>(type)));
 }
 
 // What each rank tells the others before NCCL is set up: whether it uses a GPU, and which (its UUID).

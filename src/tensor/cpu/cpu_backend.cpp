@@ -82,12 +82,12 @@ CpuBackend::CpuBackend(Device device, std::unique_ptr<Allocator> allocator)
 
 std::unique_ptr<BackendStream> CpuBackend::make_stream() { return std::make_unique<ThreadStream>(); }
 
-void CpuBackend::copy_from_host(const float* source, const Tensor& destination) {
-  if (destination.numel() > 0) std::memcpy(device_data(destination), source, destination.bytes());
+void CpuBackend::copy_from_host(const void* source, const Tensor& destination) {
+  if (destination.numel() > 0) std::memcpy(device_bytes(destination), source, destination.bytes());
 }
 
-void CpuBackend::copy_to_host(const Tensor& source, float* destination) {
-  if (source.numel() > 0) std::memcpy(destination, device_data(source), source.bytes());
+void CpuBackend::copy_to_host(const Tensor& source, void* destination) {
+  if (source.numel() > 0) std::memcpy(destination, device_bytes(source), source.bytes());
 }
 
 std::shared_ptr<const PlanState> CpuBackend::plan(const Pool2dGeometry&) { return std::make_shared<NoPlan>(); }

@@ -22,8 +22,10 @@ class CpuBackend final : public Backend {
   Allocator& allocator() override { return *allocator_; }
   std::unique_ptr<BackendStream> make_stream() override;
   void synchronize() override {}
-  void copy_from_host(const float* source, const Tensor& destination) override;
-  void copy_to_host(const Tensor& source, float* destination) override;
+  void copy_from_host(const void* source, const Tensor& destination) override;
+  void copy_to_host(const Tensor& source, void* destination) override;
+  void zero(const Tensor& x) override;
+  void convert(const Tensor& source, const Tensor& destination) override;
 
   std::shared_ptr<const PlanState> plan(const Conv2dGeometry& geometry) override;
   std::shared_ptr<const PlanState> plan(const Pool2dGeometry& geometry) override;

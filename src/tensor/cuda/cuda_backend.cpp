@@ -166,18 +166,18 @@ void CudaBackend::wait(const char* what) {
 
 std::unique_ptr<BackendStream> CudaBackend::make_stream() { return std::make_unique<CopyStreamImpl>(*this); }
 
-void CudaBackend::copy_from_host(const float* source, const Tensor& destination) {
+void CudaBackend::copy_from_host(const void* source, const Tensor& destination) {
   activate();
   if (destination.numel() == 0) return;
-  COHORT_CUDA_CHECK(cudaMemcpyAsync(device_data(destination), source, destination.bytes(), cudaMemcpyHostToDevice, compute_),
+  COHORT_CUDA_CHECK(cudaMemcpyAsync(device_bytes(destination), source, destination.bytes(), cudaMemcpyHostToDevice, compute_),
                     "copying {} to the GPU", destination.shape());
   wait("copying to the GPU");
 }
 
-void CudaBackend::copy_to_host(const Tensor& source, float* destination) {
+void CudaBackend::copy_to_host(const Tensor& source, void* destination) {
   activate();
   if (source.numel() == 0) return;
-  COHORT_CUDA_CHECK(cudaMemcpyAsync(destination, device_data(source), source.bytes(), cudaMemcpyDeviceToHost, compute_),
+  COHORT_CUDA_CHECK(cudaMemcpyAsync(destination, device_bytes(source), source.bytes(), cudaMemcpyDeviceToHost, compute_),
                     "copying {} from the GPU", source.shape());
   wait("copying from the GPU");
 }
@@ -187,6 +187,29 @@ std::shared_ptr<const PlanState> CudaBackend::plan(const BatchNormGeometry&) { r
 
 // Kernel launches report configuration errors at once; faults inside a kernel surface at the next wait.
 #define COHORT_CUDA_LAUNCHED(...) COHORT_CUDA_CHECK(cudaGetLastError(), __VA_ARGS__)
+
+void CudaBackend::zero(const Tensor& x) {
+  activate();
+  if (x.numel() == 0) return;
+  COHORT_CUDA_CHECK(cudaMemsetAsync(device_bytes(x), 0, x.bytes(), compute_), "zeroing {} on the GPU", x.shape());
+}
+
+void CudaBackend::convert(const Tensor& source, const Tensor& destination) {
+  activate();
+  const auto half_type = [](DType type) {
+    return type == DType::BFloat16 ? kernels::HalfType::BFloat16 : kernels::HalfType::Float16;
+  };
+  const auto* from = static_cast<const std::uint16_t*>(device_bytes(source));
+  if (source.dtype() == DType::Float32)
+    kernels::narrow(device_data(source), static_cast<std::uint16_t*>(device_bytes(destination)), source.numel(),
+                    half_type(destination.dtype()), compute_);
+  else if (source.dtype() == DType::Int32)
+    kernels::int_to_float(static_cast<const std::int32_t*>(device_bytes(source)), out(destination), source.numel(), compute_);
+  else
+    kernels::widen(from, out(destination), source.numel(), half_type(source.dtype()), compute_);
+  COHORT_CUDA_LAUNCHED("converting {} from {} to {}", source.shape(), dtype_name(source.dtype()),
+                       dtype_name(destination.dtype()));
+}
 
 void CudaBackend::fill(const Tensor& x, float value) {
   activate();

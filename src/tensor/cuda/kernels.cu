@@ -1,5 +1,8 @@
 // The CUDA backend's own kernels. Simple by design: one thread per output element, grid-stride loops,
 // reductions in double with a fixed combination order; cuDNN and cuBLAS carry the heavy work.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
 #include <algorithm>
 #include <cfloat>
 #include <climits>
@@ -20,6 +23,26 @@ int blocks_for(std::int64_t n) {
 
 #define COHORT_GRID_STRIDE(i, n) \
   for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < (n); i += static_cast<std::int64_t>(blockDim.x) * gridDim.x)
+
+__global__ void narrow_kernel(const float* from, std::uint16_t* to, std::int64_t n, HalfType type) {
+  if (type == HalfType::BFloat16) {
+    COHORT_GRID_STRIDE(i, n) to[i] = __bfloat16_as_ushort(__float2bfloat16_rn(from[i]));
+  } else {
+    COHORT_GRID_STRIDE(i, n) to[i] = __half_as_ushort(__float2half_rn(from[i]));
+  }
+}
+
+__global__ void widen_kernel(const std::uint16_t* from, float* to, std::int64_t n, HalfType type) {
+  if (type == HalfType::BFloat16) {
+    COHORT_GRID_STRIDE(i, n) to[i] = __bfloat162float(__ushort_as_bfloat16(from[i]));
+  } else {
+    COHORT_GRID_STRIDE(i, n) to[i] = __half2float(__ushort_as_half(from[i]));
+  }
+}
+
+__global__ void int_to_float_kernel(const std::int32_t* from, float* to, std::int64_t n) {
+  COHORT_GRID_STRIDE(i, n) to[i] = static_cast<float>(from[i]);
+}
 
 __global__ void fill_kernel(float* x, std::int64_t n, float value) {
   COHORT_GRID_STRIDE(i, n) x[i] = value;
@@ -447,6 +470,15 @@ __global__ void count_correct_kernel(LossRows l) {
 
 }  // namespace
 
+void narrow(const float* from, std::uint16_t* to, std::int64_t n, HalfType type, cudaStream_t stream) {
+  if (n > 0) narrow_kernel<<<blocks_for(n), kThreads, 0, stream>>>(from, to, n, type);
+}
+void widen(const std::uint16_t* from, float* to, std::int64_t n, HalfType type, cudaStream_t stream) {
+  if (n > 0) widen_kernel<<<blocks_for(n), kThreads, 0, stream>>>(from, to, n, type);
+}
+void int_to_float(const std::int32_t* from, float* to, std::int64_t n, cudaStream_t stream) {
+  if (n > 0) int_to_float_kernel<<<blocks_for(n), kThreads, 0, stream>>>(from, to, n);
+}
 void fill(float* x, std::int64_t n, float value, cudaStream_t stream) {
   if (n > 0) fill_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, n, value);
 }

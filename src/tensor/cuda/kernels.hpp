@@ -16,6 +16,13 @@
 
 namespace cohort::cuda::kernels {
 
+// ---- element types: float32 to a 16-bit type rounds to nearest even (NaN, infinity and subnormals kept);
+// back is exact.
+enum class HalfType { BFloat16, Float16 };
+void narrow(const float* from, std::uint16_t* to, std::int64_t n, HalfType type, cudaStream_t stream);
+void widen(const std::uint16_t* from, float* to, std::int64_t n, HalfType type, cudaStream_t stream);
+void int_to_float(const std::int32_t* from, float* to, std::int64_t n, cudaStream_t stream);
+
 // ---- elementwise
 void fill(float* x, std::int64_t n, float value, cudaStream_t stream);
 void axpy(float alpha, const float* x, float* y, std::int64_t n, cudaStream_t stream);
