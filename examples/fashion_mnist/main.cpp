@@ -27,6 +27,7 @@ int main(int argc, char** argv) try {
 
   const Device device = app::training_device(options, *strategy);
   nn::Sequential model = nn::small_cnn(train_set.sample_shape(), options.seed, device);
+  model.set_precision(app::precision(options));
   if (chief) fmt::print("{}", model.summary());
   if (options.summary_only) return 0;
 

@@ -6,6 +6,7 @@
 
 #include <limits>
 
+#include "cohort/core/check.hpp"
 #include "cohort/core/error.hpp"
 #include "cohort/core/logging.hpp"
 #include "cohort/core/settings.hpp"
@@ -51,6 +52,9 @@ TrainingOptions parse_training_options(int argc, const char* const* argv, std::s
   cli.add_option("--threads", options.threads, "CPU threads (0: all cores)")->check(whole_number(0, 4096));
   cli.add_option("--device", options.device, "cpu, cuda, auto (CUDA when a GPU is visible) or emulated")
       ->check(CLI::IsMember({"cpu", "cuda", "auto", "emulated"}));
+  cli.add_option("--precision", options.precision,
+                 "float32, or mixed_bfloat16 / mixed_float16: float32 variables, layers computing in the 16-bit type")
+      ->check(CLI::IsMember({"float32", "mixed_bfloat16", "mixed_float16"}));
   cli.add_option("--learning-rate", options.learning_rate, "base learning rate")->check(positive_finite_number());
   cli.add_option("--seed", options.seed, "seed for initialization, data order and augmentation")
       ->check(whole_number(0, std::numeric_limits<std::int64_t>::max()));
@@ -98,6 +102,12 @@ train::ParameterServerOptions distributed_options(const TrainingOptions& options
           .placement = ps::parse_policy(options.placement),
           .max_shard_bytes = options.max_shard_bytes,
           .data = options.each_worker_full_pass ? train::DataPolicy::EachWorkerFullPass : train::DataPolicy::OnePassPerEpoch};
+}
+
+nn::Precision precision(const TrainingOptions& options) {
+  const auto precision = nn::parse_precision(options.precision);
+  COHORT_CHECK(precision.has_value(), "--precision {}: not float32, mixed_bfloat16 or mixed_float16", options.precision);
+  return *precision;
 }
 
 Device training_device(const TrainingOptions& options, const train::Strategy& strategy) {

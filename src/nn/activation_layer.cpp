@@ -10,14 +10,14 @@ ActivationLayer::ActivationLayer(cohort::Activation activation, std::string type
 Shape ActivationLayer::build(const Shape& in, VariableFactory&) { return in; }
 
 Tensor ActivationLayer::forward(const Tensor& x, const ForwardContext&) {
-  reuse(output_, x.shape(), x.device());
+  reuse(output_, x.shape(), x);
   ops::activation_forward(activation_, x, output_);
   return output_;
 }
 
 Tensor ActivationLayer::backward(const Tensor& dy, bool need_input_gradient) {
   if (!need_input_gradient) return Tensor();
-  reuse(input_gradient_, dy.shape(), dy.device());
+  reuse(input_gradient_, dy.shape(), dy);
   ops::activation_backward(activation_, output_, dy, input_gradient_);
   return input_gradient_;
 }

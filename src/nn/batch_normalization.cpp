@@ -41,7 +41,7 @@ std::size_t BatchNormalization::absorb(std::span<const std::unique_ptr<Layer>> f
 
 Tensor BatchNormalization::forward(const Tensor& x, const ForwardContext& context) {
   input_ = x;
-  reuse(output_, x.shape(), x.device());
+  reuse(output_, x.shape(), x);
   used_batch_statistics_ = context.training;
   activation_ = std::exchange(absorbed_activation_, cohort::Activation::Linear);
   if (!context.training) {
@@ -61,7 +61,7 @@ Tensor BatchNormalization::forward(const Tensor& x, const ForwardContext& contex
 
 Tensor BatchNormalization::backward(const Tensor& dy, bool need_input_gradient) {
   COHORT_CHECK(input_.defined(), "{}: backward() needs a forward() first", name());
-  if (need_input_gradient) reuse(input_gradient_, input_.shape(), dy.device());
+  if (need_input_gradient) reuse(input_gradient_, input_.shape(), input_);
   const Tensor dx = need_input_gradient ? input_gradient_ : Tensor();
   if (!used_batch_statistics_)
     ops::batch_norm_backward_inference(plan_, input_, gamma_->value, dy, moving_mean_->value, moving_variance_->value,

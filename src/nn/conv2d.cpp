@@ -53,7 +53,7 @@ std::size_t Conv2D::absorb(std::span<const std::unique_ptr<Layer>> following, co
 Tensor Conv2D::forward(const Tensor& x, const ForwardContext&) {
   const Conv2dGeometry& g = plan_.geometry();
   input_ = x;
-  reuse(output_, {x.dim(0), g.out_h, g.out_w, g.out_c}, x.device());
+  reuse(output_, {x.dim(0), g.out_h, g.out_w, g.out_c}, x);
   folded_ = std::exchange(absorbed_normalization_, nullptr);
   activation_ = std::exchange(absorbed_activation_, cohort::Activation::Linear);
   Tensor kernel = kernel_->value, bias = use_bias_ ? bias_->value : Tensor();
@@ -65,6 +65,8 @@ Tensor Conv2D::forward(const Tensor& x, const ForwardContext&) {
     kernel = folded_kernel_;
     bias = folded_bias_;
   }
+  kernel = kernel_used_ = in_type(kernel, x.dtype(), kernel_in_type_);
+  if (bias.defined()) bias = in_type(bias, x.dtype(), bias_in_type_);
   ops::conv2d_activation_forward(plan_, x, kernel, bias, activation_, output_);
   return output_;
 }
@@ -73,13 +75,13 @@ Tensor Conv2D::backward(const Tensor& dy, bool need_input_gradient) {
   COHORT_CHECK(folded_ == nullptr, "{}: no backward() after an inference-only forward()", name());
   Tensor output_gradient = dy;
   if (activation_ != cohort::Activation::Linear) {
-    reuse(output_gradient_, dy.shape(), dy.device());
+    reuse(output_gradient_, dy.shape(), dy);
     ops::activation_backward(activation_, output_, dy, output_gradient_);
     output_gradient = output_gradient_;
   }
-  if (need_input_gradient) reuse(input_gradient_, input_.shape(), dy.device());
+  if (need_input_gradient) reuse(input_gradient_, input_.shape(), input_);
   const Tensor dx = need_input_gradient ? input_gradient_ : Tensor();
-  ops::conv2d_backward(plan_, input_, kernel_->value, output_gradient, dx, kernel_->gradient,
+  ops::conv2d_backward(plan_, input_, kernel_used_, output_gradient, dx, kernel_->gradient,
                        use_bias_ ? bias_->gradient : Tensor());
   return dx;
 }

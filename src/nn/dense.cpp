@@ -42,10 +42,11 @@ Tensor Dense::forward(const Tensor& x, const ForwardContext&) {
   input_rows_ = x.view({rows, input_features_});
   std::vector<std::int64_t> out_dims = x.shape().dims();
   out_dims.back() = units_;
-  reuse(output_, Shape(out_dims), x.device());
+  reuse(output_, Shape(out_dims), x);
   const Tensor out_rows = output_.view({rows, units_});
-  ops::matmul(input_rows_, false, kernel_->value, false, out_rows);
-  if (use_bias_) ops::bias_activation_forward(out_rows, bias_->value, activation_);
+  kernel_used_ = in_type(kernel_->value, x.dtype(), kernel_in_type_);
+  ops::matmul(input_rows_, false, kernel_used_, false, out_rows);
+  if (use_bias_) ops::bias_activation_forward(out_rows, in_type(bias_->value, x.dtype(), bias_in_type_), activation_);
   else if (activation_ != cohort::Activation::Linear) ops::activation_forward(activation_, out_rows, out_rows);
   return output_;
 }
@@ -55,7 +56,7 @@ Tensor Dense::backward(const Tensor& dy, bool need_input_gradient) {
   Tensor dy_rows = dy.view({rows, units_});
   if (activation_ != cohort::Activation::Linear) {
     // The gradient before the activation, with the bias gradient in the same pass.
-    reuse(output_gradient_, {rows, units_}, dy.device());
+    reuse(output_gradient_, {rows, units_}, dy);
     const Tensor y_rows = output_.view({rows, units_});
     if (use_bias_) ops::activation_bias_backward(activation_, y_rows, dy_rows, output_gradient_, bias_->gradient);
     else ops::activation_backward(activation_, y_rows, dy_rows, output_gradient_);
@@ -67,8 +68,8 @@ Tensor Dense::backward(const Tensor& dy, bool need_input_gradient) {
   if (!need_input_gradient) return Tensor();
   std::vector<std::int64_t> in_dims = dy.shape().dims();
   in_dims.back() = input_features_;
-  reuse(input_gradient_, Shape(in_dims), dy.device());
-  ops::matmul(dy_rows, false, kernel_->value, true, input_gradient_.view({rows, input_features_}));
+  reuse(input_gradient_, Shape(in_dims), dy);
+  ops::matmul(dy_rows, false, kernel_used_, true, input_gradient_.view({rows, input_features_}));
   return input_gradient_;
 }
 

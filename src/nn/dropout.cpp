@@ -18,8 +18,8 @@ Shape Dropout::build(const Shape& in, VariableFactory& factory) {
 Tensor Dropout::forward(const Tensor& x, const ForwardContext& context) {
   active_ = context.training && rate_ > 0.0f;
   if (!active_) return x;
-  reuse(mask_, x.shape(), x.device());
-  reuse(output_, x.shape(), x.device());
+  reuse(mask_, x.shape(), x);
+  reuse(output_, x.shape(), x);
   ops::dropout_mask(mask_, rate_, derive_seed(seed_, context.step));
   ops::multiply(x, mask_, output_);
   return output_;
@@ -28,7 +28,7 @@ Tensor Dropout::forward(const Tensor& x, const ForwardContext& context) {
 Tensor Dropout::backward(const Tensor& dy, bool need_input_gradient) {
   if (!need_input_gradient) return Tensor();
   if (!active_) return dy;
-  reuse(input_gradient_, dy.shape(), dy.device());
+  reuse(input_gradient_, dy.shape(), dy);
   ops::multiply(dy, mask_, input_gradient_);
   return input_gradient_;
 }

@@ -2,6 +2,7 @@
 
 #include "cohort/core/check.hpp"
 #include "cohort/core/seed.hpp"
+#include "cohort/tensor/ops.hpp"
 
 namespace cohort::nn {
 
@@ -27,7 +28,22 @@ std::uint64_t VariableFactory::seed_for(const std::string& purpose) const {
 std::size_t Layer::absorb(std::span<const std::unique_ptr<Layer>>, const ForwardContext&) { return 0; }
 
 const Tensor& Layer::reuse(Tensor& buffer, const Shape& shape, Device device) {
-  if (!buffer.defined() || buffer.shape() != shape || buffer.device() != device) buffer = Tensor(shape, device);
+  if (!buffer.defined() || buffer.shape() != shape || buffer.device() != device || buffer.dtype() != DType::Float32)
+    buffer = Tensor(shape, device);
+  return buffer;
+}
+
+const Tensor& Layer::reuse(Tensor& buffer, const Shape& shape, const Tensor& like) {
+  if (!buffer.defined() || buffer.shape() != shape || buffer.device() != like.device() || buffer.dtype() != like.dtype())
+    buffer = Tensor(shape, like.dtype(), like.device());
+  return buffer;
+}
+
+const Tensor& Layer::in_type(const Tensor& value, DType dtype, Tensor& buffer) {
+  if (value.dtype() == dtype) return value;
+  if (!buffer.defined() || buffer.shape() != value.shape() || buffer.device() != value.device() || buffer.dtype() != dtype)
+    buffer = Tensor::uninitialized(value.shape(), dtype, value.device());
+  ops::convert(value, buffer);
   return buffer;
 }
 

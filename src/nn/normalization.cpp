@@ -43,14 +43,14 @@ Shape Normalization::build(const Shape& in, VariableFactory& factory) {
 
 Tensor Normalization::forward(const Tensor& x, const ForwardContext&) {
   input_ = x;
-  reuse(output_, x.shape(), x.device());
+  reuse(output_, x.shape(), x);
   ops::batch_norm_forward_inference(plan_, x, scale_->value, zeros_, mean_variable_->value, unit_variance_, output_);
   return output_;
 }
 
 Tensor Normalization::backward(const Tensor& dy, bool need_input_gradient) {
   if (!need_input_gradient) return Tensor();
-  reuse(input_gradient_, dy.shape(), dy.device());
+  reuse(input_gradient_, dy.shape(), dy);
   ops::batch_norm_backward_inference(plan_, input_, scale_->value, dy, mean_variable_->value, unit_variance_, input_gradient_,
                                      scratch_gamma_, scratch_beta_);
   return input_gradient_;

@@ -23,14 +23,14 @@ Shape Pooling2D::build(const Shape& in, VariableFactory& factory) {
 Tensor Pooling2D::forward(const Tensor& x, const ForwardContext&) {
   const Pool2dGeometry& g = plan_.geometry();
   input_ = x;
-  reuse(output_, {x.dim(0), g.out_h, g.out_w, g.channels}, x.device());
+  reuse(output_, {x.dim(0), g.out_h, g.out_w, g.channels}, x);
   ops::pool2d_forward(plan_, x, output_);
   return output_;
 }
 
 Tensor Pooling2D::backward(const Tensor& dy, bool need_input_gradient) {
   if (!need_input_gradient) return Tensor();
-  reuse(input_gradient_, input_.shape(), dy.device());
+  reuse(input_gradient_, input_.shape(), input_);
   ops::pool2d_backward(plan_, input_, output_, dy, input_gradient_);
   return input_gradient_;
 }

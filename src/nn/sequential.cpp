@@ -62,9 +62,14 @@ Tensor Sequential::run(const Tensor& x, std::size_t end, const ForwardContext& c
                                   device_name(device_), x.shape(), device_name(x.device())));
   ran_.clear();  // a forward that throws leaves nothing for backward()
   std::vector<std::size_t> ran;
-  Tensor activation = x;
+  std::vector<DType> output_types;
+  const DType compute = compute_dtype(precision_);
+  // Under a mixed policy a final softmax or sigmoid runs in float32, so no layer may absorb it.
+  const std::size_t low_end = compute == DType::Float32 ? end : std::min(end, logits_end());
+  Tensor activation = x.to(compute);
   for (std::size_t i = 0; i < end;) {
-    const auto following = layers().subspan(i + 1, end - i - 1);
+    if (i == low_end) activation = activation.to(DType::Float32);
+    const auto following = layers().subspan(i + 1, (i < low_end ? low_end : end) - i - 1);
     const std::size_t absorbed = layers_[i]->absorb(following, context);
     COHORT_CHECK(absorbed <= following.size(), "layer '{}' absorbed {} of the {} layers after it", layers_[i]->name(),
                  absorbed, following.size());
@@ -73,12 +78,16 @@ Tensor Sequential::run(const Tensor& x, std::size_t end, const ForwardContext& c
       activation = layers_[i]->forward(activation, context);
     }
     ran.push_back(i);
+    output_types.push_back(activation.dtype());
     i += 1 + absorbed;
   }
   if (context.training) ++step_;
-  if (!context.inference_only) ran_ = std::move(ran);
+  if (!context.inference_only) {
+    ran_ = std::move(ran);
+    ran_output_types_ = std::move(output_types);
+  }
   last_output_shape_ = activation.shape();
-  return activation;
+  return activation.to(DType::Float32);
 }
 
 Tensor Sequential::forward(const Tensor& x) { return run(x, layers_.size(), {training_, step_}); }
@@ -126,10 +135,11 @@ void Sequential::backward(const Tensor& doutput, const GradientsReady& on_ready)
   Tensor gradient = doutput;
   std::vector<VariablePtr> ready;
   std::size_t group_end = layers_.size();
-  for (auto i = ran_.rbegin(); i != ran_.rend(); ++i) {
+  for (std::size_t k = ran_.size(); k-- > 0;) {
+    const auto i = ran_.begin() + static_cast<std::ptrdiff_t>(k);
     {
       const timeline::Span span("backward", layers_[*i]->name());
-      gradient = layers_[*i]->backward(gradient, *i > 0);
+      gradient = layers_[*i]->backward(gradient.to(ran_output_types_[k]), *i > 0);
     }
     if (!on_ready) continue;
     // The layer's backward stood for the layers it absorbed too.

@@ -4,10 +4,12 @@
 
 #include <array>
 #include <initializer_list>
+#include <optional>
 #include <span>
 
 #include "cohort/core/check.hpp"
 #include "tensor/backend.hpp"
+#include "tensor/float32_stand_ins.hpp"
 
 namespace cohort {
 
@@ -39,22 +41,43 @@ std::string describe_operands(std::span<const Tensor* const> operands) {
   return out;
 }
 
-// What element types an op takes: float32 throughout (what every kernel computes in), or one type shared
-// by all operands (copies), or any (the op checked them itself).
-enum class Types { Float32, Same, Checked };
+// What element types an op takes: float32 and at most one 16-bit type (computed through float32 stand-ins
+// where a backend has no kernel for it), float32 only (optimizer updates of the float32 master variables),
+// one type shared by all operands (copies), or any (the op checked them itself).
+enum class Types { Floating, Float32, Same, Checked };
+
+// Where operand `t` breaks the rule, given the first defined operand and the 16-bit type seen so far.
+bool breaks(Types types, const Tensor& t, const Tensor& first, std::optional<DType>& low) {
+  switch (types) {
+    case Types::Floating:
+      if (t.dtype() == DType::Float32) return false;
+      if (!is_floating(t.dtype()) || (low && *low != t.dtype())) return true;
+      low = t.dtype();
+      return false;
+    case Types::Float32: return t.dtype() != DType::Float32;
+    case Types::Same: return t.dtype() != first.dtype();
+    case Types::Checked: break;
+  }
+  return false;
+}
+
+std::string_view rule_name(Types types) {
+  return types == Types::Floating ? "float32 and at most one 16-bit type of"
+                                  : types == Types::Float32 ? "float32" : "same-typed";
+}
 
 // The backend of the device every defined operand lives on. Operands on different devices, or still
 // being copied asynchronously, are the caller's error: DeviceError naming the op, devices and shapes.
 // Operands of an element type the op does not take are InvalidArgument naming the op, types and shapes.
-Backend& backend_of(const char* op, std::span<const Tensor* const> operands, Types types = Types::Float32) {
+Backend& backend_of(const char* op, std::span<const Tensor* const> operands, Types types = Types::Floating) {
   const Tensor* first = nullptr;
+  std::optional<DType> low;
   for (const Tensor* t : operands) {
     if (!t->defined()) continue;
     if (first == nullptr) first = t;
-    if ((types == Types::Float32 && t->dtype() != DType::Float32) || (types == Types::Same && t->dtype() != first->dtype()))
-        [[unlikely]]
+    if (breaks(types, *t, *first, low)) [[unlikely]]
       throw InvalidArgument(fmt::format("{}: takes {} operands, got {}; convert them with to(DType) first", op,
-                                        types == Types::Float32 ? "float32" : "same-typed", describe_operands(operands)));
+                                        rule_name(types), describe_operands(operands)));
     if (t->device() != first->device()) [[unlikely]]
       throw DeviceError(fmt::format("{}: operands on different devices ({}); move them with to() first", op,
                                     describe_operands(operands)));
@@ -67,7 +90,7 @@ Backend& backend_of(const char* op, std::span<const Tensor* const> operands, Typ
   return backend_for(first->device());
 }
 
-Backend& backend_of(const char* op, std::initializer_list<const Tensor*> operands, Types types = Types::Float32) {
+Backend& backend_of(const char* op, std::initializer_list<const Tensor*> operands, Types types = Types::Floating) {
   return backend_of(op, std::span<const Tensor* const>(operands.begin(), operands.size()), types);
 }
 
@@ -126,7 +149,10 @@ void check_batch_norm(const char* op, const BatchNormPlan& plan, const Tensor& x
 void synchronize(Device device) { backend_for(device).synchronize(); }
 
 void fill(const Tensor& x, float value) {
-  backend_of("fill", {&x}).fill(x, value);
+  Backend& backend = backend_of("fill", {&x});
+  const Float32StandIns f({}, {&x});
+  backend.fill(f(x), value);
+  f.write_back();
 }
 
 void copy(const Tensor& source, const Tensor& destination) {
@@ -173,25 +199,36 @@ void convert(const Tensor& source, const Tensor& destination) {
 
 void axpy(float alpha, const Tensor& x, const Tensor& y) {
   check_same_shape("axpy", x, y);
-  backend_of("axpy", {&x, &y}).axpy(alpha, x, y);
+  Backend& backend = backend_of("axpy", {&x, &y});
+  const Float32StandIns f({&x, &y}, {&y});
+  backend.axpy(alpha, f(x), f(y));
+  f.write_back();
 }
 
 void scale(const Tensor& x, float alpha) {
-  backend_of("scale", {&x}).scale(x, alpha);
+  Backend& backend = backend_of("scale", {&x});
+  const Float32StandIns f({&x}, {&x});
+  backend.scale(f(x), alpha);
+  f.write_back();
 }
 
 void multiply(const Tensor& a, const Tensor& b, const Tensor& out) {
   check_same_shape("multiply", a, b);
   check_same_shape("multiply", a, out);
-  backend_of("multiply", {&a, &b, &out}).multiply(a, b, out);
+  Backend& backend = backend_of("multiply", {&a, &b, &out});
+  const Float32StandIns f({&a, &b}, {&out});
+  backend.multiply(f(a), f(b), f(out));
+  f.write_back();
 }
 
 double sum(const Tensor& x) {
-  return backend_of("sum", {&x}).sum(x);
+  Backend& backend = backend_of("sum", {&x});
+  return backend.sum(Float32StandIns({&x}, {})(x));
 }
 
 double sum_of_squares(const Tensor& x) {
-  return backend_of("sum_of_squares", {&x}).sum_of_squares(x);
+  Backend& backend = backend_of("sum_of_squares", {&x});
+  return backend.sum_of_squares(Float32StandIns({&x}, {})(x));
 }
 
 void matmul(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b, const Tensor& c, float alpha,
@@ -204,28 +241,43 @@ void matmul(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b
   const std::int64_t n = transpose_b ? b.dim(0) : b.dim(1);
   COHORT_CHECK(k == kb && c.dim(0) == m && c.dim(1) == n, "matmul: {}{} x {}{} into {}", a.shape(),
                transpose_a ? "^T" : "", b.shape(), transpose_b ? "^T" : "", c.shape());
-  backend_of("matmul", {&a, &b, &c}).matmul(a, transpose_a, b, transpose_b, c, alpha, beta);
+  Backend& backend = backend_of("matmul", {&a, &b, &c});
+  const Float32StandIns f = beta == 0.0f ? Float32StandIns({&a, &b}, {&c}) : Float32StandIns({&a, &b, &c}, {&c});
+  backend.matmul(f(a), transpose_a, f(b), transpose_b, f(c), alpha, beta);
+  f.write_back();
 }
 
 void add_bias(const Tensor& y, const Tensor& bias) {
   check_channels("add_bias", y, {&bias});
-  backend_of("add_bias", {&y, &bias}).add_bias(y, bias);
+  Backend& backend = backend_of("add_bias", {&y, &bias});
+  const Float32StandIns f({&y, &bias}, {&y});
+  backend.add_bias(f(y), f(bias));
+  f.write_back();
 }
 
 void bias_gradient(const Tensor& dy, const Tensor& dbias) {
   check_channels("bias_gradient", dy, {&dbias});
-  backend_of("bias_gradient", {&dy, &dbias}).bias_gradient(dy, dbias);
+  Backend& backend = backend_of("bias_gradient", {&dy, &dbias});
+  const Float32StandIns f({&dy}, {&dbias});
+  backend.bias_gradient(f(dy), f(dbias));
+  f.write_back();
 }
 
 void activation_forward(Activation activation, const Tensor& x, const Tensor& y) {
   check_same_shape("activation_forward", x, y);
-  backend_of("activation_forward", {&x, &y}).activation_forward(activation, x, y);
+  Backend& backend = backend_of("activation_forward", {&x, &y});
+  const Float32StandIns f({&x}, {&y});
+  backend.activation_forward(activation, f(x), f(y));
+  f.write_back();
 }
 
 void activation_backward(Activation activation, const Tensor& y, const Tensor& dy, const Tensor& dx) {
   check_same_shape("activation_backward", y, dy);
   check_same_shape("activation_backward", y, dx);
-  backend_of("activation_backward", {&y, &dy, &dx}).activation_backward(activation, y, dy, dx);
+  Backend& backend = backend_of("activation_backward", {&y, &dy, &dx});
+  const Float32StandIns f({&y, &dy}, {&dx});
+  backend.activation_backward(activation, f(y), f(dy), f(dx));
+  f.write_back();
 }
 
 void conv2d_forward(Conv2dPlan& plan, const Tensor& x, const Tensor& kernel, const Tensor& bias, const Tensor& y) {
@@ -242,7 +294,9 @@ void conv2d_backward(Conv2dPlan& plan, const Tensor& x, const Tensor& kernel, co
   if (dx.defined()) check_same_shape("conv2d_backward", x, dx);
   if (dbias.defined()) COHORT_CHECK(dbias.shape() == Shape({g.out_c}), "conv2d: dbias {}", dbias.shape());
   plan.prepare(x.device());
-  backend.conv2d_backward(plan.state(), g, x, kernel, dy, dx, dkernel, dbias);
+  const Float32StandIns f({&x, &kernel, &dy}, {&dx, &dkernel, &dbias});
+  backend.conv2d_backward(plan.state(), g, f(x), f(kernel), f(dy), f(dx), f(dkernel), f(dbias));
+  f.write_back();
 }
 
 void pool2d_forward(Pool2dPlan& plan, const Tensor& x, const Tensor& y) {
@@ -251,7 +305,9 @@ void pool2d_forward(Pool2dPlan& plan, const Tensor& x, const Tensor& y) {
   g.batch = x.rank() > 0 ? x.dim(0) : 0;
   check_pool(x, y, g);
   plan.prepare(x.device());
-  backend.pool2d_forward(plan.state(), g, x, y);
+  const Float32StandIns f({&x}, {&y});
+  backend.pool2d_forward(plan.state(), g, f(x), f(y));
+  f.write_back();
 }
 
 void pool2d_backward(Pool2dPlan& plan, const Tensor& x, const Tensor& y, const Tensor& dy, const Tensor& dx) {
@@ -262,7 +318,9 @@ void pool2d_backward(Pool2dPlan& plan, const Tensor& x, const Tensor& y, const T
   check_same_shape("pool2d_backward", y, dy);
   check_same_shape("pool2d_backward", x, dx);
   plan.prepare(x.device());
-  backend.pool2d_backward(plan.state(), g, x, y, dy, dx);
+  const Float32StandIns f({&x, &y, &dy}, {&dx});
+  backend.pool2d_backward(plan.state(), g, f(x), f(y), f(dy), f(dx));
+  f.write_back();
 }
 
 void batch_norm_forward_training(BatchNormPlan& plan, const Tensor& x, const Tensor& gamma, const Tensor& beta,
@@ -284,8 +342,10 @@ void batch_norm_backward(BatchNormPlan& plan, const Tensor& x, const Tensor& gam
   check_same_shape("batch_norm_backward", x, dy);
   if (dx.defined()) check_same_shape("batch_norm_backward", x, dx);
   plan.prepare(x.device());
-  backend.batch_norm_backward(plan.state(), plan.geometry(), x, gamma, dy, batch_mean, batch_variance, dx, dgamma,
-                              dbeta);
+  const Float32StandIns f({&x, &gamma, &dy, &batch_mean, &batch_variance}, {&dx, &dgamma, &dbeta});
+  backend.batch_norm_backward(plan.state(), plan.geometry(), f(x), f(gamma), f(dy), f(batch_mean), f(batch_variance),
+                              f(dx), f(dgamma), f(dbeta));
+  f.write_back();
 }
 
 void batch_norm_backward_inference(BatchNormPlan& plan, const Tensor& x, const Tensor& gamma, const Tensor& dy,
@@ -297,17 +357,26 @@ void batch_norm_backward_inference(BatchNormPlan& plan, const Tensor& x, const T
   check_same_shape("batch_norm_backward_inference", x, dy);
   if (dx.defined()) check_same_shape("batch_norm_backward_inference", x, dx);
   plan.prepare(x.device());
-  backend.batch_norm_backward_inference(plan.state(), plan.geometry(), x, gamma, dy, mean, variance, dx, dgamma, dbeta);
+  const Float32StandIns f({&x, &gamma, &dy, &mean, &variance}, {&dx, &dgamma, &dbeta});
+  backend.batch_norm_backward_inference(plan.state(), plan.geometry(), f(x), f(gamma), f(dy), f(mean), f(variance),
+                                        f(dx), f(dgamma), f(dbeta));
+  f.write_back();
 }
 
 void moving_average_update(const Tensor& moving, const Tensor& batch, float momentum) {
   check_same_shape("moving_average_update", moving, batch);
-  backend_of("moving_average_update", {&moving, &batch}).moving_average_update(moving, batch, momentum);
+  Backend& backend = backend_of("moving_average_update", {&moving, &batch});
+  const Float32StandIns f({&moving, &batch}, {&moving});
+  backend.moving_average_update(f(moving), f(batch), momentum);
+  f.write_back();
 }
 
 void dropout_mask(const Tensor& mask, float rate, std::uint64_t seed) {
   COHORT_CHECK(rate >= 0.0f && rate < 1.0f, "dropout rate must be in [0, 1), got {}", rate);
-  backend_of("dropout_mask", {&mask}).dropout_mask(mask, rate, seed);
+  Backend& backend = backend_of("dropout_mask", {&mask});
+  const Float32StandIns f({}, {&mask});
+  backend.dropout_mask(f(mask), rate, seed);
+  f.write_back();
 }
 
 namespace {
@@ -327,13 +396,18 @@ void conv2d_activation_forward(Conv2dPlan& plan, const Tensor& x, const Tensor& 
   check_conv(x, kernel, y, g);
   if (bias.defined()) COHORT_CHECK(bias.shape() == Shape({g.out_c}), "conv2d: bias {}", bias.shape());
   plan.prepare(x.device());
-  backend.conv2d_forward_activated(plan.state(), g, x, kernel, bias, activation, y);
+  const Float32StandIns f({&x, &kernel, &bias}, {&y});
+  backend.conv2d_forward_activated(plan.state(), g, f(x), f(kernel), f(bias), activation, f(y));
+  f.write_back();
 }
 
 void bias_activation_forward(const Tensor& y, const Tensor& bias, Activation activation) {
   check_elementwise("bias_activation_forward", activation);
   check_channels("bias_activation_forward", y, {&bias});
-  backend_of("bias_activation_forward", {&y, &bias}).bias_activation_forward(y, bias, activation);
+  Backend& backend = backend_of("bias_activation_forward", {&y, &bias});
+  const Float32StandIns f({&y, &bias}, {&y});
+  backend.bias_activation_forward(f(y), f(bias), activation);
+  f.write_back();
 }
 
 void activation_bias_backward(Activation activation, const Tensor& y, const Tensor& dy, const Tensor& dpre,
@@ -342,7 +416,10 @@ void activation_bias_backward(Activation activation, const Tensor& y, const Tens
   check_same_shape("activation_bias_backward", y, dy);
   check_same_shape("activation_bias_backward", y, dpre);
   check_channels("activation_bias_backward", y, {&dbias});
-  backend_of("activation_bias_backward", {&y, &dy, &dpre, &dbias}).activation_bias_backward(activation, y, dy, dpre, dbias);
+  Backend& backend = backend_of("activation_bias_backward", {&y, &dy, &dpre, &dbias});
+  const Float32StandIns f({&y, &dy}, {&dpre, &dbias});
+  backend.activation_bias_backward(activation, f(y), f(dy), f(dpre), f(dbias));
+  f.write_back();
 }
 
 void batch_norm_activation_forward_training(BatchNormPlan& plan, const Tensor& x, const Tensor& gamma,
@@ -354,8 +431,10 @@ void batch_norm_activation_forward_training(BatchNormPlan& plan, const Tensor& x
   check_same_shape("batch_norm", x, y);
   COHORT_CHECK(x.numel() > 0, "batch_norm: training needs a non-empty batch, got {}", x.shape());
   plan.prepare(x.device());
-  backend.batch_norm_activation_forward_training(plan.state(), plan.geometry(), x, gamma, beta, activation, y,
-                                                 batch_mean, batch_variance);
+  const Float32StandIns f({&x, &gamma, &beta}, {&y, &batch_mean, &batch_variance});
+  backend.batch_norm_activation_forward_training(plan.state(), plan.geometry(), f(x), f(gamma), f(beta), activation,
+                                                 f(y), f(batch_mean), f(batch_variance));
+  f.write_back();
 }
 
 void batch_norm_activation_forward_inference(BatchNormPlan& plan, const Tensor& x, const Tensor& gamma,
@@ -366,8 +445,10 @@ void batch_norm_activation_forward_inference(BatchNormPlan& plan, const Tensor& 
   check_batch_norm("batch_norm", plan, x, {&gamma, &beta, &mean, &variance});
   check_same_shape("batch_norm", x, y);
   plan.prepare(x.device());
-  backend.batch_norm_activation_forward_inference(plan.state(), plan.geometry(), x, gamma, beta, mean, variance,
-                                                  activation, y);
+  const Float32StandIns f({&x, &gamma, &beta, &mean, &variance}, {&y});
+  backend.batch_norm_activation_forward_inference(plan.state(), plan.geometry(), f(x), f(gamma), f(beta), f(mean),
+                                                  f(variance), activation, f(y));
+  f.write_back();
 }
 
 void batch_norm_activation_backward(BatchNormPlan& plan, const Tensor& x, const Tensor& y, const Tensor& gamma,
@@ -382,8 +463,10 @@ void batch_norm_activation_backward(BatchNormPlan& plan, const Tensor& x, const 
   check_same_shape("batch_norm_backward", x, dy);
   if (dx.defined()) check_same_shape("batch_norm_backward", x, dx);
   plan.prepare(x.device());
-  backend.batch_norm_activation_backward(plan.state(), plan.geometry(), x, y, gamma, beta, dy, batch_mean, batch_variance,
-                                         activation, dx, dgamma, dbeta);
+  const Float32StandIns f({&x, &y, &gamma, &beta, &dy, &batch_mean, &batch_variance}, {&dx, &dgamma, &dbeta});
+  backend.batch_norm_activation_backward(plan.state(), plan.geometry(), f(x), f(y), f(gamma), f(beta), f(dy),
+                                         f(batch_mean), f(batch_variance), activation, f(dx), f(dgamma), f(dbeta));
+  f.write_back();
 }
 
 namespace {
@@ -397,7 +480,7 @@ Backend& update_backend(const char* op, const std::vector<Operands>& variables, 
     const auto operands = operands_of(variable);
     for (const Tensor* t : operands)
       if (t->defined()) check_same_shape(op, variable.value, *t);
-    Backend& mine = backend_of(op, operands);
+    Backend& mine = backend_of(op, operands, Types::Float32);
     if (backend != nullptr && &mine != backend)
       throw DeviceError(fmt::format("{}: variables on {} and on {} in one update", op, device_name(backend->device()),
                                     device_name(mine.device())));
@@ -440,20 +523,27 @@ void rmsprop_update(const std::vector<RmspropOperands>& variables, float learnin
 double softmax_cross_entropy(const Tensor& logits, const Tensor& labels, const Tensor& dlogits) {
   const Tensor float_labels = checked_labels("softmax_cross_entropy", logits, labels);
   if (dlogits.defined()) check_same_shape("softmax_cross_entropy", logits, dlogits);
-  return backend_of("softmax_cross_entropy", {&logits, &float_labels, &dlogits})
-      .softmax_cross_entropy(logits, float_labels, dlogits);
+  Backend& backend = backend_of("softmax_cross_entropy", {&logits, &float_labels, &dlogits});
+  const Float32StandIns f({&logits}, {&dlogits});
+  const double loss = backend.softmax_cross_entropy(f(logits), float_labels, f(dlogits));
+  f.write_back();
+  return loss;
 }
 
 double categorical_cross_entropy(const Tensor& probabilities, const Tensor& labels, const Tensor& dprobabilities) {
   const Tensor float_labels = checked_labels("categorical_cross_entropy", probabilities, labels);
   if (dprobabilities.defined()) check_same_shape("categorical_cross_entropy", probabilities, dprobabilities);
-  return backend_of("categorical_cross_entropy", {&probabilities, &float_labels, &dprobabilities})
-      .categorical_cross_entropy(probabilities, float_labels, dprobabilities);
+  Backend& backend = backend_of("categorical_cross_entropy", {&probabilities, &float_labels, &dprobabilities});
+  const Float32StandIns f({&probabilities}, {&dprobabilities});
+  const double loss = backend.categorical_cross_entropy(f(probabilities), float_labels, f(dprobabilities));
+  f.write_back();
+  return loss;
 }
 
 std::int64_t count_correct(const Tensor& scores, const Tensor& labels) {
   const Tensor float_labels = checked_labels("count_correct", scores, labels);
-  return backend_of("count_correct", {&scores, &float_labels}).count_correct(scores, float_labels);
+  Backend& backend = backend_of("count_correct", {&scores, &float_labels});
+  return backend.count_correct(Float32StandIns({&scores}, {})(scores), float_labels);
 }
 
 }  // namespace ops

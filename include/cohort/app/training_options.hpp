@@ -15,6 +15,7 @@
 #include <string_view>
 
 #include "cohort/core/device.hpp"
+#include "cohort/nn/precision.hpp"
 #include "cohort/optim/schedule.hpp"
 #include "cohort/train/parameter_server.hpp"
 #include "cohort/train/strategy.hpp"
@@ -31,6 +32,7 @@ struct TrainingOptions {
   std::string data_dir;
   int threads = 0;  // 0: all cores
   std::string device = "auto";
+  std::string precision = "float32";  // nn/precision.hpp: float32, mixed_bfloat16 or mixed_float16
   double learning_rate = 1e-3;
   std::uint64_t seed = 1;
   bool summary_only = false;
@@ -61,6 +63,8 @@ train::FitOptions fit_options(const TrainingOptions& options);
 // Where this process trains: --device for workers, logged with the reason when "auto" falls back to
 // the CPU; parameter servers keep their variables on the CPU.
 Device training_device(const TrainingOptions& options, const train::Strategy& strategy);
+// The model's precision policy (--precision).
+nn::Precision precision(const TrainingOptions& options);
 // Optimizer steps in one epoch: the global batch is the workers' batches together (each accumulated over
 // --accumulate-steps passes), unless every worker reads the whole set.
 std::int64_t steps_per_epoch(std::int64_t samples, int replicas, const TrainingOptions& options);

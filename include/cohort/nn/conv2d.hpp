@@ -36,6 +36,8 @@ class Conv2D : public Layer {
   BatchNormalization *absorbed_normalization_ = nullptr, *folded_ = nullptr;
   cohort::Activation absorbed_activation_ = cohort::Activation::Linear, activation_ = cohort::Activation::Linear;
   Tensor input_, output_, input_gradient_, output_gradient_, folded_kernel_, folded_bias_;
+  Tensor kernel_in_type_, bias_in_type_;  // the (folded) variables in a 16-bit input's type
+  Tensor kernel_used_;                    // the kernel the last forward() convolved with
 };
 
 }  // namespace cohort::nn

@@ -31,6 +31,8 @@ class Dense : public Layer {
   // and what that forward() applied, for its backward().
   cohort::Activation absorbed_activation_ = cohort::Activation::Linear, activation_ = cohort::Activation::Linear;
   Tensor input_rows_, output_, input_gradient_, output_gradient_;
+  Tensor kernel_in_type_, bias_in_type_;  // the variables in a 16-bit input's type
+  Tensor kernel_used_;                    // the kernel the last forward() multiplied with
 };
 
 }  // namespace cohort::nn

@@ -88,8 +88,14 @@ class Layer {
   const std::vector<VariablePtr>& variables() const { return variables_; }
 
  protected:
-  // Reuses `buffer` when it already has `shape` on `device`, so steady-state steps allocate nothing.
+  // Reuses `buffer` when it already has `shape` on `device` (float32), so steady-state steps allocate nothing.
   static const Tensor& reuse(Tensor& buffer, const Shape& shape, Device device);
+  // The same with `like`'s device and element type: a layer's outputs and gradients take its input's type.
+  static const Tensor& reuse(Tensor& buffer, const Shape& shape, const Tensor& like);
+  // `value` in element type `dtype`: itself when it has that type, else converted into `buffer`. Layers
+  // compute with their float32 variables in their input's type this way, as Keras casts variables under a
+  // mixed precision policy; gradients still go to the float32 variables.
+  static const Tensor& in_type(const Tensor& value, DType dtype, Tensor& buffer);
 
   std::vector<VariablePtr> variables_;
 

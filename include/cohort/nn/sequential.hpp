@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "cohort/nn/layer.hpp"
+#include "cohort/nn/precision.hpp"
 #include "cohort/tensor/geometry.hpp"
 
 namespace cohort::nn {
@@ -39,6 +40,10 @@ class Sequential {
   // Moves every variable and gradient to `device`; layers' buffers and plans follow on the next call.
   Sequential& to(Device device);
 
+  // The precision policy (nn/precision.hpp), float32 unless set: what the layers compute in. The input
+  // batch, the variables and the output stay float32 under every policy.
+  void set_precision(Precision precision) { precision_ = precision; }
+  Precision precision() const { return precision_; }
   // Mode for forward(): train() enables dropout and batch statistics; eval() is inference.
   void train() { training_ = true; }
   void eval() { training_ = false; }
@@ -97,8 +102,11 @@ class Sequential {
   int next_creation_order_ = 0;
   bool training_ = false;
   std::uint64_t step_ = 0;
-  // The layers whose forward() the last forward call ran (the others were absorbed into them), for backward().
+  Precision precision_ = Precision::Float32;
+  // The layers whose forward() the last forward call ran (the others were absorbed into them), for backward(),
+  // and the element type of each one's output, which its backward() takes the gradient in.
   std::vector<std::size_t> ran_;
+  std::vector<DType> ran_output_types_;
   Shape last_output_shape_;
 };
 

@@ -1,0 +1,165 @@
+// Precision policies: a mixed model keeps float32 variables, computes in its 16-bit type, answers in float32,
+// trains as a float32 one does, resumes exactly from its checkpoints and saves a float32 model file.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+
+#include "cohort/data/synthetic.hpp"
+#include "cohort/nn/activation_layer.hpp"
+#include "cohort/nn/batch_normalization.hpp"
+#include "cohort/nn/conv2d.hpp"
+#include "cohort/nn/dense.hpp"
+#include "cohort/nn/dropout.hpp"
+#include "cohort/nn/flatten.hpp"
+#include "cohort/nn/model_file.hpp"
+#include "cohort/nn/pooling2d.hpp"
+#include "cohort/optim/adam.hpp"
+#include "cohort/train/trainer.hpp"
+#include "test_util.hpp"
+
+using namespace cohort;
+using test_util::ScratchDirectory;
+
+namespace {
+
+const data::ImageDataset& synthetic_set() {
+  static const auto set = data::make_synthetic({.samples = 600, .sample_shape = {8, 8, 2}, .classes = 4, .noise = 90});
+  return set;
+}
+
+nn::Sequential tiny_cnn(nn::Precision precision, Device device = Device::CPU) {
+  nn::Sequential model({8, 8, 2}, 11, device);
+  model.add(nn::Conv2D(8, 3, nn::Padding::Same)).add(nn::BatchNormalization()).add(nn::ReLU()).add(nn::MaxPooling2D(2));
+  model.add(nn::Flatten()).add(nn::Dropout(0.2f)).add(nn::Dense(4)).add(nn::Softmax());
+  model.set_precision(precision);
+  return model;
+}
+
+std::vector<std::vector<float>> snapshot(const nn::Sequential& model) {
+  std::vector<std::vector<float>> values;
+  for (const auto& v : model.variables()) values.push_back(v->value.to_vector());
+  return values;
+}
+
+// The largest |a - b| over the largest |b|.
+double relative_difference(const std::vector<float>& a, const std::vector<float>& b) {
+  double difference = 0, magnitude = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    difference = std::max(difference, std::abs(static_cast<double>(a[i]) - b[i]));
+    magnitude = std::max(magnitude, std::abs(static_cast<double>(b[i])));
+  }
+  return difference / magnitude;
+}
+
+const train::FitOptions kSilent{.epochs = 4, .batch_size = 32, .verbosity = train::Verbosity::Silent};
+
+}  // namespace
+
+TEST_CASE("a mixed-precision model keeps float32 variables, computes in its 16-bit type and answers in float32",
+          "[train][dtype]") {
+  const Tensor batch = test_util::random_tensor({16, 8, 8, 2}, 3);
+  const Tensor labels = Tensor::from_values({16}, std::vector<std::int32_t>{0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3});
+  nn::Sequential reference = tiny_cnn(nn::Precision::Float32);
+  reference.train();
+  const Tensor expected = reference.forward_logits(batch).clone();
+  const Tensor dexpected(expected.shape());
+  ops::softmax_cross_entropy(expected, labels, dexpected);
+  reference.backward(dexpected);
+  for (nn::Precision precision : {nn::Precision::MixedBFloat16, nn::Precision::MixedFloat16}) {
+    const DType low = nn::compute_dtype(precision);
+    INFO(nn::precision_name(precision));
+    nn::Sequential model = tiny_cnn(precision);
+    model.train();
+    const Tensor logits = model.forward_logits(batch);
+    CHECK(logits.dtype() == DType::Float32);
+    // The 16-bit type's rounding shows, within a few of its units.
+    const double logits_error = relative_difference(logits.to_vector(), expected.to_vector());
+    CHECK(logits_error > 0);
+    CHECK(logits_error < 64 * unit_roundoff(low));
+    const Tensor dlogits(logits.shape());
+    ops::softmax_cross_entropy(logits, labels, dlogits);
+    model.backward(dlogits);
+    const auto variables = model.variables(), reference_variables = reference.variables();
+    for (std::size_t i = 0; i < variables.size(); ++i) {
+      const auto& v = variables[i];
+      INFO(v->name);
+      CHECK(v->value.dtype() == DType::Float32);
+      if (!v->trainable) continue;
+      REQUIRE(v->gradient.dtype() == DType::Float32);
+      // The batch normalization after the convolution cancels its bias: that gradient is rounding alone.
+      if (v->name == "conv2d/bias") continue;
+      CHECK(relative_difference(v->gradient.to_vector(), reference_variables[i]->gradient.to_vector()) < 256 * unit_roundoff(low));
+    }
+    // A final softmax runs in float32: the probabilities sum to 1 to float32's precision, not the 16-bit type's.
+    model.eval();
+    const std::vector<float> probabilities = model.forward(batch).to_vector();
+    for (std::size_t row = 0; row < 16; ++row) {
+      double sum = 0;
+      for (std::size_t c = 0; c < 4; ++c) sum += probabilities[row * 4 + c];
+      CHECK(std::abs(sum - 1.0) < 1e-6);
+    }
+  }
+}
+
+TEST_CASE("mixed-precision models learn the synthetic task as a float32 one does", "[train][dtype]") {
+  for (nn::Precision precision : {nn::Precision::MixedBFloat16, nn::Precision::MixedFloat16}) {
+    INFO(nn::precision_name(precision));
+    nn::Sequential model = tiny_cnn(precision);
+    Trainer trainer(model, optim::Adam({.learning_rate = optim::constant(3e-3)}));
+    auto options = kSilent;
+    options.validation = &synthetic_set();
+    const auto history = trainer.fit(synthetic_set(), options);
+    CHECK(history.epochs.back().at("val_accuracy") > 0.95);
+    CHECK(history.epochs.back().at("loss") < history.epochs.front().at("loss"));
+  }
+}
+
+TEST_CASE("a mixed-precision run resumes from its checkpoint exactly", "[train][dtype][checkpoint]") {
+  ScratchDirectory dir("mixed-resume");
+  const auto precision = nn::Precision::MixedBFloat16;
+  nn::Sequential straight = tiny_cnn(precision);
+  Trainer straight_trainer(straight, optim::Adam());
+  straight_trainer.fit(synthetic_set(), kSilent);
+
+  nn::Sequential first = tiny_cnn(precision);
+  Trainer first_trainer(first, optim::Adam());
+  auto interrupted = kSilent;
+  interrupted.checkpoint_dir = dir.path();
+  interrupted.checkpoint_every_steps = 1;
+  interrupted.max_steps = 30;
+  first_trainer.fit(synthetic_set(), interrupted);
+
+  nn::Sequential resumed = tiny_cnn(precision);
+  Trainer resumed_trainer(resumed, optim::Adam());
+  auto resume = kSilent;
+  resume.checkpoint_dir = dir.path();
+  resume.resume = true;
+  resumed_trainer.fit(synthetic_set(), resume);
+  CHECK(resumed_trainer.optimizer().iterations() == straight_trainer.optimizer().iterations());
+  CHECK(snapshot(resumed) == snapshot(straight));
+}
+
+TEST_CASE("a model trained in mixed precision saves a model file that predicts in float32", "[train][dtype]") {
+  ScratchDirectory dir("mixed-model");
+  nn::Sequential model = tiny_cnn(nn::Precision::MixedBFloat16);
+  Trainer trainer(model, optim::Adam({.learning_rate = optim::constant(3e-3)}));
+  trainer.fit(synthetic_set(), kSilent);
+  nn::save_model(model, dir.path() / "mixed.model");
+  nn::Sequential served = nn::load_model(dir.path() / "mixed.model");
+  CHECK(served.precision() == nn::Precision::Float32);
+  const Tensor batch = test_util::random_tensor({8, 8, 8, 2}, 9);
+  const std::vector<float> float32_answer = served.infer(batch).to_vector();
+  const std::vector<float> mixed_answer = model.infer(batch).to_vector();
+  CHECK(relative_difference(mixed_answer, float32_answer) < 64 * unit_roundoff(DType::BFloat16));
+  model.set_precision(nn::Precision::Float32);
+  CHECK(model.infer(batch).to_vector() == float32_answer);
+}
+
+TEST_CASE("a mixed-precision model computes on the emulated device what it computes on the CPU", "[train][dtype][device]") {
+  const Tensor batch = test_util::random_tensor({6, 8, 8, 2}, 4);
+  nn::Sequential on_cpu = tiny_cnn(nn::Precision::MixedBFloat16);
+  nn::Sequential emulated = tiny_cnn(nn::Precision::MixedBFloat16, Device::Emulated);
+  on_cpu.train();
+  emulated.train();
+  CHECK(emulated.forward(batch.to(Device::Emulated)).to_vector() == on_cpu.forward(batch).to_vector());
+}
