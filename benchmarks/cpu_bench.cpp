@@ -15,6 +15,7 @@
 
 #include <cohort/cohort.hpp>
 
+#include "tensor/cpu/onednn.hpp"
 #include "tensor/cpu/winograd.hpp"
 
 using namespace cohort;
@@ -95,11 +96,15 @@ void BM_Conv2dBackward(benchmark::State& state) {
 }
 BENCHMARK(BM_Conv2dBackward)->ArgsProduct({{0, 1, 2, 3, 4, 5}, {1, 2}})->ArgNames({"layer", "threads"})->UseRealTime()->Unit(benchmark::kMillisecond);
 
+// The precision policy of a benchmark's second argument: 0 float32, 1 mixed_bfloat16.
+nn::Precision precision_of(std::int64_t arg) { return arg == 1 ? nn::Precision::MixedBFloat16 : nn::Precision::Float32; }
+
 // One training step of the flagship model: forward, fused softmax cross-entropy, backward, Adam.
 void BM_FlagshipTrainStep(benchmark::State& state) {
   set_num_threads(static_cast<int>(state.range(0)));
   constexpr std::int64_t kBatch = 128;
   nn::Sequential model = nn::cifar10_cnn({32, 32, 3}, 1);
+  model.set_precision(precision_of(state.range(1)));
   optim::Adam adam;
   const Tensor images = filled({kBatch, 32, 32, 3}, 0.5f);
   Tensor labels({kBatch});
@@ -115,18 +120,19 @@ void BM_FlagshipTrainStep(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations() * kBatch);
   state.counters["images/s"] = benchmark::Counter(static_cast<double>(state.iterations() * kBatch), benchmark::Counter::kIsRate);
 }
-BENCHMARK(BM_FlagshipTrainStep)->Arg(1)->Arg(2)->ArgNames({"threads"})->UseRealTime()->MinTime(3.0)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_FlagshipTrainStep)->ArgsProduct({{1, 2}, {0, 1}})->ArgNames({"threads", "bf16"})->UseRealTime()->MinTime(3.0)->Unit(benchmark::kMillisecond);
 
 // Inference with the flagship model: Sequential::infer, what Trainer::predict runs per batch.
 void BM_FlagshipPredict(benchmark::State& state) {
   const std::int64_t batch = state.range(0);
   set_num_threads(static_cast<int>(state.range(1)));
   nn::Sequential model = nn::cifar10_cnn({32, 32, 3}, 1);
+  model.set_precision(precision_of(state.range(2)));
   const Tensor images = filled({batch, 32, 32, 3}, 0.5f);
   for (auto _ : state) benchmark::DoNotOptimize(model.infer(images).data());
   state.counters["images/s"] = benchmark::Counter(static_cast<double>(state.iterations() * batch), benchmark::Counter::kIsRate);
 }
-BENCHMARK(BM_FlagshipPredict)->ArgsProduct({{128, 1}, {1, 2}})->ArgNames({"batch", "threads"})->UseRealTime()->MinTime(2.0)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_FlagshipPredict)->ArgsProduct({{128, 1}, {1, 2}, {0, 1}})->ArgNames({"batch", "threads", "bf16"})->UseRealTime()->MinTime(2.0)->Unit(benchmark::kMillisecond);
 
 }  // namespace
 
@@ -137,6 +143,8 @@ int main(int argc, char** argv) {
                std::string(gemm_path_name(gemm_path())).c_str());
   std::fprintf(stderr, "Winograd kernels: %s (the best this processor runs; COHORT_CPU_ISA overrides)\n",
                std::string(cpu::winograd_isa_name(cpu::winograd_isa())).c_str());
+  std::fprintf(stderr, "bfloat16 (bf16:1 rows): %s (COHORT_BF16_KERNELS overrides)\n",
+               cpu::onednn::bf16_kernels_description().c_str());
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
 }

@@ -51,6 +51,7 @@ void check_settings() {
   choice_setting("COHORT_COMMUNICATOR", kCommunicatorSpellings);
   choice_setting("COHORT_GEMM", kGemmSpellings);
   choice_setting("COHORT_CPU_ISA", kCpuIsaSpellings);
+  choice_setting("COHORT_BF16_KERNELS", kBf16KernelsSpellings);
 }
 
 }  // namespace cohort

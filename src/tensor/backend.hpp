@@ -48,6 +48,14 @@ class Backend {
   // Returns when every op queued so far has finished (a no-op where ops finish before they return).
   virtual void synchronize() = 0;
 
+  // ---- 16-bit operands: whether this backend computes `kernel` on operands of `type` itself (ops.cpp says which
+  // operands are then 16-bit and which float32); the op layer runs the rest through float32 stand-ins.
+  enum class Kernel16 { Conv2d, Matmul };
+  virtual bool computes(Kernel16 kernel, DType type) const {
+    (void)kernel, (void)type;
+    return false;
+  }
+
   // ---- memory: host pointers are on the CPU; the tensors on this device
   virtual void copy_from_host(const void* source, const Tensor& destination) = 0;
   virtual void copy_to_host(const Tensor& source, void* destination) = 0;

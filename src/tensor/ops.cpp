@@ -2,6 +2,7 @@
 // (backend_for() in backend.cpp is the one place that maps a device to its backend).
 #include "cohort/tensor/ops.hpp"
 
+#include <algorithm>
 #include <array>
 #include <initializer_list>
 #include <optional>
@@ -92,6 +93,19 @@ Backend& backend_of(const char* op, std::span<const Tensor* const> operands, Typ
 
 Backend& backend_of(const char* op, std::initializer_list<const Tensor*> operands, Types types = Types::Floating) {
   return backend_of(op, std::span<const Tensor* const>(operands.begin(), operands.size()), types);
+}
+
+// Whether `backend` computes `kernel` itself on these operands: those in `low` of one 16-bit type it has the
+// kernel for, those in `wide` float32, those in `either` of either type (undefined ones pass).
+bool computes_itself(const Backend& backend, Backend::Kernel16 kernel, std::initializer_list<const Tensor*> low,
+                     std::initializer_list<const Tensor*> wide, std::initializer_list<const Tensor*> either = {}) {
+  const DType type = (*low.begin())->dtype();
+  if (type == DType::Float32 || !backend.computes(kernel, type)) return false;
+  const auto all = [](std::initializer_list<const Tensor*> operands, auto&& fits) {
+    return std::all_of(operands.begin(), operands.end(), [&](const Tensor* t) { return !t->defined() || fits(t->dtype()); });
+  };
+  return all(low, [&](DType t) { return t == type; }) && all(wide, [](DType t) { return t == DType::Float32; }) &&
+         all(either, [&](DType t) { return t == type || t == DType::Float32; });
 }
 
 void check_same_shape(const char* op, const Tensor& a, const Tensor& b) {
@@ -242,6 +256,8 @@ void matmul(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b
   COHORT_CHECK(k == kb && c.dim(0) == m && c.dim(1) == n, "matmul: {}{} x {}{} into {}", a.shape(),
                transpose_a ? "^T" : "", b.shape(), transpose_b ? "^T" : "", c.shape());
   Backend& backend = backend_of("matmul", {&a, &b, &c});
+  if (computes_itself(backend, Backend::Kernel16::Matmul, {&a, &b}, {}, {&c}))
+    return backend.matmul(a, transpose_a, b, transpose_b, c, alpha, beta);
   const Float32StandIns f = beta == 0.0f ? Float32StandIns({&a, &b}, {&c}) : Float32StandIns({&a, &b, &c}, {&c});
   backend.matmul(f(a), transpose_a, f(b), transpose_b, f(c), alpha, beta);
   f.write_back();
@@ -294,6 +310,8 @@ void conv2d_backward(Conv2dPlan& plan, const Tensor& x, const Tensor& kernel, co
   if (dx.defined()) check_same_shape("conv2d_backward", x, dx);
   if (dbias.defined()) COHORT_CHECK(dbias.shape() == Shape({g.out_c}), "conv2d: dbias {}", dbias.shape());
   plan.prepare(x.device());
+  if (computes_itself(backend, Backend::Kernel16::Conv2d, {&x, &kernel, &dy, &dx}, {&dkernel, &dbias}))
+    return backend.conv2d_backward(plan.state(), g, x, kernel, dy, dx, dkernel, dbias);
   const Float32StandIns f({&x, &kernel, &dy}, {&dx, &dkernel, &dbias});
   backend.conv2d_backward(plan.state(), g, f(x), f(kernel), f(dy), f(dx), f(dkernel), f(dbias));
   f.write_back();
@@ -396,6 +414,8 @@ void conv2d_activation_forward(Conv2dPlan& plan, const Tensor& x, const Tensor& 
   check_conv(x, kernel, y, g);
   if (bias.defined()) COHORT_CHECK(bias.shape() == Shape({g.out_c}), "conv2d: bias {}", bias.shape());
   plan.prepare(x.device());
+  if (computes_itself(backend, Backend::Kernel16::Conv2d, {&x, &kernel, &y}, {}, {&bias}))
+    return backend.conv2d_forward_activated(plan.state(), g, x, kernel, bias, activation, y);
   const Float32StandIns f({&x, &kernel, &bias}, {&y});
   backend.conv2d_forward_activated(plan.state(), g, f(x), f(kernel), f(bias), activation, f(y));
   f.write_back();

@@ -7,7 +7,9 @@
 #include <cmath>
 #include <functional>
 
+#include "cohort/core/config.hpp"
 #include "cohort/tensor/ops.hpp"
+#include "tensor/cpu/onednn.hpp"
 #include "test_util.hpp"
 
 using namespace cohort;
@@ -82,6 +84,19 @@ Conv2dGeometry conv(std::int64_t batch, std::int64_t size, std::int64_t in_c, st
 }
 
 }  // namespace
+
+TEST_CASE("bfloat16 convolutions and products run on oneDNN where the processor has bfloat16 instructions",
+          "[tensor][dtype]") {
+  using cpu::onednn::Bf16Kernels;
+  const char* chosen = std::getenv("COHORT_BF16_KERNELS");
+  const char* isa = std::getenv("ONEDNN_MAX_CPU_ISA");
+  const bool bf16_processor = __builtin_cpu_supports("avx512bf16");  // every AMX processor has it too
+  INFO(cpu::onednn::bf16_kernels_description());
+  if (COHORT_HAS_ONEDNN && bf16_processor && chosen == nullptr && (isa == nullptr || std::string(isa).find("BF16") != std::string::npos))
+    CHECK(cpu::onednn::bf16_kernels() == Bf16Kernels::OneDnn);
+  else if (!COHORT_HAS_ONEDNN || !bf16_processor)
+    CHECK_THROWS_WITH(cpu::onednn::set_bf16_kernels(Bf16Kernels::OneDnn), Catch::Contains("cannot run"));
+}
 
 TEST_CASE("the comparison of 16-bit results fails one step beyond the type's tolerance", "[tensor][dtype]") {
   for (DType type : {DType::BFloat16, DType::Float16}) {

@@ -20,6 +20,7 @@ inline constexpr std::string_view kProgressSpellings[] = {"bar", "lines"};      
 inline constexpr std::string_view kCommunicatorSpellings[] = {"ring", "mpi"};           // COHORT_COMMUNICATOR
 inline constexpr std::string_view kGemmSpellings[] = {"eigen", "openblas"};             // COHORT_GEMM
 inline constexpr std::string_view kCpuIsaSpellings[] = {"portable", "avx2", "avx512"};  // COHORT_CPU_ISA
+inline constexpr std::string_view kBf16KernelsSpellings[] = {"onednn", "float32"};       // COHORT_BF16_KERNELS
 
 // "0" or "1".
 std::optional<bool> switch_setting(const char* name);
@@ -30,7 +31,7 @@ std::optional<std::int64_t> count_setting(const char* name);
 
 // Checks the spelling of every switch, choice and count among cohort's settings: COHORT_RESTART,
 // COHORT_CUDA_DEVICE (whether that GPU exists is checked when the CUDA backend starts), COHORT_HIERARCHICAL_ALLREDUCE, COHORT_SHARED_MEMORY, COHORT_TLS, COHORT_ALLOW_TF32, COHORT_PROGRESS,
-// COHORT_COMMUNICATOR, COHORT_GEMM, COHORT_CPU_ISA. Whether this build and processor have the GEMM library
+// COHORT_COMMUNICATOR, COHORT_GEMM, COHORT_CPU_ISA, COHORT_BF16_KERNELS. Whether this build and processor have the GEMM library
 // or instruction set named is checked where they are chosen (check_cpu_kernel_settings()).
 void check_settings();
 

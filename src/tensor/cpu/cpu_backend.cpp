@@ -8,6 +8,7 @@
 #include <thread>
 #include <utility>
 
+#include "onednn.hpp"
 #include "tensor/backend_access.hpp"
 
 namespace cohort::cpu {
@@ -82,6 +83,10 @@ CpuBackend::CpuBackend(Device device, std::unique_ptr<Allocator> allocator)
 
 std::unique_ptr<BackendStream> CpuBackend::make_stream() { return std::make_unique<ThreadStream>(); }
 
+bool CpuBackend::computes(Kernel16, DType type) const {
+  return type == DType::BFloat16 && onednn::bf16_kernels() == onednn::Bf16Kernels::OneDnn;
+}
+
 void CpuBackend::copy_from_host(const void* source, const Tensor& destination) {
   if (destination.numel() > 0) std::memcpy(device_bytes(destination), source, destination.bytes());
 }
@@ -95,6 +100,7 @@ std::shared_ptr<const PlanState> CpuBackend::plan(const BatchNormGeometry&) { re
 
 void CpuBackend::matmul(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b, const Tensor& c,
                         float alpha, float beta) {
+  if (a.dtype() == DType::BFloat16) return onednn::matmul(a, transpose_a, b, transpose_b, c, alpha, beta);
   const std::int64_t k = transpose_a ? a.dim(0) : a.dim(1);
   gemm(transpose_a, transpose_b, c.dim(0), c.dim(1), k, alpha, device_data(a), a.dim(1), device_data(b), b.dim(1), beta,
        device_data(c), c.dim(1));

@@ -16,6 +16,7 @@
 #include "cohort/core/logging.hpp"
 #include "cpu_backend.hpp"
 #include "gemm_paths.hpp"
+#include "onednn.hpp"
 #include "winograd.hpp"
 
 namespace cohort {
@@ -121,6 +122,7 @@ void set_gemm_path(GemmPath path) {
 void check_cpu_kernel_settings() {
   if (const char* name = std::getenv("COHORT_GEMM"); name != nullptr && *name != '\0') named(name);
   cpu::winograd_isa();
+  cpu::onednn::bf16_kernels();
 }
 
 namespace cpu {

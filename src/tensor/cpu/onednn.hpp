@@ -1,0 +1,52 @@
+#pragma once
+// The CPU backend's bfloat16 kernels: convolutions and matrix products through oneDNN, where the processor
+// multiplies bfloat16 itself (AVX-512 BF16, AMX-BF16), accumulating in float32. Elsewhere, and for float16,
+// the op layer computes through float32 stand-ins instead. Built when oneDNN is found (Debian libdnnl-dev);
+// a build without it never has the bfloat16 kernels (onednn_missing.cpp).
+//
+// Which kernels run is chosen once: COHORT_BF16_KERNELS=onednn|float32 when set, else oneDNN where its
+// bfloat16 convolution runs on a bfloat16 instruction set; COHORT_CPU_ISA=avx2 or portable turns it off, as
+// it turns off the AVX-512 Winograd kernels. set_bf16_kernels() switches in tests.
+#include <memory>
+#include <string>
+
+#include "cohort/tensor/geometry.hpp"
+#include "cohort/tensor/tensor.hpp"
+
+namespace cohort::cpu::onednn {
+
+enum class Bf16Kernels { Float32StandIns, OneDnn };
+
+// The kernels bfloat16 operands run through; the first call decides and logs the choice with the reason.
+Bf16Kernels bf16_kernels();
+// InvalidArgument when `kernels` cannot run here, naming why.
+void set_bf16_kernels(Bf16Kernels kernels);
+// What bfloat16 computes with here, for reports: "oneDNN brgconv:avx512_core_amx_bf16", or why it is
+// computed in float32 ("float32 stand-ins: this processor has no bfloat16 instructions").
+std::string bf16_kernels_description();
+
+// The oneDNN primitives of one convolution geometry, made for each batch size, activation and operand types
+// on first use and kept.
+class Convolution {
+ public:
+  Convolution();
+  ~Convolution();
+  Convolution(const Convolution&) = delete;
+  Convolution& operator=(const Convolution&) = delete;
+
+  // y = activation(conv(x, kernel) + bias); x, kernel and y bfloat16, bias bfloat16 or float32 (or undefined).
+  void forward(const Conv2dGeometry& g, const Tensor& x, const Tensor& kernel, const Tensor& bias, Activation activation,
+               const Tensor& y);
+  // dx (bfloat16, when defined) and the float32 dkernel and dbias (when defined) from bfloat16 x, kernel, dy.
+  void backward(const Conv2dGeometry& g, const Tensor& x, const Tensor& kernel, const Tensor& dy, const Tensor& dx,
+                const Tensor& dkernel, const Tensor& dbias);
+
+ private:
+  struct Primitives;
+  std::unique_ptr<Primitives> primitives_;
+};
+
+// c = alpha * op(a) * op(b) + beta * c with bfloat16 a and b, c bfloat16 or float32.
+void matmul(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b, const Tensor& c, float alpha, float beta);
+
+}  // namespace cohort::cpu::onednn
