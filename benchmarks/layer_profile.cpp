@@ -2,7 +2,7 @@
 // a training step's forward and backward, then the loss and the Adam update, and inference's eval-mode
 // forward, at batch 128 unless told.
 //
-//   ./build/benchmarks/cohort_layer_profile [THREADS] [STEPS] [BATCH]   (make bench: 1 and 2 threads)
+//   ./build/benchmarks/cohort_layer_profile [THREADS] [STEPS] [BATCH] [PRECISION]   (make bench: 1 and 2 threads)
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -65,14 +65,22 @@ int main(int argc, char** argv) {
   const int threads = argc > 1 ? std::atoi(argv[1]) : 1;
   const int steps = argc > 2 ? std::atoi(argv[2]) : 10;
   const std::int64_t batch = argc > 3 ? std::atoll(argv[3]) : 128;
+  const auto precision = nn::parse_precision(argc > 4 ? argv[4] : "float32");
+  if (!precision) {
+    std::fprintf(stderr, "precision: float32, mixed_bfloat16 or mixed_float16\n");
+    return 2;
+  }
   if (threads < 1 || steps < 1 || batch < 1) {
-    fmt::print(stderr, "usage: cohort_layer_profile [THREADS >= 1] [STEPS >= 1] [BATCH >= 1]\n");
+    fmt::print(stderr, "usage: cohort_layer_profile [THREADS >= 1] [STEPS >= 1] [BATCH >= 1] [PRECISION]\n");
     return 2;
   }
   set_num_threads(threads);
   nn::Sequential model = nn::cifar10_cnn({32, 32, 3}, 1);
+  model.set_precision(*precision);
   optim::Adam adam;
-  const Tensor images = Tensor::full({batch, 32, 32, 3}, 0.5f);
+  // The layers are driven one by one, so they get what Sequential hands them: the batch in the compute type.
+  const DType compute = nn::compute_dtype(*precision);
+  const Tensor images = Tensor::full({batch, 32, 32, 3}, 0.5f).to(compute);
   Tensor labels({batch});
   for (std::int64_t i = 0; i < batch; ++i) labels.data()[i] = static_cast<float>(i % 10);
   Tensor gradient({batch, 10});
@@ -84,9 +92,9 @@ int main(int argc, char** argv) {
     const nn::ForwardContext context{true, static_cast<std::uint64_t>(step + 2)};
     Tensor activation = timed_forward(model, layers, context, images, training, record);
     auto start = Clock::now();
-    ops::softmax_cross_entropy(activation, labels, gradient);
+    ops::softmax_cross_entropy(activation.to(DType::Float32), labels, gradient);
     if (record) loss.push_back(milliseconds_since(start));
-    Tensor upstream = gradient;
+    Tensor upstream = gradient.to(compute);
     for (auto group = training.rbegin(); group != training.rend(); ++group) {
       start = Clock::now();
       upstream = model.layer(group->first).backward(upstream, group->first > 0);

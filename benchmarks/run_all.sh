@@ -26,6 +26,8 @@ peer "$scratch/peer2.txt"
 
 python3 - "$scratch" <<'PY'
 import glob, json, re, sys
+# cohort's mixed_bfloat16 rows stand beside PyTorch's bfloat16 autocast.
+PRECISIONS = ["float32", "bfloat16"]
 training, inference = {}, {}
 peer_training, peer_inference = {}, {}
 
@@ -36,36 +38,37 @@ def keep_best(table, key, value):
 
 for path in sorted(glob.glob(sys.argv[1] + "/cohort*.json")):
     for r in json.load(open(path))["benchmarks"]:
-        m = re.match(r"BM_FlagshipTrainStep/threads:(\d+)", r["name"])
+        m = re.match(r"BM_FlagshipTrainStep/threads:(\d+)/bf16:(\d)", r["name"])
         if m:
-            keep_best(training, int(m.group(1)), r["images/s"])
-        m = re.match(r"BM_FlagshipPredict/batch:(\d+)/threads:(\d+)", r["name"])
+            keep_best(training, (PRECISIONS[int(m.group(2))], int(m.group(1))), r["images/s"])
+        m = re.match(r"BM_FlagshipPredict/batch:(\d+)/threads:(\d+)/bf16:(\d)", r["name"])
         if m:
-            keep_best(inference, (int(m.group(1)), int(m.group(2))), r["images/s"])
+            keep_best(inference, (PRECISIONS[int(m.group(3))], int(m.group(1)), int(m.group(2))), r["images/s"])
 for path in sorted(glob.glob(sys.argv[1] + "/peer*.txt")):
     for line in open(path):
-        m = re.match(r"pytorch threads=(\d+) images/s=([\d.]+)", line)
+        m = re.match(r"pytorch precision=(\w+) threads=(\d+) images/s=([\d.]+)", line)
         if m:
-            keep_best(peer_training, int(m.group(1)), float(m.group(2)))
-        m = re.match(r"pytorch predict batch=(\d+) threads=(\d+) images/s=([\d.]+)", line)
+            keep_best(peer_training, (m.group(1), int(m.group(2))), float(m.group(3)))
+        m = re.match(r"pytorch precision=(\w+) predict batch=(\d+) threads=(\d+) images/s=([\d.]+)", line)
         if m:
-            keep_best(peer_inference, (int(m.group(1)), int(m.group(2))), float(m.group(3)))
+            keep_best(peer_inference, (m.group(1), int(m.group(2)), int(m.group(3))), float(m.group(4)))
 
 
 def table(title, key_names, ours, theirs):
     print(f"\n{title}")
-    print("".join(f"{name:>8}" for name in key_names) + f" {'cohort':>10} {'pytorch':>10} {'ratio':>8}")
+    print("".join(f"{name:>10}" for name in key_names) + f" {'cohort':>10} {'pytorch':>10} {'ratio':>8}")
     for key in sorted(ours):
         peer = theirs.get(key)
         ratio = f"{ours[key] / peer:.2f}x" if peer else "n/a"
         keys = key if isinstance(key, tuple) else (key,)
-        print("".join(f"{k:>8}" for k in keys) + f" {ours[key]:>10.1f} {peer if peer else float('nan'):>10.1f} {ratio:>8}")
+        print("".join(f"{k:>10}" for k in keys) + f" {ours[key]:>10.1f} {peer if peer else float('nan'):>10.1f} {ratio:>8}")
 
 
 print("\n(best of two alternating rounds each)")
-table("flagship CIFAR-10 CNN, batch 128, forward + backward + Adam (images/s)", ["threads"], training, peer_training)
-table("flagship CIFAR-10 CNN, inference: Sequential::infer, as predict() (images/s)", ["batch", "threads"], inference,
-      peer_inference)
+table("flagship CIFAR-10 CNN, batch 128, forward + backward + Adam (images/s; bfloat16: cohort mixed_bfloat16, "
+      "PyTorch autocast)", ["precision", "threads"], training, peer_training)
+table("flagship CIFAR-10 CNN, inference: Sequential::infer, as predict() (images/s)", ["precision", "batch", "threads"],
+      inference, peer_inference)
 if not peer_training:
     print("(PyTorch not found: make bench installs it into .venv-peers, or PYTHON=... names an interpreter with torch)")
 PY

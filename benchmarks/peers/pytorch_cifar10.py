@@ -2,10 +2,13 @@
 """The flagship CIFAR-10 CNN in PyTorch on the CPU, in its fastest setting (channels_last, oneDNN,
 threads set explicitly): one training step is forward, cross-entropy, backward and an Adam update at
 batch 128, as in cohort's BM_FlagshipTrainStep; inference is the eval-mode forward pass under
-torch.inference_mode at batch 128 and batch 1, as in BM_FlagshipPredict. Prints one line per measurement:
-    pytorch threads=N images/s=X
-    pytorch predict batch=B threads=N images/s=X
+torch.inference_mode at batch 128 and batch 1, as in BM_FlagshipPredict. Each in float32 and under
+torch.autocast("cpu", dtype=torch.bfloat16), PyTorch's mixed precision (float32 parameters, bfloat16
+convolutions and products), as cohort's mixed_bfloat16 rows. Prints one line per measurement:
+    pytorch precision=P threads=N images/s=X
+    pytorch precision=P predict batch=B threads=N images/s=X
 """
+import contextlib
 import argparse
 import sys
 import time
@@ -30,7 +33,13 @@ def flagship_model():
     return nn.Sequential(*layers)
 
 
-def images_per_second(threads, batch, seconds):
+def autocast(precision):
+    if precision == "float32":
+        return contextlib.nullcontext()
+    return torch.autocast("cpu", dtype=torch.bfloat16)
+
+
+def images_per_second(threads, batch, seconds, precision):
     torch.set_num_threads(threads)
     torch.manual_seed(0)
     model = flagship_model().to(memory_format=torch.channels_last)
@@ -42,7 +51,8 @@ def images_per_second(threads, batch, seconds):
 
     def step():
         optimizer.zero_grad(set_to_none=True)
-        loss = loss_fn(model(images), labels)
+        with autocast(precision):
+            loss = loss_fn(model(images), labels)
         loss.backward()
         optimizer.step()
 
@@ -55,13 +65,13 @@ def images_per_second(threads, batch, seconds):
     return steps * batch / (time.perf_counter() - start)
 
 
-def predicted_images_per_second(threads, batch, seconds):
+def predicted_images_per_second(threads, batch, seconds, precision):
     torch.set_num_threads(threads)
     torch.manual_seed(0)
     model = flagship_model().to(memory_format=torch.channels_last)
     model.eval()
     images = torch.full((batch, 3, 32, 32), 0.5).contiguous(memory_format=torch.channels_last)
-    with torch.inference_mode():
+    with torch.inference_mode(), autocast(precision):
         for _ in range(3):
             model(images)
         steps, start = 0, time.perf_counter()
@@ -76,14 +86,17 @@ def main():
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--batch-size", type=int, default=128)
     parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--precisions", nargs="+", default=["float32", "bfloat16"], choices=["float32", "bfloat16"])
     args = parser.parse_args()
     print(f"pytorch {torch.__version__} mkldnn={torch.backends.mkldnn.is_available()}", file=sys.stderr)
-    for threads in args.threads:
-        print(f"pytorch threads={threads} images/s={images_per_second(threads, args.batch_size, args.seconds):.1f}", flush=True)
-    for batch in (args.batch_size, 1):
+    for precision in args.precisions:
         for threads in args.threads:
-            rate = predicted_images_per_second(threads, batch, args.seconds / 2)
-            print(f"pytorch predict batch={batch} threads={threads} images/s={rate:.1f}", flush=True)
+            rate = images_per_second(threads, args.batch_size, args.seconds, precision)
+            print(f"pytorch precision={precision} threads={threads} images/s={rate:.1f}", flush=True)
+        for batch in (args.batch_size, 1):
+            for threads in args.threads:
+                rate = predicted_images_per_second(threads, batch, args.seconds / 2, precision)
+                print(f"pytorch precision={precision} predict batch={batch} threads={threads} images/s={rate:.1f}", flush=True)
 
 
 if __name__ == "__main__":
