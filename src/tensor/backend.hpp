@@ -50,7 +50,7 @@ class Backend {
 
   // ---- 16-bit operands: whether this backend computes `kernel` on operands of `type` itself (ops.cpp says which
   // operands are then 16-bit and which float32); the op layer runs the rest through float32 stand-ins.
-  enum class Kernel16 { Conv2d, Matmul };
+  enum class Kernel16 { Conv2d, Matmul, Elementwise, MaxPooling, BatchNorm };
   virtual bool computes(Kernel16 kernel, DType type) const {
     (void)kernel, (void)type;
     return false;

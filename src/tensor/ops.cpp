@@ -230,6 +230,7 @@ void multiply(const Tensor& a, const Tensor& b, const Tensor& out) {
   check_same_shape("multiply", a, b);
   check_same_shape("multiply", a, out);
   Backend& backend = backend_of("multiply", {&a, &b, &out});
+  if (computes_itself(backend, Backend::Kernel16::Elementwise, {&a, &b, &out}, {})) return backend.multiply(a, b, out);
   const Float32StandIns f({&a, &b}, {&out});
   backend.multiply(f(a), f(b), f(out));
   f.write_back();
@@ -282,6 +283,8 @@ void bias_gradient(const Tensor& dy, const Tensor& dbias) {
 void activation_forward(Activation activation, const Tensor& x, const Tensor& y) {
   check_same_shape("activation_forward", x, y);
   Backend& backend = backend_of("activation_forward", {&x, &y});
+  if (activation != Activation::Softmax && computes_itself(backend, Backend::Kernel16::Elementwise, {&x, &y}, {}))
+    return backend.activation_forward(activation, x, y);
   const Float32StandIns f({&x}, {&y});
   backend.activation_forward(activation, f(x), f(y));
   f.write_back();
@@ -291,6 +294,8 @@ void activation_backward(Activation activation, const Tensor& y, const Tensor& d
   check_same_shape("activation_backward", y, dy);
   check_same_shape("activation_backward", y, dx);
   Backend& backend = backend_of("activation_backward", {&y, &dy, &dx});
+  if (activation != Activation::Softmax && computes_itself(backend, Backend::Kernel16::Elementwise, {&y, &dy, &dx}, {}))
+    return backend.activation_backward(activation, y, dy, dx);
   const Float32StandIns f({&y, &dy}, {&dx});
   backend.activation_backward(activation, f(y), f(dy), f(dx));
   f.write_back();
@@ -323,6 +328,8 @@ void pool2d_forward(Pool2dPlan& plan, const Tensor& x, const Tensor& y) {
   g.batch = x.rank() > 0 ? x.dim(0) : 0;
   check_pool(x, y, g);
   plan.prepare(x.device());
+  if (g.mode == PoolMode::Max && computes_itself(backend, Backend::Kernel16::MaxPooling, {&x, &y}, {}))
+    return backend.pool2d_forward(plan.state(), g, x, y);
   const Float32StandIns f({&x}, {&y});
   backend.pool2d_forward(plan.state(), g, f(x), f(y));
   f.write_back();
@@ -336,6 +343,8 @@ void pool2d_backward(Pool2dPlan& plan, const Tensor& x, const Tensor& y, const T
   check_same_shape("pool2d_backward", y, dy);
   check_same_shape("pool2d_backward", x, dx);
   plan.prepare(x.device());
+  if (g.mode == PoolMode::Max && computes_itself(backend, Backend::Kernel16::MaxPooling, {&x, &y, &dy, &dx}, {}))
+    return backend.pool2d_backward(plan.state(), g, x, y, dy, dx);
   const Float32StandIns f({&x, &y, &dy}, {&dx});
   backend.pool2d_backward(plan.state(), g, f(x), f(y), f(dy), f(dx));
   f.write_back();
@@ -360,6 +369,9 @@ void batch_norm_backward(BatchNormPlan& plan, const Tensor& x, const Tensor& gam
   check_same_shape("batch_norm_backward", x, dy);
   if (dx.defined()) check_same_shape("batch_norm_backward", x, dx);
   plan.prepare(x.device());
+  if (computes_itself(backend, Backend::Kernel16::BatchNorm, {&x, &dy, &dx}, {&gamma, &batch_mean, &batch_variance, &dgamma, &dbeta}))
+    return backend.batch_norm_backward(plan.state(), plan.geometry(), x, gamma, dy, batch_mean, batch_variance, dx, dgamma,
+                                       dbeta);
   const Float32StandIns f({&x, &gamma, &dy, &batch_mean, &batch_variance}, {&dx, &dgamma, &dbeta});
   backend.batch_norm_backward(plan.state(), plan.geometry(), f(x), f(gamma), f(dy), f(batch_mean), f(batch_variance),
                               f(dx), f(dgamma), f(dbeta));
@@ -375,6 +387,9 @@ void batch_norm_backward_inference(BatchNormPlan& plan, const Tensor& x, const T
   check_same_shape("batch_norm_backward_inference", x, dy);
   if (dx.defined()) check_same_shape("batch_norm_backward_inference", x, dx);
   plan.prepare(x.device());
+  if (computes_itself(backend, Backend::Kernel16::BatchNorm, {&x, &dy, &dx}, {&gamma, &mean, &variance, &dgamma, &dbeta}))
+    return backend.batch_norm_backward_inference(plan.state(), plan.geometry(), x, gamma, dy, mean, variance, dx, dgamma,
+                                                 dbeta);
   const Float32StandIns f({&x, &gamma, &dy, &mean, &variance}, {&dx, &dgamma, &dbeta});
   backend.batch_norm_backward_inference(plan.state(), plan.geometry(), f(x), f(gamma), f(dy), f(mean), f(variance),
                                         f(dx), f(dgamma), f(dbeta));
@@ -451,6 +466,9 @@ void batch_norm_activation_forward_training(BatchNormPlan& plan, const Tensor& x
   check_same_shape("batch_norm", x, y);
   COHORT_CHECK(x.numel() > 0, "batch_norm: training needs a non-empty batch, got {}", x.shape());
   plan.prepare(x.device());
+  if (computes_itself(backend, Backend::Kernel16::BatchNorm, {&x, &y}, {&gamma, &beta, &batch_mean, &batch_variance}))
+    return backend.batch_norm_activation_forward_training(plan.state(), plan.geometry(), x, gamma, beta, activation, y,
+                                                          batch_mean, batch_variance);
   const Float32StandIns f({&x, &gamma, &beta}, {&y, &batch_mean, &batch_variance});
   backend.batch_norm_activation_forward_training(plan.state(), plan.geometry(), f(x), f(gamma), f(beta), activation,
                                                  f(y), f(batch_mean), f(batch_variance));
@@ -465,6 +483,9 @@ void batch_norm_activation_forward_inference(BatchNormPlan& plan, const Tensor& 
   check_batch_norm("batch_norm", plan, x, {&gamma, &beta, &mean, &variance});
   check_same_shape("batch_norm", x, y);
   plan.prepare(x.device());
+  if (computes_itself(backend, Backend::Kernel16::BatchNorm, {&x, &y}, {&gamma, &beta, &mean, &variance}))
+    return backend.batch_norm_activation_forward_inference(plan.state(), plan.geometry(), x, gamma, beta, mean, variance,
+                                                           activation, y);
   const Float32StandIns f({&x, &gamma, &beta, &mean, &variance}, {&y});
   backend.batch_norm_activation_forward_inference(plan.state(), plan.geometry(), f(x), f(gamma), f(beta), f(mean),
                                                   f(variance), activation, f(y));
@@ -483,6 +504,10 @@ void batch_norm_activation_backward(BatchNormPlan& plan, const Tensor& x, const 
   check_same_shape("batch_norm_backward", x, dy);
   if (dx.defined()) check_same_shape("batch_norm_backward", x, dx);
   plan.prepare(x.device());
+  if (computes_itself(backend, Backend::Kernel16::BatchNorm, {&x, &y, &dy, &dx},
+                      {&gamma, &beta, &batch_mean, &batch_variance, &dgamma, &dbeta}))
+    return backend.batch_norm_activation_backward(plan.state(), plan.geometry(), x, y, gamma, beta, dy, batch_mean,
+                                                  batch_variance, activation, dx, dgamma, dbeta);
   const Float32StandIns f({&x, &y, &gamma, &beta, &dy, &batch_mean, &batch_variance}, {&dx, &dgamma, &dbeta});
   backend.batch_norm_activation_backward(plan.state(), plan.geometry(), f(x), f(y), f(gamma), f(beta), f(dy),
                                          f(batch_mean), f(batch_variance), activation, f(dx), f(dgamma), f(dbeta));

@@ -93,9 +93,9 @@ TEST_CASE("bfloat16 convolutions and products run on oneDNN where the processor 
   const bool bf16_processor = __builtin_cpu_supports("avx512bf16");  // every AMX processor has it too
   INFO(cpu::onednn::bf16_kernels_description());
   if (COHORT_HAS_ONEDNN && bf16_processor && chosen == nullptr && (isa == nullptr || std::string(isa).find("BF16") != std::string::npos))
-    CHECK(cpu::onednn::bf16_kernels() == Bf16Kernels::OneDnn);
+    CHECK(cpu::onednn::bf16_kernels() == Bf16Kernels::Native);
   else if (!COHORT_HAS_ONEDNN || !bf16_processor)
-    CHECK_THROWS_WITH(cpu::onednn::set_bf16_kernels(Bf16Kernels::OneDnn), Catch::Contains("cannot run"));
+    CHECK_THROWS_WITH(cpu::onednn::set_bf16_kernels(Bf16Kernels::Native), Catch::Contains("cannot run"));
 }
 
 TEST_CASE("the comparison of 16-bit results fails one step beyond the type's tolerance", "[tensor][dtype]") {

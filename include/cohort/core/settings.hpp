@@ -20,7 +20,7 @@ inline constexpr std::string_view kProgressSpellings[] = {"bar", "lines"};      
 inline constexpr std::string_view kCommunicatorSpellings[] = {"ring", "mpi"};           // COHORT_COMMUNICATOR
 inline constexpr std::string_view kGemmSpellings[] = {"eigen", "openblas"};             // COHORT_GEMM
 inline constexpr std::string_view kCpuIsaSpellings[] = {"portable", "avx2", "avx512"};  // COHORT_CPU_ISA
-inline constexpr std::string_view kBf16KernelsSpellings[] = {"onednn", "float32"};       // COHORT_BF16_KERNELS
+inline constexpr std::string_view kBf16KernelsSpellings[] = {"native", "float32"};       // COHORT_BF16_KERNELS
 
 // "0" or "1".
 std::optional<bool> switch_setting(const char* name);

@@ -10,6 +10,7 @@
 
 #include "activation_dispatch.hpp"
 #include "cpu_backend.hpp"
+#include "elements.hpp"
 #include "tensor/backend_access.hpp"
 
 namespace cohort::cpu {
@@ -71,20 +72,47 @@ ChannelAffine channel_affine(std::int64_t channels, const float* mean, const flo
 }
 
 // y = activation(x * multiplier + offset), per channel.
+template <class T>
 void normalize(const Tensor& x, const ChannelAffine& affine, Activation activation, const Tensor& y) {
   const Rows r = rows_of(x);
-  const float* xp = device_data(x);
+  const Elements<T> xp(x), yp(y);
   const float* multiplier = affine.multiplier.data();
   const float* offset = affine.offset.data();
-  float* yp = device_data(y);
   with_activation(activation, [&](auto activate) {
 #pragma omp parallel for
     for (std::int64_t m = 0; m < r.count; ++m) {
 #pragma omp simd
       for (std::int64_t c = 0; c < r.width; ++c)
-        yp[m * r.width + c] = activate(xp[m * r.width + c] * multiplier[c] + offset[c]);
+        yp.set(m * r.width + c, activate(xp[m * r.width + c] * multiplier[c] + offset[c]));
     }
   });
+}
+
+template <class T>
+void forward_training(const BatchNormGeometry& g, const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                      Activation activation, const Tensor& y, const Tensor& batch_mean, const Tensor& batch_variance) {
+  const Rows r = rows_of(x);
+  const Elements<T> xp(x);
+  // One pass for both moments of x - shift, shift being the first row: E[d^2] - E[d]^2 then stays accurate
+  // whatever the mean.
+  std::vector<float> shift_values(static_cast<std::size_t>(r.width));
+  for (std::int64_t c = 0; c < r.width; ++c) shift_values[c] = xp[c];
+  const float* shift = shift_values.data();
+  const auto [sums, squares] = channel_sums(
+      r, [&](std::int64_t m, std::int64_t c) { return xp[m * r.width + c] - shift[c]; },
+      [&](std::int64_t m, std::int64_t c) {
+        const float d = xp[m * r.width + c] - shift[c];
+        return d * d;
+      });
+  const double inverse_count = 1.0 / static_cast<double>(r.count);
+  for (std::int64_t c = 0; c < r.width; ++c) {
+    const double mean_offset = sums[c] * inverse_count;
+    device_data(batch_mean)[c] = static_cast<float>(shift[c] + mean_offset);
+    device_data(batch_variance)[c] =
+        static_cast<float>(std::max(squares[c] * inverse_count - mean_offset * mean_offset, 0.0));
+  }
+  normalize<T>(x, channel_affine(r.width, device_data(batch_mean), device_data(batch_variance), gamma, beta, g.epsilon),
+               activation, y);
 }
 
 }  // namespace
@@ -99,26 +127,9 @@ void CpuBackend::batch_norm_activation_forward_training(const PlanState*, const 
                                                         const Tensor& gamma, const Tensor& beta, Activation activation,
                                                         const Tensor& y, const Tensor& batch_mean,
                                                         const Tensor& batch_variance) {
-  const Rows r = rows_of(x);
-  const float* xp = device_data(x);
-  // One pass for both moments of x - shift, shift being the first row: E[d^2] - E[d]^2 then stays accurate
-  // whatever the mean.
-  const float* shift = xp;
-  const auto [sums, squares] = channel_sums(
-      r, [&](std::int64_t m, std::int64_t c) { return xp[m * r.width + c] - shift[c]; },
-      [&](std::int64_t m, std::int64_t c) {
-        const float d = xp[m * r.width + c] - shift[c];
-        return d * d;
-      });
-  const double inverse_count = 1.0 / static_cast<double>(r.count);
-  for (std::int64_t c = 0; c < r.width; ++c) {
-    const double mean_offset = sums[c] * inverse_count;
-    device_data(batch_mean)[c] = static_cast<float>(shift[c] + mean_offset);
-    device_data(batch_variance)[c] =
-        static_cast<float>(std::max(squares[c] * inverse_count - mean_offset * mean_offset, 0.0));
-  }
-  normalize(x, channel_affine(r.width, device_data(batch_mean), device_data(batch_variance), gamma, beta, g.epsilon),
-            activation, y);
+  with_stored(x.dtype(), [&](auto stored) {
+    forward_training<decltype(stored)>(g, x, gamma, beta, activation, y, batch_mean, batch_variance);
+  });
 }
 
 void CpuBackend::batch_norm_forward_inference(const PlanState* plan, const BatchNormGeometry& g, const Tensor& x,
@@ -131,8 +142,8 @@ void CpuBackend::batch_norm_activation_forward_inference(const PlanState*, const
                                                          const Tensor& x, const Tensor& gamma, const Tensor& beta,
                                                          const Tensor& mean, const Tensor& variance,
                                                          Activation activation, const Tensor& y) {
-  normalize(x, channel_affine(rows_of(x).width, device_data(mean), device_data(variance), gamma, beta, g.epsilon),
-            activation, y);
+  const ChannelAffine affine = channel_affine(rows_of(x).width, device_data(mean), device_data(variance), gamma, beta, g.epsilon);
+  with_stored(x.dtype(), [&](auto stored) { normalize<decltype(stored)>(x, affine, activation, y); });
 }
 
 namespace {
@@ -145,12 +156,12 @@ struct ParameterGradients {
   std::vector<double> grad_sum, grad_dot_xhat;
 };
 
-template <typename Gradient>
+template <class T, typename Gradient>
 ParameterGradients parameter_gradients(const Tensor& x, Gradient&& gradient, const Tensor& mean,
                                        const Tensor& variance, float epsilon, const Tensor& dgamma,
                                        const Tensor& dbeta) {
   const Rows r = rows_of(x);
-  const float* xp = device_data(x);
+  const Elements<T> xp(x);
   const float* mp = device_data(mean);
   ParameterGradients out;
   out.inv_std.resize(static_cast<std::size_t>(r.width));
@@ -168,7 +179,7 @@ ParameterGradients parameter_gradients(const Tensor& x, Gradient&& gradient, con
 
 // dx = gamma * inv_std / M * (M * g - sum(g) - xhat * sum(g * xhat)) for the gradient g(m, c) of the
 // normalized values, after parameter_gradients.
-template <typename Gradient>
+template <class T, typename Gradient>
 void data_gradient(const Tensor& x, Gradient&& gradient, const Tensor& gamma, const Tensor& batch_mean,
                    const ParameterGradients& p, const Tensor& dx) {
   const Rows r = rows_of(x);
@@ -180,15 +191,14 @@ void data_gradient(const Tensor& x, Gradient&& gradient, const Tensor& gamma, co
     b[c] = static_cast<float>(p.grad_sum[c]) * inverse_count;
     s[c] = static_cast<float>(p.grad_dot_xhat[c]) * inverse_count * p.inv_std[c];
   }
-  const float* xp = device_data(x);
+  const Elements<T> xp(x), dp(dx);
   const float* mean = device_data(batch_mean);
-  float* dp = device_data(dx);
 #pragma omp parallel for
   for (std::int64_t m = 0; m < r.count; ++m) {
 #pragma omp simd
     for (std::int64_t c = 0; c < r.width; ++c) {
       const std::int64_t i = m * r.width + c;
-      dp[i] = a[c] * (gradient(m, c) - b[c] - (xp[i] - mean[c]) * s[c]);
+      dp.set(i, a[c] * (gradient(m, c) - b[c] - (xp[i] - mean[c]) * s[c]));
     }
   }
 }
@@ -200,10 +210,13 @@ void CpuBackend::batch_norm_backward(const PlanState*, const BatchNormGeometry& 
                                      const Tensor& batch_variance, const Tensor& dx, const Tensor& dgamma,
                                      const Tensor& dbeta) {
   const std::int64_t width = rows_of(x).width;
-  const float* gp = device_data(dy);
-  const auto gradient = [=](std::int64_t m, std::int64_t c) { return gp[m * width + c]; };
-  const ParameterGradients p = parameter_gradients(x, gradient, batch_mean, batch_variance, g.epsilon, dgamma, dbeta);
-  if (dx.defined()) data_gradient(x, gradient, gamma, batch_mean, p, dx);
+  with_stored(x.dtype(), [&](auto stored) {
+    using T = decltype(stored);
+    const Elements<T> gp(dy);
+    const auto gradient = [=](std::int64_t m, std::int64_t c) { return gp[m * width + c]; };
+    const ParameterGradients p = parameter_gradients<T>(x, gradient, batch_mean, batch_variance, g.epsilon, dgamma, dbeta);
+    if (dx.defined()) data_gradient<T>(x, gradient, gamma, batch_mean, p, dx);
+  });
 }
 
 void CpuBackend::batch_norm_activation_backward(const PlanState*, const BatchNormGeometry& g, const Tensor& x,
@@ -214,21 +227,23 @@ void CpuBackend::batch_norm_activation_backward(const PlanState*, const BatchNor
   const std::int64_t width = rows_of(x).width;
   const ChannelAffine affine =
       channel_affine(width, device_data(batch_mean), device_data(batch_variance), gamma, beta, g.epsilon);
-  const float* xp = device_data(x);
-  const float* gp = device_data(dy);
   const float* multiplier = affine.multiplier.data();
   const float* offset = affine.offset.data();
-  with_activation(activation, [&](auto activate) {
-    with_activation_gradient(activation, [&](auto activation_gradient) {
-      // The activated output is recomputed from x exactly as the forward pass computed it: two streams fewer
-      // than reading it and a separate activation gradient.
-      const auto gradient = [=](std::int64_t m, std::int64_t c) {
-        const std::int64_t i = m * width + c;
-        return activation_gradient(activate(xp[i] * multiplier[c] + offset[c]), gp[i]);
-      };
-      const ParameterGradients p =
-          parameter_gradients(x, gradient, batch_mean, batch_variance, g.epsilon, dgamma, dbeta);
-      if (dx.defined()) data_gradient(x, gradient, gamma, batch_mean, p, dx);
+  with_stored(x.dtype(), [&](auto stored) {
+    using T = decltype(stored);
+    const Elements<T> xp(x), gp(dy);
+    with_activation(activation, [&](auto activate) {
+      with_activation_gradient(activation, [&](auto activation_gradient) {
+        // The activated output is recomputed from x as the forward pass computed it, before its rounding to
+        // the stored type: two streams fewer than reading it and a separate activation gradient.
+        const auto gradient = [=](std::int64_t m, std::int64_t c) {
+          const std::int64_t i = m * width + c;
+          return activation_gradient(activate(xp[i] * multiplier[c] + offset[c]), gp[i]);
+        };
+        const ParameterGradients p =
+            parameter_gradients<T>(x, gradient, batch_mean, batch_variance, g.epsilon, dgamma, dbeta);
+        if (dx.defined()) data_gradient<T>(x, gradient, gamma, batch_mean, p, dx);
+      });
     });
   });
 }
@@ -238,15 +253,19 @@ void CpuBackend::batch_norm_backward_inference(const PlanState*, const BatchNorm
                                                const Tensor& variance, const Tensor& dx, const Tensor& dgamma,
                                                const Tensor& dbeta) {
   const std::int64_t width = rows_of(x).width;
-  const float* gp = device_data(dy);
-  const auto gradient = [=](std::int64_t m, std::int64_t c) { return gp[m * width + c]; };
-  const ParameterGradients p = parameter_gradients(x, gradient, mean, variance, g.epsilon, dgamma, dbeta);
-  if (!dx.defined()) return;
-  const Rows r = rows_of(x);
-  float* dp = device_data(dx);
+  with_stored(x.dtype(), [&](auto stored) {
+    using T = decltype(stored);
+    const Elements<T> gp(dy);
+    const auto gradient = [=](std::int64_t m, std::int64_t c) { return gp[m * width + c]; };
+    const ParameterGradients p = parameter_gradients<T>(x, gradient, mean, variance, g.epsilon, dgamma, dbeta);
+    if (!dx.defined()) return;
+    const Rows r = rows_of(x);
+    const Elements<T> dp(dx);
 #pragma omp parallel for
-  for (std::int64_t m = 0; m < r.count; ++m)
-    for (std::int64_t c = 0; c < r.width; ++c) dp[m * r.width + c] = gp[m * r.width + c] * device_data(gamma)[c] * p.inv_std[c];
+    for (std::int64_t m = 0; m < r.count; ++m)
+      for (std::int64_t c = 0; c < r.width; ++c)
+        dp.set(m * r.width + c, gp[m * r.width + c] * device_data(gamma)[c] * p.inv_std[c]);
+  });
 }
 
 void CpuBackend::moving_average_update(const Tensor& moving, const Tensor& batch, float momentum) {

@@ -84,7 +84,7 @@ CpuBackend::CpuBackend(Device device, std::unique_ptr<Allocator> allocator)
 std::unique_ptr<BackendStream> CpuBackend::make_stream() { return std::make_unique<ThreadStream>(); }
 
 bool CpuBackend::computes(Kernel16, DType type) const {
-  return type == DType::BFloat16 && onednn::bf16_kernels() == onednn::Bf16Kernels::OneDnn;
+  return type == DType::BFloat16 && onednn::bf16_kernels() == onednn::Bf16Kernels::Native;
 }
 
 void CpuBackend::copy_from_host(const void* source, const Tensor& destination) {

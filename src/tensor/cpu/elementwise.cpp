@@ -8,6 +8,7 @@
 
 #include "activation_dispatch.hpp"
 #include "cpu_backend.hpp"
+#include "elements.hpp"
 #include "scratch.hpp"
 #include "tensor/activation_rules.hpp"
 #include "tensor/backend_access.hpp"
@@ -47,12 +48,12 @@ void CpuBackend::scale(const Tensor& x, float alpha) {
 }
 
 void CpuBackend::multiply(const Tensor& a, const Tensor& b, const Tensor& out) {
-  const float* ap = device_data(a);
-  const float* bp = device_data(b);
-  float* op = device_data(out);
   const std::int64_t n = a.numel();
+  with_stored(a.dtype(), [&](auto stored) {
+    const Elements<decltype(stored)> ap(a), bp(b), op(out);
 #pragma omp parallel for simd if (n > kParallelThreshold)
-  for (std::int64_t i = 0; i < n; ++i) op[i] = ap[i] * bp[i];
+    for (std::int64_t i = 0; i < n; ++i) op.set(i, ap[i] * bp[i]);
+  });
 }
 
 double CpuBackend::sum(const Tensor& x) {
@@ -138,10 +139,10 @@ void CpuBackend::activation_bias_backward(Activation activation, const Tensor& y
 }
 
 void CpuBackend::activation_forward(Activation activation, const Tensor& x, const Tensor& y) {
-  const float* xp = device_data(x);
-  float* yp = device_data(y);
   const std::int64_t n = x.numel();
-  if (activation == Activation::Softmax) {
+  if (activation == Activation::Softmax) {  // float32 only (ops.cpp)
+    const float* xp = device_data(x);
+    float* yp = device_data(y);
     const Rows layout = rows_of(x);
     const std::int64_t rows = layout.count, width = layout.width;
 #pragma omp parallel for if (n > kParallelThreshold)
@@ -150,18 +151,21 @@ void CpuBackend::activation_forward(Activation activation, const Tensor& x, cons
   }
   // No simd pragma, as before: Sigmoid's and Tanh's exponentials stay the scalar math library's; ReLU's
   // select vectorizes without it.
-  with_activation(activation, [&](auto activate) {
+  with_stored(x.dtype(), [&](auto stored) {
+    const Elements<decltype(stored)> in(x), out(y);
+    with_activation(activation, [&](auto activate) {
 #pragma omp parallel for if (n > kParallelThreshold)
-    for (std::int64_t i = 0; i < n; ++i) yp[i] = activate(xp[i]);
+      for (std::int64_t i = 0; i < n; ++i) out.set(i, activate(in[i]));
+    });
   });
 }
 
 void CpuBackend::activation_backward(Activation activation, const Tensor& y, const Tensor& dy, const Tensor& dx) {
-  const float* yp = device_data(y);
-  const float* gp = device_data(dy);
-  float* dp = device_data(dx);
   const std::int64_t n = y.numel();
-  if (activation == Activation::Softmax) {
+  if (activation == Activation::Softmax) {  // float32 only (ops.cpp)
+    const float* yp = device_data(y);
+    const float* gp = device_data(dy);
+    float* dp = device_data(dx);
     const Rows layout = rows_of(y);
     const std::int64_t rows = layout.count, width = layout.width;
 #pragma omp parallel for if (n > kParallelThreshold)
@@ -169,9 +173,12 @@ void CpuBackend::activation_backward(Activation activation, const Tensor& y, con
       activation_rules::softmax_backward_row(yp + r * width, gp + r * width, dp + r * width, width);
     return;
   }
-  with_activation_gradient(activation, [&](auto gradient) {
+  with_stored(y.dtype(), [&](auto stored) {
+    const Elements<decltype(stored)> yp(y), gp(dy), dp(dx);
+    with_activation_gradient(activation, [&](auto gradient) {
 #pragma omp parallel for simd if (n > kParallelThreshold)
-    for (std::int64_t i = 0; i < n; ++i) dp[i] = gradient(yp[i], gp[i]);
+      for (std::int64_t i = 0; i < n; ++i) dp.set(i, gradient(yp[i], gp[i]));
+    });
   });
 }
 

@@ -61,12 +61,12 @@ std::optional<Choice> chosen;
 
 Choice choose(std::optional<Bf16Kernels> wanted) {
   const std::string why_not = why_not_native();
-  if (wanted == Bf16Kernels::OneDnn && !why_not.empty())
-    throw InvalidArgument(fmt::format("the oneDNN bfloat16 kernels cannot run: {}", why_not));
+  if (wanted == Bf16Kernels::Native && !why_not.empty())
+    throw InvalidArgument(fmt::format("the bfloat16 kernels cannot run: {}", why_not));
   if (wanted == Bf16Kernels::Float32StandIns) return {*wanted, "float32 stand-ins (chosen)"};
   if (!why_not.empty()) return {Bf16Kernels::Float32StandIns, "float32 stand-ins: " + why_not};
   const bool amx = dnnl::get_effective_cpu_isa() == dnnl::cpu_isa::avx512_core_amx;
-  return {Bf16Kernels::OneDnn, fmt::format("oneDNN on {}", amx ? "AMX-BF16" : "AVX-512 BF16")};
+  return {Bf16Kernels::Native, fmt::format("native (oneDNN on {})", amx ? "AMX-BF16" : "AVX-512 BF16")};
 }
 
 // The choice, made on first use from COHORT_BF16_KERNELS.
@@ -75,9 +75,9 @@ const Choice& choice() {
   if (!chosen) {
     const auto setting = choice_setting("COHORT_BF16_KERNELS", kBf16KernelsSpellings);
     std::optional<Bf16Kernels> wanted;
-    if (setting) wanted = *setting == "onednn" ? Bf16Kernels::OneDnn : Bf16Kernels::Float32StandIns;
+    if (setting) wanted = *setting == "native" ? Bf16Kernels::Native : Bf16Kernels::Float32StandIns;
     chosen = choose(wanted);
-    log::debug("bfloat16 convolutions and matrix products: {}", chosen->description);
+    log::debug("bfloat16 kernels: {}", chosen->description);
   }
   return *chosen;
 }

@@ -1,10 +1,12 @@
 #pragma once
 // The CPU backend's bfloat16 kernels: convolutions and matrix products through oneDNN, where the processor
-// multiplies bfloat16 itself (AVX-512 BF16, AMX-BF16), accumulating in float32. Elsewhere, and for float16,
-// the op layer computes through float32 stand-ins instead. Built when oneDNN is found (Debian libdnnl-dev);
-// a build without it never has the bfloat16 kernels (onednn_missing.cpp).
+// multiplies bfloat16 itself (AVX-512 BF16, AMX-BF16), accumulating in float32; batch normalization, max
+// pooling, elementwise activations and products are the backend's own loops reading and writing bfloat16
+// (elements.hpp). Elsewhere, and for float16, the op layer computes through float32 stand-ins instead. Built
+// when oneDNN is found (Debian libdnnl-dev); a build without it never has the bfloat16 kernels
+// (onednn_missing.cpp).
 //
-// Which kernels run is chosen once: COHORT_BF16_KERNELS=onednn|float32 when set, else oneDNN where its
+// Which kernels run is chosen once: COHORT_BF16_KERNELS=native|float32 when set, else native where oneDNN's
 // bfloat16 convolution runs on a bfloat16 instruction set; COHORT_CPU_ISA=avx2 or portable turns it off, as
 // it turns off the AVX-512 Winograd kernels. set_bf16_kernels() switches in tests.
 #include <memory>
@@ -15,14 +17,14 @@
 
 namespace cohort::cpu::onednn {
 
-enum class Bf16Kernels { Float32StandIns, OneDnn };
+enum class Bf16Kernels { Float32StandIns, Native };
 
 // The kernels bfloat16 operands run through; the first call decides and logs the choice with the reason.
 Bf16Kernels bf16_kernels();
 // InvalidArgument when `kernels` cannot run here, naming why.
 void set_bf16_kernels(Bf16Kernels kernels);
-// What bfloat16 computes with here, for reports: "oneDNN brgconv:avx512_core_amx_bf16", or why it is
-// computed in float32 ("float32 stand-ins: this processor has no bfloat16 instructions").
+// What bfloat16 computes with here, for reports: "native (oneDNN on AMX-BF16)", or why it is computed in
+// float32 ("float32 stand-ins: this processor has no bfloat16 instructions ...").
 std::string bf16_kernels_description();
 
 // The oneDNN primitives of one convolution geometry, made for each batch size, activation and operand types

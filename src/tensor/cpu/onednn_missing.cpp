@@ -11,7 +11,7 @@ constexpr const char* kMissing = "this build has no oneDNN (libdnnl-dev)";
 Bf16Kernels bf16_kernels() { return Bf16Kernels::Float32StandIns; }
 
 void set_bf16_kernels(Bf16Kernels kernels) {
-  COHORT_CHECK(kernels == Bf16Kernels::Float32StandIns, "the oneDNN bfloat16 kernels cannot run: {}", kMissing);
+  COHORT_CHECK(kernels == Bf16Kernels::Float32StandIns, "the bfloat16 kernels cannot run: {}", kMissing);
 }
 
 std::string bf16_kernels_description() { return std::string("float32 stand-ins: ") + kMissing; }

@@ -2,9 +2,11 @@
 // max pooling sends the gradient to the first maximum of each window, as TensorFlow does.
 #include <algorithm>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "cpu_backend.hpp"
+#include "elements.hpp"
 #include "tensor/backend_access.hpp"
 
 namespace cohort::cpu {
@@ -21,23 +23,31 @@ Window window(const Pool2dGeometry& g, std::int64_t oh, std::int64_t ow) {
           std::min(w + g.pool_w, g.in_w)};
 }
 
+// Operands float32 or bfloat16 (elements.hpp); each window's maximum is one of its inputs, so it is exact.
+template <class T>
 void max_pool_forward(const Tensor& x, const Tensor& y, const Pool2dGeometry& g) {
   const std::int64_t c = g.channels;
-#pragma omp parallel for
-  for (std::int64_t n = 0; n < g.batch; ++n) {
-    const float* in = device_data(x) + n * g.in_h * g.in_w * c;
-    float* out = device_data(y) + n * g.out_h * g.out_w * c;
-    for (std::int64_t oh = 0; oh < g.out_h; ++oh) {
-      for (std::int64_t ow = 0; ow < g.out_w; ++ow) {
-        float* o = out + (oh * g.out_w + ow) * c;
-        std::fill_n(o, c, -std::numeric_limits<float>::infinity());
-        const Window win = window(g, oh, ow);
-        for (std::int64_t ih = win.h0; ih < win.h1; ++ih) {
-          for (std::int64_t iw = win.w0; iw < win.w1; ++iw) {
-            const float* v = in + (ih * g.in_w + iw) * c;
+  const Elements<T> in(x), out(y);
+#pragma omp parallel
+  {
+    std::vector<float> window_max(static_cast<std::size_t>(c));
+#pragma omp for
+    for (std::int64_t n = 0; n < g.batch; ++n) {
+      for (std::int64_t oh = 0; oh < g.out_h; ++oh) {
+        for (std::int64_t ow = 0; ow < g.out_w; ++ow) {
+          float* o = window_max.data();
+          std::fill_n(o, c, -std::numeric_limits<float>::infinity());
+          const Window win = window(g, oh, ow);
+          for (std::int64_t ih = win.h0; ih < win.h1; ++ih) {
+            for (std::int64_t iw = win.w0; iw < win.w1; ++iw) {
+              const std::int64_t v = ((n * g.in_h + ih) * g.in_w + iw) * c;
 #pragma omp simd
-            for (std::int64_t i = 0; i < c; ++i) o[i] = std::max(o[i], v[i]);
+              for (std::int64_t i = 0; i < c; ++i) o[i] = std::max(o[i], in[v + i]);
+            }
           }
+          const std::int64_t at = ((n * g.out_h + oh) * g.out_w + ow) * c;
+#pragma omp simd
+          for (std::int64_t i = 0; i < c; ++i) out.set(at + i, o[i]);
         }
       }
     }
@@ -66,42 +76,48 @@ void zero_uncovered(float* din, const Pool2dGeometry& g, bool tiled) {
   }
 }
 
+// Operands float32 or bfloat16; a bfloat16 sample's gradient is summed in float and rounded once.
+template <class T>
 void max_pool_backward(const Tensor& x, const Tensor& y, const Tensor& dy, const Tensor& dx, const Pool2dGeometry& g) {
   const std::int64_t c = g.channels;
   const bool tiled = windows_tile_input(g);
+  constexpr bool kFloat = std::is_same_v<T, float>;
+  const std::int64_t sample = g.in_h * g.in_w * c;
+  const Elements<T> in(x), out(y), dout(dy), stored_din(dx);
 #pragma omp parallel
   {
     // pending[i]: 1 until channel i's gradient has gone to a maximum of this window (floats, like the data,
     // so that the loop below vectorizes with selects of one width).
     std::vector<float> pending(static_cast<std::size_t>(c));
+    std::vector<float> sample_gradient(static_cast<std::size_t>(kFloat ? 0 : sample));
 #pragma omp for
     for (std::int64_t n = 0; n < g.batch; ++n) {
-      const float* in = device_data(x) + n * g.in_h * g.in_w * c;
-      float* din = device_data(dx) + n * g.in_h * g.in_w * c;
-      const float* out = device_data(y) + n * g.out_h * g.out_w * c;
-      const float* dout = device_data(dy) + n * g.out_h * g.out_w * c;
+      float* din = kFloat ? device_data(dx) + n * sample : sample_gradient.data();
       zero_uncovered(din, g, tiled);
       for (std::int64_t oh = 0; oh < g.out_h; ++oh) {
         for (std::int64_t ow = 0; ow < g.out_w; ++ow) {
-          const float* o = out + (oh * g.out_w + ow) * c;
-          const float* d = dout + (oh * g.out_w + ow) * c;
+          const std::int64_t o = ((n * g.out_h + oh) * g.out_w + ow) * c;
           float* p = pending.data();
           std::fill_n(p, c, 1.0f);
           const Window win = window(g, oh, ow);
           for (std::int64_t ih = win.h0; ih < win.h1; ++ih)
             for (std::int64_t iw = win.w0; iw < win.w1; ++iw) {
-              const float* v = in + (ih * g.in_w + iw) * c;
+              const std::int64_t v = ((n * g.in_h + ih) * g.in_w + iw) * c;
               float* dv = din + (ih * g.in_w + iw) * c;
 #pragma omp simd
               for (std::int64_t i = 0; i < c; ++i) {
                 // Every load unconditional and no short circuit: selects, no branches, so that it vectorizes.
-                const float gradient = d[i], still_pending = p[i];
-                const bool take = (v[i] == o[i]) & (still_pending != 0.0f);
+                const float gradient = dout[o + i], still_pending = p[i];
+                const bool take = (in[v + i] == out[o + i]) & (still_pending != 0.0f);
                 dv[i] = (tiled ? 0.0f : dv[i]) + (take ? gradient : 0.0f);
                 p[i] = take ? 0.0f : still_pending;
               }
             }
         }
+      }
+      if constexpr (!kFloat) {
+#pragma omp simd
+        for (std::int64_t j = 0; j < sample; ++j) stored_din.set(n * sample + j, din[j]);
       }
     }
   }
@@ -155,14 +171,15 @@ void avg_pool_backward(const Tensor& dy, const Tensor& dx, const Pool2dGeometry&
 }  // namespace
 
 void CpuBackend::pool2d_forward(const PlanState*, const Pool2dGeometry& g, const Tensor& x, const Tensor& y) {
-  if (g.mode == PoolMode::Max) max_pool_forward(x, y, g);
-  else avg_pool_forward(x, y, g);
+  if (g.mode == PoolMode::Max) with_stored(x.dtype(), [&](auto stored) { max_pool_forward<decltype(stored)>(x, y, g); });
+  else avg_pool_forward(x, y, g);  // float32 only (ops.cpp)
 }
 
 void CpuBackend::pool2d_backward(const PlanState*, const Pool2dGeometry& g, const Tensor& x, const Tensor& y,
                                  const Tensor& dy, const Tensor& dx) {
-  if (g.mode == PoolMode::Max) max_pool_backward(x, y, dy, dx, g);
-  else avg_pool_backward(dy, dx, g);
+  if (g.mode == PoolMode::Max)
+    with_stored(x.dtype(), [&](auto stored) { max_pool_backward<decltype(stored)>(x, y, dy, dx, g); });
+  else avg_pool_backward(dy, dx, g);  // float32 only (ops.cpp)
 }
 
 }  // namespace cohort::cpu
