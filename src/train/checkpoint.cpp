@@ -27,19 +27,24 @@ struct PositionRecord {
   std::vector<Logs> history;
   double learning_rate_factor = 1;
   std::string gemm_path;
+  float loss_scale = 0;
+  std::int64_t loss_scale_finite_steps = 0;
 
   PositionRecord() = default;
   PositionRecord(const TrainingPosition& position, std::uint64_t step)
       : model_step(step), epoch(position.epoch), batch_in_epoch(position.batch_in_epoch),
         global_step(position.global_step), data_seed(position.data_seed), history(position.history.epochs),
-        learning_rate_factor(position.learning_rate_factor), gemm_path(position.gemm_path) {}
+        learning_rate_factor(position.learning_rate_factor), gemm_path(position.gemm_path),
+        loss_scale(position.loss_scale), loss_scale_finite_steps(position.loss_scale_finite_steps) {}
   TrainingPosition position() const {
-    return {epoch, batch_in_epoch, global_step, data_seed, History{history}, learning_rate_factor, gemm_path};
+    return {epoch, batch_in_epoch, global_step, data_seed, History{history}, learning_rate_factor, gemm_path,
+            loss_scale, loss_scale_finite_steps};
   }
 
   template <class Archive>
   void serialize(Archive& archive) {
-    archive(model_step, epoch, batch_in_epoch, global_step, data_seed, history, learning_rate_factor, gemm_path);
+    archive(model_step, epoch, batch_in_epoch, global_step, data_seed, history, learning_rate_factor, gemm_path, loss_scale,
+            loss_scale_finite_steps);
   }
 };
 

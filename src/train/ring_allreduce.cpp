@@ -182,7 +182,7 @@ void RingAllreduce::apply_gradients(nn::Sequential& model, optim::Optimizer& opt
     ops::copy(fused_.slice(offset, offset + n), v->gradient.view({n}));
     ops::scale(v->gradient, inverse);
   }
-  update_variables(optimizer, model.trainable_variables());
+  update_variables(optimizer, model.trainable_variables(), loss_scale_);
 }
 
 bool RingAllreduce::sum_over_replicas(std::span<double> values) {

@@ -7,7 +7,7 @@
 namespace cohort::train {
 
 void Local::apply_gradients(nn::Sequential& model, optim::Optimizer& optimizer, std::int64_t) {
-  update_variables(optimizer, model.trainable_variables());
+  update_variables(optimizer, model.trainable_variables(), loss_scale_);
 }
 
 DataShare data_share_for(DataPolicy policy, int replica, int replicas) {

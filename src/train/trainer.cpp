@@ -227,6 +227,7 @@ Trainer::Totals Trainer::train_step(const Tensor& images, const Tensor& targets,
       throw Error(fmt::format("the training loss became {} at step {} (learning rate {:.3g}); lower the learning rate",
                               loss, optimizer_->iterations(), optimizer_->learning_rate()));
     totals = totals_of(scored, targets, loss);
+    if (loss_scale_) ops::scale(output_gradient_, loss_scale_->value());
     if (completes_update) {
       // Each layer's gradients, made final, go to the strategy while the layers before it are computed.
       strategy_->begin_gradients(model_, update_samples);
@@ -345,6 +346,13 @@ History Trainer::run(const data::Dataset& train, const FitOptions& options) {
     }
   }
   optimizer_->to(model_.device());
+  if (model_.precision() == nn::Precision::MixedFloat16) {
+    loss_scale_ = position.loss_scale > 0 ? LossScale(position.loss_scale, position.loss_scale_finite_steps) : LossScale();
+    COHORT_CHECK(strategy_->set_loss_scale(&*loss_scale_),
+                 "mixed_float16 needs dynamic loss scaling, and with strategy '{}' the servers update shard by shard "
+                 "and cannot agree on skipping a step; train in mixed_bfloat16 (no loss scaling), or with ring allreduce",
+                 strategy_->name());
+  }
   strategy_->initialize(model_, *optimizer_);  // after a resume, so that all processes start from the chief's
   if (strategy_->is_server()) return strategy_->serve(model_, *optimizer_, checkpoint_dir);
   agree_on_gemm_path(position);
@@ -384,6 +392,8 @@ History Trainer::run(const data::Dataset& train, const FitOptions& options) {
   auto save = [&] {
     if (checkpoint_dir.empty()) return;
     position.learning_rate_factor = optimizer_->learning_rate_factor();
+    position.loss_scale = loss_scale_ ? loss_scale_->value() : 0.0f;
+    position.loss_scale_finite_steps = loss_scale_ ? loss_scale_->finite_steps() : 0;
     strategy_->save_checkpoint(checkpoint_dir, model_, *optimizer_, position);
     if (verbose) log::info("checkpoint of step {} saved to {}", position.global_step, checkpoint_dir.string());
   };

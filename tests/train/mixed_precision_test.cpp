@@ -3,7 +3,9 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <limits>
 
+#include "cohort/comm/inproc.hpp"
 #include "cohort/data/synthetic.hpp"
 #include "cohort/nn/activation_layer.hpp"
 #include "cohort/nn/batch_normalization.hpp"
@@ -14,7 +16,12 @@
 #include "cohort/nn/model_file.hpp"
 #include "cohort/nn/pooling2d.hpp"
 #include "cohort/optim/adam.hpp"
+#include "cohort/optim/sgd.hpp"
+#include "cohort/train/parameter_server.hpp"
+#include "cohort/train/ring_allreduce.hpp"
 #include "cohort/train/trainer.hpp"
+#include "cohort/train/update.hpp"
+#include "comm/comm_test_util.hpp"
 #include "test_util.hpp"
 
 using namespace cohort;
@@ -114,29 +121,105 @@ TEST_CASE("mixed-precision models learn the synthetic task as a float32 one does
   }
 }
 
-TEST_CASE("a mixed-precision run resumes from its checkpoint exactly", "[train][dtype][checkpoint]") {
-  ScratchDirectory dir("mixed-resume");
-  const auto precision = nn::Precision::MixedBFloat16;
-  nn::Sequential straight = tiny_cnn(precision);
-  Trainer straight_trainer(straight, optim::Adam());
-  straight_trainer.fit(synthetic_set(), kSilent);
+TEST_CASE("mixed-precision runs resume from their checkpoints exactly, loss scale included", "[train][dtype][checkpoint]") {
+  for (nn::Precision precision : {nn::Precision::MixedBFloat16, nn::Precision::MixedFloat16}) {
+    INFO(nn::precision_name(precision));
+    ScratchDirectory dir("mixed-resume");
+    nn::Sequential straight = tiny_cnn(precision);
+    Trainer straight_trainer(straight, optim::Adam());
+    straight_trainer.fit(synthetic_set(), kSilent);
 
-  nn::Sequential first = tiny_cnn(precision);
-  Trainer first_trainer(first, optim::Adam());
-  auto interrupted = kSilent;
-  interrupted.checkpoint_dir = dir.path();
-  interrupted.checkpoint_every_steps = 1;
-  interrupted.max_steps = 30;
-  first_trainer.fit(synthetic_set(), interrupted);
+    nn::Sequential first = tiny_cnn(precision);
+    Trainer first_trainer(first, optim::Adam());
+    auto interrupted = kSilent;
+    interrupted.checkpoint_dir = dir.path();
+    interrupted.checkpoint_every_steps = 1;
+    interrupted.max_steps = 30;
+    first_trainer.fit(synthetic_set(), interrupted);
 
-  nn::Sequential resumed = tiny_cnn(precision);
-  Trainer resumed_trainer(resumed, optim::Adam());
-  auto resume = kSilent;
-  resume.checkpoint_dir = dir.path();
-  resume.resume = true;
-  resumed_trainer.fit(synthetic_set(), resume);
-  CHECK(resumed_trainer.optimizer().iterations() == straight_trainer.optimizer().iterations());
-  CHECK(snapshot(resumed) == snapshot(straight));
+    nn::Sequential resumed = tiny_cnn(precision);
+    Trainer resumed_trainer(resumed, optim::Adam());
+    auto resume = kSilent;
+    resume.checkpoint_dir = dir.path();
+    resume.resume = true;
+    resumed_trainer.fit(synthetic_set(), resume);
+    CHECK(resumed_trainer.optimizer().iterations() == straight_trainer.optimizer().iterations());
+    CHECK(snapshot(resumed) == snapshot(straight));
+  }
+}
+
+TEST_CASE("the loss scale halves on a skipped step, doubles after 2000 finite ones, and gives up by name", "[train][dtype]") {
+  train::LossScale scale;
+  CHECK(scale.value() == 32768.0f);
+  scale.record(false, "dense/kernel");
+  CHECK(scale.value() == 16384.0f);
+  for (int i = 0; i < 1999; ++i) scale.record(true, "");
+  CHECK(scale.value() == 16384.0f);
+  CHECK(scale.finite_steps() == 1999);
+  scale.record(true, "");
+  CHECK(scale.value() == 32768.0f);
+  CHECK(scale.finite_steps() == 0);
+  for (int i = 1; i < train::LossScale::kMaxSkipsInARow; ++i) scale.record(false, "conv2d_1/kernel");
+  CHECK(scale.skips_in_a_row() == train::LossScale::kMaxSkipsInARow - 1);
+  CHECK_THROWS_WITH(scale.record(false, "conv2d_1/kernel"),
+                    Catch::Contains("the gradient of conv2d_1/kernel was not finite in 32 steps in a row"));
+}
+
+TEST_CASE("a loss-scaled update divides the scale out, and a non-finite step changes nothing but the scale", "[train][dtype]") {
+  const auto variables_with = [](float gradient_value) {
+    auto v = std::make_shared<nn::Variable>();
+    v->name = "dense/kernel";
+    v->value = Tensor::full({3}, 1.0f);
+    v->gradient = Tensor::full({3}, gradient_value);
+    return std::vector<nn::VariablePtr>{v};
+  };
+  // With a power-of-two scale the unscaled update is the plain one, bit for bit.
+  optim::Adam plain_adam, scaled_adam;
+  const auto plain = variables_with(0.25f), scaled = variables_with(0.25f * 1024);
+  train::LossScale scale(1024, 0);
+  CHECK(train::update_variables(plain_adam, plain));
+  CHECK(train::update_variables(scaled_adam, scaled, &scale));
+  CHECK(scaled[0]->value.to_vector() == plain[0]->value.to_vector());
+  CHECK(scale.finite_steps() == 1);
+  const auto overflowed = variables_with(0.25f);
+  overflowed[0]->gradient.data()[1] = std::numeric_limits<float>::infinity();
+  const std::vector<float> before = overflowed[0]->value.to_vector();
+  CHECK_FALSE(train::update_variables(scaled_adam, overflowed, &scale));
+  CHECK(overflowed[0]->value.to_vector() == before);
+  CHECK(scaled_adam.iterations() == 1);
+  CHECK(scale.value() == 512.0f);
+}
+
+TEST_CASE("an overflow on one replica skips the same step on every replica", "[train][dtype][distributed]") {
+  comm::InProcessGroup group(2);
+  std::vector<float> scales(2);
+  std::vector<int> kernels_changed(2);
+  comm_test::run_ranks(2, [&](int r) {
+    nn::Sequential model({4}, 3);
+    model.add(nn::Dense(2));
+    train::RingAllreduce ring(group.transport(r));
+    train::LossScale scale;
+    REQUIRE(ring.set_loss_scale(&scale));
+    optim::SGD sgd;
+    ring.initialize(model, sgd);
+    const std::vector<float> before = model.variable("dense/kernel")->value.to_vector();
+    for (const auto& v : model.trainable_variables()) ops::fill(v->gradient, 1.0f);
+    if (r == 1) model.variable("dense/bias")->gradient.data()[0] = std::numeric_limits<float>::quiet_NaN();
+    ring.apply_gradients(model, sgd, 8);
+    scales[static_cast<std::size_t>(r)] = scale.value();
+    kernels_changed[static_cast<std::size_t>(r)] = model.variable("dense/kernel")->value.to_vector() != before;
+    CHECK(sgd.iterations() == 0);
+  });
+  CHECK(scales == std::vector<float>{16384.0f, 16384.0f});
+  CHECK(kernels_changed == std::vector<int>{0, 0});
+}
+
+TEST_CASE("mixed_float16 with parameter servers is refused by name", "[train][dtype][ps]") {
+  comm::InProcessGroup group(2);
+  nn::Sequential model = tiny_cnn(nn::Precision::MixedFloat16);
+  Trainer trainer(model, optim::Adam(), std::make_shared<train::ParameterServer>(group.transport(0), 1));
+  CHECK_THROWS_WITH(trainer.fit(synthetic_set(), kSilent),
+                    Catch::Contains("mixed_float16 needs dynamic loss scaling") && Catch::Contains("mixed_bfloat16"));
 }
 
 TEST_CASE("a model trained in mixed precision saves a model file that predicts in float32", "[train][dtype]") {

@@ -28,6 +28,9 @@ struct TrainingPosition {
   // The CPU's matrix products ("eigen", "openblas"; empty where unknown): a resumed run computes them as the
   // interrupted one did, since the two libraries round differently.
   std::string gemm_path{};
+  // mixed_float16's dynamic loss scale and its finite steps since it last changed (0: no loss scaling).
+  float loss_scale = 0;
+  std::int64_t loss_scale_finite_steps = 0;
 };
 
 inline constexpr std::uint32_t kCheckpointFormatVersion = 4;  // 4: tensors record their element type

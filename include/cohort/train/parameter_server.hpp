@@ -66,6 +66,8 @@ class ParameterServer : public Strategy {
   int process_index() const override { return transport_.rank(); }
   void initialize(nn::Sequential& model, optim::Optimizer& optimizer) override;
   void apply_gradients(nn::Sequential& model, optim::Optimizer& optimizer, std::int64_t samples) override;
+  // The servers update, shard by shard: they cannot agree on skipping a step.
+  bool set_loss_scale(LossScale*) override { return false; }
   // A model on the CPU sends each server its request as soon as backward has made every gradient that
   // server holds final; a model on a device sends them all after backward (its gradients are staged).
   void begin_gradients(nn::Sequential& model, std::int64_t samples) override;

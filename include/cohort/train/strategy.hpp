@@ -17,6 +17,7 @@
 #include "cohort/nn/sequential.hpp"
 #include "cohort/optim/optimizer.hpp"
 #include "cohort/train/checkpoint.hpp"
+#include "cohort/train/loss_scale.hpp"
 #include "cohort/train/logs.hpp"
 
 namespace cohort::train {
@@ -97,6 +98,17 @@ class Strategy {
   virtual void finish(const History& /*history*/) {}
   // Adds strategy figures (time spent communicating) to an epoch's logs.
   virtual void add_epoch_logs(Logs&) {}
+
+  // Dynamic loss scaling (mixed_float16): from now on apply_gradients() divides the reduced gradients by
+  // `scale` and skips a step whose gradients are not all finite, on every replica alike. False where this
+  // strategy cannot: its servers update, and they do not agree on a skip.
+  virtual bool set_loss_scale(LossScale* scale) {
+    loss_scale_ = scale;
+    return true;
+  }
+
+ protected:
+  LossScale* loss_scale_ = nullptr;
 };
 
 inline constexpr const char* kCheckpointFile = "latest.ckpt";

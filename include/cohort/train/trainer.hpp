@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "cohort/data/dataset.hpp"
@@ -133,6 +134,7 @@ class Trainer {
 
   nn::Sequential& model_;
   std::unique_ptr<optim::Optimizer> optimizer_;
+  std::optional<LossScale> loss_scale_;  // mixed_float16 only
   std::shared_ptr<Strategy> strategy_;
   nn::Loss loss_;
   std::vector<nn::Metric> metrics_;

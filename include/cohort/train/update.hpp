@@ -1,6 +1,8 @@
 #pragma once
 // One optimizer step over a list of model variables: each trainable one is updated from its gradient,
-// then the optimizer's iteration count advances.
+// then the optimizer's iteration count advances. With a loss scale (loss_scale.hpp) the gradients are
+// divided by it first, and a step whose gradients are not all finite changes nothing but the scale:
+// update_variables then returns false.
 //
 //   train::update_variables(adam, model.trainable_variables());
 
@@ -8,9 +10,11 @@
 
 #include "cohort/nn/variable.hpp"
 #include "cohort/optim/optimizer.hpp"
+#include "cohort/train/loss_scale.hpp"
 
 namespace cohort::train {
 
-void update_variables(optim::Optimizer& optimizer, const std::vector<nn::VariablePtr>& variables);
+bool update_variables(optim::Optimizer& optimizer, const std::vector<nn::VariablePtr>& variables,
+                      LossScale* loss_scale = nullptr);
 
 }  // namespace cohort::train
