@@ -80,6 +80,10 @@ TrainingOptions parse_training_options(int argc, const char* const* argv, std::s
   cli.add_flag("--each-worker-full-pass", options.each_worker_full_pass,
                "every worker reads the whole data set per epoch (TensorFlow's way)")
       ->group("Distributed (under cohort-launch)");
+  cli.add_option("--gradient-dtype", options.gradient_dtype,
+                 "ring allreduce: gradients travel as float32 or bfloat16 (half the bytes; sums in float32)")
+      ->check(CLI::IsMember({"float32", "bfloat16"}))
+      ->group("Distributed (under cohort-launch)");
   cli.add_option("--lr-scaling", options.lr_scaling, "learning rate x workers: linear, sqrt or none, warmed up over an epoch")
       ->check(CLI::IsMember({"linear", "sqrt", "none"}))
       ->group("Distributed (under cohort-launch)");
@@ -101,7 +105,8 @@ train::ParameterServerOptions distributed_options(const TrainingOptions& options
   return {.consistency = ps::parse_consistency(options.consistency),
           .placement = ps::parse_policy(options.placement),
           .max_shard_bytes = options.max_shard_bytes,
-          .data = options.each_worker_full_pass ? train::DataPolicy::EachWorkerFullPass : train::DataPolicy::OnePassPerEpoch};
+          .data = options.each_worker_full_pass ? train::DataPolicy::EachWorkerFullPass : train::DataPolicy::OnePassPerEpoch,
+          .gradient_dtype = parse_dtype(options.gradient_dtype).value_or(DType::Float32)};
 }
 
 nn::Precision precision(const TrainingOptions& options) {

@@ -116,6 +116,62 @@ void ring_allreduce(Transport& transport, std::span<T> data, const AllreduceOpti
   }
 }
 
+// The ring above for float32 data with bfloat16 on the wire: each rank adds what arrives, widened, to its
+// float32 chunk and sends its partial sums rounded to bfloat16, so every hop carries half the bytes. The rank
+// that completes a chunk rounds it once more and keeps the rounded values, which then travel around
+// unchanged (bfloat16 holds them exactly): every rank ends with the same bits, bfloat16 values.
+void ring_allreduce_bfloat16_wire(Transport& transport, std::span<float> data, const AllreduceOptions& options) {
+  const int n = transport.size(), r = transport.rank();
+  if (n == 1) {  // no wire, but the same rounding as on a ring: a run's results do not depend on its size
+    for (float& v : data) v = round_to(DType::BFloat16, v);
+    return;
+  }
+  const std::size_t count = data.size();
+  auto chunk_begin = [&](int chunk) {
+    const auto c = static_cast<std::size_t>(chunk);
+    const std::size_t base = count / static_cast<std::size_t>(n), extra = count % static_cast<std::size_t>(n);
+    return c * base + std::min(c, extra);
+  };
+  auto chunk_of = [&](int chunk) { return data.subspan(chunk_begin(chunk), chunk_begin(chunk + 1) - chunk_begin(chunk)); };
+  const std::size_t segment = std::max<std::size_t>(1, options.segment_bytes / sizeof(std::uint16_t));
+  const int next = (r + 1) % n, previous = (r - 1 + n) % n;
+  thread_local std::vector<std::uint16_t> outgoing_bits, incoming_bits;
+  const std::size_t largest = count / static_cast<std::size_t>(n) + 1;
+  if (outgoing_bits.size() < largest) outgoing_bits.resize(largest), incoming_bits.resize(largest);
+  const auto narrow = [&](std::span<const float> values) {
+    for (std::size_t i = 0; i < values.size(); ++i) outgoing_bits[i] = to_bfloat16_bits(values[i]);
+    return std::span<std::uint16_t>(outgoing_bits).subspan(0, values.size());
+  };
+  const auto segments_of = [&](std::size_t size, auto&& each) {
+    for (std::size_t at = 0; at < size || (at == 0 && size == 0); at += segment) each(at, std::min(segment, size - at));
+  };
+  for (int step = 0; step + 1 < n; ++step) {
+    const auto outgoing = narrow(chunk_of((r - step + n) % n));
+    const auto target = chunk_of((r - step - 1 + n) % n);
+    std::vector<WorkPtr> sends, receives;
+    segments_of(outgoing.size(), [&](std::size_t at, std::size_t length) {
+      sends.push_back(transport.send(next, options.tag, bytes_of(outgoing.subspan(at, length))));
+    });
+    segments_of(target.size(), [&](std::size_t at, std::size_t length) {
+      receives.push_back(transport.recv(previous, options.tag, bytes_of(std::span(incoming_bits).subspan(at, length))));
+    });
+    for (std::size_t s = 0; s < receives.size(); ++s) {
+      receives[s]->wait(transport.timeout());
+      const std::size_t at = s * segment, end = std::min(target.size(), at + segment);
+      for (std::size_t i = at; i < end; ++i) target[i] += from_bfloat16_bits(incoming_bits[i]);
+    }
+    wait_all(sends, transport.timeout());
+  }
+  for (float& v : chunk_of((r + 1) % n)) v = round_to(DType::BFloat16, v);
+  for (int step = 0; step + 1 < n; ++step) {
+    const auto target = chunk_of((r - step + n) % n);
+    auto sent = transport.send(next, options.tag, bytes_of(narrow(chunk_of((r + 1 - step + n) % n))));
+    auto received = transport.recv(previous, options.tag, bytes_of(std::span(incoming_bits).subspan(0, target.size())));
+    wait_all({sent, received}, transport.timeout());
+    for (std::size_t i = 0; i < target.size(); ++i) target[i] = from_bfloat16_bits(incoming_bits[i]);
+  }
+}
+
 // Recursive doubling (Thakur, Rabenseifner and Gropp 2005): in round k every rank swaps its whole vector
 // with the rank 2^k away and adds, so log2(n) message times instead of the ring's 2 (n - 1): the choice
 // for small vectors, where latency dominates. With n not a power of two, the first 2 r ranks (r = n - p,
@@ -162,15 +218,20 @@ void recursive_doubling_allreduce(Transport& transport, std::span<T> data, const
 std::string_view allreduce_algorithm(std::size_t bytes, int ranks, const AllreduceOptions& options) {
   const std::size_t latency_optimal_below =
       options.latency_optimal_below_bytes.value_or(ranks == 2 ? std::size_t{1} << 20 : std::size_t{256} << 10);
+  if (options.wire == DType::BFloat16) return "ring (bfloat16 on the wire)";
   return ranks > 1 && bytes < latency_optimal_below ? kRecursiveDoubling : "ring";
 }
 
 void allreduce(Transport& transport, std::span<std::byte> data, const AllreduceOptions& options) {
   COHORT_CHECK(options.type == DType::Float32, "allreduce: reduces float32 elements, got {}", dtype_name(options.type));
+  COHORT_CHECK(options.wire == DType::Float32 || options.wire == DType::BFloat16,
+               "allreduce: carries float32 or bfloat16 on the wire, got {}", dtype_name(options.wire));
   const std::size_t element = element_size(options.type);
   COHORT_CHECK(data.size() % element == 0, "allreduce: {} bytes are not whole elements of {} bytes", data.size(), element);
   const std::span values(reinterpret_cast<float*>(data.data()), data.size() / element);
-  if (allreduce_algorithm(data.size(), transport.size(), options) == kRecursiveDoubling)
+  if (options.wire == DType::BFloat16)
+    ring_allreduce_bfloat16_wire(transport, values, options);
+  else if (allreduce_algorithm(data.size(), transport.size(), options) == kRecursiveDoubling)
     recursive_doubling_allreduce(transport, values, options);
   else
     ring_allreduce(transport, values, options);

@@ -40,7 +40,7 @@ std::pair<comm::Communicator*, bool> RingAllreduce::communicator_for(Device devi
   return {communicators_.front().get(), false};
 }
 
-comm::WorkPtr RingAllreduce::start_collective(const Tensor& buffer, const Tensor& staging, bool broadcast) {
+comm::WorkPtr RingAllreduce::start_collective(const Tensor& buffer, const Tensor& staging, bool broadcast, DType wire) {
   const auto [communicator, direct] = communicator_for(buffer.device());
   if (direct) {
     // A communicator with a stream of its own reads the buffer only after the ops that wrote it.
@@ -52,12 +52,17 @@ comm::WorkPtr RingAllreduce::start_collective(const Tensor& buffer, const Tensor
   // The buffer owns a reference to the storage: a collective still running after a failed wait writes
   // into memory that is still there.
   const comm::Buffer data{exchanged.device_pointer(), static_cast<std::size_t>(exchanged.numel()), DType::Float32,
-                          exchanged.device(), std::make_shared<const Tensor>(exchanged)};
+                          exchanged.device(), std::make_shared<const Tensor>(exchanged), wire};
   return broadcast ? communicator->broadcast(data, 0) : communicator->allreduce(data, comm::ReduceOp::Sum);
 }
 
 void RingAllreduce::add_gpu_communicator(Device device) {
   if (!comm::nccl_available()) return;
+  if (options_.gradient_dtype != DType::Float32) {  // NCCL would need 16-bit buffers of their own
+    if (device == Device::CUDA && is_chief())
+      log::info("{} gradients travel through pinned host memory over the ring", dtype_name(options_.gradient_dtype));
+    return;
+  }
   comm::Communicator* host = nullptr;
   for (const auto& c : communicators_) {
     if (c->accepts(Device::CUDA)) return;  // the caller chose one
@@ -77,6 +82,8 @@ void RingAllreduce::add_gpu_communicator(Device device) {
 
 void RingAllreduce::initialize(nn::Sequential& model, optim::Optimizer&) {
   add_gpu_communicator(model.device());
+  if (options_.gradient_dtype != DType::Float32 && is_chief())
+    log::info("gradients travel as {}: half the bytes of float32, summed in float32", dtype_name(options_.gradient_dtype));
   // Every variable, trainable or not, starts from the chief's value.
   plan_buckets(model);
   const auto timeout = communicators_.front()->timeout();
@@ -86,7 +93,7 @@ void RingAllreduce::initialize(nn::Sequential& model, optim::Optimizer&) {
     const Tensor value = v->value.view({n});
     if (staged_ && (!staging.defined() || staging.numel() < n)) staging = Tensor::pinned({n});
     const Tensor staged_value = staged_ ? staging.slice(0, n) : Tensor();
-    start_collective(value, staged_value, true)->wait(timeout);
+    start_collective(value, staged_value, true, DType::Float32)->wait(timeout);
     if (staged_) ops::copy(staged_value, value);
   }
 }
@@ -118,7 +125,7 @@ void RingAllreduce::begin_gradients(nn::Sequential& model, std::int64_t samples)
   if (fused_.device() != model.device() || buckets_.variables().size() != model.trainable_variables().size())
     plan_buckets(model);
   for (std::size_t b = 0; b < bucket_states_.size(); ++b)
-    bucket_states_[b] = {.waiting = buckets_.buckets()[b].members.size(), .work = nullptr};
+    bucket_states_[b] = {.waiting = buckets_.buckets()[b].members.size(), .work = nullptr, .count_work = nullptr};
   announced_.assign(buckets_.variables().size(), false);
   next_bucket_ = 0;
   step_begun_ = true;
@@ -147,11 +154,19 @@ void RingAllreduce::gradients_ready(std::span<const nn::VariablePtr> variables) 
 
 void RingAllreduce::start_ready_buckets() {
   const auto& buckets = buckets_.buckets();
+  const DType wire = options_.gradient_dtype;
   while (next_bucket_ < buckets.size() && bucket_states_[next_bucket_].waiting == 0) {
     const bool last = next_bucket_ + 1 == buckets.size();
-    const std::int64_t begin = buckets[next_bucket_].begin, end = buckets[next_bucket_].end + (last ? 1 : 0);
-    bucket_states_[next_bucket_].work =
-        start_collective(fused_.slice(begin, end), staged_ ? staging_.slice(begin, end) : Tensor(), false);
+    // The sample count must stay exact: under a bfloat16 wire it travels in float32, by itself.
+    const bool count_apart = last && wire != DType::Float32;
+    const std::int64_t begin = buckets[next_bucket_].begin, end = buckets[next_bucket_].end + (last && !count_apart ? 1 : 0);
+    BucketState& state = bucket_states_[next_bucket_];
+    state.work = start_collective(fused_.slice(begin, end), staged_ ? staging_.slice(begin, end) : Tensor(), false, wire);
+    if (count_apart) {
+      const std::int64_t count = buckets_.elements();
+      state.count_work = start_collective(fused_.slice(count, count + 1), staged_ ? staging_.slice(count, count + 1) : Tensor(),
+                                          false, DType::Float32);
+    }
     ++next_bucket_;
   }
 }
@@ -171,7 +186,10 @@ void RingAllreduce::apply_gradients(nn::Sequential& model, optim::Optimizer& opt
   {
     // What of the communication backward did not hide.
     const timeline::Span span("communication", "wait for allreduce");
-    for (const BucketState& state : bucket_states_) state.work->wait(timeout);
+    for (const BucketState& state : bucket_states_) {
+      state.work->wait(timeout);
+      if (state.count_work) state.count_work->wait(timeout);
+    }
   }
   if (staged_) ops::copy(staging_, fused_);
   const double global_samples = ops::sum(fused_.slice(buckets_.elements(), buckets_.elements() + 1));

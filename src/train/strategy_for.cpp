@@ -8,6 +8,7 @@
 
 #include "cohort/comm/mpi.hpp"
 #include "cohort/core/error.hpp"
+#include "cohort/core/check.hpp"
 #include "cohort/core/logging.hpp"
 #include "cohort/core/settings.hpp"
 #include "cohort/train/ring_allreduce.hpp"
@@ -22,9 +23,17 @@ std::string requested_communicator() { return choice_setting("COHORT_COMMUNICATO
 }  // namespace
 
 std::shared_ptr<Strategy> strategy_for(cluster::Cluster& cluster, const ParameterServerOptions& options) {
-  if (!cluster.spec().ps.empty()) return std::make_shared<ParameterServer>(cluster, options);
-  const RingAllreduceOptions allreduce{.data = options.data};
+  if (!cluster.spec().ps.empty()) {
+    COHORT_CHECK(options.gradient_dtype == DType::Float32,
+                 "parameter servers take float32 gradient pushes, not {}: {} gradients travel with ring allreduce only",
+                 dtype_name(options.gradient_dtype), dtype_name(options.gradient_dtype));
+    return std::make_shared<ParameterServer>(cluster, options);
+  }
+  const RingAllreduceOptions allreduce{.data = options.data, .gradient_dtype = options.gradient_dtype};
   const std::string communicator = requested_communicator();
+  COHORT_CHECK(communicator == "ring" || options.gradient_dtype == DType::Float32,
+               "COHORT_COMMUNICATOR={} carries float32 gradients only; {} gradients take the ring communicator",
+               communicator, dtype_name(options.gradient_dtype));
   if (communicator == "mpi") {
     auto mpi = comm::make_mpi_communicator();
     if (mpi->size() == 1) return std::make_shared<Local>();  // a single process, started without mpirun

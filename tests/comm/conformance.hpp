@@ -2,6 +2,8 @@
 // The transport contract as checks that run against any connected group, so that every transport goes
 // through the same suite (tests/comm/inproc_test.cpp, tests/comm/tcp_test.cpp).
 
+#include <bit>
+#include <cmath>
 #include <limits>
 #include <catch2/catch.hpp>
 #include <numeric>
@@ -127,6 +129,38 @@ inline void allreduce_matches_reference(const Group& group, std::initializer_lis
         CHECK(got == results[0]);
       }
     }
+  }
+}
+
+// Allreduce with bfloat16 on the wire, for sizes that do not divide evenly and zero: every rank ends with
+// the same bits, each a bfloat16 value, within bfloat16's rounding of each hop of the float32 sum.
+inline void allreduce_bfloat16_wire(const Group& group, std::initializer_list<std::size_t> counts) {
+  const int n = static_cast<int>(group.size());
+  const auto value = [](int rank, std::size_t i) { return std::sin(static_cast<float>(i) * 0.37f + static_cast<float>(rank)) * 3.0f; };
+  for (std::size_t count : counts) {
+    std::vector<std::vector<float>> results(static_cast<std::size_t>(n));
+    comm_test::run_ranks(n, [&](int r) {
+      std::vector<float> data(count);
+      for (std::size_t i = 0; i < count; ++i) data[i] = value(r, i);
+      allreduce(*group[static_cast<std::size_t>(r)], data, {.wire = DType::BFloat16, .segment_bytes = 2 * 100});
+      results[static_cast<std::size_t>(r)] = std::move(data);
+    });
+    INFO("ranks " << n << " count " << count);
+    bool rounded_somewhere = false;
+    for (std::size_t i = 0; i < count; ++i) {
+      double exact = 0, magnitude = 0;
+      for (int r = 0; r < n; ++r) {
+        exact += value(r, i);
+        magnitude += std::abs(value(r, i));
+      }
+      const float got = results[0][i];
+      REQUIRE(round_to(DType::BFloat16, got) == got);
+      // One rounding per hop of the partial sums and one of the result, each within half a bfloat16 step.
+      REQUIRE(std::abs(got - exact) <= (n + 1) * unit_roundoff(DType::BFloat16) * magnitude + 1e-30);
+      rounded_somewhere |= static_cast<double>(got) != static_cast<double>(static_cast<float>(exact));
+      for (int r = 1; r < n; ++r) REQUIRE(std::bit_cast<std::uint32_t>(results[static_cast<std::size_t>(r)][i]) == std::bit_cast<std::uint32_t>(got));
+    }
+    if (n > 1 && count > 10) CHECK(rounded_somewhere);
   }
 }
 

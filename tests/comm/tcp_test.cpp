@@ -187,6 +187,7 @@ TEST_CASE("tcp: collectives match the serial reference on 1 to 4 ranks", "[comm]
     const auto addresses = comm_test::free_addresses(n);
     auto group = connect_group(n, addresses);
     conformance::allreduce_matches_reference(members(group), {0, 1, static_cast<std::size_t>(n > 1 ? n - 1 : 0), 7, 1000, 300001});
+    conformance::allreduce_bfloat16_wire(members(group), {0, 1, 7, 1001, 30001});
     conformance::broadcast_allgather_barrier(members(group));
   }
 }

@@ -22,6 +22,8 @@ refuses "--epochs: needs a whole number from 1 to 1099511627776, got '9999999999
 refuses "--batch-size: needs a whole number from 1 to 16777216, got 'abc'" --batch-size abc
 refuses "--epochs: needs a whole number from 1 to 1099511627776, got '3x'" --epochs=3x
 refuses "--device: gpu not in {cpu,cuda,auto,emulated}" --device gpu
+refuses "--precision: bfloat16 not in {float32,mixed_bfloat16,mixed_float16}" --precision bfloat16
+refuses "--gradient-dtype: float16 not in {float32,bfloat16}" --gradient-dtype float16
 refuses "--placement: placement policy 'RoundRobin': expected round-robin, size-balanced or tensorflow-greedy" --placement RoundRobin
 refuses "--consistency: consistency 'stale:x'" --consistency stale:x
 refuses "--accumulate-steps: needs a whole number from 1 to 1048576, got '0'" --accumulate-steps 0
@@ -38,6 +40,7 @@ refuses_setting() {  # refuses_setting EXPECTED_TEXT NAME=VALUE
 refuses_setting "COHORT_RESTART='false'" COHORT_RESTART=false
 refuses_setting "COHORT_HIERARCHICAL_ALLREDUCE='off'" COHORT_HIERARCHICAL_ALLREDUCE=off
 refuses_setting "COHORT_GEMM='foo': use eigen, openblas" COHORT_GEMM=foo
+refuses_setting "COHORT_BF16_KERNELS='onednn': use native, float32" COHORT_BF16_KERNELS=onednn
 refuses_setting "COHORT_CPU_ISA='foo': use portable, avx2, avx512" COHORT_CPU_ISA=foo
 # One line, not the whole usage.
 [ "$(timeout 30 "$example" --bogus 2>&1 | wc -l)" -eq 1 ] || fail "a mistake prints more than one line"

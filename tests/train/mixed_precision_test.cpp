@@ -214,6 +214,42 @@ TEST_CASE("an overflow on one replica skips the same step on every replica", "[t
   CHECK(kernels_changed == std::vector<int>{0, 0});
 }
 
+TEST_CASE("bfloat16 gradients on the ring update as float32 ones do, within bfloat16's rounding", "[train][dtype][distributed]") {
+  // Uneven shares (33 and 300 samples: 333 has no bfloat16), so the weighting by sample counts is exercised.
+  const auto update_with = [](DType wire) {
+    comm::InProcessGroup group(2);
+    std::vector<std::vector<float>> kernels(2);
+    comm_test::run_ranks(2, [&](int r) {
+      nn::Sequential model({40}, 3);
+      model.add(nn::Dense(30));
+      train::RingAllreduce ring(group.transport(r), {.gradient_dtype = wire});
+      optim::SGD sgd({.learning_rate = optim::constant(1.0)});
+      ring.initialize(model, sgd);
+      for (const auto& v : model.trainable_variables()) {
+        std::vector<float> values(static_cast<std::size_t>(v->gradient.numel()));
+        for (std::size_t i = 0; i < values.size(); ++i) values[i] = std::cos(static_cast<float>(i) * 0.1f + static_cast<float>(r));
+        v->gradient = Tensor::from_values(v->gradient.shape(), values);
+      }
+      ring.apply_gradients(model, sgd, r == 0 ? 33 : 300);
+      kernels[static_cast<std::size_t>(r)] = model.variable("dense/kernel")->value.to_vector();
+    });
+    CHECK(kernels[0] == kernels[1]);
+    return kernels[0];
+  };
+  nn::Sequential initial({40}, 3);
+  initial.add(nn::Dense(30));
+  const std::vector<float> start = initial.variable("dense/kernel")->value.to_vector();
+  const std::vector<float> float32 = update_with(DType::Float32), bfloat16 = update_with(DType::BFloat16);
+  std::vector<float> float32_step(start.size()), bfloat16_step(start.size());
+  for (std::size_t i = 0; i < start.size(); ++i) {
+    float32_step[i] = float32[i] - start[i];
+    bfloat16_step[i] = bfloat16[i] - start[i];
+  }
+  const double difference = relative_difference(bfloat16_step, float32_step);
+  CHECK(difference > 0);
+  CHECK(difference < 4 * unit_roundoff(DType::BFloat16));
+}
+
 TEST_CASE("mixed_float16 with parameter servers is refused by name", "[train][dtype][ps]") {
   comm::InProcessGroup group(2);
   nn::Sequential model = tiny_cnn(nn::Precision::MixedFloat16);

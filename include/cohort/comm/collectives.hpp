@@ -27,6 +27,10 @@ struct AllreduceOptions {
   ReduceOp op = ReduceOp::Sum;
   // The elements' type (cohort's one DType); reductions add float32, other types are refused by name.
   DType type = DType::Float32;
+  // Their type on the wire: bfloat16 halves the bytes of float32 data. Every addition is still float32;
+  // what leaves a rank is rounded to bfloat16, and the finished sums are rounded once and kept, so that every
+  // rank ends with the same bits. The ring always carries it (recursive doubling would leave the ranks apart).
+  DType wire = DType::Float32;
   // Each ring step moves its chunk in segments of this size, so that reducing one segment overlaps
   // receiving the next.
   std::size_t segment_bytes = 256 * 1024;

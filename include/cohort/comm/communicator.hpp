@@ -32,6 +32,9 @@ struct Buffer {
   DType type = DType::Float32;
   Device device = Device::CPU;
   std::shared_ptr<const void> owner;
+  // What float32 elements travel as in an allreduce: bfloat16 halves the bytes (AllreduceOptions::wire);
+  // communicators that cannot carry it refuse it by name.
+  DType wire = DType::Float32;
 
   std::size_t bytes() const { return count * element_size(type); }
   static Buffer of(std::span<float> values) { return {values.data(), values.size(), DType::Float32, Device::CPU, {}}; }

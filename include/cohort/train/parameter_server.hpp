@@ -43,6 +43,9 @@ struct ParameterServerOptions {
   ps::AnyPolicy placement = ps::placement::SizeBalanced{};
   std::int64_t max_shard_bytes = 0;  // > 0: partition larger variables along their first axis
   DataPolicy data = DataPolicy::OnePassPerEpoch;
+  // What gradients travel as, for ring allreduce (RingAllreduceOptions::gradient_dtype); parameter servers
+  // take float32 pushes only and refuse another.
+  DType gradient_dtype = DType::Float32;
   // The progress deadline: how long a process waits for another's progress (a server for a worker's next
   // request or a Sync step's missing gradients, a worker for an answer or an agreement) before naming it
   // stuck. 0: the transport's operation deadline (COHORT_TIMEOUT, 60 s by default); it grows to 4 times the

@@ -41,6 +41,9 @@ struct RingAllreduceOptions {
   // travels alone; 0 puts every variable in a bucket of its own.
   std::size_t first_bucket_bytes = std::size_t{1} << 20;
   std::size_t bucket_bytes = std::size_t{4} << 20;
+  // What the gradients travel as: bfloat16 halves the bytes (comm::AllreduceOptions::wire; the ring
+  // communicator carries it); the sums are float32, rounded to bfloat16 once, alike on every replica.
+  DType gradient_dtype = DType::Float32;
 };
 
 class RingAllreduce : public Strategy {
@@ -74,7 +77,7 @@ class RingAllreduce : public Strategy {
   std::pair<comm::Communicator*, bool> communicator_for(Device device) const;
   // Starts one collective on `buffer` (any device), through `staging` (pinned host memory of the same
   // size) when the communicator does not take the buffer's device; copy_back() then brings the result.
-  comm::WorkPtr start_collective(const Tensor& buffer, const Tensor& staging, bool broadcast);
+  comm::WorkPtr start_collective(const Tensor& buffer, const Tensor& staging, bool broadcast, DType wire);
   // Collective: puts NCCL first when every rank's gradients live on a GPU of its own.
   void add_gpu_communicator(Device device);
   // Plans the buckets and their buffers for the model's trainable variables on its device.
@@ -85,6 +88,7 @@ class RingAllreduce : public Strategy {
   struct BucketState {
     std::size_t waiting = 0;  // gradients not yet final this step
     comm::WorkPtr work;
+    comm::WorkPtr count_work;  // the last bucket's sample count, when it travels apart
   };
   RingAllreduceOptions options_;
   GradientBuckets buckets_;

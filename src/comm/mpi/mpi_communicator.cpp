@@ -76,6 +76,8 @@ class MpiCommunicator final : public Communicator {
 
   WorkPtr allreduce(Buffer data, ReduceOp op) override {
     check_host("allreduce", data);
+    COHORT_CHECK(data.wire == data.type, "MPI communicator: carries {} as it is, not as {}; bfloat16 on the wire takes the "
+                 "ring communicator", dtype_name(data.type), dtype_name(data.wire));
     return executor_.submit(fmt::format("MPI_Allreduce of {} bytes", data.bytes()), [this, data, op] {
       check_mpi(MPI_Allreduce(MPI_IN_PLACE, data.data, count_of(data), mpi_type(data.type), MPI_SUM, MPI_COMM_WORLD),
                 "MPI_Allreduce");

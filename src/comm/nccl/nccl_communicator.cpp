@@ -92,6 +92,8 @@ class NcclCommunicator final : public Communicator {
 
   WorkPtr allreduce(Buffer data, ReduceOp op) override {
     check_gpu("allreduce", data);
+    COHORT_CHECK(data.wire == data.type, "NCCL communicator: carries {} as it is, not as {}; bfloat16 on the wire takes the "
+                 "ring communicator", dtype_name(data.type), dtype_name(data.wire));
     return executor_.submit(fmt::format("ncclAllReduce of {} bytes", data.bytes()), [this, data, op] {
       run("ncclAllReduce", [&] {
         return ncclAllReduce(data.data, data.data, data.count, nccl_type(data.type),
