@@ -81,7 +81,7 @@ TrainingOptions parse_training_options(int argc, const char* const* argv, std::s
                "every worker reads the whole data set per epoch (TensorFlow's way)")
       ->group("Distributed (under cohort-launch)");
   cli.add_option("--gradient-dtype", options.gradient_dtype,
-                 "ring allreduce: gradients travel as float32 or bfloat16 (half the bytes; sums in float32)")
+                 "gradients travel as float32 or bfloat16 (half the bytes; summed in float32), to the servers or around the ring")
       ->check(CLI::IsMember({"float32", "bfloat16"}))
       ->group("Distributed (under cohort-launch)");
   cli.add_option("--lr-scaling", options.lr_scaling, "learning rate x workers: linear, sqrt or none, warmed up over an epoch")

@@ -24,8 +24,10 @@ constexpr int kReplySlack = 2;
 }  // namespace
 
 ParameterStore::ParameterStore(comm::Transport& transport, Plan plan, std::vector<int> server_ranks,
-                               std::vector<LocalVariable> variables, std::chrono::milliseconds progress_timeout)
-    : transport_(transport),
+                               std::vector<LocalVariable> variables, std::chrono::milliseconds progress_timeout,
+                               DType push_dtype)
+    : push_dtype_(push_dtype),
+      transport_(transport),
       plan_(std::move(plan)),
       variables_(std::move(variables)),
       deadline_(progress_timeout.count() > 0 ? progress_timeout : transport.timeout()) {
@@ -64,7 +66,15 @@ ParameterStore::ParameterStore(comm::Transport& transport, Plan plan, std::vecto
 
 void ParameterStore::send_request(Link& link, std::uint16_t kind, std::int64_t samples, bool with_payload,
                                   std::optional<std::int64_t> step, std::vector<comm::WorkPtr>& sends) {
-  const std::size_t bytes = with_payload ? link.outgoing.size() * sizeof(float) : 0;
+  const bool low = with_payload && kind == static_cast<std::uint16_t>(proto::Kind::Push) && push_dtype_ == DType::BFloat16;
+  if (low) {
+    link.outgoing_bfloat16.resize(link.outgoing.size());
+    for (std::size_t i = 0; i < link.outgoing.size(); ++i) link.outgoing_bfloat16[i] = to_bfloat16_bits(link.outgoing[i]);
+  }
+  const std::span<const std::byte> payload = low ? std::as_bytes(std::span(link.outgoing_bfloat16))
+                                          : with_payload ? std::as_bytes(std::span(link.outgoing))
+                                                         : std::span<const std::byte>{};
+  const std::size_t bytes = payload.size();
   proto::RequestHeader header;
   header.kind = kind;
   header.plan_fingerprint = plan_.fingerprint();
@@ -72,11 +82,12 @@ void ParameterStore::send_request(Link& link, std::uint16_t kind, std::int64_t s
   header.samples = samples;
   header.learning_rate_factor = learning_rate_factor_;
   header.payload_bytes = bytes;
-  header.payload_crc = crc32c_of(link.outgoing.data(), bytes);
+  header.payload_crc = crc32c_of(payload.data(), bytes);
+  header.payload_dtype = static_cast<std::uint32_t>(low ? DType::BFloat16 : DType::Float32);
   // Kept in the link: the transport reads the bytes until the send completes.
   std::memcpy(link.request.data(), &header, sizeof header);
   sends.push_back(transport_.send(link.rank, proto::kRequestTag, link.request));
-  if (bytes > 0) sends.push_back(transport_.send(link.rank, proto::kRequestPayloadTag, std::as_bytes(std::span(link.outgoing))));
+  if (bytes > 0) sends.push_back(transport_.send(link.rank, proto::kRequestPayloadTag, payload));
   const auto server = static_cast<std::size_t>(&link - links_.data());
   ++traffic_.servers[server].requests;
   traffic_.servers[server].bytes_sent += static_cast<std::int64_t>(sizeof header + bytes);
@@ -148,7 +159,9 @@ void ParameterStore::receive_values(std::uint16_t kind, const std::vector<comm::
 void ParameterStore::exchange_values(std::uint16_t kind, std::int64_t samples, bool with_payload) {
   const auto posted = post_value_receives();
   {
-    const timeline::Span span("communication", with_payload ? "push to every server" : "pull request to every server");
+    const timeline::Span span("communication", !with_payload                    ? "pull request to every server"
+                                               : push_dtype_ == DType::BFloat16 ? "bfloat16 push to every server"
+                                                                                : "push to every server");
     send_to_all(kind, samples, with_payload);
   }
   receive_values(kind, posted);

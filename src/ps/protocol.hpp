@@ -5,7 +5,8 @@
 //
 // A payload of floats follows the server's shards in plan order: gradients (trainable) and changes of
 // the value since the last read (non-trainable: BatchNormalization's moving statistics) in a Push, values
-// in an Init and in every answer to Init, Pull and Push. Headers carry the plan fingerprint, so a process
+// in an Init and in every answer to Init, Pull and Push. A Push may carry them as bfloat16 instead (half
+// the bytes; the header says so), which the server widens before it adds them in double. Headers carry the plan fingerprint, so a process
 // built with another model or placement is refused, and a CRC-32C of the payload, so garbled bytes are.
 // Byte order is the hosts'; cohort runs on little-endian machines.
 
@@ -28,7 +29,7 @@ inline constexpr comm::Tag kReplyPayloadTag = 0x5053524550000001ull;
 
 inline constexpr std::uint32_t kRequestMagic = 0x51535043;  // "CPSQ"
 inline constexpr std::uint32_t kReplyMagic = 0x52535043;    // "CPSR"
-inline constexpr std::uint16_t kVersion = 2;
+inline constexpr std::uint16_t kVersion = 3;  // 3: a Push may carry bfloat16 gradients
 
 enum class Kind : std::uint16_t {
   Init = 1,   // the chief's starting values (payload: values)
@@ -60,7 +61,7 @@ struct RequestHeader {
   std::int64_t samples = 0;
   std::uint64_t payload_bytes = 0;
   std::uint32_t payload_crc = 0;
-  std::uint32_t reserved = 0;
+  std::uint32_t payload_dtype = 0;  // its elements' DType code: float32, or bfloat16 in a Push
   double learning_rate_factor = 1;  // of a Push: the workers' agreed factor on the optimizer's schedule
 };
 static_assert(sizeof(RequestHeader) == 56);

@@ -42,6 +42,7 @@ std::string message_of(const std::exception_ptr& error) {
 struct Server::Inbox {
   proto::RequestHeader header;
   std::vector<float> payload;
+  std::vector<std::uint16_t> bfloat16_payload;  // a bfloat16 push as it arrived
 };
 
 Server::Server(comm::Transport& transport, Plan plan, int server, std::vector<int> worker_ranks,
@@ -148,18 +149,29 @@ void Server::serve_worker(int worker, Inbox& inbox) {
       return;
     }
     std::vector<float>& payload = inbox.payload;
-    payload.resize(header.payload_bytes / sizeof(float));
-    if (!payload.empty())
-      transport_.recv(rank, proto::kRequestPayloadTag, std::as_writable_bytes(std::span(payload)))->wait(transport_.timeout());
+    const bool bfloat16 = header.payload_dtype == static_cast<std::uint32_t>(DType::BFloat16);
+    std::span<std::byte> arriving;
+    if (bfloat16) {
+      inbox.bfloat16_payload.resize(header.payload_bytes / sizeof(std::uint16_t));
+      arriving = std::as_writable_bytes(std::span(inbox.bfloat16_payload));
+    } else {
+      payload.resize(header.payload_bytes / sizeof(float));
+      arriving = std::as_writable_bytes(std::span(payload));
+    }
+    if (!arriving.empty()) transport_.recv(rank, proto::kRequestPayloadTag, arriving)->wait(transport_.timeout());
     {
       const std::lock_guard lock(mutex_);
       ++stats_.requests;
       stats_.bytes_in += static_cast<std::int64_t>(sizeof header + header.payload_bytes);
     }
-    if (crc32c_of(payload.data(), header.payload_bytes) != header.payload_crc) {
+    if (crc32c_of(arriving.data(), header.payload_bytes) != header.payload_crc) {
       refuse(worker, fmt::format("{} payload of {} bytes fails its checksum (garbled in transit)",
                                  proto::kind_name(header.kind), header.payload_bytes));
       return;
+    }
+    if (bfloat16) {
+      payload.resize(inbox.bfloat16_payload.size());
+      for (std::size_t i = 0; i < payload.size(); ++i) payload[i] = from_bfloat16_bits(inbox.bfloat16_payload[i]);
     }
     if (const std::string problem = check_finite(payload); !problem.empty()) {
       refuse(worker, problem);
@@ -212,8 +224,14 @@ std::string Server::check_header(const protocol::RequestHeader& header, int work
   const auto kind = static_cast<proto::Kind>(header.kind);
   if (header.kind < static_cast<std::uint16_t>(proto::Kind::Init) || header.kind > static_cast<std::uint16_t>(proto::Kind::Done))
     return fmt::format("unknown request kind {}", header.kind);
-  const std::uint64_t expected =
-      kind == proto::Kind::Init || kind == proto::Kind::Push ? payload_floats_ * sizeof(float) : 0;
+  const auto dtype = dtype_from_code(static_cast<std::uint8_t>(header.payload_dtype));
+  const bool bfloat16_push = kind == proto::Kind::Push && dtype == DType::BFloat16;
+  if (header.payload_dtype > 0xff || (dtype != DType::Float32 && !bfloat16_push))
+    return fmt::format("{} announces payload element type code {}: a Push carries float32 or bfloat16, the rest float32",
+                       proto::kind_name(header.kind), header.payload_dtype);
+  const std::uint64_t expected = kind == proto::Kind::Init || kind == proto::Kind::Push
+                                     ? payload_floats_ * (bfloat16_push ? sizeof(std::uint16_t) : sizeof(float))
+                                     : 0;
   if (header.payload_bytes != expected)
     return fmt::format("{} announces {} payload bytes, the plan gives this server {}", proto::kind_name(header.kind),
                        header.payload_bytes, expected);

@@ -90,7 +90,7 @@ void ParameterServer::initialize(nn::Sequential& model, optim::Optimizer& optimi
   std::vector<int> server_ranks;
   for (int rank = workers_; rank < transport_.size(); ++rank) server_ranks.push_back(rank);
   store_ = std::make_unique<ps::ParameterStore>(transport_, *plan_, std::move(server_ranks), std::move(variables),
-                                                options_.wait_timeout);
+                                                options_.wait_timeout, options_.gradient_dtype);
   // A fresh run starts from the chief's variables; a resumed one from the servers' snapshots.
   values_to_host(true);
   if (is_chief() && !resumed_from_) store_->initialize_servers();

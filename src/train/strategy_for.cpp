@@ -23,12 +23,7 @@ std::string requested_communicator() { return choice_setting("COHORT_COMMUNICATO
 }  // namespace
 
 std::shared_ptr<Strategy> strategy_for(cluster::Cluster& cluster, const ParameterServerOptions& options) {
-  if (!cluster.spec().ps.empty()) {
-    COHORT_CHECK(options.gradient_dtype == DType::Float32,
-                 "parameter servers take float32 gradient pushes, not {}: {} gradients travel with ring allreduce only",
-                 dtype_name(options.gradient_dtype), dtype_name(options.gradient_dtype));
-    return std::make_shared<ParameterServer>(cluster, options);
-  }
+  if (!cluster.spec().ps.empty()) return std::make_shared<ParameterServer>(cluster, options);
   const RingAllreduceOptions allreduce{.data = options.data, .gradient_dtype = options.gradient_dtype};
   const std::string communicator = requested_communicator();
   COHORT_CHECK(communicator == "ring" || options.gradient_dtype == DType::Float32,

@@ -18,7 +18,7 @@ namespace proto = ps::protocol;
 
 namespace {
 
-constexpr int kWorkers = 6;
+constexpr int kWorkers = 7;
 constexpr int kServerRank = kWorkers;
 
 struct Answer {
@@ -90,6 +90,7 @@ TEST_CASE("a parameter server refuses garbled and foreign requests and keeps its
       {"fails its checksum", [](auto&, auto& payload) { payload[3] += 1.0f; }},
       {"placement plan", [](auto& h, auto&) { h.plan_fingerprint ^= 1; }},
       {"announces", [](auto& h, auto&) { h.payload_bytes -= 4; }},
+      {"payload element type code 7", [](auto& h, auto&) { h.payload_dtype = 7; }},
       {"holds nan", [](auto& h, auto& payload) {
          payload[1] = std::nanf("");
          h.payload_crc = crc32c_of(payload.data(), payload.size() * sizeof(float));

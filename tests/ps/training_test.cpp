@@ -59,6 +59,31 @@ TEST_CASE("Sync: W workers at batch B take the steps of one process at batch W x
   }
 }
 
+TEST_CASE("bfloat16 pushes train as float32 ones do, within bfloat16's rounding", "[ps][train][dtype]") {
+  nn::Sequential reference = small_model();
+  const std::vector<float> start = reference.variable("dense/kernel")->value.to_vector();
+  Trainer single(reference, momentum_sgd());
+  single.fit(kSet, {.epochs = 1000, .max_steps = 7, .batch_size = 16, .seed = 4, .verbosity = train::Verbosity::Silent});
+  comm::InProcessGroup group(4);
+  std::vector<nn::Sequential> models;
+  for (int r = 0; r < 4; ++r) models.push_back(small_model());
+  ps_test::run_cluster(group, 2, 2, {.gradient_dtype = DType::BFloat16}, [&](int r, auto strategy) {
+    Trainer trainer(models[static_cast<std::size_t>(r)], momentum_sgd(), strategy);
+    trainer.fit(kSet, {.epochs = 1000, .max_steps = 7, .batch_size = 8, .seed = 4, .verbosity = train::Verbosity::Silent});
+  });
+  require_same_variables(models[0], models[1]);
+  // The kernel's change over the 7 steps: each step's gradients rounded once to bfloat16 on the way.
+  const std::vector<float> exact = reference.variable("dense/kernel")->value.to_vector();
+  const std::vector<float> pushed = models[0].variable("dense/kernel")->value.to_vector();
+  double difference = 0, magnitude = 0;
+  for (std::size_t i = 0; i < start.size(); ++i) {
+    difference = std::max(difference, std::abs(static_cast<double>(pushed[i]) - exact[i]));
+    magnitude = std::max(magnitude, std::abs(static_cast<double>(exact[i]) - start[i]));
+  }
+  CHECK(difference > 0);
+  CHECK(difference < 7 * 4 * unit_roundoff(DType::BFloat16) * magnitude);
+}
+
 TEST_CASE("BatchNorm moving statistics are kept on the servers and agree everywhere", "[ps][train]") {
   comm::InProcessGroup group(3);
   std::vector<nn::Sequential> models;

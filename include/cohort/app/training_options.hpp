@@ -49,7 +49,7 @@ struct TrainingOptions {
   std::int64_t max_shard_bytes = 0;
   bool each_worker_full_pass = false;
   std::string lr_scaling = "sqrt";
-  std::string gradient_dtype = "float32";  // ring allreduce: float32 or bfloat16 on the wire
+  std::string gradient_dtype = "float32";  // float32 or bfloat16: what gradients travel as
   std::string verbosity = "auto";
 };
 

@@ -56,8 +56,9 @@ class ParameterStore {
   // `transport` must outlive the store; server_ranks[k] is the rank of ps k. An answer may take twice the
   // servers' progress deadline (`progress_timeout`, as ServerOptions::wait_timeout; 0: the transport's
   // timeout()) before the server is named stuck.
+  // `push_dtype`: what pushes carry, float32 or bfloat16 (half the bytes; values always come back float32).
   ParameterStore(comm::Transport& transport, Plan plan, std::vector<int> server_ranks, std::vector<LocalVariable> variables,
-                 std::chrono::milliseconds progress_timeout = {});
+                 std::chrono::milliseconds progress_timeout = {}, DType push_dtype = DType::Float32);
 
   const Plan& placement() const { return plan_; }
 
@@ -98,6 +99,7 @@ class ParameterStore {
     int rank;
     std::vector<Piece> pieces{};
     std::vector<float> outgoing{}, incoming{}, last_read{};
+    std::vector<std::uint16_t> outgoing_bfloat16{};  // a bfloat16 push while it is being sent
     std::vector<std::byte> request{};  // the request header while it is being sent
     std::int64_t step = 0;
     std::size_t trainable_pieces = 0;
@@ -135,6 +137,7 @@ class ParameterStore {
   // A request to every server answered with values (Pull, Push), written into the model's variables.
   void exchange_values(std::uint16_t kind, std::int64_t samples, bool with_payload);
 
+  DType push_dtype_;
   comm::Transport& transport_;
   Plan plan_;
   std::vector<LocalVariable> variables_;

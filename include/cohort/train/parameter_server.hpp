@@ -43,8 +43,9 @@ struct ParameterServerOptions {
   ps::AnyPolicy placement = ps::placement::SizeBalanced{};
   std::int64_t max_shard_bytes = 0;  // > 0: partition larger variables along their first axis
   DataPolicy data = DataPolicy::OnePassPerEpoch;
-  // What gradients travel as, for ring allreduce (RingAllreduceOptions::gradient_dtype); parameter servers
-  // take float32 pushes only and refuse another.
+  // What gradients travel as: float32, or bfloat16 (half the bytes) in the pushes to the servers, which
+  // widen them and add in double; and in ring allreduce, where `strategy_for` builds one
+  // (RingAllreduceOptions::gradient_dtype).
   DType gradient_dtype = DType::Float32;
   // The progress deadline: how long a process waits for another's progress (a server for a worker's next
   // request or a Sync step's missing gradients, a worker for an answer or an agreement) before naming it
