@@ -140,6 +140,30 @@ TEST_CASE("conversions keep infinities, NaN and subnormals", "[tensor][dtype]") 
   CHECK(to_bfloat16_bits(from_bits(0x00018000u)) == 0x0002);  // a tie: up to the even 2
 }
 
+TEST_CASE("tensor conversions give the scalar rules' bits, whatever instructions carry them", "[tensor][dtype]") {
+  // Random bit patterns of every class (NaN, infinity, subnormal, normal), over a size that is no multiple of
+  // a vector and large enough to be split across threads.
+  std::mt19937 random(11);
+  std::vector<float> floats(100003);
+  for (float& f : floats) f = from_bits(static_cast<std::uint32_t>(random()));
+  for (std::uint32_t bits : {0x7f800000u, 0xff800000u, 0x7fc00001u, 0x00000001u, 0x80000002u, 0x477ff000u, 0x33000000u})
+    floats.push_back(from_bits(bits));
+  const Tensor wide = Tensor::from_values({static_cast<std::int64_t>(floats.size())}, floats);
+  for (DType type : {DType::BFloat16, DType::Float16}) {
+    INFO(dtype_name(type));
+    const Tensor low = wide.to(type);
+    const auto* bits = reinterpret_cast<const std::uint16_t*>(low.host_bytes().data());
+    const std::vector<float> back = low.to_vector();
+    for (std::size_t i = 0; i < floats.size(); ++i) {
+      INFO("float bits " << std::hex << bits_of(floats[i]));
+      REQUIRE(bits[i] == narrow(type, floats[i]));
+      const float expected = widen(type, bits[i]);
+      if (std::isnan(expected)) REQUIRE(std::isnan(back[i]));
+      else REQUIRE(bits_of(back[i]) == bits_of(expected));
+    }
+  }
+}
+
 TEST_CASE("tensors hold each element type, sized by it, and read only as it", "[tensor][dtype]") {
   Tensor wide = Tensor::from_values({2, 3}, std::vector<float>{1.0f, -2.5f, 3.00390625f, 1e-3f, 65519.0f, 7.0f});
   CHECK(wide.dtype() == DType::Float32);
