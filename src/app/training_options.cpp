@@ -4,6 +4,7 @@
 
 #include "cohort/app/command_line.hpp"
 
+#include <filesystem>
 #include <limits>
 
 #include "cohort/core/check.hpp"
@@ -90,6 +91,15 @@ TrainingOptions parse_training_options(int argc, const char* const* argv, std::s
   cli.add_flag("--demo", options.demo, "a short run for `make demo`");
   cli.add_flag("--summary", options.summary_only, "print the model summary and exit");
   parse_or_exit(cli, argc, argv);
+  // An output that cannot be written fails now, not after the training it would keep.
+  for (const std::string* output : {&options.save_model, &options.history_csv}) {
+    std::error_code looked;
+    const auto existing = std::filesystem::status(*output, looked);
+    if (!output->empty() && std::filesystem::exists(existing) && !std::filesystem::is_regular_file(existing)) {
+      fmt::print(stderr, "{}: it exists and is not a regular file\n", *output);
+      std::exit(2);
+    }
+  }
   // A misspelled COHORT_* setting ends the program here, before it loads data or connects, as a bad option does.
   try {
     check_settings();

@@ -96,6 +96,12 @@ std::uint32_t crc32_of(const void* data, std::size_t size) {
 }
 
 void write_file_atomically(const std::filesystem::path& path, const std::string& bytes) {
+  // The rename below would replace a device node or a FIFO, and fail late with a misleading reason over a
+  // directory: only a regular file, or nothing, may be where the file goes.
+  std::error_code looked;
+  const auto existing = std::filesystem::status(path, looked);
+  if (std::filesystem::exists(existing) && !std::filesystem::is_regular_file(existing))
+    throw IoError(fmt::format("cannot write {}: it exists and is not a regular file", path.string()));
   const std::filesystem::path directory = path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
   std::error_code made;
   std::filesystem::create_directories(directory, made);

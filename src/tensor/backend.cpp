@@ -63,6 +63,8 @@ bool device_available(Device device) {
   return false;
 }
 
+std::string kernels_for(Device device, DType type) { return backend_for(device).kernels_for(type); }
+
 std::string device_unavailable_reason(Device device) {
   if (device_available(device)) return {};
   try {

@@ -4,7 +4,10 @@
 // all live on its device, except where a signature says host. A new device implements this interface in
 // its own folder (src/tensor/<device>/) with an allocator and a copy stream, and registers in
 // backend.cpp (docs/adding_a_backend.md).
+#include <fmt/format.h>
+
 #include <memory>
+#include <string>
 
 #include "cohort/tensor/allocator.hpp"
 #include "cohort/tensor/ops.hpp"
@@ -54,6 +57,10 @@ class Backend {
   virtual bool computes(Kernel16 kernel, DType type) const {
     (void)kernel, (void)type;
     return false;
+  }
+  // What computes 16-bit `type` here, for reports (devices.hpp kernels_for).
+  virtual std::string kernels_for(DType type) const {
+    return fmt::format("float32 stand-ins: this backend has no {} kernels", dtype_name(type));
   }
 
   // ---- memory: host pointers are on the CPU; the tensors on this device

@@ -3,11 +3,13 @@
 #include <cereal/types/map.hpp>
 #include <cereal/types/string.hpp>
 #include <cereal/types/utility.hpp>
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <sstream>
 
 #include "cohort/tensor/ops.hpp"
+#include "cohort/train/loss_scale.hpp"
 #include "core/archive_bytes.hpp"
 #include "core/sealed_file.hpp"
 #include "nn/named_values.hpp"
@@ -29,22 +31,36 @@ struct PositionRecord {
   std::string gemm_path;
   float loss_scale = 0;
   std::int64_t loss_scale_finite_steps = 0;
+  std::string precision;
 
   PositionRecord() = default;
   PositionRecord(const TrainingPosition& position, std::uint64_t step)
       : model_step(step), epoch(position.epoch), batch_in_epoch(position.batch_in_epoch),
         global_step(position.global_step), data_seed(position.data_seed), history(position.history.epochs),
         learning_rate_factor(position.learning_rate_factor), gemm_path(position.gemm_path),
-        loss_scale(position.loss_scale), loss_scale_finite_steps(position.loss_scale_finite_steps) {}
+        loss_scale(position.loss_scale), loss_scale_finite_steps(position.loss_scale_finite_steps),
+        precision(position.precision) {}
   TrainingPosition position() const {
     return {epoch, batch_in_epoch, global_step, data_seed, History{history}, learning_rate_factor, gemm_path,
-            loss_scale, loss_scale_finite_steps};
+            loss_scale, loss_scale_finite_steps, precision};
   }
 
   template <class Archive>
   void serialize(Archive& archive) {
     archive(model_step, epoch, batch_in_epoch, global_step, data_seed, history, learning_rate_factor, gemm_path, loss_scale,
-            loss_scale_finite_steps);
+            loss_scale_finite_steps, precision);
+  }
+
+  // A loss scale is 0 (none) or a power of two, as halving and doubling 2^15 leave it, with fewer finite
+  // steps since it changed than the growth interval: anything else is no state a run leaves.
+  void check(const std::string& what) const {
+    int exponent = 0;
+    const bool power_of_two = std::isfinite(loss_scale) && loss_scale > 0 && std::frexp(loss_scale, &exponent) == 0.5f;
+    const bool none = loss_scale == 0 && loss_scale_finite_steps == 0;
+    COHORT_CHECK_AS(DataError,
+                    none || (power_of_two && loss_scale_finite_steps >= 0 && loss_scale_finite_steps < LossScale::kGrowthInterval),
+                    "{}: a loss scale of {} after {} finite steps is not one training leaves", what, loss_scale,
+                    loss_scale_finite_steps);
   }
 };
 
@@ -79,6 +95,7 @@ TrainingPosition load_checkpoint(const std::filesystem::path& path, nn::Sequenti
 
   // Check everything before changing anything.
   const std::string what = fmt::format("checkpoint {}", name);
+  payload.position.check(what);
   nn::check_named_values(model, payload.variables, what);
   std::istringstream optimizer_state(payload.optimizer_state);
   optimizer.load_state(optimizer_state);
@@ -94,6 +111,7 @@ std::string encode_position(const TrainingPosition& position, std::uint64_t mode
 
 std::pair<TrainingPosition, std::uint64_t> decode_position(const std::string& bytes) {
   const auto record = from_archive_bytes<DataError, PositionRecord>(bytes, "checkpoint manifest: the training position");
+  record.check("checkpoint manifest");
   return {record.position(), record.model_step};
 }
 

@@ -26,7 +26,7 @@ void LossScale::record(bool finite, const std::string& culprit) {
     throw Error(fmt::format("the gradient of {} was not finite in {} steps in a row, down to loss scale {:g}: it "
                             "overflows float16 whatever the scale; lower the learning rate or train in mixed_bfloat16",
                             culprit, kMaxSkipsInARow, value_));
-  log::debug("step skipped: the gradient of {} is not finite at loss scale {:g}; the scale halves", culprit, value_);
+  log::info("step skipped: the gradient of {} is not finite at loss scale {:g}; the scale halves", culprit, value_);
   value_ /= 2;
 }
 

@@ -1,6 +1,7 @@
 #include "cohort/train/ring_allreduce.hpp"
 
 #include <algorithm>
+#include <array>
 
 #include "cohort/comm/nccl.hpp"
 #include "cohort/core/check.hpp"
@@ -82,6 +83,14 @@ void RingAllreduce::add_gpu_communicator(Device device) {
 
 void RingAllreduce::initialize(nn::Sequential& model, optim::Optimizer&) {
   add_gpu_communicator(model.device());
+  {
+    // Replicas that send gradients as different types would misread each other's buckets.
+    std::array<double, 2> wire{static_cast<double>(options_.gradient_dtype), 1.0};
+    if (sum_over_replicas(wire) && wire[0] != static_cast<double>(options_.gradient_dtype) * wire[1])
+      throw InvalidArgument(fmt::format("the replicas disagree on what gradients travel as: this one sends {}; give every "
+                                        "process the same --gradient-dtype",
+                                        dtype_name(options_.gradient_dtype)));
+  }
   if (options_.gradient_dtype != DType::Float32 && is_chief())
     log::info("gradients travel as {}: half the bytes of float32, summed in float32", dtype_name(options_.gradient_dtype));
   // Every variable, trainable or not, starts from the chief's value.

@@ -11,6 +11,7 @@
 
 #include "cohort/core/check.hpp"
 #include "cohort/core/settings.hpp"
+#include "cohort/tensor/devices.hpp"
 #include "cohort/tensor/gemm_path.hpp"
 #include "cohort/core/logging.hpp"
 #include "cohort/core/timeline.hpp"
@@ -346,6 +347,11 @@ History Trainer::run(const data::Dataset& train, const FitOptions& options) {
     }
   }
   optimizer_->to(model_.device());
+  const std::string_view precision = nn::precision_name(model_.precision());
+  if (verbose && !position.precision.empty() && position.precision != precision)
+    log::warning("the checkpoint was written under precision {}, this run is {}: its float32 variables carry over{}",
+                 position.precision, precision,
+                 position.loss_scale > 0 && model_.precision() != nn::Precision::MixedFloat16 ? ", its loss scale does not" : "");
   if (model_.precision() == nn::Precision::MixedFloat16) {
     loss_scale_ = position.loss_scale > 0 ? LossScale(position.loss_scale, position.loss_scale_finite_steps) : LossScale();
     COHORT_CHECK(strategy_->set_loss_scale(&*loss_scale_),
@@ -356,6 +362,19 @@ History Trainer::run(const data::Dataset& train, const FitOptions& options) {
   strategy_->initialize(model_, *optimizer_);  // after a resume, so that all processes start from the chief's
   if (strategy_->is_server()) return strategy_->serve(model_, *optimizer_, checkpoint_dir);
   agree_on_gemm_path(position);
+  {
+    // Replicas that compute in different types would average gradients of different models.
+    std::array<double, 2> policy{static_cast<double>(model_.precision()), 1.0};
+    if (strategy_->sum_over_replicas(policy) && policy[0] != static_cast<double>(model_.precision()) * policy[1])
+      throw InvalidArgument(fmt::format("the training processes disagree on the precision policy: this one trains in {}; "
+                                        "give every process the same --precision",
+                                        precision));
+  }
+  if (verbose && model_.precision() != nn::Precision::Float32) {
+    const DType compute = nn::compute_dtype(model_.precision());
+    log::info("precision {}: float32 variables, layers computing in {} ({})", nn::precision_name(model_.precision()),
+              dtype_name(compute), kernels_for(model_.device(), compute));
+  }
   if (verbose) {
     const std::string setup = strategy_->setup_report();
     if (!setup.empty()) fmt::print("{}", setup);
@@ -394,6 +413,7 @@ History Trainer::run(const data::Dataset& train, const FitOptions& options) {
     position.learning_rate_factor = optimizer_->learning_rate_factor();
     position.loss_scale = loss_scale_ ? loss_scale_->value() : 0.0f;
     position.loss_scale_finite_steps = loss_scale_ ? loss_scale_->finite_steps() : 0;
+    position.precision = nn::precision_name(model_.precision());
     strategy_->save_checkpoint(checkpoint_dir, model_, *optimizer_, position);
     if (verbose) log::info("checkpoint of step {} saved to {}", position.global_step, checkpoint_dir.string());
   };
@@ -479,7 +499,16 @@ History Trainer::run(const data::Dataset& train, const FitOptions& options) {
     logs["seconds"] = seconds;
     logs["images_per_second"] = totals.values[0] > 0 ? totals.values[0] / seconds : 0.0;
     logs["learning_rate"] = optimizer_->learning_rate();
-    if (options.validation != nullptr) logs.merge(logs_of(validation, "val_"));
+    if (options.validation != nullptr) {
+      logs.merge(logs_of(validation, "val_"));
+      const double loss = logs.at("val_loss");
+      if (!std::isfinite(loss))
+        throw Error(fmt::format("the validation loss became {} after epoch {}{}", loss, epoch + 1,
+                                model_.precision() == nn::Precision::MixedFloat16
+                                    ? ": activations overflow float16 (beyond 65504); lower the learning rate or train "
+                                      "in mixed_bfloat16"
+                                    : "; lower the learning rate"));
+    }
     if (verbose) progress.finish(shown(logs, options.validation != nullptr), seconds, logs["images_per_second"]);
     if (position.batch_in_epoch >= batches_per_epoch) {
       position.epoch = epoch + 1;

@@ -3,6 +3,7 @@
 #include <cereal/types/string.hpp>
 #include <cereal/types/vector.hpp>
 #include <fstream>
+#include <limits>
 #include <sstream>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -19,6 +20,7 @@
 #include "cohort/train/update.hpp"
 #include "core/archive_bytes.hpp"
 #include "tensor/tensor_archive.hpp"
+#include "train/position_codec.hpp"
 #include "test_util.hpp"
 
 using namespace cohort;
@@ -196,6 +198,35 @@ TEST_CASE("a checkpoint that is a FIFO or a device is refused by name, not read 
   REQUIRE(::mkfifo((dir.path() / "ps.manifest").c_str(), 0600) == 0);
   train::ParameterServer servers(group.transport(0), 1);
   CHECK_THROWS_WITH(servers.restore_checkpoint(dir.path(), model, adam), Catch::Contains("ps.manifest: is a FIFO"));
+}
+
+TEST_CASE("a checkpoint is never written over a device, a FIFO or a directory", "[train][checkpoint]") {
+  ScratchDirectory dir("not-regular");
+  nn::Sequential model = small_model(1);
+  optim::Adam adam;
+  REQUIRE(::mkfifo((dir.path() / "fifo.ckpt").c_str(), 0600) == 0);
+  std::filesystem::create_directory(dir.path() / "directory.ckpt");
+  for (const char* name : {"fifo.ckpt", "directory.ckpt"}) {
+    INFO(name);
+    CHECK_THROWS_WITH(train::save_checkpoint(dir.path() / name, model, adam, {}), Catch::Contains("it exists and is not a regular file"));
+  }
+  CHECK(std::filesystem::is_fifo(dir.path() / "fifo.ckpt"));
+}
+
+TEST_CASE("a recorded loss scale that no training leaves is refused by name", "[train][checkpoint][dtype]") {
+  for (const auto& [scale, finite_steps] : std::vector<std::pair<float, std::int64_t>>{
+           {std::nanf(""), 0}, {-4.0f, 0}, {3.0f, 0}, {1e-40f, 0}, {std::numeric_limits<float>::infinity(), 5}, {1024.0f, -1},
+           {1024.0f, 2000}, {0.0f, 7}}) {
+    INFO(scale << " after " << finite_steps);
+    train::TrainingPosition position;
+    position.loss_scale = scale;
+    position.loss_scale_finite_steps = finite_steps;
+    CHECK_THROWS_AS(train::decode_position(train::encode_position(position, 0)), DataError);
+  }
+  train::TrainingPosition good;
+  good.loss_scale = 0.25f;
+  good.loss_scale_finite_steps = 1999;
+  CHECK(train::decode_position(train::encode_position(good, 0)).first.loss_scale == 0.25f);
 }
 
 TEST_CASE("lengths in a record cannot make decoding allocate more than the record holds", "[train][checkpoint]") {

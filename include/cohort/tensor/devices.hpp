@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include "cohort/core/device.hpp"
+#include "cohort/core/dtype.hpp"
 
 namespace cohort {
 
@@ -15,6 +16,9 @@ namespace cohort {
 bool device_available(Device device);
 // Why `device` cannot be used here ("" when it can): the build option, or what the driver said.
 std::string device_unavailable_reason(Device device);
+// What computes ops on 16-bit `type` operands on `device`, for reports: "native (oneDNN on AMX-BF16)", or
+// "float32 stand-ins: ..." with the reason.
+std::string kernels_for(Device device, DType type);
 // "cpu", "cuda", "emulated" or "auto" (CUDA when available, else CPU). InvalidArgument for another name;
 // DeviceError with the reason for a device this process cannot use.
 Device choose_device(std::string_view name);

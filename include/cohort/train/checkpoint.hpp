@@ -31,6 +31,7 @@ struct TrainingPosition {
   // mixed_float16's dynamic loss scale and its finite steps since it last changed (0: no loss scaling).
   float loss_scale = 0;
   std::int64_t loss_scale_finite_steps = 0;
+  std::string precision{};  // the model's policy ("mixed_bfloat16"; empty where unknown)
 };
 
 inline constexpr std::uint32_t kCheckpointFormatVersion = 4;  // 4: tensors record their element type

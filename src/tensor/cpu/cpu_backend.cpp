@@ -87,6 +87,11 @@ bool CpuBackend::computes(Kernel16, DType type) const {
   return type == DType::BFloat16 && onednn::bf16_kernels() == onednn::Bf16Kernels::Native;
 }
 
+std::string CpuBackend::kernels_for(DType type) const {
+  if (type == DType::BFloat16) return onednn::bf16_kernels_description();
+  return fmt::format("float32 stand-ins: the CPU computes {} in float32", dtype_name(type));
+}
+
 void CpuBackend::copy_from_host(const void* source, const Tensor& destination) {
   if (destination.numel() > 0) std::memcpy(device_bytes(destination), source, destination.bytes());
 }

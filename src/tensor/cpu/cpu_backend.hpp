@@ -23,6 +23,7 @@ class CpuBackend final : public Backend {
   std::unique_ptr<BackendStream> make_stream() override;
   void synchronize() override {}
   bool computes(Kernel16 kernel, DType type) const override;
+  std::string kernels_for(DType type) const override;
   void copy_from_host(const void* source, const Tensor& destination) override;
   void copy_to_host(const Tensor& source, void* destination) override;
   void zero(const Tensor& x) override;
