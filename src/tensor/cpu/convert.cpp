@@ -7,6 +7,7 @@
 #include <cstring>
 
 #if defined(__x86_64__)
+#include <cpuid.h>
 #include <immintrin.h>
 #endif
 
@@ -27,8 +28,13 @@ void convert_all(const void* from, void* to, std::int64_t n, Rule rule) {
 }
 
 #if defined(__x86_64__)
+// F16C's bit of CPUID leaf 1 (not every compiler's __builtin_cpu_supports names it), on a processor whose
+// operating system keeps the AVX state.
 bool processor_has_f16c() {
-  static const bool has = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx");
+  static const bool has = [] {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    return __builtin_cpu_supports("avx") && __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
+  }();
   return has;
 }
 
