@@ -15,6 +15,7 @@ int main(int argc, char** argv) try {
   cli.add_option("--data-dir", data_dir, "Fashion-MNIST directory");
   cli.add_option("--batch-size", batch_size, "images per forward pass")->check(app::whole_number(1, 1 << 20));
   app::parse_or_exit(cli, argc, argv);
+  app::check_settings_or_exit();
   nn::Sequential model = nn::load_model(model_path);
   const data::ImageDataset test_set = data::FashionMnist::test(data_dir);
   const data::DataLoader loader(test_set, {.batch_size = batch_size, .shuffle = false});

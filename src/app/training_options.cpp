@@ -100,7 +100,11 @@ TrainingOptions parse_training_options(int argc, const char* const* argv, std::s
       std::exit(2);
     }
   }
-  // A misspelled COHORT_* setting ends the program here, before it loads data or connects, as a bad option does.
+  check_settings_or_exit();
+  return options;
+}
+
+void check_settings_or_exit() {
   try {
     check_settings();
     check_cpu_kernel_settings();
@@ -108,7 +112,6 @@ TrainingOptions parse_training_options(int argc, const char* const* argv, std::s
     fmt::print(stderr, "{}\n", e.what());
     std::exit(2);
   }
-  return options;
 }
 
 train::ParameterServerOptions distributed_options(const TrainingOptions& options) {

@@ -18,4 +18,6 @@ awk -v a="$trained" -v b="$served" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !
 printf 'garbage' >"$work/bad.model"
 "$predict" "$work/bad.model" >"$work/log" 2>&1
 [ $? -eq 1 ] && grep -q 'model file' "$work/log" || fail "a foreign model file is not refused with a clear error"
+COHORT_BF16_KERNELS=bogus "$predict" "$work/f.model" >"$work/log" 2>&1
+[ $? -eq 2 ] && grep -q "COHORT_BF16_KERNELS='bogus'" "$work/log" || fail "predict accepted a misspelled COHORT_BF16_KERNELS"
 echo "model_file_test: trained $trained, served $served"

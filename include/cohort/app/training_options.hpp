@@ -56,6 +56,9 @@ struct TrainingOptions {
 // Parses argv over `defaults`; on --help or a mistake prints and exits.
 TrainingOptions parse_training_options(int argc, const char* const* argv, std::string_view purpose,
                                        TrainingOptions defaults = {});
+// A misspelled COHORT_* setting, or one this build and processor cannot follow, ends the program with one
+// line and status 2, before it loads data or connects, as a bad option does (parse_training_options calls it).
+void check_settings_or_exit();
 
 train::ParameterServerOptions distributed_options(const TrainingOptions& options);
 // fit()'s options from the command line (epochs, steps, batch, accumulation, seed, verbosity, checkpoints);
