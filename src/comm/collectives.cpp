@@ -64,6 +64,16 @@ void allgather(Transport& transport, std::span<const std::byte> mine, std::span<
 
 namespace {
 
+// Chunk `chunk` of `data` cut into n near-equal chunks, the first data.size() % n of them one element longer.
+template <typename T>
+std::span<T> ring_chunk(std::span<T> data, int n, int chunk) {
+  const auto begin = [&](int c) {
+    const auto index = static_cast<std::size_t>(c), ranks = static_cast<std::size_t>(n);
+    return index * (data.size() / ranks) + std::min(index, data.size() % ranks);
+  };
+  return data.subspan(begin(chunk), begin(chunk + 1) - begin(chunk));
+}
+
 // Ring allreduce (Patarasuk and Yuan 2009; Horovod, Gloo, NCCL): the vector is cut into n chunks.
 // Reduce-scatter: in n - 1 steps every rank sends one chunk to its successor and adds the chunk coming
 // from its predecessor, so that afterwards rank r holds the complete sum of chunk (r + 1) mod n.
@@ -77,12 +87,7 @@ void ring_allreduce(Transport& transport, std::span<T> data, const AllreduceOpti
   const int n = transport.size(), r = transport.rank();
   if (n > 1) {
     const std::size_t count = data.size();
-    auto chunk_begin = [&](int chunk) {
-      const auto c = static_cast<std::size_t>(chunk);
-      const std::size_t base = count / static_cast<std::size_t>(n), extra = count % static_cast<std::size_t>(n);
-      return c * base + std::min(c, extra);
-    };
-    auto chunk_of = [&](int chunk) { return data.subspan(chunk_begin(chunk), chunk_begin(chunk + 1) - chunk_begin(chunk)); };
+    auto chunk_of = [&](int chunk) { return ring_chunk(data, n, chunk); };
     const std::size_t segment = std::max<std::size_t>(1, options.segment_bytes / sizeof(T));
     const int next = (r + 1) % n, previous = (r - 1 + n) % n;
     // Reused across calls: a fresh multi-megabyte buffer per call costs page faults on every step.
@@ -127,12 +132,7 @@ void ring_allreduce_bfloat16_wire(Transport& transport, std::span<float> data, c
     return;
   }
   const std::size_t count = data.size();
-  auto chunk_begin = [&](int chunk) {
-    const auto c = static_cast<std::size_t>(chunk);
-    const std::size_t base = count / static_cast<std::size_t>(n), extra = count % static_cast<std::size_t>(n);
-    return c * base + std::min(c, extra);
-  };
-  auto chunk_of = [&](int chunk) { return data.subspan(chunk_begin(chunk), chunk_begin(chunk + 1) - chunk_begin(chunk)); };
+  auto chunk_of = [&](int chunk) { return ring_chunk(data, n, chunk); };
   const std::size_t segment = std::max<std::size_t>(1, options.segment_bytes / sizeof(std::uint16_t));
   const int next = (r + 1) % n, previous = (r - 1 + n) % n;
   thread_local std::vector<std::uint16_t> outgoing_bits, incoming_bits;
