@@ -2,10 +2,13 @@
 // Helpers shared by the test files.
 
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <filesystem>
+#include <optional>
 #include <random>
 #include <string>
 #include <unistd.h>
+#include <vector>
 
 #include "cohort/tensor/gemm_path.hpp"
 #include "cohort/tensor/tensor.hpp"
@@ -18,6 +21,24 @@ inline cohort::Tensor random_tensor(const cohort::Shape& shape, std::uint64_t se
   std::uniform_real_distribution<float> uniform(low, high);
   for (float& v : t.values()) v = uniform(rng);
   return t;
+}
+
+// The first element where |actual - expected| > tolerance * (|expected| + rms(expected)): relative, with the
+// values' magnitude as the floor where one is near zero; with what it was allowed. Nullopt when none.
+struct Beyond {
+  std::size_t index;
+  double allowed;
+};
+inline std::optional<Beyond> first_beyond(const std::vector<float>& expected, const std::vector<float>& actual,
+                                          double tolerance) {
+  double squares = 0;
+  for (float v : expected) squares += static_cast<double>(v) * v;
+  const double rms = expected.empty() ? 0.0 : std::sqrt(squares / static_cast<double>(expected.size()));
+  for (std::size_t i = 0; i < expected.size(); ++i) {
+    const double allowed = tolerance * (std::abs(expected[i]) + rms) + 1e-30;
+    if (!(std::abs(static_cast<double>(actual[i]) - expected[i]) <= allowed)) return Beyond{i, allowed};
+  }
+  return std::nullopt;
 }
 
 inline float max_abs_difference(const cohort::Tensor& a, const cohort::Tensor& b) {

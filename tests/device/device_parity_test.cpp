@@ -35,16 +35,10 @@ Device dut() { return device_test::device_under_test(); }
 // floor where a value is near zero. Empty when none.
 std::string difference(const Tensor& cpu, const Tensor& device, double tolerance) {
   const std::vector<float> expected = cpu.to_vector(), actual = device.to_vector();
-  double squares = 0;
-  for (float v : expected) squares += static_cast<double>(v) * v;
-  const double rms = expected.empty() ? 0.0 : std::sqrt(squares / static_cast<double>(expected.size()));
-  for (std::size_t i = 0; i < expected.size(); ++i) {
-    const double allowed = tolerance * (std::abs(expected[i]) + rms) + 1e-30;
-    if (!(std::abs(static_cast<double>(actual[i]) - expected[i]) <= allowed))
-      return fmt::format("element {} of {}: device {} vs cpu {} (allowed {})", i, cpu.shape(), actual[i], expected[i],
-                         allowed);
-  }
-  return {};
+  const auto beyond = test_util::first_beyond(expected, actual, tolerance);
+  if (!beyond) return {};
+  return fmt::format("element {} of {}: device {} vs cpu {} (allowed {})", beyond->index, cpu.shape(), actual[beyond->index],
+                     expected[beyond->index], beyond->allowed);
 }
 
 // Where |device - cpu| > bound. Empty when none.
