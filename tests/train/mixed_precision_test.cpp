@@ -23,30 +23,15 @@
 #include "cohort/train/update.hpp"
 #include "comm/comm_test_util.hpp"
 #include "test_util.hpp"
+#include "train/tiny_cnn.hpp"
 
 using namespace cohort;
 using test_util::ScratchDirectory;
+using train_test::snapshot;
+using train_test::synthetic_set;
+using train_test::tiny_cnn;
 
 namespace {
-
-const data::ImageDataset& synthetic_set() {
-  static const auto set = data::make_synthetic({.samples = 600, .sample_shape = {8, 8, 2}, .classes = 4, .noise = 90});
-  return set;
-}
-
-nn::Sequential tiny_cnn(nn::Precision precision, Device device = Device::CPU) {
-  nn::Sequential model({8, 8, 2}, 11, device);
-  model.add(nn::Conv2D(8, 3, nn::Padding::Same)).add(nn::BatchNormalization()).add(nn::ReLU()).add(nn::MaxPooling2D(2));
-  model.add(nn::Flatten()).add(nn::Dropout(0.2f)).add(nn::Dense(4)).add(nn::Softmax());
-  model.set_precision(precision);
-  return model;
-}
-
-std::vector<std::vector<float>> snapshot(const nn::Sequential& model) {
-  std::vector<std::vector<float>> values;
-  for (const auto& v : model.variables()) values.push_back(v->value.to_vector());
-  return values;
-}
 
 // The largest |a - b| over the largest |b|.
 double relative_difference(const std::vector<float>& a, const std::vector<float>& b) {

@@ -16,31 +16,13 @@
 #include "cohort/tensor/gemm_path.hpp"
 #include "cohort/train/trainer.hpp"
 #include "test_util.hpp"
+#include "train/tiny_cnn.hpp"
 
 using namespace cohort;
 using test_util::ScratchDirectory;
-
-namespace {
-
-const data::ImageDataset& synthetic_set() {
-  static const auto set = data::make_synthetic({.samples = 600, .sample_shape = {8, 8, 2}, .classes = 4, .noise = 90});
-  return set;
-}
-
-nn::Sequential tiny_cnn() {
-  nn::Sequential model({8, 8, 2}, 11);
-  model.add(nn::Conv2D(8, 3, nn::Padding::Same)).add(nn::BatchNormalization()).add(nn::ReLU()).add(nn::MaxPooling2D(2));
-  model.add(nn::Flatten()).add(nn::Dropout(0.2f)).add(nn::Dense(4)).add(nn::Softmax());
-  return model;
-}
-
-std::vector<std::vector<float>> snapshot(const nn::Sequential& model) {
-  std::vector<std::vector<float>> values;
-  for (const auto& v : model.variables()) values.push_back(v->value.to_vector());
-  return values;
-}
-
-}  // namespace
+using train_test::snapshot;
+using train_test::synthetic_set;
+using train_test::tiny_cnn;
 
 TEST_CASE("fit learns a synthetic task and reports per-epoch history", "[train]") {
   nn::Sequential model = tiny_cnn();
