@@ -14,6 +14,25 @@ bool ProgressDeadline::await(const WorkPtr& work, std::chrono::milliseconds limi
   return true;
 }
 
+bool await_peer(Transport& transport, int peer, const WorkPtr& work, std::uint64_t own_progress,
+                std::chrono::milliseconds limit, std::shared_ptr<void> buffer) {
+  struct Waiting {  // reported for the wait alone, also when it throws
+    Transport& transport;
+    std::uint64_t progress;
+    ~Waiting() { transport.report_progress(progress); }
+  } waiting{transport, own_progress};
+  transport.report_progress(own_progress | kWaitingOnPeer);
+  ProgressWatch watch(transport, peer);
+  const auto poll = std::clamp(limit / 20, std::chrono::milliseconds(10), std::chrono::milliseconds(250));
+  while (!work->wait_for(poll)) {
+    if (watch.idle() > limit) {
+      keep_until_exit(std::move(buffer));
+      return false;
+    }
+  }
+  return true;
+}
+
 std::string stuck_message(std::string_view stuck, std::string_view what, std::chrono::milliseconds limit) {
   return fmt::format("{}: connected, but {} within {:.1f} s (COHORT_TIMEOUT bounds a process's longest pause)", stuck, what,
                      static_cast<double>(limit.count()) / 1000.0);

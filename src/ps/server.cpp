@@ -186,12 +186,16 @@ void Server::serve_worker(int worker, Inbox& inbox) {
 
 bool Server::await_request(int worker, const comm::WorkPtr& received, const std::string& after) {
   // Between two requests a worker computes, validates or writes checkpoints: legitimate pauses, which the
-  // deadline learns; a worker silent past it is stuck (a lost one is reported by the transport sooner).
-  // Under Sync a silent worker may be waiting for another server's answer, whose step waits for the stuck
-  // one: that server, which has the evidence, is given the time to name it first.
+  // deadline learns; a worker silent past it is stuck (a lost one is reported by the transport sooner),
+  // unless it has made progress with the other servers since or waits on another worker (an agreement,
+  // the end of the run), which that worker judges. Under Sync a silent worker may be waiting for another
+  // server's answer, whose step waits for the stuck one: that server, which has the evidence, is given
+  // the time to name it first.
   const auto since = Clock::now();
   const bool sync = std::holds_alternative<Sync>(options_.consistency);
   const auto w = static_cast<std::size_t>(worker);
+  const int rank = worker_ranks_[w];
+  comm::ProgressWatch watch(transport_, rank);
   {
     const std::lock_guard lock(mutex_);
     idle_since_[w] = since;
@@ -205,11 +209,12 @@ bool Server::await_request(int worker, const comm::WorkPtr& received, const std:
     }
     if (arrived) break;
     const auto limit = deadline_.limit() + (sync ? deadline_.limit() / 2 : std::chrono::milliseconds(0));
-    if (Clock::now() - since > limit)
-      throw TimeoutError(comm::stuck_message(transport_.describe(worker_ranks_[w]) + " is stuck",
+    if (watch.idle() > limit)
+      throw TimeoutError(comm::stuck_message(transport_.describe(rank) + " is stuck",
                                              fmt::format("ps {} got no request after {}", server_, after), limit));
   }
-  deadline_.observe(Clock::now() - since);
+  // A wait that outlasted the deadline was one on another process, not a pause to learn from.
+  if (const auto waited = Clock::now() - since; waited <= deadline_.limit()) deadline_.observe(waited);
   return true;
 }
 
@@ -486,12 +491,17 @@ std::string Server::overdue_workers(const std::string& reason) const {
     if (step_overdue && contributions_[w] == nullptr)
       why = fmt::format("ps {} got no gradients of step {} for {:.1f} s", server_, version_,
                         std::chrono::duration<double>(now - step_started_).count());
-    else if (idle_since_[w] && now - *idle_since_[w] >= half)
+    else if (idle_since_[w] && now - *idle_since_[w] >= half && !waits_on_another(worker_ranks_[w]))
       why = fmt::format("ps {} got no request for {:.1f} s", server_, std::chrono::duration<double>(now - *idle_since_[w]).count());
     if (!why.empty())
       overdue += fmt::format("{}{} is stuck: connected, but {}", overdue.empty() ? "" : "; ", name, why);
   }
   return overdue;
+}
+
+bool Server::waits_on_another(int rank) const {
+  const auto count = transport_.progress_of(rank);
+  return count && (*count & comm::kWaitingOnPeer) != 0;
 }
 
 void Server::announce_failure(const std::string& reason) {

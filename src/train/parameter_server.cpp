@@ -25,16 +25,16 @@ comm::Transport& transport_with_servers(cluster::Cluster& cluster) {
 // history to the servers at the end.
 constexpr comm::Tag kAgreementTag = 0x5053414752454500ull;  // "PSAGREE"
 constexpr comm::Tag kHistoryTag = 0x5053484953540000ull;    // "PSHIST"
+constexpr comm::Tag kRunEndTag = 0x5053454e44000000ull;     // "PSEND"
 constexpr std::uint64_t kMaxHistoryBytes = 64ull << 20;
 
-// Receives `out` from `peer` within the deadline, or names the peer stuck: it is connected (a lost one is
-// reported sooner) but has not reached the agreement. A worker waiting for the chief waits half as long
-// again, so that a chief waiting for a stuck worker names that one first.
-void receive_agreement(comm::Transport& transport, int peer, std::span<double> out, comm::ProgressDeadline& deadline,
-                       bool from_chief) {
+// Receives `out` from `peer`, or names the peer stuck: it is connected (a lost one is reported sooner) but
+// makes no progress towards the agreement, nor waits on another process that does.
+void receive_agreement(comm::Transport& transport, int peer, std::span<double> out, std::uint64_t own_progress,
+                       std::chrono::milliseconds limit) {
   auto received = std::make_shared<std::vector<double>>(out.size());
-  const auto limit = deadline.limit() + (from_chief ? deadline.limit() / 2 : std::chrono::milliseconds(0));
-  if (!deadline.await(transport.recv(peer, kAgreementTag, std::as_writable_bytes(std::span(*received))), limit, received))
+  const auto arriving = transport.recv(peer, kAgreementTag, std::as_writable_bytes(std::span(*received)));
+  if (!comm::await_peer(transport, peer, arriving, own_progress, limit, received))
     throw TimeoutError(comm::stuck_message(transport.describe(peer) + " is stuck", "it did not reach the agreement of the workers", limit));
   std::copy(received->begin(), received->end(), out.begin());
 }
@@ -45,7 +45,7 @@ ParameterServer::ParameterServer(comm::Transport& transport, int workers, Parame
     : transport_(transport),
       workers_(workers),
       options_(std::move(options)),
-      agreement_deadline_(options_.wait_timeout.count() > 0 ? options_.wait_timeout : transport_.timeout()) {
+      progress_deadline_(options_.wait_timeout.count() > 0 ? options_.wait_timeout : transport_.timeout()) {
   COHORT_CHECK(workers_ >= 1 && workers_ < transport_.size(),
                "parameter-server training needs at least one worker and one server: {} workers among {} processes",
                workers_, transport_.size());
@@ -118,6 +118,7 @@ void ParameterServer::apply_gradients(nn::Sequential&, optim::Optimizer& optimiz
     pushing_ = false;
     store_->finish_push();
     optimizer.set_iterations(store_->step());
+    step_taken();
     return;
   }
   if (staged_) {
@@ -129,6 +130,16 @@ void ParameterServer::apply_gradients(nn::Sequential&, optim::Optimizer& optimiz
   store_->push_pull(samples);
   values_from_host();
   optimizer.set_iterations(store_->step());  // the servers' optimizers decide the learning rate
+  step_taken();
+}
+
+void ParameterServer::step_taken() {
+  transport_.report_progress(++steps_taken_);
+  // The time from one step to the next, pauses for validation and checkpoints included: how long the
+  // others' steps may legitimately take too.
+  const auto now = comm::ProgressDeadline::Clock::now();
+  if (last_step_) progress_deadline_.observe(now - *last_step_);
+  last_step_ = now;
 }
 
 void ParameterServer::values_to_host(bool trainable_too) {
@@ -183,12 +194,12 @@ bool ParameterServer::sum_over_replicas(std::span<double> values) {
   if (workers_ == 1 || has_backup_workers()) return false;
   if (!is_chief()) {
     transport_.send(0, kAgreementTag, std::as_bytes(values))->wait(transport_.timeout());
-    receive_agreement(transport_, 0, values, agreement_deadline_, true);
+    receive_agreement(transport_, 0, values, steps_taken_, progress_deadline_.limit());
     return true;
   }
   std::vector<double> theirs(values.size());
   for (int worker = 1; worker < workers_; ++worker) {
-    receive_agreement(transport_, worker, theirs, agreement_deadline_, false);
+    receive_agreement(transport_, worker, theirs, steps_taken_, progress_deadline_.limit());
     for (std::size_t i = 0; i < values.size(); ++i) values[i] += theirs[i];
   }
   std::vector<comm::WorkPtr> sends;
@@ -246,7 +257,10 @@ void ParameterServer::finish(const History& history) {
     values_from_host();
   }
   store_->finish();
-  if (!is_chief()) return;
+  if (!is_chief()) {
+    await_end_of_run();
+    return;
+  }
   TrainingPosition summary;
   summary.history = history;
   const std::string encoded = encode_position(summary, 0);
@@ -256,7 +270,21 @@ void ParameterServer::finish(const History& history) {
     sends.push_back(transport_.send(server, kHistoryTag, std::as_bytes(std::span(&bytes, 1))));
     sends.push_back(transport_.send(server, kHistoryTag, std::as_bytes(std::span(encoded))));
   }
+  const std::uint64_t steps = steps_taken_;
+  for (int worker = 1; worker < workers_; ++worker)
+    sends.push_back(transport_.send(worker, kRunEndTag, std::as_bytes(std::span(&steps, 1))));
   comm::wait_all(sends, transport_.timeout());
+}
+
+void ParameterServer::await_end_of_run() {
+  // The chief may train on for long after this worker's share is done (asynchronous updates, backup
+  // workers): the wait is legitimate while it completes steps.
+  auto chief_steps = std::make_shared<std::uint64_t>(0);
+  const auto ended = transport_.recv(0, kRunEndTag, std::as_writable_bytes(std::span(chief_steps.get(), 1)));
+  const auto limit = progress_deadline_.limit();
+  if (!comm::await_peer(transport_, 0, ended, steps_taken_, limit, chief_steps))
+    throw TimeoutError(comm::stuck_message(transport_.describe(0) + " is stuck",
+                                           "it completed no step while " + process_name() + " waited for the end of the run", limit));
 }
 
 std::string ParameterServer::final_report() {

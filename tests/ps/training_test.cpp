@@ -27,6 +27,16 @@ struct Slowdown : train::Callback {
   void on_batch_end(std::int64_t, const train::Logs&, train::TrainingControl&) override { std::this_thread::sleep_for(delay); }
 };
 
+// Blocks the training thread once, after the third batch: a process stuck while its transport goes on.
+struct BlockAtThirdBatch : train::Callback {
+  std::chrono::milliseconds block;
+  int batches = 0;
+  explicit BlockAtThirdBatch(std::chrono::milliseconds b) : block(b) {}
+  void on_batch_end(std::int64_t, const train::Logs&, train::TrainingControl&) override {
+    if (++batches == 3) std::this_thread::sleep_for(block);
+  }
+};
+
 struct TempDir {
   std::filesystem::path path;
   explicit TempDir(const std::string& name) : path(std::filesystem::temp_directory_path() / (name + std::to_string(::getpid()))) {
@@ -150,6 +160,43 @@ TEST_CASE("Sync with a backup worker: late gradients are dropped and counted, tr
   CHECK(stats[0].workers[2].dropped > 0);
   CHECK(stats[0].workers[2].pushes < 20);  // the steps did not wait for it
   CHECK(stats[0].updates >= 20);
+}
+
+TEST_CASE("a worker whose share is done waits for a chief that trains on, and names one that is stuck", "[ps][train]") {
+  // Worker 1 is fast and ends its share long before the chief, which takes a step every 150 ms while the
+  // progress deadline is 300 ms: the wait is legitimate. Then the chief stops taking steps (its training
+  // thread blocked for 2 s, its transport alive): worker 1 must not report success.
+  const auto run = [](const train::ParameterServerOptions& options, std::chrono::milliseconds chief_delay,
+                      std::chrono::milliseconds chief_block) {
+    comm::InProcessGroup group(3, std::chrono::seconds(20), ps_test::process_names(2, 1));
+    std::vector<nn::Sequential> models;
+    for (int r = 0; r < 3; ++r) models.push_back(small_model());
+    std::vector<std::string> errors(3);
+    ps_test::run_cluster(group, 2, 1, options, [&](int r, auto strategy) {
+      try {
+        Trainer trainer(models[static_cast<std::size_t>(r)], momentum_sgd(), strategy);
+        train::FitOptions fit{.epochs = 1, .batch_size = 4, .seed = 4, .verbosity = train::Verbosity::Silent};
+        if (r == 0) {
+          fit.callbacks.push_back(std::make_shared<Slowdown>(chief_delay));
+          fit.callbacks.push_back(std::make_shared<BlockAtThirdBatch>(chief_block));
+        }
+        trainer.fit(kSet, fit);
+      } catch (const std::exception& e) {
+        errors[static_cast<std::size_t>(r)] = e.what();
+      }
+    });
+    return errors;
+  };
+  const std::chrono::milliseconds deadline(300);
+  for (const ps::Consistency consistency : {ps::Consistency{ps::Async{}}, ps::Consistency{ps::Sync{.backup_workers = 1}}}) {
+    INFO(ps::describe(consistency));
+    const train::ParameterServerOptions options{.consistency = consistency, .wait_timeout = deadline};
+    const auto slow = run(options, std::chrono::milliseconds(150), std::chrono::milliseconds(0));
+    for (const auto& error : slow) CHECK(error.empty());
+    const auto stuck = run(options, std::chrono::milliseconds(5), std::chrono::milliseconds(2000));
+    INFO("worker 1: " << stuck[1]);
+    CHECK(stuck[1].find("chief 0 is stuck") != std::string::npos);
+  }
 }
 
 TEST_CASE("checkpoints restore onto another number of servers and another placement", "[ps][train]") {

@@ -17,9 +17,11 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 
+#include "cohort/comm/transport.hpp"
 #include "cohort/comm/work.hpp"
 
 namespace cohort::comm {
@@ -48,6 +50,42 @@ class ProgressDeadline {
  private:
   std::chrono::milliseconds floor_;
   std::atomic<std::int64_t> longest_ms_{0};
+};
+
+// A progress count (Transport::report_progress) with this bit set: the rank is waiting on another process,
+// whose progress it judges itself (await_peer), so its own silence is no sign that it is stuck.
+inline constexpr std::uint64_t kWaitingOnPeer = 1ull << 63;
+
+// Waits for `work`, which `peer` is to complete, while this rank reports its `own_progress` with
+// kWaitingOnPeer. The wait goes on while `peer`'s count changes or `peer` is itself waiting on another
+// (which it judges in turn; the waits of a run form no cycle); it returns false once `peer` has been idle
+// (ProgressWatch) for `limit`, and `buffer`, which the receive still posted may yet fill, is kept until
+// the process ends.
+bool await_peer(Transport& transport, int peer, const WorkPtr& work, std::uint64_t own_progress,
+                std::chrono::milliseconds limit, std::shared_ptr<void> buffer);
+
+// How long a peer has shown no progress: its count sampled as often as its waiter likes (a heartbeat
+// brings it, so a change shows up to one interval late). A peer that waits on another is not idle.
+class ProgressWatch {
+ public:
+  using Clock = std::chrono::steady_clock;
+  ProgressWatch(const Transport& transport, int peer)
+      : transport_(transport), peer_(peer), seen_(transport.progress_of(peer)), since_(Clock::now()) {}
+  Clock::duration idle() {
+    const auto count = transport_.progress_of(peer_);
+    const auto now = Clock::now();
+    if (count != seen_ || (count && (*count & kWaitingOnPeer) != 0)) {
+      seen_ = count;
+      since_ = now;
+    }
+    return now - since_;
+  }
+
+ private:
+  const Transport& transport_;
+  int peer_;
+  std::optional<std::uint64_t> seen_;
+  Clock::time_point since_;
 };
 
 // "worker 1 (...) is stuck: connected, but ps 0 got no gradients of step 12 within 15.0 s (...)": `stuck`

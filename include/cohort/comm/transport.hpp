@@ -10,9 +10,10 @@
 //   different peers are independent.
 // - When a peer is lost, every pending and later operation of this rank fails with IoError naming the
 //   lost peer (role, index, address): a group that lost a member cannot complete a collective.
-// - Progress: a rank reports how many collectives it has started, and its peers learn the count (over TCP
-//   in its heartbeats), so that a rank that waits in vain in collective K can tell a peer that never started
-//   K, alive but stuck, from the peers that wait in K with it; declare_stuck() then ends the group naming it.
+// - Progress: a rank reports a count of its progress (the collectives it has started; a parameter-server
+//   worker, its steps), and its peers learn the count (over TCP in its heartbeats), so that a rank that
+//   waits in vain in collective K can tell a peer that never started K, alive but stuck, from the peers
+//   that wait in K with it; declare_stuck() then ends the group naming it.
 // - A message that arrives before its receive is posted is buffered, in pieces as its bytes come; once the
 //   run has said how large its messages get (expect_messages_up_to), one announced above that is a
 //   ProtocolError naming its sender at once, so that no member makes a rank buffer more than it may send.
@@ -50,7 +51,7 @@ class Transport {
   // The deadline that blocking helpers (collectives) apply to each wait.
   virtual std::chrono::milliseconds timeout() const = 0;
 
-  // This rank has started `collectives` collectives in all.
+  // This rank has started `collectives` collectives (or completed that many steps) in all.
   virtual void report_progress(std::uint64_t collectives) = 0;
   // What `peer` last reported (at most a heartbeat interval old; 0 before its first report); nothing before
   // this rank has heard from it.

@@ -111,6 +111,11 @@ class ParameterServer : public Strategy {
   };
   void values_to_host(bool trainable_too);
   History receive_history();
+  // A worker's fit() ends when the chief's does: one whose share is done waits for the chief while the
+  // chief completes steps, and names it stuck when it completes none within the progress deadline, so
+  // that no worker reports success for a run whose chief never finished.
+  void await_end_of_run();
+  void step_taken();
   // Sync with backup workers: the workers never wait for each other.
   bool has_backup_workers() const;
   // A process as the cluster names it ("chief 0", "worker 0", "ps 1"), and all the workers.
@@ -133,7 +138,11 @@ class ParameterServer : public Strategy {
   std::filesystem::path resumed_dir_;
   double reported_communication_seconds_ = 0;
   std::vector<ps::ServerStats> final_stats_;
-  comm::ProgressDeadline agreement_deadline_;  // of sum_over_replicas
+  // How long another worker may go without progress (a step, or waiting on another process) while this
+  // one waits on it: the run's deadline, or more when this process's own steps show they take longer.
+  comm::ProgressDeadline progress_deadline_;
+  std::uint64_t steps_taken_ = 0;  // reported to the others as this process's progress
+  std::optional<comm::ProgressDeadline::Clock::time_point> last_step_;
 };
 
 }  // namespace cohort::train
