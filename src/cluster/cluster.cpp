@@ -18,7 +18,13 @@ Cluster::Cluster(ClusterSpec spec, ConnectOptions options) : spec_(std::move(spe
 Cluster Cluster::from_environment(const Environment& environment, ConnectOptions options) {
   options = with_environment_settings(std::move(options), environment);
   const Discovery found = discover(environment);
-  if (const auto* spec = std::get_if<ClusterSpec>(&found)) return Cluster(*spec, options);
+  const auto secret_from_environment = [&] {
+    if (options.secret.empty()) options.secret = comm::load_secret(environment);
+  };
+  if (const auto* spec = std::get_if<ClusterSpec>(&found)) {
+    if (spec->world_size() > 1) secret_from_environment();
+    return Cluster(*spec, options);
+  }
   if (const auto* request = std::get_if<RendezvousRequest>(&found)) {
     if (request->world_size == 1) return Cluster();
     std::string own_host = environment("COHORT_HOST").value_or("");
@@ -30,7 +36,8 @@ Cluster Cluster::from_environment(const Environment& environment, ConnectOptions
                                           request->source, request->chief.to_string()));
       own_host = chief == "::1" ? "::1" : "127.0.0.1";
     }
-    return Cluster(rendezvous(*request, comm::load_secret(), own_host, options), options);
+    secret_from_environment();
+    return Cluster(rendezvous(*request, options.secret, own_host, options), options);
   }
   return Cluster();
 }
@@ -43,7 +50,9 @@ comm::Transport& Cluster::transport() {
       tcp.addresses.push_back({spec_.endpoint(r).host, spec_.endpoint(r).port});
       tcp.names.push_back(spec_.describe(r));
     }
-    tcp.secret = distributed() ? comm::load_secret() : std::string("single process");
+    tcp.secret = !distributed()            ? std::string("single process")
+                 : !options_.secret.empty() ? options_.secret
+                                            : comm::load_secret();
     tcp.connect_timeout = options_.connect_timeout;
     tcp.timeout = options_.timeout;
     tcp.heartbeat_interval = options_.heartbeat_interval;

@@ -247,6 +247,28 @@ TEST_CASE("a cluster makes its transport through the factory it is given", "[clu
   CHECK(asked[0].names[0].find("chief 0") != std::string::npos);
 }
 
+TEST_CASE("a cluster discovered from an application's environment takes its secret from there", "[cluster]") {
+  ::unsetenv("COHORT_SECRET");
+  ::unsetenv("COHORT_SECRET_FILE");
+  const std::string tf_config = R"({"cluster": {"chief": ["127.0.0.1:4000"], "worker": ["127.0.0.1:4001"]},
+                                   "task": {"type": "worker", "index": 0}})";
+  std::string used;
+  ConnectOptions options;
+  options.transport_factory = [&](const comm::TcpOptions& peers) -> std::unique_ptr<comm::Transport> {
+    used = peers.secret;
+    throw IoError("this test connects to no one");
+  };
+  auto cluster = Cluster::from_environment(environment_of({{"TF_CONFIG", tf_config}, {"COHORT_SECRET", "an application's own secret"}}), options);
+  CHECK_THROWS_AS(cluster.transport(), IoError);
+  CHECK(used == "an application's own secret");
+  require_invalid([&] { Cluster::from_environment(environment_of({{"TF_CONFIG", tf_config}})); }, {"no shared secret"});
+  require_invalid([&] {
+    Cluster::from_environment(environment_of({{"TF_CONFIG", tf_config}, {"COHORT_SECRET", "one secret of sixteen"}, {"COHORT_SECRET_FILE", "/x"}}));
+  }, {"COHORT_SECRET and COHORT_SECRET_FILE are both set"});
+  // A single process needs none.
+  CHECK_FALSE(Cluster::from_environment(environment_of({})).distributed());
+}
+
 TEST_CASE("deadlines come from the environment where it sets them, and nonsense is refused naming it", "[cluster]") {
   using namespace std::chrono_literals;
   const ConnectOptions defaults{.connect_timeout = 60s, .timeout = 60s, .heartbeat_interval = 1s, .peer_timeout = 10s};

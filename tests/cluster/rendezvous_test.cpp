@@ -12,7 +12,6 @@ using namespace cohort::cluster;
 using cluster_test::environment_of;
 
 TEST_CASE("torchrun-style ranks meet at MASTER_ADDR and get roles, ps last", "[cluster][rendezvous]") {
-  ::setenv("COHORT_SECRET", "rendezvous test secret", 1);
   const int n = 4;
   const std::string port = std::to_string(comm_test::free_addresses(1)[0].port);
   std::vector<Role> roles(n);
@@ -20,7 +19,8 @@ TEST_CASE("torchrun-style ranks meet at MASTER_ADDR and get roles, ps last", "[c
   std::vector<float> sums(n);
   comm_test::run_ranks(n, [&](int r) {
     std::map<std::string, std::string> env{{"RANK", std::to_string(r)}, {"WORLD_SIZE", std::to_string(n)},
-                                           {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", port}};
+                                           {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", port},
+                                           {"COHORT_SECRET", "rendezvous test secret"}};
     if (r == 0) env["COHORT_NUM_PS"] = "1";  // only rank 0's count matters
     auto cluster = Cluster::from_environment(environment_of(env), {.connect_timeout = std::chrono::seconds(20)});
     roles[static_cast<std::size_t>(r)] = cluster.spec().role;
@@ -31,7 +31,6 @@ TEST_CASE("torchrun-style ranks meet at MASTER_ADDR and get roles, ps last", "[c
     comm::allreduce(cluster.transport(), value);
     sums[static_cast<std::size_t>(r)] = value[0];
   });
-  ::unsetenv("COHORT_SECRET");
   CHECK(roles == std::vector<Role>{Role::Chief, Role::Worker, Role::Worker, Role::Ps});
   CHECK(indices == std::vector<int>{0, 0, 1, 0});
   CHECK(sums == std::vector<float>(n, 10.0f));

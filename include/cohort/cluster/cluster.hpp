@@ -1,7 +1,8 @@
 #pragma once
 // Cluster: this process's place in a run and its connection to the others. Built from explicit
 // configuration or discovered from the environment (discovery.hpp); the transport connects lazily, on
-// first use, with the shared secret from COHORT_SECRET or COHORT_SECRET_FILE.
+// first use, with the shared secret: COHORT_SECRET or COHORT_SECRET_FILE of the environment the cluster
+// is discovered from, or ConnectOptions::secret.
 //
 //   auto cluster = cluster::Cluster::from_environment();
 //   if (cluster.distributed()) comm::allreduce(cluster.transport(), gradients, {.op = comm::ReduceOp::Mean});
@@ -28,6 +29,9 @@ struct ConnectOptions {
   bool shared_memory = true;
   // How the transport is made once the peers are known; empty: by `shared_memory`.
   comm::TransportFactory transport_factory{};
+  // The shared secret that authenticates the peers; empty: comm::load_secret() when the transport
+  // connects. from_environment() reads it from the environment it is given.
+  std::string secret{};
 };
 
 // `options` with what the environment sets. Deadlines: COHORT_CONNECT_TIMEOUT, COHORT_TIMEOUT (each wait
@@ -48,7 +52,8 @@ class Cluster {
   // The deadlines and encryption in `options` give way to what the environment sets (with_environment_settings).
   // TF_CONFIG, SageMaker, a rank-only environment (mpirun, Slurm, torchrun; meets the others in a
   // rendezvous at MASTER_ADDR:MASTER_PORT and listens at COHORT_HOST, which may be left out when the
-  // chief is on loopback), or a single process when nothing is set.
+  // chief is on loopback), or a single process when nothing is set. A distributed cluster reads its secret
+  // from `environment` too, unless `options` holds one: InvalidArgument here when it has none.
   static Cluster from_environment(const Environment& environment = process_environment(), ConnectOptions options = {});
 
   const ClusterSpec& spec() const { return spec_; }

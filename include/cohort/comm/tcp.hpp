@@ -64,8 +64,13 @@ std::unique_ptr<Transport> connect_tcp(const TcpOptions& options);
 // another transport for the same group (shared memory between peers on one host).
 using TransportFactory = std::function<std::unique_ptr<Transport>(const TcpOptions& options)>;
 
-// The shared secret: COHORT_SECRET, else the contents of the file named by COHORT_SECRET_FILE.
-// Throws InvalidArgument when neither is set or the secret is empty.
+// Reads a variable of an environment: the process's, or one an application builds.
+using VariableLookup = std::function<std::optional<std::string>(const std::string& name)>;
+
+// The shared secret: COHORT_SECRET, else the contents of the file named by COHORT_SECRET_FILE, as
+// `variable` (by default the process's environment) gives them. Throws InvalidArgument when neither is
+// set, both are, or the secret is too short to be one.
+std::string load_secret(const VariableLookup& variable);
 std::string load_secret();
 
 }  // namespace cohort::comm

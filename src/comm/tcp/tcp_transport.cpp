@@ -372,30 +372,38 @@ void TcpTransport::fail_pending_of(int peer, const std::string& message) {
 
 std::unique_ptr<Transport> connect_tcp(const TcpOptions& options) { return std::make_unique<tcp::TcpTransport>(options); }
 
-std::string load_secret() {
+std::string load_secret(const VariableLookup& variable) {
   // Short enough to guess is as good as none: the HMAC handshake is only as strong as the secret.
   constexpr std::size_t kMinimumLength = 16;
-  if (std::getenv("COHORT_SECRET") != nullptr && std::getenv("COHORT_SECRET_FILE") != nullptr)
+  const auto secret = variable("COHORT_SECRET");
+  const auto file = variable("COHORT_SECRET_FILE");
+  if (secret && file)
     throw InvalidArgument("COHORT_SECRET and COHORT_SECRET_FILE are both set: set one of them, so that every process "
                           "surely uses the same secret");
-  if (const char* secret = std::getenv("COHORT_SECRET"); secret != nullptr) {
-    COHORT_CHECK(std::strlen(secret) >= kMinimumLength,
-                 "COHORT_SECRET has {} characters; use at least {} (e.g. openssl rand -hex 32)", std::strlen(secret),
-                 kMinimumLength);
-    return secret;
+  if (secret) {
+    COHORT_CHECK(secret->size() >= kMinimumLength, "COHORT_SECRET has {} characters; use at least {} (e.g. openssl rand -hex 32)",
+                 secret->size(), kMinimumLength);
+    return *secret;
   }
-  if (const char* file = std::getenv("COHORT_SECRET_FILE"); file != nullptr) {
+  if (file) {
     std::error_code error;
-    COHORT_CHECK(std::filesystem::is_regular_file(file, error), "COHORT_SECRET_FILE {} is not a readable file", file);
-    std::ifstream in(file, std::ios::binary);
-    COHORT_CHECK(in.good(), "COHORT_SECRET_FILE {} cannot be read", file);
-    std::string secret((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    while (!secret.empty() && (secret.back() == '\n' || secret.back() == '\r')) secret.pop_back();
-    COHORT_CHECK(secret.size() >= kMinimumLength, "COHORT_SECRET_FILE {} holds {} characters; use at least {}", file,
-                 secret.size(), kMinimumLength);
-    return secret;
+    COHORT_CHECK(std::filesystem::is_regular_file(*file, error), "COHORT_SECRET_FILE {} is not a readable file", *file);
+    std::ifstream in(*file, std::ios::binary);
+    COHORT_CHECK(in.good(), "COHORT_SECRET_FILE {} cannot be read", *file);
+    std::string read((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    while (!read.empty() && (read.back() == '\n' || read.back() == '\r')) read.pop_back();
+    COHORT_CHECK(read.size() >= kMinimumLength, "COHORT_SECRET_FILE {} holds {} characters; use at least {}", *file,
+                 read.size(), kMinimumLength);
+    return read;
   }
   throw InvalidArgument("no shared secret: set COHORT_SECRET or COHORT_SECRET_FILE (cohort-launch sets one per run)");
+}
+
+std::string load_secret() {
+  return load_secret([](const std::string& name) -> std::optional<std::string> {
+    const char* value = std::getenv(name.c_str());
+    return value != nullptr ? std::optional<std::string>(value) : std::nullopt;
+  });
 }
 
 }  // namespace cohort::comm
