@@ -92,6 +92,27 @@ void on_signal(int number) {
   [[maybe_unused]] const auto ignored = ::write(signal_pipe[1], &byte, 1);
 }
 
+// Why execvp() would not start `program` (a path, or a name looked up on PATH), checked before any
+// process starts; empty when it would.
+std::string cannot_run(const std::string& program) {
+  const auto runnable = [](const std::filesystem::path& path) {
+    std::error_code error;
+    if (!std::filesystem::exists(path, error)) return std::string("no such file");
+    if (std::filesystem::is_directory(path, error)) return std::string("it is a directory");
+    if (::access(path.c_str(), X_OK) != 0) return fmt::format("not executable ({})", std::strerror(errno));
+    return std::string();
+  };
+  if (program.find('/') != std::string::npos) return runnable(program);
+  const char* search = std::getenv("PATH");
+  for (std::string_view rest = search != nullptr ? search : "/usr/bin:/bin"; !rest.empty();) {
+    const auto colon = rest.find(':');
+    const std::string_view directory = rest.substr(0, colon);
+    rest = colon == std::string_view::npos ? std::string_view() : rest.substr(colon + 1);
+    if (runnable(std::filesystem::path(directory.empty() ? "." : std::string(directory)) / program).empty()) return {};
+  }
+  return "not found on PATH";
+}
+
 [[noreturn]] void usage(const std::string& problem) {
   fmt::print(stderr, "cohort-launch: {} (run with --help for the options)\n", problem);
   std::exit(2);
@@ -137,6 +158,8 @@ Options parse(int argc, char** argv) {
       ->check(cohort::app::whole_number(0, 1024));
   cohort::app::parse_or_exit(cli, separator, argv);
   if (options.command.empty()) usage("no program given after --");
+  if (const std::string problem = cannot_run(options.command[0]); !problem.empty())
+    usage(fmt::format("cannot run {}: {}", options.command[0], problem));
   options.grace = std::chrono::seconds(grace_seconds);
   options.host = ipv4_address_of(options.host);
   return options;
@@ -467,6 +490,10 @@ int run_processes(const Options& options, int restart, const std::filesystem::pa
   std::string started;
   for (const auto& p : processes) started += fmt::format("{}{} (pid {})", started.empty() ? "" : ", ", p.name, p.pid);
   fmt::print(stderr, "cohort-launch: started {}\n", started);
+  if (restart == 0 && std::getenv("OMP_NUM_THREADS") == nullptr)
+    fmt::print(stderr, "cohort-launch: OMP_NUM_THREADS={} for each worker{} (the cores shared among the workers; set "
+                       "OMP_NUM_THREADS to choose)\n",
+               thread_count(processes.front(), options), options.ps > 0 ? ", 1 for each parameter server" : "");
 
   std::optional<std::string> first_failure;       // "worker 1 (pid 42) was killed by signal 9"
   std::vector<std::string> later_failures;

@@ -42,8 +42,13 @@ ProgressBar::Style resolve(ProgressBar::Style style, std::FILE* out) {
 
 }  // namespace
 
-ProgressBar::ProgressBar(std::int64_t total_steps, std::FILE* out, Style style)
-    : total_(total_steps), out_(out), style_(resolve(style, out)), start_(std::chrono::steady_clock::now()), last_draw_(start_) {}
+ProgressBar::ProgressBar(std::int64_t total_steps, std::FILE* out, Style style, std::string rate_unit)
+    : total_(total_steps),
+      out_(out),
+      style_(resolve(style, out)),
+      rate_unit_(std::move(rate_unit)),
+      start_(std::chrono::steady_clock::now()),
+      last_draw_(start_) {}
 
 std::size_t ProgressBar::width() const {
   int columns = 0;
@@ -62,7 +67,7 @@ std::string ProgressBar::fit(const std::string& full, const std::string& compact
   return compact.size() <= room ? compact : compact.substr(0, room);
 }
 
-void ProgressBar::update(std::int64_t steps_done, const OrderedLogs& logs, double images_per_second) {
+void ProgressBar::update(std::int64_t steps_done, const OrderedLogs& logs, double samples_per_second) {
   const auto now = std::chrono::steady_clock::now();
   if (first_step_ < 0) first_step_ = steps_done - 1;  // a resumed epoch starts part-way
   const double elapsed = std::chrono::duration<double>(now - start_).count();
@@ -77,8 +82,8 @@ void ProgressBar::update(std::int64_t steps_done, const OrderedLogs& logs, doubl
     const auto filled = total_ > 0 ? static_cast<int>(kBarWidth * steps_done / total_) : kBarWidth;
     std::string bar(static_cast<std::size_t>(filled), '=');
     if (filled < kBarWidth) bar += '>' + std::string(static_cast<std::size_t>(kBarWidth - filled - 1), '.');
-    const std::string line = fmt::format("{:>{}}/{} [{}] - ETA: {} - {}{} - {:.0f} img/s", steps_done, digits, total_, bar,
-                                         format_duration(eta), format_step_time(per_step), format_logs(logs), images_per_second);
+    const std::string line = fmt::format("{:>{}}/{} [{}] - ETA: {} - {}{} - {:.0f} {}", steps_done, digits, total_, bar,
+                                         format_duration(eta), format_step_time(per_step), format_logs(logs), samples_per_second, rate_unit_);
     const std::string compact = fmt::format("{}/{}{}", steps_done, total_, format_logs(logs));
     fmt::print(out_, "\r{}\x1b[K", fit(line, compact));
     std::fflush(out_);
@@ -86,20 +91,20 @@ void ProgressBar::update(std::int64_t steps_done, const OrderedLogs& logs, doubl
   }
   if (steps_done < next_plain_report_ || steps_done == total_) return;
   next_plain_report_ = steps_done + std::max<std::int64_t>(1, total_ / 10);
-  fmt::print(out_, "{:>{}}/{} - ETA: {} - {}{} - {:.0f} img/s\n", steps_done, digits, total_, format_duration(eta),
-             format_step_time(per_step), format_logs(logs), images_per_second);
+  fmt::print(out_, "{:>{}}/{} - ETA: {} - {}{} - {:.0f} {}\n", steps_done, digits, total_, format_duration(eta),
+             format_step_time(per_step), format_logs(logs), samples_per_second, rate_unit_);
   std::fflush(out_);
 }
 
-void ProgressBar::finish(const OrderedLogs& logs, double seconds, double images_per_second) {
+void ProgressBar::finish(const OrderedLogs& logs, double seconds, double samples_per_second) {
   const int digits = static_cast<int>(std::to_string(total_).size());
   const auto taken = static_cast<double>(std::max<std::int64_t>(total_ - std::max<std::int64_t>(first_step_, 0), 1));
-  const std::string line = fmt::format("{:>{}}/{} [{}] - {} {}{} - {:.0f} img/s", total_, digits, total_,
+  const std::string line = fmt::format("{:>{}}/{} [{}] - {} {}{} - {:.0f} {}", total_, digits, total_,
                                        std::string(kBarWidth, '='), format_duration(seconds),
-                                       format_step_time(seconds / taken), format_logs(logs), images_per_second);
+                                       format_step_time(seconds / taken), format_logs(logs), samples_per_second, rate_unit_);
   // The epoch's line stays on the screen: on a narrow terminal it loses the bar, never a number.
-  const std::string compact = fmt::format("{}/{} - {} {}{} - {:.0f} img/s", total_, total_, format_duration(seconds),
-                                          format_step_time(seconds / taken), format_logs(logs), images_per_second);
+  const std::string compact = fmt::format("{}/{} - {} {}{} - {:.0f} {}", total_, total_, format_duration(seconds),
+                                          format_step_time(seconds / taken), format_logs(logs), samples_per_second, rate_unit_);
   if (style_ == Style::Bar) fmt::print(out_, "\r{}\x1b[K\n", line.size() <= width() ? line : compact);
   else fmt::print(out_, "{}\n", line);
   std::fflush(out_);

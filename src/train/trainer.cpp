@@ -444,7 +444,7 @@ History Trainer::run(const data::Dataset& train, const FitOptions& options) {
     const auto style = options.verbosity == Verbosity::Lines    ? ProgressBar::Style::Lines
                        : options.verbosity == Verbosity::Epochs ? ProgressBar::Style::EpochOnly
                                                                 : ProgressBar::Style::Auto;
-    ProgressBar progress(epoch_batches, stdout, style);
+    ProgressBar progress(epoch_batches, stdout, style, model_.input_shape().rank() == 3 ? "img/s" : "samples/s");
     const auto epoch_start = Clock::now();
     Totals totals = new_totals();
     auto host_batches = loader.epoch(epoch, position.batch_in_epoch);

@@ -183,6 +183,16 @@ bad_err=$(grep -v -E "^\[$names\] err-$ids-[0-9]+-b{51}end\$|^cohort-launch: " "
 "$launcher" --workers=abc -- true >"$work/out" 2>"$work/err"
 { [ $? -eq 2 ] && [ "$(wc -l <"$work/err")" -eq 1 ] && grep -q -- '--workers' "$work/err"; } || fail "a bad --workers is not one line naming it"
 "$launcher" --host localhost -- true >/dev/null 2>&1 || fail "--host localhost is refused"
+# A program that cannot run is refused before any process starts, naming why; the thread default is said.
+for missing in "$work/no-such-program" no-such-program-on-path "$work"; do
+  "$launcher" --workers 2 -- "$missing" >"$work/out" 2>"$work/err"
+  { [ $? -eq 2 ] && grep -q "cannot run $missing: " "$work/err" && ! grep -q 'started' "$work/err"; } ||
+    fail "a program that cannot run ($missing) is not refused up front: $(cat "$work/err")"
+done
+env -u OMP_NUM_THREADS "$launcher" --workers 2 --ps 1 -- true >/dev/null 2>"$work/err" || fail "a job of true failed"
+grep -q 'OMP_NUM_THREADS=[0-9]* for each worker, 1 for each parameter server' "$work/err" || fail "the thread default is not said"
+OMP_NUM_THREADS=1 "$launcher" -- true >/dev/null 2>"$work/err"
+! grep -q 'OMP_NUM_THREADS=' "$work/err" || fail "the thread default is said though OMP_NUM_THREADS is set"
 
 # 8. On a terminal the chief's progress bar (a line redrawn with carriage returns) is shown live, before
 # its newline arrives. `script` gives the launcher a pseudo-terminal.

@@ -1,5 +1,8 @@
 #include <catch2/catch.hpp>
 #include <fstream>
+#include <unistd.h>
+
+#include <cstdio>
 
 #include "cohort/core/error.hpp"
 #include "cohort/core/settings.hpp"
@@ -115,6 +118,34 @@ TEST_CASE("a diverging run stops with an error that names the step", "[train]") 
                     Catch::Contains("training loss became"));
 }
 
+TEST_CASE("fit shows the rate in images for image inputs and in samples for others", "[train]") {
+  // What fit() prints on stdout, which the test takes over for the run.
+  const auto printed = [](nn::Sequential& model, const data::Dataset& set) {
+    std::FILE* captured = std::tmpfile();
+    REQUIRE(captured != nullptr);
+    std::fflush(stdout);
+    const int saved = ::dup(STDOUT_FILENO);
+    ::dup2(::fileno(captured), STDOUT_FILENO);
+    Trainer(model, optim::SGD()).fit(set, {.epochs = 1, .batch_size = 16, .verbosity = train::Verbosity::Lines});
+    std::fflush(stdout);
+    ::dup2(saved, STDOUT_FILENO);
+    ::close(saved);
+    std::rewind(captured);
+    std::string text;
+    for (int c; (c = std::fgetc(captured)) != EOF;) text += static_cast<char>(c);
+    std::fclose(captured);
+    return text;
+  };
+  nn::Sequential images = tiny_cnn();
+  const std::string image_run = printed(images, synthetic_set());
+  CHECK(image_run.find(" img/s") != std::string::npos);
+  nn::Sequential rows({6}, 1);
+  rows.add(nn::Dense(4)).add(nn::Softmax());
+  const std::string row_run = printed(rows, data::make_synthetic({.samples = 64, .sample_shape = {6}, .classes = 4}));
+  CHECK(row_run.find(" samples/s") != std::string::npos);
+  CHECK(row_run.find("img/s") == std::string::npos);
+}
+
 TEST_CASE("the progress bar: loss first, metrics in the order given, time per step, cut to the width", "[train]") {
   ScratchDirectory scratch("progress");
   const auto path = scratch.path() / "progress.txt";
@@ -125,6 +156,10 @@ TEST_CASE("the progress bar: loss first, metrics in the order given, time per st
     train::ProgressBar lines(20, out, train::ProgressBar::Style::Lines);
     for (int step = 1; step <= 20; ++step) lines.update(step, logs, 100);
     lines.finish(logs, 2.0, 100);
+  }
+  {
+    train::ProgressBar rows(20, out, train::ProgressBar::Style::Lines, "samples/s");  // not images
+    rows.finish(logs, 2.0, 100);
   }
   {
     ::setenv("COLUMNS", "60", 1);
@@ -138,6 +173,8 @@ TEST_CASE("the progress bar: loss first, metrics in the order given, time per st
   const auto first_line = text.substr(0, text.find('\n'));
   CHECK(first_line.find("/step - loss: 0.5000 - top_3_accuracy: 0.9000 - accuracy: 0.7500") != std::string::npos);
   CHECK(text.find("20/20 [==============================] - 2s 100ms/step - loss: 0.5000") != std::string::npos);
+  CHECK(text.find("100 img/s") != std::string::npos);
+  CHECK(text.find("100 samples/s") != std::string::npos);
   const auto redraw = text.substr(text.rfind('\r') + 1);
   CHECK(redraw.size() <= 59 + 3);  // the line, then the erase-to-end sequence
   CHECK(redraw.find("loss: 0.5000 - top_3_accuracy: 0.9000") != std::string::npos);  // the bar went, not the numbers

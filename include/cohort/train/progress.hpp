@@ -1,6 +1,7 @@
 #pragma once
 // ProgressBar: Keras-like progress of an epoch: step count, bar, ETA, time per step, the loss first, then
-// the metrics in the order given, and images/s, cut to the terminal's width. On a terminal it redraws
+// the metrics in the order given, and the sample rate (img/s for images, samples/s for other inputs), cut
+// to the terminal's width. On a terminal it redraws
 // one line; otherwise it prints a plain log line about every tenth of the epoch. COHORT_PROGRESS=bar or
 // =lines overrides that choice (cohort-launch sets bar for the chief when its own output is a terminal,
 // and shows the chief's bar as a live line).
@@ -23,10 +24,11 @@ using OrderedLogs = std::vector<std::pair<std::string, double>>;
 class ProgressBar {
  public:
   enum class Style { Auto, Bar, Lines, EpochOnly };
-  ProgressBar(std::int64_t total_steps, std::FILE* out, Style style = Style::Auto);
+  // `rate_unit` names the samples' rate: "img/s", or "samples/s" where the samples are not images.
+  ProgressBar(std::int64_t total_steps, std::FILE* out, Style style = Style::Auto, std::string rate_unit = "img/s");
 
-  void update(std::int64_t steps_done, const OrderedLogs& logs, double images_per_second);
-  void finish(const OrderedLogs& logs, double seconds, double images_per_second);
+  void update(std::int64_t steps_done, const OrderedLogs& logs, double samples_per_second);
+  void finish(const OrderedLogs& logs, double seconds, double samples_per_second);
 
  private:
   // Columns a drawn line may take: the terminal's (or COLUMNS) less one.
@@ -37,6 +39,7 @@ class ProgressBar {
   std::int64_t total_;
   std::FILE* out_;
   Style style_;
+  std::string rate_unit_;
   std::int64_t first_step_ = -1;
   std::int64_t next_plain_report_ = 0;
   std::chrono::steady_clock::time_point start_, last_draw_;
