@@ -22,11 +22,8 @@ int main(int argc, char** argv) try {
   const bool cifar = !options.data_dir.empty() && data::Cifar10::present(options.data_dir);
   if (!options.data_dir.empty() && !cifar)
     log::warning("{} does not hold the CIFAR-10 binary files (data_batch_1..5.bin, test_batch.bin)", options.data_dir);
-  const std::string fashion_dir = cifar || options.data_dir.empty() ? data::FashionMnist::kDebianDirectory : options.data_dir;
-  if (!cifar && !data::FashionMnist::present(fashion_dir))
-    throw DataError(fmt::format("no data: neither CIFAR-10 in '{}' nor Fashion-MNIST in {} (apt-get install "
-                                "dataset-fashion-mnist)",
-                                options.data_dir, fashion_dir));
+  // Without CIFAR-10 the flagship trains on Fashion-MNIST.
+  const auto fashion_dir = cifar ? std::filesystem::path() : app::fashion_mnist_directory(options.data_dir);
   data::ImageDataset train_set = cifar ? data::Cifar10::train(options.data_dir) : data::FashionMnist::train(fashion_dir);
   const data::ImageDataset test_set = cifar ? data::Cifar10::test(options.data_dir) : data::FashionMnist::test(fashion_dir);
   if (options.train_samples > 0) train_set = train_set.head(options.train_samples);

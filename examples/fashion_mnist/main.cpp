@@ -20,7 +20,7 @@ int main(int argc, char** argv) try {
   const int replicas = cluster.spec().replicas();
   const auto strategy = train::strategy_for(cluster, app::distributed_options(options));
   const bool chief = strategy->is_chief();
-  const std::string dir = options.data_dir.empty() ? data::FashionMnist::kDebianDirectory : options.data_dir;
+  const auto dir = app::fashion_mnist_directory(options.data_dir);
   data::ImageDataset train_set = data::FashionMnist::train(dir);
   const data::ImageDataset test_set = data::FashionMnist::test(dir);
   if (options.train_samples > 0) train_set = train_set.head(options.train_samples);

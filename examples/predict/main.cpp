@@ -8,16 +8,16 @@
 using namespace cohort;
 
 int main(int argc, char** argv) try {
-  std::string model_path, data_dir = data::FashionMnist::kDebianDirectory;
+  std::string model_path, data_dir;
   std::int64_t batch_size = 500;
   CLI::App cli{"Loads a model file and reports its accuracy on the Fashion-MNIST test set."};
   cli.add_option("model", model_path, "a file written by nn::save_model")->required();
-  cli.add_option("--data-dir", data_dir, "Fashion-MNIST directory");
+  cli.add_option("--data-dir", data_dir, "Fashion-MNIST directory (default: Debian's dataset-fashion-mnist)");
   cli.add_option("--batch-size", batch_size, "images per forward pass")->check(app::whole_number(1, 1 << 20));
   app::parse_or_exit(cli, argc, argv);
   app::check_settings_or_exit();
   nn::Sequential model = nn::load_model(model_path);
-  const data::ImageDataset test_set = data::FashionMnist::test(data_dir);
+  const data::ImageDataset test_set = data::FashionMnist::test(app::fashion_mnist_directory(data_dir));
   const data::DataLoader loader(test_set, {.batch_size = batch_size, .shuffle = false});
   std::int64_t correct = 0;
   auto batches = loader.epoch(0);

@@ -11,6 +11,7 @@
 #include "cohort/core/error.hpp"
 #include "cohort/core/logging.hpp"
 #include "cohort/core/settings.hpp"
+#include "cohort/data/idx.hpp"
 #include "cohort/ps/consistency.hpp"
 #include "cohort/ps/placement.hpp"
 #include "cohort/tensor/devices.hpp"
@@ -173,6 +174,15 @@ train::Verbosity verbosity(const TrainingOptions& options) {
   if (options.verbosity == "epochs") return train::Verbosity::Epochs;
   if (options.verbosity == "silent") return train::Verbosity::Silent;
   return train::Verbosity::Auto;
+}
+
+std::filesystem::path fashion_mnist_directory(const std::string& data_dir) {
+  const std::filesystem::path directory = data_dir.empty() ? data::FashionMnist::kDebianDirectory : data_dir;
+  if (const std::string absent = data::FashionMnist::absence(directory); !absent.empty())
+    throw DataError(fmt::format("no Fashion-MNIST data: {} (apt-get install dataset-fashion-mnist puts it in {}; "
+                                "--data-dir DIR reads it from another directory)",
+                                absent, data::FashionMnist::kDebianDirectory));
+  return directory;
 }
 
 }  // namespace cohort::app

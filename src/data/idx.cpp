@@ -1,6 +1,11 @@
 #include "cohort/data/idx.hpp"
 
+#include <sys/stat.h>
+#include <unistd.h>
 #include <zlib.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include "cohort/core/check.hpp"
 
@@ -16,7 +21,7 @@ constexpr std::int64_t kReadStep = std::int64_t{16} << 20;
 class GzFile {
  public:
   explicit GzFile(const std::filesystem::path& path) : path_(path), file_(gzopen(path.c_str(), "rb")) {
-    if (file_ == nullptr) throw DataError(fmt::format("IDX file {}: cannot open it", path.string()));
+    if (file_ == nullptr) throw DataError(fmt::format("IDX file {}: cannot open it: {}", path.string(), std::strerror(errno)));
   }
   ~GzFile() { gzclose(file_); }
   GzFile(const GzFile&) = delete;
@@ -140,11 +145,18 @@ ImageDataset FashionMnist::test(const std::filesystem::path& directory) {
   return read(directory / "t10k-images-idx3-ubyte.gz", directory / "t10k-labels-idx1-ubyte.gz");
 }
 
-bool FashionMnist::present(const std::filesystem::path& directory) {
+bool FashionMnist::present(const std::filesystem::path& directory) { return absence(directory).empty(); }
+
+std::string FashionMnist::absence(const std::filesystem::path& directory) {
+  struct stat status {};
+  if (::stat(directory.c_str(), &status) != 0) return fmt::format("{}: {}", directory.string(), std::strerror(errno));
+  if (!S_ISDIR(status.st_mode)) return fmt::format("{}: not a directory", directory.string());
   for (const char* f : {"train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz", "t10k-images-idx3-ubyte.gz",
-                        "t10k-labels-idx1-ubyte.gz"})
-    if (!std::filesystem::is_regular_file(directory / f)) return false;
-  return true;
+                        "t10k-labels-idx1-ubyte.gz"}) {
+    const auto file = directory / f;
+    if (::access(file.c_str(), R_OK) != 0) return fmt::format("{}: {}", file.string(), std::strerror(errno));
+  }
+  return {};
 }
 
 }  // namespace cohort::data

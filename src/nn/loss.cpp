@@ -135,9 +135,11 @@ void check_loss_fits(const Loss& loss, const LossFit& fit) {
   if (is_categorical(loss)) {
     check_class_targets(name, fit, std::holds_alternative<CategoricalCrossentropy>(loss));
   } else {
-    check_targets_shaped_like_output(name, fit);
     COHORT_CHECK(!std::holds_alternative<BinaryCrossentropy>(loss) || fit.target_shape.rank() > 0 || fit.num_classes == 2,
-                 "binary_crossentropy on class indices needs 2 classes, the data set has {}", fit.num_classes);
+                 "binary_crossentropy on class indices needs 2 classes, the data set has {}: for one of {} classes per "
+                 "sample use sparse_categorical_crossentropy (nn::SparseCategoricalCrossentropy) over {} outputs",
+                 fit.num_classes, fit.num_classes, fit.num_classes);
+    check_targets_shaped_like_output(name, fit);
   }
   if (const auto needed = probability_activation(loss)) check_probabilities(name, fit, *needed, expects_logits(loss));
 }

