@@ -179,3 +179,9 @@ TEST_CASE("an unknown COHORT_COMMUNICATOR is refused by name", "[train][distribu
   CHECK(train::strategy_for(single)->name() == "local");
   ::unsetenv("COHORT_COMMUNICATOR");
 }
+
+TEST_CASE("a ring-allreduce process goes by the cluster's name of it, as in its logs and errors", "[train][distributed]") {
+  comm::InProcessGroup group(2, std::chrono::seconds(10), {"chief 0 (127.0.0.1:4000)", "worker 0 (127.0.0.1:4001)"});
+  CHECK(train::RingAllreduce(group.transport(0)).process_name() == "chief 0");
+  CHECK(train::RingAllreduce(group.transport(1)).process_name() == "worker 0");
+}

@@ -48,6 +48,9 @@ class Communicator {
   virtual std::string name() const = 0;
   virtual int rank() const = 0;
   virtual int size() const = 0;
+  // How the job names `rank` ("worker 0"): the transport's name without its address where the
+  // communicator has one, else "rank N".
+  virtual std::string process_name(int rank) const { return "rank " + std::to_string(rank); }
   // Whether buffers on `device` can be handed over as they are.
   virtual bool accepts(Device device) const = 0;
   // How long a caller should wait for one whole collective before declaring the group stuck.

@@ -58,7 +58,7 @@ class RingAllreduce : public Strategy {
   std::string name() const override;
   int replicas() const override { return communicators_.front()->size(); }
   bool is_chief() const override { return communicators_.front()->rank() == 0; }
-  std::string process_name() const override { return "rank " + std::to_string(communicators_.front()->rank()); }
+  std::string process_name() const override { return communicators_.front()->process_name(communicators_.front()->rank()); }
   int process_index() const override { return communicators_.front()->rank(); }
   void initialize(nn::Sequential& model, optim::Optimizer& optimizer) override;
   void apply_gradients(nn::Sequential& model, optim::Optimizer& optimizer, std::int64_t samples) override;
