@@ -3,6 +3,7 @@
 
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <optional>
 #include <random>
@@ -64,6 +65,46 @@ class ScratchDirectory {
 
  private:
   std::filesystem::path path_;
+};
+
+// What the process writes to `fd` (STDOUT_FILENO, STDERR_FILENO) while this object lives: text() ends the
+// capture and returns it.
+class CapturedOutput {
+ public:
+  explicit CapturedOutput(int fd) : fd_(fd), file_(std::tmpfile()), saved_(::dup(fd)) {
+    REQUIRE(file_ != nullptr);
+    flush();
+    ::dup2(::fileno(file_), fd_);
+  }
+  ~CapturedOutput() {
+    restore();
+    std::fclose(file_);
+  }
+  CapturedOutput(const CapturedOutput&) = delete;
+  CapturedOutput& operator=(const CapturedOutput&) = delete;
+  std::string text() {
+    restore();
+    std::rewind(file_);
+    std::string text;
+    for (int c; (c = std::fgetc(file_)) != EOF;) text += static_cast<char>(c);
+    return text;
+  }
+
+ private:
+  static void flush() {
+    std::fflush(stdout);
+    std::fflush(stderr);
+  }
+  void restore() {
+    if (saved_ < 0) return;
+    flush();
+    ::dup2(saved_, fd_);
+    ::close(saved_);
+    saved_ = -1;
+  }
+  int fd_;
+  std::FILE* file_;
+  int saved_;
 };
 
 // Runs body(path) once per GEMM path this build has, with that path chosen; the earlier choice after.

@@ -278,22 +278,49 @@ Trainer::Totals Trainer::evaluate_share(const data::Dataset& dataset, std::int64
   return totals;
 }
 
-void Trainer::agree(TrainingControl& control) {
+void Trainer::agree(TrainingControl& control, std::string_view moment) {
   const auto requested = control.requested_learning_rate();
-  // The factors' sum and sum of squares reveal, identically on every process, a factor that differs.
+  // The factors' sum and sum of squares reveal, identically on every process, a factor that differs. Then
+  // which processes asked for a stop or a rate, so that the chief can say who decided.
   const double factor = optimizer_->learning_rate_factor();
-  std::array<double, 5> votes{control.stop_requested() ? 1.0 : 0.0, requested ? 1.0 : 0.0, requested.value_or(0.0), factor,
-                              factor * factor};
-  if (strategy_->sum_over_replicas(votes)) {
-    const double replicas = strategy_->replicas();
+  const int replicas = strategy_->replicas();
+  std::vector<double> votes{control.stop_requested() ? 1.0 : 0.0, requested ? 1.0 : 0.0, requested.value_or(0.0), factor,
+                            factor * factor};
+  votes.resize(kVotes + 2 * static_cast<std::size_t>(replicas), 0.0);
+  const auto me = static_cast<std::size_t>(strategy_->process_index());
+  if (me < static_cast<std::size_t>(replicas)) {
+    votes[kVotes + me] = votes[0];
+    votes[kVotes + static_cast<std::size_t>(replicas) + me] = votes[1];
+  }
+  const bool agreed = strategy_->sum_over_replicas(votes);
+  if (agreed) {
     const double mean = votes[3] / replicas;
     if (votes[4] / replicas - mean * mean > 1e-12 * mean * mean)
       throw Error(fmt::format("the processes' learning rates differ (this one's is {:.6g}): a callback changed the optimizer's "
                               "rate directly; use TrainingControl::set_learning_rate, which every process agrees on",
                               optimizer_->learning_rate()));
+    if (strategy_->is_chief() && replicas > 1) report_requests(votes, moment);
+  } else if (replicas > 1 && (votes[0] > 0 || votes[1] > 0)) {
+    log::warning("{} asked to {} {}, but under {} the processes do not wait for each other to agree: it applies to "
+                 "this process alone",
+                 strategy_->process_name(), votes[0] > 0 ? "stop" : "change the learning rate", moment, strategy_->name());
   }
   if (votes[1] > 0) optimizer_->set_learning_rate(votes[2] / votes[1]);
   control.set_agreed(votes[0] > 0);
+}
+
+void Trainer::report_requests(const std::vector<double>& votes, std::string_view moment) const {
+  const auto replicas = static_cast<std::size_t>(strategy_->replicas());
+  const auto who = [&](std::size_t first) {
+    std::vector<std::string> names;
+    for (std::size_t r = 0; r < replicas; ++r)
+      if (votes[first + r] > 0) names.push_back(strategy_->replica_name(static_cast<int>(r)));
+    return fmt::format("{}", fmt::join(names, ", "));
+  };
+  if (votes[0] > 0) log::info("{} asked to stop {}: every process stops", who(kVotes), moment);
+  if (votes[1] > 0)
+    log::info("{} asked for learning rate {:.6g} {}: every process takes it", who(kVotes + replicas),
+              votes[2] / votes[1], moment);
 }
 
 void Trainer::agree_on_gemm_path(TrainingPosition& position) {
@@ -424,7 +451,7 @@ History Trainer::run(const data::Dataset& train, const FitOptions& options) {
   const auto& callbacks = options.callbacks;
   const bool agree_every_step = strategy_->steps_in_lockstep();
   for (auto& callback : callbacks) callback->on_train_begin(control);
-  agree(control);
+  agree(control, "at the start of training");
   ModeGuard mode(model_);
   Logs last_logs;
   std::optional<Logs> partial_epoch;
@@ -432,7 +459,7 @@ History Trainer::run(const data::Dataset& train, const FitOptions& options) {
   bool run_ended = false;  // another process ended the run (a parameter-server chief that stopped)
   for (std::int64_t epoch = position.epoch; epoch < epochs && !control.stopping() && !run_ended && !step_limit_reached; ++epoch) {
     for (auto& callback : callbacks) callback->on_epoch_begin(epoch, control);
-    agree(control);
+    agree(control, fmt::format("before epoch {}", epoch + 1));
     if (control.stopping()) break;
     // One line per epoch: the header and the summary share it.
     if (verbose && options.epochs > 0)
@@ -472,7 +499,7 @@ History Trainer::run(const data::Dataset& train, const FitOptions& options) {
       passes = 0;
       ++position.global_step;
       for (auto& callback : callbacks) callback->on_batch_end(position.global_step, logs, control);
-      if (!callbacks.empty() && agree_every_step) agree(control);
+      if (!callbacks.empty() && agree_every_step) agree(control, fmt::format("after step {}", position.global_step));
       if (options.checkpoint_every_steps > 0 && position.global_step % options.checkpoint_every_steps == 0) save();
       step_limit_reached = options.max_steps > 0 && position.global_step >= options.max_steps;
       run_ended = strategy_->should_stop();
@@ -521,7 +548,7 @@ History Trainer::run(const data::Dataset& train, const FitOptions& options) {
     }
     last_logs = logs;
     for (auto& callback : callbacks) callback->on_epoch_end(epoch, logs, control);
-    agree(control);
+    agree(control, fmt::format("after epoch {}", epoch + 1));
     save();
   }
   History result = position.history;

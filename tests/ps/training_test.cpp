@@ -10,6 +10,7 @@
 #include "cohort/optim/adam.hpp"
 #include "cohort/optim/sgd.hpp"
 #include "ps/ps_test_util.hpp"
+#include "test_util.hpp"
 
 using namespace cohort;
 using ps_test::momentum_sgd;
@@ -158,6 +159,25 @@ TEST_CASE("Sync with a backup worker: late gradients are dropped and counted, tr
   const auto& stats = strategies[0]->final_server_stats();
   REQUIRE(stats.size() == 1);
   CHECK(stats[0].workers[2].dropped > 0);
+  // What the workers cannot agree on, a callback's request, is said where it is asked.
+  comm::InProcessGroup named(3, std::chrono::seconds(20), ps_test::process_names(2, 1));
+  std::vector<nn::Sequential> two;
+  for (int r = 0; r < 3; ++r) two.push_back(small_model());
+  test_util::CapturedOutput log(STDERR_FILENO);
+  ps_test::run_cluster(named, 2, 1, {.consistency = ps::Sync{.backup_workers = 1}}, [&](int r, auto strategy) {
+    Trainer trainer(two[static_cast<std::size_t>(r)], momentum_sgd(), strategy);
+    train::FitOptions options{.epochs = 2, .batch_size = 4, .seed = 4, .verbosity = train::Verbosity::Silent};
+    if (r == 1) {
+      auto stopper = std::make_shared<train::LambdaCallback>();
+      stopper->epoch_end = [](std::int64_t, const train::Logs&, train::TrainingControl& control) { control.stop(); };
+      options.callbacks.push_back(stopper);
+    }
+    trainer.fit(kSet, options);
+  });
+  const std::string said = log.text();
+  INFO(said);
+  CHECK(said.find("worker 1 asked to stop after epoch 1, but under parameter-server (sync, 1 backup worker") != std::string::npos);
+  CHECK(said.find("it applies to this process alone") != std::string::npos);
   CHECK(stats[0].workers[2].pushes < 20);  // the steps did not wait for it
   CHECK(stats[0].updates >= 20);
 }

@@ -137,11 +137,12 @@ TEST_CASE("regression on in-memory data, binary cross-entropy, top-k accuracy", 
 }
 
 TEST_CASE("under ring allreduce a callback's stop or learning-rate change takes effect on every rank", "[train][api][distributed]") {
-  comm::InProcessGroup group(2);
+  comm::InProcessGroup group(2, std::chrono::seconds(20), {"chief 0 (h:1)", "worker 0 (h:2)"});
   std::vector<nn::Sequential> models;
   for (int r = 0; r < 2; ++r) models.push_back(mlp(true));
   std::vector<train::History> histories(2);
   std::vector<double> rates(2);
+  test_util::CapturedOutput log(STDERR_FILENO);
   comm_test::run_ranks(2, [&](int rank) {
     auto strategy = std::make_shared<train::RingAllreduce>(group.transport(rank));
     Trainer trainer(models[static_cast<std::size_t>(rank)], adam(), strategy);
@@ -160,6 +161,12 @@ TEST_CASE("under ring allreduce a callback's stop or learning-rate change takes 
     histories[static_cast<std::size_t>(rank)] = trainer.fit(three_classes(), options);
     rates[static_cast<std::size_t>(rank)] = trainer.optimizer().learning_rate();
   });
+  // The chief says who decided what, once.
+  const std::string said = log.text();
+  INFO(said);
+  CHECK(said.find("worker 0 asked for learning rate 0.001 after epoch 1: every process takes it") != std::string::npos);
+  CHECK(said.find("chief 0 asked to stop after step 35: every process stops") != std::string::npos);
+  CHECK(said.find("asked to stop") == said.rfind("asked to stop"));  // by the chief alone
   // 300 samples, global batch 40: 8 steps per epoch; step 35 is in the fifth epoch.
   REQUIRE(histories[0].epochs.size() == 5);
   REQUIRE(histories[1].epochs.size() == 5);

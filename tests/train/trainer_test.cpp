@@ -1,8 +1,5 @@
 #include <catch2/catch.hpp>
 #include <fstream>
-#include <unistd.h>
-
-#include <cstdio>
 
 #include "cohort/core/error.hpp"
 #include "cohort/core/settings.hpp"
@@ -121,20 +118,9 @@ TEST_CASE("a diverging run stops with an error that names the step", "[train]") 
 TEST_CASE("fit shows the rate in images for image inputs and in samples for others", "[train]") {
   // What fit() prints on stdout, which the test takes over for the run.
   const auto printed = [](nn::Sequential& model, const data::Dataset& set) {
-    std::FILE* captured = std::tmpfile();
-    REQUIRE(captured != nullptr);
-    std::fflush(stdout);
-    const int saved = ::dup(STDOUT_FILENO);
-    ::dup2(::fileno(captured), STDOUT_FILENO);
+    test_util::CapturedOutput out(STDOUT_FILENO);
     Trainer(model, optim::SGD()).fit(set, {.epochs = 1, .batch_size = 16, .verbosity = train::Verbosity::Lines});
-    std::fflush(stdout);
-    ::dup2(saved, STDOUT_FILENO);
-    ::close(saved);
-    std::rewind(captured);
-    std::string text;
-    for (int c; (c = std::fgetc(captured)) != EOF;) text += static_cast<char>(c);
-    std::fclose(captured);
-    return text;
+    return out.text();
   };
   nn::Sequential images = tiny_cnn();
   const std::string image_run = printed(images, synthetic_set());

@@ -68,6 +68,7 @@ class ParameterServer : public Strategy {
   bool is_server() const override { return transport_.rank() >= workers_; }
   std::string process_name() const override;
   int process_index() const override { return transport_.rank(); }
+  std::string replica_name(int replica) const override { return name_of(replica); }
   void initialize(nn::Sequential& model, optim::Optimizer& optimizer) override;
   void apply_gradients(nn::Sequential& model, optim::Optimizer& optimizer, std::int64_t samples) override;
   // The servers update, shard by shard: they cannot agree on skipping a step.

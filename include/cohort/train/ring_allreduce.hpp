@@ -60,6 +60,7 @@ class RingAllreduce : public Strategy {
   bool is_chief() const override { return communicators_.front()->rank() == 0; }
   std::string process_name() const override { return communicators_.front()->process_name(communicators_.front()->rank()); }
   int process_index() const override { return communicators_.front()->rank(); }
+  std::string replica_name(int replica) const override { return communicators_.front()->process_name(replica); }
   void initialize(nn::Sequential& model, optim::Optimizer& optimizer) override;
   void apply_gradients(nn::Sequential& model, optim::Optimizer& optimizer, std::int64_t samples) override;
   void begin_gradients(nn::Sequential& model, std::int64_t samples) override;

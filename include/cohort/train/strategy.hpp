@@ -49,6 +49,10 @@ class Strategy {
   // strategy), and its position, trainers first: what names and orders its track on a timeline.
   virtual std::string process_name() const { return {}; }
   virtual int process_index() const { return 0; }
+  // The name of the process that is replica `replica` (0 .. replicas() - 1, the chief first).
+  virtual std::string replica_name(int replica) const {
+    return replica == process_index() && !process_name().empty() ? process_name() : "replica " + std::to_string(replica);
+  }
   // Brings the model's variables to their starting values (the chief's, in a distributed run).
   virtual void initialize(nn::Sequential& model, optim::Optimizer& optimizer) = 0;
   // Turns the gradients held by the model's trainable variables, computed over `samples` samples of this

@@ -20,6 +20,7 @@
 #include <filesystem>
 #include <memory>
 #include <optional>
+#include <string_view>
 #include <vector>
 
 #include "cohort/data/dataset.hpp"
@@ -126,8 +127,13 @@ class Trainer {
   Totals evaluate_share(const data::Dataset& dataset, std::int64_t batch_size, int replica, int replicas);
   // fit() itself; fit() tells the other processes why when it throws.
   History run(const data::Dataset& train, const FitOptions& options);
-  // Agrees on the callbacks' requests among the processes and applies what was agreed.
-  void agree(TrainingControl& control);
+  // Agrees on the callbacks' requests among the processes and applies what was agreed; the chief logs
+  // which processes asked for what, `moment` ("after epoch 2") saying when.
+  void agree(TrainingControl& control, std::string_view moment);
+  void report_requests(const std::vector<double>& votes, std::string_view moment) const;
+  // The agreement's votes: stop, rate requests, their sum, the rate factor and its square; then which
+  // replicas asked to stop, and which for a rate.
+  static constexpr std::size_t kVotes = 5;
   // Unless COHORT_GEMM chooses: the GEMM path a resumed run used before, else the chief's, for every
   // process that trains, so that runs repeat bit for bit; recorded in `position` for the checkpoints.
   void agree_on_gemm_path(TrainingPosition& position);
