@@ -331,7 +331,11 @@ bool Server::handle(int worker, const protocol::RequestHeader& header, const std
     }
     case proto::Kind::Done: {
       finish_worker_locked(worker);
-      if (worker == 0) run_ended_ = true;
+      if (worker == 0) {
+        run_ended_ = true;
+        // A rate agreed after the last push (a cut at the end of the last epoch) still reaches the servers.
+        optimizer_.set_learning_rate_factor(header.learning_rate_factor);
+      }
       lock.unlock();
       reply(worker, 0, {});
       return true;

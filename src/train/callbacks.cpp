@@ -43,7 +43,14 @@ bool BestSoFar::improves(const Logs& logs, double min_delta) {
 void TrainingControl::set_learning_rate(double learning_rate) {
   COHORT_CHECK(std::isfinite(learning_rate) && learning_rate > 0, "a learning rate must be positive and finite, got {}",
                learning_rate);
+  if (!factor_before_request_) factor_before_request_ = optimizer().learning_rate_factor();
   requested_learning_rate_ = learning_rate;
+  optimizer().set_learning_rate(learning_rate);
+}
+
+void TrainingControl::withdraw_local_rate() {
+  if (factor_before_request_) optimizer().set_learning_rate_factor(*factor_before_request_);
+  factor_before_request_.reset();
 }
 
 nn::Sequential& TrainingControl::model() { return trainer_.model(); }

@@ -256,6 +256,7 @@ void ParameterServer::finish(const History& history) {
     store_->pull();
     values_from_host();
   }
+  store_->set_learning_rate_factor(optimizer_->learning_rate_factor());
   store_->finish();
   if (!is_chief()) {
     await_end_of_run();

@@ -279,6 +279,7 @@ Trainer::Totals Trainer::evaluate_share(const data::Dataset& dataset, std::int64
 }
 
 void Trainer::agree(TrainingControl& control, std::string_view moment) {
+  control.withdraw_local_rate();
   const auto requested = control.requested_learning_rate();
   // The factors' sum and sum of squares reveal, identically on every process, a factor that differs. Then
   // which processes asked for a stop or a rate, so that the chief can say who decided.

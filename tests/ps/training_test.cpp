@@ -95,6 +95,27 @@ TEST_CASE("bfloat16 pushes train as float32 ones do, within bfloat16's rounding"
   CHECK(difference < 7 * 4 * unit_roundoff(DType::BFloat16) * magnitude);
 }
 
+TEST_CASE("a rate cut after the last push still reaches the servers", "[ps][train]") {
+  comm::InProcessGroup group(3);
+  std::vector<nn::Sequential> models;
+  for (int r = 0; r < 3; ++r) models.push_back(small_model());
+  std::vector<double> rates(3);
+  ps_test::run_cluster(group, 2, 1, {}, [&](int r, auto strategy) {
+    Trainer trainer(models[static_cast<std::size_t>(r)], momentum_sgd(), strategy);
+    train::FitOptions options{.epochs = 2, .batch_size = 4, .seed = 4, .verbosity = train::Verbosity::Silent};
+    auto cutter = std::make_shared<train::LambdaCallback>();
+    cutter->epoch_end = [](std::int64_t epoch, const train::Logs&, train::TrainingControl& control) {
+      if (epoch == 1) control.set_learning_rate(0.01);  // after the run's last push
+    };
+    options.callbacks.push_back(cutter);
+    trainer.fit(kSet, options);
+    rates[static_cast<std::size_t>(r)] = trainer.optimizer().learning_rate();
+  });
+  CHECK(rates[0] == Approx(0.01));
+  CHECK(rates[1] == Approx(0.01));
+  CHECK(rates[2] == Approx(0.01));  // the server's optimizer
+}
+
 TEST_CASE("BatchNorm moving statistics are kept on the servers and agree everywhere", "[ps][train]") {
   comm::InProcessGroup group(3);
   std::vector<nn::Sequential> models;

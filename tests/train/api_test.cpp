@@ -177,6 +177,27 @@ TEST_CASE("under ring allreduce a callback's stop or learning-rate change takes 
   CHECK(all_values(models[0]) == all_values(models[1]));
 }
 
+TEST_CASE("a rate a callback sets is seen by the callbacks after it in the same hook", "[train][api]") {
+  nn::Sequential model = mlp(true);
+  Trainer trainer(model, adam());
+  auto options = quiet(2);
+  auto cutter = std::make_shared<train::LambdaCallback>();
+  cutter->epoch_end = [](std::int64_t, const train::Logs&, train::TrainingControl& control) {
+    control.set_learning_rate(control.optimizer().learning_rate() / 4);
+  };
+  std::vector<double> seen;
+  auto watcher = std::make_shared<train::LambdaCallback>();
+  watcher->epoch_end = [&](std::int64_t, const train::Logs&, train::TrainingControl& control) {
+    seen.push_back(control.optimizer().learning_rate());
+  };
+  options.callbacks = {cutter, watcher};
+  trainer.fit(three_classes(), options);
+  REQUIRE(seen.size() == 2);
+  CHECK(seen[0] == Approx(1e-2 / 4));
+  CHECK(seen[1] == Approx(1e-2 / 16));
+  CHECK(trainer.optimizer().learning_rate() == Approx(1e-2 / 16));
+}
+
 TEST_CASE("a rate changed behind the agreement's back is caught, not left to split the replicas", "[train][api][distributed]") {
   comm::InProcessGroup group(2);
   std::vector<nn::Sequential> models;

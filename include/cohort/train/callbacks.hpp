@@ -38,7 +38,8 @@ class TrainingControl {
 
   // Ends training at the next agreement point.
   void stop() { stop_requested_ = true; }
-  // Sets the optimizer's learning rate at the next agreement point.
+  // Sets the optimizer's learning rate: on this process at once (the callbacks that follow see it), on
+  // every process at the next agreement point, which may settle on another (the mean of all requests).
   void set_learning_rate(double learning_rate);
 
   // What this process asked for since the last agreement.
@@ -53,6 +54,9 @@ class TrainingControl {
 
   // True once the processes agreed to stop.
   bool stopping() const { return stopping_; }
+  // For the trainer, before agreeing: puts back the rate factor this process had before its own request,
+  // so that every process votes from the same state.
+  void withdraw_local_rate();
   // For the trainer, after agreeing: whether to stop; the requests are spent.
   void set_agreed(bool stop);
 
@@ -62,6 +66,7 @@ class TrainingControl {
   bool stop_requested_ = false;
   bool stopping_ = false;
   std::optional<double> requested_learning_rate_;
+  std::optional<double> factor_before_request_;
 };
 
 class Callback {
