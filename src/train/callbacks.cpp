@@ -2,6 +2,7 @@
 
 #include <fmt/args.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -56,6 +57,13 @@ void TrainingControl::withdraw_local_rate() {
 nn::Sequential& TrainingControl::model() { return trainer_.model(); }
 optim::Optimizer& TrainingControl::optimizer() { return trainer_.optimizer(); }
 
+void TrainingControl::require_on_every_process(const std::string& what) {
+  if (std::find(required_everywhere_.begin(), required_everywhere_.end(), what) == required_everywhere_.end())
+    required_everywhere_.push_back(what);
+}
+
+bool TrainingControl::variables_on_servers() const { return trainer_.strategy().variables_on_servers(); }
+
 void TrainingControl::set_agreed(bool stop) {
   stopping_ = stopping_ || stop;
   stop_requested_ = false;
@@ -86,7 +94,13 @@ EarlyStopping::EarlyStopping(EarlyStoppingOptions options)
   COHORT_CHECK(options_.patience >= 0 && options_.min_delta >= 0, "EarlyStopping needs patience and min_delta >= 0");
 }
 
-void EarlyStopping::on_train_begin(TrainingControl&) {
+void EarlyStopping::on_train_begin(TrainingControl& control) {
+  if (options_.restore_best_weights) {
+    COHORT_CHECK(!control.variables_on_servers(),
+                 "EarlyStopping(restore_best_weights) cannot put back variables that parameter servers hold (the "
+                 "servers would keep the last ones); keep the best model with ModelCheckpoint(save_best_only) instead");
+    control.require_on_every_process("EarlyStopping(restore_best_weights)");
+  }
   best_.reset();
   waited_ = 0;
   stopped_epoch_.reset();

@@ -2,7 +2,9 @@
 
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <array>
+#include <functional>
 #include <cctype>
 #include <chrono>
 #include <cmath>
@@ -310,6 +312,23 @@ void Trainer::agree(TrainingControl& control, std::string_view moment) {
   control.set_agreed(votes[0] > 0);
 }
 
+void Trainer::check_required_everywhere(const TrainingControl& control) {
+  std::vector<std::string> required = control.required_on_every_process();
+  std::sort(required.begin(), required.end());
+  const std::string joined = fmt::format("{}", fmt::join(required, ", "));
+  // A 12-bit digest, 0 for none: the sums of the processes' digests and of their squares stay exact in
+  // double, and (sum)^2 == n x (sum of squares) exactly when every process has the same one.
+  constexpr std::size_t kDigests = 4095;
+  const double digest = joined.empty() ? 0.0 : 1.0 + static_cast<double>(std::hash<std::string>{}(joined) % kDigests);
+  std::array<double, 2> sums{digest, digest * digest};
+  if (!strategy_->sum_over_replicas(sums)) return;
+  if (sums[0] * sums[0] != static_cast<double>(strategy_->replicas()) * sums[1])
+    throw InvalidArgument(fmt::format("{} runs {}, but not every process that trains runs the same: a callback that changes "
+                                      "the variables itself must run on every process, or the replicas would part",
+                                      strategy_->process_name(),
+                                      joined.empty() ? "none of the callbacks that must run everywhere" : joined));
+}
+
 void Trainer::report_requests(const std::vector<double>& votes, std::string_view moment) const {
   const auto replicas = static_cast<std::size_t>(strategy_->replicas());
   const auto who = [&](std::size_t first) {
@@ -452,6 +471,7 @@ History Trainer::run(const data::Dataset& train, const FitOptions& options) {
   const auto& callbacks = options.callbacks;
   const bool agree_every_step = strategy_->steps_in_lockstep();
   for (auto& callback : callbacks) callback->on_train_begin(control);
+  check_required_everywhere(control);
   agree(control, "at the start of training");
   ModeGuard mode(model_);
   Logs last_logs;

@@ -198,6 +198,50 @@ TEST_CASE("a rate a callback sets is seen by the callbacks after it in the same 
   CHECK(trainer.optimizer().learning_rate() == Approx(1e-2 / 16));
 }
 
+TEST_CASE("EarlyStopping(restore_best_weights) runs on every replica or on none, and not over parameter servers",
+          "[train][api][distributed]") {
+  const auto run = [](bool on_chief, bool on_worker) {
+    comm::InProcessGroup group(2, std::chrono::seconds(20), {"chief 0 (h:1)", "worker 0 (h:2)"});
+    std::vector<nn::Sequential> models;
+    for (int r = 0; r < 2; ++r) models.push_back(mlp(true));
+    std::vector<std::string> errors(2);
+    comm_test::run_ranks(2, [&](int rank) {
+      Trainer trainer(models[static_cast<std::size_t>(rank)], adam(), std::make_shared<train::RingAllreduce>(group.transport(rank)));
+      auto options = quiet(6, &three_classes());
+      if (rank == 0 ? on_chief : on_worker)
+        options.callbacks.push_back(std::make_shared<train::EarlyStopping>(train::EarlyStoppingOptions{
+            .monitor = "learning_rate", .min_delta = 1.0, .patience = 2, .mode = train::Mode::Min, .restore_best_weights = true}));
+      try {
+        trainer.fit(three_classes(), options);
+      } catch (const InvalidArgument& e) {
+        errors[static_cast<std::size_t>(rank)] = e.what();
+      }
+    });
+    CHECK(all_values(models[0]) == all_values(models[1]));
+    return errors;
+  };
+  const auto alone = run(false, true);
+  CHECK(alone[0].find("chief 0 runs none of the callbacks that must run everywhere") != std::string::npos);
+  CHECK(alone[1].find("worker 0 runs EarlyStopping(restore_best_weights), but not every process") != std::string::npos);
+  for (const auto& error : run(true, true)) CHECK(error.empty());
+
+  comm::InProcessGroup group(3);
+  std::vector<nn::Sequential> models;
+  for (int r = 0; r < 3; ++r) models.push_back(mlp(true));
+  std::vector<std::string> errors(3);
+  comm_test::run_ranks(3, [&](int rank) {
+    Trainer trainer(models[static_cast<std::size_t>(rank)], adam(), std::make_shared<train::ParameterServer>(group.transport(rank), 2));
+    auto options = quiet(2);
+    options.callbacks.push_back(std::make_shared<train::EarlyStopping>(train::EarlyStoppingOptions{.restore_best_weights = true}));
+    try {
+      trainer.fit(three_classes(), options);
+    } catch (const std::exception& e) {
+      errors[static_cast<std::size_t>(rank)] = e.what();
+    }
+  });
+  CHECK(errors[0].find("cannot put back variables that parameter servers hold") != std::string::npos);
+}
+
 TEST_CASE("a rate changed behind the agreement's back is caught, not left to split the replicas", "[train][api][distributed]") {
   comm::InProcessGroup group(2);
   std::vector<nn::Sequential> models;

@@ -23,6 +23,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "cohort/nn/sequential.hpp"
 #include "cohort/optim/optimizer.hpp"
@@ -54,6 +55,13 @@ class TrainingControl {
 
   // True once the processes agreed to stop.
   bool stopping() const { return stopping_; }
+  // In on_train_begin: `what` (a callback that changes the variables itself) must run on every process
+  // that trains, or the replicas would part; fit() fails naming it when some process lacks it.
+  void require_on_every_process(const std::string& what);
+  const std::vector<std::string>& required_on_every_process() const { return required_everywhere_; }
+  // Whether the variables live on parameter servers, which a callback cannot write.
+  bool variables_on_servers() const;
+
   // For the trainer, before agreeing: puts back the rate factor this process had before its own request,
   // so that every process votes from the same state.
   void withdraw_local_rate();
@@ -67,6 +75,7 @@ class TrainingControl {
   bool stopping_ = false;
   std::optional<double> requested_learning_rate_;
   std::optional<double> factor_before_request_;
+  std::vector<std::string> required_everywhere_;
 };
 
 class Callback {
@@ -123,7 +132,9 @@ struct EarlyStoppingOptions {
   double min_delta = 0;
   std::int64_t patience = 0;
   Mode mode = Mode::Auto;
-  // Puts back the variables of the best epoch when it stops training.
+  // Puts back the variables of the best epoch when it stops training. In a distributed run every process
+  // that trains must run it (fit() fails naming it otherwise); over parameter servers it is refused, since
+  // the servers hold the variables.
   bool restore_best_weights = false;
 };
 

@@ -66,6 +66,7 @@ class ParameterServer : public Strategy {
   int replicas() const override { return workers_; }
   bool is_chief() const override { return transport_.rank() == 0; }
   bool is_server() const override { return transport_.rank() >= workers_; }
+  bool variables_on_servers() const override { return true; }
   std::string process_name() const override;
   int process_index() const override { return transport_.rank(); }
   std::string replica_name(int replica) const override { return name_of(replica); }

@@ -82,6 +82,8 @@ class Strategy {
   // A process that serves instead of training (a parameter server): fit() calls serve() after
   // initialize() and returns what it returns, the run's history, when the run is over.
   virtual bool is_server() const { return false; }
+  // Whether the variables live on parameter servers: what a process writes into its model is not theirs.
+  virtual bool variables_on_servers() const { return false; }
   virtual History serve(nn::Sequential& model, optim::Optimizer& optimizer, const std::filesystem::path& checkpoint_dir);
   // True once another process has ended the run (the chief stopped early): this one stops too.
   virtual bool should_stop() const { return false; }
