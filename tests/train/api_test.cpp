@@ -213,7 +213,7 @@ TEST_CASE("EarlyStopping(restore_best_weights) runs on every replica or on none,
             .monitor = "learning_rate", .min_delta = 1.0, .patience = 2, .mode = train::Mode::Min, .restore_best_weights = true}));
       try {
         trainer.fit(three_classes(), options);
-      } catch (const InvalidArgument& e) {
+      } catch (const std::exception& e) {  // its own refusal, or the other's, which may come first
         errors[static_cast<std::size_t>(rank)] = e.what();
       }
     });
@@ -221,8 +221,11 @@ TEST_CASE("EarlyStopping(restore_best_weights) runs on every replica or on none,
     return errors;
   };
   const auto alone = run(false, true);
-  CHECK(alone[0].find("chief 0 runs none of the callbacks that must run everywhere") != std::string::npos);
-  CHECK(alone[1].find("worker 0 runs EarlyStopping(restore_best_weights), but not every process") != std::string::npos);
+  for (const auto& error : alone) {
+    INFO(error);
+    CHECK((error.find("chief 0 runs none of the callbacks that must run everywhere") != std::string::npos ||
+           error.find("worker 0 runs EarlyStopping(restore_best_weights), but not every process") != std::string::npos));
+  }
   for (const auto& error : run(true, true)) CHECK(error.empty());
 
   comm::InProcessGroup group(3);
