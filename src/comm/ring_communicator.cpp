@@ -30,10 +30,7 @@ class RingCommunicator final : public Communicator {
   std::string name() const override { return hierarchical_ ? "hierarchical ring" : "ring"; }
   int rank() const override { return transport_.rank(); }
   int size() const override { return transport_.size(); }
-  std::string process_name(int rank) const override {
-    const std::string described = transport_.describe(rank);  // "worker 0 (127.0.0.1:4001)"
-    return described.substr(0, described.find(" ("));
-  }
+  std::string process_name(int rank) const override { return process_name_of(transport_, rank); }
   bool accepts(Device device) const override { return device == Device::CPU; }
   // Each of the ring's 2 (n - 1) steps may take the transport's timeout; a lost peer is reported by the
   // transport long before.

@@ -295,16 +295,11 @@ std::string ParameterServer::final_report() {
                      ps::traffic_table(final_stats_, worker_names()), traffic.communication_seconds, traffic.steps, per_step);
 }
 
-std::string ParameterServer::name_of(int rank) const {
-  const std::string described = transport_.describe(rank);  // "chief 0 (127.0.0.1:4000)"
-  return described.substr(0, described.find(" ("));
-}
-
-std::string ParameterServer::process_name() const { return name_of(transport_.rank()); }
+std::string ParameterServer::process_name() const { return comm::process_name_of(transport_, transport_.rank()); }
 
 std::vector<std::string> ParameterServer::worker_names() const {
   std::vector<std::string> names;
-  for (int rank = 0; rank < workers_; ++rank) names.push_back(name_of(rank));
+  for (int rank = 0; rank < workers_; ++rank) names.push_back(comm::process_name_of(transport_, rank));
   return names;
 }
 

@@ -67,4 +67,10 @@ class Transport {
   virtual void expect_messages_up_to(std::uint64_t bytes) = 0;
 };
 
+// How the job names `rank` without its address: "worker 1" of "worker 1 (127.0.0.1:4001)".
+inline std::string process_name_of(const Transport& transport, int rank) {
+  const std::string described = transport.describe(rank);
+  return described.substr(0, described.find(" ("));
+}
+
 }  // namespace cohort::comm

@@ -69,7 +69,7 @@ class ParameterServer : public Strategy {
   bool variables_on_servers() const override { return true; }
   std::string process_name() const override;
   int process_index() const override { return transport_.rank(); }
-  std::string replica_name(int replica) const override { return name_of(replica); }
+  std::string replica_name(int replica) const override { return comm::process_name_of(transport_, replica); }
   void initialize(nn::Sequential& model, optim::Optimizer& optimizer) override;
   void apply_gradients(nn::Sequential& model, optim::Optimizer& optimizer, std::int64_t samples) override;
   // The servers update, shard by shard: they cannot agree on skipping a step.
@@ -120,8 +120,7 @@ class ParameterServer : public Strategy {
   void step_taken();
   // Sync with backup workers: the workers never wait for each other.
   bool has_backup_workers() const;
-  // A process as the cluster names it ("chief 0", "worker 0", "ps 1"), and all the workers.
-  std::string name_of(int rank) const;
+  // The workers as the cluster names them ("chief 0", "worker 0").
   std::vector<std::string> worker_names() const;
   void values_from_host();
 
