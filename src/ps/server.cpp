@@ -495,17 +495,12 @@ std::string Server::overdue_workers(const std::string& reason) const {
     if (step_overdue && contributions_[w] == nullptr)
       why = fmt::format("ps {} got no gradients of step {} for {:.1f} s", server_, version_,
                         std::chrono::duration<double>(now - step_started_).count());
-    else if (idle_since_[w] && now - *idle_since_[w] >= half && !waits_on_another(worker_ranks_[w]))
+    else if (idle_since_[w] && now - *idle_since_[w] >= half && !comm::waits_on_another(transport_.progress_of(worker_ranks_[w])))
       why = fmt::format("ps {} got no request for {:.1f} s", server_, std::chrono::duration<double>(now - *idle_since_[w]).count());
     if (!why.empty())
       overdue += fmt::format("{}{} is stuck: connected, but {}", overdue.empty() ? "" : "; ", name, why);
   }
   return overdue;
-}
-
-bool Server::waits_on_another(int rank) const {
-  const auto count = transport_.progress_of(rank);
-  return count && (*count & comm::kWaitingOnPeer) != 0;
 }
 
 void Server::announce_failure(const std::string& reason) {

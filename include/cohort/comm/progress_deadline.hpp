@@ -56,6 +56,9 @@ class ProgressDeadline {
 // whose progress it judges itself (await_peer), so its own silence is no sign that it is stuck.
 inline constexpr std::uint64_t kWaitingOnPeer = 1ull << 63;
 
+// Whether a rank that reported `count` (Transport::progress_of) waits on another.
+inline bool waits_on_another(std::optional<std::uint64_t> count) { return count && (*count & kWaitingOnPeer) != 0; }
+
 // Waits for `work`, which `peer` is to complete, while this rank reports its `own_progress` with
 // kWaitingOnPeer. The wait goes on while `peer`'s count changes or `peer` is itself waiting on another
 // (which it judges in turn; the waits of a run form no cycle); it returns false once `peer` has been idle
@@ -74,7 +77,7 @@ class ProgressWatch {
   Clock::duration idle() {
     const auto count = transport_.progress_of(peer_);
     const auto now = Clock::now();
-    if (count != seen_ || (count && (*count & kWaitingOnPeer) != 0)) {
+    if (count != seen_ || waits_on_another(count)) {
       seen_ = count;
       since_ = now;
     }

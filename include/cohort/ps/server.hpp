@@ -111,8 +111,6 @@ class Server {
   // progress deadline, named stuck (not one that `reason`, why serving ended, names); empty when none.
   // Serving failed for another reason meanwhile (a worker left), perhaps because of them.
   std::string overdue_workers(const std::string& reason) const;
-  // Whether the process of `rank` reports that it waits on another (an agreement, the end of the run).
-  bool waits_on_another(int rank) const;
   // Tells every worker not yet finished why serving ended (a Failed answer).
   void announce_failure(const std::string& reason);
   void copy_values_locked(std::vector<float>& out) const;
