@@ -134,7 +134,7 @@ void ParameterServer::apply_gradients(nn::Sequential&, optim::Optimizer& optimiz
 }
 
 void ParameterServer::step_taken() {
-  transport_.report_progress(++steps_taken_);
+  transport_.report_progress(steps_taken());
   // The time from one step to the next, pauses for validation and checkpoints included: how long the
   // others' steps may legitimately take too.
   const auto now = comm::ProgressDeadline::Clock::now();
@@ -194,12 +194,12 @@ bool ParameterServer::sum_over_replicas(std::span<double> values) {
   if (workers_ == 1 || has_backup_workers()) return false;
   if (!is_chief()) {
     transport_.send(0, kAgreementTag, std::as_bytes(values))->wait(transport_.timeout());
-    receive_agreement(transport_, 0, values, steps_taken_, progress_deadline_.limit());
+    receive_agreement(transport_, 0, values, steps_taken(), progress_deadline_.limit());
     return true;
   }
   std::vector<double> theirs(values.size());
   for (int worker = 1; worker < workers_; ++worker) {
-    receive_agreement(transport_, worker, theirs, steps_taken_, progress_deadline_.limit());
+    receive_agreement(transport_, worker, theirs, steps_taken(), progress_deadline_.limit());
     for (std::size_t i = 0; i < values.size(); ++i) values[i] += theirs[i];
   }
   std::vector<comm::WorkPtr> sends;
@@ -271,7 +271,7 @@ void ParameterServer::finish(const History& history) {
     sends.push_back(transport_.send(server, kHistoryTag, std::as_bytes(std::span(&bytes, 1))));
     sends.push_back(transport_.send(server, kHistoryTag, std::as_bytes(std::span(encoded))));
   }
-  const std::uint64_t steps = steps_taken_;
+  const std::uint64_t steps = steps_taken();
   for (int worker = 1; worker < workers_; ++worker)
     sends.push_back(transport_.send(worker, kRunEndTag, std::as_bytes(std::span(&steps, 1))));
   comm::wait_all(sends, transport_.timeout());
@@ -283,7 +283,7 @@ void ParameterServer::await_end_of_run() {
   auto chief_steps = std::make_shared<std::uint64_t>(0);
   const auto ended = transport_.recv(0, kRunEndTag, std::as_writable_bytes(std::span(chief_steps.get(), 1)));
   const auto limit = progress_deadline_.limit();
-  if (!comm::await_peer(transport_, 0, ended, steps_taken_, limit, chief_steps))
+  if (!comm::await_peer(transport_, 0, ended, steps_taken(), limit, chief_steps))
     throw TimeoutError(comm::stuck_message(transport_.describe(0) + " is stuck",
                                            "it completed no step while " + process_name() + " waited for the end of the run", limit));
 }

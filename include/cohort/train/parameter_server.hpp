@@ -117,7 +117,10 @@ class ParameterServer : public Strategy {
   // chief completes steps, and names it stuck when it completes none within the progress deadline, so
   // that no worker reports success for a run whose chief never finished.
   void await_end_of_run();
+  // After each step: reports the count to the others and learns how long a step may take.
   void step_taken();
+  // This process's progress as the others see it: the steps its store has completed.
+  std::uint64_t steps_taken() const { return static_cast<std::uint64_t>(store_->traffic().steps); }
   // Sync with backup workers: the workers never wait for each other.
   bool has_backup_workers() const;
   // The workers as the cluster names them ("chief 0", "worker 0").
@@ -142,7 +145,6 @@ class ParameterServer : public Strategy {
   // How long another worker may go without progress (a step, or waiting on another process) while this
   // one waits on it: the run's deadline, or more when this process's own steps show they take longer.
   comm::ProgressDeadline progress_deadline_;
-  std::uint64_t steps_taken_ = 0;  // reported to the others as this process's progress
   std::optional<comm::ProgressDeadline::Clock::time_point> last_step_;
 };
 
