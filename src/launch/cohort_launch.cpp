@@ -79,6 +79,9 @@ struct Process {
   std::vector<std::string> reported_lost_by;  // processes whose output says they lost this one
   std::vector<std::string> reported_stuck_by;  // ... or that it is alive but makes no progress
   std::vector<std::string> reported_failed_by;  // ... or that it failed ("ps 0 failed: ...")
+  // Processes whose failure this one's passed on: named in its own "ps 0 failed: ..." or after its name in
+  // another's "chief 0 failed: ps 0 failed: ...".
+  std::vector<std::string> failed_because_of;
   bool outlived_failure = false;  // killed after it went on alone once every other process had failed
   bool killed_as_hung = false;
 };
@@ -356,6 +359,13 @@ bool says_at(const std::string& line, const std::string& name, std::size_t at, s
   return line.compare(after, what.size(), what) == 0;
 }
 
+// Where `line` first says that `name` failed ("ps 0 failed: ...", "chief 0 (...) failed: ..."); npos if nowhere.
+std::size_t failure_named_at(const std::string& line, const std::string& name) {
+  for (std::size_t at = line.find(name); at != std::string::npos; at = line.find(name, at + 1))
+    if ((at == 0 || !std::isalnum(static_cast<unsigned char>(line[at - 1]))) && says_at(line, name, at, " failed: ")) return at;
+  return std::string::npos;
+}
+
 void note(std::vector<std::string>& reporters, const std::string& reporter) {
   if (std::find(reporters.begin(), reporters.end(), reporter) == reporters.end()) reporters.push_back(reporter);
 }
@@ -363,17 +373,19 @@ void note(std::vector<std::string>& reporters, const std::string& reporter) {
 // Notes the processes that `reporter`'s line says it lost ("lost worker 1 (...)", "chief 0 (...) left the
 // group": a process that failed by itself leaves before its peers give up), could not reach during set-up
 // ("... could not connect within 60000 ms to worker 1 (...), ps 0 (...)") or found stuck.
-void note_losses(const Process& reporter, const std::string& line, std::vector<Process>& processes) {
+void note_losses(Process& reporter, const std::string& line, std::vector<Process>& processes) {
   const std::size_t unreachable = line.find("could not connect within");
   const bool stuck = line.find(" is stuck") != std::string::npos;
   for (Process& q : processes) {
     if (&q == &reporter) continue;
     // "ps 0 failed: ..." (a server's reply), "chief 0 (127.0.0.1:2222) failed: ..." (a transport's report)
-    for (std::size_t at = line.find(q.name); at != std::string::npos; at = line.find(q.name, at + 1))
-      if ((at == 0 || !std::isalnum(static_cast<unsigned char>(line[at - 1]))) && says_at(line, q.name, at, " failed: ")) {
-        note(q.reported_failed_by, reporter.name);
-        break;
-      }
+    if (const std::size_t at = failure_named_at(line, q.name); at != std::string::npos) {
+      note(q.reported_failed_by, reporter.name);
+      note(reporter.failed_because_of, q.name);
+      // Failures chain in one line ("chief 0 failed: ps 0 failed: ..."): the first passed on the second's.
+      for (Process& earlier : processes)
+        if (&earlier != &q && failure_named_at(line, earlier.name) < at) note(earlier.failed_because_of, q.name);
+    }
     for (std::size_t at = stuck ? line.find(q.name) : std::string::npos; at != std::string::npos; at = line.find(q.name, at + 1))
       if (says_at(line, q.name, at, " is stuck")) {
         note(q.reported_stuck_by, reporter.name);
@@ -475,6 +487,7 @@ std::string describe_suspect(const Process& p) {
 // 128 + the signal, as a shell reports a process ended by it.
 int interrupted_status(int signal) { return 128 + signal; }
 constexpr auto kAttributionWindow = std::chrono::milliseconds(500);
+constexpr auto kChainedAttributionWindow = std::chrono::seconds(3);
 // How long a process may go on alone after every other one has failed before it counts as stuck.
 constexpr auto kOutliveWindow = std::chrono::seconds(3);
 
@@ -574,7 +587,16 @@ int run_processes(const Options& options, int restart, const std::filesystem::pa
     }
     const bool signaled = std::any_of(undecided.begin(), undecided.end(), [](const Process* p) { return WIFSIGNALED(*p->status); });
     const bool everyone_ended = std::all_of(processes.begin(), processes.end(), [](const Process& p) { return p.status.has_value(); });
-    if (!undecided.empty() && (signaled || everyone_ended || Clock::now() - undecided_since >= kAttributionWindow)) {
+    // A failure passed on from a process still running (a server that reported its full disk and is
+    // writing its last words) waits a little longer for that process, the cause, to end.
+    const bool cause_still_running = std::any_of(undecided.begin(), undecided.end(), [&](const Process* p) {
+      return std::any_of(p->failed_because_of.begin(), p->failed_because_of.end(), [&](const std::string& name) {
+        return std::any_of(processes.begin(), processes.end(), [&](const Process& q) { return q.name == name && !q.status; });
+      });
+    });
+    const auto undecided_for = Clock::now() - undecided_since;
+    if (!undecided.empty() && (signaled || everyone_ended ||
+                               undecided_for >= (cause_still_running ? kChainedAttributionWindow : kAttributionWindow))) {
       std::stable_sort(undecided.begin(), undecided.end(), [](const Process* a, const Process* b) {
         return WIFSIGNALED(*a->status) && !WIFSIGNALED(*b->status);
       });
@@ -597,7 +619,12 @@ int run_processes(const Options& options, int restart, const std::filesystem::pa
         if (lost == undecided.end())
           lost = std::find_if(undecided.begin(), undecided.end(), [](const Process* p) { return !p->reported_lost_by.empty(); });
         if (lost != undecided.end()) std::rotate(undecided.begin(), lost, lost + 1);
-        const auto failed = std::find_if(undecided.begin(), undecided.end(), [](const Process* p) { return !p->reported_failed_by.empty(); });
+        // Failures chain too (ps 1 reports "chief 0 failed: ps 0 failed: no space"): the cause is the one
+        // reported failed that passed on nobody's failure.
+        auto failed = std::find_if(undecided.begin(), undecided.end(),
+                                   [](const Process* p) { return !p->reported_failed_by.empty() && p->failed_because_of.empty(); });
+        if (failed == undecided.end())
+          failed = std::find_if(undecided.begin(), undecided.end(), [](const Process* p) { return !p->reported_failed_by.empty(); });
         if (failed != undecided.end()) std::rotate(undecided.begin(), failed, failed + 1);
       }
       const Process& cause = *undecided.front();

@@ -55,6 +55,16 @@ timeout 60 "$launcher" --workers 2 --ps 1 --grace 1 -- sh -c \
 grep -q 'failed: ps 0 (pid [0-9]*) exited with status 1 (reported failed by ' "$work/log" ||
   fail "the verdict does not blame the server the workers report failed"
 
+# 1c'. Failures chain (ps 1 reports "chief 0 failed: ps 0 failed: ..."): the cause is the end of the chain, the
+# server, though the chief exits first and the server only a second later.
+timeout 60 "$launcher" --workers 1 --ps 2 --grace 1 -- sh -c \
+  'case "$TF_CONFIG" in
+     *"\"ps\", \"index\": 0"*) sleep 1.5; echo "error: cannot write ps-step-10: No space left on device"; exit 1;;
+     *"\"ps\", \"index\": 1"*) sleep 0.2; echo "error: chief 0 failed: ps 0 failed: cannot write ps-step-10: No space left on device"; exit 1;;
+     *) echo "error: step 10 was refused"; exit 1;; esac' >"$work/log" 2>&1
+grep -q 'failed: ps 0 (pid [0-9]*) exited with status 1 (reported failed by ps 1)' "$work/log" ||
+  fail "the verdict does not follow a chain of reported failures to its end: $(grep 'cohort-launch: failed' "$work/log")"
+
 # 1d. A process reported stuck (alive, making no progress) is the cause and is killed once the others end.
 timeout 60 "$launcher" --workers 2 --grace 30 -- sh -c \
   'case "$TF_CONFIG" in *"\"chief\", \"index\": 0"*) echo "error: worker 0 (127.0.0.1:1) is stuck: connected, but ..."; exit 1;;
