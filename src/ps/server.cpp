@@ -158,7 +158,13 @@ void Server::serve_worker(int worker, Inbox& inbox) {
       payload.resize(header.payload_bytes / sizeof(float));
       arriving = std::as_writable_bytes(std::span(payload));
     }
-    if (!arriving.empty()) transport_.recv(rank, proto::kRequestPayloadTag, arriving)->wait(transport_.timeout());
+    // The payload follows its header at once: a worker that stops between the two is stuck, not pausing.
+    if (!arriving.empty() && !transport_.recv(rank, proto::kRequestPayloadTag, arriving)->wait_for(deadline_.limit()))
+      throw TimeoutError(comm::stuck_message(
+          transport_.describe(rank) + " is stuck",
+          fmt::format("ps {} got the header of its {} of step {} but not the {} bytes that follow it", server_,
+                      proto::kind_name(header.kind), header.step, header.payload_bytes),
+          deadline_.limit()));
     {
       const std::lock_guard lock(mutex_);
       ++stats_.requests;

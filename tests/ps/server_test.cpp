@@ -1,6 +1,8 @@
 // A parameter server spoken to by hand: garbled, foreign and lying requests are refused with a reason,
 // counted, and leave the variables as they were.
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
+
 #include <bit>
 #include <cmath>
 #include <thread>
@@ -275,6 +277,30 @@ TEST_CASE("an asynchronous parameter server names a worker that sends no next re
   served.serving.join();
   REQUIRE(served.serve_error);
   CHECK_THROWS_WITH(std::rethrow_exception(served.serve_error), Catch::Contains("worker 2 is stuck"));
+  CHECK_THROWS_AS(std::rethrow_exception(served.serve_error), TimeoutError);
+}
+
+TEST_CASE("a parameter server names a worker that stops between a request's header and its payload", "[ps][threads]") {
+  HandServed served({.consistency = ps::Async{}, .wait_timeout = std::chrono::milliseconds(400)});
+  const std::size_t n = served.payload_floats();
+  served.initialize(n);
+  // Worker 2 sends the header of a Push, and then nothing, as a worker frozen between the two sends.
+  const std::vector<float> gradients(n, 0.5f);
+  const auto header = header_for(served.plan, proto::Kind::Push, gradients);
+  served.worker(2).send(HandServed::kHandWorkers, proto::kRequestTag, std::as_bytes(std::span(&header, 1)))->wait(std::chrono::seconds(10));
+  std::string told;
+  for (int step = 0; step < 40 && told.empty(); ++step) {
+    for (int w : {0, 1}) {
+      served.send_to(w, proto::Kind::Push, gradients, step);
+      const Answer answer = served.answer_of(w);
+      if (answer.header.status == static_cast<std::uint16_t>(proto::Status::Failed)) told = proto::message_of(answer.header);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  CHECK_THAT(told, Catch::Contains("worker 2 is stuck") &&
+                       Catch::Contains(fmt::format("got the header of its Push of step 0 but not the {} bytes", n * sizeof(float))));
+  served.serving.join();
+  REQUIRE(served.serve_error);
   CHECK_THROWS_AS(std::rethrow_exception(served.serve_error), TimeoutError);
 }
 
