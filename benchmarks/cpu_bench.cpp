@@ -139,7 +139,7 @@ BENCHMARK(BM_FlagshipPredict)->ArgsProduct({{128, 1}, {1, 2}, {0, 1}})->ArgNames
 int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  std::fprintf(stderr, "matrix products: %s (measured on this machine; COHORT_GEMM overrides)\n",
+  std::fprintf(stderr, "matrix products: %s (COHORT_GEMM=eigen|openblas|fastest chooses)\n",
                std::string(gemm_path_name(gemm_path())).c_str());
   std::fprintf(stderr, "Winograd kernels: %s (the best this processor runs; COHORT_CPU_ISA overrides)\n",
                std::string(cpu::winograd_isa_name(cpu::winograd_isa())).c_str());

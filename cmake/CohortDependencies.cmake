@@ -24,7 +24,7 @@ if(COHORT_WITH_MPI)
 endif()
 # OpenBLAS is optional: its OpenMP build (Debian's libopenblas-openmp-dev), which shares cohort's OpenMP
 # threads and stays single-threaded inside cohort's parallel regions; the pthread build would compete with
-# them. Where it is found, the CPU backend measures it against Eigen and uses the faster (gemm_path.hpp).
+# them. Where it is found, COHORT_GEMM=openblas or fastest chooses it for the CPU backend (gemm_path.hpp).
 set(COHORT_HAS_OPENBLAS OFF)
 if(COHORT_WITH_OPENBLAS)
   find_path(COHORT_OPENBLAS_INCLUDE_DIR cblas.h PATHS /usr/include/${CMAKE_LIBRARY_ARCHITECTURE}/openblas-openmp NO_DEFAULT_PATH)

@@ -33,18 +33,19 @@ std::optional<std::string> choice_setting(const char* name, std::span<const std:
   throw InvalidArgument(fmt::format("{}='{}': use {}, or unset it", name, *value, fmt::join(choices, ", ")));
 }
 
-std::optional<std::int64_t> count_setting(const char* name) {
+std::optional<std::int64_t> count_setting(const char* name, std::string_view meaning) {
   const auto value = value_of(name);
   if (!value) return std::nullopt;
   std::int64_t count = -1;
   const auto [end, error] = std::from_chars(value->data(), value->data() + value->size(), count);
   if (error != std::errc() || end != value->data() + value->size() || count < 0)
-    throw InvalidArgument(fmt::format("{}='{}': use a whole number, 0 or more, or unset it", name, *value));
+    throw InvalidArgument(fmt::format("{}='{}': use a whole number, 0 or more ({}), or unset it", name, *value, meaning));
   return count;
 }
 
 void check_settings() {
-  for (const char* name : {"COHORT_RESTART", "COHORT_CUDA_DEVICE"}) count_setting(name);
+  count_setting("COHORT_RESTART", kRestartMeaning);
+  count_setting("COHORT_CUDA_DEVICE", kCudaDeviceMeaning);
   for (const char* name : {"COHORT_HIERARCHICAL_ALLREDUCE", "COHORT_SHARED_MEMORY", "COHORT_TLS", "COHORT_ALLOW_TF32"})
     switch_setting(name);
   choice_setting("COHORT_PROGRESS", kProgressSpellings);

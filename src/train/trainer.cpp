@@ -33,7 +33,7 @@ using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
 // cohort-launch --restarts sets COHORT_RESTART to the restart's number: continue from the latest checkpoint.
-bool restarted_by_launcher() { return count_setting("COHORT_RESTART").value_or(0) > 0; }
+bool restarted_by_launcher() { return count_setting("COHORT_RESTART", kRestartMeaning).value_or(0) > 0; }
 
 // Restores the model's train/eval mode when it goes out of scope.
 class ModeGuard {
@@ -344,7 +344,7 @@ void Trainer::report_requests(const std::vector<double>& votes, std::string_view
 }
 
 void Trainer::agree_on_gemm_path(TrainingPosition& position) {
-  if (std::getenv("COHORT_GEMM") == nullptr) {
+  if (!gemm_path_named_by_setting()) {
     if (!position.gemm_path.empty()) {
       if (const auto recorded = gemm_path_named(position.gemm_path)) set_gemm_path(*recorded);
       else if (strategy_->is_chief())
@@ -352,7 +352,8 @@ void Trainer::agree_on_gemm_path(TrainingPosition& position) {
                      "differently from the interrupted one",
                      position.gemm_path);
     }
-    // Each process's own timing could choose differently; the chief's choice (or the recorded one) is the job's.
+    // Under COHORT_GEMM=fastest each process's own timing could choose differently; the chief's choice (or
+    // the recorded one) is the job's.
     std::array<double, 1> chosen{strategy_->is_chief() ? 1.0 + static_cast<int>(gemm_path()) : 0.0};
     if (strategy_->sum_over_replicas(chosen)) set_gemm_path(static_cast<GemmPath>(static_cast<int>(chosen[0]) - 1));
   }

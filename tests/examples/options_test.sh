@@ -40,7 +40,7 @@ refuses_setting() {  # refuses_setting EXPECTED_TEXT NAME=VALUE
 }
 refuses_setting "COHORT_RESTART='false'" COHORT_RESTART=false
 refuses_setting "COHORT_HIERARCHICAL_ALLREDUCE='off'" COHORT_HIERARCHICAL_ALLREDUCE=off
-refuses_setting "COHORT_GEMM='foo': use eigen, openblas" COHORT_GEMM=foo
+refuses_setting "COHORT_GEMM='foo': use eigen, openblas, fastest" COHORT_GEMM=foo
 refuses_setting "COHORT_BF16_KERNELS='onednn': use native, float32" COHORT_BF16_KERNELS=onednn
 refuses_setting "COHORT_CPU_ISA='foo': use portable, avx2, avx512" COHORT_CPU_ISA=foo
 # A data directory that is not there: the system's reason and how to get the data.

@@ -23,9 +23,8 @@ source "$(dirname "$0")/../launch/common.sh"
 
 # Short deadlines, so that a hang shows within seconds: a stopped process is lost after 2 s of silence.
 export COHORT_PEER_TIMEOUT=2s COHORT_HEARTBEAT_INTERVAL=200ms COHORT_CONNECT_TIMEOUT=8s COHORT_TIMEOUT=10s
-# Separate runs are compared byte for byte: their matrix products take one path, not the one a timing
-# under the suite's load happens to favour.
-export COHORT_GEMM=eigen
+# Separate runs are compared byte for byte, and without COHORT_GEMM their matrix products take one path.
+unset COHORT_GEMM
 deadline=25  # seconds from the signal to the end of every process
 stuck_deadline=30  # from freezing a process's main thread: the progress deadline (COHORT_TIMEOUT) + margin
 args=(--train-samples 12000 --batch-size 32 --epochs 1 --threads 1)

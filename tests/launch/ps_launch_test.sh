@@ -4,7 +4,8 @@
 #    non-zero within 30 s, naming the lost one;
 # 2. --restarts 1: a worker killed after a checkpoint; the job starts again, resumes from the checkpoint
 #    and finishes;
-# 3. the job over TLS (COHORT_TLS=1) trains and writes one timeline, a track per process.
+# 3. the job over TLS (COHORT_TLS=1) trains and writes one timeline, a track per process; COHORT_GEMM=fastest
+#    measures its matrix products' path.
 #   usage: ps_launch_test.sh LAUNCHER FASHION_MNIST_EXAMPLE
 set -uo pipefail
 launcher=$1 example=$2
@@ -42,8 +43,8 @@ status=$?
 grep -q 'restarting the job from its latest checkpoint (restart 1 of 1)' "$work/log" || fail "no restart announced"
 grep -q '^\[chief 0\] .*resumed from .*step [1-9]' "$work/log" || fail "the restarted chief did not resume from the checkpoint"
 grep -q '^\[chief 0\] test accuracy: 0\.[5-9]' "$work/log" || fail "the restarted job did not finish training"
-# 3. The same job over TLS trains, and writes its timeline.
-COHORT_TLS=1 timeout 240 "$launcher" --workers 2 --ps 2 -- "$example" "${args[@]}" --max-steps 40 \
+# 3. The same job over TLS trains, and writes its timeline; its matrix products take the path the chief measured.
+COHORT_TLS=1 COHORT_GEMM=fastest timeout 240 "$launcher" --workers 2 --ps 2 -- "$example" "${args[@]}" --max-steps 40 \
   --timeline "$work/job.json" >"$work/log" 2>&1 || fail "the 2 + 2 job over TLS failed"
 grep -q "timeline of the job written to $work/job.json" "$work/log" || fail "the launcher did not merge the timelines"
 for process in "chief 0" "worker 0" "ps 0" "ps 1"; do
@@ -54,6 +55,8 @@ for event in '"name":"values from ps 1"' '"name":"apply update"' '"cat":"backwar
   grep -qF "$event" "$work/job.json" || fail "the job's timeline has no $event"
 done
 grep -q 'connections: TLS 1.3' "$work/log" || fail "the job did not run over TLS"
+grep -q '^\[chief 0\] .*matrix products through [a-z]*, measured at [0-9.]*x Eigen' "$work/log" ||
+  fail "COHORT_GEMM=fastest did not log the path it measured"
 grep -q '^\[chief 0\] test accuracy: 0\.[3-9]' "$work/log" || fail "the job over TLS did not learn"
 # The staleness table names the workers as the launcher and the errors do.
 grep -q '^\[chief 0\] chief 0  *[0-9]' "$work/log" && grep -q '^\[chief 0\] worker 0  *[0-9]' "$work/log" ||

@@ -18,7 +18,7 @@ namespace cohort {
 // The spellings of each choice, written once for its reader and for check_settings().
 inline constexpr std::string_view kProgressSpellings[] = {"bar", "lines"};              // COHORT_PROGRESS
 inline constexpr std::string_view kCommunicatorSpellings[] = {"ring", "mpi"};           // COHORT_COMMUNICATOR
-inline constexpr std::string_view kGemmSpellings[] = {"eigen", "openblas"};             // COHORT_GEMM
+inline constexpr std::string_view kGemmSpellings[] = {"eigen", "openblas", "fastest"};  // COHORT_GEMM
 inline constexpr std::string_view kCpuIsaSpellings[] = {"portable", "avx2", "avx512"};  // COHORT_CPU_ISA
 inline constexpr std::string_view kBf16KernelsSpellings[] = {"native", "float32"};       // COHORT_BF16_KERNELS
 
@@ -26,8 +26,11 @@ inline constexpr std::string_view kBf16KernelsSpellings[] = {"native", "float32"
 std::optional<bool> switch_setting(const char* name);
 // One of `choices`.
 std::optional<std::string> choice_setting(const char* name, std::span<const std::string_view> choices);
-// A whole number >= 0 ("0", "12").
-std::optional<std::int64_t> count_setting(const char* name);
+// A whole number >= 0 ("0", "12"); a refusal says what the number is, `meaning`.
+std::optional<std::int64_t> count_setting(const char* name, std::string_view meaning);
+inline constexpr std::string_view kRestartMeaning =
+    "the restart's number, which cohort-launch --restarts sets: 0 is the first run, more resumes from the checkpoint";
+inline constexpr std::string_view kCudaDeviceMeaning = "the index of the GPU to use";
 
 // Checks the spelling of every switch, choice and count among cohort's settings: COHORT_RESTART,
 // COHORT_CUDA_DEVICE (whether that GPU exists is checked when the CUDA backend starts), COHORT_HIERARCHICAL_ALLREDUCE, COHORT_SHARED_MEMORY, COHORT_TLS, COHORT_ALLOW_TF32, COHORT_PROGRESS,

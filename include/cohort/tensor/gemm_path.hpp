@@ -1,7 +1,9 @@
 #pragma once
-// The library that computes the CPU backend's matrix products (Dense, the convolutions' GEMMs). Where
-// this build has OpenBLAS, the faster of it and Eigen on this machine is chosen by a measurement of a few
-// milliseconds on the first product; COHORT_GEMM=eigen|openblas, or set_gemm_path(), chooses instead.
+// The library that computes the CPU backend's matrix products (Dense, the convolutions' GEMMs): Eigen
+// unless COHORT_GEMM or set_gemm_path() chooses, so that a job repeats bit for bit whatever the machine's
+// load (Eigen and OpenBLAS round differently). COHORT_GEMM=openblas chooses OpenBLAS where this build has
+// it; COHORT_GEMM=fastest measures both for a few milliseconds on the first product and keeps the faster,
+// which a run that measures again may see otherwise.
 //
 //   fmt::print("matrix products: {}\n", gemm_path_name(gemm_path()));
 
@@ -17,10 +19,12 @@ enum class GemmPath { Eigen, OpenBlas };
 std::string_view gemm_path_name(GemmPath path);
 // The path of that name which this build has; nothing for another name or a path this build lacks.
 std::optional<GemmPath> gemm_path_named(std::string_view name);
+// Whether COHORT_GEMM names a path, rather than leaving the choice to the default or a measurement.
+bool gemm_path_named_by_setting();
 // The paths this build has: Eigen always, OpenBLAS when it was found at configure time.
 std::vector<GemmPath> available_gemm_paths();
-// The path in use (measured on the first call unless chosen). InvalidArgument when COHORT_GEMM names
-// another path or one this build lacks.
+// The path in use (chosen on the first call). InvalidArgument when COHORT_GEMM names another path or one
+// this build lacks.
 GemmPath gemm_path();
 // Uses `path` from now on, for every thread. InvalidArgument when this build lacks it.
 void set_gemm_path(GemmPath path);

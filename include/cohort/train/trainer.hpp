@@ -136,7 +136,7 @@ class Trainer {
   // The agreement's votes: stop, rate requests, their sum, the rate factor and its square; then which
   // replicas asked to stop, and which for a rate.
   static constexpr std::size_t kVotes = 5;
-  // Unless COHORT_GEMM chooses: the GEMM path a resumed run used before, else the chief's, for every
+  // Unless COHORT_GEMM names a path: the GEMM path a resumed run used before, else the chief's, for every
   // process that trains, so that runs repeat bit for bit; recorded in `position` for the checkpoints.
   void agree_on_gemm_path(TrainingPosition& position);
 

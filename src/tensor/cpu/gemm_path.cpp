@@ -1,7 +1,8 @@
-// cpu::gemm and the choice of its path. Unless COHORT_GEMM or set_gemm_path() chose, the first product
-// times every available path on the kinds of products the layers make (a Winograd position's product,
-// an im2col convolution, a kernel and a data gradient, a Dense layer) and keeps the fastest; another
-// path must be 5 % faster than Eigen to replace it, so that noise never makes a machine slower.
+// cpu::gemm and the choice of its path: Eigen unless COHORT_GEMM or set_gemm_path() chose. Under
+// COHORT_GEMM=fastest the first product times every available path on the kinds of products the layers
+// make (a Winograd position's product, an im2col convolution, a kernel and a data gradient, a Dense layer)
+// and keeps the fastest; another path must be 5 % faster than Eigen to replace it, so that noise never
+// makes a machine slower.
 #include "cohort/tensor/gemm_path.hpp"
 
 #include <algorithm>
@@ -75,15 +76,20 @@ GemmPath measured_fastest() {
       best_seconds = seconds;
     }
   }
-  log::debug("matrix products through {} ({:.2f}x Eigen's speed in a measurement of typical products)",
-             gemm_path_name(best), eigen_seconds / std::min(best_seconds, eigen_seconds));
+  log::info("matrix products through {}, measured at {:.2f}x Eigen's speed on typical products (COHORT_GEMM=fastest; "
+            "a run that measures again may choose otherwise, and the two round differently)",
+            gemm_path_name(best), eigen_seconds / std::min(best_seconds, eigen_seconds));
   return best;
 }
 
+constexpr std::string_view kMeasure = "fastest";
+
+// The path COHORT_GEMM's value `name` chooses: a path's name, or the measured fastest.
 GemmPath named(std::string_view name) {
   if (const auto path = gemm_path_named(name)) return *path;
+  if (name == kMeasure) return measured_fastest();
   throw InvalidArgument(fmt::format("COHORT_GEMM={}: this build computes matrix products with {}", name,
-                                    available_gemm_paths().size() == 1 ? "eigen only" : "eigen or openblas"));
+                                    available_gemm_paths().size() == 1 ? "eigen only" : "eigen or openblas, or the fastest of them"));
 }
 
 }  // namespace
@@ -96,6 +102,11 @@ std::optional<GemmPath> gemm_path_named(std::string_view name) {
   return std::nullopt;
 }
 
+bool gemm_path_named_by_setting() {
+  const char* name = std::getenv("COHORT_GEMM");
+  return name != nullptr && *name != '\0' && name != kMeasure;
+}
+
 std::vector<GemmPath> available_gemm_paths() {
   return COHORT_HAS_OPENBLAS ? std::vector{GemmPath::Eigen, GemmPath::OpenBlas} : std::vector{GemmPath::Eigen};
 }
@@ -105,7 +116,7 @@ GemmPath gemm_path() {
   std::call_once(first_choice, [] {
     if (chosen.load() != kUnchosen) return;  // set_gemm_path came first
     const char* name = std::getenv("COHORT_GEMM");
-    const GemmPath path = name != nullptr && *name != '\0' ? named(name) : measured_fastest();
+    const GemmPath path = name != nullptr && *name != '\0' ? named(name) : GemmPath::Eigen;
     int expected = kUnchosen;
     chosen.compare_exchange_strong(expected, static_cast<int>(path));
   });
@@ -120,7 +131,7 @@ void set_gemm_path(GemmPath path) {
 }
 
 void check_cpu_kernel_settings() {
-  if (const char* name = std::getenv("COHORT_GEMM"); name != nullptr && *name != '\0') named(name);
+  if (const char* name = std::getenv("COHORT_GEMM"); name != nullptr && *name != '\0' && name != kMeasure) named(name);
   cpu::winograd_isa();
   cpu::onednn::bf16_kernels();
 }
