@@ -4,7 +4,7 @@ JOBS ?= $(shell nproc)
 # This machine's instruction set: the build and its benchmarks stay here (installs default to portable code).
 CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=Release -DCOHORT_NATIVE_ARCH=ON
 
-.PHONY: all deps configure build test demo install bench bench-allreduce bench-ps bench-data-parallel asan-build sanitize fuzz clean
+.PHONY: all deps configure build test demo install package bench bench-allreduce bench-ps bench-data-parallel asan-build sanitize fuzz clean
 
 all: build
 
@@ -24,6 +24,14 @@ install: deps
 	       -DCOHORT_BUILD_EXAMPLES=OFF -DCOHORT_BUILD_BENCHMARKS=OFF >/dev/null
 	@cmake --build build-install -j $(JOBS)
 	@cmake --install build-install --prefix $(PREFIX)
+
+# Debian packages of a portable build (cohort, cohort-dev, and cohort-cuda / cohort-mpi where this machine
+# builds those parts) in build-package/; scripts/package-check installs them in a fresh Debian root.
+package: deps
+	@cmake -S . -B build-package -DCMAKE_BUILD_TYPE=Release -DCOHORT_NATIVE_ARCH=OFF -DCOHORT_BUILD_TESTS=OFF \
+	       -DCOHORT_BUILD_EXAMPLES=OFF -DCOHORT_BUILD_BENCHMARKS=OFF -DCMAKE_INSTALL_PREFIX=/usr >/dev/null
+	@cmake --build build-package -j $(JOBS)
+	@cd build-package && cpack >/dev/null && ls -1 $$PWD/*.deb
 
 test: build
 	@cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS) --timeout 900

@@ -2,12 +2,9 @@
 #include "tensor/backend.hpp"
 
 #include "cohort/core/check.hpp"
-#include "cohort/core/config.hpp"
 #include "cohort/tensor/devices.hpp"
 #include "tensor/cpu/cpu_backend.hpp"
-#if COHORT_HAS_CUDA
-#include "tensor/cuda/cuda_entry.hpp"
-#endif
+#include "tensor/cuda/cuda_plugin.hpp"
 
 namespace cohort {
 
@@ -25,25 +22,21 @@ Backend& backend_for(Device device) {
           Device::Emulated, std::make_unique<CachingAllocator>(std::make_unique<HostAllocator>("emulated")));
       return *emulated;
     }
-    case Device::CUDA:
-#if COHORT_HAS_CUDA
-      return cuda::cuda_backend();
-#else
-      break;
-#endif
+    case Device::CUDA: {
+      std::string why_not;
+      if (const cuda::CudaPlugin* plugin = cuda::cuda_plugin(why_not)) return plugin->backend();
+      throw DeviceError(why_not);
+    }
   }
-  throw DeviceError(fmt::format("this build of cohort has no {} backend: configure with -DCOHORT_WITH_CUDA=ON on a "
-                                "machine with the CUDA toolkit, cuDNN and cuBLAS",
-                                device_name(device)));
+  throw DeviceError(fmt::format("no backend for device {}", static_cast<int>(device)));
 }
 
 Allocator& allocator_for(Device device) { return backend_for(device).allocator(); }
 
 Allocator& pinned_host_allocator() {
-#if COHORT_HAS_CUDA
   // Page-locked once this process has used its GPU; a CPU-only process never creates a CUDA context.
-  if (Allocator* pinned = cuda::cuda_pinned_allocator()) return *pinned;
-#endif
+  if (const cuda::CudaPlugin* plugin = cuda::cuda_plugin_if_loaded())
+    if (Allocator* pinned = plugin->pinned_allocator()) return *pinned;
   static auto* plain = new HostAllocator("pinned host (plain host memory: no GPU in use)");
   return *plain;
 }
@@ -53,12 +46,11 @@ bool device_available(Device device) {
     case Device::CPU:
     case Device::Emulated:
       return true;
-    case Device::CUDA:
-#if COHORT_HAS_CUDA
-      return cuda::cuda_device_visible();
-#else
-      return false;
-#endif
+    case Device::CUDA: {
+      std::string why_not;
+      const cuda::CudaPlugin* plugin = cuda::cuda_plugin(why_not);
+      return plugin != nullptr && plugin->device_visible();
+    }
   }
   return false;
 }
@@ -76,12 +68,9 @@ std::string device_unavailable_reason(Device device) {
 }
 
 int cuda_device_index() {
-#if COHORT_HAS_CUDA
-  return cuda::cuda_ordinal();
-#else
-  backend_for(Device::CUDA);  // throws the reason
-  return -1;
-#endif
+  std::string why_not;
+  if (const cuda::CudaPlugin* plugin = cuda::cuda_plugin(why_not)) return plugin->ordinal();
+  throw DeviceError(why_not);
 }
 
 Device choose_device(std::string_view name) {

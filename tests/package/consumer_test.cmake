@@ -1,23 +1,74 @@
-# Installs cohort from BUILD_DIR into a scratch prefix, then configures, builds and runs the consumer
-# project in SOURCE_DIR against it, as an outside user of find_package(cohort) would.
+# Installs cohort from BUILD_DIR into a scratch prefix and moves the prefix elsewhere (the package must
+# be relocatable), then builds and runs the consumer project in SOURCE_DIR against it as an outside user
+# would: with find_package(cohort COMPONENTS <the parts this build has>) and with pkg-config. The
+# consumer, which trains on the CPU, and libcohort must need no CUDA, NCCL or MPI library (ldd); asking for
+# a component that is not installed must fail to configure, naming it.
+#   cmake -DBUILD_DIR=... -DSOURCE_DIR=... -DWORK_DIR=... -DHAS_CUDA=0|1 -DHAS_MPI=0|1 -DCXX=... -P consumer_test.cmake
 file(REMOVE_RECURSE ${WORK_DIR})
-execute_process(COMMAND ${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${WORK_DIR}/prefix
-                RESULT_VARIABLE result OUTPUT_QUIET)
-if(result)
-  message(FATAL_ERROR "installing cohort failed: ${result}")
+function(run what)
+  execute_process(COMMAND ${ARGN} RESULT_VARIABLE result OUTPUT_VARIABLE output ERROR_VARIABLE output)
+  if(result)
+    message(FATAL_ERROR "${what} failed (${result}):\n${output}")
+  endif()
+  set(output "${output}" PARENT_SCOPE)
+endfunction()
+function(needs_no_gpu_or_mpi_library file)
+  run("ldd ${file}" ldd ${file})
+  if(output MATCHES "(libcuda|libcudart|libcublas|libcudnn|libnccl|libmpi)[^ ]*")
+    message(FATAL_ERROR "${file} needs ${CMAKE_MATCH_0}, though it trains on the CPU:\n${output}")
+  endif()
+endfunction()
+
+run("installing cohort" ${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${WORK_DIR}/staged)
+file(RENAME ${WORK_DIR}/staged ${WORK_DIR}/moved)
+set(prefix ${WORK_DIR}/moved)
+file(GLOB_RECURSE libcohort ${prefix}/lib*/libcohort.so)
+needs_no_gpu_or_mpi_library(${libcohort})
+
+set(components "")
+if(HAS_CUDA)
+  list(APPEND components cuda)
 endif()
-execute_process(COMMAND ${CMAKE_COMMAND} -S ${SOURCE_DIR} -B ${WORK_DIR}/build -DCMAKE_BUILD_TYPE=Release
-                        -DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix
-                RESULT_VARIABLE result)
-if(result)
-  message(FATAL_ERROR "configuring the consumer against the installed package failed: ${result}")
+if(HAS_MPI)
+  list(APPEND components mpi)
 endif()
-execute_process(COMMAND ${CMAKE_COMMAND} --build ${WORK_DIR}/build RESULT_VARIABLE result)
-if(result)
-  message(FATAL_ERROR "building the consumer failed: ${result}")
+run("configuring the consumer against the moved package" ${CMAKE_COMMAND} -S ${SOURCE_DIR} -B ${WORK_DIR}/build
+    -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH=${prefix} "-DCOHORT_COMPONENTS=${components}")
+run("building the consumer" ${CMAKE_COMMAND} --build ${WORK_DIR}/build)
+run("the consumer program" ${WORK_DIR}/build/consumer)
+if(NOT output MATCHES "consumer trained: loss")
+  message(FATAL_ERROR "the consumer program did not train:\n${output}")
 endif()
-execute_process(COMMAND ${WORK_DIR}/build/consumer RESULT_VARIABLE result OUTPUT_VARIABLE output)
 message(STATUS "${output}")
-if(result OR NOT output MATCHES "consumer trained: loss")
-  message(FATAL_ERROR "the consumer program failed: ${result}")
+needs_no_gpu_or_mpi_library(${WORK_DIR}/build/consumer)
+
+# A part that is not installed fails find_package, naming it.
+file(GLOB_RECURSE parts ${prefix}/lib*/libcohort_*.so)
+if(parts)
+  file(REMOVE ${parts})
+endif()
+execute_process(COMMAND ${CMAKE_COMMAND} -S ${SOURCE_DIR} -B ${WORK_DIR}/build-without-cuda -DCMAKE_PREFIX_PATH=${prefix}
+                        -DCOHORT_COMPONENTS=cuda
+                RESULT_VARIABLE result OUTPUT_VARIABLE output ERROR_VARIABLE output)
+if(NOT result OR NOT output MATCHES "cohort's cuda part is not installed: no libcohort_cuda.so")
+  message(FATAL_ERROR "find_package(cohort COMPONENTS cuda) without the part did not fail naming it:\n${output}")
+endif()
+
+execute_process(COMMAND ${CMAKE_COMMAND} -S ${SOURCE_DIR} -B ${WORK_DIR}/build-nonsense -DCMAKE_PREFIX_PATH=${prefix}
+                        -DCOHORT_COMPONENTS=nonsense
+                RESULT_VARIABLE result OUTPUT_VARIABLE output ERROR_VARIABLE output)
+if(NOT result OR NOT output MATCHES "cohort has no component 'nonsense': use cuda or mpi")
+  message(FATAL_ERROR "find_package(cohort COMPONENTS nonsense) did not fail naming it:\n${output}")
+endif()
+
+# pkg-config, from the moved prefix.
+get_filename_component(pc_dir ${libcohort} DIRECTORY)
+set(ENV{PKG_CONFIG_PATH} ${pc_dir}/pkgconfig)
+run("pkg-config cohort" pkg-config --cflags --libs cohort)
+separate_arguments(flags UNIX_COMMAND "${output}")
+run("building the consumer with pkg-config's flags" ${CXX} -O1 ${SOURCE_DIR}/main.cpp ${flags} -Wl,-rpath,${pc_dir}
+    -o ${WORK_DIR}/consumer-pkg-config)
+run("the consumer built with pkg-config" ${WORK_DIR}/consumer-pkg-config)
+if(NOT output MATCHES "consumer trained: loss")
+  message(FATAL_ERROR "the consumer built with pkg-config did not train:\n${output}")
 endif()

@@ -23,9 +23,10 @@ struct MpiOptions {
   std::chrono::milliseconds timeout{60000};
 };
 
-// Whether this build has the MPI communicator.
+// Whether the MPI communicator can be used here: this build has it and its part, libcohort_mpi.so, loads.
 bool mpi_available();
-// Throws InvalidArgument naming the build option when this build has no MPI.
+// Throws InvalidArgument naming the build option when this build has no MPI, or what is missing when its
+// part cannot be loaded.
 std::shared_ptr<Communicator> make_mpi_communicator(MpiOptions options = {});
 
 }  // namespace cohort::comm

@@ -18,7 +18,8 @@
 
 namespace cohort::comm {
 
-// Whether this build has the NCCL communicator.
+// Whether this build has the NCCL communicator. Its part, libcohort_nccl.so, is loaded by
+// make_nccl_communicator on a rank that trains on a GPU; a rank that cannot load it says so to the others.
 bool nccl_available();
 // Collective: every rank of `bootstrap` calls it with the CUDA ordinal of the GPU its buffers live on, or
 // -1 when they are not on a GPU. Returns NCCL, or null with `why_not` set (the same on every rank).

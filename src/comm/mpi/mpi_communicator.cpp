@@ -8,9 +8,10 @@
 #include <limits>
 #include <mutex>
 
-#include "cohort/comm/mpi.hpp"
 #include "cohort/core/check.hpp"
+#include "cohort/core/config.hpp"
 #include "comm/serial_executor.hpp"
+#include "mpi_plugin.hpp"
 
 namespace cohort::comm {
 namespace {
@@ -127,11 +128,7 @@ class MpiCommunicator final : public Communicator {
   SerialExecutor executor_{"mpi communicator"};  // last: its thread stops before the members it uses go away
 };
 
-}  // namespace
-
-bool mpi_available() { return true; }
-
-std::shared_ptr<Communicator> make_mpi_communicator(MpiOptions options) {
+std::shared_ptr<Communicator> create_communicator(MpiOptions options) {
   // MPI can be initialized once per process: one communicator serves every caller.
   static std::mutex mutex;
   static std::weak_ptr<Communicator> current;
@@ -142,4 +139,11 @@ std::shared_ptr<Communicator> make_mpi_communicator(MpiOptions options) {
   return made;
 }
 
+constexpr MpiPlugin kPlugin{{COHORT_VERSION_STRING, kMpiPluginLayout}, create_communicator};
+
+}  // namespace
 }  // namespace cohort::comm
+
+extern "C" __attribute__((visibility("default"))) const cohort::PluginHeader* cohort_mpi_plugin() {
+  return &cohort::comm::kPlugin.header;
+}

@@ -8,13 +8,14 @@
 
 #include <chrono>
 #include <cstring>
-#include <set>
+#include <span>
 #include <thread>
 #include <vector>
 
-#include "cohort/comm/nccl.hpp"
 #include "cohort/core/check.hpp"
+#include "cohort/core/config.hpp"
 #include "comm/serial_executor.hpp"
+#include "nccl_plugin.hpp"
 
 namespace cohort::comm {
 namespace {
@@ -41,15 +42,6 @@ ncclDataType_t nccl_type(DType type) {
   }
   throw InvalidArgument(fmt::format("NCCL communicator: no element type has code {}", static_cast<int>(type)));
 }
-
-// What each rank tells the others before NCCL is set up: whether it uses a GPU, and which (its UUID).
-// Sent as floats whose bit patterns the host collectives copy unchanged.
-struct GpuIdentity {
-  std::uint32_t uses_gpu;
-  char uuid[16];
-};
-constexpr std::size_t kIdentityFloats = (sizeof(GpuIdentity) + sizeof(float) - 1) / sizeof(float);
-constexpr std::size_t kIdFloats = (sizeof(ncclUniqueId) + sizeof(float) - 1) / sizeof(float);
 
 class NcclCommunicator final : public Communicator {
  public:
@@ -185,48 +177,33 @@ class NcclCommunicator final : public Communicator {
   SerialExecutor executor_{"nccl communicator"};  // last: its thread stops before the members it uses go away
 };
 
-std::string describe_sharing(const std::vector<GpuIdentity>& identities) {
-  std::set<std::string> seen;
-  for (std::size_t rank = 0; rank < identities.size(); ++rank) {
-    if (!identities[rank].uses_gpu) return fmt::format("rank {} does not train on a GPU", rank);
-    const std::string uuid(identities[rank].uuid, sizeof identities[rank].uuid);
-    if (!seen.insert(uuid).second) return fmt::format("rank {} shares its GPU with another rank", rank);
-  }
-  return {};
+NcclPlugin::Uuid gpu_uuid(int gpu) {
+  cudaDeviceProp properties{};
+  check_cuda(cudaGetDeviceProperties(&properties, gpu), "cudaGetDeviceProperties");
+  NcclPlugin::Uuid uuid{};
+  std::memcpy(uuid.data(), properties.uuid.bytes, uuid.size());
+  return uuid;
 }
+
+void make_unique_id(std::span<std::byte> id) {
+  ncclUniqueId made{};
+  check_nccl(ncclGetUniqueId(&made), "ncclGetUniqueId");
+  std::memcpy(id.data(), &made, sizeof made);
+}
+
+std::unique_ptr<Communicator> create_communicator(int rank, int size, int gpu, std::span<const std::byte> id,
+                                                  std::chrono::milliseconds timeout) {
+  ncclUniqueId unique{};
+  std::memcpy(&unique, id.data(), sizeof unique);
+  return std::make_unique<NcclCommunicator>(rank, size, gpu, unique, timeout);
+}
+
+static_assert(sizeof(ncclUniqueId) == NcclPlugin::kUniqueIdBytes);
+constexpr NcclPlugin kPlugin{{COHORT_VERSION_STRING, kNcclPluginLayout}, gpu_uuid, make_unique_id, create_communicator};
 
 }  // namespace
-
-bool nccl_available() { return true; }
-
-std::unique_ptr<Communicator> make_nccl_communicator(Communicator& bootstrap, int gpu, std::string& why_not) {
-  COHORT_CHECK(bootstrap.accepts(Device::CPU), "NCCL is set up over a host communicator, not '{}'", bootstrap.name());
-  const int size = bootstrap.size();
-  GpuIdentity mine{};
-  if (gpu >= 0) {
-    cudaDeviceProp properties{};
-    check_cuda(cudaGetDeviceProperties(&properties, gpu), "cudaGetDeviceProperties");
-    mine.uses_gpu = 1;
-    std::memcpy(mine.uuid, properties.uuid.bytes, sizeof mine.uuid);
-  }
-  std::vector<float> packed(kIdentityFloats, 0.0f), all(kIdentityFloats * static_cast<std::size_t>(size), 0.0f);
-  std::memcpy(packed.data(), &mine, sizeof mine);
-  bootstrap.allgather(Buffer::of(packed), Buffer::of(all))->wait(bootstrap.timeout());
-  std::vector<GpuIdentity> identities(static_cast<std::size_t>(size));
-  for (std::size_t rank = 0; rank < identities.size(); ++rank)
-    std::memcpy(&identities[rank], all.data() + rank * kIdentityFloats, sizeof(GpuIdentity));
-  why_not = describe_sharing(identities);
-  if (!why_not.empty()) return nullptr;
-
-  std::vector<float> id_floats(kIdFloats, 0.0f);
-  ncclUniqueId id{};
-  if (bootstrap.rank() == 0) {
-    check_nccl(ncclGetUniqueId(&id), "ncclGetUniqueId");
-    std::memcpy(id_floats.data(), &id, sizeof id);
-  }
-  bootstrap.broadcast(Buffer::of(id_floats), 0)->wait(bootstrap.timeout());
-  std::memcpy(&id, id_floats.data(), sizeof id);
-  return std::make_unique<NcclCommunicator>(bootstrap.rank(), size, gpu, id, bootstrap.timeout());
-}
-
 }  // namespace cohort::comm
+
+extern "C" __attribute__((visibility("default"))) const cohort::PluginHeader* cohort_nccl_plugin() {
+  return &cohort::comm::kPlugin.header;
+}

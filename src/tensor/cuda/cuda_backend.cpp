@@ -11,9 +11,10 @@
 #include <string_view>
 #include <vector>
 
+#include "cohort/core/config.hpp"
 #include "cohort/core/settings.hpp"
 #include "cuda_check.hpp"
-#include "cuda_entry.hpp"
+#include "cuda_plugin.hpp"
 #include "kernels.hpp"
 #include "tensor/backend_access.hpp"
 
@@ -515,11 +516,11 @@ std::int64_t CudaBackend::count_correct(const Tensor& scores, const Tensor& labe
   }));
 }
 
-// ---- the entry points backend.cpp uses
+// ---- the plugin's entry points (cuda_plugin.hpp)
 
 namespace {
+
 std::atomic<Allocator*> pinned_allocator{nullptr};
-}
 
 Backend& cuda_backend() {
   static CudaBackend* backend = [] {
@@ -542,4 +543,13 @@ Allocator* cuda_pinned_allocator() { return pinned_allocator.load(); }
 
 int cuda_ordinal() { return static_cast<CudaBackend&>(cuda_backend()).ordinal(); }
 
+constexpr CudaPlugin kPlugin{{COHORT_VERSION_STRING, kCudaPluginLayout}, cuda_backend, cuda_device_visible,
+                             cuda_pinned_allocator, cuda_ordinal};
+
+}  // namespace
+
 }  // namespace cohort::cuda
+
+extern "C" __attribute__((visibility("default"))) const cohort::PluginHeader* cohort_cuda_plugin() {
+  return &cohort::cuda::kPlugin.header;
+}
