@@ -20,6 +20,9 @@ set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS_PRIVATE_DIRS ${PROJECT_BINARY_DIR}/src)
 
 set(CPACK_COMPONENTS_ALL runtime development)
 set(CPACK_DEBIAN_RUNTIME_PACKAGE_NAME cohort)
+if(COHORT_HAS_OPENBLAS)
+  set(CPACK_DEBIAN_RUNTIME_PACKAGE_DEPENDS libopenblas0-openmp)  # the variant libcohort's run path names
+endif()
 set(CPACK_DEBIAN_DEVELOPMENT_PACKAGE_NAME cohort-dev)
 set(CPACK_COMPONENT_DEVELOPMENT_DEPENDS runtime)
 set(CPACK_DEBIAN_DEVELOPMENT_PACKAGE_DEPENDS "libfmt-dev")  # the headers include fmt's
