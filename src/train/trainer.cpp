@@ -473,6 +473,11 @@ History Trainer::run(const data::Dataset& train, const FitOptions& options) {
   const bool agree_every_step = strategy_->steps_in_lockstep();
   for (auto& callback : callbacks) callback->on_train_begin(control);
   check_required_everywhere(control);
+  // Where steps go in lockstep the processes agree after every step if any of them has a callback: one may
+  // have none (a logger on the chief alone) and must still take part.
+  std::array<double, 1> with_callbacks{callbacks.empty() ? 0.0 : 1.0};
+  const bool agree_after_steps =
+      agree_every_step && (strategy_->sum_over_replicas(with_callbacks) ? with_callbacks[0] > 0 : !callbacks.empty());
   agree(control, "at the start of training");
   ModeGuard mode(model_);
   Logs last_logs;
@@ -521,7 +526,7 @@ History Trainer::run(const data::Dataset& train, const FitOptions& options) {
       passes = 0;
       ++position.global_step;
       for (auto& callback : callbacks) callback->on_batch_end(position.global_step, logs, control);
-      if (!callbacks.empty() && agree_every_step) agree(control, fmt::format("after step {}", position.global_step));
+      if (agree_after_steps) agree(control, fmt::format("after step {}", position.global_step));
       if (options.checkpoint_every_steps > 0 && position.global_step % options.checkpoint_every_steps == 0) save();
       step_limit_reached = options.max_steps > 0 && position.global_step >= options.max_steps;
       run_ended = strategy_->should_stop();

@@ -177,6 +177,45 @@ TEST_CASE("under ring allreduce a callback's stop or learning-rate change takes 
   CHECK(all_values(models[0]) == all_values(models[1]));
 }
 
+TEST_CASE("a callback on one process alone is agreed with the others, which have none", "[train][api][distributed]") {
+  // Ring allreduce (2 ranks) and synchronous parameter servers (2 workers + 1 server): only worker 0 (rank
+  // 1) has a callback; it stops after step 5, and the others, with no callback at all, stop with it.
+  for (const bool servers : {false, true}) {
+    INFO((servers ? "parameter servers" : "ring allreduce"));
+    const int ranks = servers ? 3 : 2;
+    comm::InProcessGroup group(ranks);
+    std::vector<nn::Sequential> models;
+    for (int r = 0; r < ranks; ++r) models.push_back(mlp(true));
+    std::vector<train::History> histories(static_cast<std::size_t>(ranks));
+    std::vector<std::string> errors(static_cast<std::size_t>(ranks));
+    comm_test::run_ranks(ranks, [&](int rank) {
+      std::shared_ptr<train::Strategy> strategy;
+      if (servers) strategy = std::make_shared<train::ParameterServer>(group.transport(rank), 2);
+      else strategy = std::make_shared<train::RingAllreduce>(group.transport(rank));
+      Trainer trainer(models[static_cast<std::size_t>(rank)], adam(), strategy);
+      auto options = quiet(10);
+      if (rank == 1) {
+        auto stopper = std::make_shared<train::LambdaCallback>();
+        stopper->batch_end = [](std::int64_t step, const train::Logs&, train::TrainingControl& control) {
+          if (step == 5) control.stop();
+        };
+        options.callbacks.push_back(stopper);
+      }
+      try {
+        histories[static_cast<std::size_t>(rank)] = trainer.fit(three_classes(), options);
+      } catch (const std::exception& e) {
+        errors[static_cast<std::size_t>(rank)] = e.what();
+      }
+    });
+    for (int r = 0; r < ranks; ++r) {
+      INFO("rank " << r << ": " << errors[static_cast<std::size_t>(r)]);
+      CHECK(errors[static_cast<std::size_t>(r)].empty());
+      CHECK(histories[static_cast<std::size_t>(r)].epochs.size() == 1);
+    }
+    CHECK(all_values(models[0]) == all_values(models[1]));
+  }
+}
+
 TEST_CASE("a rate a callback sets is seen by the callbacks after it in the same hook", "[train][api]") {
   nn::Sequential model = mlp(true);
   Trainer trainer(model, adam());
