@@ -20,8 +20,15 @@ int main(int argc, char** argv) try {
   const bool chief = strategy->is_chief();
 
   const bool cifar = !options.data_dir.empty() && data::Cifar10::present(options.data_dir);
-  if (!options.data_dir.empty() && !cifar)
-    log::warning("{} does not hold the CIFAR-10 binary files (data_batch_1..5.bin, test_batch.bin)", options.data_dir);
+  if (!options.data_dir.empty() && !cifar) {
+    if (const std::string absent = data::FashionMnist::absence(options.data_dir); !absent.empty())
+      throw DataError(fmt::format("--data-dir {} holds neither the CIFAR-10 binary files (data_batch_1..5.bin, "
+                                  "test_batch.bin) nor Fashion-MNIST: {}",
+                                  options.data_dir, absent));
+    log::warning("{} does not hold the CIFAR-10 binary files (data_batch_1..5.bin, test_batch.bin): training on the "
+                 "Fashion-MNIST there",
+                 options.data_dir);
+  }
   // Without CIFAR-10 the flagship trains on Fashion-MNIST.
   const auto fashion_dir = cifar ? std::filesystem::path() : app::fashion_mnist_directory(options.data_dir);
   data::ImageDataset train_set = cifar ? data::Cifar10::train(options.data_dir) : data::FashionMnist::train(fashion_dir);
@@ -56,7 +63,7 @@ int main(int argc, char** argv) try {
   if (!options.history_csv.empty()) history.write_csv(options.history_csv);
   const auto& last = history.epochs.back();
   fmt::print("final: train accuracy {:.4f}, test accuracy {:.4f}, {:.0f} images/s per worker\n", last.at("accuracy"),
-             last.at("val_accuracy"), last.at("images_per_second") / replicas);
+             last.at("val_accuracy"), last.at("samples_per_second") / replicas);
   return 0;
 } catch (const std::exception& e) {
   fmt::print(stderr, "error: {}\n", e.what());

@@ -144,7 +144,8 @@ Options parse(int argc, char** argv) {
   while (separator < argc && std::string_view(argv[separator]) != "--") ++separator;
   for (int i = separator + 1; i < argc; ++i) options.command.emplace_back(argv[i]);
   CLI::App cli{"Starts a local cluster of one program and watches it.", "cohort-launch"};
-  cli.footer("After the options: -- PROGRAM [ARGS...], the program every process runs.");
+  cli.footer("After the options: -- PROGRAM [ARGS...], the program every process runs. Unless OMP_NUM_THREADS is set,\n"
+             "the machine's cores are shared among the workers and each parameter server gets one thread.");
   cli.option_defaults()->always_capture_default();
   int grace_seconds = static_cast<int>(options.grace.count());
   cli.add_option("--workers", options.workers, "training processes; the first is the chief")->check(cohort::app::whole_number(1, 1024));

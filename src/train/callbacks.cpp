@@ -113,6 +113,7 @@ void EarlyStopping::on_epoch_end(std::int64_t epoch, const Logs& logs, TrainingC
     if (options_.restore_best_weights) {
       best_values_.clear();
       for (const auto& v : control.model().variables()) best_values_.push_back(v->value.clone());
+      best_epoch_ = epoch + 1;
     }
     return;
   }
@@ -129,6 +130,8 @@ void EarlyStopping::restore_best(TrainingControl& control) {
   if (best_values_.empty()) return;
   const auto variables = control.model().variables();
   for (std::size_t i = 0; i < variables.size(); ++i) ops::copy(best_values_[i], variables[i]->value);
+  if (control.is_chief())
+    log::info("restored the weights of epoch {}, the best {} ({:.6g})", best_epoch_, options_.monitor, best_.best());
 }
 
 ReduceLROnPlateau::ReduceLROnPlateau(ReduceLROnPlateauOptions options)

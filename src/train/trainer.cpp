@@ -326,7 +326,7 @@ void Trainer::check_required_everywhere(const TrainingControl& control) {
     throw InvalidArgument(fmt::format("{} runs {}, but not every process that trains runs the same: a callback that changes "
                                       "the variables itself must run on every process, or the replicas would part",
                                       strategy_->process_name(),
-                                      joined.empty() ? "none of the callbacks that must run everywhere" : joined));
+                                      joined.empty() ? "none of the callbacks that must run everywhere (another process names the one it runs)" : joined));
 }
 
 void Trainer::report_requests(const std::vector<double>& votes, std::string_view moment) const {
@@ -544,16 +544,21 @@ History Trainer::run(const data::Dataset& train, const FitOptions& options) {
     sums.insert(sums.end(), validation.values.begin(), validation.values.end());
     sums.push_back(seconds_since(epoch_start));
     for (const auto& [name, value] : strategy_logs) sums.push_back(value);
-    const double replicas = strategy_->sum_over_replicas(sums) ? static_cast<double>(strategy_->replicas()) : 1.0;
+    const bool agreed = strategy_->sum_over_replicas(sums);
+    const double replicas = agreed ? static_cast<double>(strategy_->replicas()) : 1.0;
     const std::size_t width = totals.values.size();
     std::copy_n(sums.begin(), width, totals.values.begin());
     std::copy_n(sums.begin() + static_cast<std::ptrdiff_t>(width), width, validation.values.begin());
+    // Without an agreement (backup workers) each process's figures are its own: its validation then covers
+    // the whole set, not a share that may be empty.
+    if (!agreed && share.replicas > 1 && options.validation != nullptr)
+      validation = evaluate_share(*options.validation, std::max<std::int64_t>(options.batch_size, 256), 0, 1);
     Logs logs = logs_of(totals, "");
     const double seconds = sums[2 * width] / replicas;
     std::size_t next = 2 * width + 1;
     for (auto& [name, value] : strategy_logs) logs[name] = sums[next++] / replicas;
     logs["seconds"] = seconds;
-    logs["images_per_second"] = totals.values[0] > 0 ? totals.values[0] / seconds : 0.0;
+    logs["samples_per_second"] = totals.values[0] > 0 ? totals.values[0] / seconds : 0.0;
     logs["learning_rate"] = optimizer_->learning_rate();
     if (options.validation != nullptr) {
       logs.merge(logs_of(validation, "val_"));
@@ -565,7 +570,7 @@ History Trainer::run(const data::Dataset& train, const FitOptions& options) {
                                       "in mixed_bfloat16"
                                     : "; lower the learning rate"));
     }
-    if (verbose) progress.finish(shown(logs, options.validation != nullptr), seconds, logs["images_per_second"]);
+    if (verbose) progress.finish(shown(logs, options.validation != nullptr), seconds, logs["samples_per_second"]);
     if (position.batch_in_epoch >= batches_per_epoch) {
       position.epoch = epoch + 1;
       position.batch_in_epoch = 0;

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The examples refuse bad option values with one clear line and exit status 2, before any work.
-#   usage: options_test.sh EXAMPLE
+#   usage: options_test.sh EXAMPLE [FLAGSHIP_EXAMPLE]
 set -uo pipefail
-example=$1
+example=$1 flagship=${2:-}
 fail() { echo "FAIL: $*"; exit 1; }
 refuses() {  # refuses EXPECTED_TEXT ARGS...
   local expected=$1
@@ -49,6 +49,13 @@ output=$(timeout 30 "$example" --epochs 1 --data-dir /nonexistent/fashion 2>&1)
 grep -qF "no Fashion-MNIST data: /nonexistent/fashion: No such file or directory" <<<"$output" &&
   grep -qF -- "--data-dir DIR" <<<"$output" && grep -qF "apt-get install dataset-fashion-mnist" <<<"$output" ||
   fail "a missing data directory is not explained: $output"
+# The flagship, given a directory with neither data set, says so with the system's reason.
+if [ -n "$flagship" ]; then
+  output=$(timeout 30 "$flagship" --epochs 1 --data-dir /nonexistent/cifar 2>&1)
+  [ $? -eq 1 ] || fail "the flagship with a missing data directory did not end with status 1"
+  grep -qF -- "--data-dir /nonexistent/cifar holds neither the CIFAR-10 binary files (data_batch_1..5.bin, test_batch.bin) nor Fashion-MNIST: /nonexistent/cifar: No such file or directory" <<<"$output" ||
+    fail "the flagship's missing data directory is not explained: $output"
+fi
 # One line, not the whole usage.
 [ "$(timeout 30 "$example" --bogus 2>&1 | wc -l)" -eq 1 ] || fail "a mistake prints more than one line"
 timeout 30 "$example" --help | grep -q -- '--each-worker-full-pass' || fail "--help does not list the options on stdout"

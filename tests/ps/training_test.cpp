@@ -185,16 +185,25 @@ TEST_CASE("Sync with a backup worker: late gradients are dropped and counted, tr
   std::vector<nn::Sequential> two;
   for (int r = 0; r < 3; ++r) two.push_back(small_model());
   test_util::CapturedOutput log(STDERR_FILENO);
+  std::vector<train::History> histories(3);
   ps_test::run_cluster(named, 2, 1, {.consistency = ps::Sync{.backup_workers = 1}}, [&](int r, auto strategy) {
     Trainer trainer(two[static_cast<std::size_t>(r)], momentum_sgd(), strategy);
     train::FitOptions options{.epochs = 2, .batch_size = 4, .seed = 4, .verbosity = train::Verbosity::Silent};
+    options.validation = &kSet;
     if (r == 1) {
       auto stopper = std::make_shared<train::LambdaCallback>();
       stopper->epoch_end = [](std::int64_t, const train::Logs&, train::TrainingControl& control) { control.stop(); };
       options.callbacks.push_back(stopper);
     }
-    trainer.fit(kSet, options);
+    histories[static_cast<std::size_t>(r)] = trainer.fit(kSet, options);
   });
+  // Each worker's figures are its own, its validation over the whole set (a share of 44 samples in batches
+  // of 256 would leave worker 1 none).
+  for (int worker : {0, 1}) {
+    const train::Logs& logs = histories[static_cast<std::size_t>(worker)].epochs.front();
+    CHECK(logs.at("val_loss") > 0);
+    CHECK(logs.at("val_accuracy") > 0);
+  }
   const std::string said = log.text();
   INFO(said);
   CHECK(said.find("worker 1 asked to stop after epoch 1, but under parameter-server (sync, 1 backup worker") != std::string::npos);
