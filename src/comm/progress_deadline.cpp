@@ -21,10 +21,14 @@ bool await_peer(Transport& transport, int peer, const WorkPtr& work, std::uint64
     std::uint64_t progress;
     ~Waiting() { transport.report_progress(progress); }
   } waiting{transport, own_progress};
-  transport.report_progress(own_progress | kWaitingOnPeer);
+  const std::uint64_t waiting_mark = (own_progress & ((1ull << kWaitTickShift) - 1)) | kWaitingOnPeer;
+  std::uint64_t tick = 0;
+  transport.report_progress(waiting_mark);
   ProgressWatch watch(transport, peer);
   const auto poll = std::clamp(limit / 20, std::chrono::milliseconds(10), std::chrono::milliseconds(250));
   while (!work->wait_for(poll)) {
+    tick = (tick + 1) % (kWaitingOnPeer >> kWaitTickShift);
+    transport.report_progress(waiting_mark | tick << kWaitTickShift);
     if (watch.idle() > limit) {
       keep_until_exit(std::move(buffer));
       return false;

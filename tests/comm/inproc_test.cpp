@@ -1,8 +1,11 @@
 // The transport contract and the collectives, over the in-process transport.
 #include <catch2/catch.hpp>
 
+#include <thread>
+
 #include "cohort/comm/collectives.hpp"
 #include "cohort/comm/inproc.hpp"
+#include "cohort/comm/progress_deadline.hpp"
 #include "cohort/core/error.hpp"
 #include "conformance.hpp"
 
@@ -126,4 +129,37 @@ TEST_CASE("a rank lost in the middle of an allreduce fails the others with its n
     INFO("rank " << r << ": " << errors[static_cast<std::size_t>(r)]);
     CHECK(errors[static_cast<std::size_t>(r)].find("lost worker 1 (h:3)") != std::string::npos);
   }
+}
+
+TEST_CASE("a rank that waits on another is judged by its waiting thread: one frozen mid-wait is idle", "[comm][threads]") {
+  using Clock = std::chrono::steady_clock;
+  InProcessGroup group(3, 10s);
+  // Rank 1 waits on rank 2, which completes nothing; rank 0 waits on rank 1. While rank 1's waiting thread
+  // runs, its ticks keep rank 0 waiting, and rank 1 itself names rank 2.
+  auto from_two = group.transport(1).recv(2, 7, {});
+  auto from_one = group.transport(0).recv(1, 8, {});
+  bool one_gave_up = false, zero_gave_up = false;
+  Clock::time_point one_ended, zero_ended;
+  std::thread one([&] {
+    one_gave_up = !await_peer(group.transport(1), 2, from_two, 5, 600ms, nullptr);
+    // Then a waiting mark that no longer ticks: a thread frozen in the middle of a wait.
+    group.transport(1).report_progress(5 | kWaitingOnPeer);
+    one_ended = Clock::now();
+  });
+  std::thread zero([&] {
+    zero_gave_up = !await_peer(group.transport(0), 1, from_one, 3, 400ms, nullptr);
+    zero_ended = Clock::now();
+  });
+  one.join();
+  // Bounds the test where the frozen mark would keep rank 0 waiting: what rank 0 waits for comes after 3 s.
+  std::thread late([&] {
+    std::this_thread::sleep_for(3s);
+    group.transport(1).send(0, 8, {})->wait(10s);
+  });
+  zero.join();
+  late.join();
+  CHECK(one_gave_up);
+  CHECK(zero_gave_up);
+  CHECK(zero_ended > one_ended);                   // not before rank 1's ticks stopped
+  CHECK(zero_ended - one_ended < 2s);              // but soon after
 }

@@ -101,7 +101,7 @@ TEST_CASE("mixed-precision models learn the synthetic task as a float32 one does
     auto options = kSilent;
     options.validation = &synthetic_set();
     const auto history = trainer.fit(synthetic_set(), options);
-    CHECK(history.epochs.back().at("val_accuracy") > 0.95);
+    CHECK(history.epochs.back().at("val_accuracy") >= 0.95);
     CHECK(history.epochs.back().at("loss") < history.epochs.front().at("loss"));
   }
 }

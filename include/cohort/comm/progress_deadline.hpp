@@ -53,8 +53,11 @@ class ProgressDeadline {
 };
 
 // A progress count (Transport::report_progress) with this bit set: the rank is waiting on another process,
-// whose progress it judges itself (await_peer), so its own silence is no sign that it is stuck.
+// whose progress it judges itself (await_peer), so its own silence is no sign that it is stuck. While it
+// waits, the bits from kWaitTickShift up tick every poll: a waiter whose own thread froze stops ticking
+// and is judged idle like any other.
 inline constexpr std::uint64_t kWaitingOnPeer = 1ull << 63;
+inline constexpr int kWaitTickShift = 48;
 
 // Whether a rank that reported `count` (Transport::progress_of) waits on another.
 inline bool waits_on_another(std::optional<std::uint64_t> count) { return count && (*count & kWaitingOnPeer) != 0; }
@@ -68,7 +71,8 @@ bool await_peer(Transport& transport, int peer, const WorkPtr& work, std::uint64
                 std::chrono::milliseconds limit, std::shared_ptr<void> buffer);
 
 // How long a peer has shown no progress: its count sampled as often as its waiter likes (a heartbeat
-// brings it, so a change shows up to one interval late). A peer that waits on another is not idle.
+// brings it, so a change shows up to one interval late). A peer that waits on another ticks, so it is not
+// idle while its waiting thread runs.
 class ProgressWatch {
  public:
   using Clock = std::chrono::steady_clock;
@@ -77,7 +81,7 @@ class ProgressWatch {
   Clock::duration idle() {
     const auto count = transport_.progress_of(peer_);
     const auto now = Clock::now();
-    if (count != seen_ || waits_on_another(count)) {
+    if (count != seen_) {
       seen_ = count;
       since_ = now;
     }
