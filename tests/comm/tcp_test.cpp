@@ -111,7 +111,8 @@ std::vector<std::byte> hello_frame(int client_rank, const tcp::Nonce& nonce, int
   for (const auto& a : addresses) endpoints.push_back(fmt::format("{}:{}", a.host, a.port));
   const tcp::HelloBytes payload = tcp::encode_hello({.nonce = nonce, .server_rank = static_cast<std::uint32_t>(server_rank),
                                                      .layout = tcp::layout_fingerprint(endpoints), .heartbeat_ms = 100,
-                                                     .peer_timeout_ms = static_cast<std::uint32_t>(peer_timeout.count())});
+                                                     .peer_timeout_ms = static_cast<std::uint32_t>(peer_timeout.count()),
+                                                     .timeout_ms = 10000});
   const auto header = tcp::encode({.type = tcp::FrameType::Hello, .tag = static_cast<std::uint64_t>(client_rank), .length = tcp::kHelloBytes});
   std::vector<std::byte> out(header.begin(), header.end());
   out.insert(out.end(), payload.begin(), payload.end());
@@ -521,6 +522,11 @@ TEST_CASE("tcp: a dialer with the wrong rank or addresses is told why and fails 
   other_deadlines.peer_timeout = 5s;
   CHECK_THROWS_WITH(connect_tcp(other_deadlines),
                     Catch::Contains("loses a silent peer after 5000 ms, this rank every 100 ms and after 3000 ms"));
+  auto other_timeout = options_for(1, addresses);
+  other_timeout.timeout = 20s;
+  CHECK_THROWS_WITH(connect_tcp(other_timeout),
+                    Catch::Contains("it waits 20000 ms for a peer's progress, this rank 10000 ms: set COHORT_TIMEOUT alike "
+                                    "everywhere"));
   CHECK(std::chrono::steady_clock::now() - start < 5s);
   legitimate_peer_still_works(listener, zero, addresses);
 }

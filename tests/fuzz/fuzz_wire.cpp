@@ -100,7 +100,7 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
   // A hello from rank 1 to rank 0 with the listener's settings, and the other frames of the protocol.
   const HelloBytes payload = encode_hello({.server_rank = 0,
                                            .layout = layout_fingerprint({"127.0.0.1:1", "127.0.0.1:2"}),
-                                           .heartbeat_ms = 1000, .peer_timeout_ms = 10000});
+                                           .heartbeat_ms = 1000, .peer_timeout_ms = 10000, .timeout_ms = 60000});
   const std::string hello = frame(FrameType::Hello, 1, std::string(reinterpret_cast<const char*>(payload.data()), payload.size()));
   fuzz::write_seeds({fuzz::mode(0, frame(FrameType::Data, 7, "")), fuzz::mode(0, frame(FrameType::Abort, 2, "")),
                      fuzz::mode(1, hello), fuzz::mode(1, hello + frame(FrameType::Response, 0, std::string(kMacBytes, 'm'))),

@@ -13,7 +13,7 @@
 namespace cohort::comm::tcp {
 
 inline constexpr std::uint32_t kMagic = 0x54484F43;  // "COHT"
-inline constexpr std::uint16_t kProtocolVersion = 4;
+inline constexpr std::uint16_t kProtocolVersion = 5;
 inline constexpr std::size_t kHeaderBytes = 24;
 inline constexpr std::size_t kNonceBytes = 32;
 inline constexpr std::size_t kMacBytes = 32;

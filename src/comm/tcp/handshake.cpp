@@ -40,6 +40,7 @@ HelloBytes encode_hello(const Hello& hello) {
   put_le(out, kNonceBytes + 4, hello.layout);
   put_le(out, kNonceBytes + 12, hello.heartbeat_ms);
   put_le(out, kNonceBytes + 16, hello.peer_timeout_ms);
+  put_le(out, kNonceBytes + 20, hello.timeout_ms);
   return out;
 }
 
@@ -50,6 +51,7 @@ Hello decode_hello(const HelloBytes& bytes) {
   hello.layout = get_le<std::uint64_t>(bytes, kNonceBytes + 4);
   hello.heartbeat_ms = get_le<std::uint32_t>(bytes, kNonceBytes + 12);
   hello.peer_timeout_ms = get_le<std::uint32_t>(bytes, kNonceBytes + 16);
+  hello.timeout_ms = get_le<std::uint32_t>(bytes, kNonceBytes + 20);
   return hello;
 }
 

@@ -30,8 +30,9 @@ struct Hello {
   std::uint64_t layout = 0;  // layout_fingerprint() of the group's addresses; 0 in a star group (a rendezvous)
   std::uint32_t heartbeat_ms = 0;
   std::uint32_t peer_timeout_ms = 0;
+  std::uint32_t timeout_ms = 0;  // COHORT_TIMEOUT: how long a peer may make no progress
 };
-inline constexpr std::size_t kHelloBytes = kNonceBytes + 4 + 8 + 4 + 4;
+inline constexpr std::size_t kHelloBytes = kNonceBytes + 4 + 8 + 4 + 4 + 4;
 using HelloBytes = std::array<std::byte, kHelloBytes>;
 HelloBytes encode_hello(const Hello& hello);
 Hello decode_hello(const HelloBytes& bytes);

@@ -165,7 +165,8 @@ Hello TcpTransport::own_hello(int peer) const {
     return static_cast<std::uint32_t>(std::min<std::int64_t>(d.count(), std::numeric_limits<std::uint32_t>::max()));
   };
   return {.server_rank = static_cast<std::uint32_t>(peer), .layout = layout_,
-          .heartbeat_ms = milliseconds(options_.heartbeat_interval), .peer_timeout_ms = milliseconds(options_.peer_timeout)};
+          .heartbeat_ms = milliseconds(options_.heartbeat_interval), .peer_timeout_ms = milliseconds(options_.peer_timeout),
+          .timeout_ms = milliseconds(options_.timeout)};
 }
 
 std::vector<std::string> TcpTransport::given_addresses() const {
@@ -248,6 +249,11 @@ std::string TcpTransport::settings_mismatch(const Hello& hello, int client) cons
     return fmt::format("it sends heartbeats every {} ms and loses a silent peer after {} ms, this rank every {} ms and after "
                        "{} ms: set COHORT_HEARTBEAT_INTERVAL and COHORT_PEER_TIMEOUT alike everywhere",
                        hello.heartbeat_ms, hello.peer_timeout_ms, own.heartbeat_ms, own.peer_timeout_ms);
+  // Who is called stuck, and when, must not depend on which process judges. (Connect deadlines may differ:
+  // a process started later may wait less.)
+  if (hello.timeout_ms != own.timeout_ms)
+    return fmt::format("it waits {} ms for a peer's progress, this rank {} ms: set COHORT_TIMEOUT alike everywhere",
+                       hello.timeout_ms, own.timeout_ms);
   return {};
 }
 
