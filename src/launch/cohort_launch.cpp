@@ -297,6 +297,24 @@ std::string thread_count(const Process& p, const Options& options) {
   return std::to_string(std::max(1L, cores / options.workers));
 }
 
+// What describes a process's place in a cluster, its secret or its restart: the launcher sets these for
+// every process, and another description left in its own environment (RANK beside TF_CONFIG, a secret
+// file beside COHORT_SECRET) would make each process refuse to start.
+constexpr const char* kReplacedSettings[] = {"TF_CONFIG",       "RANK",           "OMPI_COMM_WORLD_RANK", "SM_HOSTS",
+                                             "SM_CURRENT_HOST", "COHORT_NUM_PS",  "COHORT_SECRET",        "COHORT_SECRET_FILE",
+                                             "COHORT_RESTART"};
+
+// Says once which of them this environment held.
+void note_replaced_settings() {
+  std::vector<std::string> present;
+  for (const char* name : kReplacedSettings)
+    if (std::getenv(name) != nullptr) present.emplace_back(name);
+  if (!present.empty())
+    fmt::print(stderr, "cohort-launch: {} from this environment {} not passed on: the launcher describes the cluster, makes "
+                       "its secret and numbers its restarts for every process\n",
+               fmt::join(present, ", "), present.size() == 1 ? "is" : "are");
+}
+
 void start(Process& p, const Options& options, const std::string& secret, int restart,
            const std::filesystem::path& timeline_parts) {
   int out[2], err[2];
@@ -314,6 +332,7 @@ void start(Process& p, const Options& options, const std::string& secret, int re
       if (::ioctl(STDOUT_FILENO, TIOCGWINSZ, &size) == 0 && size.ws_col > p.name.size() + 3)
         ::setenv("COLUMNS", std::to_string(size.ws_col - p.name.size() - 3).c_str(), 1);  // room for "[chief 0] "
     }
+    for (const char* name : kReplacedSettings) ::unsetenv(name);
     ::setenv("TF_CONFIG", p.tf_config.c_str(), 1);
     ::setenv("COHORT_SECRET", secret.c_str(), 1);
     ::setenv("COHORT_RESTART", std::to_string(restart).c_str(), 1);
@@ -504,6 +523,7 @@ int run_processes(const Options& options, int restart, const std::filesystem::pa
   std::string started;
   for (const auto& p : processes) started += fmt::format("{}{} (pid {})", started.empty() ? "" : ", ", p.name, p.pid);
   fmt::print(stderr, "cohort-launch: started {}\n", started);
+  if (restart == 0) note_replaced_settings();
   if (restart == 0 && std::getenv("OMP_NUM_THREADS") == nullptr)
     fmt::print(stderr, "cohort-launch: OMP_NUM_THREADS={} for each worker{} (the cores shared among the workers; set "
                        "OMP_NUM_THREADS to choose)\n",

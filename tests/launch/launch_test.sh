@@ -65,6 +65,14 @@ timeout 60 "$launcher" --workers 1 --ps 2 --grace 1 -- sh -c \
 grep -q 'failed: ps 0 (pid [0-9]*) exited with status 1 (reported failed by ps 1)' "$work/log" ||
   fail "the verdict does not follow a chain of reported failures to its end: $(grep 'cohort-launch: failed' "$work/log")"
 
+# 1c''. Another description of the cluster or its secret in the launcher's environment is not passed on
+# (each process would refuse TF_CONFIG beside RANK, or COHORT_SECRET beside a secret file), and it says so.
+RANK=3 COHORT_SECRET_FILE=/nonexistent timeout 60 "$launcher" --workers 2 --grace 1 -- sh -c \
+  'test -z "${RANK-}" && test -z "${COHORT_SECRET_FILE-}" && test -n "$TF_CONFIG" && test -n "$COHORT_SECRET"' \
+  >"$work/log" 2>&1 || fail "RANK or COHORT_SECRET_FILE reached the processes: $(tail -3 "$work/log")"
+grep -q 'cohort-launch: RANK, COHORT_SECRET_FILE from this environment are not passed on' "$work/log" ||
+  fail "the launcher did not say which settings it replaced: $(cat "$work/log")"
+
 # 1d. A process reported stuck (alive, making no progress) is the cause and is killed once the others end.
 timeout 60 "$launcher" --workers 2 --grace 30 -- sh -c \
   'case "$TF_CONFIG" in *"\"chief\", \"index\": 0"*) echo "error: worker 0 (127.0.0.1:1) is stuck: connected, but ..."; exit 1;;
