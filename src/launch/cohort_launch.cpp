@@ -33,6 +33,7 @@
 #include <CLI/CLI.hpp>
 
 #include "cohort/app/command_line.hpp"
+#include "cohort/core/settings.hpp"
 #include "cohort/core/timeline.hpp"
 #include <fmt/format.h>
 
@@ -166,6 +167,15 @@ Options parse(int argc, char** argv) {
     usage(fmt::format("cannot run {}: {}", options.command[0], problem));
   options.grace = std::chrono::seconds(grace_seconds);
   options.host = ipv4_address_of(options.host);
+  if (options.host == "0.0.0.0")
+    usage("--host 0.0.0.0: every process would listen on every interface, and none can dial it; give an address of "
+          "this host (the default, 127.0.0.1, keeps the job to this machine)");
+  // The processes' settings are the launcher's: a misspelt one is refused here, before any process starts.
+  try {
+    cohort::check_settings();
+  } catch (const std::exception& e) {
+    usage(e.what());
+  }
   return options;
 }
 

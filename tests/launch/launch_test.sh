@@ -73,6 +73,14 @@ RANK=3 COHORT_SECRET_FILE=/nonexistent timeout 60 "$launcher" --workers 2 --grac
 grep -q 'cohort-launch: RANK, COHORT_SECRET_FILE from this environment are not passed on' "$work/log" ||
   fail "the launcher did not say which settings it replaced: $(cat "$work/log")"
 
+# 1c-3. A misspelt setting or an all-interfaces --host is refused before any process starts.
+output=$(COHORT_GEMM=foo timeout 30 "$launcher" --workers 2 -- sh -c 'echo started' 2>&1)
+[ $? -eq 2 ] && ! grep -q started <<<"$output" && grep -qF "COHORT_GEMM='foo': use eigen, openblas, fastest" <<<"$output" ||
+  fail "COHORT_GEMM=foo was not refused before the processes started: $output"
+output=$(timeout 30 "$launcher" --workers 2 --host 0.0.0.0 -- sh -c 'echo started' 2>&1)
+[ $? -eq 2 ] && grep -qF -- "--host 0.0.0.0: every process would listen on every interface" <<<"$output" ||
+  fail "--host 0.0.0.0 was not refused: $output"
+
 # 1d. A process reported stuck (alive, making no progress) is the cause and is killed once the others end.
 timeout 60 "$launcher" --workers 2 --grace 30 -- sh -c \
   'case "$TF_CONFIG" in *"\"chief\", \"index\": 0"*) echo "error: worker 0 (127.0.0.1:1) is stuck: connected, but ..."; exit 1;;
