@@ -5,6 +5,7 @@
 #include "cohort/app/command_line.hpp"
 
 #include <filesystem>
+#include <utility>
 #include <limits>
 
 #include "cohort/core/check.hpp"
@@ -93,11 +94,11 @@ TrainingOptions parse_training_options(int argc, const char* const* argv, std::s
   cli.add_flag("--summary", options.summary_only, "print the model summary and exit");
   parse_or_exit(cli, argc, argv);
   // An output that cannot be written fails now, not after the training it would keep.
-  for (const std::string* output : {&options.save_model, &options.history_csv}) {
+  for (const auto& [option, output] : {std::pair{"--save-model", &options.save_model}, std::pair{"--history-csv", &options.history_csv}}) {
     std::error_code looked;
     const auto existing = std::filesystem::status(*output, looked);
     if (!output->empty() && std::filesystem::exists(existing) && !std::filesystem::is_regular_file(existing)) {
-      fmt::print(stderr, "{}: it exists and is not a regular file\n", *output);
+      fmt::print(stderr, "{} {}: it exists and is not a regular file\n", option, *output);
       std::exit(2);
     }
   }
