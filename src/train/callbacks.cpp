@@ -17,6 +17,11 @@
 namespace cohort::train {
 namespace {
 
+// " by more than 0.5" when a monitor must beat its best by min_delta to count as improved.
+std::string by_more_than(double min_delta) {
+  return min_delta > 0 ? fmt::format(" by more than {:.6g}", min_delta) : std::string();
+}
+
 bool larger_is_better(Mode mode, const std::string& monitor) {
   if (mode == Mode::Auto) return monitor.find("acc") != std::string::npos || monitor.find("auc") != std::string::npos;
   return mode == Mode::Max;
@@ -121,8 +126,8 @@ void EarlyStopping::on_epoch_end(std::int64_t epoch, const Logs& logs, TrainingC
   stopped_epoch_ = epoch + 1;
   control.stop();
   if (control.is_chief())
-    log::info("early stopping after epoch {}: {} has not improved on {:.6g} for {} epoch(s)", epoch + 1, options_.monitor,
-              best_.best(), waited_);
+    log::info("early stopping after epoch {}: {} has not improved on {:.6g}{} for {} epoch(s)", epoch + 1, options_.monitor,
+              best_.best(), by_more_than(options_.min_delta), waited_);
   restore_best(control);
 }
 
@@ -157,8 +162,8 @@ void ReduceLROnPlateau::on_epoch_end(std::int64_t epoch, const Logs& logs, Train
   control.set_learning_rate(reduced);
   cooling_ = options_.cooldown;
   if (control.is_chief())
-    log::info("epoch {}: {} has not improved on {:.6g}; learning rate {:.3g} -> {:.3g}", epoch + 1, options_.monitor,
-              best_.best(), current, reduced);
+    log::info("epoch {}: {} has not improved on {:.6g}{}; learning rate {:.3g} -> {:.3g}", epoch + 1, options_.monitor,
+              best_.best(), by_more_than(options_.min_delta), current, reduced);
 }
 
 ModelCheckpoint::ModelCheckpoint(ModelCheckpointOptions options)

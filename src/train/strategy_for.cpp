@@ -31,6 +31,12 @@ std::shared_ptr<Strategy> strategy_for(cluster::Cluster& cluster, const Paramete
                communicator, dtype_name(options.gradient_dtype));
   if (communicator == "mpi") {
     auto mpi = comm::make_mpi_communicator();
+    // A job the cluster describes (cohort-launch's TF_CONFIG) but mpirun did not start: each process would
+    // be an MPI world of its own and train alone.
+    COHORT_CHECK(mpi->size() == cluster.spec().world_size(),
+                 "COHORT_COMMUNICATOR=mpi, but MPI sees {} process(es) where the cluster ({}) has {}: start the job with "
+                 "mpirun, or unset COHORT_COMMUNICATOR for the ring over the cluster's connections",
+                 mpi->size(), cluster.spec().source, cluster.spec().world_size());
     if (mpi->size() == 1) return std::make_shared<Local>();  // a single process, started without mpirun
     return std::make_shared<RingAllreduce>(std::move(mpi), allreduce);
   }

@@ -303,6 +303,10 @@ void Trainer::agree(TrainingControl& control, std::string_view moment) {
                               "rate directly; use TrainingControl::set_learning_rate, which every process agrees on",
                               optimizer_->learning_rate()));
     if (strategy_->is_chief() && replicas > 1) report_requests(votes, moment);
+  } else if (replicas > 1 && votes[0] > 0 && strategy_->is_chief()) {
+    log::warning("{} asked to stop {}: under {} the processes do not wait for each other to agree, and the chief's stop "
+                 "ends the run for every process",
+                 strategy_->process_name(), moment, strategy_->name());
   } else if (replicas > 1 && (votes[0] > 0 || votes[1] > 0)) {
     log::warning("{} asked to {} {}, but under {} the processes do not wait for each other to agree: it applies to "
                  "this process alone",
@@ -530,6 +534,7 @@ History Trainer::run(const data::Dataset& train, const FitOptions& options) {
       if (options.checkpoint_every_steps > 0 && position.global_step % options.checkpoint_every_steps == 0) save();
       step_limit_reached = options.max_steps > 0 && position.global_step >= options.max_steps;
       run_ended = strategy_->should_stop();
+      if (run_ended && !chief) log::info("{}: the chief ended the run after step {}", strategy_->process_name(), position.global_step);
       if (step_limit_reached || run_ended || control.stopping()) break;
     }
     // Over all processes: the training totals, the validation totals of each one's share of the

@@ -61,4 +61,8 @@ grep -q '^\[chief 0\] test accuracy: 0\.[3-9]' "$work/log" || fail "the job over
 # The staleness table names the workers as the launcher and the errors do.
 grep -q '^\[chief 0\] chief 0  *[0-9]' "$work/log" && grep -q '^\[chief 0\] worker 0  *[0-9]' "$work/log" ||
   fail "the staleness table does not name the workers chief 0 and worker 0"
+# 4. COHORT_COMMUNICATOR=mpi in a job mpirun did not start is refused, not run as separate one-process jobs.
+output=$(COHORT_COMMUNICATOR=mpi timeout 120 "$launcher" --workers 2 -- "$example" "${args[@]}" --max-steps 2 2>&1)
+[ $? -ne 0 ] && grep -qE "COHORT_COMMUNICATOR=mpi, but MPI sees 1 process\(es\) where the cluster \(TF_CONFIG\) has 2|has no MPI communicator" <<<"$output" ||
+  fail "COHORT_COMMUNICATOR=mpi without mpirun was not refused: $(tail -3 <<<"$output")"
 echo "ps launch test passed"

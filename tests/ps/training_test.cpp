@@ -210,6 +210,28 @@ TEST_CASE("Sync with a backup worker: late gradients are dropped and counted, tr
   CHECK(said.find("it applies to this process alone") != std::string::npos);
   CHECK(stats[0].workers[2].pushes < 20);  // the steps did not wait for it
   CHECK(stats[0].updates >= 20);
+
+  // The chief's stop, though, ends the run: it says so, and the worker says why its run ended.
+  comm::InProcessGroup again(3, std::chrono::seconds(20), ps_test::process_names(2, 1));
+  std::vector<nn::Sequential> three;
+  for (int r = 0; r < 3; ++r) three.push_back(small_model());
+  test_util::CapturedOutput chief_log(STDERR_FILENO);
+  ps_test::run_cluster(again, 2, 1, {.consistency = ps::Sync{.backup_workers = 1}}, [&](int r, auto strategy) {
+    Trainer trainer(three[static_cast<std::size_t>(r)], momentum_sgd(), strategy);
+    train::FitOptions options{.epochs = 50, .batch_size = 4, .seed = 4, .verbosity = train::Verbosity::Silent};
+    if (r == 0) {
+      auto stopper = std::make_shared<train::LambdaCallback>();
+      stopper->epoch_end = [](std::int64_t, const train::Logs&, train::TrainingControl& control) { control.stop(); };
+      options.callbacks.push_back(stopper);
+    }
+    trainer.fit(kSet, options);
+  });
+  const std::string chief_said = chief_log.text();
+  INFO(chief_said);
+  CHECK(chief_said.find("chief 0 asked to stop after epoch 1: under parameter-server (sync, 1 backup worker, 1 server) the "
+                        "processes do not wait for each other to agree, and the chief's stop ends the run for every process") !=
+        std::string::npos);
+  CHECK(chief_said.find("worker 1: the chief ended the run after step") != std::string::npos);
 }
 
 TEST_CASE("a worker whose share is done waits for a chief that trains on, and names one that is stuck", "[ps][train]") {

@@ -270,6 +270,7 @@ TEST_CASE("EarlyStopping(restore_best_weights) runs on every replica or on none,
     for (const auto& error : run(true, true)) CHECK(error.empty());
     // The first epoch's rate is the best (nothing later improves on it by min_delta): its weights come back.
     CHECK_THAT(log.text(), Catch::Contains("restored the weights of epoch 1, the best learning_rate (0.01)"));
+    CHECK_THAT(log.text(), Catch::Contains("learning_rate has not improved on 0.01 by more than 1 for 2 epoch(s)"));
   }
 
   comm::InProcessGroup group(3);

@@ -9,8 +9,9 @@
 // Change the rate through the control, not the optimizer, so that it is agreed.
 // Epoch logs hold metrics over all processes (the same numbers everywhere); batch logs are this
 // process's share of the epoch so far. With backup workers (ps::Sync::backup_workers), whose processes
-// never wait for each other, nothing is agreed: each process acts on its own requests and metrics (its
-// validation over the whole validation set), and warns that it does. The chief logs every agreed request with the processes that made it.
+// never wait for each other, nothing is agreed: each process acts on its own requests, at the end of the
+// epoch, and metrics (its validation over the whole validation set), and warns that it does; the chief's
+// stop still ends the run for every process. The chief logs every agreed request with the processes that made it.
 //
 //   struct StopAtLoss : train::Callback {
 //     void on_epoch_end(std::int64_t, const train::Logs& logs, train::TrainingControl& c) override {
