@@ -70,6 +70,7 @@ std::string ProgressBar::fit(const std::string& full, const std::string& compact
 void ProgressBar::update(std::int64_t steps_done, const OrderedLogs& logs, double samples_per_second) {
   const auto now = std::chrono::steady_clock::now();
   if (first_step_ < 0) first_step_ = steps_done - 1;  // a resumed epoch starts part-way
+  steps_done_ = steps_done;
   const double elapsed = std::chrono::duration<double>(now - start_).count();
   const auto taken = static_cast<double>(std::max<std::int64_t>(steps_done - first_step_, 1));
   const double per_step = elapsed / taken;
@@ -98,12 +99,16 @@ void ProgressBar::update(std::int64_t steps_done, const OrderedLogs& logs, doubl
 
 void ProgressBar::finish(const OrderedLogs& logs, double seconds, double samples_per_second) {
   const int digits = static_cast<int>(std::to_string(total_).size());
-  const auto taken = static_cast<double>(std::max<std::int64_t>(total_ - std::max<std::int64_t>(first_step_, 0), 1));
-  const std::string line = fmt::format("{:>{}}/{} [{}] - {} {}{} - {:.0f} {}", total_, digits, total_,
-                                       std::string(kBarWidth, '='), format_duration(seconds),
+  // An epoch that a stop or a step limit cut short ends where it stopped, its step time over the steps taken.
+  const std::int64_t done = steps_done_ < 0 ? total_ : steps_done_;
+  const auto taken = static_cast<double>(std::max<std::int64_t>(done - std::max<std::int64_t>(first_step_, 0), 1));
+  const int filled = total_ > 0 ? static_cast<int>(kBarWidth * done / total_) : kBarWidth;
+  const std::string bar =
+      std::string(static_cast<std::size_t>(filled), '=') + std::string(static_cast<std::size_t>(kBarWidth - filled), '.');
+  const std::string line = fmt::format("{:>{}}/{} [{}] - {} {}{} - {:.0f} {}", done, digits, total_, bar, format_duration(seconds),
                                        format_step_time(seconds / taken), format_logs(logs), samples_per_second, rate_unit_);
   // The epoch's line stays on the screen: on a narrow terminal it loses the bar, never a number.
-  const std::string compact = fmt::format("{}/{} - {} {}{} - {:.0f} {}", total_, total_, format_duration(seconds),
+  const std::string compact = fmt::format("{}/{} - {} {}{} - {:.0f} {}", done, total_, format_duration(seconds),
                                           format_step_time(seconds / taken), format_logs(logs), samples_per_second, rate_unit_);
   if (style_ == Style::Bar) fmt::print(out_, "\r{}\x1b[K\n", line.size() <= width() ? line : compact);
   else fmt::print(out_, "{}\n", line);

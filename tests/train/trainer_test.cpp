@@ -148,6 +148,11 @@ TEST_CASE("the progress bar: loss first, metrics in the order given, time per st
     rows.finish(logs, 2.0, 100);
   }
   {
+    train::ProgressBar stopped(20, out, train::ProgressBar::Style::Lines);  // a stop after step 5
+    for (int step = 1; step <= 5; ++step) stopped.update(step, logs, 100);
+    stopped.finish(logs, 1.0, 100);
+  }
+  {
     ::setenv("COLUMNS", "60", 1);
     train::ProgressBar bar(20, out, train::ProgressBar::Style::Bar);
     bar.update(20, logs, 100);
@@ -159,6 +164,7 @@ TEST_CASE("the progress bar: loss first, metrics in the order given, time per st
   const auto first_line = text.substr(0, text.find('\n'));
   CHECK(first_line.find("/step - loss: 0.5000 - top_3_accuracy: 0.9000 - accuracy: 0.7500") != std::string::npos);
   CHECK(text.find("20/20 [==============================] - 2s 100ms/step - loss: 0.5000") != std::string::npos);
+  CHECK(text.find(" 5/20 [=======.......................] - 1s 200ms/step - loss: 0.5000") != std::string::npos);
   CHECK(text.find("100 img/s") != std::string::npos);
   CHECK(text.find("100 samples/s") != std::string::npos);
   const auto redraw = text.substr(text.rfind('\r') + 1);
