@@ -170,7 +170,14 @@ std::string read_sealed_file(const std::filesystem::path& path, std::string_view
 bool sealed_file_exists(const std::filesystem::path& path) {
   std::error_code error;
   const auto status = std::filesystem::status(path, error);
-  if (status.type() == std::filesystem::file_type::not_found) return false;
+  if (status.type() == std::filesystem::file_type::not_found) {
+    // A link to nothing is a file that was meant to be there: starting afresh would hide its loss.
+    if (std::filesystem::is_symlink(std::filesystem::symlink_status(path, error)))
+      throw DataError(fmt::format("{} is a link to {}, which does not exist: restore what it names, or remove the link to "
+                                  "start afresh",
+                                  path.string(), std::filesystem::read_symlink(path, error).string()));
+    return false;
+  }
   if (error) throw DataError(fmt::format("{} cannot be read: {}", path.string(), error.message()));
   return true;
 }

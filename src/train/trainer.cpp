@@ -398,6 +398,8 @@ History Trainer::run(const data::Dataset& train, const FitOptions& options) {
       if (verbose)
         log::info("resumed from {}: epoch {}, batch {}, step {}", checkpoint_dir.string(), position.epoch + 1,
                   position.batch_in_epoch, position.global_step);
+    } else if (verbose) {
+      log::info("no checkpoint in {} to resume from: training from the start", checkpoint_dir.string());
     }
   }
   optimizer_->to(model_.device());

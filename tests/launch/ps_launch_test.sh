@@ -65,4 +65,9 @@ grep -q '^\[chief 0\] chief 0  *[0-9]' "$work/log" && grep -q '^\[chief 0\] work
 output=$(COHORT_COMMUNICATOR=mpi timeout 120 "$launcher" --workers 2 -- "$example" "${args[@]}" --max-steps 2 2>&1)
 [ $? -ne 0 ] && grep -qE "COHORT_COMMUNICATOR=mpi, but MPI sees 1 process\(es\) where the cluster \(TF_CONFIG\) has 2|has no MPI communicator" <<<"$output" ||
   fail "COHORT_COMMUNICATOR=mpi without mpirun was not refused: $(tail -3 <<<"$output")"
+# 5. A parameter-server option in a job without servers is said to have no effect.
+output=$(timeout 120 "$launcher" --workers 2 -- "$example" "${args[@]}" --max-steps 2 --consistency async 2>&1) ||
+  fail "a ring job with --consistency async failed: $(tail -3 <<<"$output")"
+grep -q '^\[chief 0\] .*the consistency async is for parameter servers, and this job has none' <<<"$output" ||
+  fail "--consistency without parameter servers was taken without a word"
 echo "ps launch test passed"

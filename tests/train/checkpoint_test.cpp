@@ -181,6 +181,11 @@ TEST_CASE("a checkpoint that is a loop of symbolic links is refused by name", "[
   std::filesystem::create_symlink("ps.manifest", dir.path() / "ps.manifest");
   train::ParameterServer servers(group.transport(0), 1);
   CHECK_THROWS_WITH(servers.restore_checkpoint(dir.path(), model, adam), Catch::Contains("ps.manifest cannot be read"));
+  // A link to nothing is refused too, not taken for a fresh start.
+  std::filesystem::remove(dir.path() / "latest.ckpt");
+  std::filesystem::create_symlink("/nonexistent/latest.ckpt", dir.path() / "latest.ckpt");
+  CHECK_THROWS_WITH(local.restore_checkpoint(dir.path(), model, adam),
+                    Catch::Contains("latest.ckpt is a link to /nonexistent/latest.ckpt, which does not exist"));
 }
 
 TEST_CASE("a checkpoint that is a FIFO or a device is refused by name, not read without end", "[train][checkpoint]") {

@@ -253,3 +253,15 @@ TEST_CASE("checkpoints record the GEMM path, and a resumed run computes through 
   CHECK(gemm_path() == GemmPath::OpenBlas);
   set_gemm_path(before);
 }
+
+TEST_CASE("a resume that finds no checkpoint says that it trains from the start", "[train][checkpoint]") {
+  ScratchDirectory dir("resume_without_checkpoint");
+  nn::Sequential model = tiny_cnn();
+  test_util::CapturedOutput log(STDERR_FILENO);
+  {
+    test_util::CapturedOutput progress(STDOUT_FILENO);
+    Trainer(model, optim::SGD()).fit(synthetic_set(), {.epochs = 1, .verbosity = train::Verbosity::Lines,
+                                                       .checkpoint_dir = dir.path(), .resume = true});
+  }
+  CHECK_THAT(log.text(), Catch::Contains(fmt::format("no checkpoint in {} to resume from: training from the start", dir.path().string())));
+}
