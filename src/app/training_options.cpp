@@ -5,9 +5,10 @@
 #include "cohort/app/command_line.hpp"
 
 #include <filesystem>
-#include <utility>
 #include <limits>
+#include <utility>
 
+#include "cohort/cluster/cluster.hpp"
 #include "cohort/core/check.hpp"
 #include "cohort/core/error.hpp"
 #include "cohort/core/logging.hpp"
@@ -110,6 +111,7 @@ void check_settings_or_exit() {
   try {
     check_settings();
     check_cpu_kernel_settings();
+    cluster::with_environment_settings({});  // the deadlines and TLS settings, refused alike before any work
   } catch (const InvalidArgument& e) {
     fmt::print(stderr, "{}\n", e.what());
     std::exit(2);

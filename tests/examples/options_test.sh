@@ -44,6 +44,7 @@ refuses_setting "COHORT_HIERARCHICAL_ALLREDUCE='off'" COHORT_HIERARCHICAL_ALLRED
 refuses_setting "COHORT_GEMM='foo': use eigen, openblas, fastest" COHORT_GEMM=foo
 refuses_setting "COHORT_BF16_KERNELS='onednn': use native, float32" COHORT_BF16_KERNELS=onednn
 refuses_setting "COHORT_CPU_ISA='foo': use portable, avx2, avx512" COHORT_CPU_ISA=foo
+refuses_setting "COHORT_TIMEOUT='soon' is not a duration between 1ms and 24h" COHORT_TIMEOUT=soon
 # A data directory that is not there: the system's reason and how to get the data.
 output=$(timeout 30 "$example" --epochs 1 --data-dir /nonexistent/fashion 2>&1)
 [ $? -eq 1 ] || fail "a missing data directory did not end the program with status 1"
