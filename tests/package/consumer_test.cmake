@@ -2,7 +2,8 @@
 # be relocatable), then builds and runs the consumer project in SOURCE_DIR against it as an outside user
 # would: with find_package(cohort COMPONENTS <the parts this build has>) and with pkg-config. The
 # consumer, which trains on the CPU, and libcohort must need no CUDA, NCCL or MPI library (ldd); asking for
-# a component that is not installed must fail to configure, naming it.
+# a component that is not installed must fail to configure, naming it; without its parts (a CPU-only
+# install) the package still builds and runs the consumer.
 #   cmake -DBUILD_DIR=... -DSOURCE_DIR=... -DWORK_DIR=... -DHAS_CUDA=0|1 -DHAS_MPI=0|1 -DCXX=... -P consumer_test.cmake
 file(REMOVE_RECURSE ${WORK_DIR})
 function(run what)
@@ -52,6 +53,14 @@ execute_process(COMMAND ${CMAKE_COMMAND} -S ${SOURCE_DIR} -B ${WORK_DIR}/build-w
                 RESULT_VARIABLE result OUTPUT_VARIABLE output ERROR_VARIABLE output)
 if(NOT result OR NOT output MATCHES "cohort's cuda part is not installed: no libcohort_cuda.so")
   message(FATAL_ERROR "find_package(cohort COMPONENTS cuda) without the part did not fail naming it:\n${output}")
+endif()
+# Without its parts (a CPU-only install) the package still builds and runs a CPU program.
+run("configuring the consumer against the CPU-only package" ${CMAKE_COMMAND} -S ${SOURCE_DIR} -B ${WORK_DIR}/build-cpu-only
+    -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH=${prefix})
+run("building the consumer against the CPU-only package" ${CMAKE_COMMAND} --build ${WORK_DIR}/build-cpu-only)
+run("the consumer of the CPU-only package" ${WORK_DIR}/build-cpu-only/consumer)
+if(NOT output MATCHES "consumer trained: loss")
+  message(FATAL_ERROR "the consumer of the CPU-only package did not train:\n${output}")
 endif()
 
 execute_process(COMMAND ${CMAKE_COMMAND} -S ${SOURCE_DIR} -B ${WORK_DIR}/build-nonsense -DCMAKE_PREFIX_PATH=${prefix}
