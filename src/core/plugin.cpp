@@ -28,7 +28,8 @@ std::string last_dl_error() {
 }  // namespace
 
 LoadedPlugin load_plugin(const PluginSpec& spec) {
-  const auto [file, entry, what, package, layout, global] = spec;
+  const auto [file, entry, what, package, layout, global, not_built] = spec;
+  if (not_built != nullptr) return {nullptr, not_built};
   const int flags = RTLD_NOW | (global ? RTLD_GLOBAL : RTLD_LOCAL);
   const std::filesystem::path beside = own_directory() / file;
   std::error_code error;

@@ -5,9 +5,9 @@
 // loader's path; it hands over a table of entry points whose first members say which cohort built it.
 //
 //   static const LoadedPlugin cuda = load_plugin({"libcohort_cuda.so", "cohort_cuda_plugin", "the CUDA backend",
-//                                                 "cohort-cuda", kCudaPluginLayout, false});
-//   if (cuda.table == nullptr) throw DeviceError(cuda.why_not);
-//   static_cast<const CudaPlugin*>(cuda.table)->backend();
+//                                                 "cohort-cuda", kCudaPluginLayout, false, not_built});
+//   std::string why_not;
+//   if (const auto* table = table_of<CudaPlugin>(cuda, why_not)) table->backend(); else throw DeviceError(why_not);
 #include <string>
 
 namespace cohort {
@@ -30,9 +30,18 @@ struct PluginSpec {
   const char* package;  // "cohort-cuda": the Debian package that installs it
   int layout;           // the table's layout this libcohort expects
   bool global;          // its symbols visible to what it loads itself (Open MPI's components need MPI's)
+  const char* not_built = nullptr;  // when this build lacks the part: why, and the build option that brings it
 };
 
 // Loads the part and takes its table, refusing one of another version or layout. Never throws.
 LoadedPlugin load_plugin(const PluginSpec& spec);
+
+// The loaded part's table as its own type `Table`, which begins with its PluginHeader; null with `why_not`
+// set when the part was not loaded.
+template <class Table>
+const Table* table_of(const LoadedPlugin& loaded, std::string& why_not) {
+  if (loaded.table == nullptr) why_not = loaded.why_not;
+  return reinterpret_cast<const Table*>(loaded.table);
+}
 
 }  // namespace cohort

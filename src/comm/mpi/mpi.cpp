@@ -9,15 +9,13 @@ namespace cohort::comm {
 namespace {
 
 const MpiPlugin* mpi_plugin(std::string& why_not) {
-  static const LoadedPlugin loaded = [] {
-    if (!COHORT_HAS_MPI)
-      return LoadedPlugin{nullptr, "this build of cohort has no MPI communicator: install Open MPI (Debian: "
-                                   "libopenmpi-dev) and configure with -DCOHORT_WITH_MPI=ON"};
-    // Global: Open MPI loads components of its own that look for its symbols.
-    return load_plugin({"libcohort_mpi.so", "cohort_mpi_plugin", "the MPI communicator", "cohort-mpi", kMpiPluginLayout, true});
-  }();
-  if (loaded.table == nullptr) why_not = loaded.why_not;
-  return reinterpret_cast<const MpiPlugin*>(loaded.table);  // the table begins with its header
+  // Global: Open MPI loads components of its own that look for its symbols.
+  static const LoadedPlugin loaded =
+      load_plugin({"libcohort_mpi.so", "cohort_mpi_plugin", "the MPI communicator", "cohort-mpi", kMpiPluginLayout, true,
+                   COHORT_HAS_MPI ? nullptr
+                                  : "this build of cohort has no MPI communicator: install Open MPI (Debian: "
+                                    "libopenmpi-dev) and configure with -DCOHORT_WITH_MPI=ON"});
+  return table_of<MpiPlugin>(loaded, why_not);
 }
 
 }  // namespace

@@ -17,13 +17,10 @@ namespace cohort::comm {
 namespace {
 
 const NcclPlugin* nccl_plugin(std::string& why_not) {
-  static const LoadedPlugin loaded = [] {
-    if (!COHORT_HAS_NCCL)
-      return LoadedPlugin{nullptr, "this build of cohort has no NCCL (configure with CUDA and NCCL present)"};
-    return load_plugin({"libcohort_nccl.so", "cohort_nccl_plugin", "the NCCL communicator", "cohort-cuda", kNcclPluginLayout, false});
-  }();
-  if (loaded.table == nullptr) why_not = loaded.why_not;
-  return reinterpret_cast<const NcclPlugin*>(loaded.table);  // the table begins with its header
+  static const LoadedPlugin loaded =
+      load_plugin({"libcohort_nccl.so", "cohort_nccl_plugin", "the NCCL communicator", "cohort-cuda", kNcclPluginLayout, false,
+                   COHORT_HAS_NCCL ? nullptr : "this build of cohort has no NCCL (configure with CUDA and NCCL present)"});
+  return table_of<NcclPlugin>(loaded, why_not);
 }
 
 // What each rank tells the others before NCCL is set up: whether it uses a GPU, which (its UUID), and
@@ -56,11 +53,11 @@ bool nccl_available() { return COHORT_HAS_NCCL; }
 
 std::unique_ptr<Communicator> make_nccl_communicator(Communicator& bootstrap, int gpu, std::string& why_not) {
   COHORT_CHECK(bootstrap.accepts(Device::CPU), "NCCL is set up over a host communicator, not '{}'", bootstrap.name());
-  std::string my_reason;
   if (!nccl_available()) {  // the same on every rank of one build: no agreement needed
-    nccl_plugin(why_not);
+    nccl_plugin(why_not);   // which says so
     return nullptr;
   }
+  std::string my_reason;
   // Only a rank on a GPU loads NCCL: a CPU rank's verdict is known without it.
   const NcclPlugin* plugin = gpu >= 0 ? nccl_plugin(my_reason) : nullptr;
   GpuIdentity mine{};
