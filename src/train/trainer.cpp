@@ -479,11 +479,16 @@ History Trainer::run(const data::Dataset& train, const FitOptions& options) {
   const bool agree_every_step = strategy_->steps_in_lockstep();
   for (auto& callback : callbacks) callback->on_train_begin(control);
   check_required_everywhere(control);
-  // Where steps go in lockstep the processes agree after every step if any of them has a callback: one may
-  // have none (a logger on the chief alone) and must still take part.
+  // Whether the processes agree at all (not under backup workers), and whether any has a callback: then,
+  // where steps go in lockstep, they agree after every step, also one without callbacks (a logger on the
+  // chief alone must not leave the others waiting).
   std::array<double, 1> with_callbacks{callbacks.empty() ? 0.0 : 1.0};
-  const bool agree_after_steps =
-      agree_every_step && (strategy_->sum_over_replicas(with_callbacks) ? with_callbacks[0] > 0 : !callbacks.empty());
+  const bool processes_agree = strategy_->sum_over_replicas(with_callbacks);
+  const bool agree_after_steps = agree_every_step && (processes_agree ? with_callbacks[0] > 0 : !callbacks.empty());
+  // Without an agreement each process's figures are its own: its validation covers the whole set, not a
+  // share that may be empty.
+  const int validation_replica = processes_agree ? share.replica : 0;
+  const int validation_replicas = processes_agree ? share.replicas : 1;
   agree(control, "at the start of training");
   ModeGuard mode(model_);
   Logs last_logs;
@@ -545,21 +550,16 @@ History Trainer::run(const data::Dataset& train, const FitOptions& options) {
     strategy_->add_epoch_logs(strategy_logs);
     Totals validation = new_totals();
     if (options.validation != nullptr)
-      validation = evaluate_share(*options.validation, std::max<std::int64_t>(options.batch_size, 256), share.replica,
-                                  share.replicas);
+      validation = evaluate_share(*options.validation, std::max<std::int64_t>(options.batch_size, 256), validation_replica,
+                                  validation_replicas);
     std::vector<double> sums = totals.values;
     sums.insert(sums.end(), validation.values.begin(), validation.values.end());
     sums.push_back(seconds_since(epoch_start));
     for (const auto& [name, value] : strategy_logs) sums.push_back(value);
-    const bool agreed = strategy_->sum_over_replicas(sums);
-    const double replicas = agreed ? static_cast<double>(strategy_->replicas()) : 1.0;
+    const double replicas = strategy_->sum_over_replicas(sums) ? static_cast<double>(strategy_->replicas()) : 1.0;
     const std::size_t width = totals.values.size();
     std::copy_n(sums.begin(), width, totals.values.begin());
     std::copy_n(sums.begin() + static_cast<std::ptrdiff_t>(width), width, validation.values.begin());
-    // Without an agreement (backup workers) each process's figures are its own: its validation then covers
-    // the whole set, not a share that may be empty.
-    if (!agreed && share.replicas > 1 && options.validation != nullptr)
-      validation = evaluate_share(*options.validation, std::max<std::int64_t>(options.batch_size, 256), 0, 1);
     Logs logs = logs_of(totals, "");
     const double seconds = sums[2 * width] / replicas;
     std::size_t next = 2 * width + 1;
