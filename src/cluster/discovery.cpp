@@ -189,9 +189,7 @@ ClusterSpec parse_sagemaker(const std::string& hosts_json, const std::string& cu
 
 Discovery discover(const Environment& environment) {
   if (const auto tf_config = environment("TF_CONFIG"); tf_config && !tf_config->empty()) {
-    // Two descriptions of one process may disagree; which one wins must not be a guess. Slurm's
-    // SLURM_PROCID is no description: every process of an allocation has it, also one given TF_CONFIG.
-    for (const char* other : {"RANK", "OMPI_COMM_WORLD_RANK", "SM_HOSTS", "SM_CURRENT_HOST", "COHORT_NUM_PS"})
+    for (const char* other : kDescriptionsBesideTfConfig)
       if (environment(other))
         throw InvalidArgument(fmt::format("TF_CONFIG and {} are both set: describe the cluster one way, unset the other", other));
     return parse_tf_config(*tf_config);

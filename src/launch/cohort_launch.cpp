@@ -33,6 +33,7 @@
 #include <CLI/CLI.hpp>
 
 #include "cohort/app/command_line.hpp"
+#include "cohort/cluster/discovery.hpp"
 #include "cohort/core/settings.hpp"
 #include "cohort/core/timeline.hpp"
 #include <fmt/format.h>
@@ -43,6 +44,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <iterator>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -307,18 +309,23 @@ std::string thread_count(const Process& p, const Options& options) {
   return std::to_string(std::max(1L, cores / options.workers));
 }
 
-// What describes a process's place in a cluster, its secret or its restart: the launcher sets these for
-// every process, and another description left in its own environment (RANK beside TF_CONFIG, a secret
-// file beside COHORT_SECRET) would make each process refuse to start.
-constexpr const char* kReplacedSettings[] = {"TF_CONFIG",       "RANK",           "OMPI_COMM_WORLD_RANK", "SM_HOSTS",
-                                             "SM_CURRENT_HOST", "COHORT_NUM_PS",  "COHORT_SECRET",        "COHORT_SECRET_FILE",
-                                             "COHORT_RESTART"};
+// What describes a process's place in a cluster, its secret or its restart: the launcher sets TF_CONFIG,
+// COHORT_SECRET and COHORT_RESTART for every process, and another description left in its own environment
+// (RANK beside TF_CONFIG, a secret file beside COHORT_SECRET) would make each process refuse to start.
+constexpr const char* kLauncherSettings[] = {"TF_CONFIG", "COHORT_SECRET", "COHORT_SECRET_FILE", "COHORT_RESTART"};
+
+std::vector<std::string> replaced_settings() {
+  std::vector<std::string> names(std::begin(cohort::cluster::kDescriptionsBesideTfConfig),
+                                 std::end(cohort::cluster::kDescriptionsBesideTfConfig));
+  names.insert(names.end(), std::begin(kLauncherSettings), std::end(kLauncherSettings));
+  return names;
+}
 
 // Says once which of them this environment held.
 void note_replaced_settings() {
   std::vector<std::string> present;
-  for (const char* name : kReplacedSettings)
-    if (std::getenv(name) != nullptr) present.emplace_back(name);
+  for (const std::string& name : replaced_settings())
+    if (std::getenv(name.c_str()) != nullptr) present.push_back(name);
   if (!present.empty())
     fmt::print(stderr, "cohort-launch: {} from this environment {} not passed on: the launcher describes the cluster, makes "
                        "its secret and numbers its restarts for every process\n",
@@ -342,7 +349,7 @@ void start(Process& p, const Options& options, const std::string& secret, int re
       if (::ioctl(STDOUT_FILENO, TIOCGWINSZ, &size) == 0 && size.ws_col > p.name.size() + 3)
         ::setenv("COLUMNS", std::to_string(size.ws_col - p.name.size() - 3).c_str(), 1);  // room for "[chief 0] "
     }
-    for (const char* name : kReplacedSettings) ::unsetenv(name);
+    for (const std::string& name : replaced_settings()) ::unsetenv(name.c_str());
     ::setenv("TF_CONFIG", p.tf_config.c_str(), 1);
     ::setenv("COHORT_SECRET", secret.c_str(), 1);
     ::setenv("COHORT_RESTART", std::to_string(restart).c_str(), 1);

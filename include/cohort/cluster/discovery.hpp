@@ -37,6 +37,12 @@ struct RendezvousRequest {
   std::string source;
 };
 
+// What would describe a process a second way beside TF_CONFIG: discover() refuses TF_CONFIG with any of
+// them, since which one wins must not be a guess. (Slurm's SLURM_PROCID is no description: every process
+// of an allocation has it, also one given TF_CONFIG.)
+inline constexpr const char* kDescriptionsBesideTfConfig[] = {"RANK", "OMPI_COMM_WORLD_RANK", "SM_HOSTS", "SM_CURRENT_HOST",
+                                                              "COHORT_NUM_PS"};
+
 // No cluster variables at all: a single local process.
 struct SingleProcess {};
 
