@@ -13,21 +13,21 @@
 namespace cohort::comm::tcp {
 
 inline constexpr std::uint32_t kMagic = 0x54484F43;  // "COHT"
-inline constexpr std::uint16_t kProtocolVersion = 5;
+inline constexpr std::uint16_t kProtocolVersion = 6;
 inline constexpr std::size_t kHeaderBytes = 24;
 inline constexpr std::size_t kNonceBytes = 32;
 inline constexpr std::size_t kMacBytes = 32;
 
 enum class FrameType : std::uint16_t {
   Hello = 1,      // client: tag = client rank; payload = handshake.hpp's Hello
-  Challenge = 2,  // server: tag = server rank; payload = nonce | proof of the secret
+  Challenge = 2,  // server: tag = server rank; payload = nonce
   Response = 3,   // client: payload = proof of the secret
   Data = 10,      // tag = user tag; payload = message
   Heartbeat = 11,  // tag = how many collectives the sender has started (Transport::report_progress)
   Abort = 12,     // tag = the rank whose loss the sender observed
   Bye = 13,       // the sender shuts down cleanly
   Refused = 14,   // server, instead of a challenge or an acceptance: payload = why (text); the dialer's configuration is wrong
-  Accepted = 15,  // server, after a correct response: the connection carries data from here on
+  Accepted = 15,  // server, after a correct response: payload = proof of the secret; data follows
   Stuck = 16,     // tag = the rank the sender found stuck (alive, but it never started a collective)
   Failed = 17,    // payload = why the sender ends (text, at most kMaxRefusalBytes)
 };

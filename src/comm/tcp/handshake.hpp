@@ -1,12 +1,14 @@
 #pragma once
 // Mutual authentication by a shared secret (OpenSSL's HMAC-SHA256 and random generator):
 //   client -> server  Hello:     client nonce Nc, the rank it expects to reach
-//   server -> client  Challenge: server nonce Ns, HMAC(secret, "server" | Nc | Ns | ranks)
+//   server -> client  Challenge: server nonce Ns
 //   client -> server  Response:  HMAC(secret, "client" | Ns | Nc | ranks)
-//   server -> client  Accepted, or Refused with how the client's cluster list or deadlines differ
+//   server -> client  Accepted:  HMAC(secret, "server" | Nc | Ns | ranks); or Refused: a wrong proof, or
+//                                how the client's cluster list or deadlines differ
 // Each side proves knowledge of the secret over the other side's fresh nonce, so a recorded handshake
-// replayed later fails against the new nonce. Before the Response a listener explains only an impossible
-// rank or address, so a stranger learns nothing of the group.
+// replayed later fails against the new nonce. The dialer proves first: a stranger who connects gets
+// nothing computed from the secret to test guesses against offline. Before the Response a listener
+// explains only an impossible rank or address, so a stranger learns nothing of the group.
 
 #include <array>
 #include <cstddef>

@@ -273,8 +273,9 @@ void TcpTransport::serve_handshake(Socket socket) {
     HeaderBytes header{};
     HelloBytes hello{};
     Nonce server_nonce{};
-    std::array<std::byte, kHeaderBytes + kNonceBytes + kMacBytes> challenge{};
+    std::array<std::byte, kHeaderBytes + kNonceBytes> challenge{};
     Mac response{};
+    std::array<std::byte, kHeaderBytes + kMacBytes> acceptance{};
     int client = -1;
     Hello client_hello{};  // compared with this rank's settings once the client has proven the secret
     bool finished = false;  // rejected or connected: later callbacks of a closed socket say nothing
@@ -331,35 +332,39 @@ void TcpTransport::serve_handshake(Socket socket) {
           return refuse(fmt::format("it claims rank {}, which is not a rank above {} in a group of {}", client, options_.rank, size()));
         state->client_hello = hello;
         if (peers_[static_cast<std::size_t>(client)].ready) return reject(fmt::format("rank {} is already connected", client));
-        const Nonce client_nonce = hello.nonce;
+        // The dialer proves the secret first: a stranger gets a nonce and nothing computed from the secret,
+        // so it cannot test guesses of a weak secret offline.
         state->server_nonce = random_nonce();
-        const Mac proof = server_proof(options_.secret, client_nonce, state->server_nonce, client, options_.rank);
         const HeaderBytes header = encode({.type = FrameType::Challenge, .tag = static_cast<std::uint64_t>(options_.rank),
-                                           .length = kNonceBytes + kMacBytes});
+                                           .length = kNonceBytes});
         std::copy(header.begin(), header.end(), state->challenge.begin());
         std::copy(state->server_nonce.begin(), state->server_nonce.end(), state->challenge.begin() + kHeaderBytes);
-        std::copy(proof.begin(), proof.end(), state->challenge.begin() + kHeaderBytes + kNonceBytes);
-        asio::async_write(*socket, asio::buffer(state->challenge), [this, socket, state, reject, client_nonce](const asio::error_code& error, std::size_t) {
+        asio::async_write(*socket, asio::buffer(state->challenge), [this, socket, state, reject](const asio::error_code& error, std::size_t) {
           if (error) return reject("connection closed during the challenge (" + error.message() + ")");
-          asio::async_read(*socket, asio::buffer(state->header), [this, socket, state, reject, client_nonce](const asio::error_code& error, std::size_t) {
-            // A dialer that cannot verify this rank's proof hangs up here: most likely another secret.
-            if (error)
-              return reject("connection closed before its response (" + error.message() +
-                            "): it may have failed to verify this rank, e.g. a different COHORT_SECRET");
+          asio::async_read(*socket, asio::buffer(state->header), [this, socket, state, reject](const asio::error_code& error, std::size_t) {
+            if (error) return reject("connection closed before its response (" + error.message() + ")");
             const FrameHeader header = decode(state->header);
             if (auto problem = check(header, kMacBytes)) return reject(*problem);
             if (header.type != FrameType::Response || header.length != kMacBytes) return reject("expected a response to the challenge");
-            asio::async_read(*socket, asio::buffer(state->response), [this, socket, state, reject, client_nonce](const asio::error_code& error, std::size_t) {
+            asio::async_read(*socket, asio::buffer(state->response), [this, socket, state, reject](const asio::error_code& error, std::size_t) {
               if (error) return reject("connection closed during its response (" + error.message() + ")");
+              const Nonce& client_nonce = state->client_hello.nonce;
               const Mac expected = client_proof(options_.secret, client_nonce, state->server_nonce, state->client, options_.rank);
-              if (!same(expected, state->response)) return reject("it does not know the shared secret");
+              // Telling a wrong proof apart says nothing a stranger did not know, and lets a member
+              // configured with another secret fail at once instead of at its connect deadline.
+              if (!same(expected, state->response))
+                return this->refuse(socket, "its proof of the shared secret is wrong (COHORT_SECRET or COHORT_SECRET_FILE differ between the processes)",
+                                    reject);
               if (peers_[static_cast<std::size_t>(state->client)].ready) return reject(fmt::format("rank {} is already connected", state->client));
               // Only now, with the secret proven, is a member told how its settings differ from this rank's.
               if (const std::string mismatch = settings_mismatch(state->client_hello, state->client); !mismatch.empty())
                 return this->refuse(socket, mismatch, reject);
-              const HeaderBytes accepted = encode({.type = FrameType::Accepted, .tag = static_cast<std::uint64_t>(options_.rank)});
-              std::copy(accepted.begin(), accepted.end(), state->header.begin());
-              asio::async_write(*socket, asio::buffer(state->header), [this, socket, state, reject](const asio::error_code& error, std::size_t) {
+              const HeaderBytes accepted = encode({.type = FrameType::Accepted, .tag = static_cast<std::uint64_t>(options_.rank),
+                                                   .length = kMacBytes});
+              const Mac proof = server_proof(options_.secret, client_nonce, state->server_nonce, state->client, options_.rank);
+              std::copy(accepted.begin(), accepted.end(), state->acceptance.begin());
+              std::copy(proof.begin(), proof.end(), state->acceptance.begin() + kHeaderBytes);
+              asio::async_write(*socket, asio::buffer(state->acceptance), [this, socket, state, reject](const asio::error_code& error, std::size_t) {
                 if (error) return reject("connection closed before its acceptance (" + error.message() + ")");
                 if (peers_[static_cast<std::size_t>(state->client)].ready)
                   return reject(fmt::format("rank {} is already connected", state->client));
@@ -402,8 +407,9 @@ void TcpTransport::client_handshake(int peer, Socket socket) {
     std::array<std::byte, kHeaderBytes + kHelloBytes> hello{};
     Nonce client_nonce{};
     HeaderBytes header{};
-    std::array<std::byte, kNonceBytes + kMacBytes> challenge{};
+    Nonce server_nonce{};
     std::array<std::byte, kHeaderBytes + kMacBytes> response{};
+    Mac listener_proof{};
     bool finished = false;  // gave up or connected: later callbacks of a closed socket do nothing
     asio::steady_timer timer;
     explicit State(asio::io_context& io) : timer(io) {}
@@ -450,20 +456,13 @@ void TcpTransport::client_handshake(int peer, Socket socket) {
       asio::async_read(*socket, asio::buffer(state->header), [this, peer, socket, state, give_up, cannot_join](const asio::error_code& error, std::size_t) {
         if (error) return give_up("closed during the handshake (another secret or other settings?)");
         const FrameHeader header = decode(state->header);
-        if (auto problem = check(header, std::max(kNonceBytes + kMacBytes, kMaxRefusalBytes))) return give_up(*problem);
+        if (auto problem = check(header, std::max(kNonceBytes, kMaxRefusalBytes))) return give_up(*problem);
         if (header.type == FrameType::Refused) return read_refusal(socket, header.length, cannot_join);
-        if (header.type != FrameType::Challenge || header.length != kNonceBytes + kMacBytes || static_cast<int>(header.tag) != peer)
+        if (header.type != FrameType::Challenge || header.length != kNonceBytes || static_cast<int>(header.tag) != peer)
           return give_up("the listener answered with an unexpected frame");
-        asio::async_read(*socket, asio::buffer(state->challenge), [this, peer, socket, state, give_up, cannot_join](const asio::error_code& error, std::size_t) {
+        asio::async_read(*socket, asio::buffer(state->server_nonce), [this, peer, socket, state, give_up, cannot_join](const asio::error_code& error, std::size_t) {
           if (error) return give_up("closed during the challenge");
-          Nonce server_nonce{};
-          Mac proof{};
-          std::copy_n(state->challenge.begin(), kNonceBytes, server_nonce.begin());
-          std::copy_n(state->challenge.begin() + kNonceBytes, kMacBytes, proof.begin());
-          if (!same(proof, server_proof(options_.secret, state->client_nonce, server_nonce, options_.rank, peer)))
-            return cannot_join("does not know this rank's shared secret (COHORT_SECRET or COHORT_SECRET_FILE differ between "
-                               "the processes)");
-          const Mac answer = client_proof(options_.secret, state->client_nonce, server_nonce, options_.rank, peer);
+          const Mac answer = client_proof(options_.secret, state->client_nonce, state->server_nonce, options_.rank, peer);
           const HeaderBytes header = encode({.type = FrameType::Response, .length = kMacBytes});
           std::copy(header.begin(), header.end(), state->response.begin());
           std::copy(answer.begin(), answer.end(), state->response.begin() + kHeaderBytes);
@@ -474,12 +473,18 @@ void TcpTransport::client_handshake(int peer, Socket socket) {
               const FrameHeader header = decode(state->header);
               if (auto problem = check(header, kMaxRefusalBytes)) return give_up(*problem);
               if (header.type == FrameType::Refused) return read_refusal(socket, header.length, cannot_join);
-              if (header.type != FrameType::Accepted || header.length != 0 || static_cast<int>(header.tag) != peer)
+              if (header.type != FrameType::Accepted || header.length != kMacBytes || static_cast<int>(header.tag) != peer)
                 return give_up("the listener answered the response with an unexpected frame");
-              if (state->finished) return;
-              state->finished = true;
-              state->timer.cancel();
-              connected(peer, socket);
+              asio::async_read(*socket, asio::buffer(state->listener_proof), [this, peer, socket, state, give_up, cannot_join](const asio::error_code& error, std::size_t) {
+                if (error) return give_up("closed during its acceptance");
+                if (!same(state->listener_proof, server_proof(options_.secret, state->client_nonce, state->server_nonce, options_.rank, peer)))
+                  return cannot_join("does not know this rank's shared secret (COHORT_SECRET or COHORT_SECRET_FILE differ between "
+                                     "the processes)");
+                if (state->finished) return;
+                state->finished = true;
+                state->timer.cancel();
+                connected(peer, socket);
+              });
             });
           });
         });
