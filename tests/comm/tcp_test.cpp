@@ -126,19 +126,33 @@ std::vector<std::byte> response_frame(const tcp::Mac& proof) {
   return out;
 }
 
-// Runs the client side of the handshake by hand; returns the server nonce (or nothing when refused).
+// Runs the client side of the handshake by hand; returns the server nonce (or nothing when refused, or
+// when the listener's proof of the secret is wrong).
 std::optional<tcp::Nonce> handshake(RawClient& client, int client_rank, const std::string& secret, const tcp::Nonce& nonce,
                                     const std::vector<Address>& addresses, int server_rank = 0,
                                     std::chrono::milliseconds peer_timeout = 3s) {
   client.write(hello_frame(client_rank, nonce, server_rank, addresses, peer_timeout));
   tcp::HeaderBytes header{};
-  std::array<std::byte, tcp::kNonceBytes + tcp::kMacBytes> challenge{};
-  if (!client.read(header.data(), header.size()) || !client.read(challenge.data(), challenge.size())) return std::nullopt;
   tcp::Nonce server{};
-  std::copy_n(challenge.begin(), tcp::kNonceBytes, server.begin());
+  if (!client.read(header.data(), header.size()) || !client.read(server.data(), server.size())) return std::nullopt;
   client.write(response_frame(tcp::client_proof(secret, nonce, server, client_rank, server_rank)));
-  if (!client.read(header.data(), header.size()) || tcp::decode(header).type != tcp::FrameType::Accepted) return std::nullopt;
+  tcp::Mac proof{};
+  if (!client.read(header.data(), header.size()) || tcp::decode(header).type != tcp::FrameType::Accepted ||
+      !client.read(proof.data(), proof.size()) || !tcp::same(proof, tcp::server_proof(secret, nonce, server, client_rank, server_rank)))
+    return std::nullopt;
   return server;
+}
+
+// Reads a Refused frame, which must come next, and returns its reason.
+std::string refusal_of(RawClient& client) {
+  tcp::HeaderBytes header{};
+  REQUIRE(client.read(header.data(), header.size()));
+  const tcp::FrameHeader refusal = tcp::decode(header);
+  REQUIRE(refusal.type == tcp::FrameType::Refused);
+  REQUIRE(refusal.length <= tcp::kMaxRefusalBytes);
+  std::string reason(refusal.length, '\0');
+  REQUIRE(client.read(reason.data(), reason.size()));
+  return reason;
 }
 
 // The legitimate rank 1 joins rank 0, whose connect_tcp runs on `listener`, and a message goes through.
@@ -221,8 +235,48 @@ TEST_CASE("tcp: a wrong secret is refused while the legitimate peers carry on", 
   // A wrong secret is a configuration error: the dialer fails at once, naming the listener, not at its deadline.
   CHECK_THROWS_AS(connect_tcp(intruder), ProtocolError);
   CHECK(std::chrono::steady_clock::now() - started < 3s);
-  CHECK_THROWS_WITH(connect_tcp(intruder), Catch::Contains("chief 0") && Catch::Contains("does not know this rank's shared secret"));
+  CHECK_THROWS_WITH(connect_tcp(intruder), Catch::Contains("chief 0") && Catch::Contains("proof of the shared secret is wrong"));
   legitimate_peer_still_works(listener, zero, addresses);
+}
+
+TEST_CASE("tcp: a listener that cannot prove the secret is refused by the dialer at once", "[comm][tcp][security]") {
+  // An impostor at rank 0's address: it challenges the dialer as the real rank would, then accepts it
+  // with a proof made without the secret.
+  const auto addresses = comm_test::free_addresses(2);
+  const int listening = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(addresses[0].port);
+  ::inet_pton(AF_INET, addresses[0].host.c_str(), &address.sin_addr);
+  const int reuse = 1;
+  ::setsockopt(listening, SOL_SOCKET, SO_REUSEADDR, &reuse, sizeof reuse);
+  REQUIRE(::bind(listening, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0);
+  REQUIRE(::listen(listening, 1) == 0);
+  std::thread impostor([&] {
+    const int fd = ::accept(listening, nullptr, nullptr);
+    std::array<std::byte, tcp::kHeaderBytes + tcp::kHelloBytes> hello{};
+    std::array<std::byte, tcp::kHeaderBytes + tcp::kMacBytes> response{};
+    ::recv(fd, hello.data(), hello.size(), MSG_WAITALL);
+    const auto challenge_header = tcp::encode({.type = tcp::FrameType::Challenge, .tag = 0, .length = tcp::kNonceBytes});
+    const tcp::Nonce nonce = tcp::random_nonce();
+    ::send(fd, challenge_header.data(), challenge_header.size(), MSG_NOSIGNAL);
+    ::send(fd, nonce.data(), nonce.size(), MSG_NOSIGNAL);
+    ::recv(fd, response.data(), response.size(), MSG_WAITALL);
+    const auto accepted = tcp::encode({.type = tcp::FrameType::Accepted, .tag = 0, .length = tcp::kMacBytes});
+    const tcp::Mac guessed{};
+    ::send(fd, accepted.data(), accepted.size(), MSG_NOSIGNAL);
+    ::send(fd, guessed.data(), guessed.size(), MSG_NOSIGNAL);
+    char byte = 0;
+    ::recv(fd, &byte, 1, 0);  // until the dialer hangs up
+    ::close(fd);
+  });
+  auto dialer = options_for(1, addresses);
+  dialer.connect_timeout = 10s;
+  const auto started = std::chrono::steady_clock::now();
+  CHECK_THROWS_WITH(connect_tcp(dialer), Catch::Contains("chief 0") && Catch::Contains("does not know this rank's shared secret"));
+  CHECK(std::chrono::steady_clock::now() - started < 3s);
+  impostor.join();
+  ::close(listening);
 }
 
 TEST_CASE("tcp: garbage, truncated and replayed handshakes are refused and change nothing", "[comm][tcp][security]") {
@@ -259,9 +313,10 @@ TEST_CASE("tcp: garbage, truncated and replayed handshakes are refused and chang
     const auto recorded_response = response_frame(tcp::client_proof(kSecret, client, old_server, 1, 0));
     RawClient replay(addresses[0]);
     replay.write(hello_frame(1, client, 0, addresses));
-    std::array<std::byte, tcp::kHeaderBytes + tcp::kNonceBytes + tcp::kMacBytes> challenge{};
+    std::array<std::byte, tcp::kHeaderBytes + tcp::kNonceBytes> challenge{};
     REQUIRE(replay.read(challenge.data(), challenge.size()));
     replay.write(recorded_response);
+    CHECK_THAT(refusal_of(replay), Catch::Contains("proof of the shared secret is wrong"));
     CHECK(replay.closed_by_peer());
   }
   {
@@ -277,14 +332,7 @@ TEST_CASE("tcp: garbage, truncated and replayed handshakes are refused and chang
   {
     RawClient wrong_rank(addresses[0]);
     wrong_rank.write(hello_frame(0, tcp::random_nonce(), 0, addresses));  // rank 0 never dials rank 0
-    tcp::HeaderBytes header{};
-    REQUIRE(wrong_rank.read(header.data(), header.size()));  // told why, then closed
-    const tcp::FrameHeader refusal = tcp::decode(header);
-    CHECK(refusal.type == tcp::FrameType::Refused);
-    REQUIRE(refusal.length <= tcp::kMaxRefusalBytes);
-    std::string reason(refusal.length, '\0');
-    REQUIRE(wrong_rank.read(reason.data(), reason.size()));
-    CHECK_THAT(reason, Catch::Contains("claims rank 0"));
+    CHECK_THAT(refusal_of(wrong_rank), Catch::Contains("claims rank 0"));  // told why, then closed
     CHECK(wrong_rank.closed_by_peer());
   }
   legitimate_peer_still_works(listener, zero, addresses);
@@ -430,6 +478,18 @@ TEST_CASE("tcp: bad frames from an authenticated peer fail operations with Proto
     INFO("variant " << variant);
     CHECK_THROWS_AS(pending->wait(5s), ProtocolError);
     CHECK_THROWS_WITH(zero->send(1, 1, conformance::bytes(out))->wait(5s), Catch::Contains("worker 1"));
+    // The peer may never have sent those bytes (a corrupting relay): it is told what arrived, then closed,
+    // so that it does not blame rank 0 for a connection that merely closed.
+    std::string farewell;
+    for (tcp::HeaderBytes header{}; farewell.empty() && peer.read(header.data(), header.size());) {
+      const tcp::FrameHeader frame = tcp::decode(header);
+      std::string payload(frame.length, '\0');
+      REQUIRE(frame.length <= tcp::kMaxRefusalBytes);
+      REQUIRE(peer.read(payload.data(), payload.size()));
+      if (frame.type == tcp::FrameType::Failed) farewell = payload;
+    }
+    CHECK_THAT(farewell, Catch::Contains("what arrived from worker 1") && Catch::Contains("broke the protocol"));
+    CHECK(peer.closed_by_peer());
   }
 }
 
@@ -540,14 +600,20 @@ TEST_CASE("tcp: a stranger whose hello carries another layout or deadlines learn
     const auto listed = other_layout ? std::vector<Address>{addresses[0], comm_test::free_addresses(1)[0]} : addresses;
     RawClient stranger(addresses[0]);
     stranger.write(hello_frame(1, tcp::random_nonce(), 0, listed, other_layout ? 3s : 7s));
-    // The listener answers a possible rank with its challenge, as to anybody, and nothing else.
+    // The listener answers a possible rank with its challenge, as to anybody: a bare nonce, nothing
+    // computed from the secret that could test a guess offline.
     tcp::HeaderBytes header{};
     REQUIRE(stranger.read(header.data(), header.size()));
-    CHECK(tcp::decode(header).type == tcp::FrameType::Challenge);
-    std::array<std::byte, tcp::kNonceBytes + tcp::kMacBytes> challenge{};
-    REQUIRE(stranger.read(challenge.data(), challenge.size()));
-    // Without the secret its response is wrong: the connection closes without a word.
+    const tcp::FrameHeader challenge = tcp::decode(header);
+    CHECK(challenge.type == tcp::FrameType::Challenge);
+    CHECK(challenge.length == tcp::kNonceBytes);
+    tcp::Nonce nonce{};
+    REQUIRE(stranger.read(nonce.data(), nonce.size()));
+    // Without the secret its response is wrong: it is told that much, and nothing of the layout or deadlines.
     stranger.write(response_frame(tcp::Mac{}));
+    const std::string reason = refusal_of(stranger);
+    CHECK_THAT(reason, Catch::Contains("proof of the shared secret is wrong"));
+    CHECK_THAT(reason, !Catch::Contains("address") && !Catch::Contains(" ms"));
     CHECK(stranger.closed_by_peer());
   }
   legitimate_peer_still_works(listener, zero, addresses);

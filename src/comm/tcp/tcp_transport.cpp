@@ -233,6 +233,10 @@ void TcpTransport::enqueue(int peer, Outgoing outgoing) {
 
 void TcpTransport::write_next(int peer) {
   Peer& p = peers_[static_cast<std::size_t>(peer)];
+  if (p.close_when_written && p.socket && p.queue.empty()) {
+    asio::error_code ignored;
+    p.socket->close(ignored);
+  }
   if (p.queue.empty() || p.write_failed || !p.socket || !p.socket->is_open()) return;
   p.writing = true;
   const Outgoing& front = p.queue.front();
@@ -252,6 +256,8 @@ void TcpTransport::write_next(int peer) {
     q.queue.pop_front();
     if (error) {
       if (done.work) done.work->fail(std::make_exception_ptr(IoError(fmt::format("lost {}: {}", describe(peer), error.message()))));
+      asio::error_code ignored;
+      if (q.close_when_written) q.socket->close(ignored);
       return;
     }
     if (done.work) done.work->complete();
@@ -283,8 +289,19 @@ void TcpTransport::lose(int peer, const std::string& reason, bool protocol) {
   Peer& p = peers_[static_cast<std::size_t>(peer)];
   if (p.departed || leaving_ || closing_) return;
   p.departed = true;
-  asio::error_code ignored;
-  if (p.socket) p.socket->close(ignored);
+  if (protocol && !broken_ && p.socket) {
+    // The peer may never have sent what arrived (a corrupting relay or network): it is told what this rank
+    // received, so that it does not take the closed connection for this rank's own failure.
+    p.farewell = fmt::format("what arrived from {} broke the protocol ({}): the connection between them corrupts "
+                             "frames, or {} runs another build",
+                             describe(peer), reason, describe(peer));
+    p.farewell.resize(std::min(p.farewell.size(), kMaxRefusalBytes));
+    p.close_when_written = true;
+    enqueue(peer, {encode({.type = FrameType::Failed, .length = p.farewell.size()}), std::as_bytes(std::span(p.farewell)), nullptr});
+  } else {
+    asio::error_code ignored;
+    if (p.socket) p.socket->close(ignored);
+  }
   if (broken_) return;
   log::error("{}: lost {}: {}", describe(options_.rank), describe(peer), reason);
   tell_peers(encode({.type = FrameType::Abort, .tag = static_cast<std::uint64_t>(peer)}), {}, peer);

@@ -71,6 +71,8 @@ struct Peer {
   std::deque<Outgoing> queue;
   bool writing = false;
   bool write_failed = false;  // the reader reports why: an Abort may still be in the receive buffer
+  std::string farewell;         // why this rank broke off with the peer, sent before the socket closes
+  bool close_when_written = false;
   HeaderBytes header{};
   std::vector<std::byte> payload;  // a frame with no receive posted yet
   Clock::time_point last_heard;
