@@ -106,9 +106,6 @@ void ClusterSpec::validate() const {
     std::string endpoint;  // as given
   };
   std::map<std::pair<std::string, std::uint16_t>, Listed> seen;  // by (address, port)
-  // A task listening on every address of its host ("0.0.0.0", "::") takes its port on all of them.
-  const auto wildcard = [](const std::string& address) { return address == "0.0.0.0" || address == "::"; };
-  std::map<std::uint16_t, Listed> wildcard_ports, any_ports;
   for (Role r : {Role::Chief, Role::Worker, Role::Ps}) {
     const auto& list = members(*this, r);
     for (std::size_t i = 0; i < list.size(); ++i) {
@@ -116,17 +113,12 @@ void ClusterSpec::validate() const {
       auto [at, fresh] = resolved.try_emplace(list[i].host);
       if (fresh) at->second = addresses_of(list[i].host);
       for (const std::string& address : at->second) {
-        const auto& wild = wildcard_ports.find(list[i].port);
-        const Listed* other_at_port = wild != wildcard_ports.end() ? &wild->second
-                                      : wildcard(address) && any_ports.contains(list[i].port) ? &any_ports.at(list[i].port)
-                                                                                               : nullptr;
-        if (other_at_port != nullptr && other_at_port->task != here.task)
-          throw InvalidArgument(fmt::format("{}: {} = {} is listed twice: {} = {} takes the same port {} (0.0.0.0 and :: "
-                                            "listen on every address)",
-                                            source, here.task, here.endpoint, other_at_port->task, other_at_port->endpoint,
-                                            list[i].port));
-        any_ports.try_emplace(list[i].port, here);
-        if (wildcard(address)) wildcard_ports.try_emplace(list[i].port, here);
+        // The list says where the others dial each task; nobody can dial "every address".
+        if (address == "0.0.0.0" || address == "::")
+          throw InvalidArgument(fmt::format("{}: {} = {} is not an address another process can dial ({} means every "
+                                            "address of a host): give the address the others reach this task at "
+                                            "(127.0.0.1 when all run on one host)",
+                                            source, here.task, here.endpoint, address));
         const auto [earlier, added] = seen.try_emplace({address, list[i].port}, here);
         if (added) continue;
         const Listed& other = earlier->second;
