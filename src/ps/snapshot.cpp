@@ -38,7 +38,7 @@ namespace {
 
 constexpr std::string_view kSnapshotMagic = "COHORTPS";
 constexpr std::string_view kManifestMagic = "COHORTMF";
-constexpr std::uint32_t kFormatVersion = 2;  // 2: tensors record their element type
+constexpr std::uint32_t kFormatVersion = 3;  // 3: the manifest's trainer state records the CPU kernels' instruction set
 
 template <typename T>
 T decode(const std::string& bytes, const std::filesystem::path& path, std::string_view what) {

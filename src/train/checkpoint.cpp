@@ -29,6 +29,7 @@ struct PositionRecord {
   std::vector<Logs> history;
   double learning_rate_factor = 1;
   std::string gemm_path;
+  std::string cpu_isa;
   float loss_scale = 0;
   std::int64_t loss_scale_finite_steps = 0;
   std::string precision;
@@ -38,16 +39,16 @@ struct PositionRecord {
       : model_step(step), epoch(position.epoch), batch_in_epoch(position.batch_in_epoch),
         global_step(position.global_step), data_seed(position.data_seed), history(position.history.epochs),
         learning_rate_factor(position.learning_rate_factor), gemm_path(position.gemm_path),
-        loss_scale(position.loss_scale), loss_scale_finite_steps(position.loss_scale_finite_steps),
+        cpu_isa(position.cpu_isa), loss_scale(position.loss_scale), loss_scale_finite_steps(position.loss_scale_finite_steps),
         precision(position.precision) {}
   TrainingPosition position() const {
-    return {epoch, batch_in_epoch, global_step, data_seed, History{history}, learning_rate_factor, gemm_path,
+    return {epoch, batch_in_epoch, global_step, data_seed, History{history}, learning_rate_factor, gemm_path, cpu_isa,
             loss_scale, loss_scale_finite_steps, precision};
   }
 
   template <class Archive>
   void serialize(Archive& archive) {
-    archive(model_step, epoch, batch_in_epoch, global_step, data_seed, history, learning_rate_factor, gemm_path, loss_scale,
+    archive(model_step, epoch, batch_in_epoch, global_step, data_seed, history, learning_rate_factor, gemm_path, cpu_isa, loss_scale,
             loss_scale_finite_steps, precision);
   }
 

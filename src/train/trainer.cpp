@@ -347,7 +347,7 @@ void Trainer::report_requests(const std::vector<double>& votes, std::string_view
               votes[2] / votes[1], moment);
 }
 
-void Trainer::agree_on_gemm_path(TrainingPosition& position) {
+void Trainer::agree_on_cpu_kernels(TrainingPosition& position) {
   if (!gemm_path_named_by_setting()) {
     if (!position.gemm_path.empty()) {
       if (const auto recorded = gemm_path_named(position.gemm_path)) set_gemm_path(*recorded);
@@ -362,6 +362,11 @@ void Trainer::agree_on_gemm_path(TrainingPosition& position) {
     if (strategy_->sum_over_replicas(chosen)) set_gemm_path(static_cast<GemmPath>(static_cast<int>(chosen[0]) - 1));
   }
   position.gemm_path = gemm_path_name(gemm_path());
+  if (!cpu_isa_named_by_setting() && !position.cpu_isa.empty() && !use_cpu_isa_named(position.cpu_isa) && strategy_->is_chief())
+    log::warning("the checkpoint's convolutions ran the {} kernels, which this processor or build lacks: the resumed run "
+                 "rounds differently from the interrupted one",
+                 position.cpu_isa);
+  position.cpu_isa = cpu_isa_name();
 }
 
 History Trainer::fit(const data::Dataset& train, const FitOptions& options) {
@@ -417,7 +422,7 @@ History Trainer::run(const data::Dataset& train, const FitOptions& options) {
   }
   strategy_->initialize(model_, *optimizer_);  // after a resume, so that all processes start from the chief's
   if (strategy_->is_server()) return strategy_->serve(model_, *optimizer_, checkpoint_dir);
-  agree_on_gemm_path(position);
+  agree_on_cpu_kernels(position);
   {
     // Replicas that compute in different types would average gradients of different models.
     std::array<double, 2> policy{static_cast<double>(model_.precision()), 1.0};

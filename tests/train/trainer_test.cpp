@@ -254,6 +254,40 @@ TEST_CASE("checkpoints record the GEMM path, and a resumed run computes through 
   set_gemm_path(before);
 }
 
+TEST_CASE("checkpoints record the convolution kernels' instruction set, and a resumed run repeats on it", "[train][checkpoint]") {
+  // The portable kernels and the AVX2/AVX-512 ones round differently: a run checkpointed on one and resumed
+  // on the other would not repeat the uninterrupted run.
+  if (cpu_isa_named_by_setting()) {
+    WARN("COHORT_CPU_ISA is set");
+    return;
+  }
+  const std::string best(cpu_isa_name());
+  if (best == "portable") {
+    WARN("this processor runs the portable kernels only");
+    return;
+  }
+  const auto train = [](int epochs, const std::filesystem::path& dir, bool resume) {
+    nn::Sequential model = tiny_cnn();
+    Trainer(model, optim::SGD()).fit(synthetic_set(), {.epochs = epochs, .verbosity = train::Verbosity::Silent,
+                                                       .checkpoint_dir = dir, .resume = resume});
+    return snapshot(model);
+  };
+  ScratchDirectory uninterrupted("cpu_isa_uninterrupted"), interrupted("cpu_isa_interrupted"), other("cpu_isa_other");
+  REQUIRE(use_cpu_isa_named("portable"));
+  const auto portable = train(2, uninterrupted.path(), false);
+  train(1, interrupted.path(), false);
+  nn::Sequential probe = tiny_cnn();
+  optim::SGD sgd;
+  CHECK(train::load_checkpoint(interrupted.path() / train::kCheckpointFile, probe, sgd).cpu_isa == "portable");
+
+  REQUIRE(use_cpu_isa_named(best));
+  if (train(2, other.path(), false) == portable) WARN("the portable and " << best << " kernels agree bit for bit on this model");
+  const auto resumed = train(2, interrupted.path(), true);
+  CHECK(cpu_isa_name() == "portable");
+  CHECK(resumed == portable);
+  REQUIRE(use_cpu_isa_named(best));
+}
+
 TEST_CASE("a resume that finds no checkpoint says that it trains from the start", "[train][checkpoint]") {
   ScratchDirectory dir("resume_without_checkpoint");
   nn::Sequential model = tiny_cnn();

@@ -28,6 +28,13 @@ std::vector<GemmPath> available_gemm_paths();
 GemmPath gemm_path();
 // Uses `path` from now on, for every thread. InvalidArgument when this build lacks it.
 void set_gemm_path(GemmPath path);
+// The instruction set of the CPU backend's own kernels (the Winograd and direct convolutions): "portable",
+// "avx2" or "avx512". They round differently, so a resumed run takes the set the interrupted one used.
+std::string_view cpu_isa_name();
+// Whether COHORT_CPU_ISA names the set, rather than leaving it to the best this processor runs.
+bool cpu_isa_named_by_setting();
+// Runs the set of that name from now on, and says true, when this build and processor have it.
+bool use_cpu_isa_named(std::string_view name);
 // COHORT_GEMM and COHORT_CPU_ISA against this build and processor, at once rather than at the first
 // product or convolution: InvalidArgument naming the variable and what this machine has.
 void check_cpu_kernel_settings();

@@ -28,13 +28,15 @@ struct TrainingPosition {
   // The CPU's matrix products ("eigen", "openblas"; empty where unknown): a resumed run computes them as the
   // interrupted one did, since the two libraries round differently.
   std::string gemm_path{};
+  // The instruction set of the CPU's convolution kernels ("avx2"; empty where unknown), for the same reason.
+  std::string cpu_isa{};
   // mixed_float16's dynamic loss scale and its finite steps since it last changed (0: no loss scaling).
   float loss_scale = 0;
   std::int64_t loss_scale_finite_steps = 0;
   std::string precision{};  // the model's policy ("mixed_bfloat16"; empty where unknown)
 };
 
-inline constexpr std::uint32_t kCheckpointFormatVersion = 4;  // 4: tensors record their element type
+inline constexpr std::uint32_t kCheckpointFormatVersion = 5;  // 5: the CPU kernels' instruction set
 
 void save_checkpoint(const std::filesystem::path& path, const nn::Sequential& model, const optim::Optimizer& optimizer,
                      const TrainingPosition& position);

@@ -137,8 +137,9 @@ class Trainer {
   // replicas asked to stop, and which for a rate.
   static constexpr std::size_t kVotes = 5;
   // Unless COHORT_GEMM names a path: the GEMM path a resumed run used before, else the chief's, for every
-  // process that trains, so that runs repeat bit for bit; recorded in `position` for the checkpoints.
-  void agree_on_gemm_path(TrainingPosition& position);
+  // process that trains, so that runs repeat bit for bit; unless COHORT_CPU_ISA names one, the convolution
+  // kernels' instruction set the resumed run used. Both are recorded in `position` for the checkpoints.
+  void agree_on_cpu_kernels(TrainingPosition& position);
 
   nn::Sequential& model_;
   std::unique_ptr<optim::Optimizer> optimizer_;

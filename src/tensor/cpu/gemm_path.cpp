@@ -130,6 +130,22 @@ void set_gemm_path(GemmPath path) {
   chosen.store(static_cast<int>(path), std::memory_order_release);
 }
 
+std::string_view cpu_isa_name() { return cpu::winograd_isa_name(cpu::winograd_isa()); }
+
+bool cpu_isa_named_by_setting() {
+  const char* name = std::getenv("COHORT_CPU_ISA");
+  return name != nullptr && *name != '\0';
+}
+
+bool use_cpu_isa_named(std::string_view name) {
+  for (cpu::WinogradIsa isa : cpu::usable_winograd_isas())
+    if (cpu::winograd_isa_name(isa) == name) {
+      cpu::set_winograd_isa(isa);
+      return true;
+    }
+  return false;
+}
+
 void check_cpu_kernel_settings() {
   if (const char* name = std::getenv("COHORT_GEMM"); name != nullptr && *name != '\0' && name != kMeasure) named(name);
   cpu::winograd_isa();
