@@ -173,12 +173,19 @@ History ParameterServer::serve(nn::Sequential&, optim::Optimizer& optimizer, con
 }
 
 History ParameterServer::receive_history() {
-  std::uint64_t bytes = 0;
-  transport_.recv(0, kHistoryTag, std::as_writable_bytes(std::span(&bytes, 1)))->wait(transport_.timeout());
-  COHORT_CHECK_AS(ProtocolError, bytes <= kMaxHistoryBytes, "{} announced a history of {} bytes", transport_.describe(0), bytes);
-  std::string encoded(bytes, '\0');
-  transport_.recv(0, kHistoryTag, std::as_writable_bytes(std::span(encoded)))->wait(transport_.timeout());
-  return decode_position(encoded).first.history;
+  // The chief sends it as soon as every server has answered its Done: a chief that does not is stuck.
+  const auto receive = [this](std::span<std::byte> out, std::shared_ptr<void> buffer) {
+    const auto limit = progress_deadline_.limit();
+    if (!comm::await_peer(transport_, 0, transport_.recv(0, kHistoryTag, out), 0, limit, std::move(buffer)))
+      throw TimeoutError(comm::stuck_message(transport_.describe(0) + " is stuck",
+                                             "it did not send the run's history to " + process_name(), limit));
+  };
+  auto bytes = std::make_shared<std::uint64_t>(0);
+  receive(std::as_writable_bytes(std::span(bytes.get(), 1)), bytes);
+  COHORT_CHECK_AS(ProtocolError, *bytes <= kMaxHistoryBytes, "{} announced a history of {} bytes", transport_.describe(0), *bytes);
+  auto encoded = std::make_shared<std::string>(*bytes, '\0');
+  receive(std::as_writable_bytes(std::span(*encoded)), encoded);
+  return decode_position(*encoded).first.history;
 }
 
 bool ParameterServer::has_backup_workers() const {
