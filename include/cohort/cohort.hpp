@@ -55,6 +55,7 @@
 #include "cohort/train/parameter_server.hpp"
 #include "cohort/train/ring_allreduce.hpp"
 #include "cohort/train/strategy_for.hpp"
+#include "cohort/train/tensorboard.hpp"
 #include "cohort/train/trainer.hpp"
 #include "cohort/train/update.hpp"
 #include "cohort/train/variable_infos.hpp"

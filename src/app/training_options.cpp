@@ -18,6 +18,7 @@
 #include "cohort/ps/placement.hpp"
 #include "cohort/tensor/devices.hpp"
 #include "cohort/tensor/gemm_path.hpp"
+#include "cohort/train/tensorboard.hpp"
 
 namespace cohort::app {
 namespace {
@@ -70,6 +71,10 @@ TrainingOptions parse_training_options(int argc, const char* const* argv, std::s
                                                      "normalization) at the end");
   cli.add_option("--timeline", options.timeline,
                  "write a Chrome trace of the run (chrome://tracing, Perfetto); under cohort-launch, one for the job");
+  cli.add_option("--tensorboard", options.tensorboard,
+                 "write TensorBoard event files there (train/ and validation/: per-epoch scalars, histograms of the variables)");
+  cli.add_option("--tensorboard-every", options.tensorboard_every, "and the batch loss and metrics every N steps")
+      ->check(whole_number(0, std::int64_t{1} << 62));
   cli.add_option("--verbosity", options.verbosity, "progress: auto (a bar on a terminal), lines, epochs or silent")
       ->check(CLI::IsMember({"auto", "lines", "epochs", "silent"}));
   cli.add_option("--consistency", options.consistency, "parameter servers: sync, sync:backup=N, async or stale:N")
@@ -100,6 +105,15 @@ TrainingOptions parse_training_options(int argc, const char* const* argv, std::s
     const auto existing = std::filesystem::status(*output, looked);
     if (!output->empty() && std::filesystem::exists(existing) && !std::filesystem::is_regular_file(existing)) {
       fmt::print(stderr, "{} {}: it exists and is not a regular file\n", option, *output);
+      std::exit(2);
+    }
+  }
+  if (!options.tensorboard.empty()) {
+    std::error_code made;
+    std::filesystem::create_directories(options.tensorboard, made);
+    if (made || !std::filesystem::is_directory(options.tensorboard)) {
+      fmt::print(stderr, "--tensorboard {}: cannot make that directory: {}\n", options.tensorboard,
+                 made ? made.message() : "it exists and is not a directory");
       std::exit(2);
     }
   }
@@ -154,6 +168,9 @@ train::FitOptions fit_options(const TrainingOptions& options) {
   fit.checkpoint_every_steps = options.checkpoint_every;
   fit.resume = options.resume;
   fit.timeline = options.timeline;
+  if (!options.tensorboard.empty())
+    fit.callbacks.push_back(std::make_shared<train::TensorBoard>(
+        train::TensorBoardOptions{.log_dir = options.tensorboard, .update_every_steps = options.tensorboard_every}));
   return fit;
 }
 

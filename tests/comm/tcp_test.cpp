@@ -483,8 +483,8 @@ TEST_CASE("tcp: bad frames from an authenticated peer fail operations with Proto
     std::string farewell;
     for (tcp::HeaderBytes header{}; farewell.empty() && peer.read(header.data(), header.size());) {
       const tcp::FrameHeader frame = tcp::decode(header);
-      std::string payload(frame.length, '\0');
       REQUIRE(frame.length <= tcp::kMaxRefusalBytes);
+      std::string payload(static_cast<std::size_t>(frame.length), '\0');
       REQUIRE(peer.read(payload.data(), payload.size()));
       if (frame.type == tcp::FrameType::Failed) farewell = payload;
     }

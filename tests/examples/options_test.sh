@@ -26,6 +26,8 @@ refuses "--precision: bfloat16 not in {float32,mixed_bfloat16,mixed_float16}" --
 refuses "--gradient-dtype: float16 not in {float32,bfloat16}" --gradient-dtype float16
 refuses "--save-model /: it exists and is not a regular file" --save-model /
 refuses "--history-csv /dev/null: it exists and is not a regular file" --history-csv /dev/null
+refuses "--tensorboard /dev/null/logs: cannot make that directory" --tensorboard /dev/null/logs
+refuses "--tensorboard-every: needs a whole number" --tensorboard-every -3
 refuses "--placement: placement policy 'RoundRobin': expected round-robin, size-balanced or tensorflow-greedy" --placement RoundRobin
 refuses "--consistency: consistency 'stale:x'" --consistency stale:x
 refuses "--accumulate-steps: needs a whole number from 1 to 1048576, got '0'" --accumulate-steps 0

@@ -44,6 +44,8 @@ struct TrainingOptions {
   std::string history_csv;
   std::string save_model;  // a model file for inference (nn::save_model), written by the chief at the end
   std::string timeline;    // a Chrome trace of the run (FitOptions::timeline)
+  std::string tensorboard;  // a TensorBoard log directory (train::TensorBoard, the chief's curves)
+  std::int64_t tensorboard_every = 0;  // and batch scalars every N steps
   // Distributed runs (under cohort-launch or any cluster environment)
   std::string consistency = "sync";
   std::string placement = "size-balanced";
