@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <chrono>
 
 #include "cohort/comm/nccl.hpp"
 #include "cohort/core/check.hpp"
@@ -195,10 +196,12 @@ void RingAllreduce::apply_gradients(nn::Sequential& model, optim::Optimizer& opt
   {
     // What of the communication backward did not hide.
     const timeline::Span span("communication", "wait for allreduce");
+    const auto waited_from = std::chrono::steady_clock::now();
     for (const BucketState& state : bucket_states_) {
       state.work->wait(timeout);
       if (state.count_work) state.count_work->wait(timeout);
     }
+    exposed_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - waited_from).count();
   }
   if (staged_) ops::copy(staging_, fused_);
   const double global_samples = ops::sum(fused_.slice(buckets_.elements(), buckets_.elements() + 1));
@@ -210,6 +213,11 @@ void RingAllreduce::apply_gradients(nn::Sequential& model, optim::Optimizer& opt
     ops::scale(v->gradient, inverse);
   }
   update_variables(optimizer, model.trainable_variables(), loss_scale_);
+}
+
+void RingAllreduce::add_epoch_logs(Logs& logs) {
+  logs["comm_seconds"] = exposed_seconds_ - reported_exposed_seconds_;
+  reported_exposed_seconds_ = exposed_seconds_;
 }
 
 bool RingAllreduce::sum_over_replicas(std::span<double> values) {

@@ -246,6 +246,8 @@ TEST_CASE("in a distributed run the chief writes the job's curves, or every proc
         return 0.0f;
       };
       CHECK(loss_of("chief_0") == loss_of("worker_0"));
+      const auto events = events_of(only_event_file(dir.path() / "chief_0" / "train"));
+      CHECK(std::any_of(events.begin(), events.end(), [](const Decoded& e) { return e.tag == "epoch_comm_seconds" && *e.scalar >= 0; }));
     } else {
       CHECK(written == std::set<std::string>{"train", "validation"});
       only_event_file(dir.path() / "train");  // one writer, not one per process

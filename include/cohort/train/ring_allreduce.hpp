@@ -69,6 +69,8 @@ class RingAllreduce : public Strategy {
   // The buckets as planned (after initialize()): each one's variable names, in launch order.
   std::vector<std::vector<std::string>> bucket_plan() const;
   bool sum_over_replicas(std::span<double> values) override;
+  // comm_seconds: the time steps waited for allreduces that backward did not hide, since the last epoch.
+  void add_epoch_logs(Logs& logs) override;
   void announce_failure(const std::string& reason) override {
     for (const auto& communicator : communicators_) communicator->announce_failure(reason);
   }
@@ -101,6 +103,7 @@ class RingAllreduce : public Strategy {
   Tensor fused_;    // every gradient in bucket order, then the sample count, on the model's device
   Tensor staging_;  // its host copy, where the communicator needs one
   bool staged_ = false;
+  double exposed_seconds_ = 0, reported_exposed_seconds_ = 0;
   // Last: destroyed first, so that their threads stop before the buffers above go away.
   std::vector<std::shared_ptr<comm::Communicator>> communicators_;
 };
