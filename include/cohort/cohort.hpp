@@ -54,6 +54,7 @@
 #include "cohort/ps/server.hpp"
 #include "cohort/train/parameter_server.hpp"
 #include "cohort/train/ring_allreduce.hpp"
+#include "cohort/train/run_report.hpp"
 #include "cohort/train/strategy_for.hpp"
 #include "cohort/train/tensorboard.hpp"
 #include "cohort/train/trainer.hpp"

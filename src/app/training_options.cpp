@@ -18,6 +18,7 @@
 #include "cohort/ps/placement.hpp"
 #include "cohort/tensor/devices.hpp"
 #include "cohort/tensor/gemm_path.hpp"
+#include "cohort/train/run_report.hpp"
 #include "cohort/train/tensorboard.hpp"
 
 namespace cohort::app {
@@ -75,6 +76,8 @@ TrainingOptions parse_training_options(int argc, const char* const* argv, std::s
                  "write TensorBoard event files there (train/ and validation/: per-epoch scalars, histograms of the variables)");
   cli.add_option("--tensorboard-every", options.tensorboard_every, "and the batch loss and metrics every N steps")
       ->check(whole_number(0, std::int64_t{1} << 62));
+  cli.add_option("--report", options.report,
+                 "write an HTML page about the run: curves, step time, learning rate and batch, placement, traffic, model");
   cli.add_option("--verbosity", options.verbosity, "progress: auto (a bar on a terminal), lines, epochs or silent")
       ->check(CLI::IsMember({"auto", "lines", "epochs", "silent"}));
   cli.add_option("--consistency", options.consistency, "parameter servers: sync, sync:backup=N, async or stale:N")
@@ -100,11 +103,17 @@ TrainingOptions parse_training_options(int argc, const char* const* argv, std::s
   cli.add_flag("--summary", options.summary_only, "print the model summary and exit");
   parse_or_exit(cli, argc, argv);
   // An output that cannot be written fails now, not after the training it would keep.
-  for (const auto& [option, output] : {std::pair{"--save-model", &options.save_model}, std::pair{"--history-csv", &options.history_csv}}) {
+  for (const auto& [option, output] : {std::pair{"--save-model", &options.save_model}, std::pair{"--history-csv", &options.history_csv},
+                                     std::pair{"--report", &options.report}}) {
     std::error_code looked;
     const auto existing = std::filesystem::status(*output, looked);
     if (!output->empty() && std::filesystem::exists(existing) && !std::filesystem::is_regular_file(existing)) {
       fmt::print(stderr, "{} {}: it exists and is not a regular file\n", option, *output);
+      std::exit(2);
+    }
+    const auto directory = std::filesystem::path(*output).parent_path();
+    if (!output->empty() && !directory.empty() && !std::filesystem::is_directory(directory, looked)) {
+      fmt::print(stderr, "{} {}: there is no directory {}\n", option, *output, directory.string());
       std::exit(2);
     }
   }
@@ -168,6 +177,7 @@ train::FitOptions fit_options(const TrainingOptions& options) {
   fit.checkpoint_every_steps = options.checkpoint_every;
   fit.resume = options.resume;
   fit.timeline = options.timeline;
+  if (!options.report.empty()) fit.callbacks.push_back(std::make_shared<train::RunReport>(train::RunReportOptions{.path = options.report}));
   if (!options.tensorboard.empty())
     fit.callbacks.push_back(std::make_shared<train::TensorBoard>(
         train::TensorBoardOptions{.log_dir = options.tensorboard, .update_every_steps = options.tensorboard_every}));

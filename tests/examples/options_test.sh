@@ -26,6 +26,8 @@ refuses "--precision: bfloat16 not in {float32,mixed_bfloat16,mixed_float16}" --
 refuses "--gradient-dtype: float16 not in {float32,bfloat16}" --gradient-dtype float16
 refuses "--save-model /: it exists and is not a regular file" --save-model /
 refuses "--history-csv /dev/null: it exists and is not a regular file" --history-csv /dev/null
+refuses "--report /nonexistent/run.html: there is no directory /nonexistent" --report /nonexistent/run.html
+refuses "--report /tmp: it exists and is not a regular file" --report /tmp
 refuses "--tensorboard /dev/null/logs: cannot make that directory" --tensorboard /dev/null/logs
 refuses "--tensorboard-every: needs a whole number" --tensorboard-every -3
 refuses "--placement: placement policy 'RoundRobin': expected round-robin, size-balanced or tensorflow-greedy" --placement RoundRobin

@@ -46,6 +46,7 @@ struct TrainingOptions {
   std::string timeline;    // a Chrome trace of the run (FitOptions::timeline)
   std::string tensorboard;  // a TensorBoard log directory (train::TensorBoard, the chief's curves)
   std::int64_t tensorboard_every = 0;  // and batch scalars every N steps
+  std::string report;  // an HTML page about the run (train::RunReport), written by the chief
   // Distributed runs (under cohort-launch or any cluster environment)
   std::string consistency = "sync";
   std::string placement = "size-balanced";
