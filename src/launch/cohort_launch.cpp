@@ -687,6 +687,16 @@ int run_processes(const Options& options, int restart, const std::filesystem::pa
         trainers_ok = trainers_ok && p.status && !failed(*p.status);
       }
     if (trainers_done && trainers_ok) begin_stopping(options.grace);  // parameter servers end after the trainers
+    // Once the chief has succeeded, or every other process has, the rest of the job is done: a process that
+    // does not follow within the grace period is stuck (alive, but its program no longer advances).
+    const auto succeeded = [](const Process& p) { return p.status && !failed(*p.status); };
+    const bool chief_succeeded = std::any_of(processes.begin(), processes.end(),
+                                             [&](const Process& p) { return p.name.starts_with("chief") && succeeded(p); });
+    const auto unfinished = std::count_if(processes.begin(), processes.end(), [](const Process& p) { return !p.status; });
+    const auto successes = std::count_if(processes.begin(), processes.end(), succeeded);
+    if (!first_failure && unfinished > 0 && (chief_succeeded || successes + unfinished == static_cast<std::ptrdiff_t>(processes.size())) &&
+        successes > 0 && (chief_succeeded || unfinished == 1))
+      begin_stopping(options.grace);
 
     const auto now = Clock::now();
     // Once only the processes the others lost are left, waiting for them is pointless: they are hung.
@@ -750,7 +760,7 @@ int run_processes(const Options& options, int restart, const std::filesystem::pa
     return 1;
   }
   if (!left_running.empty()) {
-    fmt::print(stderr, "cohort-launch: failed: {} did not exit within {} s after the workers finished (stuck?) and {} stopped\n",
+    fmt::print(stderr, "cohort-launch: failed: {} did not exit within {} s after the others finished (stuck?) and {} stopped\n",
                fmt::join(left_running, ", "), options.grace.count(), left_running.size() == 1 ? "was" : "were");
     return 1;
   }

@@ -92,7 +92,7 @@ grep -q 'killing worker 0 (pid [0-9]*): every other process has ended' "$work/lo
 # 1e. A parameter server that does not end after the workers succeeded is named when it is stopped.
 timeout 60 "$launcher" --workers 1 --ps 1 --grace 1 -- sh -c \
   'case "$TF_CONFIG" in *"\"ps\", \"index\": 0"*) sleep 30;; *) exit 0;; esac' >"$work/log" 2>&1
-grep -q 'failed: ps 0 (pid [0-9]*) did not exit within 1 s after the workers finished (stuck?) and was stopped' "$work/log" ||
+grep -q 'failed: ps 0 (pid [0-9]*) did not exit within 1 s after the others finished (stuck?) and was stopped' "$work/log" ||
   fail "the verdict does not name the server that outlived the workers"
 
 # 2. SIGKILL one process of a running allreduce job, a worker and then the chief.
