@@ -103,7 +103,7 @@ void EarlyStopping::on_train_begin(TrainingControl& control) {
   if (options_.restore_best_weights) {
     COHORT_CHECK(!control.variables_on_servers(),
                  "EarlyStopping(restore_best_weights) cannot put back variables that parameter servers hold (the "
-                 "servers would keep the last ones); keep the best model with ModelCheckpoint(save_best_only) instead");
+                 "servers would keep the last ones); keep the best model with ModelCheckpoint (ModelCheckpointOptions::best_only) instead");
     control.require_on_every_process("EarlyStopping(restore_best_weights)");
   }
   best_.reset();
