@@ -143,6 +143,20 @@ std::optional<tcp::Nonce> handshake(RawClient& client, int client_rank, const st
   return server;
 }
 
+// A plain listening socket at `address`, standing where a rank of the group would listen.
+int raw_listener(const Address& address) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in own{};
+  own.sin_family = AF_INET;
+  own.sin_port = htons(address.port);
+  ::inet_pton(AF_INET, address.host.c_str(), &own.sin_addr);
+  const int reuse = 1;
+  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &reuse, sizeof reuse);
+  REQUIRE(::bind(fd, reinterpret_cast<const sockaddr*>(&own), sizeof own) == 0);
+  REQUIRE(::listen(fd, 16) == 0);
+  return fd;
+}
+
 // Reads a Refused frame, which must come next, and returns its reason.
 std::string refusal_of(RawClient& client) {
   tcp::HeaderBytes header{};
@@ -243,15 +257,7 @@ TEST_CASE("tcp: a listener that cannot prove the secret is refused by the dialer
   // An impostor at rank 0's address: it challenges the dialer as the real rank would, then accepts it
   // with a proof made without the secret.
   const auto addresses = comm_test::free_addresses(2);
-  const int listening = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_port = htons(addresses[0].port);
-  ::inet_pton(AF_INET, addresses[0].host.c_str(), &address.sin_addr);
-  const int reuse = 1;
-  ::setsockopt(listening, SOL_SOCKET, SO_REUSEADDR, &reuse, sizeof reuse);
-  REQUIRE(::bind(listening, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0);
-  REQUIRE(::listen(listening, 1) == 0);
+  const int listening = raw_listener(addresses[0]);
   std::thread impostor([&] {
     const int fd = ::accept(listening, nullptr, nullptr);
     std::array<std::byte, tcp::kHeaderBytes + tcp::kHelloBytes> hello{};
@@ -438,15 +444,7 @@ TEST_CASE("tcp: idle connections beyond the open-file limit do not stop the grou
 TEST_CASE("tcp: a listener that accepts and never answers does not hold a dialer until the deadline", "[comm][tcp][security]") {
   const auto addresses = comm_test::free_addresses(2);
   // A silent listener on rank 0's address.
-  const int silent = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in own{};
-  own.sin_family = AF_INET;
-  own.sin_port = htons(addresses[0].port);
-  ::inet_pton(AF_INET, "127.0.0.1", &own.sin_addr);
-  const int reuse = 1;
-  ::setsockopt(silent, SOL_SOCKET, SO_REUSEADDR, &reuse, sizeof reuse);
-  REQUIRE(::bind(silent, reinterpret_cast<const sockaddr*>(&own), sizeof own) == 0);
-  REQUIRE(::listen(silent, 16) == 0);
+  const int silent = raw_listener(addresses[0]);
   auto one = options_for(1, addresses);
   one.connect_timeout = 3s;  // each handshake may then take 1.5 s: the error names the silent listener and why
   CHECK_THROWS_WITH(connect_tcp(one), Catch::Contains("chief 0") && Catch::Contains("no answer to the handshake within 1500 ms"));
