@@ -1,22 +1,15 @@
 #include "cohort/train/tensorboard.hpp"
 
-#include <algorithm>
-
 #include "cohort/core/check.hpp"
 #include "cohort/train/strategy.hpp"
 #include "cohort/train/trainer.hpp"
 #include "event_file.hpp"
+#include "process_label.hpp"
 
 namespace cohort::train {
 namespace {
 
 constexpr std::string_view kValidationPrefix = "val_";
-
-// "worker 1" -> "worker_1": a folder name, and the run's name in TensorBoard.
-std::string folder_of(std::string name) {
-  std::replace(name.begin(), name.end(), ' ', '_');
-  return name;
-}
 
 }  // namespace
 
@@ -33,7 +26,7 @@ void TensorBoard::on_train_begin(TrainingControl& control) {
   if (!options_.every_process && !control.is_chief()) return;
   std::filesystem::path root = options_.log_dir;
   if (options_.every_process)
-    if (const std::string name = control.trainer().strategy().process_name(); !name.empty()) root /= folder_of(name);
+    if (const std::string name = control.trainer().strategy().process_name(); !name.empty()) root /= process_label(name);
   train_ = std::make_unique<EventFileWriter>(root / "train");
   validation_ = std::make_unique<EventFileWriter>(root / "validation");
 }

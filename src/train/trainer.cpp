@@ -24,6 +24,7 @@
 #include "cohort/tensor/copy_stream.hpp"
 #include "cohort/tensor/ops.hpp"
 #include "cohort/train/progress.hpp"
+#include "process_label.hpp"
 
 namespace cohort::train {
 namespace {
@@ -106,11 +107,11 @@ class TimelineRecording {
       // cohort-launch merges the parts, in file-name order, into the file asked for.
       std::error_code ignored;
       std::filesystem::create_directories(parts, ignored);
-      file_ = std::filesystem::path(parts) / fmt::format("{:06}-{}.json", strategy.process_index(), file_label(process));
+      file_ = std::filesystem::path(parts) / fmt::format("{:06}-{}.json", strategy.process_index(), process_label(process));
       merge_into_ = std::filesystem::absolute(path);
       timeline::check_writable(merge_into_);
     } else if (!process.empty()) {
-      file_ = path.parent_path() / (path.stem().string() + "." + file_label(process) + path.extension().string());
+      file_ = path.parent_path() / (path.stem().string() + "." + process_label(process) + path.extension().string());
     } else {
       file_ = path;
     }
@@ -130,13 +131,6 @@ class TimelineRecording {
   TimelineRecording& operator=(const TimelineRecording&) = delete;
 
  private:
-  // "chief 0" -> "chief-0"
-  static std::string file_label(std::string process) {
-    for (char& c : process)
-      if (!std::isalnum(static_cast<unsigned char>(c))) c = '-';
-    return process;
-  }
-
   std::filesystem::path file_, merge_into_;
 };
 

@@ -237,7 +237,7 @@ TEST_CASE("in a distributed run the chief writes the job's curves, or every proc
     for (const auto& entry : std::filesystem::recursive_directory_iterator(dir.path()))
       if (entry.is_regular_file()) written.insert(std::filesystem::relative(entry.path().parent_path(), dir.path()).string());
     if (every_process) {
-      CHECK(written == std::set<std::string>{"chief_0/train", "chief_0/validation", "worker_0/train", "worker_0/validation"});
+      CHECK(written == std::set<std::string>{"chief-0/train", "chief-0/validation", "worker-0/train", "worker-0/validation"});
       // The epoch logs are the job's, the same on both.
       const auto loss_of = [&](const std::string& process) {
         for (const auto& e : events_of(only_event_file(dir.path() / process / "train")))
@@ -245,8 +245,8 @@ TEST_CASE("in a distributed run the chief writes the job's curves, or every proc
         FAIL("no epoch_loss for " << process);
         return 0.0f;
       };
-      CHECK(loss_of("chief_0") == loss_of("worker_0"));
-      const auto events = events_of(only_event_file(dir.path() / "chief_0" / "train"));
+      CHECK(loss_of("chief-0") == loss_of("worker-0"));
+      const auto events = events_of(only_event_file(dir.path() / "chief-0" / "train"));
       CHECK(std::any_of(events.begin(), events.end(), [](const Decoded& e) { return e.tag == "epoch_comm_seconds" && *e.scalar >= 0; }));
     } else {
       CHECK(written == std::set<std::string>{"train", "validation"});

@@ -22,7 +22,7 @@ struct TensorBoardOptions {
   std::int64_t update_every_steps = 0;  // batch scalars every N steps; 0: epochs only
   bool histograms = true;
   // The chief's curves only (its epoch logs are every process's), or one set per process, in
-  // LOG_DIR/<process name>/train (batch logs are each process's own share).
+  // LOG_DIR/<process name>/train ("chief-0") (batch logs are each process's own share).
   bool every_process = false;
 };
 
