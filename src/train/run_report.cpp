@@ -16,8 +16,6 @@
 namespace cohort::train {
 namespace {
 
-constexpr std::string_view kValidationPrefix = "val_";
-
 std::vector<double> column(const std::vector<Logs>& epochs, const std::string& name) {
   std::vector<double> values;
   for (const Logs& logs : epochs) {

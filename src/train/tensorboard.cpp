@@ -7,11 +7,6 @@
 #include "process_label.hpp"
 
 namespace cohort::train {
-namespace {
-
-constexpr std::string_view kValidationPrefix = "val_";
-
-}  // namespace
 
 TensorBoard::TensorBoard(TensorBoardOptions options) : options_(std::move(options)) {
   COHORT_CHECK(!options_.log_dir.empty(), "TensorBoard needs a log directory");

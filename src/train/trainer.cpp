@@ -567,7 +567,7 @@ History Trainer::run(const data::Dataset& train, const FitOptions& options) {
     logs["samples_per_second"] = totals.values[0] > 0 ? totals.values[0] / seconds : 0.0;
     logs["learning_rate"] = optimizer_->learning_rate();
     if (options.validation != nullptr) {
-      logs.merge(logs_of(validation, "val_"));
+      logs.merge(logs_of(validation, std::string(kValidationPrefix)));
       const double loss = logs.at("val_loss");
       if (!std::isfinite(loss))
         throw Error(fmt::format("the validation loss became {} after epoch {}{}", loss, epoch + 1,
