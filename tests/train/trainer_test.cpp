@@ -141,16 +141,20 @@ TEST_CASE("the progress bar: loss first, metrics in the order given, time per st
   {
     train::ProgressBar lines(20, out, train::ProgressBar::Style::Lines);
     for (int step = 1; step <= 20; ++step) lines.update(step, logs, 100);
-    lines.finish(logs, 2.0, 100);
+    lines.finish(logs, 2.0, 2.0, 100);
   }
   {
     train::ProgressBar rows(20, out, train::ProgressBar::Style::Lines, "samples/s");  // not images
-    rows.finish(logs, 2.0, 100);
+    rows.finish(logs, 2.0, 2.0, 100);
   }
   {
     train::ProgressBar stopped(20, out, train::ProgressBar::Style::Lines);  // a stop after step 5
     for (int step = 1; step <= 5; ++step) stopped.update(step, logs, 100);
-    stopped.finish(logs, 1.0, 100);
+    stopped.finish(logs, 1.0, 1.0, 100);
+  }
+  {
+    train::ProgressBar validated(20, out, train::ProgressBar::Style::Lines);  // 1 s of validation after 2 s of steps
+    validated.finish(logs, 3.0, 2.0, 100);
   }
   {
     ::setenv("COLUMNS", "60", 1);
@@ -165,6 +169,7 @@ TEST_CASE("the progress bar: loss first, metrics in the order given, time per st
   CHECK(first_line.find("/step - loss: 0.5000 - top_3_accuracy: 0.9000 - accuracy: 0.7500") != std::string::npos);
   CHECK(text.find("20/20 [==============================] - 2s 100ms/step - loss: 0.5000") != std::string::npos);
   CHECK(text.find(" 5/20 [=======.......................] - 1s 200ms/step - loss: 0.5000") != std::string::npos);
+  CHECK(text.find("20/20 [==============================] - 3s 100ms/step - loss: 0.5000") != std::string::npos);
   CHECK(text.find("100 img/s") != std::string::npos);
   CHECK(text.find("100 samples/s") != std::string::npos);
   const auto redraw = text.substr(text.rfind('\r') + 1);
@@ -197,6 +202,9 @@ TEST_CASE("a setting spelled outside its documented spellings is refused before 
       {"COHORT_CPU_ISA", "foo", "COHORT_CPU_ISA='foo': use portable, avx2, avx512"},
       {"COHORT_GEMM", "", "COHORT_GEMM='': use eigen, openblas, fastest, or unset it"},
       {"COHORT_CUDA_DEVICE", "zz", "COHORT_CUDA_DEVICE='zz': use a whole number"},
+      {"COHORT_TIMOUT", "5", "COHORT_TIMOUT is not a cohort setting: did you mean COHORT_TIMEOUT? Unset it"},
+      {"COHORT_TSL", "1", "COHORT_TSL is not a cohort setting: did you mean COHORT_TLS?"},
+      {"COHORT_SOMETHING_ELSE_ENTIRELY", "1", "COHORT_SOMETHING_ELSE_ENTIRELY is not a cohort setting (they are COHORT_ROLE, "},
   };
   for (const Case& c : cases) {
     INFO(c.name << "=" << c.value);
@@ -288,7 +296,7 @@ TEST_CASE("checkpoints record the convolution kernels' instruction set, and a re
   REQUIRE(use_cpu_isa_named(best));
 }
 
-TEST_CASE("a resume that finds no checkpoint says that it trains from the start", "[train][checkpoint]") {
+TEST_CASE("a resume that finds no checkpoint says that it trains from the start, one of a finished run that nothing is left", "[train][checkpoint]") {
   ScratchDirectory dir("resume_without_checkpoint");
   nn::Sequential model = tiny_cnn();
   test_util::CapturedOutput log(STDERR_FILENO);
@@ -298,4 +306,13 @@ TEST_CASE("a resume that finds no checkpoint says that it trains from the start"
                                                        .checkpoint_dir = dir.path(), .resume = true});
   }
   CHECK_THAT(log.text(), Catch::Contains(fmt::format("no checkpoint in {} to resume from: training from the start", dir.path().string())));
+  // Resumed again, the run has nothing left to do, and says so.
+  test_util::CapturedOutput again(STDERR_FILENO);
+  {
+    test_util::CapturedOutput progress(STDOUT_FILENO);
+    Trainer(model, optim::SGD()).fit(synthetic_set(), {.epochs = 1, .verbosity = train::Verbosity::Lines,
+                                                       .checkpoint_dir = dir.path(), .resume = true});
+  }
+  CHECK_THAT(again.text(), Catch::Contains(fmt::format("the run in {} has finished its 1 epoch: nothing is left to train",
+                                                       dir.path().string())));
 }
