@@ -310,7 +310,9 @@ bool Server::handle(int worker, const protocol::RequestHeader& header, const std
       return false;
     }
     case proto::Kind::Push: {
-      optimizer_.set_learning_rate_factor(header.learning_rate_factor);
+      // The chief's rate rules: where the processes do not agree (backup workers), a worker's own request must not
+      // change the rate of every update until the chief's next push.
+      if (worker == 0) optimizer_.set_learning_rate_factor(header.learning_rate_factor);
       std::int64_t staleness = 0;
       const bool answered = std::holds_alternative<Sync>(options_.consistency)
                                 ? push_sync_locked(lock, worker, header.step, header.samples, payload, staleness)

@@ -97,7 +97,7 @@ void ProgressBar::update(std::int64_t steps_done, const OrderedLogs& logs, doubl
   std::fflush(out_);
 }
 
-void ProgressBar::finish(const OrderedLogs& logs, double seconds, double samples_per_second) {
+void ProgressBar::finish(const OrderedLogs& logs, double seconds, double training_seconds, double samples_per_second) {
   const int digits = static_cast<int>(std::to_string(total_).size());
   // An epoch that a stop or a step limit cut short ends where it stopped, its step time over the steps taken.
   const std::int64_t done = steps_done_ < 0 ? total_ : steps_done_;
@@ -106,10 +106,10 @@ void ProgressBar::finish(const OrderedLogs& logs, double seconds, double samples
   const std::string bar =
       std::string(static_cast<std::size_t>(filled), '=') + std::string(static_cast<std::size_t>(kBarWidth - filled), '.');
   const std::string line = fmt::format("{:>{}}/{} [{}] - {} {}{} - {:.0f} {}", done, digits, total_, bar, format_duration(seconds),
-                                       format_step_time(seconds / taken), format_logs(logs), samples_per_second, rate_unit_);
+                                       format_step_time(training_seconds / taken), format_logs(logs), samples_per_second, rate_unit_);
   // The epoch's line stays on the screen: on a narrow terminal it loses the bar, never a number.
   const std::string compact = fmt::format("{}/{} - {} {}{} - {:.0f} {}", done, total_, format_duration(seconds),
-                                          format_step_time(seconds / taken), format_logs(logs), samples_per_second, rate_unit_);
+                                          format_step_time(training_seconds / taken), format_logs(logs), samples_per_second, rate_unit_);
   if (style_ == Style::Bar) fmt::print(out_, "\r{}\x1b[K\n", line.size() <= width() ? line : compact);
   else fmt::print(out_, "{}\n", line);
   std::fflush(out_);

@@ -297,34 +297,73 @@ void Trainer::agree(TrainingControl& control, std::string_view moment) {
                               "rate directly; use TrainingControl::set_learning_rate, which every process agrees on",
                               optimizer_->learning_rate()));
     if (strategy_->is_chief() && replicas > 1) report_requests(votes, moment);
-  } else if (replicas > 1 && votes[0] > 0 && strategy_->is_chief()) {
+  } else if (replicas > 1) {
+    warn_unagreed(votes, moment);
+  }
+  // Without agreement, the servers update with the chief's rate: a worker's own request would only mislabel its logs.
+  const bool rate_has_effect = agreed || replicas == 1 || strategy_->is_chief() || !strategy_->variables_on_servers();
+  if (votes[1] > 0 && rate_has_effect) optimizer_->set_learning_rate(votes[2] / votes[1]);
+  control.set_agreed(votes[0] > 0);
+}
+
+void Trainer::warn_unagreed(const std::vector<double>& votes, std::string_view moment) const {
+  const std::string me = strategy_->process_name();
+  const std::string strategy = strategy_->name();
+  const bool chief = strategy_->is_chief();
+  if (votes[0] > 0 && chief)
     log::warning("{} asked to stop {}: under {} the processes do not wait for each other to agree, and the chief's stop "
                  "ends the run for every process",
-                 strategy_->process_name(), moment, strategy_->name());
-  } else if (replicas > 1 && (votes[0] > 0 || votes[1] > 0)) {
-    log::warning("{} asked to {} {}, but under {} the processes do not wait for each other to agree: it applies to "
+                 me, moment, strategy);
+  else if (votes[0] > 0)
+    log::warning("{} asked to stop {}, but under {} the processes do not wait for each other to agree: it applies to "
                  "this process alone",
-                 strategy_->process_name(), votes[0] > 0 ? "stop" : "change the learning rate", moment, strategy_->name());
-  }
-  if (votes[1] > 0) optimizer_->set_learning_rate(votes[2] / votes[1]);
-  control.set_agreed(votes[0] > 0);
+                 me, moment, strategy);
+  if (votes[1] == 0) return;
+  if (!strategy_->variables_on_servers())
+    log::warning("{} asked to change the learning rate {}, but under {} the processes do not wait for each other to agree: "
+                 "it applies to this process alone",
+                 me, moment, strategy);
+  else if (chief)  // the servers update every variable with the chief's rate, whoever pushes
+    log::warning("{} asked for learning rate {:.6g} {}: under {} the processes do not wait for each other to agree, and "
+                 "the servers take the chief's rate for every worker's updates",
+                 me, votes[2], moment, strategy);
+  else
+    log::warning("{} asked for learning rate {:.6g} {}, but under {} the processes do not wait for each other to agree "
+                 "and the servers update with the chief's rate: the request has no effect",
+                 me, votes[2], moment, strategy);
 }
 
 void Trainer::check_required_everywhere(const TrainingControl& control) {
   std::vector<std::string> required = control.required_on_every_process();
   std::sort(required.begin(), required.end());
-  const std::string joined = fmt::format("{}", fmt::join(required, ", "));
-  // A 12-bit digest, 0 for none: the sums of the processes' digests and of their squares stay exact in
-  // double, and (sum)^2 == n x (sum of squares) exactly when every process has the same one.
-  constexpr std::size_t kDigests = 4095;
-  const double digest = joined.empty() ? 0.0 : 1.0 + static_cast<double>(std::hash<std::string>{}(joined) % kDigests);
-  std::array<double, 2> sums{digest, digest * digest};
-  if (!strategy_->sum_over_replicas(sums)) return;
-  if (sums[0] * sums[0] != static_cast<double>(strategy_->replicas()) * sums[1])
-    throw InvalidArgument(fmt::format("{} runs {}, but not every process that trains runs the same: a callback that changes "
-                                      "the variables itself must run on every process, or the replicas would part",
-                                      strategy_->process_name(),
-                                      joined.empty() ? "none of the callbacks that must run everywhere (another process names the one it runs)" : joined));
+  std::string joined = fmt::format("{}", fmt::join(required, ", "));
+  // Each process's list travels in a slot of its own, a character per value, so that every process can name
+  // which ones run what.
+  constexpr std::size_t kSlot = 160;
+  if (joined.size() > kSlot) joined = joined.substr(0, kSlot - 3) + "...";
+  const auto replicas = static_cast<std::size_t>(strategy_->replicas());
+  const auto me = static_cast<std::size_t>(strategy_->process_index());
+  std::vector<double> slots(replicas * kSlot, 0.0);
+  if (me < replicas)
+    for (std::size_t i = 0; i < joined.size(); ++i) slots[me * kSlot + i] = static_cast<unsigned char>(joined[i]);
+  if (!strategy_->sum_over_replicas(slots)) return;
+  // The processes grouped by what they run, in rank order.
+  std::vector<std::pair<std::string, std::vector<std::string>>> groups;
+  for (std::size_t r = 0; r < replicas; ++r) {
+    std::string runs;
+    for (std::size_t i = 0; i < kSlot && slots[r * kSlot + i] != 0; ++i) runs.push_back(static_cast<char>(slots[r * kSlot + i]));
+    auto group = std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == runs; });
+    if (group == groups.end()) group = groups.insert(groups.end(), {runs, {}});
+    group->second.push_back(strategy_->replica_name(static_cast<int>(r)));
+  }
+  if (groups.size() == 1) return;
+  std::vector<std::string> parts;
+  for (const auto& [runs, names] : groups)
+    parts.push_back(fmt::format("{} run{} {}", fmt::join(names, ", "), names.size() == 1 ? "s" : "",
+                                runs.empty() ? "none of them" : runs));
+  throw InvalidArgument(fmt::format("the processes that train differ in the callbacks that must run on every process: {}. "
+                                    "A callback that changes the variables itself must run everywhere, or the replicas would part",
+                                    fmt::join(parts, "; ")));
 }
 
 void Trainer::report_requests(const std::vector<double>& votes, std::string_view moment) const {
@@ -435,6 +474,14 @@ History Trainer::run(const data::Dataset& train, const FitOptions& options) {
     if (!setup.empty()) fmt::print("{}", setup);
   }
   const std::int64_t epochs = options.epochs > 0 ? options.epochs : std::numeric_limits<std::int64_t>::max();
+  if (verbose && chief && position.global_step > 0) {
+    if (position.epoch >= epochs)
+      log::info("the run in {} has finished its {} epoch{}: nothing is left to train (more epochs train on from it)",
+                checkpoint_dir.string(), options.epochs, options.epochs == 1 ? "" : "s");
+    else if (options.max_steps > 0 && position.global_step >= options.max_steps)
+      log::info("the run in {} has taken its {} steps: nothing is left to train (a higher step limit trains on from it)",
+                checkpoint_dir.string(), options.max_steps);
+  }
 
   const DataShare share = strategy_->data_share();
   data::LoaderOptions loader_options{.batch_size = options.batch_size,
@@ -489,6 +536,7 @@ History Trainer::run(const data::Dataset& train, const FitOptions& options) {
   const int validation_replica = processes_agree ? share.replica : 0;
   const int validation_replicas = processes_agree ? share.replicas : 1;
   agree(control, "at the start of training");
+  bool deferral_told = false;  // a mid-epoch request that waits for the epoch's end was warned about
   ModeGuard mode(model_);
   Logs last_logs;
   std::optional<Logs> partial_epoch;
@@ -536,7 +584,16 @@ History Trainer::run(const data::Dataset& train, const FitOptions& options) {
       passes = 0;
       ++position.global_step;
       for (auto& callback : callbacks) callback->on_batch_end(position.global_step, logs, control);
-      if (agree_after_steps) agree(control, fmt::format("after step {}", position.global_step));
+      if (agree_after_steps) {
+        agree(control, fmt::format("after step {}", position.global_step));
+      } else if (processes_agree && strategy_->replicas() > 1 && !deferral_told &&
+                 (control.stop_requested() || control.requested_learning_rate())) {
+        deferral_told = true;
+        log::warning("{} asked to {} after step {}: under {} the processes agree only at the end of an epoch, so it takes "
+                     "effect after epoch {}",
+                     strategy_->process_name(), control.stop_requested() ? "stop" : "change the learning rate",
+                     position.global_step, strategy_->name(), epoch + 1);
+      }
       if (options.checkpoint_every_steps > 0 && position.global_step % options.checkpoint_every_steps == 0) save();
       step_limit_reached = options.max_steps > 0 && position.global_step >= options.max_steps;
       run_ended = strategy_->should_stop();
@@ -547,6 +604,7 @@ History Trainer::run(const data::Dataset& train, const FitOptions& options) {
     // validation set, and the time figures (averaged), so that every History holds the same numbers.
     Logs strategy_logs;
     strategy_->add_epoch_logs(strategy_logs);
+    const double training_seconds = seconds_since(epoch_start);
     Totals validation = new_totals();
     if (options.validation != nullptr)
       validation = evaluate_share(*options.validation, std::max<std::int64_t>(options.batch_size, 256), validation_replica,
@@ -554,6 +612,7 @@ History Trainer::run(const data::Dataset& train, const FitOptions& options) {
     std::vector<double> sums = totals.values;
     sums.insert(sums.end(), validation.values.begin(), validation.values.end());
     sums.push_back(seconds_since(epoch_start));
+    sums.push_back(training_seconds);
     for (const auto& [name, value] : strategy_logs) sums.push_back(value);
     const double replicas = strategy_->sum_over_replicas(sums) ? static_cast<double>(strategy_->replicas()) : 1.0;
     const std::size_t width = totals.values.size();
@@ -561,7 +620,8 @@ History Trainer::run(const data::Dataset& train, const FitOptions& options) {
     std::copy_n(sums.begin() + static_cast<std::ptrdiff_t>(width), width, validation.values.begin());
     Logs logs = logs_of(totals, "");
     const double seconds = sums[2 * width] / replicas;
-    std::size_t next = 2 * width + 1;
+    const double mean_training_seconds = sums[2 * width + 1] / replicas;
+    std::size_t next = 2 * width + 2;
     for (auto& [name, value] : strategy_logs) logs[name] = sums[next++] / replicas;
     logs["seconds"] = seconds;
     logs["samples_per_second"] = totals.values[0] > 0 ? totals.values[0] / seconds : 0.0;
@@ -576,7 +636,9 @@ History Trainer::run(const data::Dataset& train, const FitOptions& options) {
                                       "in mixed_bfloat16"
                                     : "; lower the learning rate"));
     }
-    if (verbose) progress.finish(shown(logs, options.validation != nullptr), seconds, logs["samples_per_second"]);
+    if (verbose)
+      progress.finish(shown(logs, options.validation != nullptr), seconds, mean_training_seconds,
+                      totals.values[0] > 0 ? totals.values[0] / mean_training_seconds : 0.0);
     if (position.batch_in_epoch >= batches_per_epoch) {
       position.epoch = epoch + 1;
       position.batch_in_epoch = 0;
@@ -587,6 +649,7 @@ History Trainer::run(const data::Dataset& train, const FitOptions& options) {
     last_logs = logs;
     for (auto& callback : callbacks) callback->on_epoch_end(epoch, logs, control);
     agree(control, fmt::format("after epoch {}", epoch + 1));
+    deferral_told = false;
     save();
   }
   History result = position.history;

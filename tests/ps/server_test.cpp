@@ -155,9 +155,10 @@ struct HandServed {
     for (const auto& shard : plan.shards()) n += static_cast<std::size_t>(shard.shape.numel());
     return n;
   }
-  void send_to(int w, proto::Kind kind, const std::vector<float>& payload, std::int64_t step = 0) {
+  void send_to(int w, proto::Kind kind, const std::vector<float>& payload, std::int64_t step = 0, double rate_factor = 1) {
     auto header = header_for(plan, kind, payload);
     header.step = step;
+    header.learning_rate_factor = rate_factor;
     comm::Transport& t = worker(w);
     auto sent = t.send(HandServed::kHandWorkers, proto::kRequestTag, std::as_bytes(std::span(&header, 1)));
     if (!payload.empty()) t.send(kHandWorkers, proto::kRequestPayloadTag, std::as_bytes(std::span(payload)))->wait(std::chrono::seconds(10));
@@ -235,6 +236,30 @@ TEST_CASE("a Sync step gives the same bits whatever order the workers' gradients
     ++orders;
   } while (std::next_permutation(order.begin(), order.end()));
   CHECK(orders == 6);
+}
+
+TEST_CASE("a step takes the chief's learning rate, not that of the worker whose push came last", "[ps][threads]") {
+  // Where the processes do not agree (backup workers), a worker's own rate request must not steer the servers.
+  const auto step_with_worker_factor = [](double factor) {
+    HandServed served({.consistency = ps::Sync{}});
+    const std::size_t n = served.payload_floats();
+    served.initialize(n);
+    for (int w = 0; w < HandServed::kHandWorkers; ++w) {
+      served.send_to(w, proto::Kind::Push, std::vector<float>(n, 0.5f), 0, w == 0 ? 1.0 : factor);
+      served.await_pushes(w, 1);
+    }
+    std::vector<float> values;
+    for (int w = 0; w < HandServed::kHandWorkers; ++w) values = served.answer_of(w).values;
+    for (int w = 0; w < HandServed::kHandWorkers; ++w) served.send_to(w, proto::Kind::Done, {});
+    for (int w = 0; w < HandServed::kHandWorkers; ++w) served.answer_of(w);
+    served.serving.join();
+    REQUIRE_FALSE(served.serve_error);
+    return values;
+  };
+  const std::vector<float> agreed = step_with_worker_factor(1.0);
+  REQUIRE_FALSE(agreed.empty());
+  CHECK(agreed[0] != 0.25f);  // the step moved the variables
+  CHECK(step_with_worker_factor(100.0) == agreed);
 }
 
 TEST_CASE("a parameter server names a worker that is connected but sends no gradients, and every other worker learns it",

@@ -167,6 +167,37 @@ TEST_CASE("Async and BoundedStaleness converge, the bound holds while Async runs
   }
 }
 
+TEST_CASE("under asynchronous servers a stop asked for mid-epoch waits for the epoch's end, and the asker is told",
+          "[ps][train]") {
+  for (const ps::Consistency consistency : {ps::Consistency{ps::Async{}}, ps::Consistency{ps::BoundedStaleness{2}}}) {
+    INFO(ps::describe(consistency));
+    comm::InProcessGroup group(3, std::chrono::seconds(20), ps_test::process_names(2, 1));
+    std::vector<nn::Sequential> models;
+    for (int r = 0; r < 3; ++r) models.push_back(small_model());
+    test_util::CapturedOutput log(STDERR_FILENO);
+    std::vector<train::History> histories(3);
+    ps_test::run_cluster(group, 2, 1, {.consistency = consistency}, [&](int r, auto strategy) {
+      Trainer trainer(models[static_cast<std::size_t>(r)], momentum_sgd(), strategy);
+      train::FitOptions options{.epochs = 3, .batch_size = 4, .seed = 4, .verbosity = train::Verbosity::Silent};
+      if (r == 1) {
+        auto stopper = std::make_shared<train::LambdaCallback>();
+        stopper->batch_end = [](std::int64_t step, const train::Logs&, train::TrainingControl& control) {
+          if (step >= 2) control.stop();
+        };
+        options.callbacks.push_back(stopper);
+      }
+      histories[static_cast<std::size_t>(r)] = trainer.fit(kSet, options);
+    });
+    const std::string said = log.text();
+    INFO(said);
+    CHECK(said.find(fmt::format("worker 1 asked to stop after step 2: under parameter-server ({}, 1 server) the processes "
+                                "agree only at the end of an epoch, so it takes effect after epoch 1",
+                                ps::describe(consistency))) != std::string::npos);
+    CHECK(said.find("worker 1 asked to stop after step 3") == std::string::npos);  // told once
+    for (int worker : {0, 1}) CHECK(histories[static_cast<std::size_t>(worker)].epochs.size() == 1);
+  }
+}
+
 TEST_CASE("Sync with a backup worker: late gradients are dropped and counted, training goes on", "[ps][train]") {
   // Three workers, one a backup: every step takes the first two gradients; worker 2 is slow and late.
   comm::InProcessGroup group(4);
@@ -193,7 +224,10 @@ TEST_CASE("Sync with a backup worker: late gradients are dropped and counted, tr
     options.validation = &kSet;
     if (r == 1) {
       auto stopper = std::make_shared<train::LambdaCallback>();
-      stopper->epoch_end = [](std::int64_t, const train::Logs&, train::TrainingControl& control) { control.stop(); };
+      stopper->epoch_end = [](std::int64_t, const train::Logs&, train::TrainingControl& control) {
+        control.set_learning_rate(0.5);
+        control.stop();
+      };
       options.callbacks.push_back(stopper);
     }
     histories[static_cast<std::size_t>(r)] = trainer.fit(kSet, options);
@@ -209,6 +243,10 @@ TEST_CASE("Sync with a backup worker: late gradients are dropped and counted, tr
   INFO(said);
   CHECK(said.find("worker 1 asked to stop after epoch 1, but under parameter-server (sync, 1 backup worker") != std::string::npos);
   CHECK(said.find("it applies to this process alone") != std::string::npos);
+  // Its rate would not: the servers update with the chief's.
+  CHECK(said.find("worker 1 asked for learning rate 0.5 after epoch 1, but under parameter-server (sync, 1 backup worker") !=
+        std::string::npos);
+  CHECK(said.find("the servers update with the chief's rate: the request has no effect") != std::string::npos);
   CHECK(stats[0].workers[2].pushes < 20);  // the steps did not wait for it
   CHECK(stats[0].updates >= 20);
 

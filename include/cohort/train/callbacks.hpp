@@ -2,16 +2,18 @@
 // Callbacks observe fit() (Keras-style hooks) and may stop it or change the learning rate. They are
 // safe in distributed runs: a request made on any process is agreed among all processes that train
 // before it takes effect, at the same step everywhere. Agreement happens at the end of every step
-// (when any process's fit() has callbacks and the strategy steps in lockstep; with asynchronous parameter
-// servers only at epoch boundaries) and after on_epoch_begin and on_epoch_end: a stop ends every process
+// (when any process's fit() has callbacks and the strategy steps in lockstep; with asynchronous or
+// bounded-staleness parameter servers only at epoch boundaries, and a request made mid-epoch is warned about
+// as waiting for its end) and after on_epoch_begin and on_epoch_end: a stop ends every process
 // after that step or epoch, with status 0; a learning-rate change (the mean of the rates asked for, when
 // processes ask for different ones) applies from the next step on every process and parameter server.
 // Change the rate through the control, not the optimizer, so that it is agreed.
 // Epoch logs hold metrics over all processes (the same numbers everywhere); batch logs are this
 // process's share of the epoch so far. With backup workers (ps::Sync::backup_workers), whose processes
-// never wait for each other, nothing is agreed: each process acts on its own requests, at the end of the
+// never wait for each other, nothing is agreed: each process acts on its own stop, at the end of the
 // epoch, and metrics (its validation over the whole validation set), and warns that it does; the chief's
-// stop still ends the run for every process. The chief logs every agreed request with the processes that made it.
+// stop still ends the run for every process, and the servers update with the chief's learning rate (another
+// worker's request is warned as having no effect). The chief logs every agreed request with the processes that made it.
 //
 //   struct StopAtLoss : train::Callback {
 //     void on_epoch_end(std::int64_t, const train::Logs& logs, train::TrainingControl& c) override {

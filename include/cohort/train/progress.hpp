@@ -7,7 +7,7 @@
 // and shows the chief's bar as a live line).
 //
 //   ProgressBar bar(steps, stdout);
-//   bar.update(step, {{"loss", 0.52}, {"accuracy", 0.81}}, images_per_second);  ...  bar.finish(values, seconds, rate);
+//   bar.update(step, {{"loss", 0.52}, {"accuracy", 0.81}}, images_per_second);  ...  bar.finish(values, seconds, training_seconds, rate);
 
 #include <chrono>
 #include <cstdint>
@@ -28,7 +28,9 @@ class ProgressBar {
   ProgressBar(std::int64_t total_steps, std::FILE* out, Style style = Style::Auto, std::string rate_unit = "img/s");
 
   void update(std::int64_t steps_done, const OrderedLogs& logs, double samples_per_second);
-  void finish(const OrderedLogs& logs, double seconds, double samples_per_second);
+  // The epoch's line: `seconds` the whole epoch, validation included; the step time and the rate over the
+  // `training_seconds` of its steps alone.
+  void finish(const OrderedLogs& logs, double seconds, double training_seconds, double samples_per_second);
 
  private:
   // Columns a drawn line may take: the terminal's (or COLUMNS) less one.

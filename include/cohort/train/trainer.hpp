@@ -131,6 +131,8 @@ class Trainer {
   // which processes asked for what, `moment` ("after epoch 2") saying when.
   void agree(TrainingControl& control, std::string_view moment);
   void report_requests(const std::vector<double>& votes, std::string_view moment) const;
+  // Where the processes do not agree (backup workers), says what becomes of this process's requests.
+  void warn_unagreed(const std::vector<double>& votes, std::string_view moment) const;
   // What TrainingControl::require_on_every_process asked for is the same on every process that trains.
   void check_required_everywhere(const TrainingControl& control);
   // The agreement's votes: stop, rate requests, their sum, the rate factor and its square; then which
