@@ -23,7 +23,10 @@ int main(int argc, char** argv) try {
   if (!options.data_dir.empty() && !cifar) {
     if (const std::string absent = data::FashionMnist::absence(options.data_dir); !absent.empty())
       throw DataError(fmt::format("--data-dir {} holds neither the CIFAR-10 binary files (data_batch_1..5.bin, "
-                                  "test_batch.bin) nor Fashion-MNIST: {}",
+                                  "test_batch.bin) nor Fashion-MNIST: {} (CIFAR-10's binary version, "
+                                  "cifar-10-binary.tar.gz from https://www.cs.toronto.edu/~kriz/cifar.html, unpacks into "
+                                  "cifar-10-batches-bin; without --data-dir the flagship trains on Debian's "
+                                  "dataset-fashion-mnist)",
                                   options.data_dir, absent));
     log::warning("{} does not hold the CIFAR-10 binary files (data_batch_1..5.bin, test_batch.bin): training on the "
                  "Fashion-MNIST there",

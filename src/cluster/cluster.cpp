@@ -19,7 +19,7 @@ Cluster Cluster::from_environment(const Environment& environment, ConnectOptions
   options = with_environment_settings(std::move(options), environment);
   const Discovery found = discover(environment);
   const auto secret_from_environment = [&] {
-    if (options.secret.empty()) options.secret = comm::load_secret(environment);
+    if (options.secret.empty()) options.secret = comm::load_secret(environment, "the environment Cluster::from_environment read");
   };
   if (const auto* spec = std::get_if<ClusterSpec>(&found)) {
     if (spec->world_size() > 1) secret_from_environment();

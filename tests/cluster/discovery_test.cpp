@@ -280,7 +280,7 @@ TEST_CASE("a cluster discovered from an application's environment takes its secr
   auto cluster = Cluster::from_environment(environment_of({{"TF_CONFIG", tf_config}, {"COHORT_SECRET", "an application's own secret"}}), options);
   CHECK_THROWS_AS(cluster.transport(), IoError);
   CHECK(used == "an application's own secret");
-  require_invalid([&] { Cluster::from_environment(environment_of({{"TF_CONFIG", tf_config}})); }, {"no shared secret"});
+  require_invalid([&] { Cluster::from_environment(environment_of({{"TF_CONFIG", tf_config}})); }, {"no shared secret in the environment Cluster::from_environment read"});
   require_invalid([&] {
     Cluster::from_environment(environment_of({{"TF_CONFIG", tf_config}, {"COHORT_SECRET", "one secret of sixteen"}, {"COHORT_SECRET_FILE", "/x"}}));
   }, {"COHORT_SECRET and COHORT_SECRET_FILE are both set"});

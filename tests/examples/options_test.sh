@@ -61,6 +61,9 @@ if [ -n "$flagship" ]; then
   [ $? -eq 1 ] || fail "the flagship with a missing data directory did not end with status 1"
   grep -qF -- "--data-dir /nonexistent/cifar holds neither the CIFAR-10 binary files (data_batch_1..5.bin, test_batch.bin) nor Fashion-MNIST: /nonexistent/cifar: No such file or directory" <<<"$output" ||
     fail "the flagship's missing data directory is not explained: $output"
+  grep -qF "cifar-10-binary.tar.gz from https://www.cs.toronto.edu/~kriz/cifar.html" <<<"$output" &&
+    grep -qF "without --data-dir the flagship trains on Debian's dataset-fashion-mnist" <<<"$output" ||
+    fail "the flagship's missing data directory gives no way to get the data: $output"
 fi
 # One line, not the whole usage.
 [ "$(timeout 30 "$example" --bogus 2>&1 | wc -l)" -eq 1 ] || fail "a mistake prints more than one line"

@@ -4,7 +4,8 @@
 # consumer, which trains on the CPU, and libcohort must need no CUDA, NCCL or MPI library (ldd); asking for
 # a component that is not installed must fail to configure, naming it; without its parts (a CPU-only
 # install) the package still builds and runs the consumer.
-#   cmake -DBUILD_DIR=... -DSOURCE_DIR=... -DWORK_DIR=... -DHAS_CUDA=0|1 -DHAS_MPI=0|1 -DCXX=... -P consumer_test.cmake
+#   cmake -DBUILD_DIR=... -DSOURCE_DIR=... -DWORK_DIR=... -DHAS_CUDA=0|1 -DHAS_NCCL=0|1 -DHAS_MPI=0|1 -DCXX=... \
+#         -P consumer_test.cmake
 file(REMOVE_RECURSE ${WORK_DIR})
 function(run what)
   execute_process(COMMAND ${ARGN} RESULT_VARIABLE result OUTPUT_VARIABLE output ERROR_VARIABLE output)
@@ -29,6 +30,9 @@ needs_no_gpu_or_mpi_library(${libcohort})
 set(components "")
 if(HAS_CUDA)
   list(APPEND components cuda)
+  if(HAS_NCCL)
+    list(APPEND components nccl)
+  endif()
 endif()
 if(HAS_MPI)
   list(APPEND components mpi)
@@ -54,6 +58,14 @@ execute_process(COMMAND ${CMAKE_COMMAND} -S ${SOURCE_DIR} -B ${WORK_DIR}/build-w
 if(NOT result OR NOT output MATCHES "cohort's cuda part is not installed: no libcohort_cuda.so")
   message(FATAL_ERROR "find_package(cohort COMPONENTS cuda) without the part did not fail naming it:\n${output}")
 endif()
+if(HAS_NCCL)
+  execute_process(COMMAND ${CMAKE_COMMAND} -S ${SOURCE_DIR} -B ${WORK_DIR}/build-without-nccl -DCMAKE_PREFIX_PATH=${prefix}
+                          -DCOHORT_COMPONENTS=nccl
+                  RESULT_VARIABLE result OUTPUT_VARIABLE output ERROR_VARIABLE output)
+  if(NOT result OR NOT output MATCHES "cohort's nccl part is not installed: no libcohort_nccl.so")
+    message(FATAL_ERROR "find_package(cohort COMPONENTS nccl) without the part did not fail naming it:\n${output}")
+  endif()
+endif()
 # Without its parts (a CPU-only install) the package still builds and runs a CPU program.
 run("configuring the consumer against the CPU-only package" ${CMAKE_COMMAND} -S ${SOURCE_DIR} -B ${WORK_DIR}/build-cpu-only
     -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH=${prefix})
@@ -66,7 +78,7 @@ endif()
 execute_process(COMMAND ${CMAKE_COMMAND} -S ${SOURCE_DIR} -B ${WORK_DIR}/build-nonsense -DCMAKE_PREFIX_PATH=${prefix}
                         -DCOHORT_COMPONENTS=nonsense
                 RESULT_VARIABLE result OUTPUT_VARIABLE output ERROR_VARIABLE output)
-if(NOT result OR NOT output MATCHES "cohort has no component 'nonsense': use cuda or mpi")
+if(NOT result OR NOT output MATCHES "cohort has no component 'nonsense': use cuda, mpi or nccl")
   message(FATAL_ERROR "find_package(cohort COMPONENTS nonsense) did not fail naming it:\n${output}")
 endif()
 

@@ -13,6 +13,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "cohort/comm/transport.hpp"
@@ -69,8 +70,8 @@ using VariableLookup = std::function<std::optional<std::string>(const std::strin
 
 // The shared secret: COHORT_SECRET, else the contents of the file named by COHORT_SECRET_FILE, as
 // `variable` (by default the process's environment) gives them. Throws InvalidArgument when neither is
-// set, both are, or the secret is too short to be one.
-std::string load_secret(const VariableLookup& variable);
+// set (naming `source`, where `variable` looks), both are, or the secret is too short to be one.
+std::string load_secret(const VariableLookup& variable, std::string_view source = "this process's environment");
 std::string load_secret();
 
 }  // namespace cohort::comm

@@ -389,7 +389,7 @@ void TcpTransport::fail_pending_of(int peer, const std::string& message) {
 
 std::unique_ptr<Transport> connect_tcp(const TcpOptions& options) { return std::make_unique<tcp::TcpTransport>(options); }
 
-std::string load_secret(const VariableLookup& variable) {
+std::string load_secret(const VariableLookup& variable, std::string_view source) {
   // Short enough to guess is as good as none: the HMAC handshake is only as strong as the secret.
   constexpr std::size_t kMinimumLength = 16;
   const auto secret = variable("COHORT_SECRET");
@@ -413,7 +413,9 @@ std::string load_secret(const VariableLookup& variable) {
                  read.size(), kMinimumLength);
     return read;
   }
-  throw InvalidArgument("no shared secret: set COHORT_SECRET or COHORT_SECRET_FILE (cohort-launch sets one per run)");
+  throw InvalidArgument(fmt::format("no shared secret in {}: set COHORT_SECRET or COHORT_SECRET_FILE there (cohort-launch "
+                                    "sets one per run)",
+                                    source));
 }
 
 std::string load_secret() {
