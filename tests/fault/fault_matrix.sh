@@ -10,9 +10,10 @@
 #     model file is the same bytes as an uninterrupted run's.
 # Then a stuck process: its main thread alone stopped (FREEZE_THREAD, by ptrace), so that its transport
 # goes on with heartbeats; the others name it stuck within the progress deadline (COHORT_TIMEOUT), under
-# the launcher, whose verdict names it and which kills it, and by hand.
+# the launcher, whose verdict names it and which kills it, and by hand. Last a process stuck at its end
+# (held as it exits, its work done): the launcher names it and stops it once --grace has passed.
 #   usage: fault_matrix.sh [--short] LAUNCHER FASHION_MNIST_EXAMPLE FREEZE_THREAD
-# --short (CI) runs a cross-section of 14 cases; without it, all 90 (about 14 minutes on 2 cores).
+# --short (CI) runs a cross-section of 16 cases; without it, all 98 (about 16 minutes on 2 cores).
 set -uo pipefail
 short=0
 [ "${1:-}" = "--short" ] && { short=1; shift; }
@@ -178,6 +179,37 @@ by_hand() {
   return 0
 }
 
+# A process whose work is done but which never ends (its main thread held as it asks to exit): the others
+# succeed, and the launcher gives it --grace seconds, then names it and stops it, and the job fails.
+stuck_at_end() {
+  local strategy=$1 victim=$2 grace=5
+  local log=$work/log
+  cases=$((cases + 1))
+  echo "case $cases: launcher, $strategy, $victim stuck at its end"
+  : >"$log"
+  # shellcheck disable=SC2046
+  "$launcher" $(launcher_flags "$strategy") --grace $grace -- "$example" "${args[@]}" $(strategy_args "$strategy") \
+    >"$log" 2>&1 &
+  local launcher_pid=$!
+  wait_for "$victim (pid [0-9]*)" "$log" || fail "no pid for $victim"
+  reach train "$log" "" || fail "the job never reached training"
+  local pid
+  pid=$(grep -o "$victim (pid [0-9]*)" "$log" | head -1 | grep -o '[0-9]*)' | tr -d ')')
+  "$freeze" --at-exit "$pid" >"$work/freeze" 2>&1 &
+  wait_for "tracing $pid" "$work/freeze" || { cat "$work/freeze" >&2; fail "cannot trace $victim"; }
+  wait_for "frozen $pid" "$work/freeze" || { cat "$work/freeze" "$log" >&2; fail "$victim never reached its exit"; }
+  local held_at=$SECONDS
+  wait "$launcher_pid"
+  local status=$? took=$((SECONDS - held_at))
+  [ $status -ne 0 ] || fail "the launcher succeeded while $victim never ended"
+  # The grace period, then 5 s from the launcher's SIGTERM to its SIGKILL (the held thread takes no signal), and a margin.
+  [ $took -le $((grace + 15)) ] || fail "the job took $took s to end after $victim was held at its exit"
+  grep -q "failed: $victim (pid $pid) did not exit within $grace s after the others finished (stuck?) and was stopped" "$log" ||
+    fail "the verdict does not name $victim, which never ended"
+  kill -0 "$pid" 2>/dev/null && fail "$victim outlived the launcher"
+  echo "  the launcher named and stopped it $took s after it was held"
+}
+
 # --restarts 1 after a kill in training: the job finishes, resumed at the last checkpoint written before,
 # with the model an uninterrupted run of the same job writes, byte for byte.
 restarted() {
@@ -229,6 +261,8 @@ if [ $short -eq 1 ]; then
   by_hand ps FREEZE "worker 0" train
   by_hand ps-backup FREEZE "chief 0" train
   by_hand allreduce FREEZE "worker 1" train
+  stuck_at_end ps "worker 0"
+  stuck_at_end allreduce "chief 0"
 else
   for strategy in ps allreduce; do
     IFS=';' read -r -a victims <<<"$(processes_of "$strategy")"
@@ -252,6 +286,10 @@ else
   for victim in "chief 0" "worker 1"; do
     launched allreduce FREEZE "$victim" train
     by_hand allreduce FREEZE "$victim" train
+    stuck_at_end allreduce "$victim"
+  done
+  for strategy in ps ps-async ps-backup; do
+    for victim in "chief 0" "worker 0"; do stuck_at_end "$strategy" "$victim"; done
   done
 fi
 echo "fault matrix: $cases cases passed"
