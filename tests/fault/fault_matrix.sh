@@ -199,8 +199,12 @@ stuck_at_end() {
   wait_for "tracing $pid" "$work/freeze" || { cat "$work/freeze" >&2; fail "cannot trace $victim"; }
   wait_for "frozen $pid" "$work/freeze" || { cat "$work/freeze" "$log" >&2; fail "$victim never reached its exit"; }
   local held_at=$SECONDS
+  # A launcher that waits on without end is ended here, and the case fails by its time.
+  (sleep $((grace + 40)); kill -9 "$launcher_pid" "$pid" 2>/dev/null) &
+  local watchdog=$!
   wait "$launcher_pid"
   local status=$? took=$((SECONDS - held_at))
+  kill "$watchdog" 2>/dev/null
   [ $status -ne 0 ] || fail "the launcher succeeded while $victim never ended"
   # The grace period, then 5 s from the launcher's SIGTERM to its SIGKILL (the held thread takes no signal), and a margin.
   [ $took -le $((grace + 15)) ] || fail "the job took $took s to end after $victim was held at its exit"
