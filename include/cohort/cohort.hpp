@@ -53,6 +53,7 @@
 #include "cohort/ps/verify_plan.hpp"
 #include "cohort/ps/server.hpp"
 #include "cohort/train/parameter_server.hpp"
+#include "cohort/train/planner.hpp"
 #include "cohort/train/ring_allreduce.hpp"
 #include "cohort/train/run_report.hpp"
 #include "cohort/train/strategy_for.hpp"

@@ -1,0 +1,104 @@
+// cohort-plan: what a data-parallel job's step would cost under each strategy, and which to choose, before it
+// runs (train/planner.hpp holds the model).
+//   cohort-plan --model cifar10_cnn --workers 4 --bandwidth 10Gbit --latency 50us [--batch-size 128] [--json]
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <cohort/app/command_line.hpp>
+#include <cohort/cohort.hpp>
+#include <cohort/core/settings.hpp>
+
+using namespace cohort;
+
+namespace {
+
+[[noreturn]] void refuse(const std::string& message) {
+  std::fprintf(stderr, "cohort-plan: %s\n", message.c_str());
+  std::exit(2);
+}
+
+nn::Sequential model_named(const std::string& name) {
+  if (name == "cifar10_cnn") return nn::cifar10_cnn();
+  if (name == "small_cnn") return nn::small_cnn();
+  std::error_code error;
+  if (!std::filesystem::is_regular_file(name, error))
+    refuse(fmt::format("--model {}: neither a zoo model (cifar10_cnn, small_cnn) nor a model file", name));
+  try {
+    return nn::load_model(name);
+  } catch (const std::exception& e) {
+    refuse(fmt::format("--model {}: {}", name, e.what()));
+  }
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) refuse(fmt::format("--profile {}: cannot be read", path));
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string model_name = "cifar10_cnn", bandwidth, latency = "50us", profile_path, save_profile, optimizer = "adam";
+  std::int64_t batch_size = 128;
+  int workers = 0, max_servers = 0, threads = 1, steps = 5;
+  bool json = false;
+  CLI::App cli{"Predicts a data-parallel job's step time, communication and per-server load under each strategy "
+               "(ring allreduce, recursive doubling, parameter servers under each placement), and recommends one.",
+               "cohort-plan"};
+  cli.add_option("--model", model_name, "a zoo model (cifar10_cnn, small_cnn) or a model file")->capture_default_str();
+  cli.add_option("--batch-size", batch_size, "per worker")->check(app::whole_number(1, 1 << 20))->capture_default_str();
+  cli.add_option("--workers", workers, "training processes")->required()->check(app::whole_number(1, 4096));
+  cli.add_option("--max-servers", max_servers, "parameter-server counts to try: 1 to N (default: up to the workers)")
+      ->check(app::whole_number(0, 4096));
+  cli.add_option("--bandwidth", bandwidth, "each process's link, each way: 10Gbit, 100Mbit, 4GB/s, 500MB/s")->required();
+  cli.add_option("--latency", latency, "per message: 50us, 1ms")->capture_default_str();
+  cli.add_option("--optimizer", optimizer, "adam, momentum or sgd: the slots a server keeps per variable")
+      ->check(CLI::IsMember({"adam", "momentum", "sgd"}))
+      ->capture_default_str();
+  cli.add_option("--profile", profile_path, "a compute profile (from --save-profile) instead of measuring here");
+  cli.add_option("--save-profile", save_profile, "write the measured compute profile to this file");
+  cli.add_option("--threads", threads, "threads of the measured steps")->check(app::whole_number(1, 1024))->capture_default_str();
+  cli.add_option("--profile-steps", steps, "measured steps")->check(app::whole_number(1, 1000))->capture_default_str();
+  cli.add_flag("--json", json, "the predictions as JSON, for tools");
+  app::parse_or_exit(cli, argc, argv);
+
+  train::plan::Job job;
+  try {
+    check_settings();
+    job.link = {.bandwidth = train::plan::parse_bandwidth(bandwidth), .latency = train::plan::parse_latency(latency)};
+  } catch (const InvalidArgument& e) {
+    refuse(e.what());
+  }
+  nn::Sequential model = model_named(model_name);
+  job.model = &model;
+  job.batch_size = batch_size;
+  job.workers = workers;
+  job.max_servers = max_servers;
+  job.optimizer_slots = optimizer == "adam" ? 2 : optimizer == "momentum" ? 1 : 0;
+  try {
+    train::plan::ComputeProfile profile;
+    if (!profile_path.empty()) {
+      profile = train::plan::parse_profile(read_file(profile_path));
+    } else {
+      set_num_threads(threads);
+      profile = train::plan::measure_compute(model, batch_size, steps);
+    }
+    if (!save_profile.empty()) {
+      std::ofstream out(save_profile);
+      out << train::plan::profile_json(profile);
+      if (!out) refuse(fmt::format("--save-profile {}: cannot be written", save_profile));
+    }
+    const auto predictions = train::plan::predict(job, profile);
+    fmt::print("{}", json ? train::plan::report_json(job, profile, predictions) : train::plan::report(job, profile, predictions));
+  } catch (const InvalidArgument& e) {
+    refuse(e.what());
+  }
+  return 0;
+}
