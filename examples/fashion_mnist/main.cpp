@@ -10,7 +10,8 @@ int main(int argc, char** argv) try {
   app::TrainingOptions defaults;
   defaults.epochs = 5;
   defaults.batch_size = 64;
-  auto options = app::parse_training_options(argc, argv, "Trains a small CNN on Fashion-MNIST.", defaults);
+  auto options = app::parse_training_options(
+      argc, argv, "Trains a small CNN on Fashion-MNIST, its learning rate decaying along a cosine to 0 at the run's end.", defaults);
   if (options.demo && options.train_samples == 0) {
     options.epochs = 1;
     options.train_samples = 10000;

@@ -2,6 +2,7 @@
 // placement policy, with per-server bytes and the imbalance ratio; --json prints the plans as JSON,
 // --servers N and --policy NAME pick one, --max-shard-bytes B partitions large variables.
 #include <cohort/app/command_line.hpp>
+#include <cohort/app/training_options.hpp>
 #include <cohort/cohort.hpp>
 
 using namespace cohort;
@@ -38,6 +39,7 @@ int main(int argc, char** argv) {
       ->check(app::whole_number(0, std::int64_t{1} << 62));
   cli.add_flag("--json", json, "print the plans as JSON");
   app::parse_or_exit(cli, argc, argv);
+  app::check_settings_or_exit();
   const nn::Sequential model = nn::cifar10_cnn({32, 32, 3});
   const auto variables = train::variable_infos(model);
   const bool brief = only_servers == 0 && only_policy.empty() && !json;

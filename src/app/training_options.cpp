@@ -4,9 +4,13 @@
 
 #include "cohort/app/command_line.hpp"
 
+#include <cstring>
 #include <filesystem>
 #include <limits>
 #include <utility>
+
+#include <stdlib.h>
+#include <unistd.h>
 
 #include "cohort/cluster/cluster.hpp"
 #include "cohort/core/check.hpp"
@@ -104,7 +108,7 @@ TrainingOptions parse_training_options(int argc, const char* const* argv, std::s
   parse_or_exit(cli, argc, argv);
   // An output that cannot be written fails now, not after the training it would keep.
   for (const auto& [option, output] : {std::pair{"--save-model", &options.save_model}, std::pair{"--history-csv", &options.history_csv},
-                                     std::pair{"--report", &options.report}}) {
+                                     std::pair{"--report", &options.report}, std::pair{"--timeline", &options.timeline}}) {
     std::error_code looked;
     const auto existing = std::filesystem::status(*output, looked);
     if (!output->empty() && std::filesystem::exists(existing) && !std::filesystem::is_regular_file(existing)) {
@@ -114,6 +118,17 @@ TrainingOptions parse_training_options(int argc, const char* const* argv, std::s
     const auto directory = std::filesystem::path(*output).parent_path();
     if (!output->empty() && !directory.empty() && !std::filesystem::is_directory(directory, looked)) {
       fmt::print(stderr, "{} {}: there is no directory {}\n", option, *output, directory.string());
+      std::exit(2);
+    }
+    // Whether a file can be made there is known only by making one (permissions, read-only and special file systems).
+    std::string probe = (directory.empty() ? std::string(".") : directory.string()) + "/.cohort-probe-XXXXXX";
+    if (output->empty()) continue;
+    if (const int fd = ::mkstemp(probe.data()); fd >= 0) {
+      ::close(fd);
+      ::unlink(probe.c_str());
+    } else {
+      fmt::print(stderr, "{} {}: no file can be made in {}: {}\n", option, *output,
+                 directory.empty() ? "the current directory" : directory.string(), std::strerror(errno));
       std::exit(2);
     }
   }

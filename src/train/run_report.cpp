@@ -161,7 +161,7 @@ void RunReport::write() const {
     std::ofstream out(partial, std::ios::trunc);
     out << page();
     out.flush();
-    if (!out) throw IoError(fmt::format("RunReport cannot write {}: {}", partial.string(), std::strerror(errno)));
+    if (!out) throw IoError(fmt::format("RunReport cannot write {}: {}", options_.path.string(), std::strerror(errno)));
   }
   std::error_code error;
   std::filesystem::rename(partial, options_.path, error);

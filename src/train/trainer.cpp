@@ -637,8 +637,7 @@ History Trainer::run(const data::Dataset& train, const FitOptions& options) {
                                     : "; lower the learning rate"));
     }
     if (verbose)
-      progress.finish(shown(logs, options.validation != nullptr), seconds, mean_training_seconds,
-                      totals.values[0] > 0 ? totals.values[0] / mean_training_seconds : 0.0);
+      progress.finish(shown(logs, options.validation != nullptr), seconds, mean_training_seconds, logs["samples_per_second"]);
     if (position.batch_in_epoch >= batches_per_epoch) {
       position.epoch = epoch + 1;
       position.batch_in_epoch = 0;

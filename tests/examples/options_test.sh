@@ -28,6 +28,8 @@ refuses "--save-model /: it exists and is not a regular file" --save-model /
 refuses "--history-csv /dev/null: it exists and is not a regular file" --history-csv /dev/null
 refuses "--report /nonexistent/run.html: there is no directory /nonexistent" --report /nonexistent/run.html
 refuses "--report /tmp: it exists and is not a regular file" --report /tmp
+refuses "--report /proc/run.html: no file can be made in /proc" --report /proc/run.html
+refuses "--timeline /nonexistent/trace.json: there is no directory /nonexistent" --timeline /nonexistent/trace.json
 refuses "--tensorboard /dev/null/logs: cannot make that directory" --tensorboard /dev/null/logs
 refuses "--tensorboard-every: needs a whole number" --tensorboard-every -3
 refuses "--placement: placement policy 'RoundRobin': expected round-robin, size-balanced or tensorflow-greedy" --placement RoundRobin

@@ -28,8 +28,8 @@ class ProgressBar {
   ProgressBar(std::int64_t total_steps, std::FILE* out, Style style = Style::Auto, std::string rate_unit = "img/s");
 
   void update(std::int64_t steps_done, const OrderedLogs& logs, double samples_per_second);
-  // The epoch's line: `seconds` the whole epoch, validation included; the step time and the rate over the
-  // `training_seconds` of its steps alone.
+  // The epoch's line: `seconds` the whole epoch, validation included (as the History's seconds and
+  // samples_per_second), the step time over the `training_seconds` of its steps alone.
   void finish(const OrderedLogs& logs, double seconds, double training_seconds, double samples_per_second);
 
  private:

@@ -59,10 +59,11 @@ struct Choice {
 std::mutex choice_mutex;
 std::optional<Choice> chosen;
 
-Choice choose(std::optional<Bf16Kernels> wanted) {
+// `asker` names who wants them, for the refusal: the setting, or the program.
+Choice choose(std::optional<Bf16Kernels> wanted, std::string_view asker) {
   const std::string why_not = why_not_native();
   if (wanted == Bf16Kernels::Native && !why_not.empty())
-    throw InvalidArgument(fmt::format("the bfloat16 kernels cannot run: {}", why_not));
+    throw InvalidArgument(fmt::format("the bfloat16 kernels cannot run: {} ({})", why_not, asker));
   if (wanted == Bf16Kernels::Float32StandIns) return {*wanted, "float32 stand-ins (chosen)"};
   if (!why_not.empty()) return {Bf16Kernels::Float32StandIns, "float32 stand-ins: " + why_not};
   const bool amx = dnnl::get_effective_cpu_isa() == dnnl::cpu_isa::avx512_core_amx;
@@ -76,7 +77,7 @@ const Choice& choice() {
     const auto setting = choice_setting("COHORT_BF16_KERNELS", kBf16KernelsSpellings);
     std::optional<Bf16Kernels> wanted;
     if (setting) wanted = *setting == "native" ? Bf16Kernels::Native : Bf16Kernels::Float32StandIns;
-    chosen = choose(wanted);
+    chosen = choose(wanted, "COHORT_BF16_KERNELS=native asks for them: unset it, or set float32");
     log::debug("bfloat16 kernels: {}", chosen->description);
   }
   return *chosen;
@@ -120,7 +121,7 @@ class Reorder {
 Bf16Kernels bf16_kernels() { return choice().kernels; }
 
 void set_bf16_kernels(Bf16Kernels kernels) {
-  Choice made = choose(kernels);
+  Choice made = choose(kernels, "set_bf16_kernels(Bf16Kernels::Native) asks for them");
   const std::lock_guard lock(choice_mutex);
   chosen = std::move(made);
 }
