@@ -47,7 +47,7 @@ std::string read_file(const std::string& path) {
 int main(int argc, char** argv) {
   std::string model_name = "cifar10_cnn", bandwidth, latency = "50us", profile_path, save_profile, optimizer = "adam";
   std::int64_t batch_size = 128;
-  int workers = 0, max_servers = 0, threads = 1, steps = 5;
+  int workers = 0, max_servers = 0, threads = 1, steps = 5, shared_cores = 0;
   bool json = false;
   CLI::App cli{"Predicts a data-parallel job's step time, communication and per-server load under each strategy "
                "(ring allreduce, recursive doubling, parameter servers under each placement), and recommends one.",
@@ -66,6 +66,9 @@ int main(int argc, char** argv) {
   cli.add_option("--save-profile", save_profile, "write the measured compute profile to this file");
   cli.add_option("--threads", threads, "threads of the measured steps")->check(app::whole_number(1, 1024))->capture_default_str();
   cli.add_option("--profile-steps", steps, "measured steps")->check(app::whole_number(1, 1000))->capture_default_str();
+  cli.add_option("--shared-cores", shared_cores,
+                 "every worker on one machine of N cores, as on loopback (default: a machine per worker)")
+      ->check(app::whole_number(1, 1 << 20));
   cli.add_flag("--json", json, "the predictions as JSON, for tools");
   app::parse_or_exit(cli, argc, argv);
 
@@ -81,6 +84,7 @@ int main(int argc, char** argv) {
   job.batch_size = batch_size;
   job.workers = workers;
   job.max_servers = max_servers;
+  job.shared_cores = shared_cores;
   job.optimizer_slots = optimizer == "adam" ? 2 : optimizer == "momentum" ? 1 : 0;
   try {
     train::plan::ComputeProfile profile;

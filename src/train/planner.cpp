@@ -270,6 +270,7 @@ void check_job(const Job& job) {
   COHORT_CHECK(job.model != nullptr && job.model->size() > 0, "a plan needs a model with layers");
   COHORT_CHECK(job.batch_size >= 1, "the batch size must be at least 1, got {}", job.batch_size);
   COHORT_CHECK(job.workers >= 1, "the worker count must be at least 1, got {}", job.workers);
+  COHORT_CHECK(job.shared_cores >= 0, "the shared cores must be 0 (a machine per worker) or more, got {}", job.shared_cores);
   COHORT_CHECK(job.max_servers >= 0, "the parameter-server count to try must be 0 (up to the workers) or more, got {}",
                job.max_servers);
   check_link(job.link);
@@ -277,11 +278,15 @@ void check_job(const Job& job) {
 
 std::vector<Prediction> predict(const Job& job, const ComputeProfile& profile) {
   check_job(job);
-  // The profile was measured at its own batch: compute scales with the batch.
+  // The profile was measured at its own batch: compute scales with the batch, and with the workers sharing
+  // too few cores.
   ComputeProfile scaled = profile;
-  const double scale = static_cast<double>(job.batch_size) / static_cast<double>(profile.batch_size);
+  const double contention =
+      job.shared_cores > 0 ? std::max(1.0, static_cast<double>(job.workers) * profile.threads / job.shared_cores) : 1.0;
+  const double scale = contention * static_cast<double>(job.batch_size) / static_cast<double>(profile.batch_size);
   scaled.forward_seconds *= scale;
   scaled.backward_seconds *= scale;
+  scaled.update_seconds *= contention;
   for (auto& ready : scaled.ready) ready.seconds *= scale;
   std::vector<Prediction> predictions;
   predictions.push_back(allreduce_prediction(job, scaled, false));

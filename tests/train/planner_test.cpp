@@ -88,8 +88,12 @@ TEST_CASE("allreduce buckets hide behind the backward that is still running", "[
   auto early = profile_ready_at_end(model, 0.05);
   for (auto& ready : early.ready) ready.seconds = 0;
   CHECK(named(plan::predict(job, early), "ring allreduce").exposed_seconds == 0);
-  // A batch twice the profile's doubles the compute.
+  // A batch twice the profile's doubles the compute, and so do 4 one-thread workers sharing 2 cores.
   job.batch_size = 64;
+  CHECK(named(plan::predict(job, early), "ring allreduce").compute_seconds == Approx(2 * (0.01 + 0.05)));
+  job.shared_cores = 2;
+  CHECK(named(plan::predict(job, early), "ring allreduce").compute_seconds == Approx(4 * (0.01 + 0.05)));
+  job.shared_cores = 8;
   CHECK(named(plan::predict(job, early), "ring allreduce").compute_seconds == Approx(2 * (0.01 + 0.05)));
 }
 

@@ -69,6 +69,9 @@ struct Job {
   int optimizer_slots = 2;  // Adam's; a server holds them beside each variable
   int max_servers = 0;      // parameter-server setups to try: 1..max_servers (0: up to the workers)
   std::size_t first_bucket_bytes = std::size_t{1} << 20, bucket_bytes = std::size_t{4} << 20;  // RingAllreduce's
+  // > 0: every worker runs on one machine of this many cores (as on loopback), so that workers whose threads
+  // outnumber the cores compute that much slower; 0: each worker has a machine of its own.
+  int shared_cores = 0;
 };
 
 // Throws InvalidArgument naming the field unless the job can run: a model, batch and workers >= 1, a link.
