@@ -116,6 +116,7 @@ proto::ReplyHeader ParameterStore::receive_header(Link& link, std::uint16_t kind
     throw ProtocolError(fmt::format("{}: {}", server, proto::message_of(header)));
   if (header.flags & proto::kRunEnded) run_ended_ = true;
   link.step = header.step;
+  if (header.learning_rate_factor > 0) servers_learning_rate_factor_ = header.learning_rate_factor;
   traffic_.max_staleness = std::max(traffic_.max_staleness, header.staleness);
   traffic_.servers[static_cast<std::size_t>(&link - links_.data())].bytes_received +=
       static_cast<std::int64_t>(sizeof header + header.payload_bytes);

@@ -29,7 +29,7 @@ inline constexpr comm::Tag kReplyPayloadTag = 0x5053524550000001ull;
 
 inline constexpr std::uint32_t kRequestMagic = 0x51535043;  // "CPSQ"
 inline constexpr std::uint32_t kReplyMagic = 0x52535043;    // "CPSR"
-inline constexpr std::uint16_t kVersion = 3;  // 3: a Push may carry bfloat16 gradients
+inline constexpr std::uint16_t kVersion = 4;  // 3: a Push may carry bfloat16 gradients; 4: replies carry the rate factor
 
 enum class Kind : std::uint16_t {
   Init = 1,   // the chief's starting values (payload: values)
@@ -81,7 +81,8 @@ struct ReplyHeader {
   std::uint64_t payload_bytes = 0;
   std::uint32_t payload_crc = 0;
   std::uint32_t flags = 0;
-  char message[216] = {};      // why a request was refused, or serving failed
+  double learning_rate_factor = 0;  // the server's updates' (the chief's), so that every worker logs the rate in use
+  char message[208] = {};      // why a request was refused, or serving failed
 };
 static_assert(sizeof(ReplyHeader) == 256);
 

@@ -118,6 +118,7 @@ void ParameterServer::apply_gradients(nn::Sequential&, optim::Optimizer& optimiz
     pushing_ = false;
     store_->finish_push();
     optimizer.set_iterations(store_->step());
+    follow_servers_rate(optimizer);
     step_taken();
     return;
   }
@@ -130,7 +131,15 @@ void ParameterServer::apply_gradients(nn::Sequential&, optim::Optimizer& optimiz
   store_->push_pull(samples);
   values_from_host();
   optimizer.set_iterations(store_->step());  // the servers' optimizers decide the learning rate
+  follow_servers_rate(optimizer);
   step_taken();
+}
+
+void ParameterServer::follow_servers_rate(optim::Optimizer& optimizer) const {
+  // Without agreement (backup workers) the chief's rate requests reach the others only through the servers,
+  // which update with it: a worker takes it from their replies, so that its logs say the rate in use.
+  if (has_backup_workers() && !is_chief() && store_->servers_learning_rate_factor() > 0)
+    optimizer.set_learning_rate_factor(store_->servers_learning_rate_factor());
 }
 
 void ParameterServer::step_taken() {

@@ -249,7 +249,11 @@ TEST_CASE("a step takes the chief's learning rate, not that of the worker whose 
       served.await_pushes(w, 1);
     }
     std::vector<float> values;
-    for (int w = 0; w < HandServed::kHandWorkers; ++w) values = served.answer_of(w).values;
+    for (int w = 0; w < HandServed::kHandWorkers; ++w) {
+      const Answer answer = served.answer_of(w);
+      CHECK(answer.header.learning_rate_factor == 1.0);  // every worker learns the rate in use
+      values = answer.values;
+    }
     for (int w = 0; w < HandServed::kHandWorkers; ++w) served.send_to(w, proto::Kind::Done, {});
     for (int w = 0; w < HandServed::kHandWorkers; ++w) served.answer_of(w);
     served.serving.join();

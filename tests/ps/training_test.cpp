@@ -250,6 +250,33 @@ TEST_CASE("Sync with a backup worker: late gradients are dropped and counted, tr
   CHECK(stats[0].workers[2].pushes < 20);  // the steps did not wait for it
   CHECK(stats[0].updates >= 20);
 
+  // The chief's rate request reaches the servers, and through their replies the other worker's logs.
+  {
+    comm::InProcessGroup rated(3, std::chrono::seconds(20), ps_test::process_names(2, 1));
+    std::vector<nn::Sequential> models;
+    for (int r = 0; r < 3; ++r) models.push_back(small_model());
+    std::vector<double> rates(3);
+    ps_test::run_cluster(rated, 2, 1, {.consistency = ps::Sync{.backup_workers = 1}}, [&](int r, auto strategy) {
+      Trainer trainer(models[static_cast<std::size_t>(r)], momentum_sgd(), strategy);
+      train::FitOptions options{.epochs = 2, .batch_size = 4, .seed = 4, .verbosity = train::Verbosity::Silent};
+      if (r == 0) {
+        auto cutter = std::make_shared<train::LambdaCallback>();
+        cutter->epoch_end = [](std::int64_t epoch, const train::Logs&, train::TrainingControl& control) {
+          if (epoch == 0) control.set_learning_rate(0.004);
+        };
+        options.callbacks.push_back(cutter);
+      } else if (r == 1) {
+        // Slow, so that it pushes after the chief's first push at the new rate.
+        options.callbacks.push_back(std::make_shared<Slowdown>(std::chrono::milliseconds(40)));
+      }
+      trainer.fit(kSet, options);
+      rates[static_cast<std::size_t>(r)] = trainer.optimizer().learning_rate();
+    });
+    CHECK(rates[0] == Approx(0.004));
+    CHECK(rates[1] == Approx(0.004));
+    CHECK(rates[2] == Approx(0.004));  // the server's optimizer
+  }
+
   // The chief's stop, though, ends the run: it says so, and the worker says why its run ended.
   comm::InProcessGroup again(3, std::chrono::seconds(20), ps_test::process_names(2, 1));
   std::vector<nn::Sequential> three;

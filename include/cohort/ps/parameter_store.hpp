@@ -77,6 +77,8 @@ class ParameterStore {
   void finish_push();
   // The factor on the servers' learning-rate schedule that the next pushes carry (1 by default).
   void set_learning_rate_factor(double factor) { learning_rate_factor_ = factor; }
+  // The factor the servers' last replies said their updates use (the chief's); 0 before any reply.
+  double servers_learning_rate_factor() const { return servers_learning_rate_factor_; }
   // Every server writes its snapshot for checkpoint step `step`; returns the files for the manifest.
   std::vector<SnapshotFile> save(std::int64_t step);
   std::vector<ServerStats> server_stats();
@@ -148,6 +150,7 @@ class ParameterStore {
   comm::ProgressDeadline deadline_;  // of an answer: the servers' own deadline, kReplySlack times over
   bool run_ended_ = false;
   double learning_rate_factor_ = 1;
+  double servers_learning_rate_factor_ = 0;
   ClientTraffic traffic_;
 };
 

@@ -119,6 +119,8 @@ class ParameterServer : public Strategy {
   void await_end_of_run();
   // After each step: reports the count to the others and learns how long a step may take.
   void step_taken();
+  // A worker under backup workers takes the learning-rate factor the servers update with.
+  void follow_servers_rate(optim::Optimizer& optimizer) const;
   // This process's progress as the others see it: the steps its store has completed.
   std::uint64_t steps_taken() const { return static_cast<std::uint64_t>(store_->traffic().steps); }
   // Sync with backup workers: the workers never wait for each other.
