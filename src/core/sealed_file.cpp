@@ -143,6 +143,25 @@ std::uint32_t write_sealed_file(const std::filesystem::path& path, std::string_v
   return crc;
 }
 
+namespace {
+
+// What a file of another of cohort's kinds is, and what reads it; empty for a magic cohort does not write.
+std::string other_sealed_kind(std::string_view magic) {
+  struct Kind {
+    std::string_view magic, what;
+  };
+  constexpr Kind kinds[] = {{"COHORTMD", "a model file (nn::load_model, examples/predict)"},
+                            {"COHORTWT", "a weights file (nn::load_weights into the model it was saved from)"},
+                            {"COHORTCK", "a checkpoint (fit() with resume; nn::save_model writes a model file from the model)"},
+                            {"COHORTPS", "a parameter server's snapshot (resumed with its checkpoint directory)"},
+                            {"COHORTMF", "a parameter-server checkpoint's manifest (resumed with its checkpoint directory)"}};
+  for (const Kind& kind : kinds)
+    if (kind.magic == magic) return fmt::format(", but {}", kind.what);
+  return {};
+}
+
+}  // namespace
+
 std::string read_sealed_file(const std::filesystem::path& path, std::string_view magic, std::uint32_t version,
                              std::string_view what) {
   const std::string file = read_whole_file(path, what);
@@ -150,8 +169,9 @@ std::string read_sealed_file(const std::filesystem::path& path, std::string_view
   if (file.size() < kHeaderBytes)
     throw DataError(fmt::format("{} {}: truncated, {} bytes is shorter than the {}-byte header", what, name, file.size(),
                                 kHeaderBytes));
-  if (std::string_view(file.data(), kMagicBytes) != magic)
-    throw DataError(fmt::format("{} {}: byte offset 0 lacks the {} magic; not a cohort {}", what, name, magic, what));
+  if (const std::string_view found(file.data(), kMagicBytes); found != magic)
+    throw DataError(fmt::format("{} {}: byte offset 0 lacks the {} magic; not a cohort {}{}", what, name, magic, what,
+                                other_sealed_kind(found)));
   const auto found_version = get<std::uint32_t>(file, kMagicBytes);
   if (found_version != version)
     throw DataError(fmt::format("{} {}: format version {}, this build reads version {}", what, name, found_version, version));

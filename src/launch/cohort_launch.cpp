@@ -671,7 +671,7 @@ int run_processes(const Options& options, int restart, const std::filesystem::pa
                       : !cause.reported_failed_by.empty() ? fmt::format("{} (reported failed by {})", describe_ending(cause),
                                                                         fmt::join(cause.reported_failed_by, ", "))
                       : !cause.reported_lost_by.empty()
-                          ? fmt::format("{}, after the others had lost it (reported lost by {})", describe_ending(cause),
+                          ? fmt::format("{}, the others having lost it before (reported lost by {})", describe_ending(cause),
                                         fmt::join(cause.reported_lost_by, ", "))
                           : describe_ending(cause);
       for (std::size_t i = blame_hung ? 0 : 1; i < undecided.size(); ++i) later_failures.push_back(describe_ending(*undecided[i]));

@@ -25,7 +25,7 @@ grep -q 'cohort-launch: failed: worker 1 (pid [0-9]*) exited with status 3; stop
 timeout 60 "$launcher" --workers 2 --grace 1 -- sh -c \
   'case "$TF_CONFIG" in *"\"chief\", \"index\": 0"*) echo "error: lost worker 0 (127.0.0.1:1): silent"; exit 1;;
    *) sleep 0.2; exit 1;; esac' >"$work/log" 2>&1
-grep -q 'failed: worker 0 (pid [0-9]*) exited with status 1, after the others had lost it (reported lost by chief 0)' "$work/log" ||
+grep -q 'failed: worker 0 (pid [0-9]*) exited with status 1, the others having lost it before (reported lost by chief 0)' "$work/log" ||
   fail "the verdict does not blame the worker the chief lost"
 
 # 1b''. A process that others report failed, naming it with its address, is the cause though it exits last.
@@ -44,7 +44,7 @@ timeout 60 "$launcher" --workers 3 --grace 1 -- sh -c \
      *"\"chief\", \"index\": 0"*) sleep 0.4; echo "error: cannot write ck/latest.ckpt: No space left on device"; exit 1;;
      *"\"worker\", \"index\": 0"*) sleep 0.2; echo "error: chief 0 (127.0.0.1:1) left the group"; exit 1;;
      *) echo "error: worker 0 (127.0.0.1:2) left the group"; exit 1;; esac' >"$work/log" 2>&1
-grep -q 'failed: chief 0 (pid [0-9]*) exited with status 1, after the others had lost it (reported lost by worker 0)' "$work/log" ||
+grep -q 'failed: chief 0 (pid [0-9]*) exited with status 1, the others having lost it before (reported lost by worker 0)' "$work/log" ||
   fail "the verdict does not blame the chief that left first"
 
 # 1c. A process the others report failed with its own reason (a server's full disk) is the cause, even when

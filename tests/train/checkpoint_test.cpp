@@ -12,6 +12,7 @@
 #include "cohort/nn/activation_layer.hpp"
 #include "cohort/nn/batch_normalization.hpp"
 #include "cohort/nn/dense.hpp"
+#include "cohort/nn/model_file.hpp"
 #include "cohort/optim/adam.hpp"
 #include "cohort/comm/inproc.hpp"
 #include "cohort/train/checkpoint.hpp"
@@ -76,6 +77,8 @@ TEST_CASE("a checkpoint restores variables, optimizer state, step counter and po
   CHECK(other_adam.iterations() == 1);
   for (const auto& v : model.variables()) CHECK(other.variable(v->name)->value.to_vector() == v->value.to_vector());
   CHECK(other_adam.state().at("dense/kernel").slots[0].to_vector() == adam.state().at("dense/kernel").slots[0].to_vector());
+  // Given to the model-file reader, a checkpoint is named for what it is.
+  CHECK_THROWS_WITH(nn::load_model(path), Catch::Contains("not a cohort model file, but a checkpoint (fit() with resume"));
 }
 
 TEST_CASE("damaged, truncated, foreign and mismatched checkpoints are refused and change nothing", "[train][checkpoint]") {
