@@ -92,6 +92,10 @@ std::optional<std::int64_t> count_setting(const char* name, std::string_view mea
 
 void check_settings() {
   check_setting_names();
+  // Two sources of one secret are refused even where no secret is needed, so that the mistake shows at once.
+  if (value_of("COHORT_SECRET") && value_of("COHORT_SECRET_FILE"))
+    throw InvalidArgument("COHORT_SECRET and COHORT_SECRET_FILE are both set: set one of them, so that every process "
+                          "surely uses the same secret");
   count_setting("COHORT_RESTART", kRestartMeaning);
   count_setting("COHORT_CUDA_DEVICE", kCudaDeviceMeaning);
   for (const char* name : {"COHORT_HIERARCHICAL_ALLREDUCE", "COHORT_SHARED_MEMORY", "COHORT_TLS", "COHORT_ALLOW_TF32"})

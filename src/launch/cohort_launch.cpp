@@ -760,8 +760,18 @@ int run_processes(const Options& options, int restart, const std::filesystem::pa
     return 1;
   }
   if (!left_running.empty()) {
-    fmt::print(stderr, "cohort-launch: failed: {} did not exit within {} s after the others finished (stuck?) and {} stopped\n",
-               fmt::join(left_running, ", "), options.grace.count(), left_running.size() == 1 ? "was" : "were");
+    // Servers serve the trainers: servers still running beside a trainer that never ended wait on it.
+    std::vector<std::string> trainers, servers;
+    for (const std::string& p : left_running) (p.rfind("ps", 0) == 0 ? servers : trainers).push_back(p);
+    if (trainers.empty() || servers.empty()) {
+      fmt::print(stderr, "cohort-launch: failed: {} did not exit within {} s after the others finished (stuck?) and {} stopped\n",
+                 fmt::join(left_running, ", "), options.grace.count(), left_running.size() == 1 ? "was" : "were");
+    } else {
+      fmt::print(stderr, "cohort-launch: failed: {} did not exit within {} s after the others finished (stuck?) and {} stopped; "
+                 "{}, still waiting for {}, {} stopped too\n",
+                 fmt::join(trainers, ", "), options.grace.count(), trainers.size() == 1 ? "was" : "were",
+                 fmt::join(servers, ", "), trainers.size() == 1 ? "it" : "them", servers.size() == 1 ? "was" : "were");
+    }
     return 1;
   }
   fmt::print(stderr, "cohort-launch: all {} processes succeeded\n", processes.size());

@@ -208,13 +208,16 @@ bool Server::await_request(int worker, const comm::WorkPtr& received, const std:
   }
   for (;;) {
     const bool arrived = received->wait_for(kFailureCheck);
+    bool run_ended = false;
     {
       const std::lock_guard lock(mutex_);
       if (failed_) return false;  // serve() answers this request with the reason
       if (arrived) idle_since_[w].reset();
+      run_ended = run_ended_;
     }
     if (arrived) break;
-    const auto limit = deadline_.limit() + (sync ? deadline_.limit() / 2 : std::chrono::milliseconds(0));
+    // Once the chief has ended the run no step of another server waits on this worker: no one else names it.
+    const auto limit = deadline_.limit() + (sync && !run_ended ? deadline_.limit() / 2 : std::chrono::milliseconds(0));
     if (watch.idle() > limit)
       throw TimeoutError(comm::stuck_message(transport_.describe(rank) + " is stuck",
                                              fmt::format("ps {} got no request after {}", server_, after), limit));

@@ -266,6 +266,25 @@ TEST_CASE("a step takes the chief's learning rate, not that of the worker whose 
   CHECK(step_with_worker_factor(100.0) == agreed);
 }
 
+TEST_CASE("once the chief has ended the run, a server names a worker that never says it is done within the deadline",
+          "[ps][threads]") {
+  // Worker 2 took its last step and then froze: no other server's step waits on it, so this server does not
+  // leave another one the time to name it first (1.5 deadlines), which would outlast cohort-launch's grace.
+  HandServed served({.consistency = ps::Sync{}, .wait_timeout = std::chrono::milliseconds(600)});
+  const std::size_t n = served.payload_floats();
+  served.initialize(n);
+  for (int w = 0; w < HandServed::kHandWorkers; ++w) served.send_to(w, proto::Kind::Push, std::vector<float>(n, 0.5f));
+  for (int w = 0; w < HandServed::kHandWorkers; ++w) REQUIRE(served.answer_of(w).header.status == 0);
+  for (int w : {0, 1}) {
+    served.send_to(w, proto::Kind::Done, {});
+    served.answer_of(w);
+  }
+  served.serving.join();
+  REQUIRE(served.serve_error);
+  CHECK_THROWS_WITH(std::rethrow_exception(served.serve_error),
+                    Catch::Contains("worker 2 is stuck: connected, but ps 0 got no request after its Push of step 0 within 0.6 s"));
+}
+
 TEST_CASE("a parameter server names a worker that is connected but sends no gradients, and every other worker learns it",
           "[ps][threads]") {
   const auto started = std::chrono::steady_clock::now();

@@ -217,6 +217,13 @@ TEST_CASE("a setting spelled outside its documented spellings is refused before 
     CHECK(snapshot(model) == before);
     ::unsetenv(c.name);
   }
+  // Two sources of the secret, even in a process that needs none.
+  ::setenv("COHORT_SECRET", "0123456789abcdef0123", 1);
+  ::setenv("COHORT_SECRET_FILE", "/nonexistent", 1);
+  CHECK_THROWS_WITH(check_settings(), Catch::Contains("COHORT_SECRET and COHORT_SECRET_FILE are both set"));
+  ::unsetenv("COHORT_SECRET_FILE");
+  CHECK_NOTHROW(check_settings());
+  ::unsetenv("COHORT_SECRET");
   ::setenv("COHORT_RESTART", "2", 1);  // as cohort-launch --restarts sets it
   CHECK_NOTHROW(check_settings());
   ::unsetenv("COHORT_RESTART");

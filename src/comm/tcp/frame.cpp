@@ -27,12 +27,17 @@ std::optional<std::string> check(const FrameHeader& header, std::uint64_t max_pa
     case FrameType::Challenge:
     case FrameType::Response:
     case FrameType::Data:
+    case FrameType::Refused:
+    case FrameType::Accepted:
+      break;
     case FrameType::Heartbeat:
     case FrameType::Abort:
     case FrameType::Bye:
-    case FrameType::Refused:
-    case FrameType::Accepted:
     case FrameType::Stuck:
+      // Their tag says all: a length would be bytes the reader never reads, so the next header would start inside them.
+      if (header.length != 0)
+        return fmt::format("a frame of type {} announcing {} bytes, though that type carries none",
+                           static_cast<unsigned>(header.type), header.length);
       break;
     case FrameType::Failed:
       if (header.length > kMaxRefusalBytes)

@@ -329,7 +329,10 @@ void TcpTransport::serve_handshake(Socket socket) {
         if (static_cast<int>(expected_rank) != options_.rank)
           return refuse(fmt::format("it dialed rank {} at the address of rank {}", expected_rank, options_.rank));
         if (client <= options_.rank || client >= size())
-          return refuse(fmt::format("it claims rank {}, which is not a rank above {} in a group of {}", client, options_.rank, size()));
+          // Before the secret is proven nothing of the group's layout goes out: not its size, not this rank.
+          return refuse(fmt::format("it claims rank {}, which is no rank that may dial this one (the processes' cluster "
+                                    "lists differ?)",
+                                    client));
         state->client_hello = hello;
         if (peers_[static_cast<std::size_t>(client)].ready) return reject(fmt::format("rank {} is already connected", client));
         // The dialer proves the secret first: a stranger gets a nonce and nothing computed from the secret,
