@@ -95,6 +95,13 @@ timeout 60 "$launcher" --workers 1 --ps 1 --grace 1 -- sh -c \
 grep -q 'failed: ps 0 (pid [0-9]*) did not exit within 1 s after the others finished (stuck?) and was stopped' "$work/log" ||
   fail "the verdict does not name the server that outlived the workers"
 
+# 1f. A worker that never ends after the chief succeeded is the stuck one; the servers still waiting for it are
+# stopped with it, not blamed.
+timeout 60 "$launcher" --workers 2 --ps 1 --grace 1 -- sh -c \
+  'case "$TF_CONFIG" in *"\"chief\", \"index\": 0"*) exit 0;; *) sleep 30;; esac' >"$work/log" 2>&1
+grep -q 'failed: worker 0 (pid [0-9]*) did not exit within 1 s after the others finished (stuck?) and was stopped; ps 0 (pid [0-9]*), still waiting for it, was stopped too' "$work/log" ||
+  fail "the verdict does not name the worker the server waited for: $(tail -2 "$work/log")"
+
 # 2. SIGKILL one process of a running allreduce job, a worker and then the chief.
 kill_one() {
   local victim_name=$1
