@@ -344,6 +344,18 @@ TEST_CASE("tcp: garbage, truncated and replayed handshakes are refused and chang
     CHECK_THAT(refusal, !Catch::Contains("group of") && !Catch::Contains("above 0"));
     CHECK(wrong_rank.closed_by_peer());
   }
+  {
+    // A rank whose low 32 bits name a member (2^32 + 1) is no member.
+    RawClient wide_rank(addresses[0]);
+    auto hello = hello_frame(1, tcp::random_nonce(), 0, addresses);
+    auto header = tcp::decode(*reinterpret_cast<const tcp::HeaderBytes*>(hello.data()));
+    header.tag = (std::uint64_t{1} << 32) + 1;
+    const auto encoded = tcp::encode(header);
+    std::copy(encoded.begin(), encoded.end(), hello.begin());
+    wide_rank.write(hello);
+    CHECK_THAT(refusal_of(wide_rank), Catch::Contains("claims rank 4294967297, which is no rank that may dial this one"));
+    CHECK(wide_rank.closed_by_peer());
+  }
   legitimate_peer_still_works(listener, zero, addresses);
 }
 
@@ -576,7 +588,7 @@ TEST_CASE("tcp: a dialer with the wrong rank or addresses is told why and fails 
   CHECK_THROWS_WITH(connect_tcp(stray), Catch::Contains("refused it: it claims rank 2, which is no rank that may dial this one"));
   // Rank 2 of 3 whose list puts its rank 1 where rank 0 of the other group listens.
   auto swapped = options_for(2, {comm_test::free_addresses(1)[0], addresses[0], comm_test::free_addresses(1)[0]});
-  CHECK_THROWS_WITH(connect_tcp(swapped), Catch::Contains("dialed rank 1 at the address of rank 0"));
+  CHECK_THROWS_WITH(connect_tcp(swapped), Catch::Contains("dialed rank 1, which does not listen at this address"));
   // Rank 1 of a group whose address list, or whose deadlines, differ from rank 0's.
   // A member (it knows the secret) is told how its settings differ, once it has proven the secret.
   auto other_list = options_for(1, {addresses[0], comm_test::free_addresses(1)[0]});

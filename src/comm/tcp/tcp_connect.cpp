@@ -154,7 +154,8 @@ void TcpTransport::start_stream(const Socket& socket, asio::ssl::stream_base::ha
 void TcpTransport::refuse(const Socket& socket, const std::string& reason, const std::function<void(const std::string&)>& reject) {
   auto frame = std::make_shared<std::vector<std::byte>>();
   const std::string text = reason.substr(0, kMaxRefusalBytes);
-  const HeaderBytes header = encode({.type = FrameType::Refused, .tag = static_cast<std::uint64_t>(options_.rank), .length = text.size()});
+  // No rank in the tag: the dialer may not have proven the secret.
+  const HeaderBytes header = encode({.type = FrameType::Refused, .tag = 0, .length = text.size()});
   frame->assign(header.begin(), header.end());
   for (char c : text) frame->push_back(static_cast<std::byte>(c));
   asio::async_write(*socket, asio::buffer(*frame), [frame, reject, reason](const asio::error_code&, std::size_t) { reject(reason); });
@@ -276,7 +277,8 @@ void TcpTransport::serve_handshake(Socket socket) {
     std::array<std::byte, kHeaderBytes + kNonceBytes> challenge{};
     Mac response{};
     std::array<std::byte, kHeaderBytes + kMacBytes> acceptance{};
-    int client = -1;
+    int client = -1;           // the rank the dialer claims, -1 for none of the group's
+    std::uint64_t claimed = 0;  // as its hello's tag says it
     Hello client_hello{};  // compared with this rank's settings once the client has proven the secret
     bool finished = false;  // rejected or connected: later callbacks of a closed socket say nothing
     asio::steady_timer timer;
@@ -316,7 +318,9 @@ void TcpTransport::serve_handshake(Socket socket) {
       }
       if (auto problem = check(header, kHelloBytes)) return reject(*problem);
       if (header.type != FrameType::Hello || header.length != kHelloBytes) return reject("the first frame is not a hello");
-      state->client = static_cast<int>(header.tag);
+      // A tag beyond the group (2^32 + 1 included) is no rank at all, not one its low bits name.
+      state->claimed = header.tag;
+      state->client = header.tag < static_cast<std::uint64_t>(size()) ? static_cast<int>(header.tag) : -1;
       asio::async_read(*socket, asio::buffer(state->hello), [this, socket, state, reject](const asio::error_code& error, std::size_t) {
         if (error) return reject("connection closed during its hello (" + error.message() + ")");
         const Hello hello = decode_hello(state->hello);
@@ -326,13 +330,15 @@ void TcpTransport::serve_handshake(Socket socket) {
         // is told so, so that it fails now. It has proven nothing yet, so it learns nothing of this group's
         // layout or settings: those are compared once it has proven the secret.
         auto refuse = [this, socket, reject](const std::string& reason) { this->refuse(socket, reason, reject); };
+        // Before the secret is proven nothing of the group's layout goes out: not its size, not this rank.
         if (static_cast<int>(expected_rank) != options_.rank)
-          return refuse(fmt::format("it dialed rank {} at the address of rank {}", expected_rank, options_.rank));
-        if (client <= options_.rank || client >= size())
-          // Before the secret is proven nothing of the group's layout goes out: not its size, not this rank.
+          return refuse(fmt::format("it dialed rank {}, which does not listen at this address (the processes' cluster "
+                                    "lists differ?)",
+                                    expected_rank));
+        if (client <= options_.rank)
           return refuse(fmt::format("it claims rank {}, which is no rank that may dial this one (the processes' cluster "
                                     "lists differ?)",
-                                    client));
+                                    state->claimed));
         state->client_hello = hello;
         if (peers_[static_cast<std::size_t>(client)].ready) return reject(fmt::format("rank {} is already connected", client));
         // The dialer proves the secret first: a stranger gets a nonce and nothing computed from the secret,
