@@ -23,7 +23,7 @@ read -r latency bandwidth < <(cat "$work"/sweep-* | awk '
   END { alpha = small / 2; printf "%.2fus %.0f\n", alpha, 1048576 / ((large - 2 * alpha) * 1e-6) }')
 echo "link (shared memory on loopback, measured): latency $latency, bandwidth $bandwidth bytes/s; $cores cores"
 "$build/cohort-plan" --model small_cnn --batch-size 64 --workers 1 --bandwidth "$bandwidth" --threads 1 \
-  --save-profile "$work/profile.json" >/dev/null
+  --profile-steps 20 --save-profile "$work/profile.json" >/dev/null
 
 predicted() {  # WORKERS STRATEGY: its predicted ms per step
   "$build/cohort-plan" --model small_cnn --batch-size 64 --workers "$1" --bandwidth "$bandwidth" --latency "$latency" \

@@ -47,7 +47,7 @@ std::string read_file(const std::string& path) {
 int main(int argc, char** argv) {
   std::string model_name = "cifar10_cnn", bandwidth, latency = "50us", profile_path, save_profile, optimizer = "adam";
   std::int64_t batch_size = 128;
-  int workers = 0, max_servers = 0, threads = 1, steps = 5, shared_cores = 0;
+  int workers = 0, max_servers = 0, threads = 1, steps = 10, shared_cores = 0;
   bool json = false;
   CLI::App cli{"Predicts a data-parallel job's step time, communication and per-server load under each strategy "
                "(ring allreduce, recursive doubling, parameter servers under each placement), and recommends one.",
