@@ -15,6 +15,7 @@
 #include "cohort/nn/flatten.hpp"
 #include "cohort/nn/normalization.hpp"
 #include "cohort/nn/pooling2d.hpp"
+#include "cohort/nn/sync_batch_normalization.hpp"
 #include "core/archive_bytes.hpp"
 #include "core/sealed_file.hpp"
 #include "nn/named_values.hpp"
@@ -78,6 +79,8 @@ std::unique_ptr<Layer> make_layer(const LayerRecord& r) {
       {"Dense", [&] { return std::make_unique<Dense>(whole(r, "units", 1, kBig), whole(r, "use_bias", 0, 1) == 1); }},
       {"BatchNormalization",
        [&] { return std::make_unique<BatchNormalization>(BatchNormalizationOptions{real(r, "momentum"), real(r, "epsilon")}); }},
+      {"SyncBatchNormalization",
+       [&] { return std::make_unique<SyncBatchNormalization>(BatchNormalizationOptions{real(r, "momentum"), real(r, "epsilon")}); }},
       {"Dropout", [&] { return std::make_unique<Dropout>(real(r, "rate")); }},
       {"Flatten", [&] { return std::make_unique<Flatten>(); }},
       {"MaxPooling2D", [&] { return std::make_unique<MaxPooling2D>(whole(r, "pool_size", 1, 1024), whole(r, "stride", 1, 1024), padding(r)); }},

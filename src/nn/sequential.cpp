@@ -90,7 +90,9 @@ Tensor Sequential::run(const Tensor& x, std::size_t end, const ForwardContext& c
   return activation.to(DType::Float32);
 }
 
-Tensor Sequential::forward(const Tensor& x) { return run(x, layers_.size(), {training_, step_}); }
+Tensor Sequential::forward(const Tensor& x) {
+  return run(x, layers_.size(), {.training = training_, .step = step_, .replica_sum = replica_sum_});
+}
 
 Tensor Sequential::infer(const Tensor& x) {
   return run(x, layers_.size(), {.training = false, .step = step_, .inference_only = true});
@@ -123,7 +125,35 @@ std::size_t Sequential::logits_end() const {
   return strip ? layers_.size() - 1 : layers_.size();
 }
 
-Tensor Sequential::forward_logits(const Tensor& x) { return run(x, logits_end(), {training_, step_}); }
+Tensor Sequential::forward_logits(const Tensor& x) {
+  return run(x, logits_end(), {.training = training_, .step = step_, .replica_sum = replica_sum_});
+}
+
+std::int64_t Sequential::replica_sum_elements() const {
+  std::int64_t most = 0;
+  for (const auto& layer : layers_) most = std::max(most, layer->replica_sum_elements());
+  return most;
+}
+
+void Sequential::forward_without_batch() {
+  const ForwardContext context{.training = training_, .step = step_, .replica_sum = replica_sum_};
+  for (const auto& layer : layers_) layer->forward_without_batch(context);
+  if (training_) ++step_;
+}
+
+void Sequential::backward_without_batch(const GradientsReady& on_ready) {
+  // Layer by layer from the last, as backward() goes: no layer that sums absorbs or is absorbed while training,
+  // so the sums and the announcements interleave as they do there.
+  std::vector<VariablePtr> ready;
+  for (std::size_t i = layers_.size(); i-- > 0;) {
+    layers_[i]->backward_without_batch();
+    if (!on_ready) continue;
+    ready.clear();
+    for (const auto& v : layers_[i]->variables())
+      if (v->trainable) ready.push_back(v);
+    if (!ready.empty()) on_ready(ready);
+  }
+}
 
 void Sequential::backward(const Tensor& doutput, const GradientsReady& on_ready) {
   COHORT_CHECK(!ran_.empty(), "backward() needs a forward() first (an infer() since keeps nothing for it)");

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <utility>
 
 #include "cohort/comm/nccl.hpp"
 #include "cohort/core/check.hpp"
@@ -114,11 +115,22 @@ void RingAllreduce::plan_buckets(const nn::Sequential& model) {
   fused_ = Tensor({buckets_.elements() + 1}, model.device());
   staged_ = !communicator_for(model.device()).second;
   staging_ = staged_ ? Tensor::pinned({fused_.numel()}) : Tensor();
+  statistics_variables_.clear();
+  std::int64_t statistics_elements = 0;
+  if (communicators_.front()->size() > 1)
+    for (const auto& v : model.variables())
+      if (!v->trainable) {
+        statistics_variables_.push_back(v);
+        statistics_elements += v->value.numel();
+      }
+  statistics_ = statistics_elements > 0 ? Tensor({statistics_elements}, model.device()) : Tensor();
+  statistics_staging_ = staged_ && statistics_elements > 0 ? Tensor::pinned({statistics_elements}) : Tensor();
   // The largest buffer: a bucket (the last with the sample count) or a variable the chief broadcasts.
   std::uint64_t largest = 0;
   for (const auto& bucket : buckets_.buckets())
     largest = std::max(largest, static_cast<std::uint64_t>(bucket.end - bucket.begin + 1) * sizeof(float));
   for (const auto& v : model.variables()) largest = std::max(largest, static_cast<std::uint64_t>(v->value.numel()) * sizeof(float));
+  largest = std::max(largest, static_cast<std::uint64_t>(std::max(statistics_elements, model.replica_sum_elements())) * sizeof(float));
   for (const auto& c : communicators_) c->expect_buffers_up_to(largest);
 }
 
@@ -144,7 +156,32 @@ void RingAllreduce::begin_gradients(nn::Sequential& model, std::int64_t samples)
   // end of the last bucket.
   step_samples_ = static_cast<float>(samples);
   ops::fill(fused_.slice(buckets_.elements(), buckets_.elements() + 1), step_samples_);
+  // The last forward pass of the step has moved the statistics: their sum travels while backward runs.
+  start_statistics();
   start_ready_buckets();
+}
+
+void RingAllreduce::start_statistics() {
+  if (statistics_variables_.empty()) return;
+  std::int64_t offset = 0;
+  for (const auto& v : statistics_variables_) {
+    const std::int64_t n = v->value.numel();
+    ops::copy(v->value.view({n}), statistics_.slice(offset, offset + n));
+    offset += n;
+  }
+  statistics_work_ = start_collective(statistics_, statistics_staging_, false, DType::Float32);
+}
+
+void RingAllreduce::finish_statistics() {
+  if (statistics_variables_.empty()) return;
+  if (staged_) ops::copy(statistics_staging_, statistics_);
+  ops::scale(statistics_, 1.0f / static_cast<float>(communicators_.front()->size()));
+  std::int64_t offset = 0;
+  for (const auto& v : statistics_variables_) {
+    const std::int64_t n = v->value.numel();
+    ops::copy(statistics_.slice(offset, offset + n), v->value.view({n}));
+    offset += n;
+  }
 }
 
 void RingAllreduce::gradients_ready(std::span<const nn::VariablePtr> variables) {
@@ -197,6 +234,7 @@ void RingAllreduce::apply_gradients(nn::Sequential& model, optim::Optimizer& opt
     // What of the communication backward did not hide.
     const timeline::Span span("communication", "wait for allreduce");
     const auto waited_from = std::chrono::steady_clock::now();
+    if (statistics_work_) std::exchange(statistics_work_, nullptr)->wait(timeout);
     for (const BucketState& state : bucket_states_) {
       state.work->wait(timeout);
       if (state.count_work) state.count_work->wait(timeout);
@@ -204,6 +242,7 @@ void RingAllreduce::apply_gradients(nn::Sequential& model, optim::Optimizer& opt
     exposed_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - waited_from).count();
   }
   if (staged_) ops::copy(staging_, fused_);
+  finish_statistics();
   const double global_samples = ops::sum(fused_.slice(buckets_.elements(), buckets_.elements() + 1));
   COHORT_CHECK(global_samples > 0, "a step in which no process had any data");
   const float inverse = 1.0f / static_cast<float>(global_samples);
@@ -213,6 +252,14 @@ void RingAllreduce::apply_gradients(nn::Sequential& model, optim::Optimizer& opt
     ops::scale(v->gradient, inverse);
   }
   update_variables(optimizer, model.trainable_variables(), loss_scale_);
+}
+
+void RingAllreduce::sum(const Tensor& values) {
+  const std::int64_t n = values.numel();
+  if (staged_ && (!replica_sum_staging_.defined() || replica_sum_staging_.numel() < n)) replica_sum_staging_ = Tensor::pinned({n});
+  const Tensor staged = staged_ ? replica_sum_staging_.slice(0, n) : Tensor();
+  start_collective(values.view({n}), staged, false, DType::Float32)->wait(communicators_.front()->timeout());
+  if (staged_) ops::copy(staged, values.view({n}));
 }
 
 void RingAllreduce::add_epoch_logs(Logs& logs) {

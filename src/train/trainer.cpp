@@ -49,6 +49,18 @@ class ModeGuard {
   bool was_training_;
 };
 
+// Lends the strategy's sum over the replicas to the model's layers for the length of a fit().
+class ReplicaSumBinding {
+ public:
+  ReplicaSumBinding(nn::Sequential& model, nn::ReplicaSum* sum) : model_(model) { model_.set_replica_sum(sum); }
+  ~ReplicaSumBinding() { model_.set_replica_sum(nullptr); }
+  ReplicaSumBinding(const ReplicaSumBinding&) = delete;
+  ReplicaSumBinding& operator=(const ReplicaSumBinding&) = delete;
+
+ private:
+  nn::Sequential& model_;
+};
+
 // Batches on the model's device. On the CPU they are the loader's own; elsewhere each batch is copied on
 // a CopyStream into one of two device buffers, so that the copy of batch k + 1 overlaps step k.
 class DeviceBatches {
@@ -174,6 +186,16 @@ OrderedLogs Trainer::shown(const Logs& logs, bool with_validation) const {
   return ordered;
 }
 
+void Trainer::check_replica_sum() const {
+  if (strategy_->replicas() <= 1 || strategy_->replica_sum() != nullptr) return;
+  for (const auto& layer : model_.layers())
+    if (layer->replica_sum_elements() > 0)
+      throw InvalidArgument(fmt::format(
+          "layer '{}' ({}) normalizes over every replica's batch, and under strategy '{}' the {} replicas never sum "
+          "together: each worker meets only the servers; use BatchNormalization, or train with ring allreduce",
+          layer->name(), layer->type_name(), strategy_->name(), strategy_->replicas()));
+}
+
 void Trainer::check_fits(const data::Dataset& dataset) const {
   COHORT_CHECK(dataset.sample_shape() == model_.input_shape(), "data set '{}' has samples of shape {}, the model takes {}",
                dataset.description(), dataset.sample_shape(), model_.input_shape());
@@ -211,7 +233,24 @@ Trainer::Totals Trainer::train_step(const Tensor& images, const Tensor& targets,
   const std::int64_t samples = images.dim(0);
   const std::int64_t update_samples = accumulated_samples_ + samples;
   Totals totals = new_totals();
-  // An empty batch is this replica's empty share of an epoch's last step: it contributes no gradients.
+  // An empty batch is this replica's empty share of an epoch's last step: it contributes no gradients, but
+  // takes part in the sums over the replicas that layers make within a pass.
+  if (samples == 0 && model_.replica_sum_elements() > 0) {
+    model_.forward_without_batch();
+    if (completes_update) {
+      strategy_->begin_gradients(model_, update_samples);
+      model_.backward_without_batch([&](std::span<const nn::VariablePtr> ready) {
+        accumulator_.finish(ready, 0, update_samples);
+        strategy_->gradients_ready(ready);
+      });
+      strategy_->apply_gradients(model_, *optimizer_, update_samples);
+      accumulated_samples_ = 0;
+    } else {
+      model_.backward_without_batch();
+      accumulated_samples_ = update_samples;
+    }
+    return totals;
+  }
   if (samples > 0) {
     const Scored scored = score(images, false);
     const Tensor& prediction = scored.prediction;
@@ -453,8 +492,10 @@ History Trainer::run(const data::Dataset& train, const FitOptions& options) {
                  "and cannot agree on skipping a step; train in mixed_bfloat16 (no loss scaling), or with ring allreduce",
                  strategy_->name());
   }
+  check_replica_sum();
   strategy_->initialize(model_, *optimizer_);  // after a resume, so that all processes start from the chief's
   if (strategy_->is_server()) return strategy_->serve(model_, *optimizer_, checkpoint_dir);
+  const ReplicaSumBinding replica_sum(model_, strategy_->replica_sum());
   agree_on_cpu_kernels(position);
   {
     // Replicas that compute in different types would average gradients of different models.

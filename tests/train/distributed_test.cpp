@@ -7,16 +7,21 @@
 #include "cohort/data/loader.hpp"
 #include "cohort/data/synthetic.hpp"
 #include "cohort/nn/activation_layer.hpp"
+#include "cohort/nn/batch_normalization.hpp"
 #include "cohort/nn/conv2d.hpp"
 #include "cohort/nn/dense.hpp"
 #include "cohort/nn/flatten.hpp"
+#include "cohort/nn/model_file.hpp"
 #include "cohort/nn/pooling2d.hpp"
+#include "cohort/nn/sync_batch_normalization.hpp"
 #include "cohort/optim/sgd.hpp"
+#include "cohort/train/parameter_server.hpp"
 #include "cohort/train/ring_allreduce.hpp"
 #include "cohort/train/strategy_for.hpp"
 #include "cohort/train/trainer.hpp"
 #include "comm/comm_test_util.hpp"
 #include "ps/ps_test_util.hpp"
+#include "test_util.hpp"
 
 using namespace cohort;
 
@@ -50,6 +55,24 @@ std::vector<std::vector<std::int64_t>> batches_of(const data::DataLoader& loader
 nn::Sequential small_model() {
   nn::Sequential model({8, 8, 2}, 5);
   model.add(nn::Conv2D(4, 3, nn::Padding::Same)).add(nn::ReLU()).add(nn::MaxPooling2D(2));
+  model.add(nn::Flatten()).add(nn::Dense(4)).add(nn::Softmax());
+  return model;
+}
+
+// A batch-normalized model: its moving statistics are what replicas would let drift apart.
+nn::Sequential normalized_model() {
+  nn::Sequential model({8, 8, 2}, 5);
+  model.add(nn::Conv2D(4, 3, nn::Padding::Same)).add(nn::BatchNormalization()).add(nn::ReLU());
+  model.add(nn::Flatten()).add(nn::Dense(4)).add(nn::Softmax());
+  return model;
+}
+
+// The same with the statistics of the global batch: a second SyncBatchNormalization in a deeper layer,
+// so that the first one's input gradient goes through the cross-replica terms of both.
+nn::Sequential synchronized_model() {
+  nn::Sequential model({8, 8, 2}, 5);
+  model.add(nn::Conv2D(4, 3, nn::Padding::Same)).add(nn::SyncBatchNormalization()).add(nn::ReLU());
+  model.add(nn::Conv2D(4, 3, nn::Padding::Same)).add(nn::SyncBatchNormalization()).add(nn::ReLU());
   model.add(nn::Flatten()).add(nn::Dense(4)).add(nn::Softmax());
   return model;
 }
@@ -184,4 +207,114 @@ TEST_CASE("a ring-allreduce process goes by the cluster's name of it, as in its 
   comm::InProcessGroup group(2, std::chrono::seconds(10), {"chief 0 (127.0.0.1:4000)", "worker 0 (127.0.0.1:4001)"});
   CHECK(train::RingAllreduce(group.transport(0)).process_name() == "chief 0");
   CHECK(train::RingAllreduce(group.transport(1)).process_name() == "worker 0");
+}
+
+TEST_CASE("ring allreduce averages the moving statistics over the replicas at every step", "[train][distributed]") {
+  const auto set = data::make_synthetic({.samples = 48, .sample_shape = {8, 8, 2}, .classes = 4, .seed = 3});
+  const std::vector<std::string> statistics{"batch_normalization/moving_mean", "batch_normalization/moving_variance"};
+  const train::FitOptions fit{.max_steps = 1, .batch_size = 8, .shuffle = false, .verbosity = train::Verbosity::Silent};
+
+  // Without shuffling, step 1 gives replica r the r-th batch of 8: what each replica moves its statistics by.
+  std::vector<std::vector<float>> alone[2];
+  {
+    const data::DataLoader loader(set, {.batch_size = 8, .shuffle = false, .prefetch = 0});
+    auto batches = loader.epoch(0);
+    for (auto& own : alone) {
+      nn::Sequential model = normalized_model();
+      model.train();
+      model.forward(batches->next()->images);
+      for (const auto& name : statistics) own.push_back(model.variable(name)->value.to_vector());
+    }
+  }
+  comm::InProcessGroup group(2);
+  std::vector<nn::Sequential> models;
+  models.push_back(normalized_model());
+  models.push_back(normalized_model());
+  comm_test::run_ranks(2, [&](int r) {
+    Trainer trainer(models[static_cast<std::size_t>(r)], ps_test::momentum_sgd(),
+                    std::make_shared<train::RingAllreduce>(group.transport(r)));
+    trainer.fit(set, fit);
+  });
+  for (std::size_t s = 0; s < statistics.size(); ++s) {
+    const auto got = models[0].variable(statistics[s])->value.to_vector();
+    CHECK(got == models[1].variable(statistics[s])->value.to_vector());
+    REQUIRE(alone[0][s] != alone[1][s]);  // the replicas' batches did move them differently
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      INFO(statistics[s] << "[" << i << "]");
+      CHECK(got[i] == Approx((alone[0][s][i] + alone[1][s][i]) / 2).epsilon(1e-6));
+    }
+  }
+
+  // Over more steps every variable of the replicas stays the same, bit for bit.
+  comm::InProcessGroup second_group(2);
+  std::vector<nn::Sequential> longer;
+  longer.push_back(normalized_model());
+  longer.push_back(normalized_model());
+  comm_test::run_ranks(2, [&](int r) {
+    Trainer trainer(longer[static_cast<std::size_t>(r)], ps_test::momentum_sgd(),
+                    std::make_shared<train::RingAllreduce>(second_group.transport(r)));
+    trainer.fit(set, {.max_steps = 6, .batch_size = 8, .seed = 4, .verbosity = train::Verbosity::Silent});
+  });
+  for (const auto& v : longer[0].variables()) {
+    INFO(v->name);
+    CHECK(v->value.to_vector() == longer[1].variable(v->name)->value.to_vector());
+  }
+}
+
+TEST_CASE("SyncBatchNormalization: 2 replicas at batch B take the steps of one process at 2B", "[train][distributed]") {
+  // 44 samples: a last step shared 8 + 4; 40: a last step in which replica 1 has no sample and still takes
+  // part in every sum. Over 2 epochs of momentum SGD, moving statistics included.
+  for (std::int64_t samples : {44, 40}) {
+    INFO(samples << " samples");
+    const auto set = data::make_synthetic({.samples = samples, .sample_shape = {8, 8, 2}, .classes = 4, .seed = 3});
+    nn::Sequential reference = synchronized_model();
+    Trainer single(reference, ps_test::momentum_sgd());
+    single.fit(set, {.epochs = 2, .batch_size = 16, .seed = 4, .verbosity = train::Verbosity::Silent});
+
+    comm::InProcessGroup group(2);
+    std::vector<nn::Sequential> models;
+    models.push_back(synchronized_model());
+    models.push_back(synchronized_model());
+    comm_test::run_ranks(2, [&](int r) {
+      Trainer trainer(models[static_cast<std::size_t>(r)], ps_test::momentum_sgd(),
+                      std::make_shared<train::RingAllreduce>(group.transport(r)));
+      trainer.fit(set, {.epochs = 2, .batch_size = 8, .seed = 4, .verbosity = train::Verbosity::Silent});
+    });
+    for (const auto& model : models) ps_test::require_same_variables(reference, model, 2e-5);
+    // Plain batch normalization on the same replicas does not: the test can tell the two apart.
+    comm::InProcessGroup plain_group(2);
+    std::vector<nn::Sequential> plain;
+    for (int r = 0; r < 2; ++r) plain.push_back(normalized_model());
+    nn::Sequential plain_reference = normalized_model();
+    Trainer plain_single(plain_reference, ps_test::momentum_sgd());
+    plain_single.fit(set, {.epochs = 2, .batch_size = 16, .seed = 4, .verbosity = train::Verbosity::Silent});
+    comm_test::run_ranks(2, [&](int r) {
+      Trainer trainer(plain[static_cast<std::size_t>(r)], ps_test::momentum_sgd(),
+                      std::make_shared<train::RingAllreduce>(plain_group.transport(r)));
+      trainer.fit(set, {.epochs = 2, .batch_size = 8, .seed = 4, .verbosity = train::Verbosity::Silent});
+    });
+    double most = 0;
+    for (const auto& v : plain_reference.variables()) {
+      const auto want = v->value.to_vector(), got = plain[0].variable(v->name)->value.to_vector();
+      for (std::size_t i = 0; i < want.size(); ++i) most = std::max(most, std::abs(static_cast<double>(want[i] - got[i])));
+    }
+    INFO("plain batch normalization differs by " << most);
+    CHECK(most > 1e-3);
+  }
+}
+
+TEST_CASE("SyncBatchNormalization: a model file keeps the layer; parameter servers refuse it by name", "[train][distributed]") {
+  test_util::ScratchDirectory dir("sync-bn");
+  nn::Sequential model = synchronized_model();
+  nn::save_model(model, dir.path() / "sync.model");
+  const nn::Sequential loaded = nn::load_model(dir.path() / "sync.model");
+  CHECK(loaded.layer(1).type_name() == "SyncBatchNormalization");
+  CHECK(loaded.layer(1).name() == "sync_batch_normalization");
+
+  comm::InProcessGroup group(3);
+  Trainer trainer(model, ps_test::momentum_sgd(), std::make_shared<train::ParameterServer>(group.transport(0), 2));
+  const auto set = data::make_synthetic({.samples = 16, .sample_shape = {8, 8, 2}, .classes = 4, .seed = 3});
+  CHECK_THROWS_WITH(trainer.fit(set, {.epochs = 1, .batch_size = 8, .verbosity = train::Verbosity::Silent}),
+                    Catch::Contains("layer 'sync_batch_normalization' (SyncBatchNormalization)") &&
+                        Catch::Contains("use BatchNormalization, or train with ring allreduce"));
 }

@@ -36,7 +36,7 @@ class BatchNormalization : public Layer {
   // with s = gamma / sqrt(moving_variance + epsilon).
   void fold(const Tensor& kernel, const Tensor& bias, const Tensor& folded_kernel, const Tensor& folded_bias);
 
- private:
+ protected:
   BatchNormalizationOptions options_;
   bool used_batch_statistics_ = false;
   // Absorbed by absorb() for the next forward() only (a forward() called directly computes this layer alone),

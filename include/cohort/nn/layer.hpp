@@ -25,6 +25,8 @@
 
 namespace cohort::nn {
 
+class ReplicaSum;  // nn/replica_sum.hpp
+
 // Per-call facts a layer may need: training or inference, and a counter that changes every training step
 // (dropout masks are drawn from it, so a restored counter replays the same masks).
 struct ForwardContext {
@@ -33,6 +35,9 @@ struct ForwardContext {
   // No backward() follows (Sequential::infer): layers may fold the layers after them in ways that have no
   // gradient, such as a BatchNormalization into the Conv2D before it.
   bool inference_only = false;
+  // The sum over the replicas of a data-parallel job, for layers that compute over every replica's batch;
+  // null for one process.
+  ReplicaSum* replica_sum = nullptr;
 };
 
 // Creates the variables of one layer with scoped names and a reproducible per-variable random stream.
@@ -79,6 +84,13 @@ class Layer {
   // n + 1 and Sequential calls neither for the n. What a layer absorbed holds for the next forward() only.
   // The default absorbs none.
   virtual std::size_t absorb(std::span<const std::unique_ptr<Layer>> following, const ForwardContext& context);
+  // Layers that sum over the replicas (SyncBatchNormalization): the most elements one sum of theirs holds,
+  // 0 for the others. A replica whose share of a step is empty still takes part in every sum of it, in the
+  // order the others do: forward_without_batch() for the forward pass, backward_without_batch() for the
+  // backward pass, each contributing nothing. Such a layer neither absorbs nor is absorbed while training.
+  virtual std::int64_t replica_sum_elements() const { return 0; }
+  virtual void forward_without_batch(const ForwardContext&) {}
+  virtual void backward_without_batch() {}
   // What nn::save_model stores to build the layer again; layers without one cannot be saved as a model
   // file (their weights still can).
   virtual std::optional<LayerConfig> config() const { return std::nullopt; }

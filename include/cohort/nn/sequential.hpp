@@ -68,6 +68,18 @@ class Sequential {
   // Back-propagates dL/d(output of the last forward call); fills every trainable variable's gradient.
   void backward(const Tensor& doutput, const GradientsReady& on_ready = {});
 
+  // The sum over replicas that layers computing over every replica's batch use while training (set by the
+  // training strategy; null: this process's batch is the whole batch). Not owned.
+  void set_replica_sum(ReplicaSum* replica_sum) { replica_sum_ = replica_sum; }
+  ReplicaSum* replica_sum() const { return replica_sum_; }
+  // The most elements a layer of this model sums over the replicas at once; 0 when none does.
+  std::int64_t replica_sum_elements() const;
+  // A training pass of a replica with no samples in it: every sum over the replicas the layers make in
+  // forward() and backward(), in the same order, contributing nothing; `on_ready` is told of each layer's
+  // trainable variables where backward() would tell of them (their gradients are left to the caller).
+  void forward_without_batch();
+  void backward_without_batch(const GradientsReady& on_ready = {});
+
   const Shape& input_shape() const { return input_shape_; }
   const Shape& output_shape() const { return output_shapes_.empty() ? input_shape_ : output_shapes_.back(); }
   std::size_t size() const { return layers_.size(); }
@@ -103,6 +115,7 @@ class Sequential {
   bool training_ = false;
   std::uint64_t step_ = 0;
   Precision precision_ = Precision::Float32;
+  ReplicaSum* replica_sum_ = nullptr;
   // The layers whose forward() the last forward call ran (the others were absorbed into them), for backward(),
   // and the element type of each one's output, which its backward() takes the gradient in.
   std::vector<std::size_t> ran_;

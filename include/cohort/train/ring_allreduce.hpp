@@ -14,7 +14,11 @@
 //
 // Data: by default an epoch is one pass over the data set across all processes (DataPolicy::OnePass);
 // EachWorkerFullPass reproduces TensorFlow's behaviour, where every worker reads the whole set.
-// BatchNormalization statistics are not synchronized: each process normalizes with its own batch.
+// SyncBatchNormalization sums its per-channel moments over the replicas on the same communicator, in the
+// order the layers ask, which is the same on every rank (nn/sync_batch_normalization.hpp).
+// Non-trainable variables (BatchNormalization's moving statistics): each process normalizes with its own
+// batch and moves its own statistics, which an allreduce started with the step's gradients then averages,
+// so that every replica, the checkpoints and the saved model hold the same mean of the replicas' statistics.
 //
 // Overlap: gradients travel in buckets (variables in reverse creation order, the order backward finishes
 // them; a small first bucket so that communication starts early, DDP-style). A bucket is scaled by this
@@ -46,7 +50,7 @@ struct RingAllreduceOptions {
   DType gradient_dtype = DType::Float32;
 };
 
-class RingAllreduce : public Strategy {
+class RingAllreduce : public Strategy, private nn::ReplicaSum {
  public:
   // The ring over `transport`, which must outlive the strategy.
   explicit RingAllreduce(comm::Transport& transport, RingAllreduceOptions options = {});
@@ -69,6 +73,8 @@ class RingAllreduce : public Strategy {
   // The buckets as planned (after initialize()): each one's variable names, in launch order.
   std::vector<std::vector<std::string>> bucket_plan() const;
   bool sum_over_replicas(std::span<double> values) override;
+  // SyncBatchNormalization's moments, summed on the gradients' communicator in the order the layers ask.
+  nn::ReplicaSum* replica_sum() override { return replicas() > 1 ? this : nullptr; }
   // comm_seconds: the time steps waited for allreduces that backward did not hide, since the last epoch.
   void add_epoch_logs(Logs& logs) override;
   void announce_failure(const std::string& reason) override {
@@ -83,8 +89,13 @@ class RingAllreduce : public Strategy {
   comm::WorkPtr start_collective(const Tensor& buffer, const Tensor& staging, bool broadcast, DType wire);
   // Collective: puts NCCL first when every rank's gradients live on a GPU of its own.
   void add_gpu_communicator(Device device);
-  // Plans the buckets and their buffers for the model's trainable variables on its device.
+  // Plans the buckets and their buffers for the model's trainable variables on its device, and the
+  // buffer in which the non-trainable ones are averaged.
   void plan_buckets(const nn::Sequential& model);
+  // Starts the sum of the non-trainable variables over the replicas; finish_statistics() makes it the mean.
+  void start_statistics();
+  void finish_statistics();
+  void sum(const Tensor& values) override;
   // Starts the allreduce of every complete bucket whose predecessors have started.
   void start_ready_buckets();
 
@@ -103,6 +114,10 @@ class RingAllreduce : public Strategy {
   Tensor fused_;    // every gradient in bucket order, then the sample count, on the model's device
   Tensor staging_;  // its host copy, where the communicator needs one
   bool staged_ = false;
+  std::vector<nn::VariablePtr> statistics_variables_;  // the non-trainable ones, averaged each step
+  Tensor statistics_, statistics_staging_;
+  comm::WorkPtr statistics_work_;
+  Tensor replica_sum_staging_;  // pinned host memory for sum(), where the communicator needs it
   double exposed_seconds_ = 0, reported_exposed_seconds_ = 0;
   // Last: destroyed first, so that their threads stop before the buffers above go away.
   std::vector<std::shared_ptr<comm::Communicator>> communicators_;

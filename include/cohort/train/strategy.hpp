@@ -14,6 +14,7 @@
 #include <string>
 
 #include "cohort/data/sampler.hpp"
+#include "cohort/nn/replica_sum.hpp"
 #include "cohort/nn/sequential.hpp"
 #include "cohort/optim/optimizer.hpp"
 #include "cohort/train/checkpoint.hpp"
@@ -75,6 +76,9 @@ class Strategy {
   // are agreed this way. Returns false, leaving `values` as they are, where the processes cannot wait
   // for each other (parameter servers with backup workers) or there is only one.
   virtual bool sum_over_replicas(std::span<double> /*values*/) { return false; }
+  // The sum over the replicas that layers computing over every replica's batch (SyncBatchNormalization)
+  // use within a pass; null where the replicas never meet (one process, parameter servers).
+  virtual nn::ReplicaSum* replica_sum() { return nullptr; }
   // Whether the processes step in lockstep, so that agreeing after every step costs no waiting; when not
   // (asynchronous updates, backup workers), callbacks' requests are agreed at epoch boundaries only.
   virtual bool steps_in_lockstep() const { return true; }

@@ -116,6 +116,8 @@ class Trainer {
   Scored score(const Tensor& images, bool inference_only);
   // A scored batch's totals, its mean loss given.
   Totals totals_of(const Scored& scored, const Tensor& targets, double loss) const;
+  // Refuses a layer that sums over the replicas under a strategy that cannot sum them.
+  void check_replica_sum() const;
   // Checks that the loss and metrics fit the model and `dataset`.
   void check_fits(const data::Dataset& dataset) const;
   // One forward/backward pass on a batch; when `completes_update`, then the update over the samples of
