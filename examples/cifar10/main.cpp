@@ -42,7 +42,7 @@ int main(int argc, char** argv) try {
                train_set.size(), test_set.size(), train_set.sample_shape());
 
   const Device device = app::training_device(options, *strategy);
-  nn::Sequential model = nn::cifar10_cnn(train_set.sample_shape(), options.seed, device);
+  nn::Sequential model = nn::cifar10_cnn(train_set.sample_shape(), options.seed, device, app::batch_statistics(options));
   model.set_precision(app::precision(options));
   if (chief) fmt::print("{}", model.summary());
   if (options.summary_only) return 0;

@@ -27,7 +27,7 @@ int main(int argc, char** argv) try {
   if (options.train_samples > 0) train_set = train_set.head(options.train_samples);
 
   const Device device = app::training_device(options, *strategy);
-  nn::Sequential model = nn::small_cnn(train_set.sample_shape(), options.seed, device);
+  nn::Sequential model = nn::small_cnn(train_set.sample_shape(), options.seed, device, app::batch_statistics(options));
   model.set_precision(app::precision(options));
   if (chief) fmt::print("{}", model.summary());
   if (options.summary_only) return 0;

@@ -96,6 +96,9 @@ TrainingOptions parse_training_options(int argc, const char* const* argv, std::s
   cli.add_flag("--each-worker-full-pass", options.each_worker_full_pass,
                "every worker reads the whole data set per epoch (TensorFlow's way)")
       ->group("Distributed (under cohort-launch)");
+  cli.add_flag("--sync-batch-norm", options.sync_batch_norm,
+               "batch normalization with the statistics of every worker's batch together (ring allreduce only)")
+      ->group("Distributed (under cohort-launch)");
   cli.add_option("--gradient-dtype", options.gradient_dtype,
                  "gradients travel as float32 or bfloat16 (half the bytes; summed in float32), to the servers or around the ring")
       ->check(CLI::IsMember({"float32", "bfloat16"}))

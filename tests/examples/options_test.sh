@@ -71,4 +71,6 @@ fi
 [ "$(timeout 30 "$example" --bogus 2>&1 | wc -l)" -eq 1 ] || fail "a mistake prints more than one line"
 timeout 30 "$example" --help | grep -q -- '--each-worker-full-pass' || fail "--help does not list the options on stdout"
 timeout 30 "$example" --help | grep -q -- '--timeline' || fail "--help does not list --timeline"
+timeout 60 "$example" --sync-batch-norm --summary | grep -q 'sync_batch_normalization (SyncBatchNormalization)' ||
+  fail "--sync-batch-norm does not build the model with SyncBatchNormalization"
 echo "options_test: all checks passed"

@@ -303,7 +303,7 @@ TEST_CASE("SyncBatchNormalization: 2 replicas at batch B take the steps of one p
   }
 }
 
-TEST_CASE("SyncBatchNormalization: a model file keeps the layer; parameter servers refuse it by name", "[train][distributed]") {
+TEST_CASE("SyncBatchNormalization: a model file keeps the layer, parameter servers refuse it by name", "[train][distributed]") {
   test_util::ScratchDirectory dir("sync-bn");
   nn::Sequential model = synchronized_model();
   nn::save_model(model, dir.path() / "sync.model");

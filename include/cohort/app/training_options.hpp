@@ -17,6 +17,7 @@
 
 #include "cohort/core/device.hpp"
 #include "cohort/nn/precision.hpp"
+#include "cohort/nn/zoo.hpp"
 #include "cohort/optim/schedule.hpp"
 #include "cohort/train/parameter_server.hpp"
 #include "cohort/train/strategy.hpp"
@@ -52,6 +53,7 @@ struct TrainingOptions {
   std::string placement = "size-balanced";
   std::int64_t max_shard_bytes = 0;
   bool each_worker_full_pass = false;
+  bool sync_batch_norm = false;  // batch normalization over every replica's batch (nn::SyncBatchNormalization)
   std::string lr_scaling = "sqrt";
   std::string gradient_dtype = "float32";  // float32 or bfloat16: what gradients travel as
   std::string verbosity = "auto";
@@ -73,6 +75,10 @@ train::FitOptions fit_options(const TrainingOptions& options);
 Device training_device(const TrainingOptions& options, const train::Strategy& strategy);
 // The model's precision policy (--precision).
 nn::Precision precision(const TrainingOptions& options);
+// Where the zoo models' batch normalization takes its statistics from (--sync-batch-norm).
+inline nn::BatchStatistics batch_statistics(const TrainingOptions& options) {
+  return options.sync_batch_norm ? nn::BatchStatistics::Global : nn::BatchStatistics::PerReplica;
+}
 // Optimizer steps in one epoch: the global batch is the workers' batches together (each accumulated over
 // --accumulate-steps passes), unless every worker reads the whole set.
 std::int64_t steps_per_epoch(std::int64_t samples, int replicas, const TrainingOptions& options);
