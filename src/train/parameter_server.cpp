@@ -323,6 +323,20 @@ void ParameterServer::add_epoch_logs(Logs& logs) {
   const auto& traffic = store_->traffic();
   logs["comm_seconds"] = traffic.communication_seconds - reported_communication_seconds_;
   reported_communication_seconds_ = traffic.communication_seconds;
+  // Each server's load over the epoch as it counts it: bytes in and out, and the mean time from a
+  // request's arrival to its answer (a Sync server's wait for the other workers included).
+  std::vector<ps::ServerStats> stats = store_->server_stats();
+  for (std::size_t k = 0; k < stats.size(); ++k) {
+    const ps::ServerStats& now = stats[k];
+    const ps::ServerStats before = k < reported_server_stats_.size() ? reported_server_stats_[k] : ps::ServerStats{};
+    const auto requests = static_cast<double>(now.requests - before.requests);
+    const auto latency_sum = now.mean_latency_ms * static_cast<double>(now.requests) -
+                             before.mean_latency_ms * static_cast<double>(before.requests);
+    logs[server_log(k, "megabytes")] =
+        static_cast<double>(now.bytes_in + now.bytes_out - before.bytes_in - before.bytes_out) / 1e6;
+    logs[server_log(k, "latency_ms")] = requests > 0 ? latency_sum / requests : 0.0;
+  }
+  reported_server_stats_ = std::move(stats);
 }
 
 const ps::Plan& ParameterServer::placement() const {

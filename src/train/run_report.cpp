@@ -1,5 +1,6 @@
 #include "cohort/train/run_report.hpp"
 
+#include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -36,6 +37,24 @@ std::string section(const std::string& heading, const std::string& body) {
 }
 
 std::string preformatted(const std::string& text) { return "<pre>" + escape_html(text) + "</pre>"; }
+
+// Times and per-server loads have charts of their own; every other log is a curve.
+bool is_curve(const std::string& name) {
+  if (name.ends_with("seconds") || name == "samples_per_second" || name == "learning_rate") return false;
+  return !(name.starts_with("ps") && name.size() > 2 && std::isdigit(static_cast<unsigned char>(name[2])));
+}
+
+// What each parameter server logged of `quantity` per epoch, as series "ps 0", "ps 1", ...
+std::vector<ChartSeries> server_series(const std::vector<Logs>& epochs, std::string_view quantity) {
+  std::vector<ChartSeries> series;
+  for (std::size_t k = 0; has(epochs, server_log(k, quantity)); ++k)
+    series.push_back({fmt::format("ps {}", k), column(epochs, server_log(k, quantity))});
+  return series;
+}
+
+std::string seconds_cell(double part, double whole) {
+  return std::isfinite(part) && whole > 0 ? fmt::format("{:.2f} s ({:.0f}%)", part, 100 * part / whole) : "-";
+}
 
 }  // namespace
 
@@ -94,9 +113,7 @@ std::string RunReport::page() const {
   std::set<std::string> drawn;
   for (const Logs& logs : epochs_)
     for (const auto& [name, value] : logs) {
-      if (name.starts_with(kValidationPrefix) || drawn.contains(name) || name == "seconds" || name == "comm_seconds" ||
-          name == "samples_per_second" || name == "learning_rate")
-        continue;
+      if (name.starts_with(kValidationPrefix) || drawn.contains(name) || !is_curve(name)) continue;
       drawn.insert(name);
       std::vector<ChartSeries> series{{"training", column(epochs_, name)}};
       const std::string validation = std::string(kValidationPrefix) + name;
@@ -105,30 +122,47 @@ std::string RunReport::page() const {
     }
   for (const Logs& logs : epochs_)
     for (const auto& [name, value] : logs)
-      if (name.starts_with(kValidationPrefix) && !drawn.contains(name.substr(kValidationPrefix.size())) && !drawn.contains(name)) {
+      if (name.starts_with(kValidationPrefix) && !drawn.contains(name.substr(kValidationPrefix.size())) && !drawn.contains(name) &&
+          is_curve(name)) {
         drawn.insert(name);
         curves += line_chart(name, {{"validation", column(epochs_, name)}});
       }
   body += section("Curves", curves.empty() ? "<p>No epoch has ended yet.</p>" : curves);
 
-  // Where the time went, per epoch: the communication the steps waited for, and the rest.
+  // Where the time went, per epoch: waiting for the input pipeline, for communication that backward did
+  // not hide, validation, and the rest (computing).
   if (has(epochs_, "seconds")) {
-    const auto seconds = column(epochs_, "seconds"), communication = column(epochs_, "comm_seconds");
-    std::vector<double> computing(seconds.size());
-    for (std::size_t e = 0; e < seconds.size(); ++e)
-      computing[e] = std::isfinite(communication[e]) ? seconds[e] - communication[e] : seconds[e];
-    std::vector<ChartSeries> split{{"computing and data", computing}};
-    if (has(epochs_, "comm_seconds")) split.push_back({"waiting for communication", communication});
-    std::string table = "<table><tr><th>epoch</th><th>seconds</th><th>waiting for communication</th><th>steps</th><th>ms per step</th></tr>";
+    const auto seconds = column(epochs_, "seconds");
+    const std::vector<std::pair<std::string, std::string>> waits{
+        {"data_seconds", "waiting for data"}, {"comm_seconds", "waiting for communication"}, {"validation_seconds", "validation"}};
+    std::vector<double> computing = seconds;
+    std::vector<ChartSeries> parts;
+    for (const auto& [name, label] : waits) {
+      if (!has(epochs_, name)) continue;
+      parts.push_back({label, column(epochs_, name)});
+      for (std::size_t e = 0; e < seconds.size(); ++e)
+        if (std::isfinite(parts.back().values[e])) computing[e] -= parts.back().values[e];
+    }
+    parts.insert(parts.begin(), ChartSeries{"computing", computing});
+    std::string table = "<table><tr><th>epoch</th><th>seconds</th>";
+    for (const ChartSeries& part : parts) table += fmt::format("<th>{}</th>", part.name);
+    table += "<th>steps</th><th>training ms per step</th></tr>";
+    const auto validation = column(epochs_, "validation_seconds");
     for (std::size_t e = 0; e < seconds.size(); ++e) {
-      const double per_step = steps_[e] > 0 ? 1000 * seconds[e] / static_cast<double>(steps_[e]) : 0;
-      table += fmt::format("<tr><td>{}</td><td>{:.2f}</td><td>{}</td><td>{}</td><td>{:.1f}</td></tr>", first_epoch_ + static_cast<std::int64_t>(e) + 1,
-                           seconds[e], std::isfinite(communication[e]) && seconds[e] > 0 ? fmt::format("{:.2f} s ({:.0f}%)", communication[e], 100 * communication[e] / seconds[e]) : "-",
-                           steps_[e], per_step);
+      const double training = std::isfinite(validation[e]) ? seconds[e] - validation[e] : seconds[e];
+      const double per_step = steps_[e] > 0 ? 1000 * training / static_cast<double>(steps_[e]) : 0;
+      table += fmt::format("<tr><td>{}</td><td>{:.2f}</td>", first_epoch_ + static_cast<std::int64_t>(e) + 1, seconds[e]);
+      for (const ChartSeries& part : parts) table += fmt::format("<td>{}</td>", seconds_cell(part.values[e], seconds[e]));
+      table += fmt::format("<td>{}</td><td>{:.1f}</td></tr>", steps_[e], per_step);
     }
     table += "</table>";
-    body += section("Step time", stacked_bar_chart("seconds per epoch", split) + table);
+    body += section("Step time", stacked_bar_chart("seconds per epoch", parts) + table);
   }
+
+  // Each parameter server's load per epoch, as the servers counted it.
+  if (const auto megabytes = server_series(epochs_, "megabytes"); !megabytes.empty())
+    body += section("Parameter servers per epoch", line_chart("megabytes in and out", megabytes) +
+                                                       line_chart("mean request latency (ms)", server_series(epochs_, "latency_ms")));
 
   // The schedule and the batch the steps took, as measured.
   std::string schedule;

@@ -606,10 +606,14 @@ History Trainer::run(const data::Dataset& train, const FitOptions& options) {
     DeviceBatches batches(*host_batches, model_.device());
     accumulated_samples_ = 0;
     std::int64_t passes = 0;  // since the last update
+    double data_seconds = 0;  // waiting for the input pipeline
     for (;;) {
       auto batch = [&] {
         const timeline::Span span("data", "wait for batch");
-        return batches.next();
+        const auto waited_from = Clock::now();
+        auto next = batches.next();
+        data_seconds += seconds_since(waited_from);
+        return next;
       }();
       if (!batch) break;
       if (passes == 0)
@@ -654,6 +658,7 @@ History Trainer::run(const data::Dataset& train, const FitOptions& options) {
     sums.insert(sums.end(), validation.values.begin(), validation.values.end());
     sums.push_back(seconds_since(epoch_start));
     sums.push_back(training_seconds);
+    sums.push_back(data_seconds);
     for (const auto& [name, value] : strategy_logs) sums.push_back(value);
     const double replicas = strategy_->sum_over_replicas(sums) ? static_cast<double>(strategy_->replicas()) : 1.0;
     const std::size_t width = totals.values.size();
@@ -662,9 +667,11 @@ History Trainer::run(const data::Dataset& train, const FitOptions& options) {
     Logs logs = logs_of(totals, "");
     const double seconds = sums[2 * width] / replicas;
     const double mean_training_seconds = sums[2 * width + 1] / replicas;
-    std::size_t next = 2 * width + 2;
+    std::size_t next = 2 * width + 3;
     for (auto& [name, value] : strategy_logs) logs[name] = sums[next++] / replicas;
     logs["seconds"] = seconds;
+    logs["data_seconds"] = sums[2 * width + 2] / replicas;
+    if (options.validation != nullptr) logs["validation_seconds"] = seconds - mean_training_seconds;
     logs["samples_per_second"] = totals.values[0] > 0 ? totals.values[0] / seconds : 0.0;
     logs["learning_rate"] = optimizer_->learning_rate();
     if (options.validation != nullptr) {

@@ -372,7 +372,7 @@ TEST_CASE("EarlyStopping, ReduceLROnPlateau, ModelCheckpoint and CSVLogger", "[t
   std::ifstream csv(scratch.path() / "log.csv");
   std::string header, line;
   std::getline(csv, header);
-  CHECK(header.starts_with("epoch,accuracy,learning_rate,loss"));
+  CHECK(header.starts_with("epoch,accuracy,data_seconds,learning_rate,loss"));
   int rows = 0;
   while (std::getline(csv, line)) ++rows;
   CHECK(rows == 5);

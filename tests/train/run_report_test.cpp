@@ -60,6 +60,7 @@ TEST_CASE("the run report draws every epoch's logs and says where the time went"
   // 600 samples at batch 32: 19 steps an epoch.
   CHECK_THAT(page, Catch::Contains("Effective global batch: 32 samples per step on average (600 samples in 19 steps"));
   CHECK_THAT(page, Catch::Contains("<td>3</td>") && Catch::Contains("<td>19</td>"));
+  CHECK_THAT(page, Catch::Contains("<th>computing</th><th>waiting for data</th><th>validation</th>"));
   CHECK_THAT(page, Catch::Contains("conv2d"));  // the model summary
   CHECK_FALSE(std::filesystem::exists(dir.path() / "run.html.partial"));
 }
@@ -79,8 +80,11 @@ TEST_CASE("a parameter-server job's report holds the placement and the traffic",
   CHECK_THAT(page, Catch::Contains("<h2>Placement</h2>") && Catch::Contains("imbalance (max / mean load)"));
   CHECK_THAT(page, Catch::Contains("<h2>Traffic</h2>") && Catch::Contains("ps 0"));
   CHECK_THAT(page, Catch::Contains("2 training processes (chief 0, worker 1)"));
-  CHECK_THAT(page, Catch::Contains("waiting for communication"));
+  CHECK_THAT(page, Catch::Contains("<th>waiting for communication</th>"));
   CHECK(points_of(page, "loss", "training") == 2);
+  CHECK(points_of(page, "megabytes in and out", "ps 0") == 2);
+  CHECK(points_of(page, "mean request latency (ms)", "ps 0") == 2);
+  CHECK(points_of(page, "ps0_megabytes", "training") == -1);  // not among the curves
 }
 
 TEST_CASE("a report path that cannot be written fails before training, naming it", "[train][report]") {

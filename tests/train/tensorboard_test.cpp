@@ -12,10 +12,12 @@
 #include "cohort/comm/inproc.hpp"
 #include "cohort/core/error.hpp"
 #include "cohort/optim/sgd.hpp"
+#include "cohort/train/parameter_server.hpp"
 #include "cohort/train/ring_allreduce.hpp"
 #include "cohort/train/tensorboard.hpp"
 #include "cohort/train/trainer.hpp"
 #include "comm/comm_test_util.hpp"
+#include "ps/ps_test_util.hpp"
 #include "test_util.hpp"
 #include "train/event_file.hpp"
 #include "train/tiny_cnn.hpp"
@@ -252,5 +254,55 @@ TEST_CASE("in a distributed run the chief writes the job's curves, or every proc
       CHECK(written == std::set<std::string>{"train", "validation"});
       only_event_file(dir.path() / "train");  // one writer, not one per process
     }
+  }
+}
+
+TEST_CASE("a parameter-server job's curves hold each server's bytes and request latency per epoch", "[train][tensorboard]") {
+  ScratchDirectory dir("tensorboard_ps");
+  comm::InProcessGroup group(4, std::chrono::seconds(30), ps_test::process_names(2, 2));
+  std::vector<train::History> histories(2);
+  std::int64_t model_bytes = 0;
+  ps_test::run_cluster(group, 2, 2, {}, [&](int r, auto strategy) {
+    nn::Sequential model = train_test::tiny_cnn();
+    Trainer trainer(model, optim::SGD(), strategy);
+    train::FitOptions fit{.epochs = 2, .batch_size = 16, .verbosity = train::Verbosity::Silent};
+    fit.callbacks.push_back(std::make_shared<train::TensorBoard>(train::TensorBoardOptions{.log_dir = dir.path()}));
+    auto history = trainer.fit(train_test::synthetic_set(), fit);
+    if (r >= 2) return;
+    histories[static_cast<std::size_t>(r)] = std::move(history);
+    if (r == 0)
+      for (const auto& variable : model.variables()) model_bytes += variable->value.numel() * 4;
+  });
+  CHECK(histories[0].epochs == histories[1].epochs);
+  const auto events = events_of(only_event_file(dir.path() / "train"));
+  const auto scalar = [&](const std::string& tag, std::int64_t step) -> std::optional<float> {
+    for (const auto& e : events)
+      if (e.tag == tag && e.step == step && e.scalar) return e.scalar;
+    return std::nullopt;
+  };
+  // 600 samples over 2 workers at batch 16: 19 steps each an epoch, each pushing every gradient and
+  // reading every value back, float32 both ways.
+  const double expected_megabytes = 2 * 19 * 2 * static_cast<double>(model_bytes) / 1e6;
+  for (std::int64_t epoch = 0; epoch < 2; ++epoch) {
+    const auto& logs = histories[0].epochs[static_cast<std::size_t>(epoch)];
+    INFO("epoch " << epoch);
+    double megabytes = 0;
+    for (std::size_t server = 0; server < 2; ++server) {
+      const std::string bytes_log = train::server_log(server, "megabytes"), latency_log = train::server_log(server, "latency_ms");
+      INFO(bytes_log);
+      REQUIRE(logs.contains(bytes_log));
+      CHECK(logs.at(bytes_log) > 0);
+      CHECK(logs.at(latency_log) > 0);
+      CHECK(scalar("epoch_" + bytes_log, epoch) == static_cast<float>(logs.at(bytes_log)));
+      CHECK(scalar("epoch_" + latency_log, epoch) == static_cast<float>(logs.at(latency_log)));
+      megabytes += logs.at(bytes_log);
+    }
+    // Message headers add the rest (a few hundred bytes a step beside 2,800 of values), and the first
+    // epoch carries the chief's initial values and both workers' first reads; one direction or one
+    // worker alone would be half.
+    CHECK(megabytes >= expected_megabytes);
+    CHECK(megabytes <= expected_megabytes * 1.3);
+    CHECK(logs.at("data_seconds") >= 0);
+    CHECK(logs.at("data_seconds") < logs.at("seconds"));
   }
 }

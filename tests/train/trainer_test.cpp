@@ -34,7 +34,7 @@ TEST_CASE("fit learns a synthetic task and reports per-epoch history", "[train]"
   CHECK(history.epochs.back().at("loss") < history.epochs.front().at("loss"));
   CHECK(trainer.optimizer().iterations() == 4 * 19);
   const std::string csv = history.to_csv();
-  CHECK(csv.rfind("epoch,accuracy,learning_rate,loss,samples_per_second,seconds,val_accuracy,val_loss\n1,", 0) == 0);
+  CHECK(csv.rfind("epoch,accuracy,data_seconds,learning_rate,loss,samples_per_second,seconds,val_accuracy,val_loss,validation_seconds\n1,", 0) == 0);
   CHECK(std::count(csv.begin(), csv.end(), '\n') == 5);
   const auto logs = trainer.evaluate(synthetic_set());
   CHECK(logs.at("accuracy") == Approx(history.epochs.back().at("val_accuracy")));

@@ -143,6 +143,7 @@ class ParameterServer : public Strategy {
   std::optional<ps::Manifest> resumed_from_;
   std::filesystem::path resumed_dir_;
   double reported_communication_seconds_ = 0;
+  std::vector<ps::ServerStats> reported_server_stats_;  // as at the last epoch's end
   std::vector<ps::ServerStats> final_stats_;
   // How long another worker may go without progress (a step, or waiting on another process) while this
   // one waits on it: the run's deadline, or more when this process's own steps show they take longer.
