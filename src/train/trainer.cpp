@@ -631,8 +631,12 @@ History Trainer::run(const data::Dataset& train, const FitOptions& options) {
       for (auto& callback : callbacks) callback->on_batch_end(position.global_step, logs, control);
       if (agree_after_steps) {
         agree(control, fmt::format("after step {}", position.global_step));
-      } else if (processes_agree && strategy_->replicas() > 1 && !deferral_told &&
-                 (control.stop_requested() || control.requested_learning_rate())) {
+      } else if (processes_agree && strategy_->replicas() > 1) {
+        // The request waits for the epoch's end; until then this process keeps the agreed rate, as the others do.
+        control.withdraw_local_rate();
+      }
+      if (!agree_after_steps && processes_agree && strategy_->replicas() > 1 && !deferral_told &&
+          (control.stop_requested() || control.requested_learning_rate())) {
         deferral_told = true;
         log::warning("{} asked to {} after step {}: under {} the processes agree only at the end of an epoch, so it takes "
                      "effect after epoch {}",

@@ -198,6 +198,35 @@ TEST_CASE("under asynchronous servers a stop asked for mid-epoch waits for the e
   }
 }
 
+TEST_CASE("under asynchronous servers a rate asked for mid-epoch enters every History at the same epoch", "[ps][train]") {
+  comm::InProcessGroup group(3, std::chrono::seconds(20), ps_test::process_names(2, 1));
+  std::vector<nn::Sequential> models;
+  for (int r = 0; r < 3; ++r) models.push_back(small_model());
+  std::vector<train::History> histories(3);
+  ps_test::run_cluster(group, 2, 1, {.consistency = ps::Async{}}, [&](int r, auto strategy) {
+    Trainer trainer(models[static_cast<std::size_t>(r)], momentum_sgd(), strategy);
+    train::FitOptions options{.epochs = 3, .batch_size = 4, .seed = 4, .verbosity = train::Verbosity::Silent};
+    if (r == 1) {
+      auto asker = std::make_shared<train::LambdaCallback>();
+      asker->batch_end = [](std::int64_t step, const train::Logs&, train::TrainingControl& control) {
+        if (step == 2) control.set_learning_rate(1e-5);
+      };
+      options.callbacks.push_back(asker);
+    }
+    histories[static_cast<std::size_t>(r)] = trainer.fit(kSet, options);
+  });
+  const auto rates = [&](int worker) {
+    std::vector<double> column;
+    for (const auto& logs : histories[static_cast<std::size_t>(worker)].epochs) column.push_back(logs.at("learning_rate"));
+    return column;
+  };
+  REQUIRE(rates(0).size() == 3);
+  CHECK(rates(1) == rates(0));  // the asker's own History too: the rate is agreed after epoch 1
+  CHECK(rates(0)[0] != 1e-5);
+  CHECK(rates(0)[1] == Approx(1e-5));
+  CHECK(rates(0)[2] == Approx(1e-5));
+}
+
 TEST_CASE("Sync with a backup worker: late gradients are dropped and counted, training goes on", "[ps][train]") {
   // Three workers, one a backup: every step takes the first two gradients; worker 2 is slow and late.
   comm::InProcessGroup group(4);
