@@ -45,12 +45,14 @@ std::string read_file(const std::string& path) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string model_name = "cifar10_cnn", bandwidth, latency = "50us", profile_path, save_profile, optimizer = "adam";
+  std::string model_name = "cifar10_cnn", bandwidth, latency = "50us", host_bandwidth = "10GB/s", host_latency = "5us",
+              profile_path, save_profile, optimizer = "adam";
   std::int64_t batch_size = 128;
-  int workers = 0, max_servers = 0, threads = 1, steps = 10, shared_cores = 0;
+  int workers = 0, max_servers = 0, threads = 1, steps = 10, shared_cores = 0, workers_per_host = 1;
   bool json = false;
   CLI::App cli{"Predicts a data-parallel job's step time, communication and per-server load under each strategy "
-               "(ring allreduce, recursive doubling, parameter servers under each placement), and recommends one.",
+               "(ring allreduce, recursive doubling, hierarchical allreduce, parameter servers under each placement), and "
+               "recommends one.",
                "cohort-plan"};
   cli.add_option("--model", model_name, "a zoo model (cifar10_cnn, small_cnn) or a model file")->capture_default_str();
   cli.add_option("--batch-size", batch_size, "per worker")->check(app::whole_number(1, 1 << 20))->capture_default_str();
@@ -59,6 +61,13 @@ int main(int argc, char** argv) {
       ->check(app::whole_number(0, 4096));
   cli.add_option("--bandwidth", bandwidth, "each process's link, each way: 10Gbit, 100Mbit, 4GB/s, 500MB/s")->required();
   cli.add_option("--latency", latency, "per message: 50us, 1ms")->capture_default_str();
+  cli.add_option("--workers-per-host", workers_per_host,
+                 "workers sharing a host and its link (as GPUs of one machine); they talk among themselves over the "
+                 "host's own link")
+      ->check(app::whole_number(1, 4096))
+      ->capture_default_str();
+  cli.add_option("--host-bandwidth", host_bandwidth, "within a host, each way (shared memory, NVLink)")->capture_default_str();
+  cli.add_option("--host-latency", host_latency, "within a host, per message")->capture_default_str();
   cli.add_option("--optimizer", optimizer, "adam, momentum or sgd: the slots a server keeps per variable")
       ->check(CLI::IsMember({"adam", "momentum", "sgd"}))
       ->capture_default_str();
@@ -76,6 +85,8 @@ int main(int argc, char** argv) {
   try {
     check_settings();
     job.link = {.bandwidth = train::plan::parse_bandwidth(bandwidth), .latency = train::plan::parse_latency(latency)};
+    job.host_link = {.bandwidth = train::plan::parse_bandwidth(host_bandwidth),
+                     .latency = train::plan::parse_latency(host_latency)};
   } catch (const InvalidArgument& e) {
     refuse(e.what());
   }
@@ -85,6 +96,7 @@ int main(int argc, char** argv) {
   job.workers = workers;
   job.max_servers = max_servers;
   job.shared_cores = shared_cores;
+  job.workers_per_host = workers_per_host;
   job.optimizer_slots = optimizer == "adam" ? 2 : optimizer == "momentum" ? 1 : 0;
   try {
     train::plan::ComputeProfile profile;

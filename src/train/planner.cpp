@@ -54,7 +54,11 @@ double serial_end(const std::vector<Transfer>& transfers) {
   return end;
 }
 
-Prediction allreduce_prediction(const Job& job, const ComputeProfile& profile, bool recursive_doubling) {
+enum class Allreduce { Ring, RecursiveDoubling, Hierarchical };
+
+int hosts_of(const Job& job) { return (job.workers + job.workers_per_host - 1) / job.workers_per_host; }
+
+Prediction allreduce_prediction(const Job& job, const ComputeProfile& profile, Allreduce algorithm) {
   const GradientBuckets buckets(job.model->trainable_variables(), job.first_bucket_bytes, job.bucket_bytes);
   std::vector<Transfer> transfers;
   double bytes_total = 0, communication = 0;
@@ -62,14 +66,21 @@ Prediction allreduce_prediction(const Job& job, const ComputeProfile& profile, b
     double ready = 0;
     for (std::size_t member : bucket.members) ready = std::max(ready, ready_of(profile, buckets.variables()[member]->name));
     const double bytes = static_cast<double>(bucket.end - bucket.begin) * sizeof(float);
-    const double seconds = recursive_doubling ? recursive_doubling_seconds(bytes, job.workers, job.link)
-                                              : ring_allreduce_seconds(bytes, job.workers, job.link);
+    // On one host every rank talks over the host's link; across hosts the ring's slowest hops cross them.
+    const Link& link = hosts_of(job) == 1 ? job.host_link : job.link;
+    const double seconds =
+        algorithm == Allreduce::RecursiveDoubling ? recursive_doubling_seconds(bytes, job.workers, link)
+        : algorithm == Allreduce::Hierarchical
+            ? hierarchical_allreduce_seconds(bytes, job.workers, job.workers_per_host, job.link, job.host_link)
+            : ring_allreduce_seconds(bytes, job.workers, link);
     transfers.push_back({ready, seconds});
     bytes_total += bytes;
     communication += seconds;
   }
   Prediction p;
-  p.strategy = recursive_doubling ? "recursive doubling" : "ring allreduce";
+  p.strategy = algorithm == Allreduce::RecursiveDoubling ? "recursive doubling"
+               : algorithm == Allreduce::Hierarchical   ? "hierarchical allreduce"
+                                                        : "ring allreduce";
   p.communication_seconds = communication;
   p.exposed_seconds = std::max(0.0, serial_end(transfers) - profile.backward_seconds);
   p.compute_seconds = profile.forward_seconds + profile.backward_seconds + profile.update_seconds;
@@ -81,7 +92,8 @@ Prediction allreduce_prediction(const Job& job, const ComputeProfile& profile, b
 
 // Synchronous parameter servers, as ParameterServer runs them: each worker pushes a server's shards once the
 // last of their gradients is final; a server updates once every worker's push is in and replies with its
-// values. A server's link carries every worker's bytes; a worker's link carries all of the model's.
+// values. A server's link carries every worker's bytes; a host's link carries all of the model's for each
+// of its workers.
 Prediction parameter_server_prediction(const Job& job, const ComputeProfile& profile, int servers, const std::string& policy) {
   const ps::Plan plan = ps::make_plan(variable_infos(*job.model), servers, ps::parse_policy(policy),
                                       {.optimizer_slots = job.optimizer_slots});
@@ -100,8 +112,9 @@ Prediction parameter_server_prediction(const Job& job, const ComputeProfile& pro
   }
   Prediction p;
   p.strategy = fmt::format("parameter servers ({}, {})", servers, policy);
-  // Pushes: each server's in-link takes n copies of its bytes, a worker's out-link all the model's bytes.
-  const double pushes_end_by_worker_link = first_ready + model_bytes / bandwidth + alpha;
+  // Pushes: each server's in-link takes n copies of its bytes, a host's out-link all the model's bytes per worker.
+  const double per_host = std::min(job.workers_per_host, job.workers);
+  const double pushes_end_by_worker_link = first_ready + per_host * model_bytes / bandwidth;
   double end = 0, earliest_reply = std::numeric_limits<double>::max(), busiest = 0;
   for (std::size_t s = 0; s < bytes.size(); ++s) {
     if (bytes[s] == 0) continue;
@@ -115,15 +128,15 @@ Prediction parameter_server_prediction(const Job& job, const ComputeProfile& pro
     p.servers.push_back({.bytes = static_cast<std::int64_t>(bytes[s]), .bytes_per_step = 2 * n * bytes[s],
                          .busy_seconds = n * bytes[s] / bandwidth});
   }
-  end = std::max(end, earliest_reply + alpha + model_bytes / bandwidth);  // a worker's in-link takes every reply
-  p.communication_seconds = 2 * std::max(model_bytes / bandwidth, busiest) + 2 * alpha;
+  end = std::max(end, earliest_reply + alpha + per_host * model_bytes / bandwidth);  // a host's in-link takes every reply
+  p.communication_seconds = 2 * std::max(per_host * model_bytes / bandwidth, busiest) + 2 * alpha;
   p.exposed_seconds = std::max(0.0, end - profile.backward_seconds);
   p.compute_seconds = profile.forward_seconds + profile.backward_seconds;  // the servers update
   p.step_seconds = p.compute_seconds + p.exposed_seconds;
   p.basis = fmt::format("{:.0f} bytes over {} server(s), the largest holds {:.0f} (imbalance {:.2f}); pushes and replies "
                         "each bounded by max(M/B, n b_max/B) = {:.3f} ms",
                         model_bytes, servers, *std::max_element(bytes.begin(), bytes.end()), plan.imbalance(),
-                        1e3 * std::max(model_bytes / bandwidth, busiest));
+                        1e3 * std::max(per_host * model_bytes / bandwidth, busiest));
   return p;
 }
 
@@ -172,6 +185,12 @@ double ring_allreduce_seconds(double bytes, int workers, const Link& link) {
   if (workers <= 1) return 0;
   const double n = workers;
   return 2 * (n - 1) * link.latency + 2 * (n - 1) / n * bytes / link.bandwidth;
+}
+
+double hierarchical_allreduce_seconds(double bytes, int workers, int per_host, const Link& link, const Link& host_link) {
+  if (workers <= 1) return 0;
+  const int g = std::min(per_host, workers), hosts = (workers + g - 1) / g;
+  return 2 * (g - 1) * (host_link.latency + bytes / host_link.bandwidth) + ring_allreduce_seconds(bytes, hosts, link);
 }
 
 double recursive_doubling_seconds(double bytes, int workers, const Link& link) {
@@ -271,6 +290,8 @@ void check_job(const Job& job) {
   COHORT_CHECK(job.batch_size >= 1, "the batch size must be at least 1, got {}", job.batch_size);
   COHORT_CHECK(job.workers >= 1, "the worker count must be at least 1, got {}", job.workers);
   COHORT_CHECK(job.shared_cores >= 0, "the shared cores must be 0 (a machine per worker) or more, got {}", job.shared_cores);
+  COHORT_CHECK(job.workers_per_host >= 1, "the workers per host must be at least 1, got {}", job.workers_per_host);
+  if (job.workers_per_host > 1) check_link(job.host_link);
   COHORT_CHECK(job.max_servers >= 0, "the parameter-server count to try must be 0 (up to the workers) or more, got {}",
                job.max_servers);
   check_link(job.link);
@@ -289,8 +310,11 @@ std::vector<Prediction> predict(const Job& job, const ComputeProfile& profile) {
   scaled.update_seconds *= contention;
   for (auto& ready : scaled.ready) ready.seconds *= scale;
   std::vector<Prediction> predictions;
-  predictions.push_back(allreduce_prediction(job, scaled, false));
-  if (job.workers > 2) predictions.push_back(allreduce_prediction(job, scaled, true));
+  predictions.push_back(allreduce_prediction(job, scaled, Allreduce::Ring));
+  if (job.workers > 2) predictions.push_back(allreduce_prediction(job, scaled, Allreduce::RecursiveDoubling));
+  // What RingAllreduce runs where a host has several workers and there is more than one host.
+  if (job.workers_per_host > 1 && hosts_of(job) > 1)
+    predictions.push_back(allreduce_prediction(job, scaled, Allreduce::Hierarchical));
   const int max_servers = job.max_servers > 0 ? job.max_servers : job.workers;
   for (int servers = 1; servers <= max_servers; ++servers)
     for (const char* policy : {"size-balanced", "round-robin", "tensorflow-greedy"})
@@ -306,9 +330,13 @@ std::vector<Prediction> predict(const Job& job, const ComputeProfile& profile) {
 std::string report(const Job& job, const ComputeProfile& profile, const std::vector<Prediction>& predictions) {
   COHORT_CHECK(!predictions.empty(), "no predictions to report");
   std::string out = fmt::format(
-      "{} workers at batch {} over a link of {} and {:.0f} us; compute measured at batch {} with {} thread(s): forward "
+      "{} workers{} at batch {} over a link of {} and {:.0f} us; compute measured at batch {} with {} thread(s): forward "
       "{:.2f} ms, backward {:.2f} ms, update {:.2f} ms (scaled to batch {})\n",
-      job.workers, job.batch_size, describe_bandwidth(job.link.bandwidth), 1e6 * job.link.latency, profile.batch_size,
+      job.workers,
+      job.workers_per_host > 1 ? fmt::format(" ({} per host, within it {} and {:.0f} us)", job.workers_per_host,
+                                             describe_bandwidth(job.host_link.bandwidth), 1e6 * job.host_link.latency)
+                               : "",
+      job.batch_size, describe_bandwidth(job.link.bandwidth), 1e6 * job.link.latency, profile.batch_size,
       profile.threads, 1e3 * profile.forward_seconds, 1e3 * profile.backward_seconds, 1e3 * profile.update_seconds,
       job.batch_size);
   out += fmt::format("{:<44}{:>10}{:>12}{:>12}{:>12}{:>10}  {}\n", "strategy", "step ms", "compute ms", "comm ms",
@@ -329,6 +357,8 @@ std::string report(const Job& job, const ComputeProfile& profile, const std::vec
 std::string report_json(const Job& job, const ComputeProfile& profile, const std::vector<Prediction>& predictions) {
   COHORT_CHECK(!predictions.empty(), "no predictions to report");
   nlohmann::json root{{"workers", job.workers},
+                      {"workers_per_host", job.workers_per_host},
+                      {"host_link", {{"bandwidth_bytes_per_second", job.host_link.bandwidth}, {"latency_seconds", job.host_link.latency}}},
                       {"batch_size", job.batch_size},
                       {"link", {{"bandwidth_bytes_per_second", job.link.bandwidth}, {"latency_seconds", job.link.latency}}},
                       {"profile", nlohmann::json::parse(profile_json(profile))},

@@ -97,6 +97,33 @@ TEST_CASE("allreduce buckets hide behind the backward that is still running", "[
   CHECK(named(plan::predict(job, early), "ring allreduce").compute_seconds == Approx(2 * (0.01 + 0.05)));
 }
 
+TEST_CASE("hosts of several workers: hierarchical allreduce, and a host's link shared by its workers", "[plan]") {
+  const plan::Link link{.bandwidth = 1e6, .latency = 1e-4}, host_link{.bandwidth = 1e8, .latency = 1e-6};
+  // 2 hosts of 2: to the host's first rank and back, 2(g-1)(alpha_h + M/B_h), and a ring of 2 among hosts.
+  CHECK(plan::hierarchical_allreduce_seconds(8e6, 4, 2, link, host_link) ==
+        Approx(2 * (1e-6 + 0.08) + plan::ring_allreduce_seconds(8e6, 2, link)));
+  CHECK(plan::hierarchical_allreduce_seconds(8e6, 4, 1, link, host_link) == Approx(plan::ring_allreduce_seconds(8e6, 4, link)));
+  nn::Sequential model = four_dense();
+  const auto profile = profile_ready_at_end(model, 0.05);
+  const double M = 1152;
+  plan::Job job{.model = &model, .batch_size = 32, .workers = 4, .link = link, .optimizer_slots = 0, .max_servers = 4,
+                .workers_per_host = 2, .host_link = host_link};
+  const auto predictions = plan::predict(job, profile);
+  const auto hierarchical = named(predictions, "hierarchical allreduce");
+  CHECK(hierarchical.exposed_seconds == Approx(plan::hierarchical_allreduce_seconds(M, 4, 2, link, host_link)));
+  // Across hosts the flat ring's slowest hops cross them, one stream each way: the plain ring over `link`.
+  CHECK(named(predictions, "ring allreduce").exposed_seconds == Approx(plan::ring_allreduce_seconds(M, 4, link)));
+  // Four servers of a quarter each: a host's link carries both its workers' pushes, 2 M/B each way.
+  CHECK(named(predictions, "parameter servers (4, size-balanced)").exposed_seconds == Approx(2 * (2 * M / 1e6 + 1e-4)));
+  // All four on one host: everything over the host's link, and no hierarchy to build.
+  job.workers_per_host = 4;
+  const auto one_host = plan::predict(job, profile);
+  CHECK(named(one_host, "ring allreduce").exposed_seconds == Approx(plan::ring_allreduce_seconds(M, 4, host_link)));
+  CHECK(std::none_of(one_host.begin(), one_host.end(), [](const auto& p) { return p.strategy == "hierarchical allreduce"; }));
+  job.workers_per_host = 0;
+  CHECK_THROWS_WITH(plan::predict(job, profile), Catch::Contains("the workers per host must be at least 1, got 0"));
+}
+
 TEST_CASE("the planner recommends the fastest, and says why", "[plan]") {
   nn::Sequential model = four_dense();
   plan::Job job{.model = &model, .batch_size = 32, .workers = 4, .link = {.bandwidth = 1e6, .latency = 1e-5}};

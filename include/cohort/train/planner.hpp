@@ -5,8 +5,10 @@
 // the placement plan puts on each parameter server:
 //   ring allreduce of M bytes on n workers    2(n-1) alpha + 2(n-1)/n M/B
 //   recursive doubling                        ceil(log2 n) (alpha + M/B)
-//   parameter servers, k of them (BytePS)     pushes and pulls bounded by max(M/B, n b_max/B), b_max the
-//                                             largest server's bytes (M/k when balanced)
+//   hierarchical allreduce, h hosts of g      2(g-1)(alpha_h + M/B_h) within each host (to its first rank and
+//                                             back) + the ring among the h first ranks
+//   parameter servers, k of them (BytePS)     pushes and pulls bounded by max(g M/B, n b_max/B), b_max the
+//                                             largest server's bytes (M/k when balanced), g workers per host
 // Buckets and pushes overlap backward: each leaves when its last gradient is final, after the one before it.
 //
 //   const auto profile = train::plan::measure_compute(model, 128);
@@ -38,6 +40,9 @@ double parse_latency(std::string_view text);
 // The alpha-beta costs, in seconds, of one collective over `workers` ranks.
 double ring_allreduce_seconds(double bytes, int workers, const Link& link);
 double recursive_doubling_seconds(double bytes, int workers, const Link& link);
+// Hierarchical allreduce (comm::hierarchical_allreduce) over `workers` ranks, `per_host` on each host: each
+// host's ranks send to its first rank (`host_link`), those allreduce over `link`, and broadcast back.
+double hierarchical_allreduce_seconds(double bytes, int workers, int per_host, const Link& link, const Link& host_link);
 
 // When a variable's gradient is final, in seconds after backward starts.
 struct GradientReady {
@@ -72,6 +77,10 @@ struct Job {
   // > 0: every worker runs on one machine of this many cores (as on loopback), so that workers whose threads
   // outnumber the cores compute that much slower; 0: each worker has a machine of its own.
   int shared_cores = 0;
+  // Workers per host: they share the host's `link` to the others and talk among themselves over
+  // `host_link` (shared memory, NVLink); the parameter servers have hosts of their own.
+  int workers_per_host = 1;
+  Link host_link{.bandwidth = 10e9, .latency = 5e-6};
 };
 
 // Throws InvalidArgument naming the field unless the job can run: a model, batch and workers >= 1, a link.
