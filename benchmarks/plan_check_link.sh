@@ -2,7 +2,7 @@
 # cohort-plan against measurement over a throttled network: every process on a host of its own (a network
 # namespace), the hosts joined by a switch (a bridge), each host's link shaped to RATE each way (tc tbf on
 # both ends of its veth), so that every process has the one link of bandwidth B the planner assumes. For
-# each rate: the link measured by cohort's own allreduce between two hosts, then for ring allreduce on 2 and
+# each rate: the link measured by cohort-plan --measure-link between two hosts, then for ring allreduce on 2 and
 # 4 workers and parameter servers 2+1, 2+2 and 4+2 (Fashion-MNIST's small CNN, batch 64, one thread each),
 # and 4 workers on 2 hosts of 2 (hierarchical and flat ring allreduce; within a host, shared memory, measured
 # as the link is), the predicted step time beside the measured one (the chief's epoch line, training steps
@@ -89,32 +89,24 @@ print(json.dumps(cluster))' "${roles[@]}" "${where[@]}")
   cat "$work/out-0"
 }
 
-# A link as the planner sees it: t = 2 alpha + M/B for a 2-rank allreduce; alpha from 8 bytes, B from 1 MiB
-# (best of three sweeps), between the hosts of `places`. Prints "LATENCY BANDWIDTH".
+# A link as cohort-plan --measure-link measures it between the hosts of `places` (its two processes'), as
+# "LATENCY BANDWIDTH" for the planner's options.
 measure_link() {
-  local round
   roles=(chief worker)
-  for round in 1 2 3; do
-    run_job "$build/benchmarks/cohort_allreduce_bench" --min-bytes 8 --max-bytes 1048576 |
-      sed -n 's/^ *\([0-9]*\) *[0-9]* *\([0-9.]*\) .*yes$/\1 \2/p' >"$work/sweep-$round"
-  done
-  cat "$work"/sweep-* | awk '
-    $1 == 8 && (small == "" || $2 < small) { small = $2 }
-    $1 == 1048576 && (large == "" || $2 < large) { large = $2 }
-    END { alpha = small / 2; printf "%.2fus %.0f\n", alpha, 1048576 / ((large - 2 * alpha) * 1e-6) }'
+  run_job "$build/cohort-plan" --measure-link --model small_cnn --workers 2 --profile "$work/profile.json" |
+    sed -n 's/.* measured \([0-9.]*\) MB\/s each way (the slower way), \([0-9.]*\) us per message$/\2us \1MB\/s/p'
 }
 
+"$build/cohort-plan" --model small_cnn --batch-size 64 --workers 1 --bandwidth 1Gbit --threads 1 --profile-steps 20 \
+  --save-profile "$work/profile.json" >/dev/null
 places=(0 0)
 read -r host_latency host_bandwidth < <(measure_link)
-echo "within a host (shared memory), measured: latency $host_latency, bandwidth $host_bandwidth bytes/s"
+echo "within a host (shared memory), measured: latency $host_latency, bandwidth $host_bandwidth"
 for rate in "${rates[@]}"; do
   shape "$rate"
   places=()
   read -r latency bandwidth < <(measure_link)
-  echo "link shaped to $rate each way, measured: latency $latency, bandwidth $bandwidth bytes/s; $cores cores shared"
-  [ -f "$work/profile.json" ] ||
-    "$build/cohort-plan" --model small_cnn --batch-size 64 --workers 1 --bandwidth "$bandwidth" --threads 1 \
-      --profile-steps 20 --save-profile "$work/profile.json" >/dev/null
+  echo "link shaped to $rate each way, measured: latency $latency, bandwidth $bandwidth; $cores cores shared"
   plan() {  # WORKERS [WORKERS_PER_HOST]: the planner's JSON
     "$build/cohort-plan" --model small_cnn --batch-size 64 --workers "$1" --workers-per-host "${2:-1}" --max-servers 2 \
       --bandwidth "$bandwidth" --latency "$latency" --host-bandwidth "$host_bandwidth" --host-latency "$host_latency" \

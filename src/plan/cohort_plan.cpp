@@ -1,10 +1,12 @@
 // cohort-plan: what a data-parallel job's step would cost under each strategy, and which to choose, before it
 // runs (train/planner.hpp holds the model).
 //   cohort-plan --model cifar10_cnn --workers 4 --bandwidth 10Gbit --latency 50us [--batch-size 128] [--json]
+//   cohort-launch --workers 2 -- cohort-plan --measure-link --workers 4     (the link measured between two processes)
 #include <fmt/format.h>
 
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 #include <fstream>
 #include <sstream>
 
@@ -34,6 +36,22 @@ nn::Sequential model_named(const std::string& name) {
   }
 }
 
+// The link between the two processes of the cluster in the environment, on the chief (said on stderr, so
+// that --json stays JSON); nothing on the other.
+std::optional<train::plan::Link> measured_link() {
+  try {
+    auto cluster = cluster::Cluster::from_environment();
+    comm::Transport& transport = cluster.transport();
+    const auto link = train::plan::measure_link(transport);
+    if (link)
+      std::fprintf(stderr, "cohort-plan: the link to %s measured %.1f MB/s each way (the slower way), %.1f us per message\n",
+                   comm::process_name_of(transport, 1).c_str(), link->bandwidth / 1e6, 1e6 * link->latency);
+    return link;
+  } catch (const std::exception& e) {
+    refuse(fmt::format("--measure-link: {}", e.what()));
+  }
+}
+
 std::string read_file(const std::string& path) {
   std::ifstream in(path);
   if (!in) refuse(fmt::format("--profile {}: cannot be read", path));
@@ -49,7 +67,7 @@ int main(int argc, char** argv) {
               profile_path, save_profile, optimizer = "adam";
   std::int64_t batch_size = 128;
   int workers = 0, max_servers = 0, threads = 1, steps = 10, shared_cores = 0, workers_per_host = 1;
-  bool json = false;
+  bool json = false, measure = false;
   CLI::App cli{"Predicts a data-parallel job's step time, communication and per-server load under each strategy "
                "(ring allreduce, recursive doubling, hierarchical allreduce, parameter servers under each placement), and "
                "recommends one.",
@@ -59,8 +77,13 @@ int main(int argc, char** argv) {
   cli.add_option("--workers", workers, "training processes")->required()->check(app::whole_number(1, 4096));
   cli.add_option("--max-servers", max_servers, "parameter-server counts to try: 1 to N (default: up to the workers)")
       ->check(app::whole_number(0, 4096));
-  cli.add_option("--bandwidth", bandwidth, "each process's link, each way: 10Gbit, 100Mbit, 4GB/s, 500MB/s")->required();
-  cli.add_option("--latency", latency, "per message: 50us, 1ms")->capture_default_str();
+  auto* bandwidth_option =
+      cli.add_option("--bandwidth", bandwidth, "each process's link, each way: 10Gbit, 100Mbit, 4GB/s, 500MB/s");
+  auto* latency_option = cli.add_option("--latency", latency, "per message: 50us, 1ms")->capture_default_str();
+  cli.add_flag("--measure-link", measure,
+               "measure the link instead: run on two hosts as a 2-process cluster (TF_CONFIG, or under cohort-launch); "
+               "the chief plans with what it measured")
+      ->excludes(bandwidth_option, latency_option);
   cli.add_option("--workers-per-host", workers_per_host,
                  "workers sharing a host and its link (as GPUs of one machine); they talk among themselves over the "
                  "host's own link")
@@ -81,10 +104,18 @@ int main(int argc, char** argv) {
   cli.add_flag("--json", json, "the predictions as JSON, for tools");
   app::parse_or_exit(cli, argc, argv);
 
+  if (!measure && bandwidth.empty()) refuse("--bandwidth is required (or --measure-link between two hosts)");
   train::plan::Job job;
   try {
     check_settings();
-    job.link = {.bandwidth = train::plan::parse_bandwidth(bandwidth), .latency = train::plan::parse_latency(latency)};
+    if (measure) {
+      // The other end serves the measurement and is done.
+      const std::optional<train::plan::Link> link = measured_link();
+      if (!link) return 0;
+      job.link = *link;
+    } else {
+      job.link = {.bandwidth = train::plan::parse_bandwidth(bandwidth), .latency = train::plan::parse_latency(latency)};
+    }
     job.host_link = {.bandwidth = train::plan::parse_bandwidth(host_bandwidth),
                      .latency = train::plan::parse_latency(host_latency)};
   } catch (const InvalidArgument& e) {

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -152,6 +153,57 @@ void check_link(const Link& link) {
   COHORT_CHECK(std::isfinite(link.bandwidth) && link.bandwidth > 0, "the link's bandwidth must be above 0 bytes/s, got {}",
                link.bandwidth);
   COHORT_CHECK(std::isfinite(link.latency) && link.latency >= 0, "the link's latency must be 0 s or more, got {}", link.latency);
+}
+
+std::optional<Link> measure_link(comm::Transport& transport, std::size_t bytes, int rounds) {
+  COHORT_CHECK(transport.size() == 2, "measuring a link takes 2 processes, one on each of its ends; this cluster has {}",
+               transport.size());
+  COHORT_CHECK(bytes > 0 && rounds > 0, "measuring a link takes bytes and rounds above 0, got {} and {}", bytes, rounds);
+  constexpr comm::Tag kProbeTag = 0x11A4B0BE00000000ull;
+  const bool measuring = transport.rank() == 0;
+  const int peer = 1 - transport.rank();
+  const auto wait = [&](const comm::WorkPtr& work) { work->wait(transport.timeout()); };
+  transport.expect_messages_up_to(bytes);
+  std::array<std::byte, 8> token{};
+  std::vector<std::byte> payload(bytes);
+  const auto round_trip = [&] {
+    if (measuring) {
+      wait(transport.send(peer, kProbeTag, token));
+      wait(transport.recv(peer, kProbeTag, token));
+    } else {
+      wait(transport.recv(peer, kProbeTag, token));
+      wait(transport.send(peer, kProbeTag, token));
+    }
+  };
+  double best_round_trip = std::numeric_limits<double>::max();
+  for (int i = 0; i < 50; ++i) {
+    const auto start = Clock::now();
+    round_trip();
+    best_round_trip = std::min(best_round_trip, seconds_since(start));
+  }
+  // Each direction, timed by rank 0: the payload one way and 8 bytes the other (rank 1's acknowledgement of
+  // rank 0's payload, rank 0's go-ahead for rank 1's), alpha + M/B + alpha in all.
+  double slower = 0;
+  for (const int payload_sender : {0, 1}) {
+    const bool go_ahead = payload_sender == 1;
+    double best = std::numeric_limits<double>::max();
+    for (int round = 0; round < rounds; ++round) {
+      const auto start = Clock::now();
+      if (transport.rank() == payload_sender) {
+        if (go_ahead) wait(transport.recv(peer, kProbeTag, token));
+        wait(transport.send(peer, kProbeTag, payload));
+        if (!go_ahead) wait(transport.recv(peer, kProbeTag, token));
+      } else {
+        if (go_ahead) wait(transport.send(peer, kProbeTag, token));
+        wait(transport.recv(peer, kProbeTag, payload));
+        if (!go_ahead) wait(transport.send(peer, kProbeTag, token));
+      }
+      best = std::min(best, seconds_since(start));
+    }
+    slower = std::max(slower, std::max(best - best_round_trip, 1e-9));
+  }
+  if (!measuring) return std::nullopt;
+  return Link{.bandwidth = static_cast<double>(bytes) / slower, .latency = best_round_trip / 2};
 }
 
 namespace {

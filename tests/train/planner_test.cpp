@@ -1,9 +1,11 @@
 // The capacity planner's cost model on cases worked by hand, its profile files and its refusals.
 #include <catch2/catch.hpp>
 
+#include "cohort/comm/inproc.hpp"
 #include "cohort/core/error.hpp"
 #include "cohort/nn/dense.hpp"
 #include "cohort/train/planner.hpp"
+#include "comm/comm_test_util.hpp"
 
 using namespace cohort;
 namespace plan = train::plan;
@@ -171,4 +173,20 @@ TEST_CASE("the planner refuses what cannot be planned, naming it", "[plan]") {
                   InvalidArgument);
   CHECK_THROWS_WITH(plan::parse_profile("{\"batch_size\": 8}"), Catch::Contains("threads is missing"));
   CHECK_THROWS_WITH(plan::parse_profile("not json"), Catch::Contains("a compute profile is a JSON object"));
+}
+
+TEST_CASE("a link is measured between the two ends of a cluster, and only there", "[plan]") {
+  comm::InProcessGroup pair(2, std::chrono::seconds(20));
+  std::vector<std::optional<plan::Link>> links(2);
+  comm_test::run_ranks(2, [&](int r) { links[static_cast<std::size_t>(r)] = plan::measure_link(pair.transport(r), 1 << 20, 2); });
+  REQUIRE(links[0].has_value());
+  CHECK_FALSE(links[1].has_value());
+  CHECK(links[0]->bandwidth > 0);
+  CHECK(std::isfinite(links[0]->bandwidth));
+  CHECK(links[0]->latency >= 0);
+  CHECK(links[0]->latency < 1);
+  plan::check_link(*links[0]);
+  comm::InProcessGroup three(3, std::chrono::seconds(20));
+  CHECK_THROWS_WITH(plan::measure_link(three.transport(0)),
+                    Catch::Contains("measuring a link takes 2 processes, one on each of its ends; this cluster has 3"));
 }

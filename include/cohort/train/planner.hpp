@@ -16,10 +16,12 @@
 //                                                   .link = {.bandwidth = 125e6, .latency = 50e-6}}, profile);
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "cohort/comm/transport.hpp"
 #include "cohort/nn/sequential.hpp"
 
 namespace cohort::train::plan {
@@ -32,6 +34,11 @@ struct Link {
 
 // Throws InvalidArgument unless bandwidth > 0 and latency >= 0, both finite.
 void check_link(const Link& link);
+
+// Measures the link between the two processes of `transport` (one on each host), with the messages a job
+// sends: the latency as half the best round trip of 8 bytes, the bandwidth as the slower direction's best
+// transfer of `bytes` (less a round trip). Both processes call it; rank 0 gets the link, rank 1 nothing.
+std::optional<Link> measure_link(comm::Transport& transport, std::size_t bytes = std::size_t{8} << 20, int rounds = 3);
 // Bytes per second from "10Gbit", "100Mbit", "4GB/s", "500MB/s" or a number of bytes per second, and seconds
 // from "50us", "1ms", "0.2s" or "0"; InvalidArgument naming the text and the spellings otherwise.
 double parse_bandwidth(std::string_view text);
