@@ -202,6 +202,10 @@ std::optional<Link> measure_link(comm::Transport& transport, std::size_t bytes, 
     }
     slower = std::max(slower, std::max(best - best_round_trip, 1e-9));
   }
+  // Rank 1 leaves only once rank 0 has all of its payload: a socket closed with bytes still in flight
+  // may be reset before they arrive.
+  if (measuring) wait(transport.send(peer, kProbeTag, token));
+  else wait(transport.recv(peer, kProbeTag, token));
   if (!measuring) return std::nullopt;
   return Link{.bandwidth = static_cast<double>(bytes) / slower, .latency = best_round_trip / 2};
 }
