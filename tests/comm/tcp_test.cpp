@@ -697,6 +697,37 @@ TEST_CASE("tcp: a rank that never comes is named by every rank, not only by the 
                                                            Catch::Contains("reported by chief 0"));
 }
 
+TEST_CASE("tcp: a rank told whom the group lost passes it on to the ranks its reporter has not reached", "[comm][tcp]") {
+  // Rank 3 never starts. Rank 2 (raw) has reached rank 0 alone and reports rank 3 lost; rank 1, connected
+  // to rank 0 but not to rank 2, learns the cause from rank 0 instead of seeing rank 0 leave.
+  const auto addresses = comm_test::free_addresses(4);
+  std::exception_ptr zero_error, one_error;
+  auto connect = [&](int rank, std::exception_ptr& error) {
+    try {
+      connect_tcp(options_for(rank, addresses));
+    } catch (...) {
+      error = std::current_exception();
+    }
+  };
+  std::thread zero([&] { connect(0, zero_error); });
+  std::thread one([&] { connect(1, one_error); });
+  std::this_thread::sleep_for(300ms);  // ranks 0 and 1 have connected
+  RawClient to_zero(addresses[0]);
+  REQUIRE(handshake(to_zero, 2, kSecret, tcp::random_nonce(), addresses));
+  std::this_thread::sleep_for(200ms);
+  const auto abort = tcp::encode({.type = tcp::FrameType::Abort, .tag = 3});
+  to_zero.write(abort.data(), abort.size());
+  const auto reported = std::chrono::steady_clock::now();
+  zero.join();
+  one.join();
+  CHECK(std::chrono::steady_clock::now() - reported < 3s);  // not the 10 s connect deadline
+  REQUIRE(zero_error != nullptr);
+  CHECK_THROWS_WITH(std::rethrow_exception(zero_error), Catch::Contains("lost worker 3") && Catch::Contains("reported by worker 2"));
+  REQUIRE(one_error != nullptr);
+  CHECK_THROWS_WITH(std::rethrow_exception(one_error), Catch::Contains("could not finish set-up: lost worker 3") &&
+                                                           Catch::Contains("reported by chief 0"));
+}
+
 TEST_CASE("tcp: a frame that takes longer than the peer timeout to arrive is not silence", "[comm][tcp]") {
   const auto addresses = comm_test::free_addresses(2);
   std::unique_ptr<Transport> zero;

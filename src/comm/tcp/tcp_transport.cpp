@@ -115,6 +115,9 @@ void TcpTransport::on_frame(int peer, const FrameHeader& header) {
     case FrameType::Abort: {
       const auto lost = static_cast<int>(header.tag);
       const std::string lost_name = lost >= 0 && lost < size() ? describe(lost) : fmt::format("rank {}", header.tag);
+      // Passed on once: in set-up a rank connected to this one but not yet to the reporter would otherwise
+      // see only this rank leave, and blame it.
+      if (!broken_) tell_peers(encode({.type = FrameType::Abort, .tag = header.tag}), {}, peer);
       break_group(fmt::format("lost {} (reported by {})", lost_name, describe(peer)));
       return read_header(peer);
     }
