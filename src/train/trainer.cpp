@@ -622,8 +622,10 @@ History Trainer::run(const data::Dataset& train, const FitOptions& options) {
       const bool completes_update = ++passes == accumulate || batch->index + 1 >= batches_per_epoch;
       totals.add(train_step(batch->images, batch->labels, completes_update));
       position.batch_in_epoch = batch->index + 1;
-      const Logs logs = logs_of(totals, "");
-      if (verbose) progress.update(position.batch_in_epoch, shown(logs, false), totals.values[0] / seconds_since(epoch_start));
+      Logs logs = logs_of(totals, "");
+      logs["samples_per_second"] = totals.values[0] / seconds_since(epoch_start);  // this process's, so far in the epoch
+      logs["learning_rate"] = optimizer_->learning_rate();
+      if (verbose) progress.update(position.batch_in_epoch, shown(logs, false), logs["samples_per_second"]);
       // Checkpoints, limits and stops take effect between updates only.
       if (!completes_update) continue;
       passes = 0;

@@ -189,6 +189,9 @@ TEST_CASE("the TensorBoard callback writes the run's curves and histograms as Ke
   for (const auto& e : train_events)
     if (e.tag == "batch_loss") batch_steps.push_back(e.step);
   CHECK(batch_steps == std::vector<std::int64_t>{5, 10, 15, 20, 25, 30, 35});
+  // Every N steps also the rate and the throughput so far in the epoch.
+  CHECK(scalar(train_events, "batch_learning_rate", 25) == static_cast<float>(trainer.optimizer().learning_rate()));
+  CHECK(scalar(train_events, "batch_samples_per_second", 25) > 0.0f);
 
   // A histogram per variable and epoch, counting every value, its buckets summing to the count.
   for (const auto& variable : model.variables()) {
