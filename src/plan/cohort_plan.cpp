@@ -6,8 +6,8 @@
 
 #include <cstdio>
 #include <filesystem>
-#include <optional>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include <cohort/app/command_line.hpp>

@@ -63,12 +63,12 @@ Prediction allreduce_prediction(const Job& job, const ComputeProfile& profile, A
   const GradientBuckets buckets(job.model->trainable_variables(), job.first_bucket_bytes, job.bucket_bytes);
   std::vector<Transfer> transfers;
   double bytes_total = 0, communication = 0;
+  // On one host every rank talks over the host's link; across hosts the ring's slowest hops cross them.
+  const Link& link = hosts_of(job) == 1 ? job.host_link : job.link;
   for (const GradientBucket& bucket : buckets.buckets()) {
     double ready = 0;
     for (std::size_t member : bucket.members) ready = std::max(ready, ready_of(profile, buckets.variables()[member]->name));
     const double bytes = static_cast<double>(bucket.end - bucket.begin) * sizeof(float);
-    // On one host every rank talks over the host's link; across hosts the ring's slowest hops cross them.
-    const Link& link = hosts_of(job) == 1 ? job.host_link : job.link;
     const double seconds =
         algorithm == Allreduce::RecursiveDoubling ? recursive_doubling_seconds(bytes, job.workers, link)
         : algorithm == Allreduce::Hierarchical
@@ -114,8 +114,8 @@ Prediction parameter_server_prediction(const Job& job, const ComputeProfile& pro
   Prediction p;
   p.strategy = fmt::format("parameter servers ({}, {})", servers, policy);
   // Pushes: each server's in-link takes n copies of its bytes, a host's out-link all the model's bytes per worker.
-  const double per_host = std::min(job.workers_per_host, job.workers);
-  const double pushes_end_by_worker_link = first_ready + per_host * model_bytes / bandwidth;
+  const double host_link_seconds = std::min(job.workers_per_host, job.workers) * model_bytes / bandwidth;
+  const double pushes_end_by_worker_link = first_ready + host_link_seconds;
   double end = 0, earliest_reply = std::numeric_limits<double>::max(), busiest = 0;
   for (std::size_t s = 0; s < bytes.size(); ++s) {
     if (bytes[s] == 0) continue;
@@ -129,15 +129,15 @@ Prediction parameter_server_prediction(const Job& job, const ComputeProfile& pro
     p.servers.push_back({.bytes = static_cast<std::int64_t>(bytes[s]), .bytes_per_step = 2 * n * bytes[s],
                          .busy_seconds = n * bytes[s] / bandwidth});
   }
-  end = std::max(end, earliest_reply + alpha + per_host * model_bytes / bandwidth);  // a host's in-link takes every reply
-  p.communication_seconds = 2 * std::max(per_host * model_bytes / bandwidth, busiest) + 2 * alpha;
+  end = std::max(end, earliest_reply + alpha + host_link_seconds);  // a host's in-link takes every reply
+  p.communication_seconds = 2 * std::max(host_link_seconds, busiest) + 2 * alpha;
   p.exposed_seconds = std::max(0.0, end - profile.backward_seconds);
   p.compute_seconds = profile.forward_seconds + profile.backward_seconds;  // the servers update
   p.step_seconds = p.compute_seconds + p.exposed_seconds;
   p.basis = fmt::format("{:.0f} bytes over {} server(s), the largest holds {:.0f} (imbalance {:.2f}); pushes and replies "
                         "each bounded by max(M/B, n b_max/B) = {:.3f} ms",
                         model_bytes, servers, *std::max_element(bytes.begin(), bytes.end()), plan.imbalance(),
-                        1e3 * std::max(per_host * model_bytes / bandwidth, busiest));
+                        1e3 * std::max(host_link_seconds, busiest));
   return p;
 }
 

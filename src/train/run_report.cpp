@@ -1,6 +1,5 @@
 #include "cohort/train/run_report.hpp"
 
-#include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -40,8 +39,7 @@ std::string preformatted(const std::string& text) { return "<pre>" + escape_html
 
 // Times and per-server loads have charts of their own; every other log is a curve.
 bool is_curve(const std::string& name) {
-  if (name.ends_with("seconds") || name == "samples_per_second" || name == "learning_rate") return false;
-  return !(name.starts_with("ps") && name.size() > 2 && std::isdigit(static_cast<unsigned char>(name[2])));
+  return !name.ends_with("seconds") && name != "samples_per_second" && name != "learning_rate" && !is_server_log(name);
 }
 
 // What each parameter server logged of `quantity` per epoch, as series "ps 0", "ps 1", ...

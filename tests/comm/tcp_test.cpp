@@ -36,6 +36,17 @@ TcpOptions options_for(int rank, const std::vector<Address>& addresses, std::str
   return comm_test::tcp_options(rank, addresses, 3s, std::move(secret));
 }
 
+// A rank's set-up on a thread of its own, for the tests where set-up must fail: `error` is what it ended with.
+std::thread failing_set_up(TcpOptions options, std::exception_ptr& error) {
+  return std::thread([options = std::move(options), &error] {
+    try {
+      connect_tcp(options);
+    } catch (...) {
+      error = std::current_exception();
+    }
+  });
+}
+
 // Connects n ranks concurrently, as n processes would; `adjust` changes every rank's options.
 std::vector<std::unique_ptr<Transport>> connect_group(int n, const std::vector<Address>& addresses,
                                                       const std::function<void(TcpOptions&)>& adjust = {}) {
@@ -638,15 +649,8 @@ TEST_CASE("tcp: a peer lost during set-up fails set-up at once, naming it", "[co
   // Ranks 0 and 1 of 4 wait for rank 3; hand-made rank 2 authenticates with both, then its process ends.
   const auto addresses = comm_test::free_addresses(4);
   std::exception_ptr zero_error, one_error;
-  auto connect = [&](int rank, std::exception_ptr& error) {
-    try {
-      connect_tcp(options_for(rank, addresses));
-    } catch (...) {
-      error = std::current_exception();
-    }
-  };
-  std::thread zero([&] { connect(0, zero_error); });
-  std::thread one([&] { connect(1, one_error); });
+  std::thread zero = failing_set_up(options_for(0, addresses), zero_error);
+  std::thread one = failing_set_up(options_for(1, addresses), one_error);
   {
     RawClient to_zero(addresses[0]);
     REQUIRE(handshake(to_zero, 2, kSecret, tcp::random_nonce(), addresses));
@@ -671,22 +675,10 @@ TEST_CASE("tcp: a rank that never comes is named by every rank, not only by the 
   const auto addresses = comm_test::free_addresses(3);
   std::exception_ptr zero_error, one_error;
   const auto started = std::chrono::steady_clock::now();
-  std::thread zero([&] {
-    auto options = options_for(0, addresses);
-    options.connect_timeout = 1500ms;
-    try {
-      connect_tcp(options);
-    } catch (...) {
-      zero_error = std::current_exception();
-    }
-  });
-  std::thread one([&] {
-    try {
-      connect_tcp(options_for(1, addresses));
-    } catch (...) {
-      one_error = std::current_exception();
-    }
-  });
+  auto impatient = options_for(0, addresses);
+  impatient.connect_timeout = 1500ms;
+  std::thread zero = failing_set_up(impatient, zero_error);
+  std::thread one = failing_set_up(options_for(1, addresses), one_error);
   zero.join();
   one.join();
   CHECK(std::chrono::steady_clock::now() - started < 5s);  // not rank 1's 10 s connect deadline
@@ -702,15 +694,8 @@ TEST_CASE("tcp: a rank told whom the group lost passes it on to the ranks its re
   // to rank 0 but not to rank 2, learns the cause from rank 0 instead of seeing rank 0 leave.
   const auto addresses = comm_test::free_addresses(4);
   std::exception_ptr zero_error, one_error;
-  auto connect = [&](int rank, std::exception_ptr& error) {
-    try {
-      connect_tcp(options_for(rank, addresses));
-    } catch (...) {
-      error = std::current_exception();
-    }
-  };
-  std::thread zero([&] { connect(0, zero_error); });
-  std::thread one([&] { connect(1, one_error); });
+  std::thread zero = failing_set_up(options_for(0, addresses), zero_error);
+  std::thread one = failing_set_up(options_for(1, addresses), one_error);
   std::this_thread::sleep_for(300ms);  // ranks 0 and 1 have connected
   RawClient to_zero(addresses[0]);
   REQUIRE(handshake(to_zero, 2, kSecret, tcp::random_nonce(), addresses));

@@ -11,9 +11,10 @@
 // Epoch logs hold metrics over all processes (the same numbers everywhere); batch logs are this
 // process's share of the epoch so far (loss, metrics, samples_per_second, learning_rate). With backup
 // workers (ps::Sync::backup_workers), whose processes never wait for each other, nothing is agreed: each
-// process acts on its own stop, at the end of the epoch, and metrics (its validation over the whole validation set), and warns that it does; the chief's
-// stop still ends the run for every process, and the servers update with the chief's learning rate (another
-// worker's request is warned as having no effect). The chief logs every agreed request with the processes that made it.
+// process acts on its own stop, at the end of the epoch, and metrics (its validation over the whole
+// validation set), and warns that it does; the chief's stop still ends the run for every process, and the
+// servers update with the chief's learning rate (another worker's request is warned as having no effect).
+// The chief logs every agreed request with the processes that made it.
 //
 //   struct StopAtLoss : train::Callback {
 //     void on_epoch_end(std::int64_t, const train::Logs& logs, train::TrainingControl& c) override {

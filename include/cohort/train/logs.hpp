@@ -17,5 +17,8 @@ inline constexpr std::string_view kValidationPrefix = "val_";
 inline std::string server_log(std::size_t server, std::string_view quantity) {
   return "ps" + std::to_string(server) + "_" + std::string(quantity);
 }
+inline bool is_server_log(std::string_view name) {
+  return name.starts_with("ps") && name.size() > 2 && name[2] >= '0' && name[2] <= '9';
+}
 
 }  // namespace cohort::train
