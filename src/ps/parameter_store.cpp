@@ -65,7 +65,7 @@ ParameterStore::ParameterStore(comm::Transport& transport, Plan plan, std::vecto
 }
 
 void ParameterStore::send_request(Link& link, std::uint16_t kind, std::int64_t samples, bool with_payload,
-                                  std::optional<std::int64_t> step, std::vector<comm::WorkPtr>& sends) {
+                                  std::optional<std::int64_t> step, std::vector<comm::WorkPtr>& sends, std::int32_t overflow_shard) {
   const bool low = with_payload && kind == static_cast<std::uint16_t>(proto::Kind::Push) && push_dtype_ == DType::BFloat16;
   if (low) {
     link.outgoing_bfloat16.resize(link.outgoing.size());
@@ -84,6 +84,10 @@ void ParameterStore::send_request(Link& link, std::uint16_t kind, std::int64_t s
   header.payload_bytes = bytes;
   header.payload_crc = crc32c_of(payload.data(), bytes);
   header.payload_dtype = static_cast<std::uint32_t>(low ? DType::BFloat16 : DType::Float32);
+  if (overflow_shard >= 0) {
+    header.flags = proto::kNotFinite;
+    header.overflow_shard = overflow_shard;
+  }
   // Kept in the link: the transport reads the bytes until the send completes.
   std::memcpy(link.request.data(), &header, sizeof header);
   sends.push_back(transport_.send(link.rank, proto::kRequestTag, link.request));
@@ -142,10 +146,13 @@ std::vector<comm::WorkPtr> ParameterStore::post_value_receives() {
 }
 
 void ParameterStore::receive_values(std::uint16_t kind, const std::vector<comm::WorkPtr>& posted) {
+  std::vector<std::optional<std::string>> skips;
   for (std::size_t s = 0; s < links_.size(); ++s) {
     Link& link = links_[s];
     const auto waiting_since = timeline::Clock::now();
-    receive_payload(link, receive_header(link, kind), std::as_writable_bytes(std::span(link.incoming)), posted[s]);
+    const proto::ReplyHeader header = receive_header(link, kind);
+    skips.push_back(skip_of(link, header));
+    receive_payload(link, header, std::as_writable_bytes(std::span(link.incoming)), posted[s]);
     if (timeline::recording()) timeline::record("communication", fmt::format("values from ps {}", s), waiting_since);
     for (const Piece& piece : link.pieces) {
       const LocalVariable& variable = variables_[piece.variable];
@@ -155,6 +162,23 @@ void ParameterStore::receive_values(std::uint16_t kind, const std::vector<comm::
       if (!variable.trainable) std::copy_n(in, piece.count, link.last_read.data() + piece.offset);
     }
   }
+  if (kind != static_cast<std::uint16_t>(proto::Kind::Push)) return;
+  for (std::size_t s = 1; s < skips.size(); ++s)
+    COHORT_CHECK_AS(ProtocolError, skips[s].has_value() == skips[0].has_value(), "{} {} this worker's push and {} {} it",
+                    transport_.describe(links_[0].rank), skips[0] ? "skipped" : "applied", transport_.describe(links_[s].rank),
+                    skips[s] ? "skipped" : "applied");
+  skipped_because_ = skips.empty() ? std::nullopt : skips[0];
+}
+
+std::optional<std::string> ParameterStore::skip_of(const Link& link, const proto::ReplyHeader& header) const {
+  if ((header.flags & proto::kStepSkipped) == 0) return std::nullopt;
+  COHORT_CHECK_AS(ProtocolError,
+                  header.overflow_worker >= 0 && header.overflow_worker < transport_.size() && header.overflow_shard >= 0 &&
+                      static_cast<std::size_t>(header.overflow_shard) < plan_.shards().size(),
+                  "{} skipped a step for worker {} and shard {}, which this run does not have", transport_.describe(link.rank),
+                  header.overflow_worker, header.overflow_shard);
+  return fmt::format("{} of {}", plan_.shards()[static_cast<std::size_t>(header.overflow_shard)].variable,
+                     comm::process_name_of(transport_, header.overflow_worker));
 }
 
 void ParameterStore::exchange_values(std::uint16_t kind, std::int64_t samples, bool with_payload) {
@@ -195,9 +219,17 @@ void ParameterStore::pack(Link& link, const Piece& piece) {
   for (std::int64_t i = 0; i < piece.count; ++i) out[i] = now[i] - before[i];
 }
 
-void ParameterStore::push_pull(std::int64_t samples) {
+void ParameterStore::push_pull(std::int64_t samples, std::optional<std::size_t> not_finite) {
+  std::int32_t overflow_shard = -1;
+  if (not_finite) {
+    COHORT_CHECK(*not_finite < variables_.size(), "push_pull(): variable {} is not one of the store's", *not_finite);
+    const auto& shards = plan_.shards();
+    const auto first = std::find_if(shards.begin(), shards.end(),
+                                    [&](const Shard& shard) { return shard.variable == variables_[*not_finite].name; });
+    overflow_shard = static_cast<std::int32_t>(first - shards.begin());
+  }
   begin_push(samples);
-  finish_push();
+  finish_push(overflow_shard);
 }
 
 void ParameterStore::begin_push(std::int64_t samples) {
@@ -231,7 +263,9 @@ void ParameterStore::gradients_ready(std::span<const std::size_t> variables) {
   traffic_.communication_seconds += std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-void ParameterStore::finish_push() {
+void ParameterStore::finish_push() { finish_push(-1); }
+
+void ParameterStore::finish_push(std::int32_t overflow_shard) {
   COHORT_CHECK(push_.has_value(), "finish_push() without begin_push()");
   const auto start = Clock::now();
   Push push = std::move(*push_);
@@ -241,7 +275,7 @@ void ParameterStore::finish_push() {
     for (Link& link : links_) {
       if (link.request_sent) continue;
       for (const Piece& piece : link.pieces) pack(link, piece);
-      send_request(link, static_cast<std::uint16_t>(proto::Kind::Push), push.samples, true, {}, push.sends);
+      send_request(link, static_cast<std::uint16_t>(proto::Kind::Push), push.samples, true, {}, push.sends, overflow_shard);
     }
     comm::wait_all(push.sends, transport_.timeout());
   }

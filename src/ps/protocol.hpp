@@ -6,7 +6,10 @@
 // A payload of floats follows the server's shards in plan order: gradients (trainable) and changes of
 // the value since the last read (non-trainable: BatchNormalization's moving statistics) in a Push, values
 // in an Init and in every answer to Init, Pull and Push. A Push may carry them as bfloat16 instead (half
-// the bytes; the header says so), which the server widens before it adds them in double. Headers carry the plan fingerprint, so a process
+// the bytes; the header says so), which the server widens before it adds them in double. A Push flagged
+// kNotFinite (a loss-scaled worker's gradients overflowed) is not applied: under Sync its whole step is
+// skipped, on every server alike, since every worker's flag reaches every server; the answers say so
+// (kStepSkipped) and name the first worker and variable that overflowed. Headers carry the plan fingerprint, so a process
 // built with another model or placement is refused, and a CRC-32C of the payload, so garbled bytes are.
 // Byte order is the hosts'; cohort runs on little-endian machines.
 
@@ -29,7 +32,8 @@ inline constexpr comm::Tag kReplyPayloadTag = 0x5053524550000001ull;
 
 inline constexpr std::uint32_t kRequestMagic = 0x51535043;  // "CPSQ"
 inline constexpr std::uint32_t kReplyMagic = 0x52535043;    // "CPSR"
-inline constexpr std::uint16_t kVersion = 4;  // 3: a Push may carry bfloat16 gradients; 4: replies carry the rate factor
+// 3: a Push may carry bfloat16 gradients; 4: replies carry the rate factor; 5: skipped loss-scaled steps
+inline constexpr std::uint16_t kVersion = 5;
 
 enum class Kind : std::uint16_t {
   Init = 1,   // the chief's starting values (payload: values)
@@ -63,14 +67,19 @@ struct RequestHeader {
   std::uint32_t payload_crc = 0;
   std::uint32_t payload_dtype = 0;  // its elements' DType code: float32, or bfloat16 in a Push
   double learning_rate_factor = 1;  // of a Push: the workers' agreed factor on the optimizer's schedule
+  std::uint32_t flags = 0;           // kNotFinite
+  std::int32_t overflow_shard = -1;  // kNotFinite: the plan's index of the first shard whose gradient overflowed
 };
-static_assert(sizeof(RequestHeader) == 56);
+static_assert(sizeof(RequestHeader) == 64);
+
+inline constexpr std::uint32_t kNotFinite = 1;  // request flag: this Push's gradients are not all finite
 
 // Failed: the server stopped serving (a worker stuck or lost); the message says why and names the process.
 // It may come unasked, as the answer to a worker's next request.
 enum class Status : std::uint16_t { Ok = 0, Refused = 1, Failed = 2 };
 
-inline constexpr std::uint32_t kRunEnded = 1;  // reply flag: the chief has ended the run
+inline constexpr std::uint32_t kRunEnded = 1;    // reply flag: the chief has ended the run
+inline constexpr std::uint32_t kStepSkipped = 2;  // reply flag: the answered Push was not applied (kNotFinite)
 
 struct ReplyHeader {
   std::uint32_t magic = kReplyMagic;
@@ -82,7 +91,9 @@ struct ReplyHeader {
   std::uint32_t payload_crc = 0;
   std::uint32_t flags = 0;
   double learning_rate_factor = 0;  // the server's updates' (the chief's), so that every worker logs the rate in use
-  char message[208] = {};      // why a request was refused, or serving failed
+  std::int32_t overflow_worker = -1;  // kStepSkipped: the first worker whose Push was flagged kNotFinite
+  std::int32_t overflow_shard = -1;   // and its overflow_shard
+  char message[200] = {};      // why a request was refused, or serving failed
 };
 static_assert(sizeof(ReplyHeader) == 256);
 

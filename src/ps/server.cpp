@@ -74,6 +74,7 @@ Server::Server(comm::Transport& transport, Plan plan, int server, std::vector<in
   contributions_.assign(workers, nullptr);
   idle_since_.assign(workers, std::nullopt);
   contribution_samples_.assign(workers, 0);
+  overflow_shards_.assign(workers, -1);
   clocks_.assign(workers, 0);
   finished_.assign(workers, 0);
   reply_values_.resize(workers);
@@ -179,7 +180,8 @@ void Server::serve_worker(int worker, Inbox& inbox) {
       payload.resize(inbox.bfloat16_payload.size());
       for (std::size_t i = 0; i < payload.size(); ++i) payload[i] = from_bfloat16_bits(inbox.bfloat16_payload[i]);
     }
-    if (const std::string problem = check_finite(payload); !problem.empty()) {
+    const bool flagged_not_finite = (header.flags & proto::kNotFinite) != 0;
+    if (const std::string problem = flagged_not_finite ? std::string() : check_finite(payload); !problem.empty()) {
       refuse(worker, problem);
       return;
     }
@@ -254,6 +256,14 @@ std::string Server::check_header(const protocol::RequestHeader& header, int work
   if (header.step < 0) return fmt::format("negative step {}", header.step);
   if (!std::isfinite(header.learning_rate_factor) || header.learning_rate_factor <= 0)
     return fmt::format("learning-rate factor {} is not positive and finite", header.learning_rate_factor);
+  if ((header.flags & ~proto::kNotFinite) != 0) return fmt::format("unknown request flags {:#x}", header.flags);
+  if ((header.flags & proto::kNotFinite) != 0) {
+    if (kind != proto::Kind::Push) return fmt::format("{} flagged as not finite: only a Push may be", proto::kind_name(header.kind));
+    if (header.overflow_shard < 0 || static_cast<std::size_t>(header.overflow_shard) >= plan_.shards().size())
+      return fmt::format("a Push flagged as not finite names shard {}, the plan has {}", header.overflow_shard, plan_.shards().size());
+    if (const auto* sync = std::get_if<Sync>(&options_.consistency); sync != nullptr && sync->backup_workers > 0)
+      return "a Push flagged as not finite under backup workers: the servers could disagree on skipping its step";
+  }
   return {};
 }
 
@@ -317,13 +327,14 @@ bool Server::handle(int worker, const protocol::RequestHeader& header, const std
       // change the rate of every update until the chief's next push.
       if (worker == 0) optimizer_.set_learning_rate_factor(header.learning_rate_factor);
       std::int64_t staleness = 0;
+      std::optional<Skip> skipped;
       const bool answered = std::holds_alternative<Sync>(options_.consistency)
-                                ? push_sync_locked(lock, worker, header.step, header.samples, payload, staleness)
-                                : push_async_locked(lock, worker, header.step, header.samples, payload, staleness);
+                                ? push_sync_locked(lock, worker, header, payload, staleness, skipped)
+                                : push_async_locked(lock, worker, header, payload, staleness, skipped);
       if (!answered) return true;
       copy_values_locked(out);
       lock.unlock();
-      reply(worker, staleness, std::as_bytes(std::span(out)));
+      reply(worker, staleness, std::as_bytes(std::span(out)), skipped);
       return false;
     }
     case proto::Kind::Save: {
@@ -355,8 +366,9 @@ bool Server::handle(int worker, const protocol::RequestHeader& header, const std
   return true;
 }
 
-bool Server::push_sync_locked(std::unique_lock<std::mutex>& lock, int worker, std::int64_t step, std::int64_t samples,
-                              const std::vector<float>& payload, std::int64_t& staleness) {
+bool Server::push_sync_locked(std::unique_lock<std::mutex>& lock, int worker, const proto::RequestHeader& header,
+                              const std::vector<float>& payload, std::int64_t& staleness, std::optional<Skip>& skipped) {
+  const std::int64_t step = header.step, samples = header.samples;
   WorkerCounters& counters = stats_.workers[static_cast<std::size_t>(worker)];
   ++counters.pushes;
   if (step < version_) {
@@ -369,16 +381,28 @@ bool Server::push_sync_locked(std::unique_lock<std::mutex>& lock, int worker, st
   if (contributors_ == 0) step_started_ = Clock::now();
   contributions_[w] = payload.data();
   contribution_samples_[w] = samples;
+  overflow_shards_[w] = (header.flags & proto::kNotFinite) != 0 ? header.overflow_shard : -1;
   ++contributors_;
   contributed_samples_ += samples;
   complete_sync_step_if_ready_locked();
-  return wait_locked(lock, [&] { return version_ > step; }, [&] { return missing_workers_locked(step); });
+  if (!wait_locked(lock, [&] { return version_ > step; }, [&] { return missing_workers_locked(step); })) return false;
+  // No later step can complete before this worker's next push, so the last skipped one is still on record.
+  if (last_skipped_ && last_skipped_->first == step) skipped = last_skipped_->second;
+  return true;
 }
 
 void Server::complete_sync_step_if_ready_locked() {
   const int backups = std::get<Sync>(options_.consistency).backup_workers;
   const int needed = std::max(1, active_workers_locked() - backups);
   if (contributors_ == 0 || contributors_ < needed) return;
+  const auto overflowed = std::find_if(overflow_shards_.begin(), overflow_shards_.end(), [](std::int32_t shard) { return shard >= 0; });
+  if (overflowed != overflow_shards_.end()) {
+    // A loss-scaled step that overflowed somewhere: nothing changes, but the step is taken, on every server.
+    last_skipped_ = {version_, {.worker = static_cast<int>(overflowed - overflow_shards_.begin()), .shard = *overflowed}};
+    ++version_;
+    end_sync_step_locked();
+    return;
+  }
   // In worker order, whatever the arrival order: the same sum, bit for bit, on every run. Trainable: mean
   // gradient x samples, so the step averages over all samples of the global batch; non-trainable: the
   // change of the moving statistics, averaged over the workers. A float times an integer below 2^24 is
@@ -399,22 +423,30 @@ void Server::complete_sync_step_if_ready_locked() {
   }
   const double gradient_scale = contributed_samples_ > 0 ? 1.0 / static_cast<double>(contributed_samples_) : 0.0;
   apply_locked(accumulator_.data(), gradient_scale, 1.0 / contributors_);
+  end_sync_step_locked();
+}
+
+void Server::end_sync_step_locked() {
   deadline_.observe(Clock::now() - step_started_);
   std::fill(contributions_.begin(), contributions_.end(), nullptr);
+  std::fill(overflow_shards_.begin(), overflow_shards_.end(), -1);
   contributors_ = 0;
   contributed_samples_ = 0;
   changed_.notify_all();
 }
 
-bool Server::push_async_locked(std::unique_lock<std::mutex>& lock, int worker, std::int64_t step, std::int64_t samples,
-                               const std::vector<float>& payload, std::int64_t& staleness) {
+bool Server::push_async_locked(std::unique_lock<std::mutex>& lock, int worker, const proto::RequestHeader& header,
+                               const std::vector<float>& payload, std::int64_t& staleness, std::optional<Skip>& skipped) {
   const auto w = static_cast<std::size_t>(worker);
   WorkerCounters& counters = stats_.workers[w];
-  staleness = version_ - step;
+  staleness = version_ - header.step;
   ++counters.pushes;
   counters.staleness_sum += staleness;
   counters.max_staleness = std::max(counters.max_staleness, staleness);
-  apply_locked(payload.data(), samples > 0 ? 1.0 : 0.0, 1.0);
+  if ((header.flags & proto::kNotFinite) != 0)
+    skipped = Skip{.worker = worker, .shard = header.overflow_shard};  // this push alone, on every server
+  else
+    apply_locked(payload.data(), header.samples > 0 ? 1.0 : 0.0, 1.0);
   ++clocks_[w];
   changed_.notify_all();
   if (const auto* bounded = std::get_if<BoundedStaleness>(&options_.consistency)) {
@@ -565,13 +597,18 @@ void Server::refuse(int worker, const std::string& reason) {
   transport_.send(worker_ranks_[static_cast<std::size_t>(worker)], proto::kReplyTag, bytes_of(header))->wait(transport_.timeout());
 }
 
-void Server::reply(int worker, std::int64_t staleness, std::span<const std::byte> payload) {
+void Server::reply(int worker, std::int64_t staleness, std::span<const std::byte> payload, const std::optional<Skip>& skipped) {
   const int rank = worker_ranks_[static_cast<std::size_t>(worker)];
   proto::ReplyHeader header;
+  if (skipped) {
+    header.flags |= proto::kStepSkipped;
+    header.overflow_worker = skipped->worker;
+    header.overflow_shard = skipped->shard;
+  }
   {
     const std::lock_guard lock(mutex_);
     header.step = version_;
-    header.flags = run_ended_ ? proto::kRunEnded : 0;
+    if (run_ended_) header.flags |= proto::kRunEnded;
     header.learning_rate_factor = optimizer_.learning_rate_factor();
     stats_.bytes_out += static_cast<std::int64_t>(sizeof header + payload.size());
   }

@@ -1,11 +1,14 @@
 #include "cohort/train/parameter_server.hpp"
 
+#include <cmath>
+
 #include "cohort/core/check.hpp"
 #include "cohort/core/format.hpp"
 #include "cohort/core/logging.hpp"
 #include "cohort/ps/server.hpp"
 #include "cohort/ps/verify_plan.hpp"
 #include "cohort/tensor/ops.hpp"
+#include "cohort/train/loss_scale.hpp"
 #include "cohort/train/variable_infos.hpp"
 #include "core/sealed_file.hpp"
 #include "train/position_codec.hpp"
@@ -99,8 +102,14 @@ void ParameterServer::initialize(nn::Sequential& model, optim::Optimizer& optimi
   optimizer.set_iterations(store_->step());
 }
 
+bool ParameterServer::set_loss_scale(LossScale* scale) {
+  if (has_backup_workers()) return false;
+  loss_scale_ = scale;
+  return true;
+}
+
 void ParameterServer::begin_gradients(nn::Sequential&, std::int64_t samples) {
-  if (staged_) return;
+  if (staged_ || loss_scale_ != nullptr) return;
   store_->set_learning_rate_factor(optimizer_->learning_rate_factor());
   store_->begin_push(samples);
   pushing_ = true;
@@ -128,11 +137,24 @@ void ParameterServer::apply_gradients(nn::Sequential&, optim::Optimizer& optimiz
     values_to_host(false);  // non-trainable variables travel as their change since the last read
   }
   store_->set_learning_rate_factor(optimizer.learning_rate_factor());
-  store_->push_pull(samples);
+  const std::optional<std::size_t> not_finite = loss_scale_ != nullptr ? unscale_gradients() : std::nullopt;
+  store_->push_pull(samples, not_finite);
   values_from_host();
   optimizer.set_iterations(store_->step());  // the servers' optimizers decide the learning rate
   follow_servers_rate(optimizer);
   step_taken();
+  if (loss_scale_ != nullptr) loss_scale_->record(!store_->skipped_because(), store_->skipped_because().value_or(""));
+}
+
+std::optional<std::size_t> ParameterServer::unscale_gradients() {
+  std::optional<std::size_t> first_not_finite;
+  for (const Mirror& m : mirrors_) {
+    if (!m.variable->trainable) continue;
+    ops::scale(m.gradient, 1.0f / loss_scale_->value());
+    // A sum of squares in double is finite exactly when every float gradient is.
+    if (!first_not_finite && !std::isfinite(ops::sum_of_squares(m.gradient))) first_not_finite = store_index_.at(m.variable.get());
+  }
+  return first_not_finite;
 }
 
 void ParameterServer::follow_servers_rate(optim::Optimizer& optimizer) const {

@@ -488,8 +488,9 @@ History Trainer::run(const data::Dataset& train, const FitOptions& options) {
   if (model_.precision() == nn::Precision::MixedFloat16) {
     loss_scale_ = position.loss_scale > 0 ? LossScale(position.loss_scale, position.loss_scale_finite_steps) : LossScale();
     COHORT_CHECK(strategy_->set_loss_scale(&*loss_scale_),
-                 "mixed_float16 needs dynamic loss scaling, and with strategy '{}' the servers update shard by shard "
-                 "and cannot agree on skipping a step; train in mixed_bfloat16 (no loss scaling), or with ring allreduce",
+                 "mixed_float16 needs dynamic loss scaling, whose skipped steps every process must agree on, and with "
+                 "strategy '{}' each server may count other workers' gradients; train in mixed_bfloat16 (no loss "
+                 "scaling), or without backup workers",
                  strategy_->name());
   }
   check_replica_sum();

@@ -540,12 +540,53 @@ TEST_CASE("tcp: a frame header announcing gigabytes allocates only what arrives"
   listener.join();
   const std::int64_t before = resident_bytes();
   // A member announces 3 GiB on a tag nobody receives, sends 1 MiB of it, then falls silent.
+  peer.write(tcp::encode({.type = tcp::FrameType::Announce, .tag = std::uint64_t{3} << 30}));
   peer.write(tcp::encode({.type = tcp::FrameType::Data, .tag = 9, .length = std::uint64_t{3} << 30}));
   peer.write(std::vector<unsigned char>(1 << 20, 0x5A));
   std::vector<int> out(4);
   auto pending = zero->recv(1, 1, conformance::bytes(out));
   CHECK_THROWS_WITH(pending->wait(10s), Catch::Contains("lost worker 1") && Catch::Contains("silent"));
   CHECK(resident_bytes() - before < (std::int64_t{256} << 20));  // sanitizers' shadow memory included; 3 GiB before
+}
+
+TEST_CASE("tcp: a data header above what its sender announced is refused at once, before any sizes are declared",
+          "[comm][tcp][security]") {
+  // announced: what the raw peer announces first (0: nothing, so the 256 KiB always expected).
+  for (const std::uint64_t announced : {std::uint64_t{0}, std::uint64_t{1} << 20}) {
+    INFO("announced " << announced);
+    const auto addresses = comm_test::free_addresses(2);
+    std::unique_ptr<Transport> zero;
+    std::thread listener([&] { zero = connect_tcp(options_for(0, addresses)); });
+    RawClient peer(addresses[0]);
+    REQUIRE(handshake(peer, 1, kSecret, tcp::random_nonce(), addresses));
+    listener.join();
+    if (announced > 0) peer.write(tcp::encode({.type = tcp::FrameType::Announce, .tag = announced}));
+    const auto started = std::chrono::steady_clock::now();
+    peer.write(tcp::encode({.type = tcp::FrameType::Data, .tag = 3, .length = std::max(announced, kAlwaysExpectedBytes) + 1}));
+    std::vector<int> out(4);
+    auto pending = zero->recv(1, 1, conformance::bytes(out));
+    CHECK_THROWS_AS(pending->wait(10s), ProtocolError);
+    CHECK_THROWS_WITH(zero->send(1, 1, conformance::bytes(out))->wait(1s),
+                      Catch::Contains("lost worker 1") && Catch::Contains("above the") && Catch::Contains("its sender announced"));
+    CHECK(std::chrono::steady_clock::now() - started < 3s);
+  }
+}
+
+TEST_CASE("tcp: a message above 256 KiB to a peer that declared no sizes arrives, announced first", "[comm][tcp]") {
+  const auto addresses = comm_test::free_addresses(2);
+  std::unique_ptr<Transport> zero, one;
+  std::thread listener([&] { zero = connect_tcp(options_for(0, addresses)); });
+  one = connect_tcp(options_for(1, addresses));
+  listener.join();
+  std::vector<int> big(std::size_t{1} << 20, 7), small(8, 2);
+  one->send(0, 5, conformance::bytes(small))->wait(5s);
+  one->send(0, 6, conformance::bytes(big))->wait(10s);  // buffered by rank 0: no receive awaits it yet
+  std::this_thread::sleep_for(100ms);
+  std::vector<int> got_big(big.size()), got_small(small.size());
+  zero->recv(1, 6, conformance::bytes(got_big))->wait(10s);
+  zero->recv(1, 5, conformance::bytes(got_small))->wait(5s);
+  CHECK(got_big == big);
+  CHECK(got_small == small);
 }
 
 TEST_CASE("tcp: a peer that vanishes or falls silent fails every rank's operations, naming it", "[comm][tcp]") {

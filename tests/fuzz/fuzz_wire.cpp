@@ -103,6 +103,7 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
                                            .heartbeat_ms = 1000, .peer_timeout_ms = 10000, .timeout_ms = 60000});
   const std::string hello = frame(FrameType::Hello, 1, std::string(reinterpret_cast<const char*>(payload.data()), payload.size()));
   fuzz::write_seeds({fuzz::mode(0, frame(FrameType::Data, 7, "")), fuzz::mode(0, frame(FrameType::Abort, 2, "")),
+                     fuzz::mode(0, frame(FrameType::Announce, 1 << 20, "")),
                      fuzz::mode(1, hello), fuzz::mode(1, hello + frame(FrameType::Response, 0, std::string(kMacBytes, 'm'))),
                      fuzz::mode(1, frame(FrameType::Data, 1, "data before a handshake"))});
   return 0;

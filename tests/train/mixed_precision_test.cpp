@@ -22,6 +22,7 @@
 #include "cohort/train/trainer.hpp"
 #include "cohort/train/update.hpp"
 #include "comm/comm_test_util.hpp"
+#include "ps/ps_test_util.hpp"
 #include "test_util.hpp"
 #include "train/tiny_cnn.hpp"
 
@@ -235,12 +236,80 @@ TEST_CASE("bfloat16 gradients on the ring update as float32 ones do, within bflo
   CHECK(difference < 4 * unit_roundoff(DType::BFloat16));
 }
 
-TEST_CASE("mixed_float16 with parameter servers is refused by name", "[train][dtype][ps]") {
-  comm::InProcessGroup group(2);
+TEST_CASE("under parameter servers an overflow on one worker skips that step on every server and every worker",
+          "[train][dtype][ps]") {
+  // Three steps of SGD at rate 0.5 on unscaled gradients of 1 (exact in float); worker 1 overflows at the second.
+  for (const ps::Consistency consistency : {ps::Consistency{ps::Sync{}}, ps::Consistency{ps::Async{}}}) {
+    const bool sync = std::holds_alternative<ps::Sync>(consistency);
+    INFO(ps::describe(consistency));
+    comm::InProcessGroup group(4, std::chrono::seconds(20), ps_test::process_names(2, 2));
+    std::vector<float> scales(2);
+    std::vector<std::string> skipped(2);
+    std::vector<std::vector<float>> kernels(2);
+    std::vector<float> start;
+    std::vector<ps::ServerStats> server_stats;
+    ps_test::run_cluster(group, 2, 2, {.consistency = consistency}, [&](int r, auto strategy) {
+      nn::Sequential model({4}, 3);
+      model.add(nn::Dense(2));
+      optim::SGD sgd({.learning_rate = optim::constant(0.5)});
+      train::LossScale scale;
+      REQUIRE(strategy->set_loss_scale(&scale));
+      strategy->initialize(model, sgd);
+      if (strategy->is_server()) {
+        strategy->serve(model, sgd, {});
+        return;
+      }
+      if (r == 0) start = model.variable("dense/kernel")->value.to_vector();
+      for (int step = 0; step < 3; ++step) {
+        strategy->begin_gradients(model, 8);
+        for (const auto& v : model.trainable_variables()) ops::fill(v->gradient, scale.value());
+        if (r == 1 && step == 1) model.variable("dense/bias")->gradient.data()[1] = std::numeric_limits<float>::infinity();
+        strategy->apply_gradients(model, sgd, 8);
+        if (!strategy->store().skipped_because()) continue;
+        skipped[static_cast<std::size_t>(r)] += fmt::format("{}: {};", step, *strategy->store().skipped_because());
+      }
+      scales[static_cast<std::size_t>(r)] = scale.value();
+      kernels[static_cast<std::size_t>(r)] = model.variable("dense/kernel")->value.to_vector();
+      strategy->finish({});
+      if (r == 0) server_stats = strategy->final_server_stats();
+    });
+    REQUIRE(server_stats.size() == 2);
+    if (sync) {
+      // One step skipped by both servers and both workers: two updates of 0.5 each.
+      CHECK(scales == std::vector<float>{16384.0f, 16384.0f});
+      CHECK(skipped == std::vector<std::string>{"1: dense/bias of worker 1;", "1: dense/bias of worker 1;"});
+      for (const auto& stats : server_stats) CHECK(stats.updates == 2);
+      CHECK(kernels[0] == kernels[1]);
+      for (std::size_t i = 0; i < start.size(); ++i) CHECK(kernels[0][i] == start[i] - 1.0f);
+    } else {
+      // Only worker 1's overflowed push is dropped, by both servers; worker 0's scale never halves.
+      CHECK(scales == std::vector<float>{32768.0f, 16384.0f});
+      CHECK(skipped == std::vector<std::string>{"", "1: dense/bias of worker 1;"});
+      for (const auto& stats : server_stats) CHECK(stats.updates == 5);
+    }
+  }
+}
+
+TEST_CASE("mixed_float16 trains under parameter servers, and is refused by name with backup workers", "[train][dtype][ps]") {
+  comm::InProcessGroup group(4);
+  std::vector<nn::Sequential> models;
+  for (int r = 0; r < 4; ++r) models.push_back(tiny_cnn(nn::Precision::MixedFloat16));
+  std::vector<History> histories(2);
+  ps_test::run_cluster(group, 2, 2, {}, [&](int r, auto strategy) {
+    Trainer trainer(models[static_cast<std::size_t>(r)], optim::Adam({.learning_rate = optim::constant(3e-3)}), strategy);
+    const History history = trainer.fit(synthetic_set(), kSilent);
+    if (r < 2) histories[static_cast<std::size_t>(r)] = history;
+  });
+  CHECK(histories[0].epochs.back().at("loss") < 0.5 * histories[0].epochs.front().at("loss"));
+  CHECK(snapshot(models[0]) == snapshot(models[1]));
+
+  comm::InProcessGroup backup_group(3);
   nn::Sequential model = tiny_cnn(nn::Precision::MixedFloat16);
-  Trainer trainer(model, optim::Adam(), std::make_shared<train::ParameterServer>(group.transport(0), 1));
+  Trainer trainer(model, optim::Adam(),
+                  std::make_shared<train::ParameterServer>(backup_group.transport(0), 2,
+                                                           train::ParameterServerOptions{.consistency = ps::Sync{.backup_workers = 1}}));
   CHECK_THROWS_WITH(trainer.fit(synthetic_set(), kSilent),
-                    Catch::Contains("mixed_float16 needs dynamic loss scaling") && Catch::Contains("mixed_bfloat16"));
+                    Catch::Contains("mixed_float16 needs dynamic loss scaling") && Catch::Contains("without backup workers"));
 }
 
 TEST_CASE("a model trained in mixed precision saves a model file that predicts in float32", "[train][dtype]") {

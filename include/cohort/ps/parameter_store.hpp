@@ -67,7 +67,9 @@ class ParameterStore {
   // Reads every variable from the servers (waiting until the chief has initialized them).
   void pull();
   // Sends the gradients of a step over `samples` samples (0: none) and reads the new values.
-  void push_pull(std::int64_t samples);
+  // `not_finite`: the index of the first variable whose gradient overflowed (a loss-scaled step): the push
+  // asks the servers to skip the step, which they do alike (server.hpp), and skipped_because() says so.
+  void push_pull(std::int64_t samples, std::optional<std::size_t> not_finite = {});
   // push_pull() in parts, so that requests leave while backward runs: begin_push() before backward,
   // gradients_ready() as variables' gradients become final (a server's request leaves as soon as every
   // gradient it holds is), finish_push() after backward: the requests not yet sent go, the values come.
@@ -89,6 +91,8 @@ class ParameterStore {
   std::int64_t step() const;
   // True once a server said the chief has ended the run.
   bool run_ended() const { return run_ended_; }
+  // After a push the servers skipped: whose gradient overflowed ("dense/bias of worker 1"); else nullopt.
+  const std::optional<std::string>& skipped_because() const { return skipped_because_; }
   const ClientTraffic& traffic() const { return traffic_; }
 
  private:
@@ -118,14 +122,20 @@ class ParameterStore {
   // Copies piece `piece` of `link` into its outgoing payload: a gradient, or a non-trainable variable's
   // change since the last read.
   void pack(Link& link, const Piece& piece);
-  // Queues `link`'s request; `sends` gets the works that complete once its bytes are out.
+  // Queues `link`'s request; `sends` gets the works that complete once its bytes are out. `overflow_shard`
+  // >= 0 flags a Push as not finite.
   void send_request(Link& link, std::uint16_t kind, std::int64_t samples, bool with_payload, std::optional<std::int64_t> step,
-                    std::vector<comm::WorkPtr>& sends);
+                    std::vector<comm::WorkPtr>& sends, std::int32_t overflow_shard = -1);
   // The receives of every server's answer with values, posted before the requests so that the values
   // land straight in their buffers.
   std::vector<comm::WorkPtr> post_value_receives();
-  // Reads every server's answer with values into the model's variables.
+  // Reads every server's answer with values into the model's variables; after a Push, notes whether the
+  // servers skipped it (all alike, else ProtocolError).
   void receive_values(std::uint16_t kind, const std::vector<comm::WorkPtr>& posted);
+  // finish_push() with every request flagged by `overflow_shard` (-1: none).
+  void finish_push(std::int32_t overflow_shard);
+  // What a Push answer says of a skipped step: whose gradient overflowed; nullopt when it was applied.
+  std::optional<std::string> skip_of(const Link& link, const protocol::ReplyHeader& header) const;
 
   // Sends one request to every server (a payload: each link's outgoing values); step defaults to each
   // link's last answered step. Returns once every request is out.
@@ -149,6 +159,7 @@ class ParameterStore {
   std::optional<Push> push_;
   comm::ProgressDeadline deadline_;  // of an answer: the servers' own deadline, kReplySlack times over
   bool run_ended_ = false;
+  std::optional<std::string> skipped_because_;
   double learning_rate_factor_ = 1;
   double servers_learning_rate_factor_ = 0;
   ClientTraffic traffic_;

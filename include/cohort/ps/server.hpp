@@ -18,6 +18,12 @@
 // precision (each float product with the sample count is exact there), so a step's result is the same bits
 // on every run and every instruction set.
 //
+// Loss-scaled workers (mixed_float16) flag a Push whose gradients overflowed instead of sending it as a
+// refusable request: under Sync a step with any flagged Push changes nothing (no variable, no optimizer slot
+// or iteration) yet counts as a step, and every answer of it says it was skipped; under Async and
+// BoundedStaleness the flagged Push alone is dropped. Sync with backup workers refuses the flag: each
+// server may count other workers' gradients, so they could disagree on a skip.
+//
 //   ps::Server server(transport, plan, /*server=*/0, /*worker_ranks=*/{0, 1}, optimizer, ps::Sync{});
 //   server.serve();   // returns when every worker has said Done
 
@@ -78,6 +84,12 @@ class Server {
     std::size_t offset;      // in floats, within a payload
   };
   struct Inbox;
+  // The first worker (in worker order) whose Push of a skipped step was flagged kNotFinite, and the plan's
+  // index of its first overflowed shard.
+  struct Skip {
+    int worker = -1;
+    std::int32_t shard = -1;
+  };
 
   void serve_worker(int worker, Inbox& inbox);
   // Waits for the next request of `worker`; false once serving has failed; TimeoutError naming it stuck.
@@ -89,11 +101,14 @@ class Server {
   std::string refusal_locked(const protocol::RequestHeader& header) const;
   // Answers one request; true when this worker is finished.
   bool handle(int worker, const protocol::RequestHeader& header, const std::vector<float>& payload);
-  bool push_sync_locked(std::unique_lock<std::mutex>& lock, int worker, std::int64_t step, std::int64_t samples,
-                        const std::vector<float>& payload, std::int64_t& staleness);
-  bool push_async_locked(std::unique_lock<std::mutex>& lock, int worker, std::int64_t step, std::int64_t samples,
-                         const std::vector<float>& payload, std::int64_t& staleness);
+  // `overflow_shard`: >= 0 when the Push is flagged kNotFinite; `skipped` says whether it was applied.
+  bool push_sync_locked(std::unique_lock<std::mutex>& lock, int worker, const protocol::RequestHeader& header,
+                        const std::vector<float>& payload, std::int64_t& staleness, std::optional<Skip>& skipped);
+  bool push_async_locked(std::unique_lock<std::mutex>& lock, int worker, const protocol::RequestHeader& header,
+                         const std::vector<float>& payload, std::int64_t& staleness, std::optional<Skip>& skipped);
   void complete_sync_step_if_ready_locked();
+  // The current Sync step is over (applied or skipped): its contributions are let go, its waiters woken.
+  void end_sync_step_locked();
   // gradients x gradient_scale into the optimizer (skipped when 0), value changes x delta_scale added.
   template <typename Element>
   void apply_locked(const Element* source, double gradient_scale, double delta_scale);
@@ -117,7 +132,7 @@ class Server {
   ServerSnapshot snapshot_locked() const;
   ServerStats stats_locked() const;
   void refuse(int worker, const std::string& reason);
-  void reply(int worker, std::int64_t staleness, std::span<const std::byte> payload);
+  void reply(int worker, std::int64_t staleness, std::span<const std::byte> payload, const std::optional<Skip>& skipped = {});
   void record_latency(double milliseconds);
 
   comm::Transport& transport_;
@@ -145,6 +160,8 @@ class Server {
   std::int64_t contributed_samples_ = 0;
   std::vector<const float*> contributions_;  // per worker: its gradients of the current step, or null
   std::vector<std::int64_t> contribution_samples_;
+  std::vector<std::int32_t> overflow_shards_;  // per worker: its current step's overflowed shard, or -1
+  std::optional<std::pair<std::int64_t, Skip>> last_skipped_;  // Sync: the last skipped step, and why
   std::chrono::steady_clock::time_point step_started_{};  // the current step's first contribution
   std::vector<std::optional<std::chrono::steady_clock::time_point>> idle_since_;  // per worker: awaiting its request since
   std::vector<std::int64_t> clocks_;  // per worker: pushes applied (BoundedStaleness)

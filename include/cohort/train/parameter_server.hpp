@@ -72,10 +72,13 @@ class ParameterServer : public Strategy {
   std::string replica_name(int replica) const override { return comm::process_name_of(transport_, replica); }
   void initialize(nn::Sequential& model, optim::Optimizer& optimizer) override;
   void apply_gradients(nn::Sequential& model, optim::Optimizer& optimizer, std::int64_t samples) override;
-  // The servers update, shard by shard: they cannot agree on skipping a step.
-  bool set_loss_scale(LossScale*) override { return false; }
+  // Loss scaling (mixed_float16): a worker unscales its gradients and, when one is not finite, flags its
+  // pushes, and the servers skip that step alike (ps/server.hpp); every worker's scale follows their answers.
+  // Refused (false) with backup workers, under which the servers could disagree on a skip.
+  bool set_loss_scale(LossScale* scale) override;
   // A model on the CPU sends each server its request as soon as backward has made every gradient that
-  // server holds final; a model on a device sends them all after backward (its gradients are staged).
+  // server holds final; a model on a device, or a loss-scaled one (whose flag needs every gradient), sends
+  // them all after backward.
   void begin_gradients(nn::Sequential& model, std::int64_t samples) override;
   void gradients_ready(std::span<const nn::VariablePtr> variables) override;
   DataShare data_share() const override;
@@ -128,6 +131,8 @@ class ParameterServer : public Strategy {
   // The workers as the cluster names them ("chief 0", "worker 0").
   std::vector<std::string> worker_names() const;
   void values_from_host();
+  // Divides the loss scale out of the host gradients; the store's index of the first one not finite.
+  std::optional<std::size_t> unscale_gradients();
 
   comm::Transport& transport_;
   int workers_;

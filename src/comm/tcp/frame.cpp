@@ -34,6 +34,7 @@ std::optional<std::string> check(const FrameHeader& header, std::uint64_t max_pa
     case FrameType::Abort:
     case FrameType::Bye:
     case FrameType::Stuck:
+    case FrameType::Announce:
       // Their tag says all: a length would be bytes the reader never reads, so the next header would start inside them.
       if (header.length != 0)
         return fmt::format("a frame of type {} announcing {} bytes, though that type carries none",

@@ -13,7 +13,7 @@
 namespace cohort::comm::tcp {
 
 inline constexpr std::uint32_t kMagic = 0x54484F43;  // "COHT"
-inline constexpr std::uint16_t kProtocolVersion = 6;
+inline constexpr std::uint16_t kProtocolVersion = 7;
 inline constexpr std::size_t kHeaderBytes = 24;
 inline constexpr std::size_t kNonceBytes = 32;
 inline constexpr std::size_t kMacBytes = 32;
@@ -30,6 +30,7 @@ enum class FrameType : std::uint16_t {
   Accepted = 15,  // server, after a correct response: payload = proof of the secret; data follows
   Stuck = 16,     // tag = the rank the sender found stuck (alive, but it never started a collective)
   Failed = 17,    // payload = why the sender ends (text, at most kMaxRefusalBytes)
+  Announce = 18,  // tag = the largest data frame the sender may send from now on, above kAlwaysExpectedBytes
 };
 
 // The longest reason a Refused frame may carry.

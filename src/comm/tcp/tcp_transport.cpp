@@ -121,7 +121,19 @@ void TcpTransport::on_frame(int peer, const FrameHeader& header) {
       break_group(fmt::format("lost {} (reported by {})", lost_name, describe(peer)));
       return read_header(peer);
     }
+    case FrameType::Announce:
+      if (header.tag > options_.max_frame_bytes)
+        return lose(peer, fmt::format("protocol error: it announced frames of {} bytes, above the limit of {}", header.tag,
+                                      options_.max_frame_bytes),
+                    true);
+      p.announced_by_peer = std::max(p.announced_by_peer, header.tag);
+      return read_header(peer);
     case FrameType::Data:
+      if (header.length > p.announced_by_peer)
+        return lose(peer,
+                    fmt::format("protocol error: a message of {} bytes on tag {}, above the {} bytes its sender announced",
+                                header.length, header.tag, p.announced_by_peer),
+                    true);
       break;
     default:
       return lose(peer, "protocol error: a handshake frame after the handshake", true);
@@ -204,6 +216,11 @@ WorkPtr TcpTransport::send(int peer, Tag tag, std::span<const std::byte> data) {
     if (broken_) return work->fail(broken_error());
     if (peers_[static_cast<std::size_t>(peer)].departed)
       return work->fail(std::make_exception_ptr(IoError(fmt::format("{} left the group", describe(peer)))));
+    Peer& p = peers_[static_cast<std::size_t>(peer)];
+    if (data.size() > p.announced_to_peer) {
+      p.announced_to_peer = data.size();
+      enqueue(peer, {encode({.type = FrameType::Announce, .tag = data.size()}), {}, nullptr});
+    }
     enqueue(peer, {encode({.type = FrameType::Data, .tag = tag, .length = data.size()}), data, work});
   });
   return work;

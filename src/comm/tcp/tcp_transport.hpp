@@ -22,7 +22,10 @@
 // Data: a frame header, then the payload. Sends are written as a scatter/gather pair (header, caller's
 // bytes), so payloads are not copied; a frame whose receive is already posted is read straight into the
 // caller's buffer, others are queued until their receive comes (read in pieces as the bytes arrive, so that
-// an announced length alone allocates nothing).
+// an announced length alone allocates nothing). Before a rank first sends a peer a frame above
+// kAlwaysExpectedBytes it announces the new size (an Announce frame, in order on the same connection), so a
+// data header above what its sender announced (corrupted, or injected without TLS) is refused at once,
+// before the run has declared its sizes as after.
 //
 // Failures: a connection that breaks, sends a bad frame, or stays silent longer than peer_timeout
 // (heartbeats keep idle links audible; every arrival of bytes counts, so a frame that takes longer than
@@ -75,6 +78,10 @@ struct Peer {
   bool close_when_written = false;
   HeaderBytes header{};
   std::vector<std::byte> payload;  // a frame with no receive posted yet
+  // The largest data frame each side has announced it sends (FrameType::Announce): a frame above what its
+  // sender announced is a corrupt or injected header, refused at once even before the run declares its sizes.
+  std::uint64_t announced_to_peer = kAlwaysExpectedBytes;
+  std::uint64_t announced_by_peer = kAlwaysExpectedBytes;
   Clock::time_point last_heard;
   std::unique_ptr<asio::steady_timer> retry;
   std::chrono::milliseconds backoff{25};
