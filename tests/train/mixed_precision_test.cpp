@@ -294,10 +294,10 @@ TEST_CASE("mixed_float16 trains under parameter servers, and is refused by name 
   comm::InProcessGroup group(4);
   std::vector<nn::Sequential> models;
   for (int r = 0; r < 4; ++r) models.push_back(tiny_cnn(nn::Precision::MixedFloat16));
-  std::vector<History> histories(2);
+  std::vector<train::History> histories(2);
   ps_test::run_cluster(group, 2, 2, {}, [&](int r, auto strategy) {
     Trainer trainer(models[static_cast<std::size_t>(r)], optim::Adam({.learning_rate = optim::constant(3e-3)}), strategy);
-    const History history = trainer.fit(synthetic_set(), kSilent);
+    const train::History history = trainer.fit(synthetic_set(), kSilent);
     if (r < 2) histories[static_cast<std::size_t>(r)] = history;
   });
   CHECK(histories[0].epochs.back().at("loss") < 0.5 * histories[0].epochs.front().at("loss"));
