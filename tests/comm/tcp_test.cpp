@@ -192,6 +192,22 @@ void legitimate_peer_still_works(std::thread& listener, std::unique_ptr<Transpor
   CHECK(pong[0] == 5);
 }
 
+// Rank 0 of a 2-rank group whose rank 1 is `peer`, a raw client that has passed the handshake.
+std::unique_ptr<Transport> zero_with_raw_peer(std::unique_ptr<RawClient>& peer, const std::vector<Address>& addresses,
+                                              std::uint64_t max_frame_bytes = TcpOptions{}.max_frame_bytes) {
+  std::unique_ptr<Transport> zero;
+  std::thread listener([&] {
+    auto options = options_for(0, addresses);
+    options.max_frame_bytes = max_frame_bytes;
+    zero = connect_tcp(options);
+  });
+  peer = std::make_unique<RawClient>(addresses[0]);
+  const bool accepted = handshake(*peer, 1, kSecret, tcp::random_nonce(), addresses).has_value();
+  listener.join();
+  REQUIRE(accepted);
+  return zero;
+}
+
 }  // namespace
 
 TEST_CASE("tcp: the conformance checks", "[comm][tcp]") {
@@ -479,16 +495,9 @@ TEST_CASE("tcp: a listener that accepts and never answers does not hold a dialer
 
 TEST_CASE("tcp: bad frames from an authenticated peer fail operations with ProtocolError", "[comm][tcp][security]") {
   for (int variant = 0; variant < 4; ++variant) {
-    const auto addresses = comm_test::free_addresses(2);
-    std::unique_ptr<Transport> zero;
-    std::thread listener([&] {
-      auto options = options_for(0, addresses);
-      options.max_frame_bytes = 1 << 20;
-      zero = connect_tcp(options);
-    });
-    RawClient peer(addresses[0]);
-    REQUIRE(handshake(peer, 1, kSecret, tcp::random_nonce(), addresses));
-    listener.join();
+    std::unique_ptr<RawClient> raw;
+    const auto zero = zero_with_raw_peer(raw, comm_test::free_addresses(2), 1 << 20);
+    RawClient& peer = *raw;
     std::vector<int> out(4);
     auto pending = zero->recv(1, 1, conformance::bytes(out));
     if (variant == 0) {
@@ -532,12 +541,9 @@ std::int64_t resident_bytes() {
 }  // namespace
 
 TEST_CASE("tcp: a frame header announcing gigabytes allocates only what arrives", "[comm][tcp][security]") {
-  const auto addresses = comm_test::free_addresses(2);
-  std::unique_ptr<Transport> zero;
-  std::thread listener([&] { zero = connect_tcp(options_for(0, addresses)); });
-  RawClient peer(addresses[0]);
-  REQUIRE(handshake(peer, 1, kSecret, tcp::random_nonce(), addresses));
-  listener.join();
+  std::unique_ptr<RawClient> raw;
+  const auto zero = zero_with_raw_peer(raw, comm_test::free_addresses(2));
+  RawClient& peer = *raw;
   const std::int64_t before = resident_bytes();
   // A member announces 3 GiB on a tag nobody receives, sends 1 MiB of it, then falls silent.
   peer.write(tcp::encode({.type = tcp::FrameType::Announce, .tag = std::uint64_t{3} << 30}));
@@ -554,12 +560,9 @@ TEST_CASE("tcp: a data header above what its sender announced is refused at once
   // announced: what the raw peer announces first (0: nothing, so the 256 KiB always expected).
   for (const std::uint64_t announced : {std::uint64_t{0}, std::uint64_t{1} << 20}) {
     INFO("announced " << announced);
-    const auto addresses = comm_test::free_addresses(2);
-    std::unique_ptr<Transport> zero;
-    std::thread listener([&] { zero = connect_tcp(options_for(0, addresses)); });
-    RawClient peer(addresses[0]);
-    REQUIRE(handshake(peer, 1, kSecret, tcp::random_nonce(), addresses));
-    listener.join();
+    std::unique_ptr<RawClient> raw;
+    const auto zero = zero_with_raw_peer(raw, comm_test::free_addresses(2));
+    RawClient& peer = *raw;
     if (announced > 0) peer.write(tcp::encode({.type = tcp::FrameType::Announce, .tag = announced}));
     const auto started = std::chrono::steady_clock::now();
     peer.write(tcp::encode({.type = tcp::FrameType::Data, .tag = 3, .length = std::max(announced, kAlwaysExpectedBytes) + 1}));
