@@ -2,32 +2,20 @@
 
 #include <fmt/format.h>
 
-#include <deque>
-#include <map>
 #include <mutex>
 #include <optional>
-#include <tuple>
 
 #include "cohort/core/check.hpp"
-#include "comm/delivery.hpp"
+#include "comm/matching.hpp"
 
 namespace cohort::comm {
 
 struct InProcessGroup::State {
-  struct Receiver {
-    std::span<std::byte> out;
-    WorkPtr work;
-  };
-  struct Channel {
-    std::deque<std::vector<std::byte>> messages;
-    std::deque<Receiver> receivers;
-  };
-
   std::mutex mutex;
   int size;
   std::chrono::milliseconds timeout;
   std::vector<std::string> names;
-  std::map<std::tuple<int, int, Tag>, Channel> channels;  // (source, destination, tag)
+  std::vector<Matcher> inboxes;  // per destination rank: its receives and the messages sent to it
 
   std::string describe(int rank) const {
     return rank < static_cast<int>(names.size()) ? names[static_cast<std::size_t>(rank)] : fmt::format("rank {}", rank);
@@ -41,16 +29,9 @@ struct InProcessGroup::State {
       broken = std::move(why);
       breakage = how;
     }
-    for (auto& [key, channel] : channels) {
-      for (auto& receiver : channel.receivers) receiver.work->fail(failure());
-      channel.receivers.clear();
-    }
+    for (Matcher& inbox : inboxes) inbox.fail_posted([this] { return failure(); });
   }
   std::vector<std::optional<std::uint64_t>> progress;  // per rank
-
-  static void deliver(const std::vector<std::byte>& bytes, const Receiver& receiver, int source, Tag tag) {
-    hand_over(fmt::format("rank {}", source), tag, bytes, receiver.out, *receiver.work);
-  }
 };
 
 namespace {
@@ -93,14 +74,7 @@ class InProcessTransport : public Transport {
       work->fail(state_->failure());
       return work;
     }
-    auto& channel = state_->channels[{rank_, peer, tag}];
-    std::vector<std::byte> bytes(data.begin(), data.end());
-    if (!channel.receivers.empty()) {
-      InProcessGroup::State::deliver(bytes, channel.receivers.front(), rank_, tag);
-      channel.receivers.pop_front();
-    } else {
-      channel.messages.push_back(std::move(bytes));
-    }
+    state_->inboxes[static_cast<std::size_t>(peer)].deliver(describe(rank_), rank_, tag, {data.begin(), data.end()});
     work->complete();
     return work;
   }
@@ -113,13 +87,8 @@ class InProcessTransport : public Transport {
       work->fail(state_->failure());
       return work;
     }
-    auto& channel = state_->channels[{peer, rank_, tag}];
-    if (!channel.messages.empty()) {
-      InProcessGroup::State::deliver(channel.messages.front(), {out, work}, peer, tag);
-      channel.messages.pop_front();
-    } else {
-      channel.receivers.push_back({out, work});
-    }
+    Matcher& inbox = state_->inboxes[static_cast<std::size_t>(rank_)];
+    if (!inbox.take_buffered(describe(peer), peer, tag, out, *work)) inbox.post(peer, tag, {out, work});
     return work;
   }
 
@@ -141,6 +110,7 @@ InProcessGroup::InProcessGroup(int size, std::chrono::milliseconds timeout, std:
   state_->size = size;
   state_->timeout = timeout;
   state_->names = std::move(names);
+  state_->inboxes.resize(static_cast<std::size_t>(size));
   state_->progress.assign(static_cast<std::size_t>(size), 0);  // every rank is heard from at once: none started
   for (int r = 0; r < size; ++r) transports_.push_back(std::make_unique<InProcessTransport>(state_, r));
 }

@@ -69,9 +69,7 @@ ShmTransport::~ShmTransport() {
   }
   {
     const std::lock_guard lock(state_mutex_);
-    for (auto& [key, queue] : receivers_)
-      for (Receiver& receiver : queue) receiver.work->fail(shut_down_error());
-    receivers_.clear();
+    matcher_.fail_posted(shut_down_error);
   }
   tcp_.reset();  // goodbyes, after which the peers drain what this rank wrote
 }
@@ -223,19 +221,12 @@ WorkPtr ShmTransport::recv(int peer, Tag tag, std::span<std::byte> out) {
     if (reading) read_inbound(*link);
   });
   const std::lock_guard lock(state_mutex_);
-  const std::pair<int, Tag> key{peer, tag};
-  auto queued = unexpected_.find(key);
-  if (queued != unexpected_.end() && !queued->second.empty()) {
-    const std::vector<std::byte> bytes = std::move(queued->second.front());
-    queued->second.pop_front();
-    hand_over(describe(peer), tag, bytes, out, *work);
-    return work;
-  }
+  if (matcher_.take_buffered(describe(peer), peer, tag, out, *work)) return work;
   if (auto error = error_for(peer)) {
     work->fail(error);
     return work;
   }
-  receivers_[key].push_back({out, work});
+  matcher_.post(peer, tag, {out, work});
   return work;
 }
 
@@ -292,8 +283,7 @@ bool ShmTransport::start_frame(Link& link, Tag tag, std::uint64_t length) {
   Incoming incoming{.tag = tag, .length = length};
   {
     const std::lock_guard lock(state_mutex_);
-    auto waiting = receivers_.find({link.peer, tag});
-    const bool awaited = waiting != receivers_.end() && !waiting->second.empty();
+    const bool awaited = matcher_.first_posted(link.peer, tag) != nullptr;
     if (const std::uint64_t expected = expected_bytes_.load(std::memory_order_relaxed); !awaited && length > expected) {
       link.corrupt = fmt::format("protocol error: {} wrote a message of {} bytes on tag {} that no receive awaits into "
                                  "shared memory, above the {} bytes of this run's largest",
@@ -301,8 +291,7 @@ bool ShmTransport::start_frame(Link& link, Tag tag, std::uint64_t length) {
       return false;
     }
     if (awaited) {
-      const Receiver receiver = waiting->second.front();
-      waiting->second.pop_front();
+      const Matcher::Receiver receiver = *matcher_.take_posted(link.peer, tag);
       if (receiver.out.size() == length) {
         incoming.into = receiver.out.data();
         incoming.work = receiver.work;
@@ -329,13 +318,7 @@ void ShmTransport::finish_frame(Link& link) {
   if (incoming.work) return incoming.work->complete();
   // Buffered: a receive posted meanwhile takes it, else it waits for one.
   const std::lock_guard lock(state_mutex_);
-  auto waiting = receivers_.find({link.peer, incoming.tag});
-  if (waiting != receivers_.end() && !waiting->second.empty()) {
-    const Receiver receiver = waiting->second.front();
-    waiting->second.pop_front();
-    return hand_over(describe(link.peer), incoming.tag, incoming.buffer, receiver.out, *receiver.work);
-  }
-  unexpected_[{link.peer, incoming.tag}].push_back(std::move(incoming.buffer));
+  matcher_.deliver(describe(link.peer), link.peer, incoming.tag, std::move(incoming.buffer));
 }
 
 // ---- the progress thread
@@ -469,11 +452,7 @@ void ShmTransport::fail_links(const std::vector<Link*>& links, const std::string
     {
       const std::lock_guard reading(link->read_mutex);
       const std::lock_guard lock(state_mutex_);
-      for (auto& [key, queue] : receivers_) {
-        if (key.first != link->peer) continue;
-        for (Receiver& receiver : queue) receiver.work->fail(error_for(link->peer));
-        queue.clear();
-      }
+      matcher_.fail_posted([&] { return error_for(link->peer); }, link->peer);
       if (link->incoming && link->incoming->work) link->incoming->work->fail(error_for(link->peer));
       link->incoming.reset();
     }

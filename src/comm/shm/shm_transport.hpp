@@ -32,7 +32,7 @@
 #include <vector>
 
 #include "cohort/comm/shared_memory.hpp"
-#include "comm/delivery.hpp"
+#include "comm/matching.hpp"
 #include "mailbox.hpp"
 
 namespace cohort::comm::shm {
@@ -68,10 +68,6 @@ class ShmTransport : public Transport {
     WorkPtr work{};
     bool header_written = false;
     std::size_t written = 0;
-  };
-  struct Receiver {
-    std::span<std::byte> out;
-    WorkPtr work;
   };
   // An incoming frame being read: into a posted receive, a buffer, or nowhere (its receive failed).
   struct Incoming {
@@ -125,8 +121,7 @@ class ShmTransport : public Transport {
   std::vector<Link*> link_by_rank_;  // null: TCP
 
   mutable std::mutex state_mutex_;  // receive matching and failures
-  std::map<std::pair<int, Tag>, std::deque<Receiver>> receivers_;
-  std::map<std::pair<int, Tag>, std::deque<std::vector<std::byte>>> unexpected_;
+  Matcher matcher_;
 
   std::atomic<bool> stopping_{false};
   std::thread progress_thread_;

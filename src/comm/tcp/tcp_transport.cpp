@@ -48,9 +48,7 @@ void TcpTransport::shut_down() {
     for (PendingHandshake& p : pending_handshakes_) p.socket->close(ignored);
     pending_handshakes_.clear();
     fail_queued_sends(shut_down_error);
-    for (auto& [key, queue] : receivers_)
-      for (auto& receiver : queue) receiver.work->fail(shut_down_error());
-    receivers_.clear();
+    matcher_.fail_posted(shut_down_error);
     for (auto& p : peers_) {
       p.retry->cancel();
       if (p.socket) p.socket->close(ignored);
@@ -138,12 +136,9 @@ void TcpTransport::on_frame(int peer, const FrameHeader& header) {
     default:
       return lose(peer, "protocol error: a handshake frame after the handshake", true);
   }
-  const std::pair<int, Tag> key{peer, header.tag};
-  auto waiting = receivers_.find(key);
-  if (waiting != receivers_.end() && !waiting->second.empty() && waiting->second.front().out.size() == header.length) {
+  if (const Matcher::Receiver* waiting = matcher_.first_posted(peer, header.tag); waiting != nullptr && waiting->out.size() == header.length) {
     // The receive is posted and the size fits: read straight into the caller's buffer.
-    const Receiver receiver = waiting->second.front();
-    waiting->second.pop_front();
+    const Matcher::Receiver receiver = *matcher_.take_posted(peer, header.tag);
     asio::async_read(*p.socket, asio::buffer(receiver.out.data(), receiver.out.size()), noting_arrivals(peer),
                      [this, peer, receiver](const asio::error_code& error, std::size_t) {
                        if (error) {
@@ -171,7 +166,7 @@ void TcpTransport::read_unexpected(int peer, Tag tag, std::uint64_t length) {
   Peer& p = peers_[static_cast<std::size_t>(peer)];
   const std::size_t have = p.payload.size();
   if (have == length) {
-    deliver(peer, tag, std::move(p.payload));
+    matcher_.deliver(describe(peer), peer, tag, std::move(p.payload));
     p.payload = {};
     return read_header(peer);
   }
@@ -197,18 +192,6 @@ void TcpTransport::read_failure(int peer, std::uint64_t length) {
   });
 }
 
-void TcpTransport::deliver(int peer, Tag tag, std::vector<std::byte> bytes) {
-  const std::pair<int, Tag> key{peer, tag};
-  auto waiting = receivers_.find(key);
-  if (waiting == receivers_.end() || waiting->second.empty()) {
-    unexpected_[key].push_back(std::move(bytes));
-    return;
-  }
-  const Receiver receiver = waiting->second.front();
-  waiting->second.pop_front();
-  hand_over(describe(peer), tag, bytes, receiver.out, *receiver.work);
-}
-
 WorkPtr TcpTransport::send(int peer, Tag tag, std::span<const std::byte> data) {
   check_peer(peer);
   auto work = std::make_shared<Work>(fmt::format("send to {}, tag {}", describe(peer), tag));
@@ -231,16 +214,10 @@ WorkPtr TcpTransport::recv(int peer, Tag tag, std::span<std::byte> out) {
   auto work = std::make_shared<Work>(fmt::format("recv from {}, tag {}", describe(peer), tag));
   asio::post(io_, [this, peer, tag, out, work] {
     if (broken_) return work->fail(broken_error());
-    const std::pair<int, Tag> key{peer, tag};
-    auto queued = unexpected_.find(key);
-    if (queued != unexpected_.end() && !queued->second.empty()) {
-      const std::vector<std::byte> bytes = std::move(queued->second.front());
-      queued->second.pop_front();
-      return hand_over(describe(peer), tag, bytes, out, *work);
-    }
+    if (matcher_.take_buffered(describe(peer), peer, tag, out, *work)) return;
     if (peers_[static_cast<std::size_t>(peer)].departed)
       return work->fail(std::make_exception_ptr(IoError(fmt::format("{} left the group", describe(peer)))));
-    receivers_[key].push_back({out, work});
+    matcher_.post(peer, tag, {out, work});
   });
   return work;
 }
@@ -377,9 +354,7 @@ void TcpTransport::break_group(const std::string& message, Breakage breakage) {
     const std::string failure = fmt::format("{} could not finish set-up: {}", describe(options_.rank), message);
     fail_setup(breakage == Breakage::Protocol ? std::make_exception_ptr(ProtocolError(failure)) : std::make_exception_ptr(IoError(failure)));
   }
-  for (auto& [key, queue] : receivers_)
-    for (auto& receiver : queue) receiver.work->fail(broken_error());
-  receivers_.clear();
+  matcher_.fail_posted([this] { return broken_error(); });
   fail_queued_sends([this] { return broken_error(); });
 }
 
@@ -398,11 +373,7 @@ void TcpTransport::fail_queued_sends(const std::function<std::exception_ptr()>& 
 }
 
 void TcpTransport::fail_pending_of(int peer, const std::string& message) {
-  for (auto& [key, queue] : receivers_) {
-    if (key.first != peer) continue;
-    for (auto& receiver : queue) receiver.work->fail(std::make_exception_ptr(IoError(message)));
-    queue.clear();
-  }
+  matcher_.fail_posted([&message] { return std::make_exception_ptr(IoError(message)); }, peer);
 }
 
 }  // namespace tcp

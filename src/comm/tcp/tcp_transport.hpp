@@ -44,6 +44,7 @@
 #include <thread>
 
 #include "cohort/comm/tcp.hpp"
+#include "comm/matching.hpp"
 #include "comm/delivery.hpp"
 #include "frame.hpp"
 #include "handshake.hpp"
@@ -60,11 +61,6 @@ struct Outgoing {
   HeaderBytes header;
   std::span<const std::byte> payload;
   WorkPtr work;  // null for control frames
-};
-
-struct Receiver {
-  std::span<std::byte> out;
-  WorkPtr work;
 };
 
 struct Peer {
@@ -169,7 +165,6 @@ class TcpTransport : public Transport {
   void read_unexpected(int peer, Tag tag, std::uint64_t length);
   // Reads a peer's failure report of `length` bytes and ends the group with it.
   void read_failure(int peer, std::uint64_t length);
-  void deliver(int peer, Tag tag, std::vector<std::byte> bytes);
   void enqueue(int peer, Outgoing outgoing);
   void write_next(int peer);
   void heartbeat();
@@ -206,8 +201,7 @@ class TcpTransport : public Transport {
   std::string last_rejection_;  // "from ADDRESS: reason", for the connect deadline's error
   asio::steady_timer heartbeat_timer_{io_};
   std::vector<Peer> peers_;
-  std::map<std::pair<int, Tag>, std::deque<Receiver>> receivers_;
-  std::map<std::pair<int, Tag>, std::deque<std::vector<std::byte>>> unexpected_;
+  Matcher matcher_;  // receives and early messages, on the I/O thread only
   std::optional<std::string> broken_;
   Breakage breakage_ = Breakage::Lost;
   std::atomic<std::uint64_t> progress_{0};
