@@ -120,6 +120,7 @@ proto::ReplyHeader ParameterStore::receive_header(Link& link, std::uint16_t kind
     throw ProtocolError(fmt::format("{}: {}", server, proto::message_of(header)));
   if (header.flags & proto::kRunEnded) run_ended_ = true;
   link.step = header.step;
+  link.optimizer_iterations = header.optimizer_iterations;
   if (header.learning_rate_factor > 0) servers_learning_rate_factor_ = header.learning_rate_factor;
   traffic_.max_staleness = std::max(traffic_.max_staleness, header.staleness);
   traffic_.servers[static_cast<std::size_t>(&link - links_.data())].bytes_received +=
@@ -318,10 +319,10 @@ void ParameterStore::finish() {
   for (Link& link : links_) receive_payload(link, receive_header(link, kind), {});
 }
 
-std::int64_t ParameterStore::step() const {
-  std::int64_t step = 0;
-  for (const Link& link : links_) step = std::max(step, link.step);
-  return step;
+std::int64_t ParameterStore::optimizer_iterations() const {
+  std::int64_t iterations = 0;
+  for (const Link& link : links_) iterations = std::max(iterations, link.optimizer_iterations);
+  return iterations;
 }
 
 }  // namespace cohort::ps

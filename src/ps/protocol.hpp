@@ -93,7 +93,8 @@ struct ReplyHeader {
   double learning_rate_factor = 0;  // the server's updates' (the chief's), so that every worker logs the rate in use
   std::int32_t overflow_worker = -1;  // kStepSkipped: the first worker whose Push was flagged kNotFinite
   std::int32_t overflow_shard = -1;   // and its overflow_shard
-  char message[200] = {};      // why a request was refused, or serving failed
+  std::int64_t optimizer_iterations = 0;  // updates applied: `step` less the skipped steps
+  char message[192] = {};      // why a request was refused, or serving failed
 };
 static_assert(sizeof(ReplyHeader) == 256);
 

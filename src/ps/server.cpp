@@ -608,6 +608,7 @@ void Server::reply(int worker, std::int64_t staleness, std::span<const std::byte
   {
     const std::lock_guard lock(mutex_);
     header.step = version_;
+    header.optimizer_iterations = optimizer_.iterations();
     if (run_ended_) header.flags |= proto::kRunEnded;
     header.learning_rate_factor = optimizer_.learning_rate_factor();
     stats_.bytes_out += static_cast<std::int64_t>(sizeof header + payload.size());

@@ -99,7 +99,7 @@ void ParameterServer::initialize(nn::Sequential& model, optim::Optimizer& optimi
   if (is_chief() && !resumed_from_) store_->initialize_servers();
   store_->pull();
   values_from_host();
-  optimizer.set_iterations(store_->step());
+  optimizer.set_iterations(store_->optimizer_iterations());
 }
 
 bool ParameterServer::set_loss_scale(LossScale* scale) {
@@ -126,7 +126,7 @@ void ParameterServer::apply_gradients(nn::Sequential&, optim::Optimizer& optimiz
   if (pushing_) {
     pushing_ = false;
     store_->finish_push();
-    optimizer.set_iterations(store_->step());
+    optimizer.set_iterations(store_->optimizer_iterations());
     follow_servers_rate(optimizer);
     step_taken();
     return;
@@ -140,7 +140,7 @@ void ParameterServer::apply_gradients(nn::Sequential&, optim::Optimizer& optimiz
   const std::optional<std::size_t> not_finite = loss_scale_ != nullptr ? unscale_gradients() : std::nullopt;
   store_->push_pull(samples, not_finite);
   values_from_host();
-  optimizer.set_iterations(store_->step());  // the servers' optimizers decide the learning rate
+  optimizer.set_iterations(store_->optimizer_iterations());  // the servers' optimizers decide the learning rate
   follow_servers_rate(optimizer);
   step_taken();
   if (loss_scale_ != nullptr) loss_scale_->record(!store_->skipped_because(), store_->skipped_because().value_or(""));

@@ -246,6 +246,7 @@ TEST_CASE("under parameter servers an overflow on one worker skips that step on 
     std::vector<float> scales(2);
     std::vector<std::string> skipped(2);
     std::vector<std::vector<float>> kernels(2);
+    std::vector<std::int64_t> iterations(2);
     std::vector<float> start;
     std::vector<ps::ServerStats> server_stats;
     ps_test::run_cluster(group, 2, 2, {.consistency = consistency}, [&](int r, auto strategy) {
@@ -270,6 +271,7 @@ TEST_CASE("under parameter servers an overflow on one worker skips that step on 
       }
       scales[static_cast<std::size_t>(r)] = scale.value();
       kernels[static_cast<std::size_t>(r)] = model.variable("dense/kernel")->value.to_vector();
+      iterations[static_cast<std::size_t>(r)] = sgd.iterations();  // the servers' updates, skips not counted
       strategy->finish({});
       if (r == 0) server_stats = strategy->final_server_stats();
     });
@@ -279,6 +281,7 @@ TEST_CASE("under parameter servers an overflow on one worker skips that step on 
       CHECK(scales == std::vector<float>{16384.0f, 16384.0f});
       CHECK(skipped == std::vector<std::string>{"1: dense/bias of worker 1;", "1: dense/bias of worker 1;"});
       for (const auto& stats : server_stats) CHECK(stats.updates == 2);
+      CHECK(iterations == std::vector<std::int64_t>{2, 2});
       CHECK(kernels[0] == kernels[1]);
       for (std::size_t i = 0; i < start.size(); ++i) CHECK(kernels[0][i] == start[i] - 1.0f);
     } else {

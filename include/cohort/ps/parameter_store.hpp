@@ -87,8 +87,9 @@ class ParameterStore {
   // This worker is finished; from the chief it also ends the run for everybody.
   void finish();
 
-  // Updates the servers have applied (the most of any server).
-  std::int64_t step() const;
+  // Updates the servers have applied (the most of any server): their steps less the skipped ones (loss
+  // scaling), which decide the learning rate.
+  std::int64_t optimizer_iterations() const;
   // True once a server said the chief has ended the run.
   bool run_ended() const { return run_ended_; }
   // After a push the servers skipped: whose gradient overflowed ("dense/bias of worker 1"); else nullopt.
@@ -107,7 +108,7 @@ class ParameterStore {
     std::vector<float> outgoing{}, incoming{}, last_read{};
     std::vector<std::uint16_t> outgoing_bfloat16{};  // a bfloat16 push while it is being sent
     std::vector<std::byte> request{};  // the request header while it is being sent
-    std::int64_t step = 0;
+    std::int64_t step = 0, optimizer_iterations = 0;
     std::size_t trainable_pieces = 0;
     // During a pipelined push: pieces whose gradients are not final yet, and whether the request left.
     std::size_t pieces_waiting = 0;
