@@ -315,6 +315,30 @@ TEST_CASE("mixed_float16 trains under parameter servers, and is refused by name 
                     Catch::Contains("mixed_float16 needs dynamic loss scaling") && Catch::Contains("without backup workers"));
 }
 
+TEST_CASE("a mixed_float16 parameter-server run resumes from its checkpoint exactly", "[train][dtype][ps][checkpoint]") {
+  const auto run = [](int steps, const std::filesystem::path& dir) {
+    comm::InProcessGroup group(4);
+    std::vector<nn::Sequential> models;
+    for (int r = 0; r < 4; ++r) models.push_back(tiny_cnn(nn::Precision::MixedFloat16));
+    auto options = kSilent;
+    options.epochs = 1000;
+    options.max_steps = steps;
+    options.checkpoint_dir = dir;
+    options.checkpoint_every_steps = 3;
+    options.resume = true;
+    ps_test::run_cluster(group, 2, 2, {}, [&](int r, auto strategy) {
+      Trainer(models[static_cast<std::size_t>(r)], optim::Adam(), strategy).fit(synthetic_set(), options);
+    });
+    return std::pair(snapshot(models[0]), snapshot(models[1]));
+  };
+  ScratchDirectory straight_dir("mixed-ps-straight"), dir("mixed-ps-resumed");
+  const auto straight = run(8, straight_dir.path());
+  run(3, dir.path());
+  const auto resumed = run(8, dir.path());
+  CHECK(resumed.first == straight.first);
+  CHECK(resumed.second == straight.first);
+}
+
 TEST_CASE("a model trained in mixed precision saves a model file that predicts in float32", "[train][dtype]") {
   ScratchDirectory dir("mixed-model");
   nn::Sequential model = tiny_cnn(nn::Precision::MixedBFloat16);
