@@ -1,6 +1,7 @@
 // A parameter server spoken to by hand: garbled, foreign and lying requests are refused with a reason,
 // counted, and leave the variables as they were.
 #include <catch2/catch.hpp>
+#include <limits>
 #include <fmt/format.h>
 
 #include <bit>
@@ -20,7 +21,7 @@ namespace proto = ps::protocol;
 
 namespace {
 
-constexpr int kWorkers = 7;
+constexpr int kWorkers = 9;
 constexpr int kServerRank = kWorkers;
 
 struct Answer {
@@ -97,6 +98,11 @@ TEST_CASE("a parameter server refuses garbled and foreign requests and keeps its
          payload[1] = std::nanf("");
          h.payload_crc = crc32c_of(payload.data(), payload.size() * sizeof(float));
        }},
+      {"unknown request flags 0x4", [](auto& h, auto&) { h.flags = 4; }},
+      {"flagged as not finite names shard 1000", [](auto& h, auto&) {
+         h.flags = proto::kNotFinite;
+         h.overflow_shard = 1000;
+       }},
   };
   for (std::size_t i = 0; i < garbles.size(); ++i) {
     const int worker = static_cast<int>(i) + 1;
@@ -155,10 +161,14 @@ struct HandServed {
     for (const auto& shard : plan.shards()) n += static_cast<std::size_t>(shard.shape.numel());
     return n;
   }
-  void send_to(int w, proto::Kind kind, const std::vector<float>& payload, std::int64_t step = 0, double rate_factor = 1) {
+  // `flags` kNotFinite names the plan's first shard as the one that overflowed.
+  void send_to(int w, proto::Kind kind, const std::vector<float>& payload, std::int64_t step = 0, double rate_factor = 1,
+               std::uint32_t flags = 0) {
     auto header = header_for(plan, kind, payload);
     header.step = step;
     header.learning_rate_factor = rate_factor;
+    header.flags = flags;
+    if ((flags & proto::kNotFinite) != 0) header.overflow_shard = 0;
     comm::Transport& t = worker(w);
     auto sent = t.send(HandServed::kHandWorkers, proto::kRequestTag, std::as_bytes(std::span(&header, 1)));
     if (!payload.empty()) t.send(kHandWorkers, proto::kRequestPayloadTag, std::as_bytes(std::span(payload)))->wait(std::chrono::seconds(10));
@@ -236,6 +246,21 @@ TEST_CASE("a Sync step gives the same bits whatever order the workers' gradients
     ++orders;
   } while (std::next_permutation(order.begin(), order.end()));
   CHECK(orders == 6);
+}
+
+TEST_CASE("a server with backup workers refuses a push flagged as not finite, on which servers could disagree",
+          "[ps][threads]") {
+  HandServed served({.consistency = ps::Sync{.backup_workers = 1}});
+  const std::size_t n = served.payload_floats();
+  served.initialize(n);
+  served.send_to(1, proto::Kind::Push, std::vector<float>(n, std::numeric_limits<float>::infinity()), 0, 1, proto::kNotFinite);
+  const Answer answer = served.answer_of(1);
+  CHECK(answer.header.status == static_cast<std::uint16_t>(proto::Status::Refused));
+  CHECK_THAT(proto::message_of(answer.header), Catch::Contains("under backup workers"));
+  for (const int w : {0, 2}) served.send_to(w, proto::Kind::Done, {});
+  for (const int w : {0, 2}) served.answer_of(w);
+  served.serving.join();
+  CHECK_FALSE(served.serve_error);
 }
 
 TEST_CASE("a step takes the chief's learning rate, not that of the worker whose push came last", "[ps][threads]") {
