@@ -757,6 +757,82 @@ TEST_CASE("tcp: a rank told whom the group lost passes it on to the ranks its re
                                                            Catch::Contains("reported by chief 0"));
 }
 
+namespace {
+
+// The listener's side of a handshake on an accepted socket, up to the dialer's proof: what the acceptance
+// of `client_rank` by `server_rank` must then prove (tcp::server_proof).
+struct AwaitedAcceptance {
+  tcp::Nonce client{}, server{};
+};
+AwaitedAcceptance challenge_and_take_proof(int fd, int server_rank) {
+  AwaitedAcceptance awaited;
+  tcp::HeaderBytes header{};
+  tcp::HelloBytes hello{};
+  REQUIRE(::recv(fd, header.data(), header.size(), MSG_WAITALL) == static_cast<ssize_t>(header.size()));
+  REQUIRE(::recv(fd, hello.data(), hello.size(), MSG_WAITALL) == static_cast<ssize_t>(hello.size()));
+  awaited.client = tcp::decode_hello(hello).nonce;
+  awaited.server = tcp::random_nonce();
+  const auto challenge = tcp::encode({.type = tcp::FrameType::Challenge, .tag = static_cast<std::uint64_t>(server_rank),
+                                      .length = tcp::kNonceBytes});
+  ::send(fd, challenge.data(), challenge.size(), MSG_NOSIGNAL);
+  ::send(fd, awaited.server.data(), awaited.server.size(), MSG_NOSIGNAL);
+  std::array<std::byte, tcp::kHeaderBytes + tcp::kMacBytes> response{};
+  REQUIRE(::recv(fd, response.data(), response.size(), MSG_WAITALL) == static_cast<ssize_t>(response.size()));
+  return awaited;
+}
+
+void accept_with_proof(int fd, const AwaitedAcceptance& awaited, int client_rank, int server_rank) {
+  const auto accepted = tcp::encode({.type = tcp::FrameType::Accepted, .tag = static_cast<std::uint64_t>(server_rank),
+                                     .length = tcp::kMacBytes});
+  const tcp::Mac proof = tcp::server_proof(kSecret, awaited.client, awaited.server, client_rank, server_rank);
+  ::send(fd, accepted.data(), accepted.size(), MSG_NOSIGNAL);
+  ::send(fd, proof.data(), proof.size(), MSG_NOSIGNAL);
+}
+
+}  // namespace
+
+TEST_CASE("tcp: a rank whose set-up fails tells a peer whose handshake completes meanwhile why, not only closing",
+          "[comm][tcp]") {
+  // Rank 2 dials raw ranks 0 and 1. Rank 1 accepts it and then sends garbage, which ends rank 2's set-up;
+  // rank 0 accepts it only after that. Rank 0 must hear that the group lost rank 1.
+  const auto addresses = comm_test::free_addresses(3);
+  const int zero_listening = raw_listener(addresses[0]), one_listening = raw_listener(addresses[1]);
+  std::atomic<bool> garbage_sent{false};
+  std::thread one([&] {
+    const int fd = ::accept(one_listening, nullptr, nullptr);
+    accept_with_proof(fd, challenge_and_take_proof(fd, 1), 2, 1);
+    const std::vector<unsigned char> noise(24, 0xAB);
+    ::send(fd, noise.data(), noise.size(), MSG_NOSIGNAL);
+    garbage_sent = true;
+    std::this_thread::sleep_for(2s);
+    ::close(fd);
+  });
+  std::vector<tcp::FrameType> heard;
+  std::thread zero([&] {
+    const int fd = ::accept(zero_listening, nullptr, nullptr);
+    const AwaitedAcceptance awaited = challenge_and_take_proof(fd, 0);
+    while (!garbage_sent) std::this_thread::sleep_for(1ms);
+    std::this_thread::sleep_for(50ms);  // rank 2's set-up has failed by now
+    accept_with_proof(fd, awaited, 2, 0);
+    timeval limit{.tv_sec = 5, .tv_usec = 0};
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
+    for (tcp::HeaderBytes header{}; ::recv(fd, header.data(), header.size(), MSG_WAITALL) == static_cast<ssize_t>(header.size());) {
+      const tcp::FrameHeader frame = tcp::decode(header);
+      heard.push_back(frame.type);
+      if (frame.type == tcp::FrameType::Abort) CHECK(frame.tag == 1);
+      std::vector<std::byte> payload(static_cast<std::size_t>(std::min<std::uint64_t>(frame.length, 1 << 16)));
+      if (!payload.empty()) ::recv(fd, payload.data(), payload.size(), MSG_WAITALL);
+    }
+    ::close(fd);
+  });
+  CHECK_THROWS_AS(connect_tcp(options_for(2, addresses)), ProtocolError);
+  one.join();
+  zero.join();
+  ::close(zero_listening);
+  ::close(one_listening);
+  CHECK(std::find(heard.begin(), heard.end(), tcp::FrameType::Abort) != heard.end());
+}
+
 TEST_CASE("tcp: a frame that takes longer than the peer timeout to arrive is not silence", "[comm][tcp]") {
   const auto addresses = comm_test::free_addresses(2);
   std::unique_ptr<Transport> zero;

@@ -113,9 +113,7 @@ TcpTransport::TcpTransport(const TcpOptions& options) : options_(options) {
       if (!last_rejection_.empty()) text += "; the last connection refused was " + last_rejection_;
       // The peers already connected wait for the same rank: an abort naming it tells them whom the group
       // lacks, where a goodbye would make them blame this rank for leaving.
-      for (int r = 0; r < n; ++r)
-        if (peers_[static_cast<std::size_t>(r)].ready)
-          enqueue(r, {encode({.type = FrameType::Abort, .tag = static_cast<std::uint64_t>(first_missing)}), {}, nullptr});
+      tell_peers(encode({.type = FrameType::Abort, .tag = static_cast<std::uint64_t>(first_missing)}));
       broken_ = fmt::format("could not connect to {}", names_[static_cast<std::size_t>(first_missing)]);
       missing.set_value(text);
     });
@@ -373,7 +371,8 @@ void TcpTransport::serve_handshake(Socket socket) {
               const Mac proof = server_proof(options_.secret, client_nonce, state->server_nonce, state->client, options_.rank);
               std::copy(accepted.begin(), accepted.end(), state->acceptance.begin());
               std::copy(proof.begin(), proof.end(), state->acceptance.begin() + kHeaderBytes);
-              asio::async_write(*socket, asio::buffer(state->acceptance), [this, socket, state, reject](const asio::error_code& error, std::size_t) {
+              auto finishing = std::make_shared<FinishingHandshake>(finishing_handshakes_);
+              asio::async_write(*socket, asio::buffer(state->acceptance), [this, socket, state, reject, finishing](const asio::error_code& error, std::size_t) {
                 if (error) return reject("connection closed before its acceptance (" + error.message() + ")");
                 if (peers_[static_cast<std::size_t>(state->client)].ready)
                   return reject(fmt::format("rank {} is already connected", state->client));
@@ -477,14 +476,15 @@ void TcpTransport::client_handshake(int peer, Socket socket) {
           std::copy(answer.begin(), answer.end(), state->response.begin() + kHeaderBytes);
           asio::async_write(*socket, asio::buffer(state->response), [this, peer, socket, state, give_up, cannot_join](const asio::error_code& error, std::size_t) {
             if (error) return give_up("closed during the response");
-            asio::async_read(*socket, asio::buffer(state->header), [this, peer, socket, state, give_up, cannot_join](const asio::error_code& error, std::size_t) {
+            auto finishing = std::make_shared<FinishingHandshake>(finishing_handshakes_);
+            asio::async_read(*socket, asio::buffer(state->header), [this, peer, socket, state, give_up, cannot_join, finishing](const asio::error_code& error, std::size_t) {
               if (error) return give_up("closed before accepting this rank");
               const FrameHeader header = decode(state->header);
               if (auto problem = check(header, kMaxRefusalBytes)) return give_up(*problem);
               if (header.type == FrameType::Refused) return read_refusal(socket, header.length, cannot_join);
               if (header.type != FrameType::Accepted || header.length != kMacBytes || static_cast<int>(header.tag) != peer)
                 return give_up("the listener answered the response with an unexpected frame");
-              asio::async_read(*socket, asio::buffer(state->listener_proof), [this, peer, socket, state, give_up, cannot_join](const asio::error_code& error, std::size_t) {
+              asio::async_read(*socket, asio::buffer(state->listener_proof), [this, peer, socket, state, give_up, cannot_join, finishing](const asio::error_code& error, std::size_t) {
                 if (error) return give_up("closed during its acceptance");
                 if (!same(state->listener_proof, server_proof(options_.secret, state->client_nonce, state->server_nonce, options_.rank, peer)))
                   return cannot_join("does not know this rank's shared secret (COHORT_SECRET or COHORT_SECRET_FILE differ between "
@@ -520,6 +520,8 @@ void TcpTransport::connected(int peer, Socket socket) {
   p.ready = true;
   p.last_heard = Clock::now();
   read_header(peer);
+  // A peer that completes its handshake after the group broke hears why, as the others did.
+  if (breakage_notice_) p.queue.push_back({*breakage_notice_, std::as_bytes(std::span(breakage_notice_payload_)), nullptr});
   if (!p.queue.empty() && !p.writing) write_next(peer);
   int now_connected = 0;
   {

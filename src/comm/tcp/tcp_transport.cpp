@@ -31,7 +31,7 @@ void TcpTransport::shut_down() {
           if (p.ready && p.socket->is_open() && !broken_) enqueue(r, {encode({.type = FrameType::Bye}), {}, nullptr});
         }
       }
-      bool all_idle = true;
+      bool all_idle = finishing_handshakes_ == 0;
       for (const auto& p : peers_) all_idle = all_idle && !p.writing;
       idle.set_value(all_idle);
     });
@@ -339,6 +339,10 @@ void TcpTransport::expect_messages_up_to(std::uint64_t bytes) {
 }
 
 void TcpTransport::tell_peers(const HeaderBytes& header, std::span<const std::byte> payload, int except) {
+  if (!breakage_notice_) {
+    breakage_notice_ = header;
+    breakage_notice_payload_.assign(payload.begin(), payload.end());
+  }
   for (int r = 0; r < size(); ++r) {
     const Peer& other = peers_[static_cast<std::size_t>(r)];
     if (r != except && other.ready && !other.departed) enqueue(r, {header, payload, nullptr});

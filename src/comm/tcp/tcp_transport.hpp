@@ -176,8 +176,21 @@ class TcpTransport : public Transport {
   // Each failed operation gets its own exception object: waiters on other threads rethrow them.
   void fail_queued_sends(const std::function<std::exception_ptr()>& error);
   std::exception_ptr broken_error() const { return broken_group_error(breakage_, *broken_); }
-  // Sends a control frame to every connected peer but `except` (-1: none).
+  // Sends a control frame to every connected peer but `except` (-1: none). The first one sent, which says
+  // why the group broke, is kept for peers whose handshake completes after that (connected()).
   void tell_peers(const HeaderBytes& header, std::span<const std::byte> payload = {}, int except = -1);
+  // Counts a handshake from the moment its peer may already hold the link for connected (the listener
+  // writes its acceptance; the dialer has sent its proof) until it ends: shut_down() waits for these, so
+  // that such a peer hears why this rank leaves rather than seeing the link close.
+  struct FinishingHandshake {
+    explicit FinishingHandshake(int& count) : count_(count) { ++count_; }
+    ~FinishingHandshake() { --count_; }
+    FinishingHandshake(const FinishingHandshake&) = delete;
+    FinishingHandshake& operator=(const FinishingHandshake&) = delete;
+
+   private:
+    int& count_;
+  };
   void check_peer(int peer) const;
   // Says goodbye, lets queued frames leave (half a second at most), closes every socket and stops the
   // I/O thread: at destruction, and before a failed set-up throws.
@@ -207,6 +220,9 @@ class TcpTransport : public Transport {
   std::atomic<std::uint64_t> progress_{0};
   std::atomic<std::uint64_t> expected_bytes_;  // the largest frame buffered while no receive awaits it
   std::string failure_report_;  // what this rank's Failed frames carry; the I/O thread's alone
+  std::optional<HeaderBytes> breakage_notice_;  // tell_peers()' first frame, and its payload
+  std::vector<std::byte> breakage_notice_payload_;
+  int finishing_handshakes_ = 0;  // FinishingHandshake; the I/O thread's alone
   // Per peer: 1 + the count its latest heartbeat carried, 0 before its first; written by the I/O thread alone.
   std::unique_ptr<std::atomic<std::uint64_t>[]> peer_progress_;
   Clock::time_point connect_deadline_;
