@@ -63,7 +63,7 @@ int main(int argc, char** argv) try {
   Trainer trainer(model, optim::Adam({.learning_rate = schedule}), strategy);
   const auto history = trainer.fit(train_set, fit);
   if (!chief) return 0;
-  if (!options.history_csv.empty()) history.write_csv(options.history_csv);
+  app::write_run_outputs(options, history, model, stats);
   const auto& last = history.epochs.back();
   fmt::print("final: train accuracy {:.4f}, test accuracy {:.4f}, {:.0f} images/s per worker\n", last.at("accuracy"),
              last.at("val_accuracy"), last.at("samples_per_second") / replicas);

@@ -47,11 +47,7 @@ int main(int argc, char** argv) try {
   fit.validation = &test_view;
   const auto history = trainer.fit(train_set, fit);
   if (!chief) return 0;
-  if (!options.history_csv.empty()) history.write_csv(options.history_csv);
-  if (!options.save_model.empty()) {
-    nn::save_model(model, options.save_model, {.input_mean = stats.mean, .input_stddev = stats.stddev});
-    fmt::print("model saved to {}\n", options.save_model);
-  }
+  app::write_run_outputs(options, history, model, stats);
   for (std::size_t e = 0; e < history.epochs.size(); ++e)
     fmt::print("epoch {}: test accuracy {:.4f} ({:.1f} s)\n", e + 1, history.epochs[e].at("val_accuracy"),
                history.epochs[e].at("seconds"));

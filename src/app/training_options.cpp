@@ -18,6 +18,7 @@
 #include "cohort/core/logging.hpp"
 #include "cohort/core/settings.hpp"
 #include "cohort/data/idx.hpp"
+#include "cohort/nn/model_file.hpp"
 #include "cohort/ps/consistency.hpp"
 #include "cohort/ps/placement.hpp"
 #include "cohort/tensor/devices.hpp"
@@ -231,6 +232,14 @@ std::filesystem::path fashion_mnist_directory(const std::string& data_dir) {
                                 "--data-dir DIR reads it from another directory)",
                                 absent, data::FashionMnist::kDebianDirectory));
   return directory;
+}
+
+void write_run_outputs(const TrainingOptions& options, const train::History& history, const nn::Sequential& model,
+                       const data::ChannelStatistics& input) {
+  if (!options.history_csv.empty()) history.write_csv(options.history_csv);
+  if (options.save_model.empty()) return;
+  nn::save_model(model, options.save_model, {.input_mean = input.mean, .input_stddev = input.stddev});
+  fmt::print("model saved to {}\n", options.save_model);
 }
 
 }  // namespace cohort::app

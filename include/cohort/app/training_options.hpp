@@ -16,6 +16,7 @@
 #include <string_view>
 
 #include "cohort/core/device.hpp"
+#include "cohort/data/transforms.hpp"
 #include "cohort/nn/precision.hpp"
 #include "cohort/nn/zoo.hpp"
 #include "cohort/optim/schedule.hpp"
@@ -91,5 +92,9 @@ train::Verbosity verbosity(const TrainingOptions& options);
 // The Fashion-MNIST directory the examples read (--data-dir, else Debian's); DataError with the system's
 // reason and how to get the data when it does not hold the four files.
 std::filesystem::path fashion_mnist_directory(const std::string& data_dir);
+// The chief's files at the end of a run: --history-csv, and --save-model with the input normalization the
+// model was trained behind (said on stdout).
+void write_run_outputs(const TrainingOptions& options, const train::History& history, const nn::Sequential& model,
+                       const data::ChannelStatistics& input);
 
 }  // namespace cohort::app
