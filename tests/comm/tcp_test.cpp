@@ -689,6 +689,26 @@ TEST_CASE("tcp: a stranger whose hello carries another layout or deadlines learn
   legitimate_peer_still_works(listener, zero, addresses);
 }
 
+TEST_CASE("tcp: a listener's challenge does not say which rank it is", "[comm][tcp][security]") {
+  const auto addresses = comm_test::free_addresses(3);
+  std::unique_ptr<Transport> zero, one;
+  std::thread first([&] { zero = connect_tcp(options_for(0, addresses)); });
+  std::thread second([&] { one = connect_tcp(options_for(1, addresses)); });
+  {
+    RawClient stranger(addresses[1]);
+    stranger.write(hello_frame(2, tcp::random_nonce(), 1, addresses));
+    tcp::HeaderBytes header{};
+    REQUIRE(stranger.read(header.data(), header.size()));
+    const tcp::FrameHeader challenge = tcp::decode(header);
+    CHECK(challenge.type == tcp::FrameType::Challenge);
+    CHECK(challenge.tag == 0);  // not 1
+  }
+  auto two = connect_tcp(options_for(2, addresses));  // the legitimate rank 2 still gets in
+  first.join();
+  second.join();
+  CHECK(two->size() == 3);
+}
+
 TEST_CASE("tcp: a peer lost during set-up fails set-up at once, naming it", "[comm][tcp]") {
   // Ranks 0 and 1 of 4 wait for rank 3; hand-made rank 2 authenticates with both, then its process ends.
   const auto addresses = comm_test::free_addresses(4);
@@ -755,6 +775,27 @@ TEST_CASE("tcp: a rank told whom the group lost passes it on to the ranks its re
   REQUIRE(one_error != nullptr);
   CHECK_THROWS_WITH(std::rethrow_exception(one_error), Catch::Contains("could not finish set-up: lost worker 3") &&
                                                            Catch::Contains("reported by chief 0"));
+}
+
+TEST_CASE("tcp: a rank told that the group lost it says so, instead of naming itself lost", "[comm][tcp]") {
+  // As above, but rank 2 reports rank 1 lost: rank 0 passes that on to rank 1 itself.
+  const auto addresses = comm_test::free_addresses(4);
+  std::exception_ptr zero_error, one_error;
+  std::thread zero = failing_set_up(options_for(0, addresses), zero_error);
+  std::thread one = failing_set_up(options_for(1, addresses), one_error);
+  std::this_thread::sleep_for(300ms);  // ranks 0 and 1 have connected
+  RawClient to_zero(addresses[0]);
+  REQUIRE(handshake(to_zero, 2, kSecret, tcp::random_nonce(), addresses));
+  std::this_thread::sleep_for(200ms);
+  const auto abort = tcp::encode({.type = tcp::FrameType::Abort, .tag = 1});
+  to_zero.write(abort.data(), abort.size());
+  zero.join();
+  one.join();
+  REQUIRE(zero_error != nullptr);
+  CHECK_THROWS_WITH(std::rethrow_exception(zero_error), Catch::Contains("lost worker 1") && Catch::Contains("reported by worker 2"));
+  REQUIRE(one_error != nullptr);
+  CHECK_THROWS_WITH(std::rethrow_exception(one_error),
+                    Catch::Contains("chief 0") && Catch::Contains("reports that the group lost this rank, worker 1"));
 }
 
 namespace {

@@ -20,7 +20,7 @@ inline constexpr std::size_t kMacBytes = 32;
 
 enum class FrameType : std::uint16_t {
   Hello = 1,      // client: tag = client rank; payload = handshake.hpp's Hello
-  Challenge = 2,  // server: tag = server rank; payload = nonce
+  Challenge = 2,  // server: tag = 0 (no rank before the secret is proven); payload = nonce
   Response = 3,   // client: payload = proof of the secret
   Data = 10,      // tag = user tag; payload = message
   Heartbeat = 11,  // tag = how many collectives the sender has started (Transport::report_progress)

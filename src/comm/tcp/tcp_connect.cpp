@@ -342,8 +342,8 @@ void TcpTransport::serve_handshake(Socket socket) {
         // The dialer proves the secret first: a stranger gets a nonce and nothing computed from the secret,
         // so it cannot test guesses of a weak secret offline.
         state->server_nonce = random_nonce();
-        const HeaderBytes header = encode({.type = FrameType::Challenge, .tag = static_cast<std::uint64_t>(options_.rank),
-                                           .length = kNonceBytes});
+        // The tag stays 0: which rank listens here is not told before the secret is proven.
+        const HeaderBytes header = encode({.type = FrameType::Challenge, .length = kNonceBytes});
         std::copy(header.begin(), header.end(), state->challenge.begin());
         std::copy(state->server_nonce.begin(), state->server_nonce.end(), state->challenge.begin() + kHeaderBytes);
         asio::async_write(*socket, asio::buffer(state->challenge), [this, socket, state, reject](const asio::error_code& error, std::size_t) {
@@ -466,7 +466,7 @@ void TcpTransport::client_handshake(int peer, Socket socket) {
         const FrameHeader header = decode(state->header);
         if (auto problem = check(header, std::max(kNonceBytes, kMaxRefusalBytes))) return give_up(*problem);
         if (header.type == FrameType::Refused) return read_refusal(socket, header.length, cannot_join);
-        if (header.type != FrameType::Challenge || header.length != kNonceBytes || static_cast<int>(header.tag) != peer)
+        if (header.type != FrameType::Challenge || header.length != kNonceBytes)
           return give_up("the listener answered with an unexpected frame");
         asio::async_read(*socket, asio::buffer(state->server_nonce), [this, peer, socket, state, give_up, cannot_join](const asio::error_code& error, std::size_t) {
           if (error) return give_up("closed during the challenge");

@@ -111,6 +111,12 @@ void TcpTransport::on_frame(int peer, const FrameHeader& header) {
     case FrameType::Failed:
       return read_failure(peer, header.length);
     case FrameType::Abort: {
+      if (header.tag == static_cast<std::uint64_t>(options_.rank)) {
+        // Another member could not reach this rank (its link broke, or it never came up on that side).
+        break_group(fmt::format("{} reports that the group lost this rank, {}: a member could not reach it", describe(peer),
+                                describe(options_.rank)));
+        return read_header(peer);
+      }
       const auto lost = static_cast<int>(header.tag);
       const std::string lost_name = lost >= 0 && lost < size() ? describe(lost) : fmt::format("rank {}", header.tag);
       // Passed on once: in set-up a rank connected to this one but not yet to the reporter would otherwise
