@@ -196,6 +196,12 @@ void Trainer::check_replica_sum() const {
           layer->name(), layer->type_name(), strategy_->name(), strategy_->replicas()));
 }
 
+std::string Trainer::non_finite_advice() const {
+  return model_.precision() == nn::Precision::MixedFloat16
+             ? ": activations overflow float16 (beyond 65504); lower the learning rate or train in mixed_bfloat16"
+             : "; lower the learning rate";
+}
+
 void Trainer::check_fits(const data::Dataset& dataset) const {
   COHORT_CHECK(dataset.sample_shape() == model_.input_shape(), "data set '{}' has samples of shape {}, the model takes {}",
                dataset.description(), dataset.sample_shape(), model_.input_shape());
@@ -262,8 +268,8 @@ Trainer::Totals Trainer::train_step(const Tensor& images, const Tensor& targets,
       return nn::compute_loss(loss_, prediction, scored.logits, targets, output_gradient_);
     }();
     if (!std::isfinite(loss))
-      throw Error(fmt::format("the training loss became {} at step {} (learning rate {:.3g}); lower the learning rate",
-                              loss, optimizer_->iterations(), optimizer_->learning_rate()));
+      throw Error(fmt::format("the training loss became {} at step {} (learning rate {:.3g}){}", loss, optimizer_->iterations(),
+                              optimizer_->learning_rate(), non_finite_advice()));
     totals = totals_of(scored, targets, loss);
     if (loss_scale_) ops::scale(output_gradient_, loss_scale_->value());
     if (completes_update) {
@@ -685,11 +691,7 @@ History Trainer::run(const data::Dataset& train, const FitOptions& options) {
       logs.merge(logs_of(validation, std::string(kValidationPrefix)));
       const double loss = logs.at("val_loss");
       if (!std::isfinite(loss))
-        throw Error(fmt::format("the validation loss became {} after epoch {}{}", loss, epoch + 1,
-                                model_.precision() == nn::Precision::MixedFloat16
-                                    ? ": activations overflow float16 (beyond 65504); lower the learning rate or train "
-                                      "in mixed_bfloat16"
-                                    : "; lower the learning rate"));
+        throw Error(fmt::format("the validation loss became {} after epoch {}{}", loss, epoch + 1, non_finite_advice()));
     }
     if (verbose)
       progress.finish(shown(logs, options.validation != nullptr), seconds, mean_training_seconds, logs["samples_per_second"]);

@@ -112,7 +112,14 @@ TEST_CASE("a diverging run stops with an error that names the step", "[train]") 
   model.add(nn::Flatten()).add(nn::Dense(4)).add(nn::Softmax());
   Trainer trainer(model, optim::SGD({.learning_rate = optim::constant(1e38)}));
   CHECK_THROWS_WITH(trainer.fit(synthetic_set(), {.epochs = 3, .verbosity = train::Verbosity::Silent}),
-                    Catch::Contains("training loss became"));
+                    Catch::Contains("training loss became") && Catch::Contains("; lower the learning rate"));
+  // Under mixed_float16 the message says what overflowed.
+  nn::Sequential mixed({8, 8, 2}, 1);
+  mixed.add(nn::Flatten()).add(nn::Dense(4)).add(nn::Softmax());
+  mixed.set_precision(nn::Precision::MixedFloat16);
+  Trainer mixed_trainer(mixed, optim::SGD({.learning_rate = optim::constant(1e38)}));
+  CHECK_THROWS_WITH(mixed_trainer.fit(synthetic_set(), {.epochs = 3, .verbosity = train::Verbosity::Silent}),
+                    Catch::Contains("training loss became") && Catch::Contains("activations overflow float16"));
 }
 
 TEST_CASE("fit shows the rate in images for image inputs and in samples for others", "[train]") {

@@ -120,6 +120,8 @@ class Trainer {
   void check_replica_sum() const;
   // Checks that the loss and metrics fit the model and `dataset`.
   void check_fits(const data::Dataset& dataset) const;
+  // What follows "the ... loss became nan": under mixed_float16 that activations overflowed float16.
+  std::string non_finite_advice() const;
   // One forward/backward pass on a batch; when `completes_update`, then the update over the samples of
   // the passes accumulated since the last one and this one.
   Totals train_step(const Tensor& images, const Tensor& targets, bool completes_update);
