@@ -528,6 +528,27 @@ TEST_CASE("tcp: bad frames from an authenticated peer fail operations with Proto
   }
 }
 
+TEST_CASE("tcp: a rank that breaks off over a bad frame reads on until the peer closes, so its farewell arrives",
+          "[comm][tcp][security]") {
+  // Closing with the peer's bytes unread would reset the connection, and a reset can destroy the farewell
+  // before the peer reads it.
+  std::unique_ptr<RawClient> raw;
+  const auto zero = zero_with_raw_peer(raw, comm_test::free_addresses(2));
+  const std::vector<unsigned char> noise(24, 0xAB), more(1 << 20, 0x5A);
+  raw->write(noise);
+  raw->write(more);  // still coming when rank 0 has refused the noise
+  std::this_thread::sleep_for(300ms);
+  std::string farewell;
+  for (tcp::HeaderBytes header{}; farewell.empty() && raw->read(header.data(), header.size());) {
+    const tcp::FrameHeader frame = tcp::decode(header);
+    REQUIRE(frame.length <= tcp::kMaxRefusalBytes);
+    std::string payload(static_cast<std::size_t>(frame.length), '\0');
+    REQUIRE(raw->read(payload.data(), payload.size()));
+    if (frame.type == tcp::FrameType::Failed) farewell = payload;
+  }
+  CHECK_THAT(farewell, Catch::Contains("what arrived from worker 1") && Catch::Contains("broke the protocol"));
+}
+
 namespace {
 
 // This process's resident memory, in bytes.

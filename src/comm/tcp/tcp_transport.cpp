@@ -112,8 +112,8 @@ void TcpTransport::on_frame(int peer, const FrameHeader& header) {
       return read_failure(peer, header.length);
     case FrameType::Abort: {
       if (header.tag == static_cast<std::uint64_t>(options_.rank)) {
-        // Another member could not reach this rank (its link broke, or it never came up on that side).
-        break_group(fmt::format("{} reports that the group lost this rank, {}: a member could not reach it", describe(peer),
+        // Another member broke off with this rank (their link broke, or what came over it broke the protocol).
+        break_group(fmt::format("{} reports that the group lost this rank, {}: a member broke off with it", describe(peer),
                                 describe(options_.rank)));
         return read_header(peer);
       }
@@ -237,8 +237,8 @@ void TcpTransport::enqueue(int peer, Outgoing outgoing) {
 void TcpTransport::write_next(int peer) {
   Peer& p = peers_[static_cast<std::size_t>(peer)];
   if (p.close_when_written && p.socket && p.queue.empty()) {
-    asio::error_code ignored;
-    p.socket->close(ignored);
+    p.close_when_written = false;
+    return close_after_draining(peer);
   }
   if (p.queue.empty() || p.write_failed || !p.socket || !p.socket->is_open()) return;
   p.writing = true;
@@ -265,6 +265,20 @@ void TcpTransport::write_next(int peer) {
     }
     if (done.work) done.work->complete();
     write_next(peer);
+  });
+}
+
+void TcpTransport::close_after_draining(int peer) {
+  Peer& p = peers_[static_cast<std::size_t>(peer)];
+  asio::error_code ignored;
+  p.socket->socket().shutdown(asio::socket_base::shutdown_send, ignored);
+  p.payload.resize(kReadPiece);
+  p.socket->socket().async_read_some(asio::buffer(p.payload), [this, peer](const asio::error_code& error, std::size_t) {
+    Peer& q = peers_[static_cast<std::size_t>(peer)];
+    if (!error && !closing_) return close_after_draining(peer);
+    asio::error_code ignored;
+    q.socket->close(ignored);
+    q.payload = {};
   });
 }
 

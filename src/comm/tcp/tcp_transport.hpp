@@ -166,6 +166,9 @@ class TcpTransport : public Transport {
   // Reads a peer's failure report of `length` bytes and ends the group with it.
   void read_failure(int peer, std::uint64_t length);
   void enqueue(int peer, Outgoing outgoing);
+  // Half-closes the link to `peer` and reads what it still sends until it closes, then closes: closing
+  // with its bytes unread would reset the connection, which can destroy the farewell before it is read.
+  void close_after_draining(int peer);
   void write_next(int peer);
   void heartbeat();
   // failures
