@@ -247,6 +247,7 @@ TEST_CASE("under parameter servers an overflow on one worker skips that step on 
     std::vector<std::string> skipped(2);
     std::vector<std::vector<float>> kernels(2);
     std::vector<std::int64_t> iterations(2);
+    std::vector<int> scaled(4);  // set_loss_scale() took the scale
     std::vector<float> start;
     std::vector<ps::ServerStats> server_stats;
     ps_test::run_cluster(group, 2, 2, {.consistency = consistency}, [&](int r, auto strategy) {
@@ -254,7 +255,7 @@ TEST_CASE("under parameter servers an overflow on one worker skips that step on 
       model.add(nn::Dense(2));
       optim::SGD sgd({.learning_rate = optim::constant(0.5)});
       train::LossScale scale;
-      REQUIRE(strategy->set_loss_scale(&scale));
+      scaled[static_cast<std::size_t>(r)] = strategy->set_loss_scale(&scale);
       strategy->initialize(model, sgd);
       if (strategy->is_server()) {
         strategy->serve(model, sgd, {});
@@ -275,6 +276,7 @@ TEST_CASE("under parameter servers an overflow on one worker skips that step on 
       strategy->finish({});
       if (r == 0) server_stats = strategy->final_server_stats();
     });
+    CHECK(scaled == std::vector<int>{1, 1, 1, 1});
     REQUIRE(server_stats.size() == 2);
     if (sync) {
       // One step skipped by both servers and both workers: two updates of 0.5 each.
