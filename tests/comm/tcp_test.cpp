@@ -861,12 +861,14 @@ TEST_CASE("tcp: a rank whose set-up fails tells a peer whose handshake completes
   // rank 0 accepts it only after that. Rank 0 must hear that the group lost rank 1.
   const auto addresses = comm_test::free_addresses(3);
   const int zero_listening = raw_listener(addresses[0]), one_listening = raw_listener(addresses[1]);
-  std::atomic<bool> garbage_sent{false};
+  std::atomic<bool> zero_holds_proof{false}, garbage_sent{false};
   std::optional<AwaitedAcceptance> one_awaited, zero_awaited;
   std::thread one([&] {
     const int fd = ::accept(one_listening, nullptr, nullptr);
     one_awaited = challenge_and_take_proof(fd);
     if (one_awaited) accept_with_proof(fd, *one_awaited, 2, 1);
+    // Only once rank 2 awaits rank 0's acceptance: its handshake with rank 0 is then the one finishing.
+    for (int i = 0; i < 5000 && !zero_holds_proof; ++i) std::this_thread::sleep_for(1ms);
     const std::vector<unsigned char> noise(24, 0xAB);
     ::send(fd, noise.data(), noise.size(), MSG_NOSIGNAL);
     garbage_sent = true;
@@ -877,6 +879,7 @@ TEST_CASE("tcp: a rank whose set-up fails tells a peer whose handshake completes
   std::thread zero([&] {
     const int fd = ::accept(zero_listening, nullptr, nullptr);
     zero_awaited = challenge_and_take_proof(fd);
+    zero_holds_proof = true;
     while (!garbage_sent) std::this_thread::sleep_for(1ms);
     std::this_thread::sleep_for(50ms);  // rank 2's set-up has failed by now
     if (zero_awaited) accept_with_proof(fd, *zero_awaited, 2, 0);

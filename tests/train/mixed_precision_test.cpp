@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <latch>
 #include <limits>
 
 #include "cohort/comm/inproc.hpp"
@@ -250,6 +251,7 @@ TEST_CASE("under parameter servers an overflow on one worker skips that step on 
     std::vector<int> scaled(4);  // set_loss_scale() took the scale
     std::vector<float> start;
     std::vector<ps::ServerStats> server_stats;
+    std::latch pushed(2);  // both workers' pushes are in before the chief reads the servers' counters
     ps_test::run_cluster(group, 2, 2, {.consistency = consistency}, [&](int r, auto strategy) {
       nn::Sequential model({4}, 3);
       model.add(nn::Dense(2));
@@ -273,6 +275,7 @@ TEST_CASE("under parameter servers an overflow on one worker skips that step on 
       scales[static_cast<std::size_t>(r)] = scale.value();
       kernels[static_cast<std::size_t>(r)] = model.variable("dense/kernel")->value.to_vector();
       iterations[static_cast<std::size_t>(r)] = sgd.iterations();  // the servers' updates, skips not counted
+      pushed.arrive_and_wait();
       strategy->finish({});
       if (r == 0) server_stats = strategy->final_server_stats();
     });
