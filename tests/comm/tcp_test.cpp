@@ -774,23 +774,40 @@ TEST_CASE("tcp: a rank that never comes is named by every rank, not only by the 
                                                            Catch::Contains("reported by chief 0"));
 }
 
-TEST_CASE("tcp: a rank told whom the group lost passes it on to the ranks its reporter has not reached", "[comm][tcp]") {
-  // Rank 3 never starts. Rank 2 (raw) has reached rank 0 alone and reports rank 3 lost; rank 1, connected
-  // to rank 0 but not to rank 2, learns the cause from rank 0 instead of seeing rank 0 leave.
-  const auto addresses = comm_test::free_addresses(4);
+namespace {
+
+// Ranks 0 and 1 of 4 set up while rank 3 never starts; rank 2 (raw) reaches rank 0 alone and reports
+// `lost` lost. Returns how set-up failed on ranks 0 and 1, and how long after the report.
+struct ReportedLoss {
   std::exception_ptr zero_error, one_error;
-  std::thread zero = failing_set_up(options_for(0, addresses), zero_error);
-  std::thread one = failing_set_up(options_for(1, addresses), one_error);
+  std::chrono::steady_clock::duration after_report;
+};
+ReportedLoss report_loss_to_rank_zero(std::uint64_t lost) {
+  const auto addresses = comm_test::free_addresses(4);
+  ReportedLoss outcome;
+  std::thread zero = failing_set_up(options_for(0, addresses), outcome.zero_error);
+  std::thread one = failing_set_up(options_for(1, addresses), outcome.one_error);
   std::this_thread::sleep_for(300ms);  // ranks 0 and 1 have connected
   RawClient to_zero(addresses[0]);
-  REQUIRE(handshake(to_zero, 2, kSecret, tcp::random_nonce(), addresses));
+  const bool accepted = handshake(to_zero, 2, kSecret, tcp::random_nonce(), addresses).has_value();
   std::this_thread::sleep_for(200ms);
-  const auto abort = tcp::encode({.type = tcp::FrameType::Abort, .tag = 3});
+  const auto abort = tcp::encode({.type = tcp::FrameType::Abort, .tag = lost});
   to_zero.write(abort.data(), abort.size());
   const auto reported = std::chrono::steady_clock::now();
   zero.join();
   one.join();
-  CHECK(std::chrono::steady_clock::now() - reported < 3s);  // not the 10 s connect deadline
+  outcome.after_report = std::chrono::steady_clock::now() - reported;
+  REQUIRE(accepted);
+  return outcome;
+}
+
+}  // namespace
+
+TEST_CASE("tcp: a rank told whom the group lost passes it on to the ranks its reporter has not reached", "[comm][tcp]") {
+  // Rank 2 reports rank 3 lost; rank 1, connected to rank 0 but not to rank 2, learns the cause from
+  // rank 0 instead of seeing rank 0 leave.
+  const auto [zero_error, one_error, after_report] = report_loss_to_rank_zero(3);
+  CHECK(after_report < 3s);  // not the 10 s connect deadline
   REQUIRE(zero_error != nullptr);
   CHECK_THROWS_WITH(std::rethrow_exception(zero_error), Catch::Contains("lost worker 3") && Catch::Contains("reported by worker 2"));
   REQUIRE(one_error != nullptr);
@@ -799,19 +816,8 @@ TEST_CASE("tcp: a rank told whom the group lost passes it on to the ranks its re
 }
 
 TEST_CASE("tcp: a rank told that the group lost it says so, instead of naming itself lost", "[comm][tcp]") {
-  // As above, but rank 2 reports rank 1 lost: rank 0 passes that on to rank 1 itself.
-  const auto addresses = comm_test::free_addresses(4);
-  std::exception_ptr zero_error, one_error;
-  std::thread zero = failing_set_up(options_for(0, addresses), zero_error);
-  std::thread one = failing_set_up(options_for(1, addresses), one_error);
-  std::this_thread::sleep_for(300ms);  // ranks 0 and 1 have connected
-  RawClient to_zero(addresses[0]);
-  REQUIRE(handshake(to_zero, 2, kSecret, tcp::random_nonce(), addresses));
-  std::this_thread::sleep_for(200ms);
-  const auto abort = tcp::encode({.type = tcp::FrameType::Abort, .tag = 1});
-  to_zero.write(abort.data(), abort.size());
-  zero.join();
-  one.join();
+  // Rank 2 reports rank 1 lost: rank 0 passes that on to rank 1 itself.
+  const auto [zero_error, one_error, after_report] = report_loss_to_rank_zero(1);
   REQUIRE(zero_error != nullptr);
   CHECK_THROWS_WITH(std::rethrow_exception(zero_error), Catch::Contains("lost worker 1") && Catch::Contains("reported by worker 2"));
   REQUIRE(one_error != nullptr);
