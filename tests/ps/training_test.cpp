@@ -331,7 +331,7 @@ TEST_CASE("Sync with a backup worker: late gradients are dropped and counted, tr
 
 TEST_CASE("a worker whose share is done waits for a chief that trains on, and names one that is stuck", "[ps][train]") {
   // Worker 1 is fast and ends its share long before the chief, which takes a step every 150 ms while the
-  // progress deadline is 300 ms: the wait is legitimate. Then the chief stops taking steps (its training
+  // progress deadline is 600 ms (room for a loaded sanitizer build): the wait is legitimate. Then the chief stops taking steps (its training
   // thread blocked for 2 s, its transport alive): worker 1 must not report success.
   const auto run = [](const train::ParameterServerOptions& options, std::chrono::milliseconds chief_delay,
                       std::chrono::milliseconds chief_block) {
@@ -354,7 +354,7 @@ TEST_CASE("a worker whose share is done waits for a chief that trains on, and na
     });
     return errors;
   };
-  const std::chrono::milliseconds deadline(300);
+  const std::chrono::milliseconds deadline(600);
   for (const ps::Consistency consistency : {ps::Consistency{ps::Async{}}, ps::Consistency{ps::Sync{.backup_workers = 1}}}) {
     INFO(ps::describe(consistency));
     const train::ParameterServerOptions options{.consistency = consistency, .wait_timeout = deadline};
