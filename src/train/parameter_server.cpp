@@ -1,14 +1,12 @@
 #include "cohort/train/parameter_server.hpp"
 
-#include <cmath>
-
 #include "cohort/core/check.hpp"
 #include "cohort/core/format.hpp"
 #include "cohort/core/logging.hpp"
 #include "cohort/ps/server.hpp"
 #include "cohort/ps/verify_plan.hpp"
 #include "cohort/tensor/ops.hpp"
-#include "cohort/train/loss_scale.hpp"
+#include "cohort/train/update.hpp"
 #include "cohort/train/variable_infos.hpp"
 #include "core/sealed_file.hpp"
 #include "train/position_codec.hpp"
@@ -147,14 +145,15 @@ void ParameterServer::apply_gradients(nn::Sequential&, optim::Optimizer& optimiz
 }
 
 std::optional<std::size_t> ParameterServer::unscale_gradients() {
-  std::optional<std::size_t> first_not_finite;
+  std::vector<Tensor> gradients;
+  std::vector<std::size_t> store_indices;
   for (const Mirror& m : mirrors_) {
     if (!m.variable->trainable) continue;
-    ops::scale(m.gradient, 1.0f / loss_scale_->value());
-    // A sum of squares in double is finite exactly when every float gradient is.
-    if (!first_not_finite && !std::isfinite(ops::sum_of_squares(m.gradient))) first_not_finite = store_index_.at(m.variable.get());
+    gradients.push_back(m.gradient);
+    store_indices.push_back(store_index_.at(m.variable.get()));
   }
-  return first_not_finite;
+  const std::optional<std::size_t> not_finite = train::unscale_gradients(gradients, *loss_scale_);
+  return not_finite ? std::optional(store_indices[*not_finite]) : std::nullopt;
 }
 
 void ParameterServer::follow_servers_rate(optim::Optimizer& optimizer) const {

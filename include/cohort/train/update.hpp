@@ -6,6 +6,8 @@
 //
 //   train::update_variables(adam, model.trainable_variables());
 
+#include <cstddef>
+#include <optional>
 #include <vector>
 
 #include "cohort/nn/variable.hpp"
@@ -16,5 +18,8 @@ namespace cohort::train {
 
 bool update_variables(optim::Optimizer& optimizer, const std::vector<nn::VariablePtr>& variables,
                       LossScale* loss_scale = nullptr);
+
+// Divides `loss_scale` out of every gradient; the index of the first one that is not finite, if any.
+std::optional<std::size_t> unscale_gradients(const std::vector<Tensor>& gradients, const LossScale& loss_scale);
 
 }  // namespace cohort::train

@@ -203,9 +203,8 @@ WorkPtr TcpTransport::send(int peer, Tag tag, std::span<const std::byte> data) {
   auto work = std::make_shared<Work>(fmt::format("send to {}, tag {}", describe(peer), tag));
   asio::post(io_, [this, peer, tag, data, work] {
     if (broken_) return work->fail(broken_error());
-    if (peers_[static_cast<std::size_t>(peer)].departed)
-      return work->fail(std::make_exception_ptr(IoError(fmt::format("{} left the group", describe(peer)))));
     Peer& p = peers_[static_cast<std::size_t>(peer)];
+    if (p.departed) return work->fail(std::make_exception_ptr(IoError(fmt::format("{} left the group", describe(peer)))));
     if (data.size() > p.announced_to_peer) {
       p.announced_to_peer = data.size();
       enqueue(peer, {encode({.type = FrameType::Announce, .tag = data.size()}), {}, nullptr});
