@@ -104,6 +104,10 @@ TrainingOptions parse_training_options(int argc, const char* const* argv, std::s
                  "gradients travel as float32 or bfloat16 (half the bytes; summed in float32), to the servers or around the ring")
       ->check(CLI::IsMember({"float32", "bfloat16"}))
       ->group("Distributed (under cohort-launch)");
+  cli.add_option("--shard-optimizer", options.shard_optimizer,
+                 "ZeRO under ring allreduce: zero1 shards the optimizer state over the workers, zero2 the reduced gradients too")
+      ->check(CLI::IsMember({"none", "zero1", "zero2"}))
+      ->group("Distributed (under cohort-launch)");
   cli.add_option("--lr-scaling", options.lr_scaling, "learning rate x workers: linear, sqrt or none, warmed up over an epoch")
       ->check(CLI::IsMember({"linear", "sqrt", "none"}))
       ->group("Distributed (under cohort-launch)");
@@ -165,7 +169,8 @@ train::ParameterServerOptions distributed_options(const TrainingOptions& options
           .placement = ps::parse_policy(options.placement),
           .max_shard_bytes = options.max_shard_bytes,
           .data = options.each_worker_full_pass ? train::DataPolicy::EachWorkerFullPass : train::DataPolicy::OnePassPerEpoch,
-          .gradient_dtype = parse_dtype(options.gradient_dtype).value_or(DType::Float32)};
+          .gradient_dtype = parse_dtype(options.gradient_dtype).value_or(DType::Float32),
+          .zero_stage = options.shard_optimizer == "zero2" ? 2 : options.shard_optimizer == "zero1" ? 1 : 0};
 }
 
 nn::Precision precision(const TrainingOptions& options) {

@@ -51,7 +51,9 @@ void allgather(Transport& transport, std::span<const std::byte> mine, std::span<
   const std::size_t block = mine.size();
   COHORT_CHECK(all.size() == block * static_cast<std::size_t>(n), "allgather: {} bytes cannot hold {} blocks of {}",
                all.size(), n, block);
-  if (block > 0) std::memcpy(all.data() + static_cast<std::size_t>(r) * block, mine.data(), block);
+  // `mine` may be this rank's block of `all` already (an allgather in place).
+  std::byte* own = all.data() + static_cast<std::size_t>(r) * block;
+  if (block > 0 && own != mine.data()) std::memcpy(own, mine.data(), block);
   // Ring: in step s, pass on the block received in step s - 1.
   for (int step = 0; step + 1 < n; ++step) {
     const auto send_block = static_cast<std::size_t>((r - step + n) % n);
@@ -76,48 +78,56 @@ std::span<T> ring_chunk(std::span<T> data, int n, int chunk) {
 
 // Ring allreduce (Patarasuk and Yuan 2009; Horovod, Gloo, NCCL): the vector is cut into n chunks.
 // Reduce-scatter: in n - 1 steps every rank sends one chunk to its successor and adds the chunk coming
-// from its predecessor, so that afterwards rank r holds the complete sum of chunk (r + 1) mod n.
-// All-gather: n - 1 more steps pass the finished chunks around the ring. Each rank sends and receives
-// 2 (n - 1) / n of the vector in total, independent of n, which is bandwidth-optimal; the latency is
-// 2 (n - 1) message times. Within a step a chunk moves in segments, and each segment is reduced as soon
-// as it arrives while the following ones are still in transfer. Every chunk is summed in one fixed
-// order and then copied, so all ranks end with bitwise identical results.
+// from its predecessor, so that afterwards each rank holds the complete sum of one chunk. All-gather:
+// n - 1 more steps pass the finished chunks around the ring. Each rank sends and receives 2 (n - 1) / n
+// of the vector in total, independent of n, which is bandwidth-optimal; the latency is 2 (n - 1) message
+// times. Within a step a chunk moves in segments, and each segment is reduced as soon as it arrives while
+// the following ones are still in transfer. Every chunk is summed in one fixed order and then copied, so
+// all ranks end with bitwise identical results.
+
+// The reduce-scatter half: afterwards rank r holds the complete sum of chunk (r + 1 - shift) mod n.
+template <typename T>
+void ring_reduce_scatter(Transport& transport, std::span<T> data, const AllreduceOptions& options, int shift) {
+  const int n = transport.size(), r = transport.rank();
+  const std::size_t count = data.size();
+  auto chunk_of = [&](int chunk) { return ring_chunk(data, n, ((chunk % n) + n) % n); };
+  const std::size_t segment = std::max<std::size_t>(1, options.segment_bytes / sizeof(T));
+  const int next = (r + 1) % n, previous = (r - 1 + n) % n;
+  // Reused across calls: a fresh multi-megabyte buffer per call costs page faults on every step.
+  thread_local std::vector<T> incoming;
+  if (incoming.size() < count / static_cast<std::size_t>(n) + 1) incoming.resize(count / static_cast<std::size_t>(n) + 1);
+  for (int step = 0; step + 1 < n; ++step) {
+    const auto outgoing = chunk_of(r - step - shift);
+    const auto target = chunk_of(r - step - shift - 1);
+    std::vector<WorkPtr> sends;
+    for (std::size_t at = 0; at < outgoing.size() || (at == 0 && outgoing.empty()); at += segment)
+      sends.push_back(transport.send(next, options.tag, bytes_of(outgoing.subspan(at, std::min(segment, outgoing.size() - at)))));
+    // All receives of the chunk are posted up front, so that every segment lands straight in its place;
+    // each is reduced as soon as it is in, while the later ones are still on the wire.
+    std::vector<WorkPtr> receives;
+    for (std::size_t at = 0; at < target.size() || (at == 0 && target.empty()); at += segment)
+      receives.push_back(transport.recv(previous, options.tag,
+                                        bytes_of(std::span(incoming).subspan(at, std::min(segment, target.size() - at)))));
+    for (std::size_t s = 0; s < receives.size(); ++s) {
+      receives[s]->wait(transport.timeout());
+      const std::size_t at = s * segment, end = std::min(target.size(), at + segment);
+      for (std::size_t i = at; i < end; ++i) target[i] += incoming[i];
+    }
+    wait_all(sends, transport.timeout());
+  }
+}
+
 template <typename T>
 void ring_allreduce(Transport& transport, std::span<T> data, const AllreduceOptions& options) {
   const int n = transport.size(), r = transport.rank();
-  if (n > 1) {
-    const std::size_t count = data.size();
-    auto chunk_of = [&](int chunk) { return ring_chunk(data, n, chunk); };
-    const std::size_t segment = std::max<std::size_t>(1, options.segment_bytes / sizeof(T));
-    const int next = (r + 1) % n, previous = (r - 1 + n) % n;
-    // Reused across calls: a fresh multi-megabyte buffer per call costs page faults on every step.
-    thread_local std::vector<T> incoming;
-    if (incoming.size() < count / static_cast<std::size_t>(n) + 1) incoming.resize(count / static_cast<std::size_t>(n) + 1);
-
-    for (int step = 0; step + 1 < n; ++step) {
-      const auto outgoing = chunk_of((r - step + n) % n);
-      const auto target = chunk_of((r - step - 1 + n) % n);
-      std::vector<WorkPtr> sends;
-      for (std::size_t at = 0; at < outgoing.size() || (at == 0 && outgoing.empty()); at += segment)
-        sends.push_back(transport.send(next, options.tag, bytes_of(outgoing.subspan(at, std::min(segment, outgoing.size() - at)))));
-      // All receives of the chunk are posted up front, so that every segment lands straight in its place;
-      // each is reduced as soon as it is in, while the later ones are still on the wire.
-      std::vector<WorkPtr> receives;
-      for (std::size_t at = 0; at < target.size() || (at == 0 && target.empty()); at += segment)
-        receives.push_back(transport.recv(previous, options.tag,
-                                          bytes_of(std::span(incoming).subspan(at, std::min(segment, target.size() - at)))));
-      for (std::size_t s = 0; s < receives.size(); ++s) {
-        receives[s]->wait(transport.timeout());
-        const std::size_t at = s * segment, end = std::min(target.size(), at + segment);
-        for (std::size_t i = at; i < end; ++i) target[i] += incoming[i];
-      }
-      wait_all(sends, transport.timeout());
-    }
-    for (int step = 0; step + 1 < n; ++step) {
-      auto sent = transport.send(next, options.tag, bytes_of(chunk_of((r + 1 - step + n) % n)));
-      auto received = transport.recv(previous, options.tag, bytes_of(chunk_of((r - step + n) % n)));
-      wait_all({sent, received}, transport.timeout());
-    }
+  if (n == 1) return;
+  ring_reduce_scatter(transport, data, options, /*shift=*/0);
+  auto chunk_of = [&](int chunk) { return ring_chunk(data, n, chunk); };
+  const int next = (r + 1) % n, previous = (r - 1 + n) % n;
+  for (int step = 0; step + 1 < n; ++step) {
+    auto sent = transport.send(next, options.tag, bytes_of(chunk_of((r + 1 - step + n) % n)));
+    auto received = transport.recv(previous, options.tag, bytes_of(chunk_of((r - step + n) % n)));
+    wait_all({sent, received}, transport.timeout());
   }
 }
 
@@ -238,6 +248,20 @@ void allreduce(Transport& transport, std::span<std::byte> data, const AllreduceO
   if (options.op == ReduceOp::Mean) {
     const float inverse = 1.0f / static_cast<float>(transport.size());
     for (float& v : values) v *= inverse;
+  }
+}
+
+void reduce_scatter(Transport& transport, std::span<std::byte> data, const AllreduceOptions& options) {
+  COHORT_CHECK(options.type == DType::Float32, "reduce_scatter: reduces float32 elements, got {}", dtype_name(options.type));
+  COHORT_CHECK(options.wire == DType::Float32, "reduce_scatter: carries float32 as it is, not as {}", dtype_name(options.wire));
+  const std::size_t element = element_size(options.type), ranks = static_cast<std::size_t>(transport.size());
+  COHORT_CHECK(data.size() % (element * ranks) == 0, "reduce_scatter: {} bytes are not {} equal blocks of {}-byte elements",
+               data.size(), ranks, element);
+  const std::span values(reinterpret_cast<float*>(data.data()), data.size() / element);
+  if (ranks > 1) ring_reduce_scatter(transport, values, options, /*shift=*/1);
+  if (options.op == ReduceOp::Mean) {
+    const float inverse = 1.0f / static_cast<float>(ranks);
+    for (float& v : ring_chunk(values, transport.size(), transport.rank())) v *= inverse;
   }
 }
 

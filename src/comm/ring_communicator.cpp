@@ -64,6 +64,14 @@ class RingCommunicator final : public Communicator {
                [this, mine, all] { comm::allgather(transport_, bytes_of(mine), bytes_of(all)); });
   }
 
+  // Over the flat ring, also in a hierarchy: a reduce-scatter moves (n - 1) / n of the vector whatever the layout.
+  WorkPtr reduce_scatter(Buffer data, ReduceOp op) override {
+    check_host("reduce_scatter", data);
+    return run(fmt::format("reduce-scatter of {} bytes", data.bytes()), [this, data, op] {
+      comm::reduce_scatter(transport_, bytes_of(data), {.op = op, .type = data.type, .wire = data.wire});
+    });
+  }
+
  private:
   static void check_host(const char* op, const Buffer& buffer) {
     if (buffer.device != Device::CPU)

@@ -72,14 +72,21 @@ std::vector<Tensor>& Optimizer::slots_for(const std::string& variable_name, cons
   return state.slots;
 }
 
+std::uint64_t Optimizer::state_bytes() const {
+  std::uint64_t bytes = 0;
+  for (const auto& [name, state] : state_)
+    for (const Tensor& slot : state.slots) bytes += slot.bytes();
+  return bytes;
+}
+
 void Optimizer::to(Device device) {
   for (auto& [name, state] : state_)
     for (Tensor& slot : state.slots) slot = slot.to(device);
 }
 
-void Optimizer::save_state(std::ostream& out) const {
+void Optimizer::save_state(std::ostream& out, bool with_slots) const {
   cereal::PortableBinaryOutputArchive archive(out);
-  archive(kStateFormatVersion, name(), iterations_, state_);
+  archive(kStateFormatVersion, name(), iterations_, with_slots ? state_ : std::map<std::string, SlotState>{});
 }
 
 void Optimizer::load_state(std::istream& in) {

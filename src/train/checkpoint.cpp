@@ -3,6 +3,7 @@
 #include <cereal/types/map.hpp>
 #include <cereal/types/string.hpp>
 #include <cereal/types/utility.hpp>
+#include <cereal/types/vector.hpp>
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -14,6 +15,7 @@
 #include "core/sealed_file.hpp"
 #include "nn/named_values.hpp"
 #include "tensor/tensor_archive.hpp"
+#include "train/optimizer_shards.hpp"
 #include "train/position_codec.hpp"
 
 namespace cohort::train {
@@ -69,21 +71,23 @@ struct Payload {
   nn::NamedValues variables;
   std::string optimizer_state;
   PositionRecord position;
+  std::vector<std::string> optimizer_shards;  // where the optimizer's slots are, when not in optimizer_state
 
   template <class Archive>
   void serialize(Archive& archive) {
-    archive(variables, optimizer_state, position);
+    archive(variables, optimizer_state, position, optimizer_shards);
   }
 };
 
 }  // namespace
 
 void save_checkpoint(const std::filesystem::path& path, const nn::Sequential& model, const optim::Optimizer& optimizer,
-                     const TrainingPosition& position) {
+                     const TrainingPosition& position, const std::vector<std::string>& optimizer_shards) {
   Payload payload;
   payload.variables = nn::named_values(model);
+  payload.optimizer_shards = optimizer_shards;
   std::ostringstream optimizer_state;
-  optimizer.save_state(optimizer_state);
+  optimizer.save_state(optimizer_state, /*with_slots=*/optimizer_shards.empty());
   payload.optimizer_state = optimizer_state.str();
   payload.position = PositionRecord(position, model.step());
   write_sealed_file(path, kMagic, kCheckpointFormatVersion, to_archive_bytes(payload));
@@ -98,8 +102,16 @@ TrainingPosition load_checkpoint(const std::filesystem::path& path, nn::Sequenti
   const std::string what = fmt::format("checkpoint {}", name);
   payload.position.check(what);
   nn::check_named_values(model, payload.variables, what);
+  std::vector<std::filesystem::path> shard_paths;
+  for (const std::string& shard : payload.optimizer_shards) {
+    COHORT_CHECK_AS(DataError, !shard.empty() && std::filesystem::path(shard).filename() == shard,
+                    "{}: an optimizer shard named '{}' is not a file beside it", what, shard);
+    shard_paths.push_back(path.parent_path() / shard);
+  }
+  const auto sharded_slots = read_optimizer_shards(shard_paths, model, optimizer);
   std::istringstream optimizer_state(payload.optimizer_state);
   optimizer.load_state(optimizer_state);
+  for (const auto& [variable, slots] : sharded_slots) optimizer.set_slots(variable, slots);
   optimizer.to(model.device());
   nn::assign_named_values(model, payload.variables, what);
   model.set_step(payload.position.model_step);

@@ -2,18 +2,27 @@
 
 #include <fmt/format.h>
 
+#include "cohort/core/check.hpp"
 #include "cohort/core/error.hpp"
 
 namespace cohort::train {
 
 GradientBuckets::GradientBuckets(const std::vector<nn::VariablePtr>& trainable, std::size_t first_bucket_bytes,
-                                 std::size_t bucket_bytes)
+                                 std::size_t bucket_bytes, std::int64_t length_multiple)
     : variables_(trainable.rbegin(), trainable.rend()) {
+  COHORT_CHECK(length_multiple >= 1, "gradient buckets: a length multiple of {}", length_multiple);
   std::int64_t at = 0;
+  const auto close_last = [&] {
+    GradientBucket& last = buckets_.back();
+    last.end = last.begin + (last.end - last.begin + length_multiple - 1) / length_multiple * length_multiple;
+    at = last.end;
+  };
   for (std::size_t i = 0; i < variables_.size(); ++i) {
     const std::size_t limit = buckets_.size() <= 1 ? first_bucket_bytes : bucket_bytes;
-    if (buckets_.empty() || static_cast<std::size_t>(buckets_.back().end - buckets_.back().begin) * sizeof(float) >= limit)
+    if (buckets_.empty() || static_cast<std::size_t>(buckets_.back().end - buckets_.back().begin) * sizeof(float) >= limit) {
+      if (!buckets_.empty()) close_last();
       buckets_.push_back({at, at, {}});
+    }
     GradientBucket& bucket = buckets_.back();
     slots_[variables_[i].get()] = {buckets_.size() - 1, at, i};
     at += variables_[i]->gradient.numel();
@@ -23,6 +32,7 @@ GradientBuckets::GradientBuckets(const std::vector<nn::VariablePtr>& trainable, 
   // The sample count travels at the end of the last bucket: a model without trainable variables has one
   // empty bucket.
   if (buckets_.empty()) buckets_.push_back({});
+  close_last();
 }
 
 GradientBuckets::Slot GradientBuckets::slot_of(const nn::Variable& variable) const {

@@ -34,6 +34,7 @@ RingAllreduce::RingAllreduce(std::vector<std::shared_ptr<comm::Communicator>> co
 
 std::string RingAllreduce::name() const {
   const std::string& first = communicators_.front()->name();
+  if (sharded()) return fmt::format("zero{} over {}", options_.zero_stage, first);
   return first.ends_with("ring") ? first + "-allreduce" : "allreduce over " + first;
 }
 
@@ -43,7 +44,7 @@ std::pair<comm::Communicator*, bool> RingAllreduce::communicator_for(Device devi
   return {communicators_.front().get(), false};
 }
 
-comm::WorkPtr RingAllreduce::start_collective(const Tensor& buffer, const Tensor& staging, bool broadcast, DType wire) {
+comm::WorkPtr RingAllreduce::start_collective(const Tensor& buffer, const Tensor& staging, Collective collective, DType wire) {
   const auto [communicator, direct] = communicator_for(buffer.device());
   if (direct) {
     // A communicator with a stream of its own reads the buffer only after the ops that wrote it.
@@ -56,7 +57,18 @@ comm::WorkPtr RingAllreduce::start_collective(const Tensor& buffer, const Tensor
   // into memory that is still there.
   const comm::Buffer data{exchanged.device_pointer(), static_cast<std::size_t>(exchanged.numel()), DType::Float32,
                           exchanged.device(), std::make_shared<const Tensor>(exchanged), wire};
-  return broadcast ? communicator->broadcast(data, 0) : communicator->allreduce(data, comm::ReduceOp::Sum);
+  switch (collective) {
+    case Collective::Allreduce: return communicator->allreduce(data, comm::ReduceOp::Sum);
+    case Collective::Broadcast: return communicator->broadcast(data, 0);
+    case Collective::ReduceScatter: return communicator->reduce_scatter(data, comm::ReduceOp::Sum);
+    case Collective::Allgather: {
+      comm::Buffer mine = data;
+      mine.count = data.count / static_cast<std::size_t>(communicator->size());
+      mine.data = static_cast<float*>(data.data) + static_cast<std::size_t>(communicator->rank()) * mine.count;
+      return communicator->allgather(mine, data);
+    }
+  }
+  throw Error("unknown collective");
 }
 
 void RingAllreduce::add_gpu_communicator(Device device) {
@@ -84,14 +96,22 @@ void RingAllreduce::add_gpu_communicator(Device device) {
 }
 
 void RingAllreduce::initialize(nn::Sequential& model, optim::Optimizer&) {
+  COHORT_CHECK(options_.zero_stage >= 0 && options_.zero_stage <= 2, "ZeRO stage {}: there are stages 0, 1 and 2",
+               options_.zero_stage);
+  COHORT_CHECK(options_.zero_stage < 2 || options_.gradient_dtype == DType::Float32,
+               "zero2 reduce-scatters float32 gradients; {} gradients take zero1 or no sharding", dtype_name(options_.gradient_dtype));
   add_gpu_communicator(model.device());
   {
-    // Replicas that send gradients as different types would misread each other's buckets.
-    std::array<double, 2> wire{static_cast<double>(options_.gradient_dtype), 1.0};
-    if (sum_over_replicas(wire) && wire[0] != static_cast<double>(options_.gradient_dtype) * wire[1])
+    // Replicas that send gradients as different types, or shard differently, would misread each other's buckets.
+    std::array<double, 3> plan{static_cast<double>(options_.gradient_dtype), static_cast<double>(options_.zero_stage), 1.0};
+    if (sum_over_replicas(plan) && plan[0] != static_cast<double>(options_.gradient_dtype) * plan[2])
       throw InvalidArgument(fmt::format("the replicas disagree on what gradients travel as: this one sends {}; give every "
                                         "process the same --gradient-dtype",
                                         dtype_name(options_.gradient_dtype)));
+    if (plan[1] != static_cast<double>(options_.zero_stage) * plan[2])
+      throw InvalidArgument(fmt::format("the replicas disagree on sharding the optimizer: this one runs zero stage {}; give "
+                                        "every process the same --shard-optimizer",
+                                        options_.zero_stage));
   }
   if (options_.gradient_dtype != DType::Float32 && is_chief())
     log::info("gradients travel as {}: half the bytes of float32, summed in float32", dtype_name(options_.gradient_dtype));
@@ -104,13 +124,16 @@ void RingAllreduce::initialize(nn::Sequential& model, optim::Optimizer&) {
     const Tensor value = v->value.view({n});
     if (staged_ && (!staging.defined() || staging.numel() < n)) staging = Tensor::pinned({n});
     const Tensor staged_value = staged_ ? staging.slice(0, n) : Tensor();
-    start_collective(value, staged_value, true, DType::Float32)->wait(timeout);
+    start_collective(value, staged_value, Collective::Broadcast, DType::Float32)->wait(timeout);
     if (staged_) ops::copy(staged_value, value);
   }
+  state_cut_to_pieces_ = false;  // a resumed run's optimizer holds the whole state
 }
 
 void RingAllreduce::plan_buckets(const nn::Sequential& model) {
-  buckets_ = GradientBuckets(model.trainable_variables(), options_.first_bucket_bytes, options_.bucket_bytes);
+  buckets_ = GradientBuckets(model.trainable_variables(), options_.first_bucket_bytes, options_.bucket_bytes,
+                             sharded() ? communicators_.front()->size() : 1);
+  plan_pieces();
   bucket_states_.assign(buckets_.buckets().size(), {});
   fused_ = Tensor({buckets_.elements() + 1}, model.device());
   staged_ = !communicator_for(model.device()).second;
@@ -169,7 +192,7 @@ void RingAllreduce::start_statistics() {
     ops::copy(v->value.view({n}), statistics_.slice(offset, offset + n));
     offset += n;
   }
-  statistics_work_ = start_collective(statistics_, statistics_staging_, false, DType::Float32);
+  statistics_work_ = start_collective(statistics_, statistics_staging_, Collective::Allreduce, DType::Float32);
 }
 
 void RingAllreduce::finish_statistics() {
@@ -204,15 +227,18 @@ void RingAllreduce::start_ready_buckets() {
   const DType wire = options_.gradient_dtype;
   while (next_bucket_ < buckets.size() && bucket_states_[next_bucket_].waiting == 0) {
     const bool last = next_bucket_ + 1 == buckets.size();
-    // The sample count must stay exact: under a bfloat16 wire it travels in float32, by itself.
-    const bool count_apart = last && wire != DType::Float32;
+    // The sample count must stay exact: under a bfloat16 wire it travels in float32, by itself; and every
+    // rank needs it, which a reduce-scatter would bring to one.
+    const bool count_apart = last && (wire != DType::Float32 || sharded());
     const std::int64_t begin = buckets[next_bucket_].begin, end = buckets[next_bucket_].end + (last && !count_apart ? 1 : 0);
     BucketState& state = bucket_states_[next_bucket_];
-    state.work = start_collective(fused_.slice(begin, end), staged_ ? staging_.slice(begin, end) : Tensor(), false, wire);
+    const Collective reduction = options_.zero_stage == 2 ? Collective::ReduceScatter : Collective::Allreduce;
+    if (end > begin || !sharded())
+      state.work = start_collective(fused_.slice(begin, end), staged_ ? staging_.slice(begin, end) : Tensor(), reduction, wire);
     if (count_apart) {
       const std::int64_t count = buckets_.elements();
       state.count_work = start_collective(fused_.slice(count, count + 1), staged_ ? staging_.slice(count, count + 1) : Tensor(),
-                                          false, DType::Float32);
+                                          Collective::Allreduce, DType::Float32);
     }
     ++next_bucket_;
   }
@@ -236,7 +262,7 @@ void RingAllreduce::apply_gradients(nn::Sequential& model, optim::Optimizer& opt
     const auto waited_from = std::chrono::steady_clock::now();
     if (statistics_work_) std::exchange(statistics_work_, nullptr)->wait(timeout);
     for (const BucketState& state : bucket_states_) {
-      state.work->wait(timeout);
+      if (state.work) state.work->wait(timeout);
       if (state.count_work) state.count_work->wait(timeout);
     }
     exposed_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - waited_from).count();
@@ -246,19 +272,24 @@ void RingAllreduce::apply_gradients(nn::Sequential& model, optim::Optimizer& opt
   const double global_samples = ops::sum(fused_.slice(buckets_.elements(), buckets_.elements() + 1));
   COHORT_CHECK(global_samples > 0, "a step in which no process had any data");
   const float inverse = 1.0f / static_cast<float>(global_samples);
+  if (sharded()) {
+    update_pieces(model, optimizer, inverse);
+    return;
+  }
   for (const auto& v : buckets_.variables()) {
     const std::int64_t n = v->gradient.numel(), offset = buckets_.slot_of(*v).offset;
     ops::copy(fused_.slice(offset, offset + n), v->gradient.view({n}));
     ops::scale(v->gradient, inverse);
   }
   update_variables(optimizer, model.trainable_variables(), loss_scale_);
+  optimizer_state_bytes_ = optimizer.state_bytes();
 }
 
 void RingAllreduce::sum(const Tensor& values) {
   const std::int64_t n = values.numel();
   if (staged_ && (!replica_sum_staging_.defined() || replica_sum_staging_.numel() < n)) replica_sum_staging_ = Tensor::pinned({n});
   const Tensor staged = staged_ ? replica_sum_staging_.slice(0, n) : Tensor();
-  start_collective(values.view({n}), staged, false, DType::Float32)->wait(communicators_.front()->timeout());
+  start_collective(values.view({n}), staged, Collective::Allreduce, DType::Float32)->wait(communicators_.front()->timeout());
   if (staged_) ops::copy(staged, values.view({n}));
 }
 

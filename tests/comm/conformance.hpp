@@ -164,6 +164,48 @@ inline void allreduce_bfloat16_wire(const Group& group, std::initializer_list<st
   }
 }
 
+// Reduce-scatter (sum and mean) against a serial reference for blocks of several lengths, zero among them,
+// then the in-place allgather of the reduced blocks: every rank ends with the whole sum, in the same bits.
+inline void reduce_scatter_then_allgather(const Group& group, std::initializer_list<std::size_t> block_lengths) {
+  const int n = static_cast<int>(group.size());
+  for (std::size_t block : block_lengths)
+    for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Mean}) {
+      const std::size_t count = block * static_cast<std::size_t>(n);
+      std::vector<float> expected(count, 0.0f);
+      for (int r = 0; r < n; ++r) {
+        const auto in = input_of(r, count);
+        for (std::size_t i = 0; i < count; ++i) expected[i] += in[i];
+      }
+      if (op == ReduceOp::Mean)
+        for (float& v : expected) v /= static_cast<float>(n);
+      std::vector<std::vector<float>> reduced(static_cast<std::size_t>(n)), gathered(static_cast<std::size_t>(n));
+      comm_test::run_ranks(n, [&](int r) {
+        Transport& t = *group[static_cast<std::size_t>(r)];
+        auto data = input_of(r, count);
+        reduce_scatter(t, std::as_writable_bytes(std::span(data)), {.op = op, .segment_bytes = 4 * 100});
+        const auto mine = std::span(data).subspan(static_cast<std::size_t>(r) * block, block);
+        reduced[static_cast<std::size_t>(r)].assign(mine.begin(), mine.end());
+        allgather(t, std::as_bytes(mine), std::as_writable_bytes(std::span(data)));
+        gathered[static_cast<std::size_t>(r)] = std::move(data);
+      });
+      INFO("ranks " << n << " block " << block << " mean " << (op == ReduceOp::Mean));
+      for (int r = 0; r < n; ++r) {
+        const auto& mine = reduced[static_cast<std::size_t>(r)];
+        for (std::size_t i = 0; i < block; ++i)
+          REQUIRE(mine[i] == Approx(expected[static_cast<std::size_t>(r) * block + i]).epsilon(1e-6));
+        CHECK(gathered[static_cast<std::size_t>(r)] == gathered[0]);
+      }
+      for (std::size_t i = 0; i < count; ++i) REQUIRE(gathered[0][i] == Approx(expected[i]).epsilon(1e-6));
+    }
+  if (n > 1)
+    comm_test::run_ranks(n, [&](int r) {
+      std::vector<float> uneven(static_cast<std::size_t>(n) + 1);
+      comm_test::expect_throws<InvalidArgument>(
+          [&] { reduce_scatter(*group[static_cast<std::size_t>(r)], std::as_writable_bytes(std::span(uneven))); },
+          "reduce_scatter of a vector that is not whole blocks");
+    });
+}
+
 inline void broadcast_allgather_barrier(const Group& group) {
   const int n = static_cast<int>(group.size());
   comm_test::run_ranks(n, [&](int r) {

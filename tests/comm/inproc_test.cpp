@@ -99,6 +99,7 @@ TEST_CASE("in-process: allreduce matches a serial sum for every size and rank co
     InProcessGroup group(n, 10s);
     conformance::allreduce_matches_reference(members(group, n), {0, 1, static_cast<std::size_t>(n - 1), 7, 1000, 65537});
     conformance::allreduce_bfloat16_wire(members(group, n), {0, 1, 7, 1001, 30001});
+    conformance::reduce_scatter_then_allgather(members(group, n), {0, 1, 7, 16001});
   }
 }
 

@@ -160,12 +160,14 @@ TEST_CASE("shm: collectives match the serial reference on 2 to 5 ranks, on one h
     auto group = connect_ranks(n, {.ring_bytes = 64 * 1024});
     conformance::allreduce_matches_reference(members(group), {0, 1, static_cast<std::size_t>(n - 1), 7, 1000, 300001});
     conformance::allreduce_bfloat16_wire(members(group), {0, 1, 7, 1001, 30001});
+    conformance::reduce_scatter_then_allgather(members(group), {0, 1, 7, 75001});
     conformance::broadcast_allgather_barrier(members(group));
   }
   // Ranks 0, 2 on "a" and 1, 3 on "b": each rank has one shared-memory peer and two TCP peers.
   auto mixed = connect_ranks(4, {.hosts = {"a", "b", "a", "b"}});
   for (const auto& t : mixed) REQUIRE(shared_peers(t) == 1);
   conformance::allreduce_matches_reference(members(mixed), {0, 5, 300001});
+  conformance::reduce_scatter_then_allgather(members(mixed), {3, 75001});
   conformance::broadcast_allgather_barrier(members(mixed));
 }
 

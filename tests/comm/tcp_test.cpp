@@ -244,6 +244,7 @@ TEST_CASE("tcp: collectives match the serial reference on 1 to 4 ranks", "[comm]
     auto group = connect_group(n, addresses);
     conformance::allreduce_matches_reference(members(group), {0, 1, static_cast<std::size_t>(n > 1 ? n - 1 : 0), 7, 1000, 300001});
     conformance::allreduce_bfloat16_wire(members(group), {0, 1, 7, 1001, 30001});
+    conformance::reduce_scatter_then_allgather(members(group), {0, 1, 7, 75001});
     conformance::broadcast_allgather_barrier(members(group));
   }
 }

@@ -287,6 +287,10 @@ TEST_CASE("ring allreduce picks the communicator that accepts the gradients' dev
       ++calls;
       return ring->allgather(on_host(mine), on_host(all));
     }
+    comm::WorkPtr reduce_scatter(comm::Buffer data, comm::ReduceOp op) override {
+      ++calls;
+      return ring->reduce_scatter(on_host(data), op);
+    }
   };
   std::vector<std::vector<nn::Sequential>> runs;
   for (Device device : {Device::CPU, Device::Emulated}) {

@@ -57,6 +57,7 @@ struct TrainingOptions {
   bool sync_batch_norm = false;  // batch normalization over every replica's batch (nn::SyncBatchNormalization)
   std::string lr_scaling = "sqrt";
   std::string gradient_dtype = "float32";  // float32 or bfloat16: what gradients travel as
+  std::string shard_optimizer = "none";    // none, zero1 or zero2 (RingAllreduceOptions::zero_stage)
   std::string verbosity = "auto";
 };
 

@@ -46,11 +46,16 @@ struct AllreduceOptions {
 void barrier(Transport& transport, Tag tag = kCollectiveTag);
 // Copies root's `data` into every rank's `data` (same size everywhere) along a binomial tree.
 void broadcast(Transport& transport, int root, std::span<std::byte> data, Tag tag = kCollectiveTag);
-// all = the `mine` of rank 0, then rank 1, ...; all.size() must be size() * mine.size().
+// all = the `mine` of rank 0, then rank 1, ...; all.size() must be size() * mine.size(). `mine` may be
+// this rank's block of `all` (in place).
 void allgather(Transport& transport, std::span<const std::byte> mine, std::span<std::byte> all, Tag tag = kCollectiveTag);
 // Element-wise sum (or mean) of `data` across ranks, in place; every rank ends with identical values.
 // `data` holds elements of options.type.
 void allreduce(Transport& transport, std::span<std::byte> data, const AllreduceOptions& options = {});
+// Reduce-scatter: `data` holds size() equal blocks; afterwards block r of rank r holds the sum (or mean) of
+// every rank's block r, in place, and the other blocks hold partial sums. The first half of the ring
+// allreduce: each rank sends and receives (n - 1) / n of the vector. Float32 on the wire only.
+void reduce_scatter(Transport& transport, std::span<std::byte> data, const AllreduceOptions& options = {});
 // Which algorithm allreduce() runs for `bytes` on `ranks` ranks: "ring" or "recursive doubling".
 std::string_view allreduce_algorithm(std::size_t bytes, int ranks, const AllreduceOptions& options = {});
 inline void allreduce(Transport& transport, std::span<float> data, const AllreduceOptions& options = {}) {

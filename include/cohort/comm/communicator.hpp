@@ -66,8 +66,13 @@ class Communicator {
   virtual WorkPtr allreduce(Buffer data, ReduceOp op) = 0;
   // Copies root's data into every rank's (the same count everywhere).
   virtual WorkPtr broadcast(Buffer data, int root) = 0;
-  // all = the `mine` of rank 0, then rank 1, ...; all.count must be size() * mine.count.
+  // all = the `mine` of rank 0, then rank 1, ...; all.count must be size() * mine.count. `mine` may be this
+  // rank's block of `all` (in place).
   virtual WorkPtr allgather(Buffer mine, Buffer all) = 0;
+  // In place: `data` holds size() equal blocks, and afterwards block rank() holds the sum (or mean) over the
+  // ranks of their block rank(); what the other blocks hold is unspecified. With allgather, the two halves
+  // of an allreduce, between which each rank works on its own block (ZeRO's sharded updates).
+  virtual WorkPtr reduce_scatter(Buffer data, ReduceOp op) = 0;
 };
 
 // The ring algorithms of collectives.hpp over `transport`, on a thread of their own so that calls

@@ -61,10 +61,15 @@ class Optimizer {
   void set_learning_rate_factor(double factor);
 
   const std::map<std::string, SlotState>& state() const { return state_; }
+  // The bytes of every slot kept.
+  std::uint64_t state_bytes() const;
   // Replaces one variable's state (a parameter server restoring its shards from a checkpoint).
   void set_slots(const std::string& variable_name, SlotState state) { state_[variable_name] = std::move(state); }
-  // Binary, versioned; load() replaces the state and checks that the optimizer kind matches.
-  void save_state(std::ostream& out) const;
+  // Replaces every variable's state (a sharded update keeping the pieces of its own rank only).
+  void replace_state(std::map<std::string, SlotState> state) { state_ = std::move(state); }
+  // Binary, versioned; load() replaces the state and checks that the optimizer kind matches. Without
+  // `with_slots`, only the kind and the iteration count (the slots are kept elsewhere: optimizer shards).
+  void save_state(std::ostream& out, bool with_slots = true) const;
   void load_state(std::istream& in);
 
  protected:

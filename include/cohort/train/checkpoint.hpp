@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include "cohort/nn/sequential.hpp"
 #include "cohort/optim/optimizer.hpp"
@@ -36,11 +37,14 @@ struct TrainingPosition {
   std::string precision{};  // the model's policy ("mixed_bfloat16"; empty where unknown)
 };
 
-inline constexpr std::uint32_t kCheckpointFormatVersion = 5;  // 5: the CPU kernels' instruction set
+inline constexpr std::uint32_t kCheckpointFormatVersion = 6;  // 6: optimizer shards
 
+// With `optimizer_shards` (files beside `path`, written first by each rank of a sharded update), the
+// checkpoint names them and keeps only the optimizer's kind and iteration count itself.
 void save_checkpoint(const std::filesystem::path& path, const nn::Sequential& model, const optim::Optimizer& optimizer,
-                     const TrainingPosition& position);
-// Restores into `model` and `optimizer`, which must have the same variables (names and shapes).
+                     const TrainingPosition& position, const std::vector<std::string>& optimizer_shards = {});
+// Restores into `model` and `optimizer`, which must have the same variables (names and shapes). The state
+// of a sharded update is assembled whole from its shards, so any strategy on any process count resumes it.
 TrainingPosition load_checkpoint(const std::filesystem::path& path, nn::Sequential& model, optim::Optimizer& optimizer);
 
 }  // namespace cohort::train

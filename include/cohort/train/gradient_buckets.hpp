@@ -3,7 +3,8 @@
 // reverse creation order (the order backward makes them final), a bucket closed once it reaches its
 // size, the first one smaller so that communication starts early. A variable larger than a bucket is a
 // bucket of its own. Offsets are in elements of one flat buffer, the buckets one after the other; there
-// is always at least one bucket.
+// is always at least one bucket. With `length_multiple` each bucket's length is rounded up to a multiple of
+// it (zeros after its variables), so that it cuts into that many equal blocks (sharded updates).
 
 #include <cstddef>
 #include <cstdint>
@@ -22,7 +23,8 @@ struct GradientBucket {
 class GradientBuckets {
  public:
   GradientBuckets() = default;
-  GradientBuckets(const std::vector<nn::VariablePtr>& trainable, std::size_t first_bucket_bytes, std::size_t bucket_bytes);
+  GradientBuckets(const std::vector<nn::VariablePtr>& trainable, std::size_t first_bucket_bytes, std::size_t bucket_bytes,
+                  std::int64_t length_multiple = 1);
 
   const std::vector<GradientBucket>& buckets() const { return buckets_; }
   // In buffer order (reverse creation order).

@@ -47,6 +47,9 @@ struct ParameterServerOptions {
   // widen them and add in double; and in ring allreduce, where `strategy_for` builds one
   // (RingAllreduceOptions::gradient_dtype).
   DType gradient_dtype = DType::Float32;
+  // Ring allreduce only (RingAllreduceOptions::zero_stage): 1 or 2 shard the optimizer state over the ranks.
+  // Parameter servers keep each variable's state on its own server already, and refuse it.
+  int zero_stage = 0;
   // The progress deadline: how long a process waits for another's progress (a server for a worker's next
   // request or a Sync step's missing gradients, a worker for an answer or an agreement) before naming it
   // stuck. 0: the transport's operation deadline (COHORT_TIMEOUT, 60 s by default); it grows to 4 times the

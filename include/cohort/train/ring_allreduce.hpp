@@ -26,8 +26,18 @@
 // made its last gradient final, while the layers before it are still computed; buckets start in the same
 // order on every rank. apply_gradients() waits for the buckets in order and updates.
 //
+// Sharded updates (ZeRO, Rajbhandari et al. 2020; RingAllreduceOptions::zero_stage): each bucket is cut
+// into one block per rank, and a rank keeps the optimizer state of its blocks alone, updates only those
+// elements of the variables and allgathers the updated blocks, so that the optimizer state per rank falls
+// by the rank count. Stage 1 still allreduces the gradients (every rank holds the whole reduced gradients,
+// as without sharding); stage 2 reduce-scatters them, so each rank receives the sum of its blocks only.
+// The optimizer must update each element from its own gradient and state (SGD, Adam, RMSprop do).
+// Checkpoints: each rank writes the state of its blocks beside the chief's checkpoint, which names the
+// shards; loading assembles them whole, so a sharded run resumes on any process count, sharded or not.
+//
 //   auto cluster = cluster::Cluster::from_environment();
 //   Trainer trainer(model, optim::SGD(...), std::make_shared<train::RingAllreduce>(cluster.transport()));
+//   train::RingAllreduce zero2(cluster.transport(), {.zero_stage = 2});
 
 #include <memory>
 #include <vector>
@@ -36,6 +46,7 @@
 #include "cohort/comm/transport.hpp"
 #include "cohort/train/strategy.hpp"
 #include "cohort/train/gradient_buckets.hpp"
+#include "cohort/train/variable_pieces.hpp"
 
 namespace cohort::train {
 
@@ -48,6 +59,9 @@ struct RingAllreduceOptions {
   // What the gradients travel as: bfloat16 halves the bytes (comm::AllreduceOptions::wire; the ring
   // communicator carries it); the sums are float32, rounded to bfloat16 once, alike on every replica.
   DType gradient_dtype = DType::Float32;
+  // 0: every rank updates every variable; 1: the optimizer state is sharded over the ranks; 2: the reduced
+  // gradients too (a reduce-scatter instead of the allreduce; float32 gradients only).
+  int zero_stage = 0;
 };
 
 class RingAllreduce : public Strategy, private nn::ReplicaSum {
@@ -80,13 +94,23 @@ class RingAllreduce : public Strategy, private nn::ReplicaSum {
   void announce_failure(const std::string& reason) override {
     for (const auto& communicator : communicators_) communicator->announce_failure(reason);
   }
+  // Sharded: every rank writes its shard of the optimizer state, then the chief the checkpoint naming them.
+  void save_checkpoint(const std::filesystem::path& directory, const nn::Sequential& model,
+                       const optim::Optimizer& optimizer, const TrainingPosition& position) override;
+  // How the optimizer state is shared out (sharded runs), and what each rank kept (every run of several).
+  std::string setup_report() const override;
+  std::string final_report() override;
+  void finish(const History& history) override;
+  // This rank's optimizer state, in bytes, after the last step.
+  std::uint64_t optimizer_state_bytes() const { return optimizer_state_bytes_; }
 
  private:
   // The communicator that carries buffers on `device`, and whether it takes them as they are.
   std::pair<comm::Communicator*, bool> communicator_for(Device device) const;
   // Starts one collective on `buffer` (any device), through `staging` (pinned host memory of the same
-  // size) when the communicator does not take the buffer's device; copy_back() then brings the result.
-  comm::WorkPtr start_collective(const Tensor& buffer, const Tensor& staging, bool broadcast, DType wire);
+  // size) when the communicator does not take the buffer's device; the caller then copies the result back.
+  enum class Collective { Allreduce, Broadcast, ReduceScatter, Allgather };
+  comm::WorkPtr start_collective(const Tensor& buffer, const Tensor& staging, Collective collective, DType wire);
   // Collective: puts NCCL first when every rank's gradients live on a GPU of its own.
   void add_gpu_communicator(Device device);
   // Plans the buckets and their buffers for the model's trainable variables on its device, and the
@@ -98,6 +122,17 @@ class RingAllreduce : public Strategy, private nn::ReplicaSum {
   void sum(const Tensor& values) override;
   // Starts the allreduce of every complete bucket whose predecessors have started.
   void start_ready_buckets();
+
+  bool sharded() const { return options_.zero_stage > 0; }
+  // This rank's pieces of the variables: the elements of each that fall in its blocks of the buckets.
+  void plan_pieces();
+  std::vector<VariablePiece> variable_pieces() const;
+  // The sharded step: this rank's pieces updated from their reduced gradients (scaled by `inverse`),
+  // then every rank's pieces gathered into every replica's variables.
+  void update_pieces(nn::Sequential& model, optim::Optimizer& optimizer, float inverse);
+  // Whether any replica's pieces hold a gradient that is not finite, the first such variable named.
+  bool pieces_finite_everywhere(const std::vector<Tensor>& gradients, std::string& culprit);
+  void gather_variables();
 
   struct BucketState {
     std::size_t waiting = 0;  // gradients not yet final this step
@@ -119,6 +154,15 @@ class RingAllreduce : public Strategy, private nn::ReplicaSum {
   comm::WorkPtr statistics_work_;
   Tensor replica_sum_staging_;  // pinned host memory for sum(), where the communicator needs it
   double exposed_seconds_ = 0, reported_exposed_seconds_ = 0;
+  struct Piece {
+    std::size_t variable;          // into buckets_.variables()
+    std::int64_t begin, end;       // elements of the variable
+    std::int64_t offset;           // of its first element in fused_
+  };
+  std::vector<Piece> pieces_;
+  bool state_cut_to_pieces_ = false;  // the optimizer keeps the state of this rank's pieces only
+  std::uint64_t optimizer_state_bytes_ = 0;
+  std::vector<double> optimizer_state_bytes_per_rank_;  // after finish()
   // Last: destroyed first, so that their threads stop before the buffers above go away.
   std::vector<std::shared_ptr<comm::Communicator>> communicators_;
 };

@@ -5,8 +5,10 @@
 #include <fmt/format.h>
 
 #include <cstdio>
+#include <cstring>
 #include <limits>
 #include <mutex>
+#include <vector>
 
 #include "cohort/core/check.hpp"
 #include "cohort/core/config.hpp"
@@ -103,10 +105,32 @@ class MpiCommunicator final : public Communicator {
     check_host("allgather", all);
     COHORT_CHECK(mine.type == all.type && all.count == mine.count * static_cast<std::size_t>(size_),
                  "allgather: {} elements cannot hold {} blocks of {}", all.count, size_, mine.count);
-    return executor_.submit(fmt::format("MPI_Allgather of {} bytes", all.bytes()), [mine, all] {
-      check_mpi(MPI_Allgather(mine.data, count_of(mine), mpi_type(mine.type), all.data, count_of(mine),
-                              mpi_type(all.type), MPI_COMM_WORLD),
+    const bool in_place = mine.data == static_cast<std::byte*>(all.data) + static_cast<std::size_t>(rank_) * mine.bytes();
+    return executor_.submit(fmt::format("MPI_Allgather of {} bytes", all.bytes()), [mine, all, in_place] {
+      check_mpi(MPI_Allgather(in_place ? MPI_IN_PLACE : mine.data, count_of(mine), mpi_type(mine.type), all.data,
+                              count_of(mine), mpi_type(all.type), MPI_COMM_WORLD),
                 "MPI_Allgather");
+    });
+  }
+
+  WorkPtr reduce_scatter(Buffer data, ReduceOp op) override {
+    check_host("reduce_scatter", data);
+    COHORT_CHECK(data.wire == data.type, "MPI communicator: carries {} as it is, not as {}", dtype_name(data.type),
+                 dtype_name(data.wire));
+    COHORT_CHECK(data.count % static_cast<std::size_t>(size_) == 0, "reduce_scatter: {} elements are not {} equal blocks",
+                 data.count, size_);
+    return executor_.submit(fmt::format("MPI_Reduce_scatter_block of {} bytes", data.bytes()), [this, data, op] {
+      Buffer block = data;
+      block.count = data.count / static_cast<std::size_t>(size_);
+      // MPI puts an in-place result at the start of the buffer: it is received apart and moved to this rank's block.
+      reduced_.resize(block.bytes());
+      check_mpi(MPI_Reduce_scatter_block(data.data, reduced_.data(), count_of(block), mpi_type(data.type), MPI_SUM,
+                                         MPI_COMM_WORLD),
+                "MPI_Reduce_scatter_block");
+      auto* mine = static_cast<float*>(data.data) + static_cast<std::size_t>(rank_) * block.count;
+      std::memcpy(mine, reduced_.data(), block.bytes());
+      if (op == ReduceOp::Mean)
+        for (std::size_t i = 0; i < block.count; ++i) mine[i] *= 1.0f / static_cast<float>(size_);
     });
   }
 
@@ -125,6 +149,7 @@ class MpiCommunicator final : public Communicator {
   MpiOptions options_;
   int rank_ = 0, size_ = 1;
   bool initialized_here_ = false;
+  std::vector<std::byte> reduced_;  // reduce_scatter's result, on the MPI thread
   SerialExecutor executor_{"mpi communicator"};  // last: its thread stops before the members it uses go away
 };
 

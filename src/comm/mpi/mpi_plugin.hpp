@@ -8,7 +8,7 @@
 
 namespace cohort::comm {
 
-inline constexpr int kMpiPluginLayout = 1;
+inline constexpr int kMpiPluginLayout = 2;  // 2: Communicator::reduce_scatter
 
 struct MpiPlugin {
   PluginHeader header;

@@ -116,6 +116,23 @@ class NcclCommunicator final : public Communicator {
     });
   }
 
+  WorkPtr reduce_scatter(Buffer data, ReduceOp op) override {
+    check_gpu("reduce_scatter", data);
+    COHORT_CHECK(data.wire == data.type, "NCCL communicator: carries {} as it is, not as {}", dtype_name(data.type),
+                 dtype_name(data.wire));
+    COHORT_CHECK(data.count % static_cast<std::size_t>(size_) == 0, "reduce_scatter: {} elements are not {} equal blocks",
+                 data.count, size_);
+    return executor_.submit(fmt::format("ncclReduceScatter of {} bytes", data.bytes()), [this, data, op] {
+      const std::size_t block = data.count / static_cast<std::size_t>(size_);
+      // In place: NCCL's result buffer may be the sender's own block.
+      auto* mine = static_cast<std::byte*>(data.data) + static_cast<std::size_t>(rank_) * block * element_size(data.type);
+      run("ncclReduceScatter", [&] {
+        return ncclReduceScatter(data.data, mine, block, nccl_type(data.type), op == ReduceOp::Mean ? ncclAvg : ncclSum,
+                                 comm_, stream_);
+      });
+    });
+  }
+
  private:
   static void check_gpu(const char* op, const Buffer& buffer) {
     if (buffer.device != Device::CUDA)

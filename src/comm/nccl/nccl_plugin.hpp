@@ -13,7 +13,7 @@
 
 namespace cohort::comm {
 
-inline constexpr int kNcclPluginLayout = 1;
+inline constexpr int kNcclPluginLayout = 2;  // 2: Communicator::reduce_scatter
 
 struct NcclPlugin {
   using Uuid = std::array<char, 16>;
