@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # One command for data-parallel training speed on this machine: the flagship CIFAR-10 CNN at batch 128 per
 # worker, one thread per process, on random CIFAR-shaped data:
-#  1. cohort ring allreduce on 1, 2 and 4 workers (cohort-launch), and 2 workers + 2 parameter servers
-#     (Sync): images/s of the cluster and the exposed communication per step, from each run's timeline
-#     (benchmarks/timeline_summary.py: the chief's main thread waiting for communication);
+#  1. cohort ring allreduce on 1, 2 and 4 workers (cohort-launch), plain and sharded (zero1, zero2, with the
+#     optimizer state each rank kept), and 2 workers + 2 parameter servers (Sync): images/s of the cluster and
+#     the exposed communication per step, from each run's timeline (benchmarks/timeline_summary.py: the
+#     chief's main thread waiting for communication);
 #  2. PyTorch DistributedDataParallel (gloo) on 2 processes x 1 thread in the same run
 #     (benchmarks/peers/pytorch_ddp_cifar10.py), and the ratios.
 #   usage: benchmarks/data_parallel_compare.sh [BUILD_DIR] [STEPS]   (PYTHON=... picks the interpreter with torch)
@@ -39,9 +40,15 @@ echo "== flagship CIFAR-10 CNN, batch 128 per worker, 1 thread per process, $ste
 "$build/examples/cifar10" "${args[@]}" --timeline "$out/w1.json" >"$out/log" 2>&1 || { cat "$out/log"; exit 1; }
 rate "cohort, 1 process" 1 "$out/w1.json" | tee "$out/rates"
 for workers in 2 4; do
-  "$build/cohort-launch" --workers $workers -- "$build/examples/cifar10" "${args[@]}" --timeline "$out/ring$workers.json" \
-    >"$out/log" 2>&1 || { cat "$out/log"; exit 1; }
-  rate "cohort ring allreduce, $workers workers" $workers "$out/ring$workers.json" | tee -a "$out/rates"
+  for shard in none zero1 zero2; do
+    label="cohort ring allreduce, $workers workers"
+    [ "$shard" = none ] || label="cohort $shard, $workers workers"
+    # Epoch verbosity, for the line of the optimizer state each rank kept.
+    "$build/cohort-launch" --workers $workers -- "$build/examples/cifar10" "${args[@]/silent/epochs}" --shard-optimizer $shard \
+      --timeline "$out/$shard$workers.json" >"$out/log" 2>&1 || { cat "$out/log"; exit 1; }
+    rate "$label" $workers "$out/$shard$workers.json" | tee -a "$out/rates"
+    grep -o 'optimizer state per rank.*' "$out/log" | sed 's/^/    /'
+  done
 done
 "$build/cohort-launch" --workers 2 --ps 2 -- "$build/examples/cifar10" "${args[@]}" --timeline "$out/ps.json" \
   >"$out/log" 2>&1 || { cat "$out/log"; exit 1; }

@@ -91,6 +91,8 @@ void save_checkpoint(const std::filesystem::path& path, const nn::Sequential& mo
   payload.optimizer_state = optimizer_state.str();
   payload.position = PositionRecord(position, model.step());
   write_sealed_file(path, kMagic, kCheckpointFormatVersion, to_archive_bytes(payload));
+  // Once this checkpoint is in place, the shards of earlier ones are not needed (nor read) again.
+  remove_optimizer_shards_except(path.parent_path(), optimizer_shards);
 }
 
 TrainingPosition load_checkpoint(const std::filesystem::path& path, nn::Sequential& model, optim::Optimizer& optimizer) {

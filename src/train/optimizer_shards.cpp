@@ -16,6 +16,7 @@ namespace cohort::train {
 namespace {
 
 constexpr std::string_view kMagic = "COHORTOS";
+constexpr std::string_view kShardPrefix = "optimizer-";
 constexpr std::uint32_t kShardFormatVersion = 1;
 
 struct PieceRecord {
@@ -60,6 +61,22 @@ std::vector<Tensor> slots_of(const optim::Optimizer& optimizer, const nn::Variab
 }
 
 }  // namespace
+
+std::string optimizer_shard_name(std::int64_t step, int rank, int ranks) {
+  return fmt::format("{}{}.shard-{}-of-{}", kShardPrefix, step, rank, ranks);
+}
+
+void remove_optimizer_shards_except(const std::filesystem::path& directory, const std::vector<std::string>& kept) {
+  std::error_code listed;
+  for (const auto& entry : std::filesystem::directory_iterator(directory.empty() ? "." : directory, listed)) {
+    const std::string name = entry.path().filename().string();
+    if (name.starts_with(kShardPrefix) && name.find(".shard-") != std::string::npos &&
+        std::find(kept.begin(), kept.end(), name) == kept.end()) {
+      std::error_code removed;
+      std::filesystem::remove(entry.path(), removed);
+    }
+  }
+}
 
 void write_optimizer_shard(const std::filesystem::path& path, const nn::Sequential& model, const optim::Optimizer& optimizer,
                            const std::vector<VariablePiece>& pieces) {

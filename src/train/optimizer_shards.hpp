@@ -15,6 +15,11 @@
 
 namespace cohort::train {
 
+// "optimizer-<step>.shard-<rank>-of-<ranks>": the shard file of `rank` in the checkpoint of `step`.
+std::string optimizer_shard_name(std::int64_t step, int rank, int ranks);
+// Removes the shard files in `directory` that `kept` does not name (those of earlier checkpoints).
+void remove_optimizer_shards_except(const std::filesystem::path& directory, const std::vector<std::string>& kept);
+
 // Writes the optimizer's slots of `pieces` to `path`: each piece's slots as the optimizer keeps them (the
 // piece's length), or cut out of a variable's whole slots where it still keeps those.
 void write_optimizer_shard(const std::filesystem::path& path, const nn::Sequential& model, const optim::Optimizer& optimizer,

@@ -6,7 +6,6 @@
 #include <array>
 #include <chrono>
 #include <filesystem>
-#include <system_error>
 
 #include "cohort/core/format.hpp"
 #include "cohort/core/timeline.hpp"
@@ -36,8 +35,6 @@ void for_each_piece(const GradientBuckets& buckets, int rank, int ranks, Each&& 
     }
   }
 }
-
-constexpr std::string_view kShardPrefix = "optimizer-";
 
 }  // namespace
 
@@ -151,9 +148,7 @@ void RingAllreduce::save_checkpoint(const std::filesystem::path& directory, cons
     return;
   }
   const int ranks = replicas();
-  const auto shard_name = [&](int rank) {
-    return fmt::format("{}{}.shard-{}-of-{}", kShardPrefix, position.global_step, rank, ranks);
-  };
+  const auto shard_name = [&](int rank) { return optimizer_shard_name(position.global_step, rank, ranks); };
   write_optimizer_shard(directory / shard_name(process_index()), model, optimizer, variable_pieces());
   // Every shard is on disk before the checkpoint that names them replaces the last one.
   std::array<double, 1> written{1.0};
@@ -162,16 +157,6 @@ void RingAllreduce::save_checkpoint(const std::filesystem::path& directory, cons
   std::vector<std::string> shards;
   for (int rank = 0; rank < ranks; ++rank) shards.push_back(shard_name(rank));
   train::save_checkpoint(directory / kCheckpointFile, model, optimizer, position, shards);
-  // The shards of earlier checkpoints, which nothing names now.
-  std::error_code listed;
-  for (const auto& entry : std::filesystem::directory_iterator(directory, listed)) {
-    const std::string name = entry.path().filename().string();
-    if (name.starts_with(kShardPrefix) && name.find(".shard-") != std::string::npos &&
-        std::find(shards.begin(), shards.end(), name) == shards.end()) {
-      std::error_code removed;
-      std::filesystem::remove(entry.path(), removed);
-    }
-  }
 }
 
 std::string RingAllreduce::setup_report() const {
@@ -185,7 +170,7 @@ std::string RingAllreduce::setup_report() const {
     fewest = std::min(fewest, elements);
     most = std::max(most, elements);
   }
-  return fmt::format("zero{}: each of the {} ranks keeps the optimizer state of {} to {} of the {} trainable elements{}", options_.zero_stage,
+  return fmt::format("zero{}: each of the {} ranks keeps the optimizer state of {} to {} of the {} trainable elements{}\n", options_.zero_stage,
                      ranks, with_thousands(fewest), with_thousands(most), with_thousands(total),
                      options_.zero_stage == 2 ? ", and receives their reduced gradients only (a reduce-scatter)" : "");
 }
@@ -204,7 +189,7 @@ std::string RingAllreduce::final_report() {
     ranks.push_back(fmt::format("{} {}", replica_name(static_cast<int>(r)), mebibytes(optimizer_state_bytes_per_rank_[r])));
     total += optimizer_state_bytes_per_rank_[r];
   }
-  return fmt::format("optimizer state per rank ({}): {}; {} in all", sharded() ? fmt::format("zero{}", options_.zero_stage) : "not sharded",
+  return fmt::format("optimizer state per rank ({}): {}; {} in all\n", sharded() ? fmt::format("zero{}", options_.zero_stage) : "not sharded",
                      fmt::join(ranks, ", "), mebibytes(total));
 }
 

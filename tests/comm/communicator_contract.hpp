@@ -1,7 +1,8 @@
 #pragma once
 // The contract every Communicator meets, run on each rank of a group: allreduce of sizes that do not
-// divide evenly (and zero) with exact sums and means, broadcast from every root, allgather, calls in
-// flight at once completing in call order, and a device buffer it does not accept refused by name.
+// divide evenly (and zero) with exact sums and means, broadcast from every root, allgather (also in place),
+// reduce-scatter of several block lengths (and zero), calls in flight at once completing in call order, and
+// a device buffer it does not accept refused by name.
 // Rank bodies check with comm_test::expect, which throws (Catch2 assertions are not thread-safe).
 
 #include <string>
@@ -40,6 +41,27 @@ inline void check_communicator_contract(cohort::comm::Communicator& communicator
   communicator.allgather(comm::Buffer::of(mine), comm::Buffer::of(all))->wait(timeout);
   for (int k = 0; k < n; ++k)
     expect(all[2 * k] == static_cast<float>(k) && all[2 * k + 1] == static_cast<float>(k * 10), "allgather block");
+  for (std::size_t block : {std::size_t{0}, std::size_t{1}, std::size_t{5}, std::size_t{20001}}) {
+    const auto count = block * static_cast<std::size_t>(n);
+    std::vector<float> values(count), mean(count);
+    for (std::size_t i = 0; i < count; ++i) values[i] = mean[i] = static_cast<float>((r + 1) * (i % 13));
+    auto sum = communicator.reduce_scatter(comm::Buffer::of(values), comm::ReduceOp::Sum);
+    auto averaged = communicator.reduce_scatter(comm::Buffer::of(mean), comm::ReduceOp::Mean);
+    sum->wait(timeout);
+    averaged->wait(timeout);
+    const float ranks = static_cast<float>(n * (n + 1) / 2);
+    const std::size_t own = static_cast<std::size_t>(r) * block;
+    for (std::size_t i = own; i < own + block; ++i) {
+      expect(values[i] == ranks * static_cast<float>(i % 13), "reduce_scatter sum of blocks of " + std::to_string(block));
+      expect(std::abs(mean[i] - ranks * static_cast<float>(i % 13) / static_cast<float>(n)) < 1e-4f,
+             "reduce_scatter mean of blocks of " + std::to_string(block));
+    }
+    // In place: this rank's block is already in `values`; the others arrive around it.
+    comm::Buffer mine_in_place = comm::Buffer::of(std::span(values).subspan(own, block));
+    communicator.allgather(mine_in_place, comm::Buffer::of(values))->wait(timeout);
+    for (std::size_t i = 0; i < count; ++i)
+      expect(values[i] == ranks * static_cast<float>(i % 13), "allgather in place of blocks of " + std::to_string(block));
+  }
   std::vector<float> device_values(4);
   comm::Buffer on_device = comm::Buffer::of(device_values);
   on_device.device = Device::Emulated;

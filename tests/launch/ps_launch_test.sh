@@ -5,7 +5,9 @@
 # 2. --restarts 1: a worker killed after a checkpoint; the job starts again, resumes from the checkpoint
 #    and finishes;
 # 3. the job over TLS (COHORT_TLS=1) trains and writes one timeline, a track per process; COHORT_GEMM=fastest
-#    measures its matrix products' path.
+#    measures its matrix products' path;
+# 4-6. options that do not fit the job (COHORT_COMMUNICATOR=mpi without mpirun, --consistency without servers,
+#    --shard-optimizer with servers) are refused or named.
 #   usage: ps_launch_test.sh LAUNCHER FASHION_MNIST_EXAMPLE
 set -uo pipefail
 launcher=$1 example=$2
@@ -70,4 +72,9 @@ output=$(timeout 120 "$launcher" --workers 2 -- "$example" "${args[@]}" --max-st
   fail "a ring job with --consistency async failed: $(tail -3 <<<"$output")"
 grep -q '^\[chief 0\] .*the consistency async is for parameter servers, and this job has none' <<<"$output" ||
   fail "--consistency without parameter servers was taken without a word"
+# 6. --shard-optimizer with parameter servers is refused by name, before training.
+output=$(timeout 120 "$launcher" --workers 1 --ps 1 -- "$example" "${args[@]}" --max-steps 2 --shard-optimizer zero1 2>&1) &&
+  fail "a parameter-server job took --shard-optimizer"
+grep -q "zero1 shards the optimizer state over the workers of ring allreduce; with parameter servers" <<<"$output" ||
+  fail "--shard-optimizer with parameter servers was not refused by name: $(tail -3 <<<"$output")"
 echo "ps launch test passed"

@@ -1,5 +1,5 @@
 // The MPI communicator, run by mpirun with 2 and 3 ranks (ctest mpi_np2, mpi_np3): the communicator
-// contract, and data-parallel training through it equal to one process at the global batch.
+// contract, and data-parallel training through it (plain and sharded) equal to one process at the global batch.
 #define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
 
@@ -37,20 +37,24 @@ TEST_CASE("allreduce training over MPI with W ranks at batch B takes the steps o
     single.fit(set, {.epochs = 100, .max_steps = 7, .batch_size = 8 * ranks, .seed = 4,
                      .verbosity = train::Verbosity::Silent});
 
-    nn::Sequential model = ps_test::small_model();
-    // Other starting values off the chief: initialize() must replace them with the chief's.
-    if (communicator->rank() != 0)
-      for (float& v : model.variable("dense/kernel")->value.values()) v += 1.0f;
-    Trainer trainer(model, sgd(), std::make_shared<train::RingAllreduce>(communicator));
-    REQUIRE(trainer.fit(set, {.epochs = 100, .max_steps = 7, .batch_size = 8, .seed = 4,
-                              .verbosity = train::Verbosity::Silent}).epochs.size() >= 1);
-    for (const auto& v : reference.variables()) {
-      const auto expected = v->value.to_vector();
-      const auto got = model.variable(v->name)->value.to_vector();
-      REQUIRE(got.size() == expected.size());
-      for (std::size_t i = 0; i < got.size(); ++i) {
-        INFO(v->name << "[" << i << "]");
-        REQUIRE(got[i] == Approx(expected[i]).epsilon(1e-4).margin(1e-5));
+    // Plain allreduce, and the sharded updates (zero1, zero2: MPI_Reduce_scatter_block and MPI_Allgather in place).
+    for (int stage : {0, 1, 2}) {
+      INFO("zero stage " << stage);
+      nn::Sequential model = ps_test::small_model();
+      // Other starting values off the chief: initialize() must replace them with the chief's.
+      if (communicator->rank() != 0)
+        for (float& v : model.variable("dense/kernel")->value.values()) v += 1.0f;
+      Trainer trainer(model, sgd(), std::make_shared<train::RingAllreduce>(communicator, train::RingAllreduceOptions{.zero_stage = stage}));
+      REQUIRE(trainer.fit(set, {.epochs = 100, .max_steps = 7, .batch_size = 8, .seed = 4,
+                                .verbosity = train::Verbosity::Silent}).epochs.size() >= 1);
+      for (const auto& v : reference.variables()) {
+        const auto expected = v->value.to_vector();
+        const auto got = model.variable(v->name)->value.to_vector();
+        REQUIRE(got.size() == expected.size());
+        for (std::size_t i = 0; i < got.size(); ++i) {
+          INFO(v->name << "[" << i << "]");
+          REQUIRE(got[i] == Approx(expected[i]).epsilon(1e-4).margin(1e-5));
+        }
       }
     }
   }

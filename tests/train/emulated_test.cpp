@@ -232,12 +232,17 @@ TEST_CASE("host access and device mix-ups on a device path fail with DeviceError
 }
 
 TEST_CASE("ring-allreduce training on the emulated device equals the same run on the CPU", "[device][distributed]") {
-  std::vector<std::vector<nn::Sequential>> runs;
-  for (Device device : {Device::CPU, Device::Emulated})
-    runs.push_back(train_two_replicas(
-        device, [](comm::Transport& transport) { return std::make_shared<train::RingAllreduce>(transport); }));
-  require_same_variables(runs[0][0], runs[1][0]);
-  require_same_variables(runs[0][1], runs[1][1]);
+  // Plain, and sharded (zero2: the reduce-scatter and the allgather of the pieces through pinned host memory).
+  for (int stage : {0, 2}) {
+    INFO("zero stage " << stage);
+    std::vector<std::vector<nn::Sequential>> runs;
+    for (Device device : {Device::CPU, Device::Emulated})
+      runs.push_back(train_two_replicas(device, [stage](comm::Transport& transport) {
+        return std::make_shared<train::RingAllreduce>(transport, train::RingAllreduceOptions{.zero_stage = stage});
+      }));
+    require_same_variables(runs[0][0], runs[1][0]);
+    require_same_variables(runs[0][1], runs[1][1]);
+  }
 }
 
 TEST_CASE("parameter-server training of emulated workers equals the same run on the CPU", "[device][ps]") {

@@ -178,27 +178,33 @@ TEST_CASE("a loss-scaled update divides the scale out, and a non-finite step cha
 }
 
 TEST_CASE("an overflow on one replica skips the same step on every replica", "[train][dtype][distributed]") {
-  comm::InProcessGroup group(2);
-  std::vector<float> scales(2);
-  std::vector<int> kernels_changed(2);
-  comm_test::run_ranks(2, [&](int r) {
-    nn::Sequential model({4}, 3);
-    model.add(nn::Dense(2));
-    train::RingAllreduce ring(group.transport(r));
-    train::LossScale scale;
-    REQUIRE(ring.set_loss_scale(&scale));
-    optim::SGD sgd;
-    ring.initialize(model, sgd);
-    const std::vector<float> before = model.variable("dense/kernel")->value.to_vector();
-    for (const auto& v : model.trainable_variables()) ops::fill(v->gradient, 1.0f);
-    if (r == 1) model.variable("dense/bias")->gradient.data()[0] = std::numeric_limits<float>::quiet_NaN();
-    ring.apply_gradients(model, sgd, 8);
-    scales[static_cast<std::size_t>(r)] = scale.value();
-    kernels_changed[static_cast<std::size_t>(r)] = model.variable("dense/kernel")->value.to_vector() != before;
-    CHECK(sgd.iterations() == 0);
-  });
-  CHECK(scales == std::vector<float>{16384.0f, 16384.0f});
-  CHECK(kernels_changed == std::vector<int>{0, 0});
+  // Also sharded: under zero2 the overflowed bias is in rank 0's piece only, and rank 1 must skip as well.
+  for (int stage : {0, 1, 2}) {
+    INFO("zero stage " << stage);
+    comm::InProcessGroup group(2);
+    std::vector<float> scales(2);
+    std::vector<int> kernels_changed(2);
+    std::vector<std::int64_t> iterations(2);
+    comm_test::run_ranks(2, [&](int r) {
+      nn::Sequential model({4}, 3);
+      model.add(nn::Dense(2));
+      train::RingAllreduce ring(group.transport(r), {.zero_stage = stage});
+      train::LossScale scale;
+      comm_test::expect(ring.set_loss_scale(&scale), "the ring takes a loss scale");
+      optim::SGD sgd;
+      ring.initialize(model, sgd);
+      const std::vector<float> before = model.variable("dense/kernel")->value.to_vector();
+      for (const auto& v : model.trainable_variables()) ops::fill(v->gradient, 1.0f);
+      if (r == 1) model.variable("dense/bias")->gradient.data()[0] = std::numeric_limits<float>::quiet_NaN();
+      ring.apply_gradients(model, sgd, 8);
+      scales[static_cast<std::size_t>(r)] = scale.value();
+      kernels_changed[static_cast<std::size_t>(r)] = model.variable("dense/kernel")->value.to_vector() != before;
+      iterations[static_cast<std::size_t>(r)] = sgd.iterations();
+    });
+    CHECK(scales == std::vector<float>{16384.0f, 16384.0f});
+    CHECK(kernels_changed == std::vector<int>{0, 0});
+    CHECK(iterations == std::vector<std::int64_t>{0, 0});
+  }
 }
 
 TEST_CASE("bfloat16 gradients on the ring update as float32 ones do, within bfloat16's rounding", "[train][dtype][distributed]") {

@@ -82,6 +82,15 @@ void require_identical(const nn::Sequential& expected, const nn::Sequential& got
   }
 }
 
+// The optimizer shard files in `directory`, sorted.
+std::vector<std::string> shard_files(const std::filesystem::path& directory) {
+  std::vector<std::string> shards;
+  for (const auto& entry : std::filesystem::directory_iterator(directory))
+    if (entry.path().filename().string().starts_with("optimizer-")) shards.push_back(entry.path().filename().string());
+  std::sort(shards.begin(), shards.end());
+  return shards;
+}
+
 }  // namespace
 
 TEST_CASE("zero1 and zero2 on 1 to 4 ranks take the Adam steps of plain allreduce", "[train][distributed][zero]") {
@@ -109,13 +118,9 @@ TEST_CASE("a sharded checkpoint of 4 ranks resumes on 2 and on 3 as the same sta
   const auto sharded = scratch.path() / "sharded";
   std::filesystem::create_directories(sharded);
   train_on(4, {.zero_stage = 2}, {.epochs = 1, .seed = 3, .checkpoint_dir = sharded, .checkpoint_every_steps = 1});
-  std::vector<std::string> shards;
-  for (const auto& entry : std::filesystem::directory_iterator(sharded))
-    if (entry.path().filename() != train::kCheckpointFile) shards.push_back(entry.path().filename().string());
-  std::sort(shards.begin(), shards.end());
   // The shards of the last checkpoint only, after the epoch's 4 steps: the earlier checkpoints' are gone.
-  CHECK(shards == std::vector<std::string>{"optimizer-4.shard-0-of-4", "optimizer-4.shard-1-of-4", "optimizer-4.shard-2-of-4",
-                                           "optimizer-4.shard-3-of-4"});
+  CHECK(shard_files(sharded) == std::vector<std::string>{"optimizer-4.shard-0-of-4", "optimizer-4.shard-1-of-4",
+                                                         "optimizer-4.shard-2-of-4", "optimizer-4.shard-3-of-4"});
 
   // The same state as one whole checkpoint, assembled by a single process.
   const auto whole = scratch.path() / "whole";
@@ -135,6 +140,10 @@ TEST_CASE("a sharded checkpoint of 4 ranks resumes on 2 and on 3 as the same sta
       const auto directory = scratch.path() / fmt::format("resume-{}-{}", ranks, from.filename().string());
       std::filesystem::copy(from, directory);
       resumed.push_back(train_on(ranks, {.zero_stage = 2}, {.epochs = 2, .seed = 3, .checkpoint_dir = directory, .resume = true}));
+      // The resumed run's checkpoints replaced the 4 shards with its own.
+      std::vector<std::string> expected;
+      for (int r = 0; r < ranks; ++r) expected.push_back(fmt::format("optimizer-8.shard-{}-of-{}", r, ranks));
+      CHECK(shard_files(directory) == expected);
     }
     for (const auto& model : resumed[0].models) require_identical(resumed[1].models[0], model);
     // And as plain allreduce resumes the whole state: each rank cut its pieces of it right.
@@ -142,6 +151,7 @@ TEST_CASE("a sharded checkpoint of 4 ranks resumes on 2 and on 3 as the same sta
     std::filesystem::copy(whole, directory);
     const Run plain = train_on(ranks, {}, {.epochs = 2, .seed = 3, .checkpoint_dir = directory, .resume = true});
     require_close(plain.models[0], resumed[0].models[0]);
+    CHECK(shard_files(directory).empty());
   }
 }
 
