@@ -23,6 +23,7 @@
 #include "cohort/ps/placement.hpp"
 #include "cohort/tensor/devices.hpp"
 #include "cohort/tensor/gemm_path.hpp"
+#include "cohort/train/gradient_codec.hpp"
 #include "cohort/train/run_report.hpp"
 #include "cohort/train/tensorboard.hpp"
 
@@ -108,6 +109,12 @@ TrainingOptions parse_training_options(int argc, const char* const* argv, std::s
                  "ZeRO under ring allreduce: zero1 shards the optimizer state over the workers, zero2 the reduced gradients too")
       ->check(CLI::IsMember({"none", "zero1", "zero2"}))
       ->group("Distributed (under cohort-launch)");
+  cli.add_option("--gradient-codec", options.gradient_codec,
+                 "under ring allreduce: powersgd or powersgd:R sends rank-R factors of each gradient matrix (error feedback)")
+      ->check(accepted_by("CODEC", [](const std::string& text) {
+        if (text != "none") train::parse_codec(text);
+      }))
+      ->group("Distributed (under cohort-launch)");
   cli.add_option("--lr-scaling", options.lr_scaling, "learning rate x workers: linear, sqrt or none, warmed up over an epoch")
       ->check(CLI::IsMember({"linear", "sqrt", "none"}))
       ->group("Distributed (under cohort-launch)");
@@ -170,7 +177,8 @@ train::ParameterServerOptions distributed_options(const TrainingOptions& options
           .max_shard_bytes = options.max_shard_bytes,
           .data = options.each_worker_full_pass ? train::DataPolicy::EachWorkerFullPass : train::DataPolicy::OnePassPerEpoch,
           .gradient_dtype = parse_dtype(options.gradient_dtype).value_or(DType::Float32),
-          .zero_stage = options.shard_optimizer == "zero2" ? 2 : options.shard_optimizer == "zero1" ? 1 : 0};
+          .zero_stage = options.shard_optimizer == "zero2" ? 2 : options.shard_optimizer == "zero1" ? 1 : 0,
+          .codec = options.gradient_codec == "none" ? std::nullopt : std::optional(train::parse_codec(options.gradient_codec))};
 }
 
 nn::Precision precision(const TrainingOptions& options) {

@@ -8,6 +8,7 @@
 #include "cohort/comm/nccl.hpp"
 #include "cohort/core/check.hpp"
 #include "cohort/core/logging.hpp"
+#include "cohort/core/seed.hpp"
 #include "cohort/core/timeline.hpp"
 #include "cohort/tensor/devices.hpp"
 #include "cohort/tensor/ops.hpp"
@@ -35,7 +36,8 @@ RingAllreduce::RingAllreduce(std::vector<std::shared_ptr<comm::Communicator>> co
 std::string RingAllreduce::name() const {
   const std::string& first = communicators_.front()->name();
   if (sharded()) return fmt::format("zero{} over {}", options_.zero_stage, first);
-  return first.ends_with("ring") ? first + "-allreduce" : "allreduce over " + first;
+  const std::string allreduce = first.ends_with("ring") ? first + "-allreduce" : "allreduce over " + first;
+  return options_.codec ? fmt::format("{} ({})", allreduce, options_.codec->name()) : allreduce;
 }
 
 std::pair<comm::Communicator*, bool> RingAllreduce::communicator_for(Device device) const {
@@ -100,18 +102,30 @@ void RingAllreduce::initialize(nn::Sequential& model, optim::Optimizer&) {
                options_.zero_stage);
   COHORT_CHECK(options_.zero_stage < 2 || options_.gradient_dtype == DType::Float32,
                "zero2 reduce-scatters float32 gradients; {} gradients take zero1 or no sharding", dtype_name(options_.gradient_dtype));
+  COHORT_CHECK(!options_.codec || (options_.zero_stage == 0 && options_.gradient_dtype == DType::Float32),
+               "the gradient codec {} takes float32 gradients without sharding; drop --shard-optimizer or --gradient-dtype",
+               options_.codec ? options_.codec->name() : "");
   add_gpu_communicator(model.device());
   {
     // Replicas that send gradients as different types, or shard differently, would misread each other's buckets.
-    std::array<double, 3> plan{static_cast<double>(options_.gradient_dtype), static_cast<double>(options_.zero_stage), 1.0};
-    if (sum_over_replicas(plan) && plan[0] != static_cast<double>(options_.gradient_dtype) * plan[2])
+    // The codec by a 53-bit hash of its name, which a double holds exactly.
+    const double codec = options_.codec ? static_cast<double>(derive_seed(0, options_.codec->name()) >> 11) : 0.0;
+    std::array<double, 4> plan{static_cast<double>(options_.gradient_dtype), static_cast<double>(options_.zero_stage), codec, 1.0};
+    std::array<double, 4> sums = plan;
+    const bool summed = sum_over_replicas(sums);
+    const auto disagree = [&](std::size_t i) { return summed && sums[i] != plan[i] * sums[3]; };
+    if (disagree(0))
       throw InvalidArgument(fmt::format("the replicas disagree on what gradients travel as: this one sends {}; give every "
                                         "process the same --gradient-dtype",
                                         dtype_name(options_.gradient_dtype)));
-    if (plan[1] != static_cast<double>(options_.zero_stage) * plan[2])
+    if (disagree(1))
       throw InvalidArgument(fmt::format("the replicas disagree on sharding the optimizer: this one runs zero stage {}; give "
                                         "every process the same --shard-optimizer",
                                         options_.zero_stage));
+    if (disagree(2))
+      throw InvalidArgument(fmt::format("the replicas disagree on the gradient codec: this one runs {}; give every process the "
+                                        "same --gradient-codec",
+                                        options_.codec ? options_.codec->name() : "none"));
   }
   if (options_.gradient_dtype != DType::Float32 && is_chief())
     log::info("gradients travel as {}: half the bytes of float32, summed in float32", dtype_name(options_.gradient_dtype));
@@ -229,11 +243,12 @@ void RingAllreduce::start_ready_buckets() {
     const bool last = next_bucket_ + 1 == buckets.size();
     // The sample count must stay exact: under a bfloat16 wire it travels in float32, by itself; and every
     // rank needs it, which a reduce-scatter would bring to one.
-    const bool count_apart = last && (wire != DType::Float32 || sharded());
+    const bool count_apart = last && (wire != DType::Float32 || sharded() || options_.codec);
     const std::int64_t begin = buckets[next_bucket_].begin, end = buckets[next_bucket_].end + (last && !count_apart ? 1 : 0);
     BucketState& state = bucket_states_[next_bucket_];
     const Collective reduction = options_.zero_stage == 2 ? Collective::ReduceScatter : Collective::Allreduce;
-    if (end > begin || !sharded())
+    // Through a codec, the buckets are reduced after backward (reduce_through_codec).
+    if (!options_.codec && (end > begin || !sharded()))
       state.work = start_collective(fused_.slice(begin, end), staged_ ? staging_.slice(begin, end) : Tensor(), reduction, wire);
     if (count_apart) {
       const std::int64_t count = buckets_.elements();
@@ -267,11 +282,18 @@ void RingAllreduce::apply_gradients(nn::Sequential& model, optim::Optimizer& opt
     }
     exposed_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - waited_from).count();
   }
-  if (staged_) ops::copy(staging_, fused_);
+  if (staged_) {
+    // Through a codec only the sample count went through the staging buffer.
+    const std::int64_t from = options_.codec ? buckets_.elements() : 0;
+    ops::copy(staging_.slice(from, staging_.numel()), fused_.slice(from, fused_.numel()));
+  }
   finish_statistics();
   const double global_samples = ops::sum(fused_.slice(buckets_.elements(), buckets_.elements() + 1));
   COHORT_CHECK(global_samples > 0, "a step in which no process had any data");
   const float inverse = 1.0f / static_cast<float>(global_samples);
+  if (options_.codec) reduce_through_codec();
+  gradient_bytes_ += static_cast<double>(buckets_.elements()) * sizeof(float);
+  if (!options_.codec) wire_bytes_ += static_cast<double>(buckets_.elements()) * static_cast<double>(element_size(options_.gradient_dtype));
   if (sharded()) {
     update_pieces(model, optimizer, inverse);
     return;
@@ -283,6 +305,41 @@ void RingAllreduce::apply_gradients(nn::Sequential& model, optim::Optimizer& opt
   }
   update_variables(optimizer, model.trainable_variables(), loss_scale_);
   optimizer_state_bytes_ = optimizer.state_bytes();
+}
+
+namespace {
+
+// The sums a codec asks for, counted.
+class CountedReduction final : public ReplicaReduction {
+ public:
+  CountedReduction(ReplicaReduction& inner, double& bytes) : inner_(inner), bytes_(bytes) {}
+  int replicas() const override { return inner_.replicas(); }
+  void sum(const Tensor& values) override {
+    bytes_ += static_cast<double>(values.bytes());
+    inner_.sum(values);
+  }
+
+ private:
+  ReplicaReduction& inner_;
+  double& bytes_;
+};
+
+}  // namespace
+
+void RingAllreduce::reduce_through_codec() {
+  const timeline::Span span("communication", fmt::format("gradients through {}", options_.codec->name()));
+  const auto started = std::chrono::steady_clock::now();
+  CountedReduction counted(*this, wire_bytes_);
+  for (const GradientBucket& bucket : buckets_.buckets()) {
+    std::vector<BucketGradient> gradients;
+    for (std::size_t member : bucket.members) {
+      const auto& v = buckets_.variables()[member];
+      const std::int64_t offset = buckets_.slot_of(*v).offset;
+      gradients.push_back({v->name, fused_.slice(offset, offset + v->gradient.numel()).view(v->gradient.shape())});
+    }
+    options_.codec->reduce(gradients, counted);
+  }
+  exposed_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
 }
 
 void RingAllreduce::sum(const Tensor& values) {

@@ -1,5 +1,6 @@
 // RingAllreduce's sharded updates (ZeRO stages 1 and 2): the pieces of the variables each rank owns, their
-// update, the allgather of the updated pieces, the sharded checkpoints and what the runs report of it.
+// update, the allgather of the updated pieces, the sharded checkpoints; and what every run reports of its
+// traffic and optimizer state.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -182,15 +183,22 @@ void RingAllreduce::finish(const History&) {
 }
 
 std::string RingAllreduce::final_report() {
-  if (optimizer_state_bytes_per_rank_.empty()) return {};
+  std::string report;
+  if (gradient_bytes_ > 0) {
+    const std::string how = options_.codec ? options_.codec->name() : std::string(dtype_name(options_.gradient_dtype));
+    report = fmt::format("gradients: {} over the run, {} of it reduced over the replicas ({}: {:.1f}x fewer bytes)\n",
+                         mebibytes(gradient_bytes_), mebibytes(wire_bytes_), how, gradient_bytes_ / std::max(wire_bytes_, 1.0));
+  }
+  if (optimizer_state_bytes_per_rank_.empty()) return report;
   std::vector<std::string> ranks;
   double total = 0;
   for (std::size_t r = 0; r < optimizer_state_bytes_per_rank_.size(); ++r) {
     ranks.push_back(fmt::format("{} {}", replica_name(static_cast<int>(r)), mebibytes(optimizer_state_bytes_per_rank_[r])));
     total += optimizer_state_bytes_per_rank_[r];
   }
-  return fmt::format("optimizer state per rank ({}): {}; {} in all\n", sharded() ? fmt::format("zero{}", options_.zero_stage) : "not sharded",
-                     fmt::join(ranks, ", "), mebibytes(total));
+  return report + fmt::format("optimizer state per rank ({}): {}; {} in all\n",
+                              sharded() ? fmt::format("zero{}", options_.zero_stage) : "not sharded", fmt::join(ranks, ", "),
+                              mebibytes(total));
 }
 
 }  // namespace cohort::train

@@ -24,6 +24,9 @@ std::string requested_communicator() { return choice_setting("COHORT_COMMUNICATO
 
 std::shared_ptr<Strategy> strategy_for(cluster::Cluster& cluster, const ParameterServerOptions& options) {
   if (!cluster.spec().ps.empty()) {
+    COHORT_CHECK(!options.codec, "the gradient codec {} compresses the gradients of ring allreduce; parameter servers take "
+                 "float32 or bfloat16 pushes (--gradient-dtype): drop --gradient-codec",
+                 options.codec ? options.codec->name() : "");
     COHORT_CHECK(options.zero_stage == 0,
                  "zero{} shards the optimizer state over the workers of ring allreduce; with parameter servers each variable's "
                  "state lives on its server already: drop --shard-optimizer",
@@ -34,7 +37,7 @@ std::shared_ptr<Strategy> strategy_for(cluster::Cluster& cluster, const Paramete
     log::warning("the consistency {} is for parameter servers, and this job has none: its gradients are averaged over "
                  "every worker at every step",
                  ps::describe(options.consistency));
-  const RingAllreduceOptions allreduce{.data = options.data, .gradient_dtype = options.gradient_dtype, .zero_stage = options.zero_stage};
+  const RingAllreduceOptions allreduce{.data = options.data, .gradient_dtype = options.gradient_dtype, .zero_stage = options.zero_stage, .codec = options.codec};
   const std::string communicator = requested_communicator();
   COHORT_CHECK(communicator == "ring" || options.gradient_dtype == DType::Float32,
                "COHORT_COMMUNICATOR={} carries float32 gradients only; {} gradients take the ring communicator",

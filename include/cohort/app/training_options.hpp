@@ -58,6 +58,7 @@ struct TrainingOptions {
   std::string lr_scaling = "sqrt";
   std::string gradient_dtype = "float32";  // float32 or bfloat16: what gradients travel as
   std::string shard_optimizer = "none";    // none, zero1 or zero2 (RingAllreduceOptions::zero_stage)
+  std::string gradient_codec = "none";     // none, powersgd or powersgd:R (RingAllreduceOptions::codec)
   std::string verbosity = "auto";
 };
 

@@ -34,6 +34,7 @@
 #include "cohort/ps/placement.hpp"
 #include "cohort/ps/snapshot.hpp"
 #include "cohort/tensor/copy_stream.hpp"
+#include "cohort/train/gradient_codec.hpp"
 #include "cohort/train/strategy.hpp"
 
 namespace cohort::train {
@@ -50,6 +51,9 @@ struct ParameterServerOptions {
   // Ring allreduce only (RingAllreduceOptions::zero_stage): 1 or 2 shard the optimizer state over the ranks.
   // Parameter servers keep each variable's state on its own server already, and refuse it.
   int zero_stage = 0;
+  // Ring allreduce only (RingAllreduceOptions::codec): what the gradients go through, PowerSGD or a codec of
+  // the caller's; refused with parameter servers.
+  std::optional<GradientCodec> codec{};
   // The progress deadline: how long a process waits for another's progress (a server for a worker's next
   // request or a Sync step's missing gradients, a worker for an answer or an agreement) before naming it
   // stuck. 0: the transport's operation deadline (COHORT_TIMEOUT, 60 s by default); it grows to 4 times the

@@ -40,12 +40,14 @@
 //   train::RingAllreduce zero2(cluster.transport(), {.zero_stage = 2});
 
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "cohort/comm/communicator.hpp"
 #include "cohort/comm/transport.hpp"
 #include "cohort/train/strategy.hpp"
 #include "cohort/train/gradient_buckets.hpp"
+#include "cohort/train/gradient_codec.hpp"
 #include "cohort/train/variable_pieces.hpp"
 
 namespace cohort::train {
@@ -62,9 +64,12 @@ struct RingAllreduceOptions {
   // 0: every rank updates every variable; 1: the optimizer state is sharded over the ranks; 2: the reduced
   // gradients too (a reduce-scatter instead of the allreduce; float32 gradients only).
   int zero_stage = 0;
+  // A codec that sends less than the gradients themselves (PowerSGD, or any GradientCodecLike type):
+  // each bucket goes through it after backward, not overlapped with it; float32 gradients, no sharding.
+  std::optional<GradientCodec> codec{};
 };
 
-class RingAllreduce : public Strategy, private nn::ReplicaSum {
+class RingAllreduce : public Strategy, private ReplicaReduction {
  public:
   // The ring over `transport`, which must outlive the strategy.
   explicit RingAllreduce(comm::Transport& transport, RingAllreduceOptions options = {});
@@ -103,6 +108,12 @@ class RingAllreduce : public Strategy, private nn::ReplicaSum {
   void finish(const History& history) override;
   // This rank's optimizer state, in bytes, after the last step.
   std::uint64_t optimizer_state_bytes() const { return optimizer_state_bytes_; }
+  // Since the start: the bytes of this rank's gradients, and what of them it handed to reductions over the
+  // replicas (half under a bfloat16 wire, less through a codec).
+  struct GradientTraffic {
+    double gradient_bytes = 0, reduced_bytes = 0;
+  };
+  GradientTraffic gradient_traffic() const { return {gradient_bytes_, wire_bytes_}; }
 
  private:
   // The communicator that carries buffers on `device`, and whether it takes them as they are.
@@ -120,6 +131,8 @@ class RingAllreduce : public Strategy, private nn::ReplicaSum {
   void start_statistics();
   void finish_statistics();
   void sum(const Tensor& values) override;
+  // Each bucket through the codec, in launch order.
+  void reduce_through_codec();
   // Starts the allreduce of every complete bucket whose predecessors have started.
   void start_ready_buckets();
 
@@ -163,6 +176,7 @@ class RingAllreduce : public Strategy, private nn::ReplicaSum {
   bool state_cut_to_pieces_ = false;  // the optimizer keeps the state of this rank's pieces only
   std::uint64_t optimizer_state_bytes_ = 0;
   std::vector<double> optimizer_state_bytes_per_rank_;  // after finish()
+  double gradient_bytes_ = 0, wire_bytes_ = 0;  // since the start: what the gradients are, and what was sent of them
   // Last: destroyed first, so that their threads stop before the buffers above go away.
   std::vector<std::shared_ptr<comm::Communicator>> communicators_;
 };
