@@ -4,7 +4,7 @@ JOBS ?= $(shell nproc)
 # This machine's instruction set: the build and its benchmarks stay here (installs default to portable code).
 CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=Release -DCOHORT_NATIVE_ARCH=ON
 
-.PHONY: all deps configure build test demo install package bench bench-allreduce bench-ps bench-data-parallel asan-build sanitize fuzz clean
+.PHONY: all deps configure build test demo install package bench bench-allreduce bench-ps bench-data-parallel bench-codecs asan-build sanitize fuzz clean
 
 all: build
 
@@ -68,6 +68,11 @@ bench-data-parallel:
 
 # Parameter servers: push+pull GB/s, 2 workers + 2 ps against 1 process, and TensorFlow's parameter servers
 # (tensorflow-cpu from PyPI into .venv-peers unless PYTHON names an interpreter that has it).
+bench-codecs:
+	@cmake -S . -B $(BUILD_DIR) $(CMAKE_FLAGS) >/dev/null
+	@cmake --build $(BUILD_DIR) -j $(JOBS) --target fashion_mnist cohort-launch
+	@benchmarks/codec_compare.sh $(BUILD_DIR)
+
 bench-ps:
 	@scripts/setup-debian --peers
 	@cmake -S . -B $(BUILD_DIR) $(CMAKE_FLAGS) >/dev/null

@@ -25,6 +25,7 @@ refuses "--device: gpu not in {cpu,cuda,auto,emulated}" --device gpu
 refuses "--precision: bfloat16 not in {float32,mixed_bfloat16,mixed_float16}" --precision bfloat16
 refuses "--gradient-dtype: float16 not in {float32,bfloat16}" --gradient-dtype float16
 refuses "--shard-optimizer: zero3 not in {none,zero1,zero2}" --shard-optimizer zero3
+refuses "--gradient-codec: gradient codec 'powersgd:0': expected powersgd or powersgd:R" --gradient-codec powersgd:0
 refuses "--save-model /: it exists and is not a regular file" --save-model /
 refuses "--history-csv /dev/null: it exists and is not a regular file" --history-csv /dev/null
 refuses "--report /nonexistent/run.html: there is no directory /nonexistent" --report /nonexistent/run.html

@@ -7,7 +7,7 @@
 # 3. the job over TLS (COHORT_TLS=1) trains and writes one timeline, a track per process; COHORT_GEMM=fastest
 #    measures its matrix products' path;
 # 4-6. options that do not fit the job (COHORT_COMMUNICATOR=mpi without mpirun, --consistency without servers,
-#    --shard-optimizer with servers) are refused or named.
+#    --shard-optimizer or --gradient-codec with servers) are refused or named.
 #   usage: ps_launch_test.sh LAUNCHER FASHION_MNIST_EXAMPLE
 set -uo pipefail
 launcher=$1 example=$2
@@ -77,4 +77,8 @@ output=$(timeout 120 "$launcher" --workers 1 --ps 1 -- "$example" "${args[@]}" -
   fail "a parameter-server job took --shard-optimizer"
 grep -q "zero1 shards the optimizer state over the workers of ring allreduce; with parameter servers" <<<"$output" ||
   fail "--shard-optimizer with parameter servers was not refused by name: $(tail -3 <<<"$output")"
+output=$(timeout 120 "$launcher" --workers 1 --ps 1 -- "$example" "${args[@]}" --max-steps 2 --gradient-codec powersgd 2>&1) &&
+  fail "a parameter-server job took --gradient-codec"
+grep -q "the gradient codec powersgd:4 compresses the gradients of ring allreduce" <<<"$output" ||
+  fail "--gradient-codec with parameter servers was not refused by name: $(tail -3 <<<"$output")"
 echo "ps launch test passed"
