@@ -71,8 +71,12 @@ if [ -n "$flagship" ]; then
 fi
 # One line, not the whole usage.
 [ "$(timeout 30 "$example" --bogus 2>&1 | wc -l)" -eq 1 ] || fail "a mistake prints more than one line"
-timeout 30 "$example" --help | grep -q -- '--each-worker-full-pass' || fail "--help does not list the options on stdout"
-timeout 30 "$example" --help | grep -q -- '--timeline' || fail "--help does not list --timeline"
-timeout 60 "$example" --sync-batch-norm --summary | grep -q 'sync_batch_normalization (SyncBatchNormalization)' ||
+# Read whole before searching: grep -q leaves at its match, and the rest would meet a closed pipe.
+help=$(timeout 30 "$example" --help 2>/dev/null)
+for option in --each-worker-full-pass --timeline --shard-optimizer --gradient-codec; do
+  grep -q -- "$option" <<<"$help" || fail "--help does not list $option on stdout"
+done
+summary=$(timeout 60 "$example" --sync-batch-norm --summary)
+grep -q 'sync_batch_normalization (SyncBatchNormalization)' <<<"$summary" ||
   fail "--sync-batch-norm does not build the model with SyncBatchNormalization"
 echo "options_test: all checks passed"
