@@ -99,6 +99,18 @@ inline std::vector<float> input_of(int rank, std::size_t count) {
   return v;
 }
 
+// The serial sum (or mean) of every rank's input_of(rank, count).
+inline std::vector<float> reduction_of_inputs(int ranks, std::size_t count, ReduceOp op) {
+  std::vector<float> expected(count, 0.0f);
+  for (int r = 0; r < ranks; ++r) {
+    const auto in = input_of(r, count);
+    for (std::size_t i = 0; i < count; ++i) expected[i] += in[i];
+  }
+  if (op == ReduceOp::Mean)
+    for (float& v : expected) v /= static_cast<float>(ranks);
+  return expected;
+}
+
 // Allreduce (sum and mean) against a serial reference, for sizes that do not divide evenly and zero, by
 // the ring and by recursive doubling; every rank ends with the same bits.
 inline void allreduce_matches_reference(const Group& group, std::initializer_list<std::size_t> counts) {
@@ -106,13 +118,7 @@ inline void allreduce_matches_reference(const Group& group, std::initializer_lis
   for (std::size_t count : counts) {
     for (const std::size_t latency_optimal_below : {std::size_t{0}, std::numeric_limits<std::size_t>::max()})
     for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Mean}) {
-      std::vector<float> expected(count, 0.0f);
-      for (int r = 0; r < n; ++r) {
-        const auto in = input_of(r, count);
-        for (std::size_t i = 0; i < count; ++i) expected[i] += in[i];
-      }
-      if (op == ReduceOp::Mean)
-        for (float& v : expected) v /= static_cast<float>(n);
+      const std::vector<float> expected = reduction_of_inputs(n, count, op);
       std::vector<std::vector<float>> results(static_cast<std::size_t>(n));
       comm_test::run_ranks(n, [&](int r) {
         auto data = input_of(r, count);
@@ -171,13 +177,7 @@ inline void reduce_scatter_then_allgather(const Group& group, std::initializer_l
   for (std::size_t block : block_lengths)
     for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Mean}) {
       const std::size_t count = block * static_cast<std::size_t>(n);
-      std::vector<float> expected(count, 0.0f);
-      for (int r = 0; r < n; ++r) {
-        const auto in = input_of(r, count);
-        for (std::size_t i = 0; i < count; ++i) expected[i] += in[i];
-      }
-      if (op == ReduceOp::Mean)
-        for (float& v : expected) v /= static_cast<float>(n);
+      const std::vector<float> expected = reduction_of_inputs(n, count, op);
       std::vector<std::vector<float>> reduced(static_cast<std::size_t>(n)), gathered(static_cast<std::size_t>(n));
       comm_test::run_ranks(n, [&](int r) {
         Transport& t = *group[static_cast<std::size_t>(r)];

@@ -47,15 +47,7 @@ TEST_CASE("allreduce training over MPI with W ranks at batch B takes the steps o
       Trainer trainer(model, sgd(), std::make_shared<train::RingAllreduce>(communicator, train::RingAllreduceOptions{.zero_stage = stage}));
       REQUIRE(trainer.fit(set, {.epochs = 100, .max_steps = 7, .batch_size = 8, .seed = 4,
                                 .verbosity = train::Verbosity::Silent}).epochs.size() >= 1);
-      for (const auto& v : reference.variables()) {
-        const auto expected = v->value.to_vector();
-        const auto got = model.variable(v->name)->value.to_vector();
-        REQUIRE(got.size() == expected.size());
-        for (std::size_t i = 0; i < got.size(); ++i) {
-          INFO(v->name << "[" << i << "]");
-          REQUIRE(got[i] == Approx(expected[i]).epsilon(1e-4).margin(1e-5));
-        }
-      }
+      ps_test::require_same_variables(reference, model, 1e-4);
     }
   }
 }

@@ -12,6 +12,7 @@
 
 #include "cohort/core/check.hpp"
 #include "cohort/core/config.hpp"
+#include "comm/reduce_scatter_checks.hpp"
 #include "comm/serial_executor.hpp"
 #include "mpi_plugin.hpp"
 
@@ -115,10 +116,7 @@ class MpiCommunicator final : public Communicator {
 
   WorkPtr reduce_scatter(Buffer data, ReduceOp op) override {
     check_host("reduce_scatter", data);
-    COHORT_CHECK(data.wire == data.type, "MPI communicator: carries {} as it is, not as {}", dtype_name(data.type),
-                 dtype_name(data.wire));
-    COHORT_CHECK(data.count % static_cast<std::size_t>(size_) == 0, "reduce_scatter: {} elements are not {} equal blocks",
-                 data.count, size_);
+    check_reduce_scatter_buffer("MPI", data, size_);
     return executor_.submit(fmt::format("MPI_Reduce_scatter_block of {} bytes", data.bytes()), [this, data, op] {
       Buffer block = data;
       block.count = data.count / static_cast<std::size_t>(size_);

@@ -14,6 +14,7 @@
 
 #include "cohort/core/check.hpp"
 #include "cohort/core/config.hpp"
+#include "comm/reduce_scatter_checks.hpp"
 #include "comm/serial_executor.hpp"
 #include "nccl_plugin.hpp"
 
@@ -118,10 +119,7 @@ class NcclCommunicator final : public Communicator {
 
   WorkPtr reduce_scatter(Buffer data, ReduceOp op) override {
     check_gpu("reduce_scatter", data);
-    COHORT_CHECK(data.wire == data.type, "NCCL communicator: carries {} as it is, not as {}", dtype_name(data.type),
-                 dtype_name(data.wire));
-    COHORT_CHECK(data.count % static_cast<std::size_t>(size_) == 0, "reduce_scatter: {} elements are not {} equal blocks",
-                 data.count, size_);
+    check_reduce_scatter_buffer("NCCL", data, size_);
     return executor_.submit(fmt::format("ncclReduceScatter of {} bytes", data.bytes()), [this, data, op] {
       const std::size_t block = data.count / static_cast<std::size_t>(size_);
       // In place: NCCL's result buffer may be the sender's own block.
