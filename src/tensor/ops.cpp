@@ -407,6 +407,7 @@ void moving_average_update(const Tensor& moving, const Tensor& batch, float mome
 void dropout_mask(const Tensor& mask, float rate, std::uint64_t seed) {
   COHORT_CHECK(rate >= 0.0f && rate < 1.0f, "dropout rate must be in [0, 1), got {}", rate);
   Backend& backend = backend_of("dropout_mask", {&mask});
+  if (computes_itself(backend, Backend::Kernel16::Elementwise, {&mask}, {})) return backend.dropout_mask(mask, rate, seed);
   const Float32StandIns f({}, {&mask});
   backend.dropout_mask(f(mask), rate, seed);
   f.write_back();

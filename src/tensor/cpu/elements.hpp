@@ -47,4 +47,15 @@ decltype(auto) with_stored(DType type, Body&& body) {
   return body(float{});
 }
 
+// Calls body(begin, end) on consecutive blocks of [0, n), spread over the threads when n is large. A loop
+// over a block with `#pragma omp simd` vectorizes on 16-bit operands, where the same loop under
+// `omp parallel for simd` falls back to scalar code behind GCC's runtime aliasing check.
+template <class Body>
+void in_blocks(std::int64_t n, Body&& body) {
+  constexpr std::int64_t kBlock = 1 << 14;
+  const std::int64_t blocks = (n + kBlock - 1) / kBlock;
+#pragma omp parallel for if (blocks > 2)
+  for (std::int64_t b = 0; b < blocks; ++b) body(b * kBlock, b * kBlock + kBlock < n ? b * kBlock + kBlock : n);
+}
+
 }  // namespace cohort::cpu

@@ -51,8 +51,10 @@ void CpuBackend::multiply(const Tensor& a, const Tensor& b, const Tensor& out) {
   const std::int64_t n = a.numel();
   with_stored(a.dtype(), [&](auto stored) {
     const Elements<decltype(stored)> ap(a), bp(b), op(out);
-#pragma omp parallel for simd if (n > kParallelThreshold)
-    for (std::int64_t i = 0; i < n; ++i) op.set(i, ap[i] * bp[i]);
+    in_blocks(n, [=](std::int64_t begin, std::int64_t end) {
+#pragma omp simd
+      for (std::int64_t i = begin; i < end; ++i) op.set(i, ap[i] * bp[i]);
+    });
   });
 }
 
@@ -154,8 +156,9 @@ void CpuBackend::activation_forward(Activation activation, const Tensor& x, cons
   with_stored(x.dtype(), [&](auto stored) {
     const Elements<decltype(stored)> in(x), out(y);
     with_activation(activation, [&](auto activate) {
-#pragma omp parallel for if (n > kParallelThreshold)
-      for (std::int64_t i = 0; i < n; ++i) out.set(i, activate(in[i]));
+      in_blocks(n, [=](std::int64_t begin, std::int64_t end) {
+        for (std::int64_t i = begin; i < end; ++i) out.set(i, activate(in[i]));
+      });
     });
   });
 }
@@ -176,18 +179,24 @@ void CpuBackend::activation_backward(Activation activation, const Tensor& y, con
   with_stored(y.dtype(), [&](auto stored) {
     const Elements<decltype(stored)> yp(y), gp(dy), dp(dx);
     with_activation_gradient(activation, [&](auto gradient) {
-#pragma omp parallel for simd if (n > kParallelThreshold)
-      for (std::int64_t i = 0; i < n; ++i) dp.set(i, gradient(yp[i], gp[i]));
+      in_blocks(n, [=](std::int64_t begin, std::int64_t end) {
+#pragma omp simd
+        for (std::int64_t i = begin; i < end; ++i) dp.set(i, gradient(yp[i], gp[i]));
+      });
     });
   });
 }
 
 void CpuBackend::dropout_mask(const Tensor& mask, float rate, std::uint64_t seed) {
-  float* p = device_data(mask);
-  const std::int64_t n = mask.numel();
   const DropoutRule rule = DropoutRule::of(rate, seed);
-#pragma omp parallel for simd if (n > kParallelThreshold)
-  for (std::int64_t i = 0; i < n; ++i) p[i] = rule(static_cast<std::uint64_t>(i));
+  with_stored(mask.dtype(), [&](auto stored) {
+    const Elements<decltype(stored)> p(mask);
+    in_blocks(mask.numel(), [=](std::int64_t begin, std::int64_t end) {
+      const DropoutRule draw = rule;  // a local copy: its fields in registers, so that the loop vectorizes
+#pragma omp simd
+      for (std::int64_t i = begin; i < end; ++i) p.set(i, draw(static_cast<std::uint64_t>(i)));
+    });
+  });
 }
 
 }  // namespace cohort::cpu

@@ -42,7 +42,10 @@ void max_pool_forward(const Tensor& x, const Tensor& y, const Pool2dGeometry& g)
             for (std::int64_t iw = win.w0; iw < win.w1; ++iw) {
               const std::int64_t v = ((n * g.in_h + ih) * g.in_w + iw) * c;
 #pragma omp simd
-              for (std::int64_t i = 0; i < c; ++i) o[i] = std::max(o[i], in[v + i]);
+              for (std::int64_t i = 0; i < c; ++i) {
+                const float value = in[v + i];  // a value, not std::max's reference to a temporary: it vectorizes
+                o[i] = o[i] < value ? value : o[i];
+              }
             }
           }
           const std::int64_t at = ((n * g.out_h + oh) * g.out_w + ow) * c;
@@ -61,18 +64,81 @@ bool windows_tile_input(const Pool2dGeometry& g) {
   return g.stride_h == g.pool_h && g.stride_w == g.pool_w && g.pad_top == 0 && g.pad_left == 0;
 }
 
-// Zeros what no window will write of one sample's input gradient: everything unless the windows tile it.
-void zero_uncovered(float* din, const Pool2dGeometry& g, bool tiled) {
+// Zeros what no window will write of one sample's input gradient (everything unless the windows tile it),
+// as zero(first, count) on runs of the sample's elements.
+template <class Zero>
+void zero_uncovered(const Pool2dGeometry& g, bool tiled, Zero&& zero) {
   const std::int64_t c = g.channels;
   if (!tiled) {
-    std::fill_n(din, g.in_h * g.in_w * c, 0.0f);
+    zero(0, g.in_h * g.in_w * c);
     return;
   }
   const std::int64_t covered_h = g.out_h * g.pool_h, covered_w = g.out_w * g.pool_w;
   for (std::int64_t ih = 0; ih < g.in_h; ++ih) {
-    float* row = din + ih * g.in_w * c;
-    if (ih >= covered_h) std::fill_n(row, g.in_w * c, 0.0f);
-    else std::fill_n(row + covered_w * c, (g.in_w - covered_w) * c, 0.0f);
+    const std::int64_t row = ih * g.in_w * c;
+    if (ih >= covered_h) zero(row, g.in_w * c);
+    else zero(row + covered_w * c, (g.in_w - covered_w) * c);
+  }
+}
+
+// Keras' default pooling: 2x2 windows at stride 2, none clipped. Each window's four pixels are read in one
+// loop over the channels, in the order the general loops visit them.
+bool two_by_two_tiles(const Pool2dGeometry& g) {
+  return windows_tile_input(g) && g.pool_h == 2 && g.pool_w == 2 && 2 * g.out_h <= g.in_h && 2 * g.out_w <= g.in_w;
+}
+
+template <class T>
+void max_pool_2x2_forward(const Tensor& x, const Tensor& y, const Pool2dGeometry& g) {
+  const std::int64_t c = g.channels, below = g.in_w * c;
+#pragma omp parallel for
+  for (std::int64_t n = 0; n < g.batch; ++n) {
+    const Elements<T> in(x), out(y);  // each thread's own views, so that the loop vectorizes
+    for (std::int64_t oh = 0; oh < g.out_h; ++oh)
+      for (std::int64_t ow = 0; ow < g.out_w; ++ow) {
+        const std::int64_t v = ((n * g.in_h + 2 * oh) * g.in_w + 2 * ow) * c;
+        const std::int64_t at = ((n * g.out_h + oh) * g.out_w + ow) * c;
+#pragma omp simd
+        for (std::int64_t i = 0; i < c; ++i) {
+          const float a = in[v + i], b = in[v + c + i], d = in[v + below + i], e = in[v + below + c + i];
+          float m = -std::numeric_limits<float>::infinity();
+          m = m < a ? a : m;
+          m = m < b ? b : m;
+          m = m < d ? d : m;
+          m = m < e ? e : m;
+          out.set(at + i, m);
+        }
+      }
+  }
+}
+
+// The gradient goes to the first maximum of each window, the other three pixels get zeros: every value is
+// one of dy's (plus 0, as the general loop adds it), so it is stored exactly in either type.
+template <class T>
+void max_pool_2x2_backward(const Tensor& x, const Tensor& y, const Tensor& dy, const Tensor& dx, const Pool2dGeometry& g) {
+  const std::int64_t c = g.channels, below = g.in_w * c, sample = g.in_h * g.in_w * c;
+#pragma omp parallel for
+  for (std::int64_t n = 0; n < g.batch; ++n) {
+    const Elements<T> in(x), out(y), dout(dy), din(dx);
+    zero_uncovered(g, true, [&](std::int64_t first, std::int64_t count) {
+      for (std::int64_t j = first; j < first + count; ++j) din.set(n * sample + j, 0.0f);
+    });
+    for (std::int64_t oh = 0; oh < g.out_h; ++oh)
+      for (std::int64_t ow = 0; ow < g.out_w; ++ow) {
+        const std::int64_t v = ((n * g.in_h + 2 * oh) * g.in_w + 2 * ow) * c;
+        const std::int64_t o = ((n * g.out_h + oh) * g.out_w + ow) * c;
+#pragma omp simd
+        for (std::int64_t i = 0; i < c; ++i) {
+          const float maximum = out[o + i], gradient = dout[o + i];
+          const bool a = in[v + i] == maximum;
+          const bool b = !a & (in[v + c + i] == maximum);
+          const bool d = !a & !b & (in[v + below + i] == maximum);
+          const bool e = !a & !b & !d & (in[v + below + c + i] == maximum);
+          din.set(v + i, 0.0f + (a ? gradient : 0.0f));
+          din.set(v + c + i, 0.0f + (b ? gradient : 0.0f));
+          din.set(v + below + i, 0.0f + (d ? gradient : 0.0f));
+          din.set(v + below + c + i, 0.0f + (e ? gradient : 0.0f));
+        }
+      }
   }
 }
 
@@ -93,7 +159,7 @@ void max_pool_backward(const Tensor& x, const Tensor& y, const Tensor& dy, const
 #pragma omp for
     for (std::int64_t n = 0; n < g.batch; ++n) {
       float* din = kFloat ? device_data(dx) + n * sample : sample_gradient.data();
-      zero_uncovered(din, g, tiled);
+      zero_uncovered(g, tiled, [&](std::int64_t first, std::int64_t count) { std::fill_n(din + first, count, 0.0f); });
       for (std::int64_t oh = 0; oh < g.out_h; ++oh) {
         for (std::int64_t ow = 0; ow < g.out_w; ++ow) {
           const std::int64_t o = ((n * g.out_h + oh) * g.out_w + ow) * c;
@@ -171,15 +237,22 @@ void avg_pool_backward(const Tensor& dy, const Tensor& dx, const Pool2dGeometry&
 }  // namespace
 
 void CpuBackend::pool2d_forward(const PlanState*, const Pool2dGeometry& g, const Tensor& x, const Tensor& y) {
-  if (g.mode == PoolMode::Max) with_stored(x.dtype(), [&](auto stored) { max_pool_forward<decltype(stored)>(x, y, g); });
-  else avg_pool_forward(x, y, g);  // float32 only (ops.cpp)
+  if (g.mode != PoolMode::Max) return avg_pool_forward(x, y, g);  // float32 only (ops.cpp)
+  with_stored(x.dtype(), [&](auto stored) {
+    using T = decltype(stored);
+    if (two_by_two_tiles(g)) max_pool_2x2_forward<T>(x, y, g);
+    else max_pool_forward<T>(x, y, g);
+  });
 }
 
 void CpuBackend::pool2d_backward(const PlanState*, const Pool2dGeometry& g, const Tensor& x, const Tensor& y,
                                  const Tensor& dy, const Tensor& dx) {
-  if (g.mode == PoolMode::Max)
-    with_stored(x.dtype(), [&](auto stored) { max_pool_backward<decltype(stored)>(x, y, dy, dx, g); });
-  else avg_pool_backward(dy, dx, g);  // float32 only (ops.cpp)
+  if (g.mode != PoolMode::Max) return avg_pool_backward(dy, dx, g);  // float32 only (ops.cpp)
+  with_stored(x.dtype(), [&](auto stored) {
+    using T = decltype(stored);
+    if (two_by_two_tiles(g)) max_pool_2x2_backward<T>(x, y, dy, dx, g);
+    else max_pool_backward<T>(x, y, dy, dx, g);
+  });
 }
 
 }  // namespace cohort::cpu
