@@ -59,7 +59,11 @@ comm::Transport& Cluster::transport() {
     tcp.peer_timeout = options_.peer_timeout;
     tcp.tls = options_.tls;
     if (options_.transport_factory) transport_ = options_.transport_factory(tcp);
-    else if (options_.shared_memory) transport_ = comm::connect_group(tcp);
+    else if (options_.shared_memory) {
+      comm::SharedMemoryOptions shared_memory;
+      if (!options_.single_copy) shared_memory.single_copy_bytes = 0;
+      transport_ = comm::connect_group(tcp, shared_memory);
+    }
     else {
       transport_ = comm::connect_tcp(tcp);
       if (distributed())

@@ -49,6 +49,12 @@ ConnectOptions with_environment_settings(ConnectOptions options, const Environme
       throw InvalidArgument(fmt::format("COHORT_SHARED_MEMORY='{}': use 1 (ranks on one host share memory) or 0 (TCP only)", *shared));
     options.shared_memory = *shared == "1";
   }
+  if (const auto single = environment("COHORT_SINGLE_COPY")) {
+    if (*single != "0" && *single != "1")
+      throw InvalidArgument(fmt::format("COHORT_SINGLE_COPY='{}': use 1 (large same-host messages read from the sender's "
+                                        "memory) or 0 (copied through the shared-memory rings)", *single));
+    options.single_copy = *single == "1";
+  }
   int files = 0;
   for (auto [name, file] : {std::pair{"COHORT_TLS_CERT", &options.tls.certificate}, std::pair{"COHORT_TLS_KEY", &options.tls.private_key},
                             std::pair{"COHORT_TLS_CA", &options.tls.ca}}) {

@@ -330,14 +330,18 @@ TEST_CASE("a cluster's ranks on one host share memory, unless ConnectOptions::sh
   ::unsetenv("COHORT_SECRET");
 }
 
-TEST_CASE("COHORT_SHARED_MEMORY turns shared memory between same-host ranks off or on", "[cluster]") {
-  CHECK(with_environment_settings({}, environment_of({})).shared_memory);
-  CHECK_FALSE(with_environment_settings({}, environment_of({{"COHORT_SHARED_MEMORY", "0"}})).shared_memory);
-  ConnectOptions off;
-  off.shared_memory = false;
-  CHECK(with_environment_settings(off, environment_of({{"COHORT_SHARED_MEMORY", "1"}})).shared_memory);
-  for (const char* bad : {"", "yes", "2"})
-    require_invalid([&] { with_environment_settings({}, environment_of({{"COHORT_SHARED_MEMORY", bad}})); }, {"COHORT_SHARED_MEMORY"});
+TEST_CASE("COHORT_SHARED_MEMORY and COHORT_SINGLE_COPY turn shared memory and its single copy off or on", "[cluster]") {
+  for (const auto& [name, field] : {std::pair{"COHORT_SHARED_MEMORY", &ConnectOptions::shared_memory},
+                                    std::pair{"COHORT_SINGLE_COPY", &ConnectOptions::single_copy}}) {
+    INFO(name);
+    CHECK(with_environment_settings({}, environment_of({})).*field);
+    CHECK_FALSE(with_environment_settings({}, environment_of({{name, "0"}})).*field);
+    ConnectOptions off;
+    off.*field = false;
+    CHECK(with_environment_settings(off, environment_of({{name, "1"}})).*field);
+    for (const char* bad : {"", "yes", "2"})
+      require_invalid([&] { with_environment_settings({}, environment_of({{name, bad}})); }, {name});
+  }
 }
 
 TEST_CASE("encryption comes from the environment: COHORT_TLS and certificates given together", "[cluster]") {

@@ -12,13 +12,16 @@
 
 #include <catch2/catch.hpp>
 #include <filesystem>
+#include <cstring>
 #include <fstream>
+#include <set>
 #include <sstream>
 #include <fmt/format.h>
 #include <thread>
 
 #include "cohort/comm/shared_memory.hpp"
 #include "comm/shm/mailbox.hpp"
+#include "comm/shm/peer_memory.hpp"
 #include "comm/shm/shm_transport.hpp"
 #include "conformance.hpp"
 #include "helper_process.hpp"
@@ -56,6 +59,11 @@ int shared_peers(const std::unique_ptr<Transport>& transport) {
   return shm == nullptr ? 0 : shm->shared_memory_peers();
 }
 
+std::uint64_t single_copy_messages(const std::unique_ptr<Transport>& transport) {
+  const auto* shm = dynamic_cast<const shm::ShmTransport*>(transport.get());
+  return shm == nullptr ? 0 : shm->single_copy_messages();
+}
+
 // This process's open descriptors of segments: none once its peers have mapped them.
 std::vector<std::string> own_segments() {
   std::vector<std::string> found;
@@ -84,16 +92,43 @@ std::vector<shm::RingCounters*> mapped_ring_counters() {
   return found;
 }
 
-// Rank 1 of the loss tests in a process of its own: echoes one message through shared memory, then waits
-// for the test's signal. The argument is "port0,port1".
+// Writes `header` into the first ring of every segment mapped in this process (of groups of two ranks,
+// whose segments have one ring each) as its writer's next frame.
+void forge_frame(const std::array<std::uint64_t, 4>& header) {
+  std::ifstream maps("/proc/self/maps");
+  std::set<std::string> segments;
+  for (std::string line; std::getline(maps, line);) {
+    if (line.find("/memfd:cohort-") == std::string::npos) continue;
+    std::istringstream fields(line);
+    std::string range, permissions, offset, device, inode;
+    fields >> range >> permissions >> offset >> device >> inode;
+    if (!segments.insert(inode).second) continue;  // mapped by its creator and by its peer
+    REQUIRE(std::stoull(offset, nullptr, 16) == 0);
+    auto* base = reinterpret_cast<std::byte*>(std::stoull(range.substr(0, range.find('-')), nullptr, 16));
+    auto* counters = reinterpret_cast<shm::RingCounters*>(base + shm::counters_offset());
+    const std::uint64_t head = counters->head.load();
+    REQUIRE(head % SharedMemoryOptions{}.ring_bytes + sizeof header <= SharedMemoryOptions{}.ring_bytes);
+    std::memcpy(base + shm::rings_offset(1) + head % SharedMemoryOptions{}.ring_bytes, header.data(), sizeof header);
+    counters->head.store(head + sizeof header);
+  }
+  REQUIRE(segments.size() == 2);
+}
+
+// Above SharedMemoryOptions::single_copy_bytes: read from the sender's memory.
+constexpr std::size_t kLargeEcho = 3'000'000;
+
+// Rank 1 of the loss tests in a process of its own: echoes a small message and a large one through shared
+// memory, then waits for the test's signal. The argument is "port0,port1".
 int shm_peer(const std::string& ports) {
   const auto comma = ports.find(',');
   const std::vector<Address> addresses{{"127.0.0.1", static_cast<std::uint16_t>(std::stoi(ports.substr(0, comma)))},
                                        {"127.0.0.1", static_cast<std::uint16_t>(std::stoi(ports.substr(comma + 1)))}};
   auto one = connect_group(options_for(1, addresses));
-  std::vector<int> value(1);
+  std::vector<int> value(1), large(kLargeEcho);
   one->recv(0, 1, conformance::bytes(value))->wait(10s);
   one->send(0, 2, conformance::bytes(value))->wait(10s);
+  one->recv(0, 6, conformance::bytes(large))->wait(10s);
+  one->send(0, 7, conformance::bytes(large))->wait(10s);
   for (;;) std::this_thread::sleep_for(1s);
 }
 
@@ -124,17 +159,22 @@ class PeerProcess {
 
 }  // namespace
 
-TEST_CASE("shm: the conformance checks", "[comm][shm]") {
-  for (const std::size_t ring_bytes : {std::size_t{4096}, SharedMemoryOptions{}.ring_bytes}) {
-    INFO("rings of " << ring_bytes << " bytes");
-    {
-      auto group = connect_ranks(3, {.ring_bytes = ring_bytes});
-      for (const auto& t : group) REQUIRE(shared_peers(t) == 2);
-      conformance::ordering_and_tags(members(group));
-    }
-    {
-      auto group = connect_ranks(2, {.ring_bytes = ring_bytes});
-      conformance::sizes_and_mismatch(members(group));
+TEST_CASE("shm: the conformance checks, through the rings and by single copy", "[comm][shm]") {
+  // Single copy from 1 byte: every message but the empty ones is read from the sender's memory.
+  for (const std::size_t single_copy_bytes : {std::size_t{0}, std::size_t{1}, std::size_t{65536}}) {
+    for (const std::size_t ring_bytes : {std::size_t{4096}, SharedMemoryOptions{}.ring_bytes}) {
+      INFO("rings of " << ring_bytes << " bytes, single copy from " << single_copy_bytes << " bytes");
+      const SharedMemoryOptions options{.ring_bytes = ring_bytes, .single_copy_bytes = single_copy_bytes};
+      {
+        auto group = connect_ranks(3, options);
+        for (const auto& t : group) REQUIRE(shared_peers(t) == 2);
+        conformance::ordering_and_tags(members(group));
+      }
+      {
+        auto group = connect_ranks(2, options);
+        conformance::sizes_and_mismatch(members(group));
+        CHECK((single_copy_messages(group[0]) + single_copy_messages(group[1]) > 0) == (single_copy_bytes > 0));
+      }
     }
   }
 }
@@ -157,7 +197,7 @@ TEST_CASE("shm: a message larger than the run expects, which no receive awaits, 
 TEST_CASE("shm: collectives match the serial reference on 2 to 5 ranks, on one host and across two", "[comm][shm][collectives]") {
   for (int n : {2, 3, 4, 5}) {
     INFO(n << " ranks on one host");
-    auto group = connect_ranks(n, {.ring_bytes = 64 * 1024});
+    auto group = connect_ranks(n, {.ring_bytes = 64 * 1024, .single_copy_bytes = 4096});
     conformance::allreduce_matches_reference(members(group), {0, 1, static_cast<std::size_t>(n - 1), 7, 1000, 300001});
     conformance::allreduce_bfloat16_wire(members(group), {0, 1, 7, 1001, 30001});
     conformance::reduce_scatter_then_allgather(members(group), {0, 1, 7, 75001});
@@ -275,6 +315,41 @@ TEST_CASE("shm: a frame above the size limit fails every operation with Protocol
   sent->wait(5s);
 }
 
+TEST_CASE("shm: a frame naming memory its sender lacks, of no known kind, or acknowledging nothing fails every operation with ProtocolError, naming the peer", "[comm][shm][security]") {
+  struct Forged {
+    std::array<std::uint64_t, 4> header;  // tag, length, kind (1: single copy, 2: acknowledgement), address
+    const char* named;
+  };
+  for (const Forged& forged : {Forged{{7, 4096, 1, 8}, "not readable memory"}, Forged{{7, 4096, 9, 0}, "unknown kind 9"},
+                               Forged{{0, 0, 2, 0}, "acknowledged a message this rank did not send"}}) {
+    INFO(forged.named);
+    auto group = connect_ranks(2, {.single_copy_bytes = 1});
+    std::vector<int> out(1024), value{1};
+    auto waiting = group[0]->recv(1, 7, conformance::bytes(out));
+    forge_frame(forged.header);
+    CHECK_THROWS_WITH(waiting->wait(5s), Catch::Contains("worker 1") && Catch::Contains(forged.named));
+    CHECK_THROWS_AS(group[0]->send(1, 2, conformance::bytes(value))->wait(5s), ProtocolError);
+  }
+}
+
+TEST_CASE("shm: reading a peer's memory copies it, or says why not: an address it does not map, a process that ended", "[comm][shm]") {
+  std::vector<std::byte> source(300000), out(300000);
+  for (std::size_t i = 0; i < source.size(); ++i) source[i] = static_cast<std::byte>(i * 7);
+  REQUIRE_FALSE(shm::read_peer_memory(::getpid(), reinterpret_cast<std::uint64_t>(source.data()), out));
+  CHECK(out == source);
+  const auto unmapped = shm::read_peer_memory(::getpid(), 8, out);
+  REQUIRE(unmapped);
+  CHECK_FALSE(unmapped->process_gone());
+  CHECK_THAT(unmapped->reason, Catch::Contains("not readable memory"));
+  const pid_t child = ::fork();
+  if (child == 0) ::_exit(0);
+  ::waitpid(child, nullptr, 0);
+  const auto ended = shm::read_peer_memory(child, reinterpret_cast<std::uint64_t>(source.data()), out);
+  REQUIRE(ended);
+  CHECK(ended->process_gone());
+  CHECK_THAT(ended->reason, Catch::Contains("ended"));
+}
+
 TEST_CASE("shm: what a peer wrote before its goodbye is delivered, then operations needing it fail", "[comm][shm]") {
   auto group = connect_ranks(3);
   std::vector<std::vector<int>> messages{{1}, std::vector<int>(3'000'000, 2), {3}};
@@ -309,11 +384,19 @@ TEST_CASE("shm: a peer process that dies or stops fails the operations waiting o
     zero->recv(1, 2, conformance::bytes(pong))->wait(5s);  // the peer echoes through shared memory
     sent->wait(5s);
     REQUIRE(pong[0] == 11);
-    std::vector<int> big(2'000'000, 1), out(1);
+    std::vector<int> large(kLargeEcho), echoed(kLargeEcho);
+    for (std::size_t i = 0; i < large.size(); ++i) large[i] = static_cast<int>(i * 3);
+    sent = zero->send(1, 6, conformance::bytes(large));
+    zero->recv(1, 7, conformance::bytes(echoed))->wait(10s);
+    sent->wait(5s);
+    REQUIRE(echoed == large);
+    // A parent may read its child's memory wherever the kernel allows cross-memory attach at all.
+    CHECK(single_copy_messages(zero) == 1);
+    std::vector<int> big(kLargeEcho, 1), out(1);
     auto waiting = zero->recv(1, 4, conformance::bytes(out));
     const auto hit = std::chrono::steady_clock::now();
     peer.signal(signal);
-    // A message larger than a ring: the send waits for the peer to read, which it never will.
+    // Larger than a ring, or read from this process's memory: the send waits for the peer to read it, which it never will.
     auto blocked_send = zero->send(1, 3, conformance::bytes(big));
     CHECK_THROWS_WITH(waiting->wait(10s), Catch::Contains("lost worker 1"));
     CHECK_THROWS_WITH(blocked_send->wait(10s), Catch::Contains("worker 1"));

@@ -143,6 +143,14 @@ grep -q 'connections: TLS 1.3, keyed from the shared secret' "$work/log" || fail
 grep -q ' no$' "$work/log" && fail "an allreduce over TLS gave a wrong result"
 [ "$(grep -c ' yes$' "$work/log")" -ge 10 ] || fail "the sweep over TLS is incomplete"
 grep -q '\[chief 0\] .*shared memory with 2 of the 2 peer(s) on its host' "$work/log" || fail "the ranks did not share memory"
+# Sibling processes may read each other's memory where Yama does not restrict tracing to descendants.
+if [ "$(cat /proc/sys/kernel/yama/ptrace_scope 2>/dev/null || echo 0)" = 0 ]; then
+  grep -q '\[chief 0\] .*peer(s) on its host (2 read its messages from 8388608 bytes straight from its memory)' "$work/log" ||
+    fail "the ranks did not read large messages from each other's memory"
+fi
+COHORT_SINGLE_COPY=0 timeout 60 "$launcher" --workers 2 -- "$bench" --min-bytes 4096 --max-bytes 1048576 >"$work/log" 2>&1 ||
+  fail "the allreduce sweep without single copy failed"
+grep -q '(0 read its messages from 0 bytes' "$work/log" && ! grep -q ' no$' "$work/log" || fail "the sweep without single copy is wrong"
 
 # 4b. COHORT_SHARED_MEMORY=0: every rank says its same-host peers are reached over TCP, and the sweep is correct.
 COHORT_SHARED_MEMORY=0 timeout 60 "$launcher" --workers 2 -- "$bench" --min-bytes 4096 --max-bytes 65536 >"$work/log" 2>&1 ||

@@ -27,6 +27,9 @@ struct ConnectOptions {
   // Ranks on one host (the same address) exchange messages through shared memory (comm::connect_group);
   // false keeps them on loopback TCP.
   bool shared_memory = true;
+  // Large messages between ranks sharing memory are read straight from the sender's memory, one copy
+  // (comm::SharedMemoryOptions::single_copy_bytes); false keeps them in the rings, two copies.
+  bool single_copy = true;
   // How the transport is made once the peers are known; empty: by `shared_memory`.
   comm::TransportFactory transport_factory{};
   // The shared secret that authenticates the peers; empty: comm::load_secret() when the transport
@@ -40,7 +43,7 @@ struct ConnectOptions {
 // instead of the shared secret's key COHORT_TLS_CERT, COHORT_TLS_KEY and COHORT_TLS_CA (PEM files). A value
 // that is not a positive duration of at most a day, a peer timeout not above the heartbeat interval, a
 // COHORT_TLS other than 0 or 1 or certificates given in part throw InvalidArgument naming the variable.
-// COHORT_SHARED_MEMORY=0 (or 1) sets shared_memory.
+// COHORT_SHARED_MEMORY=0 (or 1) sets shared_memory, COHORT_SINGLE_COPY=0 (or 1) single_copy.
 ConnectOptions with_environment_settings(ConnectOptions options, const Environment& environment = process_environment());
 
 class Cluster {

@@ -25,8 +25,6 @@ constexpr std::size_t kPage = 4096;
 
 std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
 
-std::size_t rings_offset(std::uint32_t slots) { return round_up(counters_offset() + slots * sizeof(RingCounters), kPage); }
-
 Nonce random_nonce() {
   std::random_device device;
   Nonce nonce{};
@@ -54,6 +52,8 @@ long futex(std::atomic<std::uint32_t>* word, int op, std::uint32_t value, const 
 }  // namespace
 
 std::size_t counters_offset() { return round_up(sizeof(MailboxHeader), 64); }
+
+std::size_t rings_offset(std::uint32_t slots) { return round_up(counters_offset() + slots * sizeof(RingCounters), kPage); }
 
 std::uint64_t Ring::free_bytes() {
   const std::uint64_t taken = counters_->tail.load(std::memory_order_acquire);

@@ -70,8 +70,9 @@ class Ring {
   bool broken_ = false;
 };
 
-// Where the slots' counters start in a segment.
+// Where the slots' counters start in a segment, and where the rings' bytes start in one of `slots` slots.
 std::size_t counters_offset();
+std::size_t rings_offset(std::uint32_t slots);
 
 // A mapped segment: created (and owned) by the process it belongs to, or opened by a peer.
 class Mailbox {

@@ -1,7 +1,11 @@
 #include "shm_transport.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstring>
+#include <limits>
+#include <utility>
 #include <fmt/format.h>
 
 #include "cohort/core/check.hpp"
@@ -18,7 +22,9 @@ constexpr Tag kOfferTag = 0x53484D4F46464552ull;   // "SHMOFFER"
 constexpr Tag kAnswerTag = 0x53484D414E535752ull;  // "SHMANSWR"
 constexpr Tag kWatchTag = 0x53484D5741544348ull;   // "SHMWATCH"
 
-constexpr std::size_t kFrameHeaderBytes = 16;  // tag, length
+constexpr std::size_t kFrameHeaderBytes = 32;  // tag, length, kind, address
+constexpr std::size_t kSingleCopyPiece = std::size_t{4} << 20;  // a buffered message grows by this as it is read
+constexpr std::chrono::milliseconds kCloseWaitForReaders{500};
 constexpr std::chrono::milliseconds kWatchInterval{20};
 constexpr std::chrono::microseconds kPollAfterProgress{50};
 constexpr std::size_t kMaxRingBytes = std::size_t{1} << 30;
@@ -30,10 +36,26 @@ struct Offer {
   std::uint64_t ring_bytes;
   std::uint32_t slots;
   std::uint32_t slot;  // the receiving peer's ring in this mailbox
+  std::int64_t pid;    // where a peer reads this rank's single-copy messages
+  std::uint64_t nonce_address;  // this mailbox's nonce in this process, which a peer reads to check that it can
 };
+
+// What a rank answers a peer's offer.
+constexpr std::uint8_t kMapped = 1;
+constexpr std::uint8_t kReadsYourMemory = 2;
 
 std::span<const std::byte> bytes_of(const auto& value) { return std::as_bytes(std::span(&value, 1)); }
 std::span<std::byte> bytes_of(auto& value) { return std::as_writable_bytes(std::span(&value, 1)); }
+
+// Why this process cannot read the offering peer's single-copy messages (none when it can): it must find
+// the peer's mailbox nonce where the peer says it keeps it, which also proves that the process is the peer.
+std::optional<std::string> refuses_single_copy(const Offer& offer) {
+  Nonce found{};
+  if (offer.pid <= 0 || offer.pid > std::numeric_limits<pid_t>::max()) return "it named no process";
+  if (auto error = read_peer_memory(static_cast<pid_t>(offer.pid), offer.nonce_address, found)) return error->reason;
+  if (found != offer.nonce) return "its memory does not hold its mailbox's nonce where it said";
+  return std::nullopt;
+}
 
 std::string broken_ring(const ShmTransport& transport, int peer) {
   return fmt::format("protocol error: {} moved the counters of a shared-memory ring out of range", transport.describe(peer));
@@ -43,15 +65,17 @@ std::string broken_ring(const ShmTransport& transport, int peer) {
 
 ShmTransport::ShmTransport(std::unique_ptr<Transport> tcp, const std::vector<int>& local, const SharedMemoryOptions& options,
                            std::uint64_t max_frame_bytes)
-    : tcp_(std::move(tcp)), max_frame_bytes_(max_frame_bytes), expected_bytes_(max_frame_bytes), link_by_rank_(static_cast<std::size_t>(tcp_->size()), nullptr) {
+    : tcp_(std::move(tcp)), max_frame_bytes_(max_frame_bytes), single_copy_bytes_(options.single_copy_bytes), expected_bytes_(max_frame_bytes), link_by_rank_(static_cast<std::size_t>(tcp_->size()), nullptr) {
   exchange_segments(local, options);
-  log::info("{}: shared memory with {} of the {} peer(s) on its host", describe(rank()), links_.size(), local.size());
+  log::info("{}: shared memory with {} of the {} peer(s) on its host ({} read its messages from {} bytes straight from its memory)",
+            describe(rank()), links_.size(), local.size(), single_copy_peers(), single_copy_bytes_);
   if (links_.empty()) return;
   for (auto& link : links_) link->watch = tcp_->recv(link->peer, kWatchTag, {});
   progress_thread_ = std::thread([this] { progress(); });
 }
 
 ShmTransport::~ShmTransport() {
+  await_acknowledgements();
   if (progress_thread_.joinable()) {
     stopping_ = true;
     own_.header().bell.fetch_add(1, std::memory_order_seq_cst);  // a wait that starts now returns at once
@@ -61,8 +85,11 @@ ShmTransport::~ShmTransport() {
   for (auto& link : links_) {
     {
       const std::lock_guard lock(link->send_mutex);
-      for (Outgoing& outgoing : link->queue) outgoing.work->fail(shut_down_error());
+      for (Outgoing& outgoing : link->queue)
+        if (outgoing.work) outgoing.work->fail(shut_down_error());
       link->queue.clear();
+      for (const WorkPtr& work : link->unacknowledged) work->fail(shut_down_error());
+      link->unacknowledged.clear();
     }
     const std::lock_guard reading(link->read_mutex);
     if (link->incoming && link->incoming->work) link->incoming->work->fail(shut_down_error());
@@ -96,6 +123,8 @@ void ShmTransport::exchange_segments(const std::vector<int>& local, const Shared
     offer.ring_bytes = options.ring_bytes;
     offer.slots = slots;
     offer.slot = static_cast<std::uint32_t>(i);
+    offer.pid = ::getpid();
+    if (have_mailbox) offer.nonce_address = reinterpret_cast<std::uint64_t>(&own_.header().nonce);
     works.push_back(tcp_->send(local[i], kOfferTag, bytes_of(mine[i])));
     works.push_back(tcp_->recv(local[i], kOfferTag, bytes_of(theirs[i])));
   }
@@ -105,6 +134,7 @@ void ShmTransport::exchange_segments(const std::vector<int>& local, const Shared
   // Both directions must map, or the pair keeps TCP: each side sends whether it mapped the other's.
   std::vector<Mailbox> mapped(local.size());
   std::vector<std::uint8_t> opened(local.size(), 0), answers(local.size(), 0);
+  bool told_refusal = false;
   for (std::size_t i = 0; i < local.size(); ++i) {
     const Offer& offer = theirs[i];
     const std::string name(offer.name, strnlen(offer.name, sizeof offer.name));
@@ -114,7 +144,12 @@ void ShmTransport::exchange_segments(const std::vector<int>& local, const Shared
         throw IoError(fmt::format("its shared-memory settings differ from this rank's (rings of {} bytes, this rank {})",
                                   offer.ring_bytes, options.ring_bytes));
       mapped[i] = Mailbox::open(name, offer.nonce, offer.slots, offer.ring_bytes);
-      opened[i] = 1;
+      opened[i] = kMapped;
+      if (options.single_copy_bytes > 0) {
+        if (const auto refused = refuses_single_copy(offer); !refused) opened[i] |= kReadsYourMemory;
+        else if (!std::exchange(told_refusal, true))
+          log::warning("{}: messages from {} take two copies through shared memory, not one: {}", self, describe(local[i]), *refused);
+      }
     } catch (const IoError& error) {
       log::warning("{}: {} is reached over TCP: {}", self, describe(local[i]), error.what());
     }
@@ -127,9 +162,12 @@ void ShmTransport::exchange_segments(const std::vector<int>& local, const Shared
   own_.unlink();  // every peer that could map it has
 
   for (std::size_t i = 0; i < local.size(); ++i) {
-    if (opened[i] == 0 || answers[i] == 0) continue;
+    if ((opened[i] & kMapped) == 0 || (answers[i] & kMapped) == 0) continue;
     auto link = std::make_unique<Link>();
     link->peer = local[i];
+    link->pid = static_cast<pid_t>(theirs[i].pid);
+    link->single_copy_in = (opened[i] & kReadsYourMemory) != 0;
+    link->single_copy_out = (answers[i] & kReadsYourMemory) != 0;
     link->theirs = std::move(mapped[i]);
     link->outbound = link->theirs.ring(theirs[i].slot);
     link->inbound = own_.ring(static_cast<std::uint32_t>(i));
@@ -139,6 +177,10 @@ void ShmTransport::exchange_segments(const std::vector<int>& local, const Shared
 }
 
 int ShmTransport::shared_memory_peers() const { return static_cast<int>(links_.size()); }
+
+int ShmTransport::single_copy_peers() const {
+  return static_cast<int>(std::ranges::count_if(links_, [](const auto& link) { return link->single_copy_out; }));
+}
 
 ShmTransport::Link* ShmTransport::link_of(int peer) const {
   COHORT_CHECK(peer >= 0 && peer < size() && peer != rank(), "rank {} cannot address peer {} in a group of {}", rank(), peer, size());
@@ -158,13 +200,20 @@ void ShmTransport::wake_progress() const { own_.ring_bell(); }
 WorkPtr ShmTransport::send(int peer, Tag tag, std::span<const std::byte> data) {
   Link* link = link_of(peer);
   if (link == nullptr) return tcp_->send(peer, tag, data);
+  const bool by_reference = link->single_copy_out && single_copy_bytes_ > 0 && data.size() >= single_copy_bytes_;
   std::string what = fmt::format("send to {}, tag {}", describe(peer), tag);
-  // The waiting thread moves the bytes itself for a moment (yielding the core between looks) before it sleeps.
-  auto work = std::make_shared<Work>(std::move(what), [this, link] {
-    const std::unique_lock writing(link->send_mutex, std::try_to_lock);
-    if (writing && !link->queue.empty()) write_queued(*link);
+  // The waiting thread moves the bytes itself for a moment (yielding the core between looks) before it
+  // sleeps; a single-copy send also reads the acknowledgement that completes it.
+  auto work = std::make_shared<Work>(std::move(what), [this, link, by_reference] {
+    {
+      const std::unique_lock writing(link->send_mutex, std::try_to_lock);
+      if (writing && !link->queue.empty()) write_queued(*link);
+    }
+    if (!by_reference) return;
+    const std::unique_lock reading(link->read_mutex, std::try_to_lock);
+    if (reading) read_inbound(*link);
   });
-  std::unique_lock lock(link->send_mutex);
+  const std::lock_guard lock(link->send_mutex);
   {
     // Checked under the send lock: a failure after this point finds the frame in the queue and fails it.
     const std::lock_guard state(state_mutex_);
@@ -173,12 +222,14 @@ WorkPtr ShmTransport::send(int peer, Tag tag, std::span<const std::byte> data) {
       return work;
     }
   }
-  link->queue.push_back({.tag = tag, .data = data, .work = work});
-  if (link->queue.size() == 1) write_queued(*link);
-  const bool left_for_progress = !link->queue.empty();
-  lock.unlock();
-  if (left_for_progress) wake_progress();
+  queue_frame(*link, {.tag = tag, .data = data, .work = work, .kind = by_reference ? FrameKind::SingleCopy : FrameKind::Inline});
   return work;
+}
+
+void ShmTransport::queue_frame(Link& link, Outgoing outgoing) {
+  link.queue.push_back(std::move(outgoing));
+  if (link.queue.size() == 1) write_queued(link);
+  if (!link.queue.empty()) wake_progress();
 }
 
 void ShmTransport::write_queued(Link& link) {
@@ -189,9 +240,12 @@ void ShmTransport::write_queued(Link& link) {
     Outgoing& outgoing = link.queue.front();
     if (!outgoing.header_written) {
       if (ring.free_bytes() < kFrameHeaderBytes) break;
-      const std::array<std::uint64_t, 2> header{outgoing.tag, outgoing.data.size()};
-      ring.write(std::as_bytes(std::span(header)));
+      const bool by_reference = outgoing.kind == FrameKind::SingleCopy;
+      const FrameHeader header{.tag = outgoing.tag, .length = outgoing.data.size(), .kind = outgoing.kind,
+                               .address = by_reference ? reinterpret_cast<std::uint64_t>(outgoing.data.data()) : 0};
+      ring.write(bytes_of(header));
       outgoing.header_written = wrote = true;
+      if (outgoing.kind != FrameKind::Inline) outgoing.written = outgoing.data.size();  // no bytes follow in the ring
     }
     const std::size_t piece = std::min<std::size_t>(outgoing.data.size() - outgoing.written, ring.free_bytes());
     if (piece > 0) {
@@ -200,7 +254,9 @@ void ShmTransport::write_queued(Link& link) {
       wrote = true;
     }
     if (outgoing.written < outgoing.data.size()) break;
-    finished.push_back(std::move(outgoing.work));
+    // Published below, before the peer can read it: its acknowledgement finds the send here.
+    if (outgoing.kind == FrameKind::SingleCopy) link.unacknowledged.push_back(std::move(outgoing.work));
+    else if (outgoing.work) finished.push_back(std::move(outgoing.work));
     link.queue.pop_front();
   }
   link.queued.store(!link.queue.empty(), std::memory_order_seq_cst);  // seq_cst: read against `sleeping`
@@ -231,6 +287,7 @@ WorkPtr ShmTransport::recv(int peer, Tag tag, std::span<std::byte> out) {
 }
 
 bool ShmTransport::read_inbound(Link& link) {
+  static_assert(sizeof(FrameHeader) == kFrameHeaderBytes);
   Ring& ring = link.inbound;
   bool progressed = false;
   while (!link.corrupt) {
@@ -241,17 +298,23 @@ bool ShmTransport::read_inbound(Link& link) {
     }
     if (!link.incoming) {
       if (readable < kFrameHeaderBytes) break;
-      std::array<std::uint64_t, 2> header{};
-      ring.read(std::as_writable_bytes(std::span(header)));
+      FrameHeader header{};
+      ring.read(bytes_of(header));
       readable -= kFrameHeaderBytes;
-      if (header[1] > max_frame_bytes_) {
-        // Reported by the progress thread (check_watches), which may fail every link.
-        link.corrupt = fmt::format("protocol error: {} wrote a frame of {} bytes into shared memory, above the limit of {}",
-                                   describe(link.peer), header[1], max_frame_bytes_);
-        return true;
-      }
-      if (!start_frame(link, header[0], header[1])) return true;
       progressed = true;
+      if (!check_header(link, header)) return true;
+      if (header.kind == FrameKind::Acknowledgement) {
+        release_inbound(link);
+        if (!acknowledged(link)) return true;
+        continue;
+      }
+      if (!start_frame(link, header.tag, header.length)) return true;
+      if (header.kind == FrameKind::SingleCopy) {
+        release_inbound(link);
+        if (!copy_from_peer(link, header.address)) return true;
+        finish_frame(link);
+        continue;
+      }
     }
     Incoming& incoming = *link.incoming;
     const std::uint64_t piece = std::min(readable, incoming.length - incoming.done);
@@ -268,15 +331,88 @@ bool ShmTransport::read_inbound(Link& link) {
       incoming.done += piece;
       progressed = true;
     }
-    if (progressed) {
-      // Released per piece, so that a frame larger than the ring streams through it.
-      ring.release();
-      if (ring.counters().producer_waiting.load(std::memory_order_seq_cst) != 0) link.theirs.ring_bell();
-    }
+    // Released per piece, so that a frame larger than the ring streams through it.
+    if (progressed) release_inbound(link);
     if (incoming.done < incoming.length) break;
     finish_frame(link);
   }
   return progressed;
+}
+
+void ShmTransport::release_inbound(Link& link) {
+  link.inbound.release();
+  if (link.inbound.counters().producer_waiting.load(std::memory_order_seq_cst) != 0) link.theirs.ring_bell();
+}
+
+bool ShmTransport::check_header(Link& link, const FrameHeader& header) {
+  // Reported by the progress thread (check_watches), which may fail every link.
+  if (header.length > max_frame_bytes_)
+    link.corrupt = fmt::format("protocol error: {} wrote a frame of {} bytes into shared memory, above the limit of {}",
+                               describe(link.peer), header.length, max_frame_bytes_);
+  else if (header.kind == FrameKind::SingleCopy && !link.single_copy_in)
+    link.corrupt = fmt::format("protocol error: {} sent a message to be read from its memory, which this rank told it "
+                               "cannot be done", describe(link.peer));
+  else if (header.kind == FrameKind::Acknowledgement && (header.length != 0 || header.tag != 0))
+    link.corrupt = fmt::format("protocol error: {} wrote an acknowledgement frame with a tag or bytes", describe(link.peer));
+  else if (header.kind != FrameKind::Inline && header.kind != FrameKind::SingleCopy && header.kind != FrameKind::Acknowledgement)
+    link.corrupt = fmt::format("protocol error: {} wrote a frame of unknown kind {} into shared memory", describe(link.peer),
+                               static_cast<std::uint64_t>(header.kind));
+  return !link.corrupt;
+}
+
+bool ShmTransport::copy_from_peer(Link& link, std::uint64_t address) {
+  Incoming& incoming = *link.incoming;
+  std::optional<PeerReadError> error;
+  if (incoming.work) {
+    error = read_peer_memory(link.pid, address, {incoming.into, static_cast<std::size_t>(incoming.length)});
+  } else if (!incoming.discard) {
+    // Buffered: grown piece by piece, so that a length the peer's memory does not back allocates little.
+    while (!error && incoming.done < incoming.length) {
+      const auto piece = static_cast<std::size_t>(std::min<std::uint64_t>(kSingleCopyPiece, incoming.length - incoming.done));
+      incoming.buffer.resize(static_cast<std::size_t>(incoming.done) + piece);
+      error = read_peer_memory(link.pid, address + incoming.done, {incoming.buffer.data() + incoming.done, piece});
+      incoming.done += piece;
+    }
+  }
+  if (error) {
+    link.corrupt_as = error->process_gone() ? Breakage::Lost : Breakage::Protocol;
+    link.corrupt = error->process_gone()
+                       ? fmt::format("lost {}: {} while this rank read a message from its memory", describe(link.peer), error->reason)
+                       : fmt::format("protocol error: {} sent a message of {} bytes to be read from its memory, which failed: {}",
+                                     describe(link.peer), incoming.length, error->reason);
+    return false;
+  }
+  incoming.done = incoming.length;
+  single_copy_messages_.fetch_add(1, std::memory_order_relaxed);
+  const std::lock_guard lock(link.send_mutex);
+  queue_frame(link, {.kind = FrameKind::Acknowledgement});
+  return true;
+}
+
+bool ShmTransport::acknowledged(Link& link) {
+  WorkPtr work;
+  {
+    const std::lock_guard lock(link.send_mutex);
+    if (link.unacknowledged.empty()) {
+      link.corrupt = fmt::format("protocol error: {} acknowledged a message this rank did not send it", describe(link.peer));
+      return false;
+    }
+    work = std::move(link.unacknowledged.front());
+    link.unacknowledged.pop_front();
+  }
+  work->complete();
+  return true;
+}
+
+void ShmTransport::await_acknowledgements() {
+  const auto until = std::chrono::steady_clock::now() + kCloseWaitForReaders;
+  for (auto& link : links_) {
+    const auto unread = [&] {
+      const std::lock_guard lock(link->send_mutex);
+      return !link->unacknowledged.empty();
+    };
+    while (unread() && !is_gone(*link) && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
 }
 
 bool ShmTransport::start_frame(Link& link, Tag tag, std::uint64_t length) {
@@ -393,15 +529,21 @@ bool ShmTransport::is_gone(const Link& link) const {
 void ShmTransport::check_watches() {
   for (auto& link : links_) {
     std::optional<std::string> corrupt;
+    Breakage breakage = Breakage::Protocol;
     {
       const std::lock_guard reading(link->read_mutex);
       corrupt = link->corrupt;
+      breakage = link->corrupt_as;
     }
     if (!corrupt) {
       const std::lock_guard writing(link->send_mutex);
       if (link->outbound.broken()) corrupt = broken_ring(*this, link->peer);
     }
     if (!corrupt || is_gone(*link)) continue;
+    if (breakage == Breakage::Lost) {
+      fail_links({link.get()}, *corrupt, breakage);
+      continue;
+    }
     log::error("{}: {}", describe(rank()), *corrupt);
     return fail_links(remaining_links(), *corrupt, Breakage::Protocol);
   }
@@ -457,11 +599,12 @@ void ShmTransport::fail_links(const std::vector<Link*>& links, const std::string
       link->incoming.reset();
     }
     const std::lock_guard lock(link->send_mutex);
-    for (Outgoing& outgoing : link->queue) {
-      const std::lock_guard state(state_mutex_);
-      outgoing.work->fail(error_for(link->peer));
-    }
+    const std::lock_guard state(state_mutex_);
+    for (Outgoing& outgoing : link->queue)
+      if (outgoing.work) outgoing.work->fail(error_for(link->peer));
     link->queue.clear();
+    for (const WorkPtr& work : link->unacknowledged) work->fail(error_for(link->peer));
+    link->unacknowledged.clear();
     link->queued = false;
   }
 }

@@ -3,8 +3,15 @@
 //
 // It owns a connected TCP transport and keeps using it for the peers on other hosts, and for every peer's
 // liveness. For each peer on this host, messages go through a ring in the receiver's mailbox (mailbox.hpp):
-// a frame is a 16-byte header (tag, length) followed by the payload, streamed through the ring when it is
-// larger than the ring.
+// a frame is a 32-byte header (tag, length, kind, address) followed by the payload, streamed through the ring
+// when it is larger than the ring.
+//
+// Single copy: a message of at least `single_copy_bytes` to a peer that can read this process's memory
+// (checked at set-up) travels as a header alone, naming where its bytes are; the receiver copies them
+// straight from this process into the posted receive (peer_memory.hpp), or into a buffer when none is
+// posted yet, and answers with an acknowledgement frame, which completes the send. Acknowledgements come in
+// the order of the sends, so each completes the oldest unacknowledged one. A rank that closes waits a moment
+// for its peers to finish reading its messages.
 //
 // Sending: the caller's thread writes what fits straight into the ring and completes the Work once the last
 // byte is in (the caller's buffer is free then); what does not fit waits in the peer's queue for the
@@ -34,6 +41,7 @@
 #include "cohort/comm/shared_memory.hpp"
 #include "comm/matching.hpp"
 #include "mailbox.hpp"
+#include "peer_memory.hpp"
 
 namespace cohort::comm::shm {
 
@@ -60,12 +68,24 @@ class ShmTransport : public Transport {
 
   // How many peers share memory with this rank (the others use TCP).
   int shared_memory_peers() const;
+  // How many of its peers read this rank's large messages from its memory, and how many messages this rank
+  // has read from theirs.
+  int single_copy_peers() const;
+  std::uint64_t single_copy_messages() const { return single_copy_messages_.load(std::memory_order_relaxed); }
 
  private:
+  enum class FrameKind : std::uint64_t { Inline = 0, SingleCopy = 1, Acknowledgement = 2 };
+  struct FrameHeader {
+    Tag tag = 0;
+    std::uint64_t length = 0;
+    FrameKind kind = FrameKind::Inline;
+    std::uint64_t address = 0;  // single copy: where the bytes are in the sender
+  };
   struct Outgoing {
     Tag tag = 0;
     std::span<const std::byte> data{};
-    WorkPtr work{};
+    WorkPtr work{};  // none for an acknowledgement
+    FrameKind kind = FrameKind::Inline;
     bool header_written = false;
     std::size_t written = 0;
   };
@@ -81,21 +101,27 @@ class ShmTransport : public Transport {
   };
   struct Link {  // one same-host peer
     int peer = -1;
+    pid_t pid = 0;
+    bool single_copy_out = false;  // the peer reads this rank's large messages from this process
+    bool single_copy_in = false;   // this rank reads the peer's large messages from its process
     Mailbox theirs;  // where this rank writes
     Ring outbound;
     Ring inbound;  // this rank's ring for the peer, in its own mailbox
     std::mutex send_mutex;
     std::deque<Outgoing> queue;  // guarded by send_mutex
     std::atomic<bool> queued{false};  // !queue.empty(), readable without the lock
+    std::deque<WorkPtr> unacknowledged;  // single-copy sends the peer has not read yet; guarded by send_mutex
     std::mutex read_mutex;  // the inbound ring and `incoming`: the progress thread, or a waiting caller
     std::optional<Incoming> incoming;
     std::optional<std::string> corrupt;  // a bad frame header: the ring's framing is lost (under read_mutex)
+    Breakage corrupt_as = Breakage::Protocol;  // Lost: the peer's process ended while its memory was read
     WorkPtr watch;                     // a TCP receive that fails when the peer does
     std::optional<std::string> gone;   // why operations with this peer fail; guarded by state_mutex_
     Breakage gone_by = Breakage::Lost;  // what its failed operations throw
   };
 
   void exchange_segments(const std::vector<int>& local, const SharedMemoryOptions& options);
+  void queue_frame(Link& link, Outgoing outgoing);  // the caller holds link.send_mutex
   Link* link_of(int peer) const;
   // Writes what fits of the queue's front frames; the caller holds link.send_mutex.
   void write_queued(Link& link);
@@ -103,6 +129,12 @@ class ShmTransport : public Transport {
   bool read_inbound(Link& link);  // the caller holds link.read_mutex
   // Begins reading a frame; false (and the link corrupt) when it is one that no receive awaits and larger than expected.
   bool start_frame(Link& link, Tag tag, std::uint64_t length);
+  bool check_header(Link& link, const FrameHeader& header);  // false: the link is corrupt
+  // Reads the started frame's bytes from the peer's process and acknowledges them; false when it could not.
+  bool copy_from_peer(Link& link, std::uint64_t address);
+  bool acknowledged(Link& link);  // the oldest single-copy send to the peer completes
+  void release_inbound(Link& link);
+  void await_acknowledgements();
   void finish_frame(Link& link);
   bool work_waiting();
   void check_watches();
@@ -115,6 +147,7 @@ class ShmTransport : public Transport {
 
   std::unique_ptr<Transport> tcp_;
   std::uint64_t max_frame_bytes_;
+  std::size_t single_copy_bytes_;
   std::atomic<std::uint64_t> expected_bytes_;  // the largest frame buffered while no receive awaits it
   Mailbox own_;
   std::vector<std::unique_ptr<Link>> links_;
@@ -123,6 +156,7 @@ class ShmTransport : public Transport {
   mutable std::mutex state_mutex_;  // receive matching and failures
   Matcher matcher_;
 
+  std::atomic<std::uint64_t> single_copy_messages_{0};
   std::atomic<bool> stopping_{false};
   std::thread progress_thread_;
 };

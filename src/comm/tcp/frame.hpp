@@ -13,7 +13,7 @@
 namespace cohort::comm::tcp {
 
 inline constexpr std::uint32_t kMagic = 0x54484F43;  // "COHT"
-inline constexpr std::uint16_t kProtocolVersion = 7;
+inline constexpr std::uint16_t kProtocolVersion = 8;  // 8: the shared-memory offer names its process (single copy)
 inline constexpr std::size_t kHeaderBytes = 24;
 inline constexpr std::size_t kNonceBytes = 32;
 inline constexpr std::size_t kMacBytes = 32;

@@ -1,0 +1,25 @@
+#pragma once
+// Cross-memory attach (Linux process_vm_readv): copies bytes straight out of a same-host peer's address
+// space, the one copy a large shared-memory message takes instead of two through a ring. The kernel allows
+// it for processes of the same user that may trace each other (kernel.yama.ptrace_scope 0, or a parent
+// reading its child).
+#include <sys/types.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+
+namespace cohort::comm::shm {
+
+struct PeerReadError {
+  int code = 0;  // errno
+  std::string reason;
+  bool process_gone() const;
+};
+
+// Reads out.size() bytes at `address` in process `pid`, in pieces, into `out`; the error says why not.
+std::optional<PeerReadError> read_peer_memory(pid_t pid, std::uint64_t address, std::span<std::byte> out);
+
+}  // namespace cohort::comm::shm
