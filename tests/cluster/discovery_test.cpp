@@ -331,8 +331,9 @@ TEST_CASE("a cluster's ranks on one host share memory, unless ConnectOptions::sh
 }
 
 TEST_CASE("COHORT_SHARED_MEMORY and COHORT_SINGLE_COPY turn shared memory and its single copy off or on", "[cluster]") {
-  for (const auto& [name, field] : {std::pair{"COHORT_SHARED_MEMORY", &ConnectOptions::shared_memory},
-                                    std::pair{"COHORT_SINGLE_COPY", &ConnectOptions::single_copy}}) {
+  for (const auto& [variable, field] : {std::pair{"COHORT_SHARED_MEMORY", &ConnectOptions::shared_memory},
+                                        std::pair{"COHORT_SINGLE_COPY", &ConnectOptions::single_copy}}) {
+    const std::string name = variable;  // a lambda below captures it, which a structured binding cannot be
     INFO(name);
     CHECK(with_environment_settings({}, environment_of({})).*field);
     CHECK_FALSE(with_environment_settings({}, environment_of({{name, "0"}})).*field);
