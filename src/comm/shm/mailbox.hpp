@@ -23,7 +23,10 @@ using Nonce = std::array<std::byte, 16>;
 
 struct alignas(64) RingCounters {
   std::atomic<std::uint64_t> head{0};  // bytes the producer has published
-  char pad0[56];
+  // How many of its single-copy messages the producer has withdrawn (their sends failed, so their bytes may
+  // be gone): the first this many are dropped, not delivered.
+  std::atomic<std::uint64_t> withdrawn{0};
+  char pad0[48];
   std::atomic<std::uint64_t> tail{0};  // bytes the consumer has taken
   std::atomic<std::uint32_t> producer_waiting{0};  // the producer sleeps until space frees
   char pad1[52];

@@ -1,11 +1,15 @@
 #include "peer_memory.hpp"
 
+#include <poll.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fmt/format.h>
+#include <utility>
 
 namespace cohort::comm::shm {
 namespace {
@@ -40,6 +44,31 @@ std::optional<PeerReadError> read_peer_memory(pid_t pid, std::uint64_t address, 
     done += static_cast<std::size_t>(read);
   }
   return std::nullopt;
+}
+
+std::optional<ProcessHandle> ProcessHandle::open(pid_t pid) {
+  const long fd = ::syscall(SYS_pidfd_open, pid, 0);
+  if (fd < 0) return std::nullopt;
+  return ProcessHandle(static_cast<int>(fd));
+}
+
+ProcessHandle::ProcessHandle(ProcessHandle&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
+
+ProcessHandle& ProcessHandle::operator=(ProcessHandle&& other) noexcept {
+  if (this != &other) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = std::exchange(other.fd_, -1);
+  }
+  return *this;
+}
+
+ProcessHandle::~ProcessHandle() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+bool ProcessHandle::ended() const {
+  pollfd entry{.fd = fd_, .events = POLLIN, .revents = 0};  // a pidfd becomes readable when its process ends
+  return ::poll(&entry, 1, 0) != 0;
 }
 
 }  // namespace cohort::comm::shm

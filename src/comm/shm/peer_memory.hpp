@@ -22,4 +22,20 @@ struct PeerReadError {
 // Reads out.size() bytes at `address` in process `pid`, in pieces, into `out`; the error says why not.
 std::optional<PeerReadError> read_peer_memory(pid_t pid, std::uint64_t address, std::span<std::byte> out);
 
+// A handle on one process (a pidfd): it tells whether that process has ended even once its pid is reused,
+// so that a read whose process ended meanwhile is known to be unsound.
+class ProcessHandle {
+ public:
+  // None where the kernel has no pidfd (before Linux 5.3) or the process is gone.
+  static std::optional<ProcessHandle> open(pid_t pid);
+  ProcessHandle(ProcessHandle&& other) noexcept;
+  ProcessHandle& operator=(ProcessHandle&& other) noexcept;
+  ~ProcessHandle();
+  bool ended() const;
+
+ private:
+  explicit ProcessHandle(int fd) : fd_(fd) {}
+  int fd_ = -1;
+};
+
 }  // namespace cohort::comm::shm

@@ -3,8 +3,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstdlib>
 #include <cstring>
-#include <limits>
 #include <utility>
 #include <fmt/format.h>
 
@@ -47,13 +48,15 @@ constexpr std::uint8_t kReadsYourMemory = 2;
 std::span<const std::byte> bytes_of(const auto& value) { return std::as_bytes(std::span(&value, 1)); }
 std::span<std::byte> bytes_of(auto& value) { return std::as_writable_bytes(std::span(&value, 1)); }
 
-// Why this process cannot read the offering peer's single-copy messages (none when it can): it must find
-// the peer's mailbox nonce where the peer says it keeps it, which also proves that the process is the peer.
-std::optional<std::string> refuses_single_copy(const Offer& offer) {
+// Why this process cannot read the offering peer's single-copy messages (none when it can). The process
+// must be the one that holds the peer's segment (`name` is /proc/PID/fd/N, opened already), and its memory
+// must hold the segment's nonce where the peer says it keeps it.
+std::optional<std::string> refuses_single_copy(const Offer& offer, const std::string& name) {
+  const long holder = std::strtol(name.c_str() + std::strlen("/proc/"), nullptr, 10);
+  if (offer.pid != holder) return fmt::format("it named process {}, not {}, which holds its segment", offer.pid, holder);
   Nonce found{};
-  if (offer.pid <= 0 || offer.pid > std::numeric_limits<pid_t>::max()) return "it named no process";
   if (auto error = read_peer_memory(static_cast<pid_t>(offer.pid), offer.nonce_address, found)) return error->reason;
-  if (found != offer.nonce) return "its memory does not hold its mailbox's nonce where it said";
+  if (found != offer.nonce) return "its memory does not hold its segment's nonce where it said";
   return std::nullopt;
 }
 
@@ -88,8 +91,7 @@ ShmTransport::~ShmTransport() {
       for (Outgoing& outgoing : link->queue)
         if (outgoing.work) outgoing.work->fail(shut_down_error());
       link->queue.clear();
-      for (const WorkPtr& work : link->unacknowledged) work->fail(shut_down_error());
-      link->unacknowledged.clear();
+      withdraw_unacknowledged(*link, shut_down_error());
     }
     const std::lock_guard reading(link->read_mutex);
     if (link->incoming && link->incoming->work) link->incoming->work->fail(shut_down_error());
@@ -134,6 +136,7 @@ void ShmTransport::exchange_segments(const std::vector<int>& local, const Shared
   // Both directions must map, or the pair keeps TCP: each side sends whether it mapped the other's.
   std::vector<Mailbox> mapped(local.size());
   std::vector<std::uint8_t> opened(local.size(), 0), answers(local.size(), 0);
+  std::vector<std::optional<ProcessHandle>> processes(local.size());
   bool told_refusal = false;
   for (std::size_t i = 0; i < local.size(); ++i) {
     const Offer& offer = theirs[i];
@@ -143,10 +146,15 @@ void ShmTransport::exchange_segments(const std::vector<int>& local, const Shared
       if (offer.slot >= offer.slots || offer.ring_bytes != options.ring_bytes)
         throw IoError(fmt::format("its shared-memory settings differ from this rank's (rings of {} bytes, this rank {})",
                                   offer.ring_bytes, options.ring_bytes));
+      if (offer.nonce == own_.nonce()) throw IoError("it offered this rank's own segment");
       mapped[i] = Mailbox::open(name, offer.nonce, offer.slots, offer.ring_bytes);
       opened[i] = kMapped;
       if (options.single_copy_bytes > 0) {
-        if (const auto refused = refuses_single_copy(offer); !refused) opened[i] |= kReadsYourMemory;
+        // Opened before the check, so that the process checked is the one later reads are checked against.
+        processes[i] = ProcessHandle::open(static_cast<pid_t>(offer.pid));
+        auto refused = refuses_single_copy(offer, name);
+        if (!refused && processes[i] && processes[i]->ended()) refused = "its process has ended";
+        if (!refused) opened[i] |= kReadsYourMemory;
         else if (!std::exchange(told_refusal, true))
           log::warning("{}: messages from {} take two copies through shared memory, not one: {}", self, describe(local[i]), *refused);
       }
@@ -167,6 +175,7 @@ void ShmTransport::exchange_segments(const std::vector<int>& local, const Shared
     link->peer = local[i];
     link->pid = static_cast<pid_t>(theirs[i].pid);
     link->single_copy_in = (opened[i] & kReadsYourMemory) != 0;
+    if (link->single_copy_in) link->process = std::move(processes[i]);
     link->single_copy_out = (answers[i] & kReadsYourMemory) != 0;
     link->theirs = std::move(mapped[i]);
     link->outbound = link->theirs.ring(theirs[i].slot);
@@ -180,6 +189,10 @@ int ShmTransport::shared_memory_peers() const { return static_cast<int>(links_.s
 
 int ShmTransport::single_copy_peers() const {
   return static_cast<int>(std::ranges::count_if(links_, [](const auto& link) { return link->single_copy_out; }));
+}
+
+int ShmTransport::single_copy_sources() const {
+  return static_cast<int>(std::ranges::count_if(links_, [](const auto& link) { return link->single_copy_in; }));
 }
 
 ShmTransport::Link* ShmTransport::link_of(int peer) const {
@@ -255,7 +268,10 @@ void ShmTransport::write_queued(Link& link) {
     }
     if (outgoing.written < outgoing.data.size()) break;
     // Published below, before the peer can read it: its acknowledgement finds the send here.
-    if (outgoing.kind == FrameKind::SingleCopy) link.unacknowledged.push_back(std::move(outgoing.work));
+    if (outgoing.kind == FrameKind::SingleCopy) {
+      ++link.single_copies_sent;
+      link.unacknowledged.push_back(std::move(outgoing.work));
+    }
     else if (outgoing.work) finished.push_back(std::move(outgoing.work));
     link.queue.pop_front();
   }
@@ -362,6 +378,7 @@ bool ShmTransport::check_header(Link& link, const FrameHeader& header) {
 
 bool ShmTransport::copy_from_peer(Link& link, std::uint64_t address) {
   Incoming& incoming = *link.incoming;
+  const std::uint64_t index = link.single_copies_read++;
   std::optional<PeerReadError> error;
   if (incoming.work) {
     error = read_peer_memory(link.pid, address, {incoming.into, static_cast<std::size_t>(incoming.length)});
@@ -374,6 +391,8 @@ bool ShmTransport::copy_from_peer(Link& link, std::uint64_t address) {
       incoming.done += piece;
     }
   }
+  // A process that ended during the read may have left its pid to another, which was read instead.
+  if (!error && link.process && link.process->ended()) error = PeerReadError{ESRCH, "its process has ended"};
   if (error) {
     link.corrupt_as = error->process_gone() ? Breakage::Lost : Breakage::Protocol;
     link.corrupt = error->process_gone()
@@ -381,6 +400,17 @@ bool ShmTransport::copy_from_peer(Link& link, std::uint64_t address) {
                        : fmt::format("protocol error: {} sent a message of {} bytes to be read from its memory, which failed: {}",
                                      describe(link.peer), incoming.length, error->reason);
     return false;
+  }
+  // Looked at after the copy: a sender withdraws a message before its send fails, after which its buffer
+  // may be freed or reused, so any copy that overlapped that finds it withdrawn.
+  if (index < link.inbound.counters().withdrawn.load(std::memory_order_seq_cst)) {
+    if (incoming.work)
+      incoming.work->fail(std::make_exception_ptr(IoError(fmt::format(
+          "{} withdrew its message of {} bytes on tag {} before this rank had read it: its send failed", describe(link.peer),
+          incoming.length, incoming.tag))));
+    incoming.work = nullptr;
+    incoming.discard = true;
+    return true;  // not acknowledged: the sender waits for it no more
   }
   incoming.done = incoming.length;
   single_copy_messages_.fetch_add(1, std::memory_order_relaxed);
@@ -402,6 +432,13 @@ bool ShmTransport::acknowledged(Link& link) {
   }
   work->complete();
   return true;
+}
+
+void ShmTransport::withdraw_unacknowledged(Link& link, const std::exception_ptr& error) {
+  if (link.unacknowledged.empty()) return;
+  link.outbound.counters().withdrawn.store(link.single_copies_sent, std::memory_order_seq_cst);
+  for (const WorkPtr& work : link.unacknowledged) work->fail(error);
+  link.unacknowledged.clear();
 }
 
 void ShmTransport::await_acknowledgements() {
@@ -603,8 +640,7 @@ void ShmTransport::fail_links(const std::vector<Link*>& links, const std::string
     for (Outgoing& outgoing : link->queue)
       if (outgoing.work) outgoing.work->fail(error_for(link->peer));
     link->queue.clear();
-    for (const WorkPtr& work : link->unacknowledged) work->fail(error_for(link->peer));
-    link->unacknowledged.clear();
+    withdraw_unacknowledged(*link, error_for(link->peer));
     link->queued = false;
   }
 }

@@ -11,7 +11,8 @@
 // straight from this process into the posted receive (peer_memory.hpp), or into a buffer when none is
 // posted yet, and answers with an acknowledgement frame, which completes the send. Acknowledgements come in
 // the order of the sends, so each completes the oldest unacknowledged one. A rank that closes waits a moment
-// for its peers to finish reading its messages.
+// for its peers to finish reading its messages; a send that fails before the peer read it is withdrawn
+// first (a counter beside the ring), and the peer, which checks that counter after each copy, drops it.
 //
 // Sending: the caller's thread writes what fits straight into the ring and completes the Work once the last
 // byte is in (the caller's buffer is free then); what does not fit waits in the peer's queue for the
@@ -68,9 +69,10 @@ class ShmTransport : public Transport {
 
   // How many peers share memory with this rank (the others use TCP).
   int shared_memory_peers() const;
-  // How many of its peers read this rank's large messages from its memory, and how many messages this rank
-  // has read from theirs.
+  // How many of its peers read this rank's large messages from its memory, how many peers' large messages
+  // this rank reads from theirs, and how many messages it has read so.
   int single_copy_peers() const;
+  int single_copy_sources() const;
   std::uint64_t single_copy_messages() const { return single_copy_messages_.load(std::memory_order_relaxed); }
 
  private:
@@ -104,6 +106,9 @@ class ShmTransport : public Transport {
     pid_t pid = 0;
     bool single_copy_out = false;  // the peer reads this rank's large messages from this process
     bool single_copy_in = false;   // this rank reads the peer's large messages from its process
+    std::optional<ProcessHandle> process;  // the process read from: a read is sound only while it lives
+    std::uint64_t single_copies_sent = 0;  // guarded by send_mutex
+    std::uint64_t single_copies_read = 0;  // guarded by read_mutex
     Mailbox theirs;  // where this rank writes
     Ring outbound;
     Ring inbound;  // this rank's ring for the peer, in its own mailbox
@@ -135,6 +140,9 @@ class ShmTransport : public Transport {
   bool acknowledged(Link& link);  // the oldest single-copy send to the peer completes
   void release_inbound(Link& link);
   void await_acknowledgements();
+  // The unacknowledged single-copy sends fail, withdrawn first so that the peer drops them instead of
+  // reading buffers their owners may free; the caller holds link.send_mutex.
+  void withdraw_unacknowledged(Link& link, const std::exception_ptr& error);
   void finish_frame(Link& link);
   bool work_waiting();
   void check_watches();
