@@ -54,13 +54,17 @@ conformance::Group members(const std::vector<std::unique_ptr<Transport>>& transp
   return out;
 }
 
+const shm::ShmTransport* shm_of(const std::unique_ptr<Transport>& transport) {
+  return dynamic_cast<const shm::ShmTransport*>(transport.get());
+}
+
 int shared_peers(const std::unique_ptr<Transport>& transport) {
-  const auto* shm = dynamic_cast<const shm::ShmTransport*>(transport.get());
+  const auto* shm = shm_of(transport);
   return shm == nullptr ? 0 : shm->shared_memory_peers();
 }
 
 std::uint64_t single_copy_messages(const std::unique_ptr<Transport>& transport) {
-  const auto* shm = dynamic_cast<const shm::ShmTransport*>(transport.get());
+  const auto* shm = shm_of(transport);
   return shm == nullptr ? 0 : shm->single_copy_messages();
 }
 
@@ -75,40 +79,47 @@ std::vector<std::string> own_segments() {
   return found;
 }
 
-// The first ring's counters of every segment mapped in this process (twice each: by its creator and by
-// its peer), found through /proc/self/maps as a peer process would reach them.
-std::vector<shm::RingCounters*> mapped_ring_counters() {
+// Every mapping of a segment in this process (twice each: by its creator and by its peer), found through
+// /proc/self/maps as a peer process would reach them.
+struct SegmentMapping {
+  std::byte* base;
+  std::uint64_t offset;  // into the segment
+  std::string inode;     // the same for both mappings of one segment
+};
+
+std::vector<SegmentMapping> mapped_segments() {
   std::ifstream maps("/proc/self/maps");
-  std::vector<shm::RingCounters*> found;
+  std::vector<SegmentMapping> found;
   for (std::string line; std::getline(maps, line);) {
     if (line.find("/memfd:cohort-") == std::string::npos) continue;
     std::istringstream fields(line);
-    std::string range, permissions, offset;
-    fields >> range >> permissions >> offset;
-    if (std::stoull(offset, nullptr, 16) != 0) continue;
-    auto* base = reinterpret_cast<std::byte*>(std::stoull(range.substr(0, range.find('-')), nullptr, 16));
-    found.push_back(reinterpret_cast<shm::RingCounters*>(base + shm::counters_offset()));
+    std::string range, permissions, offset, device, inode;
+    fields >> range >> permissions >> offset >> device >> inode;
+    found.push_back({reinterpret_cast<std::byte*>(std::stoull(range.substr(0, range.find('-')), nullptr, 16)),
+                     std::stoull(offset, nullptr, 16), inode});
   }
+  return found;
+}
+
+// The first ring's counters of every segment mapped in this process, once per mapping.
+std::vector<shm::RingCounters*> mapped_ring_counters() {
+  std::vector<shm::RingCounters*> found;
+  for (const SegmentMapping& mapping : mapped_segments())
+    if (mapping.offset == 0) found.push_back(reinterpret_cast<shm::RingCounters*>(mapping.base + shm::counters_offset()));
   return found;
 }
 
 // Writes `header` into the first ring of every segment mapped in this process (of groups of two ranks,
 // whose segments have one ring each) as its writer's next frame.
 void forge_frame(const std::array<std::uint64_t, 4>& header) {
-  std::ifstream maps("/proc/self/maps");
   std::set<std::string> segments;
-  for (std::string line; std::getline(maps, line);) {
-    if (line.find("/memfd:cohort-") == std::string::npos) continue;
-    std::istringstream fields(line);
-    std::string range, permissions, offset, device, inode;
-    fields >> range >> permissions >> offset >> device >> inode;
-    if (!segments.insert(inode).second) continue;  // mapped by its creator and by its peer
-    REQUIRE(std::stoull(offset, nullptr, 16) == 0);
-    auto* base = reinterpret_cast<std::byte*>(std::stoull(range.substr(0, range.find('-')), nullptr, 16));
-    auto* counters = reinterpret_cast<shm::RingCounters*>(base + shm::counters_offset());
+  for (const SegmentMapping& mapping : mapped_segments()) {
+    if (!segments.insert(mapping.inode).second) continue;  // mapped by its creator and by its peer
+    REQUIRE(mapping.offset == 0);
+    auto* counters = reinterpret_cast<shm::RingCounters*>(mapping.base + shm::counters_offset());
     const std::uint64_t head = counters->head.load();
     REQUIRE(head % SharedMemoryOptions{}.ring_bytes + sizeof header <= SharedMemoryOptions{}.ring_bytes);
-    std::memcpy(base + shm::rings_offset(1) + head % SharedMemoryOptions{}.ring_bytes, header.data(), sizeof header);
+    std::memcpy(mapping.base + shm::rings_offset(1) + head % SharedMemoryOptions{}.ring_bytes, header.data(), sizeof header);
     counters->head.store(head + sizeof header);
   }
   REQUIRE(segments.size() == 2);
@@ -428,7 +439,7 @@ TEST_CASE("shm: a peer process that dies or stops fails the operations waiting o
     REQUIRE(echoed == large);
     // A parent may read its child's memory wherever the kernel allows cross-memory attach at all (not under
     // kernel.yama.ptrace_scope 3, or a filter that forbids the call).
-    const auto* shared = dynamic_cast<const shm::ShmTransport*>(zero.get());
+    const auto* shared = shm_of(zero);
     INFO("this rank reads the peer's memory: " << shared->single_copy_sources());
     CHECK(single_copy_messages(zero) == static_cast<std::uint64_t>(shared->single_copy_sources()));
     std::vector<int> big(kLargeEcho, 1), out(1);

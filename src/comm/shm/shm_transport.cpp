@@ -88,10 +88,7 @@ ShmTransport::~ShmTransport() {
   for (auto& link : links_) {
     {
       const std::lock_guard lock(link->send_mutex);
-      for (Outgoing& outgoing : link->queue)
-        if (outgoing.work) outgoing.work->fail(shut_down_error());
-      link->queue.clear();
-      withdraw_unacknowledged(*link, shut_down_error());
+      fail_sends(*link, shut_down_error());
     }
     const std::lock_guard reading(link->read_mutex);
     if (link->incoming && link->incoming->work) link->incoming->work->fail(shut_down_error());
@@ -434,7 +431,11 @@ bool ShmTransport::acknowledged(Link& link) {
   return true;
 }
 
-void ShmTransport::withdraw_unacknowledged(Link& link, const std::exception_ptr& error) {
+void ShmTransport::fail_sends(Link& link, const std::exception_ptr& error) {
+  for (Outgoing& outgoing : link.queue)
+    if (outgoing.work) outgoing.work->fail(error);
+  link.queue.clear();
+  link.queued = false;
   if (link.unacknowledged.empty()) return;
   link.outbound.counters().withdrawn.store(link.single_copies_sent, std::memory_order_seq_cst);
   for (const WorkPtr& work : link.unacknowledged) work->fail(error);
@@ -637,11 +638,7 @@ void ShmTransport::fail_links(const std::vector<Link*>& links, const std::string
     }
     const std::lock_guard lock(link->send_mutex);
     const std::lock_guard state(state_mutex_);
-    for (Outgoing& outgoing : link->queue)
-      if (outgoing.work) outgoing.work->fail(error_for(link->peer));
-    link->queue.clear();
-    withdraw_unacknowledged(*link, error_for(link->peer));
-    link->queued = false;
+    fail_sends(*link, error_for(link->peer));
   }
 }
 

@@ -140,9 +140,10 @@ class ShmTransport : public Transport {
   bool acknowledged(Link& link);  // the oldest single-copy send to the peer completes
   void release_inbound(Link& link);
   void await_acknowledgements();
-  // The unacknowledged single-copy sends fail, withdrawn first so that the peer drops them instead of
-  // reading buffers their owners may free; the caller holds link.send_mutex.
-  void withdraw_unacknowledged(Link& link, const std::exception_ptr& error);
+  // Every send to the peer not yet complete fails: the queued frames, and the single-copy sends not yet
+  // acknowledged, withdrawn first so that the peer drops them instead of reading buffers their owners may
+  // free. The caller holds link.send_mutex.
+  void fail_sends(Link& link, const std::exception_ptr& error);
   void finish_frame(Link& link);
   bool work_waiting();
   void check_watches();
