@@ -20,6 +20,7 @@
 #include <thread>
 
 #include "cohort/comm/shared_memory.hpp"
+#include "comm/shm/host_memory.hpp"
 #include "comm/shm/mailbox.hpp"
 #include "comm/shm/peer_memory.hpp"
 #include "comm/shm/shm_transport.hpp"
@@ -244,6 +245,74 @@ TEST_CASE("shm: bad options are refused", "[comm][shm]") {
   CHECK_THROWS_AS(connect_group(options_for(0, addresses), {.hosts = {"a"}}), InvalidArgument);
   CHECK_THROWS_WITH(connect_group(options_for(0, addresses), {.ring_bytes = 100}), Catch::Contains("ring_bytes"));
   CHECK_THROWS_WITH(connect_group(options_for(0, addresses), {.ring_bytes = std::size_t{1} << 40}), Catch::Contains("1 GiB"));
+  CHECK_THROWS_WITH(connect_group(options_for(0, addresses), {.mailbox_bytes = 1 << 20}), Catch::Contains("mailbox_bytes"));
+}
+
+TEST_CASE("shm: a mailbox shares its budget among its peers' rings, 64 KiB each at least", "[comm][shm]") {
+  const SharedMemoryOptions defaults;
+  CHECK(ring_bytes_for(defaults, 1) == defaults.ring_bytes);
+  CHECK(ring_bytes_for(defaults, 32) == defaults.ring_bytes);
+  CHECK(ring_bytes_for(defaults, 33) == 2031616);   // 64 MiB / 33, in whole pages
+  CHECK(ring_bytes_for(defaults, 127) == 528384);
+  CHECK(ring_bytes_for(defaults, 5000) == 65536);
+  CHECK(ring_bytes_for({.ring_bytes = 4096}, 5000) == 4096);
+  // 128 ranks on one host reserve about 8 GiB in all, not 32.
+  CHECK(128 * shm::Mailbox::bytes_for(127, ring_bytes_for(defaults, 127)) < (std::uint64_t{8} << 30) + (std::uint64_t{64} << 20));
+
+  // Rings of a mailbox's share carry everything, in a group where mailboxes differ: in a star, rank 0 has
+  // three peers and the others one.
+  const SharedMemoryOptions tight{.ring_bytes = 128 * 1024, .mailbox_bytes = 256 * 1024, .single_copy_bytes = 0};
+  auto group = connect_ranks(4, tight);
+  for (const auto& t : group) {
+    CHECK(shared_peers(t) == 3);
+    CHECK(shm_of(t)->ring_bytes() == 86016);  // 256 KiB / 3, in whole pages
+  }
+  conformance::sizes_and_mismatch(members(group));
+  group.clear();
+
+  const auto addresses = comm_test::free_addresses(4);
+  std::vector<std::unique_ptr<Transport>> star(4);
+  comm_test::run_ranks(4, [&](int r) {
+    TcpOptions options = options_for(r, addresses);
+    options.star = true;
+    star[static_cast<std::size_t>(r)] = connect_group(options, tight);
+  });
+  CHECK(shm_of(star[0])->ring_bytes() == 86016);
+  for (int r = 1; r < 4; ++r) {
+    CHECK(shared_peers(star[static_cast<std::size_t>(r)]) == 1);
+    CHECK(shm_of(star[static_cast<std::size_t>(r)])->ring_bytes() == tight.ring_bytes);
+    std::vector<int> outgoing(100000, r), back(100000);
+    auto sent = star[0]->send(r, 9, conformance::bytes(outgoing));
+    auto received = star[static_cast<std::size_t>(r)]->recv(0, 9, conformance::bytes(back));
+    sent->wait(10s);
+    received->wait(10s);
+    CHECK(back == outgoing);
+  }
+  CHECK(shared_peers(star[0]) == 3);
+}
+
+TEST_CASE("shm: a host whose ranks would reserve more than half its available memory keeps TCP", "[comm][shm]") {
+  CHECK_FALSE(shm::reservation_refusal(std::uint64_t{4} << 30, std::uint64_t{8} << 30));
+  const auto refusal = shm::reservation_refusal(std::uint64_t{5} << 30, std::uint64_t{8} << 30);
+  REQUIRE(refusal);
+  CHECK_THAT(*refusal, Catch::Contains("5.0 GiB") && Catch::Contains("8.0 GiB") && Catch::Contains("mailbox_bytes"));
+
+  const auto available = shm::available_memory_bytes();
+  REQUIRE(available);
+  CHECK(*available > 0);
+  // Rings of 1 GiB for n - 1 peers each: enough ranks that the host would need more than half its memory.
+  // Nothing is reserved, so no process here comes near it.
+  int n = 2;
+  while (static_cast<std::uint64_t>(n) * (n - 1) * (std::uint64_t{1} << 30) <= *available / 2) ++n;
+  if (n > 12) {
+    WARN("this host has too much memory to ask for more than half of it with a few ranks; skipping");
+    return;
+  }
+  const SharedMemoryOptions huge{.ring_bytes = std::size_t{1} << 30, .mailbox_bytes = static_cast<std::size_t>(n - 1) << 30};
+  auto group = connect_ranks(n, huge);
+  for (const auto& t : group) CHECK(shared_peers(t) == 0);
+  CHECK(own_segments().empty());
+  conformance::sizes_and_mismatch(members(group));
 }
 
 TEST_CASE("shm: a ring whose peer moves a counter out of range is broken and copies nothing more", "[comm][shm][security]") {

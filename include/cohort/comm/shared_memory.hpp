@@ -33,8 +33,13 @@ namespace cohort::comm {
 struct SharedMemoryOptions {
   // A label per rank; ranks with equal labels share memory. Empty: the host of each rank's address.
   std::vector<std::string> hosts;
-  // Each direction of each pair has a ring of this size; larger messages stream through it.
+  // Each direction of each pair has a ring of this size at most; larger messages stream through it.
   std::size_t ring_bytes = std::size_t{2} << 20;
+  // The most one process reserves for its same-host peers' rings: with more peers than fit at ring_bytes
+  // each ring gets an equal share (64 KiB at least, or ring_bytes when smaller), so that 128 ranks on one
+  // host reserve 8 GiB in all rather than 32. A host whose ranks would reserve more than half of its
+  // available memory (MemAvailable, or its cgroup's limit) keeps TCP for them, with one warning each.
+  std::size_t mailbox_bytes = std::size_t{64} << 20;
   // Messages this large or larger take one copy, read from the sender's memory; 0 keeps every message in
   // the rings. Below that, measured on 2 cores, two copies cost less: they overlap, one on each process's core,
   // and the kernel's cross-process copy runs slower than memcpy on data in cache (8 MiB is above it).
@@ -42,8 +47,11 @@ struct SharedMemoryOptions {
 };
 
 // Connects like connect_tcp(); peers on this rank's host then talk through shared memory. A Cluster's
-// transport unless COHORT_SHARED_MEMORY=0. Throws InvalidArgument for `hosts` of the wrong length or rings
-// under 4 KiB or over 1 GiB.
+// transport unless COHORT_SHARED_MEMORY=0. Throws InvalidArgument for `hosts` of the wrong length, rings
+// under 4 KiB or over 1 GiB, or a mailbox smaller than one ring.
 std::unique_ptr<Transport> connect_group(const TcpOptions& options, const SharedMemoryOptions& shared_memory = {});
+
+// The size of each ring in the mailbox of a process with `peers` same-host peers (see mailbox_bytes).
+std::size_t ring_bytes_for(const SharedMemoryOptions& shared_memory, std::size_t peers);
 
 }  // namespace cohort::comm

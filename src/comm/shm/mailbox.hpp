@@ -86,6 +86,8 @@ class Mailbox {
   // Opens a peer's segment by its name ("/proc/PID/fd/N"); throws IoError when it cannot be opened, is
   // not sealed against shrinking, or is not the one offered.
   static Mailbox open(const std::string& name, const Nonce& nonce, std::uint32_t slots, std::uint64_t ring_bytes);
+  // The size of a segment of `slots` rings; throws IoError when it is beyond the address space.
+  static std::size_t bytes_for(std::uint32_t slots, std::uint64_t ring_bytes);
 
   Mailbox() = default;
   Mailbox(Mailbox&& other) noexcept;
@@ -106,7 +108,6 @@ class Mailbox {
   void wait_for_bell(std::uint32_t seen, std::chrono::milliseconds timeout) const;
 
  private:
-  static std::size_t bytes_for(std::uint32_t slots, std::uint64_t ring_bytes);
   std::string name_;
   void* base_ = nullptr;
   std::size_t size_ = 0;

@@ -13,6 +13,7 @@
 #include "cohort/core/error.hpp"
 #include "cohort/core/logging.hpp"
 #include "comm/delivery.hpp"
+#include "host_memory.hpp"
 
 namespace cohort::comm {
 namespace shm {
@@ -66,12 +67,14 @@ std::string broken_ring(const ShmTransport& transport, int peer) {
 
 }  // namespace
 
-ShmTransport::ShmTransport(std::unique_ptr<Transport> tcp, const std::vector<int>& local, const SharedMemoryOptions& options,
-                           std::uint64_t max_frame_bytes)
-    : tcp_(std::move(tcp)), max_frame_bytes_(max_frame_bytes), single_copy_bytes_(options.single_copy_bytes), expected_bytes_(max_frame_bytes), link_by_rank_(static_cast<std::size_t>(tcp_->size()), nullptr) {
-  exchange_segments(local, options);
-  log::info("{}: shared memory with {} of the {} peer(s) on its host ({} read its messages from {} bytes straight from its memory)",
-            describe(rank()), links_.size(), local.size(), single_copy_peers(), single_copy_bytes_);
+ShmTransport::ShmTransport(std::unique_ptr<Transport> tcp, const std::vector<LocalPeer>& local, std::size_t ring_bytes,
+                           const SharedMemoryOptions& options, std::uint64_t max_frame_bytes)
+    : tcp_(std::move(tcp)), max_frame_bytes_(max_frame_bytes), single_copy_bytes_(options.single_copy_bytes), ring_bytes_(ring_bytes), expected_bytes_(max_frame_bytes), link_by_rank_(static_cast<std::size_t>(tcp_->size()), nullptr) {
+  exchange_segments(local, ring_bytes, options);
+  log::info("{}: shared memory with {} of the {} peer(s) on its host ({} read its messages from {} bytes straight from its memory), "
+            "rings of {}",
+            describe(rank()), links_.size(), local.size(), single_copy_peers(), single_copy_bytes_,
+            ring_bytes % (1 << 20) == 0 ? fmt::format("{} MiB", ring_bytes >> 20) : fmt::format("{} KiB", ring_bytes >> 10));
   if (links_.empty()) return;
   for (auto& link : links_) link->watch = tcp_->recv(link->peer, kWatchTag, {});
   progress_thread_ = std::thread([this] { progress(); });
@@ -100,12 +103,23 @@ ShmTransport::~ShmTransport() {
   tcp_.reset();  // goodbyes, after which the peers drain what this rank wrote
 }
 
-void ShmTransport::exchange_segments(const std::vector<int>& local, const SharedMemoryOptions& options) {
+std::optional<std::string> ShmTransport::reservation_refusal(const std::vector<LocalPeer>& local, std::size_t ring_bytes) const {
+  const auto available = available_memory_bytes();
+  if (!available) return std::nullopt;
+  // Every rank of this host reserves its mailbox at about this moment: the check is of all of them.
+  const auto slots = static_cast<std::uint32_t>(local.size());
+  std::uint64_t host_bytes = Mailbox::bytes_for(slots, ring_bytes);
+  for (const LocalPeer& peer : local) host_bytes += Mailbox::bytes_for(peer.slots, peer.ring_bytes);
+  return shm::reservation_refusal(host_bytes, *available);
+}
+
+void ShmTransport::exchange_segments(const std::vector<LocalPeer>& local, std::size_t ring_bytes, const SharedMemoryOptions& options) {
   const auto slots = static_cast<std::uint32_t>(local.size());
   const std::string self = describe(rank());
   bool have_mailbox = true;
   try {
-    own_ = Mailbox::create(slots, options.ring_bytes);
+    if (auto refusal = reservation_refusal(local, ring_bytes)) throw IoError(*refusal);
+    own_ = Mailbox::create(slots, ring_bytes);
   } catch (const IoError& error) {
     log::warning("{}: no shared memory, the peers on its host are reached over TCP: {}", self, error.what());
     have_mailbox = false;
@@ -119,13 +133,13 @@ void ShmTransport::exchange_segments(const std::vector<int>& local, const Shared
       std::snprintf(offer.name, sizeof offer.name, "%s", own_.name().c_str());
       offer.nonce = own_.nonce();
     }
-    offer.ring_bytes = options.ring_bytes;
+    offer.ring_bytes = ring_bytes;
     offer.slots = slots;
     offer.slot = static_cast<std::uint32_t>(i);
     offer.pid = ::getpid();
     if (have_mailbox) offer.nonce_address = reinterpret_cast<std::uint64_t>(&own_.header().nonce);
-    works.push_back(tcp_->send(local[i], kOfferTag, bytes_of(mine[i])));
-    works.push_back(tcp_->recv(local[i], kOfferTag, bytes_of(theirs[i])));
+    works.push_back(tcp_->send(local[i].rank, kOfferTag, bytes_of(mine[i])));
+    works.push_back(tcp_->recv(local[i].rank, kOfferTag, bytes_of(theirs[i])));
   }
   wait_all(works, timeout());
   works.clear();
@@ -140,9 +154,10 @@ void ShmTransport::exchange_segments(const std::vector<int>& local, const Shared
     const std::string name(offer.name, strnlen(offer.name, sizeof offer.name));
     if (name.empty() || !have_mailbox) continue;
     try {
-      if (offer.slot >= offer.slots || offer.ring_bytes != options.ring_bytes)
-        throw IoError(fmt::format("its shared-memory settings differ from this rank's (rings of {} bytes, this rank {})",
-                                  offer.ring_bytes, options.ring_bytes));
+      if (offer.slot >= offer.slots || offer.slots != local[i].slots || offer.ring_bytes != local[i].ring_bytes)
+        throw IoError(fmt::format("its shared-memory settings differ from this rank's ({} rings of {} bytes, where this "
+                                  "rank's settings give it {} of {})",
+                                  offer.slots, offer.ring_bytes, local[i].slots, local[i].ring_bytes));
       if (offer.nonce == own_.nonce()) throw IoError("it offered this rank's own segment");
       mapped[i] = Mailbox::open(name, offer.nonce, offer.slots, offer.ring_bytes);
       opened[i] = kMapped;
@@ -153,15 +168,15 @@ void ShmTransport::exchange_segments(const std::vector<int>& local, const Shared
         if (!refused && processes[i] && processes[i]->ended()) refused = "its process has ended";
         if (!refused) opened[i] |= kReadsYourMemory;
         else if (!std::exchange(told_refusal, true))
-          log::warning("{}: messages from {} take two copies through shared memory, not one: {}", self, describe(local[i]), *refused);
+          log::warning("{}: messages from {} take two copies through shared memory, not one: {}", self, describe(local[i].rank), *refused);
       }
     } catch (const IoError& error) {
-      log::warning("{}: {} is reached over TCP: {}", self, describe(local[i]), error.what());
+      log::warning("{}: {} is reached over TCP: {}", self, describe(local[i].rank), error.what());
     }
   }
   for (std::size_t i = 0; i < local.size(); ++i) {
-    works.push_back(tcp_->send(local[i], kAnswerTag, bytes_of(opened[i])));
-    works.push_back(tcp_->recv(local[i], kAnswerTag, bytes_of(answers[i])));
+    works.push_back(tcp_->send(local[i].rank, kAnswerTag, bytes_of(opened[i])));
+    works.push_back(tcp_->recv(local[i].rank, kAnswerTag, bytes_of(answers[i])));
   }
   wait_all(works, timeout());
   own_.unlink();  // every peer that could map it has
@@ -169,7 +184,7 @@ void ShmTransport::exchange_segments(const std::vector<int>& local, const Shared
   for (std::size_t i = 0; i < local.size(); ++i) {
     if ((opened[i] & kMapped) == 0 || (answers[i] & kMapped) == 0) continue;
     auto link = std::make_unique<Link>();
-    link->peer = local[i];
+    link->peer = local[i].rank;
     link->pid = static_cast<pid_t>(theirs[i].pid);
     link->single_copy_in = (opened[i] & kReadsYourMemory) != 0;
     if (link->single_copy_in) link->process = std::move(processes[i]);
@@ -177,7 +192,7 @@ void ShmTransport::exchange_segments(const std::vector<int>& local, const Shared
     link->theirs = std::move(mapped[i]);
     link->outbound = link->theirs.ring(theirs[i].slot);
     link->inbound = own_.ring(static_cast<std::uint32_t>(i));
-    link_by_rank_[static_cast<std::size_t>(local[i])] = link.get();
+    link_by_rank_[static_cast<std::size_t>(local[i].rank)] = link.get();
     links_.push_back(std::move(link));
   }
 }
@@ -646,20 +661,28 @@ void ShmTransport::fail_links(const std::vector<Link*>& links, const std::string
 
 namespace {
 
-std::vector<int> same_host_peers(const TcpOptions& options, const SharedMemoryOptions& shared_memory) {
+// The peers of `rank` that share its host and its links.
+std::vector<int> same_host_peers(const TcpOptions& options, const SharedMemoryOptions& shared_memory, int rank) {
   const int n = static_cast<int>(options.addresses.size());
   const auto host = [&](int r) {
     return shared_memory.hosts.empty() ? options.addresses[static_cast<std::size_t>(r)].host : shared_memory.hosts[static_cast<std::size_t>(r)];
   };
   std::vector<int> local;
   for (int peer = 0; peer < n; ++peer) {
-    const bool linked = !options.star || options.rank == 0 || peer == 0;
-    if (peer != options.rank && linked && host(peer) == host(options.rank)) local.push_back(peer);
+    const bool linked = !options.star || rank == 0 || peer == 0;
+    if (peer != rank && linked && host(peer) == host(rank)) local.push_back(peer);
   }
   return local;
 }
 
 }  // namespace
+
+std::size_t ring_bytes_for(const SharedMemoryOptions& shared_memory, std::size_t peers) {
+  constexpr std::size_t kSmallestShare = 64 * 1024, kPage = 4096;
+  if (peers == 0) return shared_memory.ring_bytes;
+  const std::size_t share = shared_memory.mailbox_bytes / peers / kPage * kPage;
+  return std::min(shared_memory.ring_bytes, std::max(share, kSmallestShare));
+}
 
 std::unique_ptr<Transport> connect_group(const TcpOptions& options, const SharedMemoryOptions& shared_memory) {
   if (!shared_memory.hosts.empty() && shared_memory.hosts.size() != options.addresses.size())
@@ -668,10 +691,19 @@ std::unique_ptr<Transport> connect_group(const TcpOptions& options, const Shared
   if (shared_memory.ring_bytes < 4096 || shared_memory.ring_bytes > shm::kMaxRingBytes)
     throw InvalidArgument(fmt::format("SharedMemoryOptions::ring_bytes is {}; it must be from 4096 to {} (1 GiB)",
                                       shared_memory.ring_bytes, shm::kMaxRingBytes));
+  if (shared_memory.mailbox_bytes < shared_memory.ring_bytes)
+    throw InvalidArgument(fmt::format("SharedMemoryOptions::mailbox_bytes is {}, less than one ring of {} bytes (ring_bytes)",
+                                      shared_memory.mailbox_bytes, shared_memory.ring_bytes));
   auto tcp = connect_tcp(options);
-  const std::vector<int> local = same_host_peers(options, shared_memory);
+  const std::vector<int> local = same_host_peers(options, shared_memory, options.rank);
   if (local.empty()) return tcp;
-  return std::make_unique<shm::ShmTransport>(std::move(tcp), local, shared_memory, options.max_frame_bytes);
+  std::vector<shm::ShmTransport::LocalPeer> peers;
+  for (const int peer : local) {
+    const std::size_t theirs = same_host_peers(options, shared_memory, peer).size();
+    peers.push_back({.rank = peer, .slots = static_cast<std::uint32_t>(theirs), .ring_bytes = ring_bytes_for(shared_memory, theirs)});
+  }
+  return std::make_unique<shm::ShmTransport>(std::move(tcp), peers, ring_bytes_for(shared_memory, local.size()), shared_memory,
+                                             options.max_frame_bytes);
 }
 
 }  // namespace cohort::comm

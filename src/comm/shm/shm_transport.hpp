@@ -48,10 +48,17 @@ namespace cohort::comm::shm {
 
 class ShmTransport : public Transport {
  public:
-  // `local` lists the peers that share this host with this rank.
+  // A peer that shares this host with this rank, and the mailbox it must offer: a ring for each of its own
+  // same-host peers, of ring_bytes each.
+  struct LocalPeer {
+    int rank = -1;
+    std::uint32_t slots = 0;
+    std::size_t ring_bytes = 0;
+  };
+  // `local` lists the peers that share this host with this rank; `ring_bytes` is this rank's rings' size.
   // Frames above `max_frame_bytes` are a protocol violation, as on TCP.
-  ShmTransport(std::unique_ptr<Transport> tcp, const std::vector<int>& local, const SharedMemoryOptions& options,
-               std::uint64_t max_frame_bytes);
+  ShmTransport(std::unique_ptr<Transport> tcp, const std::vector<LocalPeer>& local, std::size_t ring_bytes,
+               const SharedMemoryOptions& options, std::uint64_t max_frame_bytes);
   ~ShmTransport() override;
 
   int rank() const override { return tcp_->rank(); }
@@ -67,8 +74,10 @@ class ShmTransport : public Transport {
   WorkPtr send(int peer, Tag tag, std::span<const std::byte> data) override;
   WorkPtr recv(int peer, Tag tag, std::span<std::byte> out) override;
 
-  // How many peers share memory with this rank (the others use TCP).
+  // How many peers share memory with this rank (the others use TCP), and the size of each ring its own
+  // mailbox holds for them.
   int shared_memory_peers() const;
+  std::size_t ring_bytes() const { return ring_bytes_; }
   // How many of its peers read this rank's large messages from its memory, how many peers' large messages
   // this rank reads from theirs, and how many messages it has read so.
   int single_copy_peers() const;
@@ -125,7 +134,9 @@ class ShmTransport : public Transport {
     Breakage gone_by = Breakage::Lost;  // what its failed operations throw
   };
 
-  void exchange_segments(const std::vector<int>& local, const SharedMemoryOptions& options);
+  void exchange_segments(const std::vector<LocalPeer>& local, std::size_t ring_bytes, const SharedMemoryOptions& options);
+  // Why this rank reserves no mailbox (the host's memory); none when it may.
+  std::optional<std::string> reservation_refusal(const std::vector<LocalPeer>& local, std::size_t ring_bytes) const;
   void queue_frame(Link& link, Outgoing outgoing);  // the caller holds link.send_mutex
   Link* link_of(int peer) const;
   // Writes what fits of the queue's front frames; the caller holds link.send_mutex.
@@ -157,6 +168,7 @@ class ShmTransport : public Transport {
   std::unique_ptr<Transport> tcp_;
   std::uint64_t max_frame_bytes_;
   std::size_t single_copy_bytes_;
+  std::size_t ring_bytes_;
   std::atomic<std::uint64_t> expected_bytes_;  // the largest frame buffered while no receive awaits it
   Mailbox own_;
   std::vector<std::unique_ptr<Link>> links_;
