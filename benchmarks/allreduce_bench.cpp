@@ -8,6 +8,7 @@
 //   ... --min-bytes 4096 --max-bytes 268435456     (defaults)
 //   ... --forever                                  (repeat the sweep until stopped; for failure drills)
 //   ./build/benchmarks/cohort_allreduce_bench --memcpy   (one memcpy per size: the one-host ceiling)
+//   ... --startup                                  (time to join and make a first allreduce; descriptors)
 //   COHORT_LATENCY_OPTIMAL_BELOW=N ...              (recursive doubling below N bytes, the ring above;
 //                                                   0: the ring only; to find the crossover)
 // benchmarks/allreduce_compare.sh puts it beside Open MPI and Gloo.
@@ -24,6 +25,7 @@
 using namespace cohort;
 
 int main(int argc, char** argv) try {
+  const auto began = std::chrono::steady_clock::now();
   const sweep::Options options = sweep::parse(argc, argv);
   if (options.memcpy_only) {
     sweep::memcpy_ceiling(options);
@@ -36,6 +38,10 @@ int main(int argc, char** argv) try {
     auto mpi = comm::make_mpi_communicator();
     auto wait = [&](comm::WorkPtr work) { work->wait(mpi->timeout()); };
     float token = 0;
+    if (options.startup)
+      return sweep::report_startup(
+          began, mpi->rank(), mpi->size(), [&](float* data, std::size_t count) { wait(mpi->allreduce(comm::Buffer::of({data, count}), comm::ReduceOp::Sum)); },
+          [&] { wait(mpi->allreduce(comm::Buffer::of({&token, 1}), comm::ReduceOp::Sum)); });
     return sweep::run(
         "cohort MPI communicator", mpi->rank(), mpi->size(), options,
         [&](float* data, std::size_t count) { wait(mpi->allreduce(comm::Buffer::of({data, count}), comm::ReduceOp::Sum)); },
@@ -47,6 +53,10 @@ int main(int argc, char** argv) try {
   comm::Transport& transport = cluster.transport();
   const char* title = cluster::with_environment_settings({}).shared_memory ? "cohort allreduce (shared memory on one host)"
                                                                           : "cohort allreduce over TCP";
+  if (options.startup)
+    return sweep::report_startup(
+        began, transport.rank(), transport.size(), [&](float* data, std::size_t count) { comm::allreduce(transport, {data, count}, allreduce); },
+        [&] { comm::barrier(transport); });
   return sweep::run(
       title, transport.rank(), transport.size(), options,
       [&](float* data, std::size_t count) { comm::allreduce(transport, {data, count}, allreduce); },

@@ -3,12 +3,17 @@
 // that all print the same table: size, count, mean time, algbw = bytes / time, busbw = algbw * 2 (n-1) / n
 // (the traffic on each link of a ring), and whether the result equals the exact sum on every rank.
 // memcpy_ceiling() prints the same table for one memcpy per size: the ceiling for ranks on one host.
+// With --startup, a program reports instead how long its processes took from main() to the end of their
+// first allreduce (joining the group and making the connections that allreduce needs), and the file
+// descriptors each then holds (report_startup()).
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -19,6 +24,7 @@ struct Options {
   std::size_t min_bytes = 4096, max_bytes = std::size_t{256} << 20;
   bool forever = false;  // repeat until stopped, for failure drills
   bool memcpy_only = false;  // memcpy_ceiling() instead of an allreduce
+  bool startup = false;      // report_startup() instead of the sweep
 };
 
 inline Options parse(int argc, char** argv) {
@@ -33,8 +39,9 @@ inline Options parse(int argc, char** argv) {
     else if (arg == "--max-bytes") options.max_bytes = value();
     else if (arg == "--forever") options.forever = true;
     else if (arg == "--memcpy") options.memcpy_only = true;
+    else if (arg == "--startup") options.startup = true;
     else if (arg == "--help") {
-      std::printf("usage: %s [--min-bytes N] [--max-bytes N] [--forever] [--memcpy]\n", argv[0]);
+      std::printf("usage: %s [--min-bytes N] [--max-bytes N] [--forever] [--memcpy] [--startup]\n", argv[0]);
       std::exit(0);
     } else throw std::invalid_argument("unknown option " + arg);
   }
@@ -65,6 +72,48 @@ inline void memcpy_ceiling(const Options& options) {
     const double bandwidth = static_cast<double>(bytes) / seconds / 1e9;
     std::printf("  %12zu %12zu %12.1f %12.3f %12.3f %8s\n", bytes, bytes, seconds * 1e6, bandwidth, bandwidth, correct ? "yes" : "NO");
   }
+}
+
+inline int open_descriptors() {
+  int count = 0;
+  for ([[maybe_unused]] const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) ++count;
+  return count - 1;  // the directory's own
+}
+
+inline long shared_memory_kib() {  // the host's, as /proc/meminfo counts it
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key, unit;
+  long value = 0;
+  while (meminfo >> key >> value >> unit)
+    if (key == "Shmem:") return value;
+  return -1;
+}
+
+// Each rank's time since `began` (main()) to the end of its first allreduce, after which it counts its
+// descriptors; rank 0 prints the slowest and the median, the most descriptors, and the host's shared memory.
+template <typename Allreduce, typename Barrier>
+int report_startup(std::chrono::steady_clock::time_point began, int rank, int size, Allreduce&& allreduce, Barrier&& barrier) {
+  float token = 1;
+  allreduce(&token, 1);
+  const double ready_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - began).count();
+  std::vector<float> figures(2 * static_cast<std::size_t>(size), 0.0f);
+  figures[2 * static_cast<std::size_t>(rank)] = static_cast<float>(ready_ms);
+  figures[2 * static_cast<std::size_t>(rank) + 1] = static_cast<float>(open_descriptors());
+  allreduce(figures.data(), figures.size());
+  barrier();
+  if (rank == 0) {
+    std::vector<float> ready, descriptors;
+    for (int r = 0; r < size; ++r) {
+      ready.push_back(figures[2 * static_cast<std::size_t>(r)]);
+      descriptors.push_back(figures[2 * static_cast<std::size_t>(r) + 1]);
+    }
+    std::sort(ready.begin(), ready.end());
+    std::printf("startup: %d ranks, ready after %.1f ms (median %.1f ms), at most %.0f descriptors per process, "
+                "host shared memory %.1f MiB\n",
+                size, ready.back(), ready[ready.size() / 2], *std::max_element(descriptors.begin(), descriptors.end()),
+                static_cast<double>(shared_memory_kib()) / 1024);
+  }
+  return token == static_cast<float>(size) ? 0 : 3;
 }
 
 // allreduce(float* data, std::size_t count) sums in place across ranks; barrier() synchronizes.
