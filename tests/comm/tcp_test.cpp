@@ -22,6 +22,7 @@
 #include "cohort/comm/tcp.hpp"
 #include "comm/tcp/frame.hpp"
 #include "comm/tcp/handshake.hpp"
+#include "comm/tcp/tcp_transport.hpp"
 #include "conformance.hpp"
 
 using namespace cohort;
@@ -732,26 +733,35 @@ TEST_CASE("tcp: a listener's challenge does not say which rank it is", "[comm][t
 }
 
 TEST_CASE("tcp: a peer lost during set-up fails set-up at once, naming it", "[comm][tcp]") {
-  // Ranks 0 and 1 of 4 wait for rank 3; hand-made rank 2 authenticates with both, then its process ends.
-  const auto addresses = comm_test::free_addresses(4);
-  std::exception_ptr zero_error, one_error;
-  std::thread zero = failing_set_up(options_for(0, addresses), zero_error);
-  std::thread one = failing_set_up(options_for(1, addresses), one_error);
-  {
-    RawClient to_zero(addresses[0]);
-    REQUIRE(handshake(to_zero, 2, kSecret, tcp::random_nonce(), addresses));
-    RawClient to_one(addresses[1]);
-    REQUIRE(handshake(to_one, 2, kSecret, tcp::random_nonce(), addresses, 1));
-    std::this_thread::sleep_for(200ms);  // both listeners have counted rank 2 in
-  }
-  const auto closed = std::chrono::steady_clock::now();
-  zero.join();
-  one.join();
-  CHECK(std::chrono::steady_clock::now() - closed < 3s);  // not the 10 s connect deadline
-  for (const auto& error : {zero_error, one_error}) {
-    REQUIRE(error != nullptr);
-    CHECK_THROWS_AS(std::rethrow_exception(error), IoError);
-    CHECK_THROWS_WITH(std::rethrow_exception(error), Catch::Contains("could not finish set-up") && Catch::Contains("lost worker 2"));
+  // Two ranks of 4 wait for another; hand-made rank 2, which both wait for too, authenticates with both,
+  // then its process ends. Every pair connects at set-up, or (on demand) ring neighbours only: then ranks 1
+  // and 3 wait for rank 0 and for rank 2, their neighbours.
+  for (const bool on_demand : {false, true}) {
+    INFO((on_demand ? "connections on demand" : "every pair at set-up"));
+    const auto addresses = comm_test::free_addresses(4);
+    const std::array<int, 2> waiting = on_demand ? std::array{1, 3} : std::array{0, 1};
+    std::array<std::exception_ptr, 2> errors;
+    std::vector<std::thread> ranks;
+    for (std::size_t i = 0; i < waiting.size(); ++i) {
+      TcpOptions options = options_for(waiting[i], addresses);
+      options.connect_on_demand = on_demand;
+      ranks.push_back(failing_set_up(options, errors[i]));
+    }
+    {
+      RawClient to_first(addresses[static_cast<std::size_t>(waiting[0])]);
+      REQUIRE(handshake(to_first, 2, kSecret, tcp::random_nonce(), addresses, waiting[0]));
+      RawClient to_second(addresses[static_cast<std::size_t>(waiting[1])]);
+      REQUIRE(handshake(to_second, 2, kSecret, tcp::random_nonce(), addresses, waiting[1]));
+      std::this_thread::sleep_for(200ms);  // both listeners have counted rank 2 in
+    }
+    const auto closed = std::chrono::steady_clock::now();
+    for (auto& rank : ranks) rank.join();
+    CHECK(std::chrono::steady_clock::now() - closed < 3s);  // not the 10 s connect deadline
+    for (const auto& error : errors) {
+      REQUIRE(error != nullptr);
+      CHECK_THROWS_AS(std::rethrow_exception(error), IoError);
+      CHECK_THROWS_WITH(std::rethrow_exception(error), Catch::Contains("could not finish set-up") && Catch::Contains("lost worker 2"));
+    }
   }
 }
 
@@ -951,6 +961,91 @@ TEST_CASE("tcp: a clean shutdown fails only what needed the departed peer", "[co
   group[1]->recv(0, 1, conformance::bytes(out))->wait(5s);
   sent->wait(5s);
   CHECK(out[0] == 3);
+}
+
+int connections_of(const std::unique_ptr<Transport>& transport) {
+  return dynamic_cast<const tcp::TcpTransport&>(*transport).connections();
+}
+
+TEST_CASE("tcp: on demand, set-up links ring neighbours, and any other pair connects at its first message, both dialing at once included",
+          "[comm][tcp]") {
+  constexpr int n = 7;
+  for (int round = 0; round < 3; ++round) {
+    INFO("round " << round);
+    const auto addresses = comm_test::free_addresses(n);
+    auto group = connect_group(n, addresses);
+    for (const auto& t : group) CHECK(connections_of(t) == 2);
+    // Every rank sends to every other at once, so that most pairs dial each other at the same moment.
+    comm_test::run_ranks(n, [&](int r) {
+      Transport& t = *group[static_cast<std::size_t>(r)];
+      std::vector<int> mine(1000, r);
+      std::vector<std::vector<int>> theirs(n, std::vector<int>(1000, -1));
+      std::vector<WorkPtr> works;
+      for (int peer = 0; peer < n; ++peer) {
+        if (peer == r) continue;
+        works.push_back(t.send(peer, 5, conformance::bytes(mine)));
+        works.push_back(t.recv(peer, 5, conformance::bytes(theirs[static_cast<std::size_t>(peer)])));
+      }
+      wait_all(works, t.timeout());
+      for (int peer = 0; peer < n; ++peer)
+        if (peer != r)
+          comm_test::expect(theirs[static_cast<std::size_t>(peer)] == std::vector<int>(1000, peer), "the message of rank " + std::to_string(peer));
+    });
+    for (const auto& t : group) CHECK(connections_of(t) == n - 1);  // one link per pair, however they dialed
+  }
+  auto full = connect_group(n, comm_test::free_addresses(n), [](TcpOptions& options) { options.connect_on_demand = false; });
+  for (const auto& t : full) CHECK(connections_of(t) == n - 1);
+}
+
+TEST_CASE("tcp: on demand, a rank's failure or a stuck rank reaches the ranks not linked to it, through the others", "[comm][tcp]") {
+  constexpr int n = 6;
+  for (const bool stuck : {false, true}) {
+    INFO((stuck ? "rank 3 found stuck by rank 2" : "rank 3 announces its failure"));
+    auto group = connect_group(n, comm_test::free_addresses(n));
+    std::vector<int> out(1);
+    std::vector<WorkPtr> pending;  // each rank waits on its ring neighbour, which never sends
+    for (int r = 0; r < n; ++r) pending.push_back(group[static_cast<std::size_t>(r)]->recv((r + 1) % n, 5, conformance::bytes(out)));
+    const std::string name = group[0]->describe(3);
+    if (stuck) group[2]->declare_stuck(3, name + " is stuck: it never started collective 4");
+    else group[3]->announce_failure("cannot write run/latest.ckpt: No space left on device");
+    for (int r = 0; r < n; ++r) {
+      if (stuck && r == 3) continue;  // it hears it too, but need not act on it
+      INFO("rank " << r);
+      const auto& work = pending[static_cast<std::size_t>(r)];
+      if (stuck) CHECK_THROWS_WITH(work->wait(10s), Catch::Contains(name + " is stuck"));
+      else CHECK_THROWS_WITH(work->wait(10s), Catch::Contains(name + " failed: cannot write run/latest.ckpt"));
+    }
+    for (int r = 0; r < n; ++r) CHECK(connections_of(group[static_cast<std::size_t>(r)]) == 2);
+  }
+}
+
+TEST_CASE("tcp: on demand, a peer that cannot be reached after set-up is lost at the connect deadline, naming it", "[comm][tcp]") {
+  // Rank 2 of 4 is hand-made: it authenticates with its ring neighbours 1 and 3 and listens nowhere, so that
+  // rank 0's first message to it finds no listener.
+  const auto addresses = comm_test::free_addresses(4);
+  std::unique_ptr<Transport> zero, one, three;
+  std::thread a([&] {
+    TcpOptions options = options_for(0, addresses);
+    options.connect_timeout = 1s;
+    zero = connect_tcp(options);
+  });
+  std::thread b([&] { one = connect_tcp(options_for(1, addresses)); });
+  std::thread d([&] { three = connect_tcp(options_for(3, addresses)); });
+  RawClient to_one(addresses[1]);
+  REQUIRE(handshake(to_one, 2, kSecret, tcp::random_nonce(), addresses, 1));
+  RawClient to_three(addresses[3]);
+  REQUIRE(handshake(to_three, 2, kSecret, tcp::random_nonce(), addresses, 3));
+  a.join();
+  b.join();
+  d.join();
+  std::vector<int> value{1};
+  const auto start = std::chrono::steady_clock::now();
+  auto sent = zero->send(2, 1, conformance::bytes(value));
+  CHECK_THROWS_WITH(sent->wait(10s), Catch::Contains("lost worker 2") && Catch::Contains("could not connect within 1000 ms"));
+  CHECK(std::chrono::steady_clock::now() - start < 2500ms);
+  // The others hear of it from rank 0.
+  std::vector<int> out(1);
+  CHECK_THROWS_WITH(one->recv(0, 1, conformance::bytes(out))->wait(5s), Catch::Contains("lost worker 2"));
 }
 
 TEST_CASE("load_secret reads COHORT_SECRET, then COHORT_SECRET_FILE", "[comm][tcp]") {

@@ -1,11 +1,12 @@
 #pragma once
-// The TCP transport: one connection per pair of ranks over standalone Asio, authenticated by a shared
-// secret (HMAC-SHA256 challenge-response in both directions), with length-prefixed frames, heartbeats
-// and a deadline on everything. Only the factory is public; the implementation lives in src/comm/tcp/.
+// The TCP transport: one connection per pair of ranks that talk, over standalone Asio, authenticated by a
+// shared secret (HMAC-SHA256 challenge-response in both directions), with length-prefixed frames,
+// heartbeats and a deadline on everything. Only the factory is public; the implementation lives in
+// src/comm/tcp/.
 //
 //   comm::TcpOptions options{.rank = 1, .addresses = {{"127.0.0.1", 4000}, {"127.0.0.1", 4001}},
 //                            .secret = comm::load_secret()};
-//   auto transport = comm::connect_tcp(options);   // returns once every peer is connected
+//   auto transport = comm::connect_tcp(options);   // returns once its ring neighbours are connected
 
 #include <chrono>
 #include <cstdint>
@@ -54,11 +55,17 @@ struct TcpOptions {
   // Star: only rank 0 listens and every other rank connects to it alone (a rendezvous); rank 0 may then
   // talk to everybody, the others only to rank 0.
   bool star = false;
+  // Connections on demand: set-up connects each rank to its two ring neighbours only (so that every rank
+  // is known to be up and configured alike once all have returned), and any other pair connects at its
+  // first message either way. A group holds the links its pattern uses (a ring, log2 n partners, workers
+  // to servers) rather than n (n - 1) / 2. false: every pair connects at set-up.
+  bool connect_on_demand = true;
   TlsOptions tls;
 };
 
-// Blocks until this rank is connected to and authenticated with every other rank. Throws TimeoutError
-// naming the peers still missing at the deadline, InvalidArgument for bad options.
+// Blocks until this rank is connected to and authenticated with its ring neighbours (every other rank
+// without connect_on_demand). Throws TimeoutError naming the peers still missing at the deadline,
+// InvalidArgument for bad options. Later, a peer that cannot be reached within connect_timeout is lost.
 std::unique_ptr<Transport> connect_tcp(const TcpOptions& options);
 
 // Makes a group's transport from its peers' addresses, names, secret and deadlines: connect_tcp, or

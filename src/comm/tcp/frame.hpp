@@ -13,7 +13,7 @@
 namespace cohort::comm::tcp {
 
 inline constexpr std::uint32_t kMagic = 0x54484F43;  // "COHT"
-inline constexpr std::uint16_t kProtocolVersion = 8;  // 8: the shared-memory offer names its process (single copy)
+inline constexpr std::uint16_t kProtocolVersion = 9;  // 9: connections on demand (Crossed; Failed names the rank)
 inline constexpr std::size_t kHeaderBytes = 24;
 inline constexpr std::size_t kNonceBytes = 32;
 inline constexpr std::size_t kMacBytes = 32;
@@ -29,8 +29,9 @@ enum class FrameType : std::uint16_t {
   Refused = 14,   // server, instead of a challenge or an acceptance: payload = why (text); the dialer's configuration is wrong
   Accepted = 15,  // server, after a correct response: payload = proof of the secret; data follows
   Stuck = 16,     // tag = the rank the sender found stuck (alive, but it never started a collective)
-  Failed = 17,    // payload = why the sender ends (text, at most kMaxRefusalBytes)
+  Failed = 17,    // tag = the rank that ends; payload = why (text, at most kMaxRefusalBytes)
   Announce = 18,  // tag = the largest data frame the sender may send from now on, above kAlwaysExpectedBytes
+  Crossed = 19,   // server, instead of an acceptance: both ranks dialed each other, and the lower one's dial is kept
 };
 
 // The longest reason a Refused frame may carry.

@@ -57,6 +57,7 @@ TcpTransport::TcpTransport(const TcpOptions& options) : options_(options) {
   }
   if (!options_.star) layout_ = layout_fingerprint(given_addresses());
   peers_.resize(static_cast<std::size_t>(n));
+  for (int r = 0; r < n; ++r) expected_peers_ += set_up_with(r) ? 1 : 0;
   peer_progress_ = std::make_unique<std::atomic<std::uint64_t>[]>(static_cast<std::size_t>(n));
   expected_bytes_.store(options_.max_frame_bytes);
   for (auto& peer : peers_) peer.retry = std::make_unique<asio::steady_timer>(io_);
@@ -82,14 +83,15 @@ TcpTransport::TcpTransport(const TcpOptions& options) : options_(options) {
   if (n == 1) return;
   asio::post(io_, [this] {
     if (acceptor_.is_open()) accept();
+    // The higher rank of each pair dials at set-up, so that a dialer refused there knows the listener is wrong.
     for (int peer = 0; peer < options_.rank; ++peer)
-      if (linked(peer)) dial(peer);
+      if (set_up_with(peer)) start_dialing(peer, connect_deadline_);
     heartbeat();
   });
 
   std::unique_lock lock(setup_mutex_);
   const bool all = setup_changed_.wait_until(
-      lock, connect_deadline_, [&] { return connected_ == expected_peers() || setup_failure_ != nullptr; });
+      lock, connect_deadline_, [&] { return connected_ == expected_peers_ || setup_failure_ != nullptr; });
   const std::exception_ptr failure = setup_failure_;
   lock.unlock();
   if (failure) {
@@ -105,7 +107,7 @@ TcpTransport::TcpTransport(const TcpOptions& options) : options_(options) {
       int first_missing = -1;
       for (int r = 0; r < n; ++r) {
         const Peer& p = peers_[static_cast<std::size_t>(r)];
-        if (r == options_.rank || p.ready || !linked(r)) continue;
+        if (!set_up_with(r) || p.ready) continue;
         if (first_missing < 0) first_missing = r;
         text += fmt::format("{}{}{}", text.empty() ? "" : ", ", names_[static_cast<std::size_t>(r)],
                             p.last_failure.empty() ? "" : " (" + p.last_failure + ")");
@@ -122,6 +124,13 @@ TcpTransport::TcpTransport(const TcpOptions& options) : options_(options) {
     throw TimeoutError(fmt::format("{} could not connect within {} ms to {}", names_[static_cast<std::size_t>(options_.rank)],
                                    options_.connect_timeout.count(), text));
   }
+}
+
+bool TcpTransport::set_up_with(int peer) const {
+  if (peer == options_.rank || !linked(peer)) return false;
+  if (!on_demand()) return true;
+  const int n = size();
+  return peer == (options_.rank + 1) % n || peer == (options_.rank + n - 1) % n;
 }
 
 // Beyond these, the oldest handshake in progress makes room (per address: from that address).
@@ -286,10 +295,11 @@ void TcpTransport::serve_handshake(Socket socket) {
   const std::string remote = remote_of(socket->socket());
   asio::error_code address_error;
   add_pending(socket, socket->socket().remote_endpoint(address_error).address().to_string());
+  // An empty reason closes without a note: a dial that crossed this rank's own is no rejection.
   auto reject = [this, socket, state, remote](const std::string& reason) {
     if (state->finished) return;
     state->finished = true;
-    if (!closing_) note_rejection(remote, reason);
+    if (!closing_ && !reason.empty()) note_rejection(remote, reason);
     remove_pending(socket);
     asio::error_code ignored;
     socket->close(ignored);
@@ -333,7 +343,7 @@ void TcpTransport::serve_handshake(Socket socket) {
           return refuse(fmt::format("it dialed rank {}, which does not listen at this address (the processes' cluster "
                                     "lists differ?)",
                                     expected_rank));
-        if (client <= options_.rank)
+        if (client < 0 || client == options_.rank || (!on_demand() && client < options_.rank) || !linked(client))
           return refuse(fmt::format("it claims rank {}, which is no rank that may dial this one (the processes' cluster "
                                     "lists differ?)",
                                     state->claimed));
@@ -362,10 +372,17 @@ void TcpTransport::serve_handshake(Socket socket) {
               if (!same(expected, state->response))
                 return this->refuse(socket, "its proof of the shared secret is wrong (COHORT_SECRET or COHORT_SECRET_FILE differ between the processes)",
                                     reject);
-              if (peers_[static_cast<std::size_t>(state->client)].ready) return reject(fmt::format("rank {} is already connected", state->client));
+              Peer& peer = peers_[static_cast<std::size_t>(state->client)];
+              if (peer.ready || peer.accepting) return reject(fmt::format("rank {} is already connected", state->client));
               // Only now, with the secret proven, is a member told how its settings differ from this rank's.
               if (const std::string mismatch = settings_mismatch(state->client_hello, state->client); !mismatch.empty())
                 return this->refuse(socket, mismatch, reject);
+              if (peer.dialing) {
+                // Both dialed: the lower rank's dial is the one kept, on both sides.
+                if (options_.rank < state->client) return refuse_crossed(socket, reject);
+                abandon_dial(state->client);
+              }
+              peer.accepting = true;
               const HeaderBytes accepted = encode({.type = FrameType::Accepted, .tag = static_cast<std::uint64_t>(options_.rank),
                                                    .length = kMacBytes});
               const Mac proof = server_proof(options_.secret, client_nonce, state->server_nonce, state->client, options_.rank);
@@ -373,9 +390,12 @@ void TcpTransport::serve_handshake(Socket socket) {
               std::copy(proof.begin(), proof.end(), state->acceptance.begin() + kHeaderBytes);
               auto finishing = std::make_shared<FinishingHandshake>(finishing_handshakes_);
               asio::async_write(*socket, asio::buffer(state->acceptance), [this, socket, state, reject, finishing](const asio::error_code& error, std::size_t) {
-                if (error) return reject("connection closed before its acceptance (" + error.message() + ")");
-                if (peers_[static_cast<std::size_t>(state->client)].ready)
-                  return reject(fmt::format("rank {} is already connected", state->client));
+                peers_[static_cast<std::size_t>(state->client)].accepting = false;
+                if (error) {
+                  reject("connection closed before its acceptance (" + error.message() + ")");
+                  // It wanted a link: this rank dials instead (a member that died meanwhile is lost at the deadline).
+                  return link_on_demand(state->client);
+                }
                 state->finished = true;
                 state->timer.cancel();
                 remove_pending(socket);
@@ -389,28 +409,76 @@ void TcpTransport::serve_handshake(Socket socket) {
   });
 }
 
-void TcpTransport::dial(int peer) {
+bool TcpTransport::on_demand() const { return options_.connect_on_demand && !options_.star; }
+
+void TcpTransport::link_on_demand(int peer) {
+  const Peer& p = peers_[static_cast<std::size_t>(peer)];
+  if (!on_demand() || p.ready || p.dialing || p.accepting || p.departed || broken_ || leaving_ || closing_) return;
+  start_dialing(peer, Clock::now() + options_.connect_timeout);
+}
+
+void TcpTransport::start_dialing(int peer, Clock::time_point deadline) {
+  Peer& p = peers_[static_cast<std::size_t>(peer)];
+  p.dialing = true;
+  p.dial_deadline = deadline;
+  p.backoff = std::chrono::milliseconds(25);
+  dial(peer, ++p.dial_attempt);
+}
+
+void TcpTransport::abandon_dial(int peer) {
+  Peer& p = peers_[static_cast<std::size_t>(peer)];
+  p.dialing = false;
+  ++p.dial_attempt;
+  p.retry->cancel();
+}
+
+bool TcpTransport::dialing(int peer, std::uint64_t attempt) const {
+  const Peer& p = peers_[static_cast<std::size_t>(peer)];
+  return p.dialing && p.dial_attempt == attempt && !p.ready && !closing_;
+}
+
+void TcpTransport::dial(int peer, std::uint64_t attempt) {
+  if (!dialing(peer, attempt)) return;
   auto socket = std::make_shared<Stream>(io_);
-  socket->socket().async_connect(endpoints_[static_cast<std::size_t>(peer)], [this, peer, socket](const asio::error_code& error) {
-    if (error) return retry_dial(peer, error.message());
+  socket->socket().async_connect(endpoints_[static_cast<std::size_t>(peer)], [this, peer, attempt, socket](const asio::error_code& error) {
+    if (!dialing(peer, attempt)) {
+      asio::error_code ignored;
+      return socket->close(ignored);
+    }
+    if (error) return retry_dial(peer, attempt, error.message());
     tune(socket->socket());
-    client_handshake(peer, socket);
+    client_handshake(peer, attempt, socket);
   });
 }
 
-void TcpTransport::retry_dial(int peer, const std::string& reason) {
+void TcpTransport::retry_dial(int peer, std::uint64_t attempt, const std::string& reason) {
   Peer& p = peers_[static_cast<std::size_t>(peer)];
+  if (!dialing(peer, attempt)) return;
   p.last_failure = reason;
-  if (Clock::now() >= connect_deadline_) return;
+  if (Clock::now() >= p.dial_deadline) {
+    // Set-up names the peers it lacks at its deadline; later, the group loses the peer.
+    if (setting_up() && set_up_with(peer)) return;
+    return dial_failed(peer, fmt::format("could not connect within {} ms ({})", options_.connect_timeout.count(), reason), false);
+  }
   // Exponential back-off from 25 ms to 1 s: quick when the peer is just starting, light when it is late.
   p.retry->expires_after(p.backoff);
   p.backoff = std::min(p.backoff * 2, std::chrono::milliseconds(1000));
-  p.retry->async_wait([this, peer](const asio::error_code& error) {
-    if (!error) dial(peer);
+  p.retry->async_wait([this, peer, attempt](const asio::error_code& error) {
+    if (!error) dial(peer, attempt);
   });
 }
 
-void TcpTransport::client_handshake(int peer, Socket socket) {
+void TcpTransport::dial_failed(int peer, const std::string& reason, bool protocol) {
+  abandon_dial(peer);
+  lose(peer, reason, protocol);
+}
+
+void TcpTransport::refuse_crossed(const Socket& socket, const std::function<void(const std::string&)>& reject) {
+  auto frame = std::make_shared<HeaderBytes>(encode({.type = FrameType::Crossed, .tag = static_cast<std::uint64_t>(options_.rank)}));
+  asio::async_write(*socket, asio::buffer(*frame), [frame, reject](const asio::error_code&, std::size_t) { reject(""); });
+}
+
+void TcpTransport::client_handshake(int peer, std::uint64_t attempt, Socket socket) {
   struct State {
     std::array<std::byte, kHeaderBytes + kHelloBytes> hello{};
     Nonce client_nonce{};
@@ -423,22 +491,25 @@ void TcpTransport::client_handshake(int peer, Socket socket) {
     explicit State(asio::io_context& io) : timer(io) {}
   };
   auto state = std::make_shared<State>(io_);
-  auto give_up = [this, peer, socket, state](const std::string& reason) {
+  auto give_up = [this, peer, attempt, socket, state](const std::string& reason) {
     if (state->finished) return;
     state->finished = true;
     state->timer.cancel();
     asio::error_code ignored;
     socket->close(ignored);
-    retry_dial(peer, reason);
+    retry_dial(peer, attempt, reason);
   };
   // The two processes' configurations disagree (secret, TLS, ranks, addresses): trying again cannot help.
-  auto cannot_join = [this, peer, socket, state](const std::string& why) {
+  auto cannot_join = [this, peer, attempt, socket, state](const std::string& why) {
     if (state->finished) return;
     state->finished = true;
     state->timer.cancel();
     asio::error_code ignored;
     socket->close(ignored);
-    fail_setup(std::make_exception_ptr(ProtocolError(fmt::format("{} cannot join: {} {}", describe(options_.rank), describe(peer), why))));
+    if (!dialing(peer, attempt)) return;
+    const std::string reason = fmt::format("{} cannot join: {} {}", describe(options_.rank), describe(peer), why);
+    if (setting_up()) return fail_setup(std::make_exception_ptr(ProtocolError(reason)));
+    dial_failed(peer, reason, true);
   };
   // A listener that accepts and never answers must not hold this dialer until the connect deadline.
   state->timer.expires_after(handshake_timeout());
@@ -453,38 +524,40 @@ void TcpTransport::client_handshake(int peer, Socket socket) {
   const HelloBytes payload = encode_hello(hello);
   std::copy(header.begin(), header.end(), state->hello.begin());
   std::copy(payload.begin(), payload.end(), state->hello.begin() + kHeaderBytes);
-  start_stream(socket, asio::ssl::stream_base::client, [this, peer, socket, state, give_up, cannot_join](const asio::error_code& error) {
+  start_stream(socket, asio::ssl::stream_base::client, [this, peer, attempt, socket, state, give_up, cannot_join](const asio::error_code& error) {
     if (error && error.category() != asio::error::get_ssl_category()) return give_up("TLS handshake: " + error.message());
     if (error)
       return cannot_join(fmt::format("failed the TLS handshake: {} (COHORT_TLS, the shared secret or the certificates "
                                      "differ between the processes)",
                                      error.message()));
-    asio::async_write(*socket, asio::buffer(state->hello), [this, peer, socket, state, give_up, cannot_join](const asio::error_code& error, std::size_t) {
+    asio::async_write(*socket, asio::buffer(state->hello), [this, peer, attempt, socket, state, give_up, cannot_join](const asio::error_code& error, std::size_t) {
       if (error) return give_up("hello failed: " + error.message());
-      asio::async_read(*socket, asio::buffer(state->header), [this, peer, socket, state, give_up, cannot_join](const asio::error_code& error, std::size_t) {
+      asio::async_read(*socket, asio::buffer(state->header), [this, peer, attempt, socket, state, give_up, cannot_join](const asio::error_code& error, std::size_t) {
         if (error) return give_up("closed during the handshake (another secret or other settings?)");
         const FrameHeader header = decode(state->header);
         if (auto problem = check(header, std::max(kNonceBytes, kMaxRefusalBytes))) return give_up(*problem);
         if (header.type == FrameType::Refused) return read_refusal(socket, header.length, cannot_join);
         if (header.type != FrameType::Challenge || header.length != kNonceBytes)
           return give_up("the listener answered with an unexpected frame");
-        asio::async_read(*socket, asio::buffer(state->server_nonce), [this, peer, socket, state, give_up, cannot_join](const asio::error_code& error, std::size_t) {
+        asio::async_read(*socket, asio::buffer(state->server_nonce), [this, peer, attempt, socket, state, give_up, cannot_join](const asio::error_code& error, std::size_t) {
           if (error) return give_up("closed during the challenge");
           const Mac answer = client_proof(options_.secret, state->client_nonce, state->server_nonce, options_.rank, peer);
           const HeaderBytes header = encode({.type = FrameType::Response, .length = kMacBytes});
           std::copy(header.begin(), header.end(), state->response.begin());
           std::copy(answer.begin(), answer.end(), state->response.begin() + kHeaderBytes);
-          asio::async_write(*socket, asio::buffer(state->response), [this, peer, socket, state, give_up, cannot_join](const asio::error_code& error, std::size_t) {
+          asio::async_write(*socket, asio::buffer(state->response), [this, peer, attempt, socket, state, give_up, cannot_join](const asio::error_code& error, std::size_t) {
             if (error) return give_up("closed during the response");
             auto finishing = std::make_shared<FinishingHandshake>(finishing_handshakes_);
-            asio::async_read(*socket, asio::buffer(state->header), [this, peer, socket, state, give_up, cannot_join, finishing](const asio::error_code& error, std::size_t) {
+            asio::async_read(*socket, asio::buffer(state->header), [this, peer, attempt, socket, state, give_up, cannot_join, finishing](const asio::error_code& error, std::size_t) {
               if (error) return give_up("closed before accepting this rank");
               const FrameHeader header = decode(state->header);
               if (auto problem = check(header, kMaxRefusalBytes)) return give_up(*problem);
               if (header.type == FrameType::Refused) return read_refusal(socket, header.length, cannot_join);
+              // The peer's own dial is kept; the back-off retry finds it connected, or dials again should it fail.
+              if (header.type == FrameType::Crossed && header.length == 0) return give_up("both dialed, and the peer's dial is kept");
               if (header.type != FrameType::Accepted || header.length != kMacBytes || static_cast<int>(header.tag) != peer)
                 return give_up("the listener answered the response with an unexpected frame");
-              asio::async_read(*socket, asio::buffer(state->listener_proof), [this, peer, socket, state, give_up, cannot_join, finishing](const asio::error_code& error, std::size_t) {
+              asio::async_read(*socket, asio::buffer(state->listener_proof), [this, peer, attempt, socket, state, give_up, cannot_join, finishing](const asio::error_code& error, std::size_t) {
                 if (error) return give_up("closed during its acceptance");
                 if (!same(state->listener_proof, server_proof(options_.secret, state->client_nonce, state->server_nonce, options_.rank, peer)))
                   return cannot_join("does not know this rank's shared secret (COHORT_SECRET or COHORT_SECRET_FILE differ between "
@@ -492,6 +565,10 @@ void TcpTransport::client_handshake(int peer, Socket socket) {
                 if (state->finished) return;
                 state->finished = true;
                 state->timer.cancel();
+                if (!dialing(peer, attempt)) {
+                  asio::error_code ignored;
+                  return socket->close(ignored);
+                }
                 connected(peer, socket);
               });
             });
@@ -504,13 +581,13 @@ void TcpTransport::client_handshake(int peer, Socket socket) {
 
 void TcpTransport::fail_setup(std::exception_ptr error) {
   const std::lock_guard lock(setup_mutex_);
-  if (setup_failure_ == nullptr && connected_ < expected_peers()) setup_failure_ = std::move(error);
+  if (setup_failure_ == nullptr && connected_ < expected_peers_) setup_failure_ = std::move(error);
   setup_changed_.notify_all();
 }
 
 bool TcpTransport::setting_up() {
   const std::lock_guard lock(setup_mutex_);
-  return connected_ < expected_peers() && setup_failure_ == nullptr;
+  return connected_ < expected_peers_ && setup_failure_ == nullptr;
 }
 
 void TcpTransport::connected(int peer, Socket socket) {
@@ -518,18 +595,23 @@ void TcpTransport::connected(int peer, Socket socket) {
   Peer& p = peers_[static_cast<std::size_t>(peer)];
   p.socket = std::move(socket);
   p.ready = true;
+  p.dialing = false;
+  p.accepting = false;
+  ++p.dial_attempt;
+  p.retry->cancel();
   p.last_heard = Clock::now();
   read_header(peer);
   // A peer that completes its handshake after the group broke hears why, as the others did.
   if (breakage_notice_) p.queue.push_back({*breakage_notice_, std::as_bytes(std::span(breakage_notice_payload_)), nullptr});
   if (!p.queue.empty() && !p.writing) write_next(peer);
-  int now_connected = 0;
-  {
+  if (set_up_with(peer)) {
     const std::lock_guard lock(setup_mutex_);
-    now_connected = ++connected_;
+    ++connected_;
   }
   setup_changed_.notify_all();
-  if (now_connected == expected_peers()) {
+  const int links = connections_.fetch_add(1, std::memory_order_relaxed) + 1;
+  const int linkable = options_.star && options_.rank != 0 ? 1 : size() - 1;
+  if (links == linkable) {
     asio::error_code ignored;
     acceptor_.close(ignored);  // everybody is here; nobody else gets in
     accept_retry_.cancel();

@@ -93,7 +93,7 @@ void TcpTransport::on_frame(int peer, const FrameHeader& header) {
   switch (header.type) {
     case FrameType::Bye:
       p.departed = true;
-      if (setting_up())
+      if (setting_up() && set_up_with(peer))
         fail_setup(std::make_exception_ptr(IoError(fmt::format("{} could not finish set-up: {} left the group",
                                                                describe(options_.rank), describe(peer)))));
       return fail_pending_of(peer, fmt::format("{} left the group", describe(peer)));
@@ -103,13 +103,14 @@ void TcpTransport::on_frame(int peer, const FrameHeader& header) {
     case FrameType::Stuck: {
       const auto stuck = static_cast<int>(header.tag);
       const std::string stuck_name = stuck >= 0 && stuck < size() ? describe(stuck) : fmt::format("rank {}", header.tag);
+      if (!broken_) tell_peers(encode({.type = FrameType::Stuck, .tag = header.tag}), {}, peer);  // passed on once
       break_group(fmt::format("{} is stuck (found by {}): connected, but it never started a collective the others waited in",
                               stuck_name, describe(peer)),
                   Breakage::Stuck);
       return read_header(peer);
     }
     case FrameType::Failed:
-      return read_failure(peer, header.length);
+      return read_failure(peer, header.tag, header.length);
     case FrameType::Abort: {
       if (header.tag == static_cast<std::uint64_t>(options_.rank)) {
         // Another member broke off with this rank (their link broke, or what came over it broke the protocol).
@@ -119,8 +120,8 @@ void TcpTransport::on_frame(int peer, const FrameHeader& header) {
       }
       const auto lost = static_cast<int>(header.tag);
       const std::string lost_name = lost >= 0 && lost < size() ? describe(lost) : fmt::format("rank {}", header.tag);
-      // Passed on once: in set-up a rank connected to this one but not yet to the reporter would otherwise
-      // see only this rank leave, and blame it.
+      // Passed on once: a rank connected to this one but not to the reporter (not yet, in set-up, or not at
+      // all, with connections on demand) would otherwise see only this rank leave, and blame it.
       if (!broken_) tell_peers(encode({.type = FrameType::Abort, .tag = header.tag}), {}, peer);
       break_group(fmt::format("lost {} (reported by {})", lost_name, describe(peer)));
       return read_header(peer);
@@ -185,15 +186,23 @@ void TcpTransport::read_unexpected(int peer, Tag tag, std::uint64_t length) {
                    });
 }
 
-void TcpTransport::read_failure(int peer, std::uint64_t length) {
+void TcpTransport::read_failure(int peer, std::uint64_t failed, std::uint64_t length) {
   Peer& p = peers_[static_cast<std::size_t>(peer)];
+  if (length > kMaxRefusalBytes) return lose(peer, fmt::format("protocol error: a failure report of {} bytes", length), true);
   p.payload.resize(static_cast<std::size_t>(length));
-  asio::async_read(*p.socket, asio::buffer(p.payload), noting_arrivals(peer), [this, peer](const asio::error_code& error, std::size_t) {
+  asio::async_read(*p.socket, asio::buffer(p.payload), noting_arrivals(peer), [this, peer, failed](const asio::error_code& error, std::size_t) {
     if (error) return lose(peer, error.message());
     Peer& q = peers_[static_cast<std::size_t>(peer)];
     const std::string reason(reinterpret_cast<const char*>(q.payload.data()), q.payload.size());
     q.payload = {};
-    break_group(fmt::format("{} failed: {}", describe(peer), reason));
+    // The rank that failed, as its report says; the sender may only pass it on.
+    const int rank = failed < static_cast<std::uint64_t>(size()) ? static_cast<int>(failed) : peer;
+    if (!broken_) {
+      failure_report_ = reason;
+      tell_peers(encode({.type = FrameType::Failed, .tag = static_cast<std::uint64_t>(rank), .length = reason.size()}),
+                 std::as_bytes(std::span(failure_report_)), peer);
+    }
+    break_group(fmt::format("{} failed: {}", describe(rank), reason));
     read_header(peer);
   });
 }
@@ -205,6 +214,7 @@ WorkPtr TcpTransport::send(int peer, Tag tag, std::span<const std::byte> data) {
     if (broken_) return work->fail(broken_error());
     Peer& p = peers_[static_cast<std::size_t>(peer)];
     if (p.departed) return work->fail(std::make_exception_ptr(IoError(fmt::format("{} left the group", describe(peer)))));
+    link_on_demand(peer);  // the frames wait in the queue until the link is up
     if (data.size() > p.announced_to_peer) {
       p.announced_to_peer = data.size();
       enqueue(peer, {encode({.type = FrameType::Announce, .tag = data.size()}), {}, nullptr});
@@ -223,6 +233,7 @@ WorkPtr TcpTransport::recv(int peer, Tag tag, std::span<std::byte> out) {
     if (peers_[static_cast<std::size_t>(peer)].departed)
       return work->fail(std::make_exception_ptr(IoError(fmt::format("{} left the group", describe(peer)))));
     matcher_.post(peer, tag, {out, work});
+    link_on_demand(peer);  // so that the wait has the peer's heartbeats, and its loss is noticed
   });
   return work;
 }
@@ -313,7 +324,8 @@ void TcpTransport::lose(int peer, const std::string& reason, bool protocol) {
                              describe(peer), reason, describe(peer));
     p.farewell.resize(std::min(p.farewell.size(), kMaxRefusalBytes));
     p.close_when_written = true;
-    enqueue(peer, {encode({.type = FrameType::Failed, .length = p.farewell.size()}), std::as_bytes(std::span(p.farewell)), nullptr});
+    enqueue(peer, {encode({.type = FrameType::Failed, .tag = static_cast<std::uint64_t>(options_.rank), .length = p.farewell.size()}),
+                   std::as_bytes(std::span(p.farewell)), nullptr});
   } else {
     asio::error_code ignored;
     if (p.socket) p.socket->close(ignored);
@@ -348,7 +360,7 @@ void TcpTransport::announce_failure(const std::string& reason) {
     if (broken_) return;  // the cause came from elsewhere, and the peers have heard of it
     failure_report_ = reason.substr(0, kMaxRefusalBytes);
     const auto report = std::as_bytes(std::span(failure_report_));
-    tell_peers(encode({.type = FrameType::Failed, .length = report.size()}), report);
+    tell_peers(encode({.type = FrameType::Failed, .tag = static_cast<std::uint64_t>(options_.rank), .length = report.size()}), report);
     break_group(fmt::format("{} failed: {}", describe(options_.rank), reason));
   });
 }
@@ -361,6 +373,7 @@ void TcpTransport::tell_peers(const HeaderBytes& header, std::span<const std::by
   if (!breakage_notice_) {
     breakage_notice_ = header;
     breakage_notice_payload_.assign(payload.begin(), payload.end());
+    payload = std::as_bytes(std::span(breakage_notice_payload_));  // kept while the frames are written
   }
   for (int r = 0; r < size(); ++r) {
     const Peer& other = peers_[static_cast<std::size_t>(r)];

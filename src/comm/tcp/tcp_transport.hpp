@@ -5,8 +5,13 @@
 // All socket work runs on one I/O thread (Asio's io_context); send() and recv()
 // post to it and return their Work handle at once.
 //
-// Setting up: every rank listens on its own address. A rank dials every lower rank (retrying with
-// back-off, so processes may start in any order) and accepts every higher one. Each connection is
+// Setting up: every rank listens on its own address. With connections on demand (the default) a rank
+// dials its two ring neighbours at set-up, and any other peer when it first sends to or receives from it;
+// either side may dial, and when both do at once (each listener sees the other's dial while its own is
+// under way) the dial of the lower rank is kept and the other refused (a Crossed frame), so that both
+// sides keep the same connection. Without them a rank dials every lower rank and accepts every higher
+// one. Dials retry with back-off, so processes may start in any order; a peer not reached within the
+// connect deadline is lost (during set-up, connect_tcp throws naming it). Each connection is
 // authenticated both ways (handshake.hpp), then the listener compares the dialer's cluster list and
 // deadlines with its own and accepts it (an Accepted frame) or says how they differ, before it carries data; a connection that fails the handshake
 // is logged with its address and the reason, closed, and the listener goes on accepting. Both sides give
@@ -30,9 +35,11 @@
 // Failures: a connection that breaks, sends a bad frame, or stays silent longer than peer_timeout
 // (heartbeats keep idle links audible; every arrival of bytes counts, so a frame that takes longer than
 // peer_timeout to cross a slow link does not) makes the peer lost. The rank then fails every pending and later
-// operation with IoError naming the lost peer and tells every other peer (an Abort frame), so that all
-// ranks fail naming the same peer, whichever link they were waiting on. A rank that shuts down cleanly
-// says goodbye first; only operations that need it fail then.
+// operation with IoError naming the lost peer and tells every other peer it is connected to (an Abort
+// frame), and each passes the news on once (as it does a stuck peer's, or a failed rank's report), so that
+// all ranks fail naming the same peer, whichever link they were waiting on and whichever links they hold:
+// the ring of set-up connects them all. A rank that shuts down cleanly says goodbye first; only operations
+// that need it fail then.
 #include <asio.hpp>
 #include <atomic>
 #include <condition_variable>
@@ -67,6 +74,12 @@ struct Peer {
   Socket socket;
   bool ready = false;
   bool departed = false;
+  // Connecting: this rank dials the peer (the attempt numbered dial_attempt; older attempts' callbacks
+  // close their sockets), or has decided to accept the peer's dial and is writing its acceptance.
+  bool dialing = false;
+  bool accepting = false;
+  std::uint64_t dial_attempt = 0;
+  Clock::time_point dial_deadline;
   std::deque<Outgoing> queue;
   bool writing = false;
   bool write_failed = false;  // the reader reports why: an Abort may still be in the receive buffer
@@ -108,9 +121,12 @@ class TcpTransport : public Transport {
   ~TcpTransport() override;
 
   int rank() const override { return options_.rank; }
-  // Peers this rank must be connected to before it is ready.
-  int expected_peers() const { return options_.star && options_.rank != 0 ? 1 : size() - 1; }
+  // The peers this rank must be connected to before it is ready.
+  bool set_up_with(int peer) const;
+  // Whether this rank may talk to `peer` at all (a star's members talk to rank 0 alone).
   bool linked(int peer) const { return !options_.star || options_.rank == 0 || peer == 0; }
+  // How many peers this rank holds a connection to.
+  int connections() const { return connections_.load(std::memory_order_relaxed); }
   int size() const override { return static_cast<int>(options_.addresses.size()); }
   std::string describe(int rank) const override { return names_.at(static_cast<std::size_t>(rank)); }
   std::chrono::milliseconds timeout() const override { return options_.timeout; }
@@ -126,10 +142,22 @@ class TcpTransport : public Transport {
   // setup
   void accept();
   void serve_handshake(Socket socket);
-  void dial(int peer);
-  void retry_dial(int peer, const std::string& reason);
-  void client_handshake(int peer, Socket socket);
+  // Dials `peer` now unless a connection is there or under way (on demand; the I/O thread).
+  void link_on_demand(int peer);
+  void start_dialing(int peer, Clock::time_point deadline);
+  // Gives up this rank's dial of `peer` (both dialed, and the peer's dial is kept).
+  void abandon_dial(int peer);
+  // Whether attempt `attempt` is still this rank's dial of `peer`.
+  bool dialing(int peer, std::uint64_t attempt) const;
+  void dial(int peer, std::uint64_t attempt);
+  void retry_dial(int peer, std::uint64_t attempt, const std::string& reason);
+  // A dial after set-up that cannot succeed (its deadline passed, or the peer refused this rank): the peer is lost.
+  void dial_failed(int peer, const std::string& reason, bool protocol);
+  void client_handshake(int peer, std::uint64_t attempt, Socket socket);
   void connected(int peer, Socket socket);
+  bool on_demand() const;  // connections on demand (never in a star)
+  // Tells a dialer whose dial crossed this rank's own that this one is kept (a Crossed frame), then `reject`s it.
+  void refuse_crossed(const Socket& socket, const std::function<void(const std::string&)>& reject);
   // Tells a dialer in plain bytes why it will never get in (a Refused frame), then `reject`s the connection.
   void refuse(const Socket& socket, const std::string& reason, const std::function<void(const std::string&)>& reject);
   // What this rank says when it dials `peer`, and the settings a listener compares with its own.
@@ -163,8 +191,8 @@ class TcpTransport : public Transport {
   // Reads a frame whose receive is not posted yet into the peer's payload buffer.
   static constexpr std::size_t kUnexpectedPiece = 4 << 20;
   void read_unexpected(int peer, Tag tag, std::uint64_t length);
-  // Reads a peer's failure report of `length` bytes and ends the group with it.
-  void read_failure(int peer, std::uint64_t length);
+  // Reads the failure report of rank `failed` (`length` bytes, from `peer`) and ends the group with it.
+  void read_failure(int peer, std::uint64_t failed, std::uint64_t length);
   void enqueue(int peer, Outgoing outgoing);
   // Half-closes the link to `peer` and reads what it still sends until it closes, then closes: closing
   // with its bytes unread would reset the connection, which can destroy the farewell before it is read.
@@ -232,7 +260,9 @@ class TcpTransport : public Transport {
 
   std::mutex setup_mutex_;
   std::condition_variable setup_changed_;
-  int connected_ = 0;
+  int expected_peers_ = 0;  // set_up_with() them
+  int connected_ = 0;       // of those
+  std::atomic<int> connections_{0};
   std::exception_ptr setup_failure_;  // set-up cannot succeed: connect_tcp throws this at once
 
   bool leaving_ = false;  // goodbyes sent
