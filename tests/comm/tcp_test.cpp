@@ -22,7 +22,6 @@
 #include "cohort/comm/tcp.hpp"
 #include "comm/tcp/frame.hpp"
 #include "comm/tcp/handshake.hpp"
-#include "comm/tcp/tcp_transport.hpp"
 #include "conformance.hpp"
 
 using namespace cohort;
@@ -963,9 +962,7 @@ TEST_CASE("tcp: a clean shutdown fails only what needed the departed peer", "[co
   CHECK(out[0] == 3);
 }
 
-int connections_of(const std::unique_ptr<Transport>& transport) {
-  return dynamic_cast<const tcp::TcpTransport&>(*transport).connections();
-}
+int connections_of(const std::unique_ptr<Transport>& transport) { return comm::connections_of(*transport).value_or(-1); }
 
 TEST_CASE("tcp: on demand, set-up links ring neighbours, and any other pair connects at its first message, both dialing at once included",
           "[comm][tcp]") {

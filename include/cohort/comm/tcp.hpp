@@ -68,6 +68,9 @@ struct TcpOptions {
 // InvalidArgument for bad options. Later, a peer that cannot be reached within connect_timeout is lost.
 std::unique_ptr<Transport> connect_tcp(const TcpOptions& options);
 
+// How many peers `transport`, made by connect_tcp(), holds a connection to now; none for another transport.
+std::optional<int> connections_of(const Transport& transport);
+
 // Makes a group's transport from its peers' addresses, names, secret and deadlines: connect_tcp, or
 // another transport for the same group (shared memory between peers on one host).
 using TransportFactory = std::function<std::unique_ptr<Transport>(const TcpOptions& options)>;

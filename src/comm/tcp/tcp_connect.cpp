@@ -604,12 +604,12 @@ void TcpTransport::connected(int peer, Socket socket) {
   // A peer that completes its handshake after the group broke hears why, as the others did.
   if (breakage_notice_) p.queue.push_back({*breakage_notice_, std::as_bytes(std::span(breakage_notice_payload_)), nullptr});
   if (!p.queue.empty() && !p.writing) write_next(peer);
+  const int links = connections_.fetch_add(1, std::memory_order_relaxed) + 1;
   if (set_up_with(peer)) {
     const std::lock_guard lock(setup_mutex_);
     ++connected_;
   }
   setup_changed_.notify_all();
-  const int links = connections_.fetch_add(1, std::memory_order_relaxed) + 1;
   const int linkable = options_.star && options_.rank != 0 ? 1 : size() - 1;
   if (links == linkable) {
     asio::error_code ignored;

@@ -416,6 +416,12 @@ void TcpTransport::fail_pending_of(int peer, const std::string& message) {
 
 std::unique_ptr<Transport> connect_tcp(const TcpOptions& options) { return std::make_unique<tcp::TcpTransport>(options); }
 
+std::optional<int> connections_of(const Transport& transport) {
+  const auto* tcp = dynamic_cast<const tcp::TcpTransport*>(&transport);
+  if (tcp == nullptr) return std::nullopt;
+  return tcp->connections();
+}
+
 std::string load_secret(const VariableLookup& variable, std::string_view source) {
   // Short enough to guess is as good as none: the HMAC handshake is only as strong as the secret.
   constexpr std::size_t kMinimumLength = 16;
