@@ -4,7 +4,7 @@ JOBS ?= $(shell nproc)
 # This machine's instruction set: the build and its benchmarks stay here (installs default to portable code).
 CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=Release -DCOHORT_NATIVE_ARCH=ON
 
-.PHONY: all deps configure build test demo install package bench bench-allreduce bench-ps bench-data-parallel bench-codecs asan-build sanitize fuzz clean
+.PHONY: all deps configure build test demo install package bench bench-allreduce bench-startup bench-ps bench-data-parallel bench-codecs asan-build sanitize fuzz clean
 
 all: build
 
@@ -55,6 +55,13 @@ bench-allreduce:
 	@cmake -S . -B $(BUILD_DIR) $(CMAKE_FLAGS) >/dev/null
 	@cmake --build $(BUILD_DIR) -j $(JOBS) --target cohort-launch cohort_allreduce_bench mpi_allreduce_bench gloo_allreduce_bench
 	@benchmarks/allreduce_compare.sh $(BUILD_DIR)
+
+# A job's start-up on one host, 4 to 128 ranks: time to a first allreduce, descriptors, shared memory.
+bench-startup:
+	@scripts/setup-debian --peers
+	@cmake -S . -B $(BUILD_DIR) $(CMAKE_FLAGS) >/dev/null
+	@cmake --build $(BUILD_DIR) -j $(JOBS) --target cohort-launch cohort_allreduce_bench mpi_allreduce_bench
+	@benchmarks/startup_compare.sh $(BUILD_DIR)
 
 # Data-parallel training: ring allreduce on 1, 2, 4 workers and 2 + 2 parameter servers with the exposed
 # communication from their timelines, beside PyTorch DDP (torch from PyPI as for make bench).

@@ -2,6 +2,8 @@
 // thread so that a strategy can go on while a collective is in flight. Each rank reports through the
 // transport how many collectives it has started, so that a timed-out wait names the peer that never
 // started the collective (alive, its heartbeats going on, but stuck) rather than the neighbour waited on.
+// A rank hears only the peers it is connected to (connections on demand): one that finds none of them
+// behind waits a moment for the verdict of a rank that does, which reaches the whole group.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -18,6 +20,8 @@ namespace cohort::comm {
 namespace {
 
 std::span<std::byte> bytes_of(const Buffer& buffer) { return {static_cast<std::byte*>(buffer.data), buffer.bytes()}; }
+
+constexpr Tag kVerdictTag = 0xC011EC7100FFFFFFull;  // nothing is sent on it: its receive fails with the group
 
 class RingCommunicator final : public Communicator {
  public:
@@ -101,7 +105,7 @@ class RingCommunicator final : public Communicator {
     for (int peer = 0; peer < size(); ++peer)
       if (const auto progress = peer == rank() ? std::nullopt : transport_.progress_of(peer); progress && *progress < started_)
         behind.push_back(peer);
-    if (behind.empty()) return;
+    if (behind.empty()) return await_verdict();
     std::vector<std::string> stuck;
     for (int peer : behind) stuck.push_back(transport_.describe(peer) + " is stuck");
     const std::string reason = stuck_message(
@@ -111,6 +115,15 @@ class RingCommunicator final : public Communicator {
         transport_.timeout());
     for (int peer : behind) transport_.declare_stuck(peer, reason);
     throw TimeoutError(reason);
+  }
+
+  // Gives the ranks linked to the one that is stuck a moment to name it: the group then breaks with their
+  // verdict, which this throws. Returns when none comes (then the timeout stands as it is).
+  void await_verdict() {
+    if (size() < 2) return;
+    const auto grace = std::min<std::chrono::milliseconds>(transport_.timeout() / 2, std::chrono::seconds(5));
+    // Throws the verdict when the group breaks; an empty message on the tag (a stray peer's) is none.
+    transport_.recv((rank() + 1) % size(), kVerdictTag, {})->wait_for(grace);
   }
 
   Transport& transport_;

@@ -603,6 +603,8 @@ void TcpTransport::connected(int peer, Socket socket) {
   read_header(peer);
   // A peer that completes its handshake after the group broke hears why, as the others did.
   if (breakage_notice_) p.queue.push_back({*breakage_notice_, std::as_bytes(std::span(breakage_notice_payload_)), nullptr});
+  // A handshake that finished while this rank shuts down (shut_down() waits for those) hears the goodbye too.
+  else if (leaving_) p.queue.push_back({encode({.type = FrameType::Bye}), {}, nullptr});
   if (!p.queue.empty() && !p.writing) write_next(peer);
   const int links = connections_.fetch_add(1, std::memory_order_relaxed) + 1;
   if (set_up_with(peer)) {

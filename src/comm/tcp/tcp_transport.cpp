@@ -104,7 +104,7 @@ void TcpTransport::on_frame(int peer, const FrameHeader& header) {
       const auto stuck = static_cast<int>(header.tag);
       const std::string stuck_name = stuck >= 0 && stuck < size() ? describe(stuck) : fmt::format("rank {}", header.tag);
       if (!broken_) tell_peers(encode({.type = FrameType::Stuck, .tag = header.tag}), {}, peer);  // passed on once
-      break_group(fmt::format("{} is stuck (found by {}): connected, but it never started a collective the others waited in",
+      break_group(fmt::format("{} is stuck (reported by {}): connected, but it never started a collective the others waited in",
                               stuck_name, describe(peer)),
                   Breakage::Stuck);
       return read_header(peer);
