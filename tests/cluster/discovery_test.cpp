@@ -10,6 +10,7 @@
 
 #include "cohort/cluster/cluster.hpp"
 #include "cohort/cluster/discovery.hpp"
+#include "cohort/comm/collectives.hpp"
 #include "cohort/comm/inproc.hpp"
 #include "cohort/core/error.hpp"
 #include "comm/comm_test_util.hpp"
@@ -320,7 +321,7 @@ TEST_CASE("a cluster's ranks on one host share memory, unless ConnectOptions::sh
       ClusterSpec spec{.chief = {{"127.0.0.1", ports[0].port}}, .workers = {{"127.0.0.1", ports[1].port}},
                        .role = r == 0 ? Role::Chief : Role::Worker, .index = 0};
       ranks[static_cast<std::size_t>(r)] = std::make_unique<cluster::Cluster>(spec, ConnectOptions{.shared_memory = shared});
-      ranks[static_cast<std::size_t>(r)]->transport();
+      comm::barrier(ranks[static_cast<std::size_t>(r)]->transport());  // a pair shares memory once it talks
     });
     for (const auto& rank : ranks) {
       const auto* transport = dynamic_cast<const comm::shm::ShmTransport*>(&rank->transport());

@@ -179,8 +179,11 @@ TEST_CASE("shm: the conformance checks, through the rings and by single copy", "
       const SharedMemoryOptions options{.ring_bytes = ring_bytes, .single_copy_bytes = single_copy_bytes};
       {
         auto group = connect_ranks(3, options);
-        for (const auto& t : group) REQUIRE(shared_peers(t) == 2);
         conformance::ordering_and_tags(members(group));
+        // Pairs share memory once they talk: ranks 0 and 2 never do.
+        CHECK(shared_peers(group[0]) == 1);
+        CHECK(shared_peers(group[1]) == 2);
+        CHECK(shared_peers(group[2]) == 1);
       }
       {
         auto group = connect_ranks(2, options);
@@ -217,27 +220,38 @@ TEST_CASE("shm: collectives match the serial reference on 2 to 5 ranks, on one h
   }
   // Ranks 0, 2 on "a" and 1, 3 on "b": each rank has one shared-memory peer and two TCP peers.
   auto mixed = connect_ranks(4, {.hosts = {"a", "b", "a", "b"}});
-  for (const auto& t : mixed) REQUIRE(shared_peers(t) == 1);
   conformance::allreduce_matches_reference(members(mixed), {0, 5, 300001});
   conformance::reduce_scatter_then_allgather(members(mixed), {3, 75001});
   conformance::broadcast_allgather_barrier(members(mixed));
+  for (const auto& t : mixed) CHECK(shared_peers(t) == 1);
 }
 
-TEST_CASE("shm: segments are unlinked once mapped, a pair that cannot share memory keeps TCP", "[comm][shm]") {
+TEST_CASE("shm: a pair shares memory from its first message, a segment is unlinked once every peer paired, a pair that cannot keeps TCP",
+          "[comm][shm]") {
   {
-    auto group = connect_ranks(2);
-    CHECK(own_segments().empty());
+    auto group = connect_ranks(3);
+    CHECK(own_segments().size() == 3);  // open while peers may still pair
+    for (const auto& t : group) CHECK(shared_peers(t) == 0);
+    // Rank 1 has posted nothing when rank 0 sends: its progress thread answers the offer, and the message
+    // waits in shared memory for the receive.
     std::vector<int> ping{7}, pong(1);
     auto sent = group[0]->send(1, 3, conformance::bytes(ping));
-    group[1]->recv(0, 3, conformance::bytes(pong))->wait(5s);
     sent->wait(5s);
+    CHECK(shared_peers(group[0]) == 1);
+    group[1]->recv(0, 3, conformance::bytes(pong))->wait(5s);
     CHECK(pong[0] == 7);
+    CHECK(shared_peers(group[1]) == 1);
+    CHECK(shared_peers(group[2]) == 0);
+    CHECK(own_segments().size() == 3);  // rank 2 has paired with nobody, and ranks 0 and 1 not with it
+    conformance::broadcast_allgather_barrier(members(group));
+    for (const auto& t : group) CHECK(shared_peers(t) == 2);
+    CHECK(own_segments().empty());
   }
   // Rings of other sizes: each side refuses the other's segment, and the pair talks over TCP.
   auto group = connect_ranks(2, {}, [](int r, SharedMemoryOptions& options) { options.ring_bytes = r == 0 ? 4096 : 8192; });
+  conformance::sizes_and_mismatch(members(group));
   CHECK(own_segments().empty());
   for (const auto& t : group) CHECK(shared_peers(t) == 0);
-  conformance::sizes_and_mismatch(members(group));
 }
 
 TEST_CASE("shm: bad options are refused", "[comm][shm]") {
@@ -263,11 +277,9 @@ TEST_CASE("shm: a mailbox shares its budget among its peers' rings, 64 KiB each 
   // three peers and the others one.
   const SharedMemoryOptions tight{.ring_bytes = 128 * 1024, .mailbox_bytes = 256 * 1024, .single_copy_bytes = 0};
   auto group = connect_ranks(4, tight);
-  for (const auto& t : group) {
-    CHECK(shared_peers(t) == 3);
-    CHECK(shm_of(t)->ring_bytes() == 86016);  // 256 KiB / 3, in whole pages
-  }
-  conformance::sizes_and_mismatch(members(group));
+  for (const auto& t : group) CHECK(shm_of(t)->ring_bytes() == 86016);  // 256 KiB / 3, in whole pages
+  conformance::broadcast_allgather_barrier(members(group));
+  for (const auto& t : group) CHECK(shared_peers(t) == 3);
   group.clear();
 
   const auto addresses = comm_test::free_addresses(4);
@@ -279,7 +291,6 @@ TEST_CASE("shm: a mailbox shares its budget among its peers' rings, 64 KiB each 
   });
   CHECK(shm_of(star[0])->ring_bytes() == 86016);
   for (int r = 1; r < 4; ++r) {
-    CHECK(shared_peers(star[static_cast<std::size_t>(r)]) == 1);
     CHECK(shm_of(star[static_cast<std::size_t>(r)])->ring_bytes() == tight.ring_bytes);
     std::vector<int> outgoing(100000, r), back(100000);
     auto sent = star[0]->send(r, 9, conformance::bytes(outgoing));
@@ -287,6 +298,7 @@ TEST_CASE("shm: a mailbox shares its budget among its peers' rings, 64 KiB each 
     sent->wait(10s);
     received->wait(10s);
     CHECK(back == outgoing);
+    CHECK(shared_peers(star[static_cast<std::size_t>(r)]) == 1);
   }
   CHECK(shared_peers(star[0]) == 3);
 }
@@ -494,12 +506,12 @@ TEST_CASE("shm: a peer process that dies or stops fails the operations waiting o
     const auto addresses = comm_test::free_addresses(2);
     PeerProcess peer(addresses);
     auto zero = connect_group(options_for(0, addresses));
-    REQUIRE(shared_peers(zero) == 1);
     std::vector<int> ping{11}, pong(1);
     auto sent = zero->send(1, 1, conformance::bytes(ping));
     zero->recv(1, 2, conformance::bytes(pong))->wait(5s);  // the peer echoes through shared memory
     sent->wait(5s);
     REQUIRE(pong[0] == 11);
+    REQUIRE(shared_peers(zero) == 1);
     std::vector<int> large(kLargeEcho), echoed(kLargeEcho);
     for (std::size_t i = 0; i < large.size(); ++i) large[i] = static_cast<int>(i * 3);
     sent = zero->send(1, 6, conformance::bytes(large));

@@ -46,6 +46,9 @@ class Transport {
   virtual int size() const = 0;
   virtual WorkPtr send(int peer, Tag tag, std::span<const std::byte> data) = 0;
   virtual WorkPtr recv(int peer, Tag tag, std::span<std::byte> out) = 0;
+  // As recv(), for a message the peer may never send (an offer it makes when it first needs this rank):
+  // where connections are made on demand, posting it makes none; the peer's message does.
+  virtual WorkPtr recv_unprompted(int peer, Tag tag, std::span<std::byte> out) { return recv(peer, tag, out); }
   // How errors name a rank: "worker 1 (127.0.0.1:4001)".
   virtual std::string describe(int rank) const = 0;
   // The deadline that blocking helpers (collectives) apply to each wait.

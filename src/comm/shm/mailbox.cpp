@@ -101,10 +101,13 @@ Mailbox Mailbox::create(std::uint32_t slots, std::uint64_t ring_bytes) {
   box.fd_ = ::memfd_create(label.c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (box.fd_ < 0) throw IoError(fmt::format("cannot create shared memory {}: {}", label, std::strerror(errno)));
   box.name_ = descriptor_path(::getpid(), box.fd_);
-  // Reserved now, so that a full memory is an error here and not a SIGBUS on a later write.
-  const int reserved = ::posix_fallocate(box.fd_, 0, static_cast<off_t>(box.size_));
+  // The header and counters are reserved now, each ring when its pair first talks (reserve_ring), so that a
+  // full memory is an error then and not a SIGBUS on a later write.
+  if (::ftruncate(box.fd_, static_cast<off_t>(box.size_)) != 0)
+    throw IoError(fmt::format("cannot size shared memory {}: {}", label, std::strerror(errno)));
+  const int reserved = ::posix_fallocate(box.fd_, 0, static_cast<off_t>(rings_offset(slots)));
   if (reserved != 0)
-    throw IoError(fmt::format("cannot reserve {} MiB of shared memory: {}", box.size_ >> 20, std::strerror(reserved)));
+    throw IoError(fmt::format("cannot reserve shared memory: {}", std::strerror(reserved)));
   if (::fcntl(box.fd_, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0)
     throw IoError(fmt::format("cannot seal shared memory {}: {}", label, std::strerror(errno)));
   box.base_ = ::mmap(nullptr, box.size_, PROT_READ | PROT_WRITE, MAP_SHARED, box.fd_, 0);
@@ -116,6 +119,13 @@ Mailbox Mailbox::create(std::uint32_t slots, std::uint64_t ring_bytes) {
   for (std::uint32_t slot = 0; slot < slots; ++slot)
     new (static_cast<std::byte*>(box.base_) + counters_offset() + slot * sizeof(RingCounters)) RingCounters{};
   return box;
+}
+
+std::optional<std::string> Mailbox::reserve_ring(std::uint32_t slot) {
+  if (fd_ < 0) return "its shared memory is closed";
+  const int reserved = ::posix_fallocate(fd_, static_cast<off_t>(rings_offset(slots_) + slot * ring_bytes_), static_cast<off_t>(ring_bytes_));
+  if (reserved != 0) return fmt::format("cannot reserve {} KiB of shared memory: {}", ring_bytes_ >> 10, std::strerror(reserved));
+  return std::nullopt;
 }
 
 Mailbox Mailbox::open(const std::string& name, const Nonce& nonce, std::uint32_t slots, std::uint64_t ring_bytes) {

@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 
@@ -80,8 +81,8 @@ std::size_t rings_offset(std::uint32_t slots);
 // A mapped segment: created (and owned) by the process it belongs to, or opened by a peer.
 class Mailbox {
  public:
-  // Creates and reserves a segment of `slots` rings. Throws IoError naming the reason (no shared memory,
-  // not enough of it, a size beyond the address space).
+  // Creates a segment of `slots` rings, reserving its header (reserve_ring() reserves each ring). Throws
+  // IoError naming the reason (no shared memory, not enough of it, a size beyond the address space).
   static Mailbox create(std::uint32_t slots, std::uint64_t ring_bytes);
   // Opens a peer's segment by its name ("/proc/PID/fd/N"); throws IoError when it cannot be opened, is
   // not sealed against shrinking, or is not the one offered.
@@ -98,6 +99,8 @@ class Mailbox {
   const Nonce& nonce() const { return header().nonce; }
   Ring ring(std::uint32_t slot) const;  // slot < the slot count it was created or opened with
   MailboxHeader& header() const { return *static_cast<MailboxHeader*>(base_); }
+  // Reserves the memory of ring `slot` (the creator, before its peer writes there); why not, when it cannot.
+  std::optional<std::string> reserve_ring(std::uint32_t slot);
   // Closes the creator's descriptor, through which peers open the segment (the memory stays while mapped);
   // the creator calls it once its peers have mapped it.
   void unlink();

@@ -28,19 +28,9 @@ constexpr std::size_t kFrameHeaderBytes = 32;  // tag, length, kind, address
 constexpr std::size_t kSingleCopyPiece = std::size_t{4} << 20;  // a buffered message grows by this as it is read
 constexpr std::chrono::milliseconds kCloseWaitForReaders{500};
 constexpr std::chrono::milliseconds kWatchInterval{20};
+constexpr std::chrono::milliseconds kPairingLookInterval{1};
 constexpr std::chrono::microseconds kPollAfterProgress{50};
 constexpr std::size_t kMaxRingBytes = std::size_t{1} << 30;
-
-// What a rank tells a same-host peer about its mailbox.
-struct Offer {
-  char name[64];  // empty: this rank has no mailbox
-  Nonce nonce;
-  std::uint64_t ring_bytes;
-  std::uint32_t slots;
-  std::uint32_t slot;  // the receiving peer's ring in this mailbox
-  std::int64_t pid;    // where a peer reads this rank's single-copy messages
-  std::uint64_t nonce_address;  // this mailbox's nonce in this process, which a peer reads to check that it can
-};
 
 // What a rank answers a peer's offer.
 constexpr std::uint8_t kMapped = 1;
@@ -52,6 +42,7 @@ std::span<std::byte> bytes_of(auto& value) { return std::as_writable_bytes(std::
 // Why this process cannot read the offering peer's single-copy messages (none when it can). The process
 // must be the one that holds the peer's segment (`name` is /proc/PID/fd/N, opened already), and its memory
 // must hold the segment's nonce where the peer says it keeps it.
+template <typename Offer>
 std::optional<std::string> refuses_single_copy(const Offer& offer, const std::string& name) {
   const long holder = std::strtol(name.c_str() + std::strlen("/proc/"), nullptr, 10);
   if (offer.pid != holder) return fmt::format("it named process {}, not {}, which holds its segment", offer.pid, holder);
@@ -65,27 +56,48 @@ std::string broken_ring(const ShmTransport& transport, int peer) {
   return fmt::format("protocol error: {} moved the counters of a shared-memory ring out of range", transport.describe(peer));
 }
 
+// A Work that failed already: a pairing that could not be made.
+WorkPtr failed_work(std::string what, const std::exception_ptr& error) {
+  auto work = std::make_shared<Work>(std::move(what));
+  work->fail(error);
+  return work;
+}
+
 }  // namespace
 
 ShmTransport::ShmTransport(std::unique_ptr<Transport> tcp, const std::vector<LocalPeer>& local, std::size_t ring_bytes,
                            const SharedMemoryOptions& options, std::uint64_t max_frame_bytes)
     : tcp_(std::move(tcp)), max_frame_bytes_(max_frame_bytes), single_copy_bytes_(options.single_copy_bytes), ring_bytes_(ring_bytes), expected_bytes_(max_frame_bytes), link_by_rank_(static_cast<std::size_t>(tcp_->size()), nullptr) {
-  exchange_segments(local, ring_bytes, options);
-  log::info("{}: shared memory with {} of the {} peer(s) on its host ({} read its messages from {} bytes straight from its memory), "
-            "rings of {}",
-            describe(rank()), links_.size(), local.size(), single_copy_peers(), single_copy_bytes_,
-            ring_bytes % (1 << 20) == 0 ? fmt::format("{} MiB", ring_bytes >> 20) : fmt::format("{} KiB", ring_bytes >> 10));
-  if (links_.empty()) return;
-  for (auto& link : links_) link->watch = tcp_->recv(link->peer, kWatchTag, {});
+  create_mailbox(local, ring_bytes);
+  undecided_ = static_cast<int>(local.size());
+  for (std::size_t i = 0; i < local.size(); ++i) {
+    auto link = std::make_unique<Link>();
+    link->peer = local[i].rank;
+    link->slot = static_cast<std::uint32_t>(i);
+    link->expected = local[i];
+    // Posted without connecting: the peer's offer comes when it first needs this rank.
+    link->offer_arrival = tcp_->recv_unprompted(link->peer, kOfferTag, bytes_of(link->offer));
+    link_by_rank_[static_cast<std::size_t>(link->peer)] = link.get();
+    links_.push_back(std::move(link));
+  }
+  log::info("{}: shared memory with each of the {} peer(s) on its host as they first talk (rings of {}; messages from {} "
+            "bytes read straight from the sender's memory)",
+            describe(rank()), local.size(),
+            ring_bytes % (1 << 20) == 0 ? fmt::format("{} MiB", ring_bytes >> 20) : fmt::format("{} KiB", ring_bytes >> 10),
+            single_copy_bytes_);
   progress_thread_ = std::thread([this] { progress(); });
 }
 
 ShmTransport::~ShmTransport() {
+  log::info("{}: shared memory with {} of the {} peer(s) on its host ({} read its messages from {} bytes straight from its memory)",
+            describe(rank()), shared_memory_peers(), links_.size(), single_copy_peers(), single_copy_bytes_);
   await_acknowledgements();
   if (progress_thread_.joinable()) {
     stopping_ = true;
-    own_.header().bell.fetch_add(1, std::memory_order_seq_cst);  // a wait that starts now returns at once
-    own_.ring_bell();
+    if (have_mailbox_) {
+      own_.header().bell.fetch_add(1, std::memory_order_seq_cst);  // a wait that starts now returns at once
+      own_.ring_bell();
+    }
     progress_thread_.join();
   }
   for (auto& link : links_) {
@@ -113,98 +125,154 @@ std::optional<std::string> ShmTransport::reservation_refusal(const std::vector<L
   return shm::reservation_refusal(host_bytes, *available);
 }
 
-void ShmTransport::exchange_segments(const std::vector<LocalPeer>& local, std::size_t ring_bytes, const SharedMemoryOptions& options) {
-  const auto slots = static_cast<std::uint32_t>(local.size());
-  const std::string self = describe(rank());
-  bool have_mailbox = true;
+void ShmTransport::create_mailbox(const std::vector<LocalPeer>& local, std::size_t ring_bytes) {
   try {
     if (auto refusal = reservation_refusal(local, ring_bytes)) throw IoError(*refusal);
-    own_ = Mailbox::create(slots, ring_bytes);
+    own_ = Mailbox::create(static_cast<std::uint32_t>(local.size()), ring_bytes);
+    have_mailbox_ = true;
   } catch (const IoError& error) {
-    log::warning("{}: no shared memory, the peers on its host are reached over TCP: {}", self, error.what());
-    have_mailbox = false;
-  }
-  std::vector<Offer> mine(local.size()), theirs(local.size());
-  std::vector<WorkPtr> works;
-  for (std::size_t i = 0; i < local.size(); ++i) {
-    Offer& offer = mine[i];
-    std::memset(&offer, 0, sizeof offer);
-    if (have_mailbox) {
-      std::snprintf(offer.name, sizeof offer.name, "%s", own_.name().c_str());
-      offer.nonce = own_.nonce();
-    }
-    offer.ring_bytes = ring_bytes;
-    offer.slots = slots;
-    offer.slot = static_cast<std::uint32_t>(i);
-    offer.pid = ::getpid();
-    if (have_mailbox) offer.nonce_address = reinterpret_cast<std::uint64_t>(&own_.header().nonce);
-    works.push_back(tcp_->send(local[i].rank, kOfferTag, bytes_of(mine[i])));
-    works.push_back(tcp_->recv(local[i].rank, kOfferTag, bytes_of(theirs[i])));
-  }
-  wait_all(works, timeout());
-  works.clear();
-
-  // Both directions must map, or the pair keeps TCP: each side sends whether it mapped the other's.
-  std::vector<Mailbox> mapped(local.size());
-  std::vector<std::uint8_t> opened(local.size(), 0), answers(local.size(), 0);
-  std::vector<std::optional<ProcessHandle>> processes(local.size());
-  bool told_refusal = false;
-  for (std::size_t i = 0; i < local.size(); ++i) {
-    const Offer& offer = theirs[i];
-    const std::string name(offer.name, strnlen(offer.name, sizeof offer.name));
-    if (name.empty() || !have_mailbox) continue;
-    try {
-      if (offer.slot >= offer.slots || offer.slots != local[i].slots || offer.ring_bytes != local[i].ring_bytes)
-        throw IoError(fmt::format("its shared-memory settings differ from this rank's ({} rings of {} bytes, where this "
-                                  "rank's settings give it {} of {})",
-                                  offer.slots, offer.ring_bytes, local[i].slots, local[i].ring_bytes));
-      if (offer.nonce == own_.nonce()) throw IoError("it offered this rank's own segment");
-      mapped[i] = Mailbox::open(name, offer.nonce, offer.slots, offer.ring_bytes);
-      opened[i] = kMapped;
-      if (options.single_copy_bytes > 0) {
-        // Opened before the check, so that the process checked is the one later reads are checked against.
-        processes[i] = ProcessHandle::open(static_cast<pid_t>(offer.pid));
-        auto refused = refuses_single_copy(offer, name);
-        if (!refused && processes[i] && processes[i]->ended()) refused = "its process has ended";
-        if (!refused) opened[i] |= kReadsYourMemory;
-        else if (!std::exchange(told_refusal, true))
-          log::warning("{}: messages from {} take two copies through shared memory, not one: {}", self, describe(local[i].rank), *refused);
-      }
-    } catch (const IoError& error) {
-      log::warning("{}: {} is reached over TCP: {}", self, describe(local[i].rank), error.what());
-    }
-  }
-  for (std::size_t i = 0; i < local.size(); ++i) {
-    works.push_back(tcp_->send(local[i].rank, kAnswerTag, bytes_of(opened[i])));
-    works.push_back(tcp_->recv(local[i].rank, kAnswerTag, bytes_of(answers[i])));
-  }
-  wait_all(works, timeout());
-  own_.unlink();  // every peer that could map it has
-
-  for (std::size_t i = 0; i < local.size(); ++i) {
-    if ((opened[i] & kMapped) == 0 || (answers[i] & kMapped) == 0) continue;
-    auto link = std::make_unique<Link>();
-    link->peer = local[i].rank;
-    link->pid = static_cast<pid_t>(theirs[i].pid);
-    link->single_copy_in = (opened[i] & kReadsYourMemory) != 0;
-    if (link->single_copy_in) link->process = std::move(processes[i]);
-    link->single_copy_out = (answers[i] & kReadsYourMemory) != 0;
-    link->theirs = std::move(mapped[i]);
-    link->outbound = link->theirs.ring(theirs[i].slot);
-    link->inbound = own_.ring(static_cast<std::uint32_t>(i));
-    link_by_rank_[static_cast<std::size_t>(local[i].rank)] = link.get();
-    links_.push_back(std::move(link));
+    log::warning("{}: no shared memory, the peers on its host are reached over TCP: {}", describe(rank()), error.what());
   }
 }
 
-int ShmTransport::shared_memory_peers() const { return static_cast<int>(links_.size()); }
+void ShmTransport::advance_pairing(Link& link, bool initiate) {
+  const auto arrived = [](const WorkPtr& work) { return work->done(); };
+  try {
+    if (link.pairing == Pairing::Unpaired && (initiate || arrived(link.offer_arrival))) {
+      std::memset(&link.offered, 0, sizeof link.offered);
+      std::optional<std::string> unreserved;
+      if (have_mailbox_) {
+        const std::lock_guard lock(mailbox_mutex_);
+        unreserved = own_.reserve_ring(link.slot);
+      }
+      if (unreserved) log::warning("{}: {} is reached over TCP: {}", describe(rank()), describe(link.peer), *unreserved);
+      if (have_mailbox_ && !unreserved) {
+        std::snprintf(link.offered.name, sizeof link.offered.name, "%s", own_.name().c_str());
+        link.offered.nonce = own_.nonce();
+        link.offered.nonce_address = reinterpret_cast<std::uint64_t>(&own_.header().nonce);
+      }
+      link.offered.ring_bytes = ring_bytes_;
+      link.offered.slots = static_cast<std::uint32_t>(links_.size());
+      link.offered.slot = link.slot;
+      link.offered.pid = ::getpid();
+      link.answer_arrival = tcp_->recv(link.peer, kAnswerTag, bytes_of(link.answer));
+      link.pairing_sends.push_back(tcp_->send(link.peer, kOfferTag, bytes_of(link.offered)));
+      link.pairing = Pairing::Offered;
+    }
+    if (link.pairing == Pairing::Offered && arrived(link.offer_arrival)) {
+      link.offer_arrival->wait(std::chrono::milliseconds(0));  // its failure, if it failed
+      link.opened = map_offer(link);
+      link.pairing_sends.push_back(tcp_->send(link.peer, kAnswerTag, bytes_of(link.opened)));
+      link.pairing = Pairing::Answered;
+    }
+    if (link.pairing == Pairing::Answered && arrived(link.answer_arrival)) {
+      link.answer_arrival->wait(std::chrono::milliseconds(0));
+      for (const WorkPtr& sent : link.pairing_sends) sent->wait(timeout());  // done: the answer came after them
+      paired(link, (link.opened & kMapped) != 0 && (link.answer & kMapped) != 0);
+    }
+  } catch (const std::exception&) {
+    link.pairing_failure = std::current_exception();
+    link.pairing = Pairing::Failed;
+  }
+}
+
+std::uint8_t ShmTransport::map_offer(Link& link) {
+  const Offer& offer = link.offer;
+  const std::string name(offer.name, strnlen(offer.name, sizeof offer.name));
+  // Without a mailbox of its own this rank offered none, and the pair keeps TCP whatever it maps.
+  if (name.empty() || link.offered.name[0] == '\0') return 0;
+  try {
+    if (offer.slots != link.expected.slots || offer.ring_bytes != link.expected.ring_bytes || offer.slot != link.expected.your_slot)
+      throw IoError(fmt::format("its shared-memory settings differ from this rank's ({} rings of {} bytes, this rank's in "
+                                "slot {}, where this rank's settings give it {} of {}, in slot {})",
+                                offer.slots, offer.ring_bytes, offer.slot, link.expected.slots, link.expected.ring_bytes,
+                                link.expected.your_slot));
+    if (offer.nonce == own_.nonce()) throw IoError("it offered this rank's own segment");
+    link.mapped = Mailbox::open(name, offer.nonce, offer.slots, offer.ring_bytes);
+    std::uint8_t opened = kMapped;
+    if (single_copy_bytes_ > 0) {
+      // Opened before the check, so that the process checked is the one later reads are checked against.
+      link.checked_process = ProcessHandle::open(static_cast<pid_t>(offer.pid));
+      auto refused = refuses_single_copy(offer, name);
+      if (!refused && link.checked_process && link.checked_process->ended()) refused = "its process has ended";
+      if (!refused) opened |= kReadsYourMemory;
+      else if (!told_refusal_.exchange(true))
+        log::warning("{}: messages from {} take two copies through shared memory, not one: {}", describe(rank()),
+                     describe(link.peer), *refused);
+    }
+    return opened;
+  } catch (const IoError& error) {
+    log::warning("{}: {} is reached over TCP: {}", describe(rank()), describe(link.peer), error.what());
+    link.mapped.reset();
+    return 0;
+  }
+}
+
+void ShmTransport::paired(Link& link, bool shared) {
+  if (shared) {
+    link.pid = static_cast<pid_t>(link.offer.pid);
+    link.single_copy_in = (link.opened & kReadsYourMemory) != 0;
+    if (link.single_copy_in) link.process = std::move(link.checked_process);
+    link.single_copy_out = (link.answer & kReadsYourMemory) != 0;
+    link.theirs = std::move(*link.mapped);
+    link.outbound = link.theirs.ring(link.offer.slot);
+    link.inbound = own_.ring(link.slot);
+    link.watch = tcp_->recv(link.peer, kWatchTag, {});
+  }
+  link.mapped.reset();
+  link.checked_process.reset();
+  link.pairing_sends.clear();
+  link.pairing.store(shared ? Pairing::SharedMemory : Pairing::Tcp, std::memory_order_release);
+  const std::lock_guard lock(mailbox_mutex_);
+  if (--undecided_ == 0 && have_mailbox_) own_.unlink();  // every peer that could map it has
+}
+
+std::exception_ptr ShmTransport::await_pairing(Link& link) {
+  if (link.pairing.load(std::memory_order_acquire) == Pairing::Tcp) return nullptr;
+  const auto deadline = std::chrono::steady_clock::now() + timeout();
+  for (;;) {
+    {
+      const std::lock_guard lock(link.pairing_mutex);
+      advance_pairing(link, true);
+      switch (link.pairing.load()) {
+        case Pairing::SharedMemory:
+        case Pairing::Tcp: return nullptr;
+        case Pairing::Failed: return link.pairing_failure;
+        default: break;
+      }
+    }
+    const WorkPtr& next = link.pairing == Pairing::Offered ? link.offer_arrival : link.answer_arrival;
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0)
+      return std::make_exception_ptr(TimeoutError(fmt::format(
+          "{} could not set up shared memory with {} within {} ms: it did not answer", describe(rank()), describe(link.peer), timeout().count())));
+    try {
+      next->wait_for(std::min(left, std::chrono::milliseconds(10)));
+    } catch (const std::exception&) {  // advance_pairing() records it
+    }
+  }
+}
+
+void ShmTransport::advance_pairings() {
+  for (auto& link : links_) {
+    const Pairing state = link->pairing.load(std::memory_order_acquire);
+    if (state == Pairing::SharedMemory || state == Pairing::Tcp || state == Pairing::Failed) continue;
+    if (state == Pairing::Unpaired && !link->offer_arrival->done()) continue;
+    const std::unique_lock lock(link->pairing_mutex, std::try_to_lock);  // else a caller is pairing it
+    if (lock) advance_pairing(*link, false);
+  }
+}
+
+int ShmTransport::shared_memory_peers() const {
+  return static_cast<int>(std::ranges::count_if(links_, [](const auto& link) { return is_paired(*link); }));
+}
 
 int ShmTransport::single_copy_peers() const {
-  return static_cast<int>(std::ranges::count_if(links_, [](const auto& link) { return link->single_copy_out; }));
+  return static_cast<int>(std::ranges::count_if(links_, [](const auto& link) { return is_paired(*link) && link->single_copy_out; }));
 }
 
 int ShmTransport::single_copy_sources() const {
-  return static_cast<int>(std::ranges::count_if(links_, [](const auto& link) { return link->single_copy_in; }));
+  return static_cast<int>(std::ranges::count_if(links_, [](const auto& link) { return is_paired(*link) && link->single_copy_in; }));
 }
 
 ShmTransport::Link* ShmTransport::link_of(int peer) const {
@@ -224,7 +292,10 @@ void ShmTransport::wake_progress() const { own_.ring_bell(); }
 
 WorkPtr ShmTransport::send(int peer, Tag tag, std::span<const std::byte> data) {
   Link* link = link_of(peer);
-  if (link == nullptr) return tcp_->send(peer, tag, data);
+  if (link != nullptr && !is_paired(*link)) {
+    if (auto failure = await_pairing(*link)) return failed_work(fmt::format("send to {}, tag {}", describe(peer), tag), failure);
+  }
+  if (link == nullptr || !is_paired(*link)) return tcp_->send(peer, tag, data);
   const bool by_reference = link->single_copy_out && single_copy_bytes_ > 0 && data.size() >= single_copy_bytes_;
   std::string what = fmt::format("send to {}, tag {}", describe(peer), tag);
   // The waiting thread moves the bytes itself for a moment (yielding the core between looks) before it
@@ -298,7 +369,10 @@ void ShmTransport::write_queued(Link& link) {
 
 WorkPtr ShmTransport::recv(int peer, Tag tag, std::span<std::byte> out) {
   Link* link = link_of(peer);
-  if (link == nullptr) return tcp_->recv(peer, tag, out);
+  if (link != nullptr && !is_paired(*link)) {
+    if (auto failure = await_pairing(*link)) return failed_work(fmt::format("recv from {}, tag {}", describe(peer), tag), failure);
+  }
+  if (link == nullptr || !is_paired(*link)) return tcp_->recv(peer, tag, out);
   std::string what = fmt::format("recv from {}, tag {}", describe(peer), tag);
   auto work = std::make_shared<Work>(std::move(what), [this, link] {
     const std::unique_lock reading(link->read_mutex, std::try_to_lock);
@@ -513,17 +587,27 @@ void ShmTransport::finish_frame(Link& link) {
 // ---- the progress thread
 
 void ShmTransport::progress() {
+  if (!have_mailbox_) {
+    // Nothing to move: the peers' offers are answered (no shared memory) as they come.
+    while (!stopping_.load()) {
+      advance_pairings();
+      std::this_thread::sleep_for(kWatchInterval);
+    }
+    return;
+  }
   auto next_watch = std::chrono::steady_clock::now();
   auto last_progress = next_watch;
   MailboxHeader& own = own_.header();
+  auto next_pairing_look = next_watch;
   while (!stopping_.load()) {
     bool progressed = false;
     for (auto& link : links_) {
+      if (!is_paired(*link)) continue;
       const std::unique_lock reading(link->read_mutex, std::try_to_lock);  // else a waiting caller reads
       if (reading) progressed |= read_inbound(*link);
     }
     for (auto& link : links_) {
-      if (!link->queued.load(std::memory_order_seq_cst)) continue;
+      if (!is_paired(*link) || !link->queued.load(std::memory_order_seq_cst)) continue;
       const std::lock_guard lock(link->send_mutex);
       if (link->queue.empty()) continue;
       const std::size_t before = link->queue.front().written;
@@ -532,6 +616,10 @@ void ShmTransport::progress() {
       progressed |= link->queue.size() != queued || (!link->queue.empty() && link->queue.front().written != before);
     }
     const auto now = std::chrono::steady_clock::now();
+    if (now >= next_pairing_look) {
+      advance_pairings();
+      next_pairing_look = now + kPairingLookInterval;
+    }
     if (now >= next_watch) {
       check_watches();
       next_watch = now + kWatchInterval;
@@ -548,6 +636,7 @@ void ShmTransport::progress() {
     own.sleeping.store(1, std::memory_order_seq_cst);
     std::vector<Link*> blocked;
     for (auto& link : links_) {
+      if (!is_paired(*link)) continue;
       const std::lock_guard lock(link->send_mutex);
       if (link->queue.empty()) continue;
       link->outbound.counters().producer_waiting.store(1, std::memory_order_seq_cst);
@@ -561,6 +650,7 @@ void ShmTransport::progress() {
 
 bool ShmTransport::work_waiting() {
   for (auto& link : links_) {
+    if (!is_paired(*link)) continue;
     {
       const std::unique_lock reading(link->read_mutex, std::try_to_lock);
       if (reading && link->inbound.readable_bytes() > 0) return true;
@@ -581,6 +671,7 @@ bool ShmTransport::is_gone(const Link& link) const {
 
 void ShmTransport::check_watches() {
   for (auto& link : links_) {
+    if (!is_paired(*link)) continue;
     std::optional<std::string> corrupt;
     Breakage breakage = Breakage::Protocol;
     {
@@ -601,7 +692,7 @@ void ShmTransport::check_watches() {
     return fail_links(remaining_links(), *corrupt, Breakage::Protocol);
   }
   for (auto& link : links_) {
-    if (is_gone(*link) || !link->watch->done()) continue;
+    if (!is_paired(*link) || is_gone(*link) || !link->watch->done()) continue;
     std::string reason;
     Breakage breakage = Breakage::Lost;
     try {
@@ -627,7 +718,7 @@ void ShmTransport::check_watches() {
 std::vector<ShmTransport::Link*> ShmTransport::remaining_links() const {
   std::vector<Link*> remaining;
   for (const auto& link : links_)
-    if (!is_gone(*link)) remaining.push_back(link.get());
+    if (is_paired(*link) && !is_gone(*link)) remaining.push_back(link.get());
   return remaining;
 }
 
@@ -699,8 +790,10 @@ std::unique_ptr<Transport> connect_group(const TcpOptions& options, const Shared
   if (local.empty()) return tcp;
   std::vector<shm::ShmTransport::LocalPeer> peers;
   for (const int peer : local) {
-    const std::size_t theirs = same_host_peers(options, shared_memory, peer).size();
-    peers.push_back({.rank = peer, .slots = static_cast<std::uint32_t>(theirs), .ring_bytes = ring_bytes_for(shared_memory, theirs)});
+    const std::vector<int> theirs = same_host_peers(options, shared_memory, peer);
+    const auto your_slot = static_cast<std::uint32_t>(std::ranges::find(theirs, options.rank) - theirs.begin());
+    peers.push_back({.rank = peer, .slots = static_cast<std::uint32_t>(theirs.size()), .your_slot = your_slot,
+                     .ring_bytes = ring_bytes_for(shared_memory, theirs.size())});
   }
   return std::make_unique<shm::ShmTransport>(std::move(tcp), peers, ring_bytes_for(shared_memory, local.size()), shared_memory,
                                              options.max_frame_bytes);

@@ -6,6 +6,13 @@
 // a frame is a 32-byte header (tag, length, kind, address) followed by the payload, streamed through the ring
 // when it is larger than the ring.
 //
+// Pairing: a same-host pair sets up its shared memory when it first talks, at the first send to or receive
+// from the peer on either side, or when the peer's offer arrives (over TCP, which then connects on demand).
+// Each side reserves its ring for the other and offers its mailbox, maps the other's and answers whether it
+// could; both then hold both answers and agree: shared memory, or TCP for good. A send or receive waits for
+// that agreement (a round trip, once per pair), so every message of a pair takes the same way. The
+// descriptor through which peers open this rank's mailbox stays open until every same-host peer has paired.
+//
 // Single copy: a message of at least `single_copy_bytes` to a peer that can read this process's memory
 // (checked at set-up) travels as a header alone, naming where its bytes are; the receiver copies them
 // straight from this process into the posted receive (peer_memory.hpp), or into a buffer when none is
@@ -49,10 +56,11 @@ namespace cohort::comm::shm {
 class ShmTransport : public Transport {
  public:
   // A peer that shares this host with this rank, and the mailbox it must offer: a ring for each of its own
-  // same-host peers, of ring_bytes each.
+  // same-host peers, of ring_bytes each, this rank's in slot your_slot.
   struct LocalPeer {
     int rank = -1;
     std::uint32_t slots = 0;
+    std::uint32_t your_slot = 0;  // this rank's ring among them
     std::size_t ring_bytes = 0;
   };
   // `local` lists the peers that share this host with this rank; `ring_bytes` is this rank's rings' size.
@@ -110,8 +118,34 @@ class ShmTransport : public Transport {
     std::vector<std::byte> buffer{};
     bool discard = false;
   };
+  // What a rank tells a same-host peer about its mailbox.
+  struct Offer {
+    char name[64];  // empty: this rank has no mailbox
+    Nonce nonce;
+    std::uint64_t ring_bytes;
+    std::uint32_t slots;
+    std::uint32_t slot;  // the receiving peer's ring in this mailbox
+    std::int64_t pid;    // where a peer reads this rank's single-copy messages
+    std::uint64_t nonce_address;  // this mailbox's nonce in this process, which a peer reads to check that it can
+  };
+  enum class Pairing { Unpaired, Offered, Answered, SharedMemory, Tcp, Failed };
   struct Link {  // one same-host peer
     int peer = -1;
+    std::uint32_t slot = 0;  // this rank's ring for the peer in its own mailbox, and its index in the peer's offer
+    LocalPeer expected;      // the mailbox the peer must offer
+    // Pairing, under pairing_mutex; `pairing` is read without it (SharedMemory: every field below is set).
+    std::mutex pairing_mutex;
+    std::atomic<Pairing> pairing{Pairing::Unpaired};
+    Offer offered{};  // this rank's offer, and the peer's
+    Offer offer{};
+    std::uint8_t opened = 0;  // what this rank answers, and what the peer answered
+    std::uint8_t answer = 0;
+    WorkPtr offer_arrival;  // the peer's offer (posted at construction), and its answer
+    WorkPtr answer_arrival;
+    std::vector<WorkPtr> pairing_sends;
+    std::optional<Mailbox> mapped;  // the peer's mailbox, between the answers
+    std::optional<ProcessHandle> checked_process;  // the one whose memory was checked, for `process`
+    std::exception_ptr pairing_failure;
     pid_t pid = 0;
     bool single_copy_out = false;  // the peer reads this rank's large messages from this process
     bool single_copy_in = false;   // this rank reads the peer's large messages from its process
@@ -134,9 +168,18 @@ class ShmTransport : public Transport {
     Breakage gone_by = Breakage::Lost;  // what its failed operations throw
   };
 
-  void exchange_segments(const std::vector<LocalPeer>& local, std::size_t ring_bytes, const SharedMemoryOptions& options);
+  void create_mailbox(const std::vector<LocalPeer>& local, std::size_t ring_bytes);
   // Why this rank reserves no mailbox (the host's memory); none when it may.
   std::optional<std::string> reservation_refusal(const std::vector<LocalPeer>& local, std::size_t ring_bytes) const;
+  // Pairing. advance_pairing() takes the steps it can without waiting (the caller holds pairing_mutex);
+  // await_pairing() pairs and waits until the pair has agreed (at once when it has), and returns why it
+  // cannot when it cannot.
+  void advance_pairing(Link& link, bool initiate);
+  std::exception_ptr await_pairing(Link& link);
+  std::uint8_t map_offer(Link& link);  // what this rank answers the peer's offer
+  void paired(Link& link, bool shared);
+  void advance_pairings();  // the progress thread's: offers that arrived, answers awaited
+  static bool is_paired(const Link& link) { return link.pairing.load(std::memory_order_acquire) == Pairing::SharedMemory; }
   void queue_frame(Link& link, Outgoing outgoing);  // the caller holds link.send_mutex
   Link* link_of(int peer) const;
   // Writes what fits of the queue's front frames; the caller holds link.send_mutex.
@@ -169,10 +212,14 @@ class ShmTransport : public Transport {
   std::uint64_t max_frame_bytes_;
   std::size_t single_copy_bytes_;
   std::size_t ring_bytes_;
+  bool have_mailbox_ = false;
+  std::mutex mailbox_mutex_;  // reserving rings, and closing the descriptor once every peer has paired
+  int undecided_ = 0;         // peers not yet paired; under mailbox_mutex_
+  std::atomic<bool> told_refusal_{false};  // the single-copy refusal is logged once
   std::atomic<std::uint64_t> expected_bytes_;  // the largest frame buffered while no receive awaits it
   Mailbox own_;
-  std::vector<std::unique_ptr<Link>> links_;
-  std::vector<Link*> link_by_rank_;  // null: TCP
+  std::vector<std::unique_ptr<Link>> links_;  // one per same-host peer
+  std::vector<Link*> link_by_rank_;  // null: another host's, always TCP
 
   mutable std::mutex state_mutex_;  // receive matching and failures
   Matcher matcher_;

@@ -224,16 +224,16 @@ WorkPtr TcpTransport::send(int peer, Tag tag, std::span<const std::byte> data) {
   return work;
 }
 
-WorkPtr TcpTransport::recv(int peer, Tag tag, std::span<std::byte> out) {
+WorkPtr TcpTransport::receive(int peer, Tag tag, std::span<std::byte> out, bool connect) {
   check_peer(peer);
   auto work = std::make_shared<Work>(fmt::format("recv from {}, tag {}", describe(peer), tag));
-  asio::post(io_, [this, peer, tag, out, work] {
+  asio::post(io_, [this, peer, tag, out, work, connect] {
     if (broken_) return work->fail(broken_error());
     if (matcher_.take_buffered(describe(peer), peer, tag, out, *work)) return;
     if (peers_[static_cast<std::size_t>(peer)].departed)
       return work->fail(std::make_exception_ptr(IoError(fmt::format("{} left the group", describe(peer)))));
     matcher_.post(peer, tag, {out, work});
-    link_on_demand(peer);  // so that the wait has the peer's heartbeats, and its loss is noticed
+    if (connect) link_on_demand(peer);
   });
   return work;
 }

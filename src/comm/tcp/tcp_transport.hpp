@@ -136,7 +136,8 @@ class TcpTransport : public Transport {
   void expect_messages_up_to(std::uint64_t bytes) override;
   void announce_failure(const std::string& reason) override;
   WorkPtr send(int peer, Tag tag, std::span<const std::byte> data) override;
-  WorkPtr recv(int peer, Tag tag, std::span<std::byte> out) override;
+  WorkPtr recv(int peer, Tag tag, std::span<std::byte> out) override { return receive(peer, tag, out, true); }
+  WorkPtr recv_unprompted(int peer, Tag tag, std::span<std::byte> out) override { return receive(peer, tag, out, false); }
 
  private:
   // setup
@@ -182,6 +183,8 @@ class TcpTransport : public Transport {
   void note_rejection(const std::string& remote, const std::string& reason);
   std::chrono::milliseconds handshake_timeout() const;
   // data
+  // A receive; `connect`: dial the peer on demand, so that the wait has its heartbeats and its loss is noticed.
+  WorkPtr receive(int peer, Tag tag, std::span<std::byte> out, bool connect);
   // A read's completion condition that marks the peer alive at every arrival, so that a frame slower to
   // arrive than peer_timeout (a slow link) does not count as silence.
   auto noting_arrivals(int peer);  // defined before its uses in tcp_transport.cpp
