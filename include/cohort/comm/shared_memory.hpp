@@ -1,9 +1,11 @@
 #pragma once
-// Shared memory between ranks on one host. connect_group() connects every rank over TCP (authenticated,
+// Shared memory between ranks on one host. connect_group() connects the ranks over TCP (authenticated,
 // with heartbeats) exactly as connect_tcp() does; then each pair of ranks on the same host moves its
 // messages through lock-free rings in shared memory instead of loopback TCP, with futex wake-ups.
 //
 // - The same host: equal `hosts` labels, by default the host part of each rank's address.
+// - On demand: a pair sets up its rings (and reserves their memory) when it first talks, so that a job
+//   holds the pairs its pattern uses; the first send or receive of a pair waits for that (a round trip).
 // - A segment's name is sent only over the authenticated TCP link, so no rank maps memory before the
 //   shared secret is proven. Segments are memory files sealed against shrinking (a peer maps only a sealed
 //   one, so nobody can make it die of SIGBUS), opened by processes of the same user only, and gone with
