@@ -156,18 +156,17 @@ void ShmTransport::advance_pairing(Link& link, bool initiate) {
       link.offered.slot = link.slot;
       link.offered.pid = ::getpid();
       link.answer_arrival = tcp_->recv(link.peer, kAnswerTag, bytes_of(link.answer));
-      link.pairing_sends.push_back(tcp_->send(link.peer, kOfferTag, bytes_of(link.offered)));
+      tcp_->send(link.peer, kOfferTag, bytes_of(link.offered));  // a failure fails the answer's receive too
       link.pairing = Pairing::Offered;
     }
     if (link.pairing == Pairing::Offered && arrived(link.offer_arrival)) {
       link.offer_arrival->wait(std::chrono::milliseconds(0));  // its failure, if it failed
       link.opened = map_offer(link);
-      link.pairing_sends.push_back(tcp_->send(link.peer, kAnswerTag, bytes_of(link.opened)));
+      tcp_->send(link.peer, kAnswerTag, bytes_of(link.opened));
       link.pairing = Pairing::Answered;
     }
     if (link.pairing == Pairing::Answered && arrived(link.answer_arrival)) {
       link.answer_arrival->wait(std::chrono::milliseconds(0));
-      for (const WorkPtr& sent : link.pairing_sends) sent->wait(timeout());  // done: the answer came after them
       paired(link, (link.opened & kMapped) != 0 && (link.answer & kMapped) != 0);
     }
   } catch (const std::exception&) {
@@ -221,7 +220,6 @@ void ShmTransport::paired(Link& link, bool shared) {
   }
   link.mapped.reset();
   link.checked_process.reset();
-  link.pairing_sends.clear();
   link.pairing.store(shared ? Pairing::SharedMemory : Pairing::Tcp, std::memory_order_release);
   const std::lock_guard lock(mailbox_mutex_);
   if (--undecided_ == 0 && have_mailbox_) own_.unlink();  // every peer that could map it has

@@ -142,7 +142,6 @@ class ShmTransport : public Transport {
     std::uint8_t answer = 0;
     WorkPtr offer_arrival;  // the peer's offer (posted at construction), and its answer
     WorkPtr answer_arrival;
-    std::vector<WorkPtr> pairing_sends;
     std::optional<Mailbox> mapped;  // the peer's mailbox, between the answers
     std::optional<ProcessHandle> checked_process;  // the one whose memory was checked, for `process`
     std::exception_ptr pairing_failure;
