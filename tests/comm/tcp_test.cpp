@@ -964,6 +964,58 @@ TEST_CASE("tcp: a clean shutdown fails only what needed the departed peer", "[co
 
 int connections_of(const std::unique_ptr<Transport>& transport) { return comm::connections_of(*transport).value_or(-1); }
 
+// A hand-made rank's part in set-up's token round (connections on demand): it reads frames from the rank
+// before it until a token comes (heartbeats skipped), and passes the token to the rank after it, twice.
+void pass_set_up_tokens(RawClient& from_previous, RawClient& to_next) {
+  for (int lap = 0; lap < 2; ++lap) {
+    for (;;) {
+      tcp::HeaderBytes header{};
+      REQUIRE(from_previous.read(header.data(), header.size()));
+      const tcp::FrameHeader frame = tcp::decode(header);
+      std::vector<std::byte> payload(static_cast<std::size_t>(frame.length));
+      if (!payload.empty()) REQUIRE(from_previous.read(payload.data(), payload.size()));
+      if (frame.type == tcp::FrameType::Data && frame.tag == tcp::kSetUpTag) break;
+    }
+    const auto header = tcp::encode({.type = tcp::FrameType::Data, .tag = tcp::kSetUpTag, .length = 1});
+    std::vector<std::byte> token(header.begin(), header.end());
+    token.push_back(std::byte{0});
+    to_next.write(token);
+  }
+}
+
+TEST_CASE("tcp: on demand, set-up waits for every rank, a late one included, and all name one that never comes", "[comm][tcp]") {
+  constexpr int n = 6;
+  {
+    // Rank 3 starts 1.5 s after the others, whose collectives give up after 1 s: their set-up waits for it.
+    const auto addresses = comm_test::free_addresses(n);
+    std::vector<std::unique_ptr<Transport>> group(n);
+    comm_test::run_ranks(n, [&](int r) {
+      if (r == 3) std::this_thread::sleep_for(1500ms);
+      TcpOptions options = options_for(r, addresses);
+      options.timeout = 1s;
+      group[static_cast<std::size_t>(r)] = connect_tcp(options);
+    });
+    conformance::broadcast_allgather_barrier(members(group));
+  }
+  // Rank 3 never comes: every rank's set-up fails naming it, not a neighbour that gave up before it.
+  const auto addresses = comm_test::free_addresses(n);
+  std::vector<std::exception_ptr> errors(n);
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < n; ++r) {
+    if (r == 3) continue;
+    TcpOptions options = options_for(r, addresses);
+    options.connect_timeout = 1s;
+    ranks.push_back(failing_set_up(options, errors[static_cast<std::size_t>(r)]));
+  }
+  for (auto& rank : ranks) rank.join();
+  for (int r = 0; r < n; ++r) {
+    if (r == 3) continue;
+    INFO("rank " << r);
+    REQUIRE(errors[static_cast<std::size_t>(r)] != nullptr);
+    CHECK_THROWS_WITH(std::rethrow_exception(errors[static_cast<std::size_t>(r)]), Catch::Contains("worker 3"));
+  }
+}
+
 TEST_CASE("tcp: on demand, set-up links ring neighbours, and any other pair connects at its first message, both dialing at once included",
           "[comm][tcp]") {
   constexpr int n = 7;
@@ -1032,6 +1084,7 @@ TEST_CASE("tcp: on demand, a peer that cannot be reached after set-up is lost at
   REQUIRE(handshake(to_one, 2, kSecret, tcp::random_nonce(), addresses, 1));
   RawClient to_three(addresses[3]);
   REQUIRE(handshake(to_three, 2, kSecret, tcp::random_nonce(), addresses, 3));
+  pass_set_up_tokens(to_one, to_three);
   a.join();
   b.join();
   d.join();

@@ -6,7 +6,7 @@
 //
 //   comm::TcpOptions options{.rank = 1, .addresses = {{"127.0.0.1", 4000}, {"127.0.0.1", 4001}},
 //                            .secret = comm::load_secret()};
-//   auto transport = comm::connect_tcp(options);   // returns once its ring neighbours are connected
+//   auto transport = comm::connect_tcp(options);   // returns once every rank has come
 
 #include <chrono>
 #include <cstdint>
@@ -55,8 +55,8 @@ struct TcpOptions {
   // Star: only rank 0 listens and every other rank connects to it alone (a rendezvous); rank 0 may then
   // talk to everybody, the others only to rank 0.
   bool star = false;
-  // Connections on demand: set-up connects each rank to its two ring neighbours only (so that every rank
-  // is known to be up and configured alike once all have returned), and any other pair connects at its
+  // Connections on demand: set-up connects each rank to its two ring neighbours only, and returns once a
+  // token passed around that ring shows every rank up and configured alike; any other pair connects at its
   // first message either way. A group holds the links its pattern uses (a ring, log2 n partners, workers
   // to servers) rather than n (n - 1) / 2. false: every pair connects at set-up.
   bool connect_on_demand = true;
@@ -64,8 +64,9 @@ struct TcpOptions {
 };
 
 // Blocks until this rank is connected to and authenticated with its ring neighbours (every other rank
-// without connect_on_demand). Throws TimeoutError naming the peers still missing at the deadline,
-// InvalidArgument for bad options. Later, a peer that cannot be reached within connect_timeout is lost.
+// without connect_on_demand) and every rank of the group has come. Throws TimeoutError naming the peers
+// still missing at the deadline, InvalidArgument for bad options. Later, a peer that cannot be reached
+// within connect_timeout is lost.
 std::unique_ptr<Transport> connect_tcp(const TcpOptions& options);
 
 // How many peers `transport`, made by connect_tcp(), holds a connection to now; none for another transport.

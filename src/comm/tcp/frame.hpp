@@ -34,6 +34,9 @@ enum class FrameType : std::uint16_t {
   Crossed = 19,   // server, instead of an acceptance: both ranks dialed each other, and the lower one's dial is kept
 };
 
+// The data tag of the token that set-up passes around the ring (connections on demand).
+inline constexpr std::uint64_t kSetUpTag = 0x5345545550544F4Bull;  // "SETUPTOK"
+
 // The longest reason a Refused frame may carry.
 inline constexpr std::size_t kMaxRefusalBytes = 512;
 

@@ -124,6 +124,32 @@ TcpTransport::TcpTransport(const TcpOptions& options) : options_(options) {
     throw TimeoutError(fmt::format("{} could not connect within {} ms to {}", names_[static_cast<std::size_t>(options_.rank)],
                                    options_.connect_timeout.count(), text));
   }
+  if (on_demand() && expected_peers_ < n - 1) await_every_rank();
+}
+
+void TcpTransport::await_every_rank() {
+  const int n = size(), r = options_.rank;
+  // The neighbours of a missing rank give up at their connect deadline and name it: a moment longer here
+  // lets that verdict arrive.
+  const auto deadline = connect_deadline_ + std::min<std::chrono::milliseconds>(options_.connect_timeout / 2, std::chrono::seconds(5));
+  std::array<std::byte, 1> token{};
+  const auto await = [&](const WorkPtr& work, int peer) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    if (!work->wait_for(std::max(left, std::chrono::milliseconds(0))))
+      throw TimeoutError(fmt::format("{} could not finish set-up within {} ms: not every rank of the group joined (it waited "
+                                     "for {}, its ring neighbour, to pass on the ring's token)",
+                                     describe(r), options_.connect_timeout.count(), describe(peer)));
+  };
+  try {
+    for (int lap = 0; lap < 2; ++lap) {
+      if (r != 0) await(recv((r + n - 1) % n, kSetUpTag, token), (r + n - 1) % n);
+      await(send((r + 1) % n, kSetUpTag, token), (r + 1) % n);
+      if (r == 0) await(recv(n - 1, kSetUpTag, token), n - 1);
+    }
+  } catch (...) {
+    shut_down();
+    throw;
+  }
 }
 
 bool TcpTransport::set_up_with(int peer) const {
@@ -315,6 +341,8 @@ void TcpTransport::serve_handshake(Socket socket) {
                             "between the processes", reject);
     if (error) return reject("TLS handshake failed: " + error.message());
     asio::async_read(*socket, asio::buffer(state->header), [this, socket, state, reject](const asio::error_code& error, std::size_t) {
+      // A dialer that closes before its first byte says nothing (a member whose dial became unnecessary, a scanner).
+      if (error == asio::error::eof) return reject("");
       if (error) return reject("connection closed before its hello (" + error.message() + ")");
       const FrameHeader header = decode(state->header);
       if (looks_like_tls(state->header)) {
@@ -348,7 +376,7 @@ void TcpTransport::serve_handshake(Socket socket) {
                                     "lists differ?)",
                                     state->claimed));
         state->client_hello = hello;
-        if (peers_[static_cast<std::size_t>(client)].ready) return reject(fmt::format("rank {} is already connected", client));
+        // Whether the pair is linked already is not told before the secret is proven either.
         // The dialer proves the secret first: a stranger gets a nonce and nothing computed from the secret,
         // so it cannot test guesses of a weak secret offline.
         state->server_nonce = random_nonce();
@@ -373,7 +401,8 @@ void TcpTransport::serve_handshake(Socket socket) {
                 return this->refuse(socket, "its proof of the shared secret is wrong (COHORT_SECRET or COHORT_SECRET_FILE differ between the processes)",
                                     reject);
               Peer& peer = peers_[static_cast<std::size_t>(state->client)];
-              if (peer.ready || peer.accepting) return reject(fmt::format("rank {} is already connected", state->client));
+              // A member whose dial crossed a link made meanwhile (or a replay, which proves nothing): it keeps that link.
+              if (peer.ready || peer.accepting) return refuse_crossed(socket, reject);
               // Only now, with the secret proven, is a member told how its settings differ from this rank's.
               if (const std::string mismatch = settings_mismatch(state->client_hello, state->client); !mismatch.empty())
                 return this->refuse(socket, mismatch, reject);

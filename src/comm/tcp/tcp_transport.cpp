@@ -149,7 +149,8 @@ void TcpTransport::on_frame(int peer, const FrameHeader& header) {
     asio::async_read(*p.socket, asio::buffer(receiver.out.data(), receiver.out.size()), noting_arrivals(peer),
                      [this, peer, receiver](const asio::error_code& error, std::size_t) {
                        if (error) {
-                         receiver.work->fail(std::make_exception_ptr(IoError(fmt::format("lost {}: {}", describe(peer), error.message()))));
+                         receiver.work->fail(broken_ ? broken_error()
+                                                     : std::make_exception_ptr(IoError(fmt::format("lost {}: {}", describe(peer), error.message()))));
                          return lose(peer, error.message());
                        }
                        receiver.work->complete();
@@ -268,7 +269,9 @@ void TcpTransport::write_next(int peer) {
     Outgoing done = std::move(q.queue.front());
     q.queue.pop_front();
     if (error) {
-      if (done.work) done.work->fail(std::make_exception_ptr(IoError(fmt::format("lost {}: {}", describe(peer), error.message()))));
+      // After the group broke (which closed this socket) the group's reason, not the write's.
+      if (done.work)
+        done.work->fail(broken_ ? broken_error() : std::make_exception_ptr(IoError(fmt::format("lost {}: {}", describe(peer), error.message()))));
       asio::error_code ignored;
       if (q.close_when_written) q.socket->close(ignored);
       return;

@@ -6,7 +6,8 @@
 // post to it and return their Work handle at once.
 //
 // Setting up: every rank listens on its own address. With connections on demand (the default) a rank
-// dials its two ring neighbours at set-up, and any other peer when it first sends to or receives from it;
+// connects with its two ring neighbours at set-up (then waits for the ring's token, await_every_rank()),
+// and dials any other peer when it first sends to or receives from it;
 // either side may dial, and when both do at once (each listener sees the other's dial while its own is
 // under way) the dial of the lower rank is kept and the other refused (a Crossed frame), so that both
 // sides keep the same connection. Without them a rank dials every lower rank and accepts every higher
@@ -229,6 +230,10 @@ class TcpTransport : public Transport {
   // Says goodbye, lets queued frames leave (half a second at most), closes every socket and stops the
   // I/O thread: at destruction, and before a failed set-up throws.
   void shut_down();
+  // With connections on demand set-up links each rank with its ring neighbours only: a token passed twice
+  // around the ring tells every rank that all have (the first lap gathers, the second releases), so that
+  // no rank starts on a peer that is not up yet.
+  void await_every_rank();
   // During set-up: makes connect_tcp throw `error` now instead of waiting for its deadline.
   void fail_setup(std::exception_ptr error);
   bool setting_up();
