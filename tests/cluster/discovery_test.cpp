@@ -238,22 +238,7 @@ TEST_CASE("a cluster makes its transport through the factory it is given", "[clu
   cluster::ConnectOptions options;
   options.transport_factory = [&](const comm::TcpOptions& peers) -> std::unique_ptr<comm::Transport> {
     asked.push_back(peers);
-    struct Borrowed : comm::Transport {
-      comm::Transport& inner;
-      explicit Borrowed(comm::Transport& t) : inner(t) {}
-      int rank() const override { return inner.rank(); }
-      int size() const override { return inner.size(); }
-      comm::WorkPtr send(int p, comm::Tag t, std::span<const std::byte> d) override { return inner.send(p, t, d); }
-      comm::WorkPtr recv(int p, comm::Tag t, std::span<std::byte> o) override { return inner.recv(p, t, o); }
-      std::string describe(int r) const override { return inner.describe(r); }
-      std::chrono::milliseconds timeout() const override { return inner.timeout(); }
-      void report_progress(std::uint64_t collectives) override { inner.report_progress(collectives); }
-      std::optional<std::uint64_t> progress_of(int p) const override { return inner.progress_of(p); }
-      void declare_stuck(int p, const std::string& reason) override { inner.declare_stuck(p, reason); }
-      void expect_messages_up_to(std::uint64_t bytes) override { inner.expect_messages_up_to(bytes); }
-      void announce_failure(const std::string& reason) override { inner.announce_failure(reason); }
-    };
-    return std::make_unique<Borrowed>(group.transport(peers.rank));
+    return std::make_unique<comm_test::ForwardingTransport>(group.transport(peers.rank));
   };
   cluster::Cluster cluster(ClusterSpec{.chief = {{"127.0.0.1", 4000}}, .workers = {{"127.0.0.1", 4001}},
                                        .role = Role::Worker, .index = 0},

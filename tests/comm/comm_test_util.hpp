@@ -21,6 +21,23 @@
 
 namespace comm_test {
 
+// A transport that passes every call on to another: a test derives from it to change one behaviour.
+struct ForwardingTransport : cohort::comm::Transport {
+  cohort::comm::Transport& inner;
+  explicit ForwardingTransport(cohort::comm::Transport& t) : inner(t) {}
+  int rank() const override { return inner.rank(); }
+  int size() const override { return inner.size(); }
+  cohort::comm::WorkPtr send(int p, cohort::comm::Tag t, std::span<const std::byte> d) override { return inner.send(p, t, d); }
+  cohort::comm::WorkPtr recv(int p, cohort::comm::Tag t, std::span<std::byte> o) override { return inner.recv(p, t, o); }
+  std::string describe(int r) const override { return inner.describe(r); }
+  std::chrono::milliseconds timeout() const override { return inner.timeout(); }
+  void report_progress(std::uint64_t collectives) override { inner.report_progress(collectives); }
+  std::optional<std::uint64_t> progress_of(int p) const override { return inner.progress_of(p); }
+  void declare_stuck(int p, const std::string& reason) override { inner.declare_stuck(p, reason); }
+  void expect_messages_up_to(std::uint64_t bytes) override { inner.expect_messages_up_to(bytes); }
+  void announce_failure(const std::string& reason) override { inner.announce_failure(reason); }
+};
+
 inline void expect(bool ok, const std::string& what) {
   if (!ok) throw std::runtime_error("expectation failed: " + what);
 }

@@ -1,5 +1,6 @@
 // The ring communicator meets the Communicator contract on 1-4 ranks over the in-process transport.
 #include <catch2/catch.hpp>
+#include <functional>
 #include <thread>
 
 #include "cohort/comm/inproc.hpp"
@@ -72,25 +73,39 @@ namespace {
 
 // A rank's transport that, as with connections on demand, hears the progress of its ring neighbours only,
 // and whose verdict on a stuck peer leaves late (a loaded host): the ranks that hear nothing must wait for it.
-struct RingNeighboursOnly : comm::Transport {
-  comm::Transport& inner;
-  explicit RingNeighboursOnly(comm::Transport& t) : inner(t) {}
+struct RingNeighboursOnly : comm_test::ForwardingTransport {
+  using ForwardingTransport::ForwardingTransport;
   bool neighbour(int p) const { return p == (rank() + 1) % size() || p == (rank() + size() - 1) % size(); }
-  int rank() const override { return inner.rank(); }
-  int size() const override { return inner.size(); }
-  comm::WorkPtr send(int p, comm::Tag t, std::span<const std::byte> d) override { return inner.send(p, t, d); }
-  comm::WorkPtr recv(int p, comm::Tag t, std::span<std::byte> o) override { return inner.recv(p, t, o); }
-  std::string describe(int r) const override { return inner.describe(r); }
-  std::chrono::milliseconds timeout() const override { return inner.timeout(); }
-  void report_progress(std::uint64_t collectives) override { inner.report_progress(collectives); }
   std::optional<std::uint64_t> progress_of(int p) const override { return neighbour(p) ? inner.progress_of(p) : std::nullopt; }
   void declare_stuck(int p, const std::string& reason) override {
     std::this_thread::sleep_for(std::chrono::milliseconds(150));
     inner.declare_stuck(p, reason);
   }
-  void expect_messages_up_to(std::uint64_t bytes) override { inner.expect_messages_up_to(bytes); }
-  void announce_failure(const std::string& reason) override { inner.announce_failure(reason); }
 };
+
+// Six ranks allreduce once (the ring: 1.2 MB), run `between`, then all but rank 4 allreduce again: every
+// other rank must fail with TimeoutError naming `stuck`.
+void rank_4_stops(const std::vector<std::unique_ptr<comm::Communicator>>& communicators, const std::string& stuck,
+                  const std::function<void()>& between = {}) {
+  const int n = static_cast<int>(communicators.size());
+  std::vector<std::vector<float>> values(static_cast<std::size_t>(n), std::vector<float>(300000, 1.0f));
+  auto allreduce = [&](int rank) {
+    const auto r = static_cast<std::size_t>(rank);
+    return communicators[r]->allreduce(comm::Buffer::of(values[r]), comm::ReduceOp::Sum);
+  };
+  std::vector<comm::WorkPtr> first;
+  for (int r = 0; r < n; ++r) first.push_back(allreduce(r));
+  for (auto& work : first) work->wait(std::chrono::seconds(10));
+  if (between) between();
+  std::vector<comm::WorkPtr> second;
+  for (int r = 0; r < n; ++r)
+    if (r != 4) second.push_back(allreduce(r));
+  for (std::size_t i = 0; i < second.size(); ++i) {
+    INFO("rank " << (i < 4 ? i : i + 1));
+    CHECK_THROWS_AS(second[i]->wait(std::chrono::seconds(10)), TimeoutError);
+    CHECK_THROWS_WITH(second[i]->wait(std::chrono::seconds(1)), Catch::Contains(stuck));
+  }
+}
 
 }  // namespace
 
@@ -103,22 +118,7 @@ TEST_CASE("a rank that hears of no peer behind waits for the verdict of one that
     transports.push_back(std::make_unique<RingNeighboursOnly>(group.transport(r)));
     communicators.push_back(comm::make_ring_communicator(*transports.back()));
   }
-  std::vector<std::vector<float>> values(n, std::vector<float>(300000, 1.0f));  // the ring, not recursive doubling
-  auto allreduce = [&](int rank) {
-    const auto r = static_cast<std::size_t>(rank);
-    return communicators[r]->allreduce(comm::Buffer::of(values[r]), comm::ReduceOp::Sum);
-  };
-  std::vector<comm::WorkPtr> first;
-  for (int r = 0; r < n; ++r) first.push_back(allreduce(r));
-  for (auto& work : first) work->wait(std::chrono::seconds(10));
-  std::vector<comm::WorkPtr> second;
-  for (int r = 0; r < n; ++r)
-    if (r != 4) second.push_back(allreduce(r));
-  for (std::size_t i = 0; i < second.size(); ++i) {
-    INFO("rank " << (i < 4 ? i : i + 1));
-    CHECK_THROWS_AS(second[i]->wait(std::chrono::seconds(10)), TimeoutError);
-    CHECK_THROWS_WITH(second[i]->wait(std::chrono::seconds(1)), Catch::Contains("rank 4 is stuck"));
-  }
+  rank_4_stops(communicators, "rank 4 is stuck");
 }
 
 TEST_CASE("over TCP with connections on demand, a rank that never starts a collective is named stuck by the ranks not linked to it too",
@@ -135,24 +135,9 @@ TEST_CASE("over TCP with connections on demand, a rank that never starts a colle
   });
   std::vector<std::unique_ptr<comm::Communicator>> communicators;
   for (const auto& transport : transports) communicators.push_back(comm::make_ring_communicator(*transport));
-  std::vector<std::vector<float>> values(n, std::vector<float>(300000, 1.0f));  // the ring, not recursive doubling
-  auto allreduce = [&](int rank) {
-    const auto r = static_cast<std::size_t>(rank);
-    return communicators[r]->allreduce(comm::Buffer::of(values[r]), comm::ReduceOp::Sum);
-  };
-  std::vector<comm::WorkPtr> first;
-  for (int r = 0; r < n; ++r) first.push_back(allreduce(r));
-  for (auto& work : first) work->wait(std::chrono::seconds(10));
-  for (const auto& transport : transports) CHECK(comm::connections_of(*transport) == 2);
-  std::vector<comm::WorkPtr> second;
-  for (int r = 0; r < n; ++r)
-    if (r != 4) second.push_back(allreduce(r));
-  const std::string stuck = transports[0]->describe(4) + " is stuck";
-  for (std::size_t i = 0; i < second.size(); ++i) {
-    INFO("rank " << (i < 4 ? i : i + 1));
-    CHECK_THROWS_AS(second[i]->wait(std::chrono::seconds(10)), TimeoutError);
-    CHECK_THROWS_WITH(second[i]->wait(std::chrono::seconds(1)), Catch::Contains(stuck));
-  }
+  rank_4_stops(communicators, transports[0]->describe(4) + " is stuck", [&] {
+    for (const auto& transport : transports) CHECK(comm::connections_of(*transport) == 2);
+  });
 }
 
 TEST_CASE("NCCL is set up only when every rank has a GPU of its own, and every rank hears why not", "[comm]") {
