@@ -3,8 +3,9 @@
 // the collectives and the parameter store need; TCP (tcp.hpp) and in-process (inproc.hpp) implement it.
 //
 // Contract:
-// - send() and recv() return at once with a Work handle. send()'s bytes and recv()'s buffer must stay
-//   valid until that handle completes.
+// - send() and recv() return at once with a Work handle (over shared memory, a pair's first one waits for
+//   the pair to set up its rings, a round trip). send()'s bytes and recv()'s buffer must stay valid until
+//   that handle completes.
 // - Messages from one rank to another with the same tag arrive in the order they were sent; recv() takes
 //   the next one, which must have exactly out.size() bytes (else ProtocolError). Different tags and
 //   different peers are independent.
