@@ -4,11 +4,12 @@
 #     path (btl vader), with one thread's memcpy bandwidth as the ceiling;
 #   - cohort over loopback TCP (COHORT_SHARED_MEMORY=0) beside Open MPI's TCP path (ob1/tcp forced) and
 #     Gloo's ring allreduce, with the loopback TCP bandwidth (iperf3) as the ceiling;
+#   - cohort over TLS 1.3 (COHORT_TLS=1, TCP only), and what encryption costs against plain TCP;
 #   - cohort's MPI communicator under the same mpirun settings as Open MPI's own TCP run.
 # Peers that are not installed are skipped (Debian: openmpi-bin libopenmpi-dev libgloo-dev iperf3).
 #   usage: benchmarks/allreduce_compare.sh [BUILD_DIR] [MAX_BYTES]
 set -uo pipefail
-case ${1:-} in -h | --help) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;; esac
+case ${1:-} in -h | --help) sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;; esac
 build=${1:-build}
 max=${2:-268435456}
 bench=$build/benchmarks
@@ -22,6 +23,8 @@ for n in 2 4; do
     || { echo "cohort run on $n ranks failed:"; cat "$out/cohort_shm.$n"; exit 1; }
   COHORT_SHARED_MEMORY=0 "$build/cohort-launch" --workers $n -- "$bench/cohort_allreduce_bench" --max-bytes "$max" \
     >"$out/cohort.$n" 2>&1 || { echo "cohort TCP run on $n ranks failed:"; cat "$out/cohort.$n"; exit 1; }
+  COHORT_TLS=1 COHORT_SHARED_MEMORY=0 "$build/cohort-launch" --workers $n -- "$bench/cohort_allreduce_bench" --max-bytes "$max" \
+    >"$out/cohort_tls.$n" 2>&1 || { echo "cohort TLS run on $n ranks failed:"; cat "$out/cohort_tls.$n"; exit 1; }
   if [ -x "$bench/mpi_allreduce_bench" ] && command -v mpirun >/dev/null; then
     root=(); [ "$(id -u)" -eq 0 ] && root=(--allow-run-as-root)
     mpirun "${root[@]}" -np $n --oversubscribe --mca pml ob1 --mca btl vader,self \
@@ -71,17 +74,18 @@ def ratio(mine, peer, size):
 copy = table(f"{out}/memcpy")
 for n in (2, 4):
     shm, mpi_shm = table(f"{out}/cohort_shm.{n}"), table(f"{out}/mpi_shm.{n}")
-    tcp, mpi, gloo, cohort_mpi = (table(f"{out}/{name}.{n}") for name in ("cohort", "mpi", "gloo", "cohort_mpi"))
+    tcp, mpi, gloo, cohort_mpi, tls = (table(f"{out}/{name}.{n}") for name in ("cohort", "mpi", "gloo", "cohort_mpi", "cohort_tls"))
     print(f"\nallreduce, float32 sum, {n} ranks on one host: busbw in GB/s (correct), ratio = cohort / peer")
+    if ceiling:
+        print(f"ceilings: one thread's memcpy (its column), loopback TCP {ceiling} GB/s (iperf3, one stream)")
     print(f"{'size':>8} | {'cohort shm':>12} {'Open MPI shm':>12} {'memcpy':>12} {'vs MPI':>8} | "
-          f"{'cohort TCP':>12} {'Open MPI TCP':>12} {'Gloo':>12} {'cohort MPI':>12} {'vs MPI':>8} {'vs Gloo':>8}")
+          f"{'cohort TCP':>12} {'Open MPI TCP':>12} {'Gloo':>12} {'cohort MPI':>12} {'vs MPI':>8} {'vs Gloo':>8} | "
+          f"{'cohort TLS':>12} {'vs TCP':>8}")
     for size in sorted(set(shm) | set(tcp)):
         print(f"{label(size):>8} | {cell(shm, size)} {cell(mpi_shm, size)} {cell(copy, size)} {ratio(shm, mpi_shm, size)} | "
               f"{cell(tcp, size)} {cell(mpi, size)} {cell(gloo, size)} {cell(cohort_mpi, size)} {ratio(tcp, mpi, size)} "
-              f"{ratio(tcp, gloo, size)}")
+              f"{ratio(tcp, gloo, size)} | {cell(tls, size)} {ratio(tls, tcp, size)}")
     print(f"time per allreduce in us: {'size':>8} {'cohort shm':>10} {'MPI shm':>9} {'cohort TCP':>10} {'MPI TCP':>9}")
     for size in sorted(shm)[:4]:
         print(f"{'':>26}{label(size):>8} {latency(shm, size):>10} {latency(mpi_shm, size)} {latency(tcp, size):>10} {latency(mpi, size)}")
-if ceiling:
-    print(f"\nloopback TCP ceiling (iperf3, one stream): {ceiling} GB/s")
 PY
