@@ -251,14 +251,18 @@ std::exception_ptr ShmTransport::await_pairing(Link& link) {
   }
 }
 
-void ShmTransport::advance_pairings() {
+bool ShmTransport::advance_pairings() {
+  bool under_way = false;
   for (auto& link : links_) {
     const Pairing state = link->pairing.load(std::memory_order_acquire);
     if (state == Pairing::SharedMemory || state == Pairing::Tcp || state == Pairing::Failed) continue;
     if (state == Pairing::Unpaired && !link->offer_arrival->done()) continue;
     const std::unique_lock lock(link->pairing_mutex, std::try_to_lock);  // else a caller is pairing it
     if (lock) advance_pairing(*link, false);
+    const Pairing now = link->pairing.load(std::memory_order_acquire);
+    under_way |= now == Pairing::Offered || now == Pairing::Answered;
   }
+  return under_way;
 }
 
 int ShmTransport::shared_memory_peers() const {
@@ -587,10 +591,7 @@ void ShmTransport::finish_frame(Link& link) {
 void ShmTransport::progress() {
   if (!have_mailbox_) {
     // Nothing to move: the peers' offers are answered (no shared memory) as they come.
-    while (!stopping_.load()) {
-      advance_pairings();
-      std::this_thread::sleep_for(kWatchInterval);
-    }
+    while (!stopping_.load()) std::this_thread::sleep_for(advance_pairings() ? kPairingLookInterval : kWatchInterval);
     return;
   }
   auto next_watch = std::chrono::steady_clock::now();
@@ -615,8 +616,8 @@ void ShmTransport::progress() {
     }
     const auto now = std::chrono::steady_clock::now();
     if (now >= next_pairing_look) {
-      advance_pairings();
-      next_pairing_look = now + kPairingLookInterval;
+      // Often while a pairing is under way; otherwise as often as the watches, for offers yet to come.
+      next_pairing_look = now + (advance_pairings() ? kPairingLookInterval : kWatchInterval);
     }
     if (now >= next_watch) {
       check_watches();

@@ -177,7 +177,8 @@ class ShmTransport : public Transport {
   std::exception_ptr await_pairing(Link& link);
   std::uint8_t map_offer(Link& link);  // what this rank answers the peer's offer
   void paired(Link& link, bool shared);
-  void advance_pairings();  // the progress thread's: offers that arrived, answers awaited
+  // The progress thread's: offers that arrived, answers awaited. Whether a pairing is still under way.
+  bool advance_pairings();
   static bool is_paired(const Link& link) { return link.pairing.load(std::memory_order_acquire) == Pairing::SharedMemory; }
   void queue_frame(Link& link, Outgoing outgoing);  // the caller holds link.send_mutex
   Link* link_of(int peer) const;
