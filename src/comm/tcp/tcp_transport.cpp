@@ -149,8 +149,7 @@ void TcpTransport::on_frame(int peer, const FrameHeader& header) {
     asio::async_read(*p.socket, asio::buffer(receiver.out.data(), receiver.out.size()), noting_arrivals(peer),
                      [this, peer, receiver](const asio::error_code& error, std::size_t) {
                        if (error) {
-                         receiver.work->fail(broken_ ? broken_error()
-                                                     : std::make_exception_ptr(IoError(fmt::format("lost {}: {}", describe(peer), error.message()))));
+                         receiver.work->fail(link_error(peer, error));
                          return lose(peer, error.message());
                        }
                        receiver.work->complete();
@@ -269,9 +268,7 @@ void TcpTransport::write_next(int peer) {
     Outgoing done = std::move(q.queue.front());
     q.queue.pop_front();
     if (error) {
-      // After the group broke (which closed this socket) the group's reason, not the write's.
-      if (done.work)
-        done.work->fail(broken_ ? broken_error() : std::make_exception_ptr(IoError(fmt::format("lost {}: {}", describe(peer), error.message()))));
+      if (done.work) done.work->fail(link_error(peer, error));
       asio::error_code ignored;
       if (q.close_when_written) q.socket->close(ignored);
       return;
@@ -409,6 +406,12 @@ void TcpTransport::fail_queued_sends(const std::function<std::exception_ptr()>& 
     }
     p.queue = std::move(kept);
   }
+}
+
+std::exception_ptr TcpTransport::link_error(int peer, const asio::error_code& error) const {
+  // After the group broke (which closed the socket) the group's reason, not the socket's.
+  if (broken_) return broken_error();
+  return std::make_exception_ptr(IoError(fmt::format("lost {}: {}", describe(peer), error.message())));
 }
 
 void TcpTransport::fail_pending_of(int peer, const std::string& message) {

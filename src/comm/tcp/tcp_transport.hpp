@@ -208,6 +208,8 @@ class TcpTransport : public Transport {
   void lose(int peer, const std::string& reason, bool protocol = false);
   void break_group(const std::string& message, Breakage breakage = Breakage::Lost);
   void fail_pending_of(int peer, const std::string& message);
+  // What an operation on `peer`'s link that failed with `error` fails with.
+  std::exception_ptr link_error(int peer, const asio::error_code& error) const;
   // Each failed operation gets its own exception object: waiters on other threads rethrow them.
   void fail_queued_sends(const std::function<std::exception_ptr()>& error);
   std::exception_ptr broken_error() const { return broken_group_error(breakage_, *broken_); }
