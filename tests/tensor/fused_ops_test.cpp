@@ -8,9 +8,11 @@
 #include "cohort/core/error.hpp"
 #include "cohort/tensor/ops.hpp"
 #include "tensor/backend.hpp"
+#include "tensor/cpu/winograd.hpp"
 #include "test_util.hpp"
 
 using namespace cohort;
+using test_util::first_beyond;
 using test_util::max_abs_difference;
 using test_util::random_tensor;
 
@@ -107,27 +109,77 @@ TEST_CASE("batch normalization refuses an input of another channel count than it
                   InvalidArgument);
 }
 
+TEST_CASE("batch normalization's AVX-512 passes equal its portable loops, in float32 and bfloat16", "[ops][batchnorm]") {
+  const std::vector<cpu::WinogradIsa> isas = cpu::usable_winograd_isas();
+  if (isas.back() != cpu::WinogradIsa::Avx512) {
+    WARN("this processor has no AVX-512: only the portable loops run here");
+    return;
+  }
+  const cpu::WinogradIsa best = cpu::winograd_isa();
+  struct Results {
+    std::vector<float> y, mean, variance, dx, dgamma, dbeta, unfused_dx, inferred;
+  };
+  // 16 channels (one chunk of 16 lanes), 48 (three), 144 (eight summed at once, then one); 231 rows, which the
+  // 64-row blocks do not divide.
+  for (const std::int64_t channels : {16, 48, 144})
+    for (const DType type : {DType::Float32, DType::BFloat16})
+      for (const Activation activation : {Activation::Linear, Activation::Relu}) {
+        INFO(channels << " channels, " << dtype_name(type) << ", " << activation_name(activation));
+        const Shape shape{3, 7, 11, channels}, c{channels};
+        const auto run = [&](cpu::WinogradIsa isa) {
+          cpu::set_winograd_isa(isa);
+          BatchNormPlan plan({.channels = channels, .epsilon = 1e-3f}, Device::CPU);
+          const Tensor x = random_tensor(shape, 51, -2.0f, 3.0f).to(type), dy = random_tensor(shape, 52).to(type);
+          const Tensor gamma = random_tensor(c, 53, 0.5f, 1.5f), beta = random_tensor(c, 54);
+          Tensor y(shape, type), dx(shape, type), unfused_dx(shape, type), inferred(shape, type);
+          Tensor mean(c), variance(c), dgamma(c), dbeta(c), unfused_dgamma(c), unfused_dbeta(c);
+          ops::batch_norm_activation_forward_training(plan, x, gamma, beta, activation, y, mean, variance);
+          ops::batch_norm_activation_backward(plan, x, y, gamma, beta, dy, mean, variance, activation, dx, dgamma, dbeta);
+          ops::batch_norm_backward(plan, x, gamma, dy, mean, variance, unfused_dx, unfused_dgamma, unfused_dbeta);
+          ops::batch_norm_activation_forward_inference(plan, x, gamma, beta, mean, variance, activation, inferred);
+          return Results{y.to_vector(),      mean.to_vector(),  variance.to_vector(),   dx.to_vector(),
+                         dgamma.to_vector(), dbeta.to_vector(), unfused_dx.to_vector(), inferred.to_vector()};
+        };
+        const Results fast = run(cpu::WinogradIsa::Avx512), portable = run(isas[isas.size() - 2]);
+        // Sums in another order: float32 results agree to a few of its units, bfloat16 ones round at most a
+        // unit of their own apart.
+        const double rounding = type == DType::BFloat16 ? 2 * unit_roundoff(DType::BFloat16) : 1e-5;
+        CHECK_FALSE(first_beyond(portable.y, fast.y, rounding));
+        CHECK_FALSE(first_beyond(portable.inferred, fast.inferred, rounding));
+        CHECK_FALSE(first_beyond(portable.dx, fast.dx, rounding));
+        CHECK_FALSE(first_beyond(portable.unfused_dx, fast.unfused_dx, rounding));
+        CHECK_FALSE(first_beyond(portable.mean, fast.mean, 1e-5));
+        CHECK_FALSE(first_beyond(portable.variance, fast.variance, 1e-5));
+        CHECK_FALSE(first_beyond(portable.dgamma, fast.dgamma, 1e-5));
+        CHECK_FALSE(first_beyond(portable.dbeta, fast.dbeta, 1e-5));
+      }
+  cpu::set_winograd_isa(best);
+}
+
 TEST_CASE("batch statistics stay precise for a large mean over a large batch", "[ops][batchnorm]") {
   // Activations of mean 1000 and spread 1 over 100,000 rows: float sums of x and x^2 would lose the variance.
-  const std::int64_t rows = 100000, channels = 3;
-  Tensor x({rows, channels});
-  std::mt19937_64 rng(21);
-  std::normal_distribution<double> normal(0.0, 1.0);
-  std::vector<double> sum(channels, 0.0), sum_of_squares(channels, 0.0);
-  for (std::int64_t m = 0; m < rows; ++m)
+  // 16 channels take the AVX-512 passes where the processor has them, 3 the portable loops.
+  for (const std::int64_t channels : {3, 16}) {
+    const std::int64_t rows = 100000;
+    Tensor x({rows, channels});
+    std::mt19937_64 rng(21);
+    std::normal_distribution<double> normal(0.0, 1.0);
+    std::vector<double> sum(channels, 0.0), sum_of_squares(channels, 0.0);
+    for (std::int64_t m = 0; m < rows; ++m)
+      for (std::int64_t c = 0; c < channels; ++c) {
+        const float v = static_cast<float>(1000.0 + (c + 1) * normal(rng));
+        x.data()[m * channels + c] = v;
+        sum[c] += v;
+        sum_of_squares[c] += static_cast<double>(v) * v;
+      }
+    BatchNormPlan plan({.channels = channels, .epsilon = 1e-3f}, Device::CPU);
+    Tensor y(x.shape()), mean({channels}), variance({channels});
+    ops::batch_norm_forward_training(plan, x, Tensor::full({channels}, 1.0f), Tensor({channels}), y, mean, variance);
     for (std::int64_t c = 0; c < channels; ++c) {
-      const float v = static_cast<float>(1000.0 + (c + 1) * normal(rng));
-      x.data()[m * channels + c] = v;
-      sum[c] += v;
-      sum_of_squares[c] += static_cast<double>(v) * v;
+      const double expected_mean = sum[c] / rows;
+      const double expected_variance = sum_of_squares[c] / rows - expected_mean * expected_mean;
+      CHECK(mean.data()[c] == Approx(expected_mean).epsilon(1e-7));
+      CHECK(variance.data()[c] == Approx(expected_variance).epsilon(1e-4));
     }
-  BatchNormPlan plan({.channels = channels, .epsilon = 1e-3f}, Device::CPU);
-  Tensor y(x.shape()), mean({channels}), variance({channels});
-  ops::batch_norm_forward_training(plan, x, Tensor::full({channels}, 1.0f), Tensor({channels}), y, mean, variance);
-  for (std::int64_t c = 0; c < channels; ++c) {
-    const double expected_mean = sum[c] / rows;
-    const double expected_variance = sum_of_squares[c] / rows - expected_mean * expected_mean;
-    CHECK(mean.data()[c] == Approx(expected_mean).epsilon(1e-7));
-    CHECK(variance.data()[c] == Approx(expected_variance).epsilon(1e-4));
   }
 }

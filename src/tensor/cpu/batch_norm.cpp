@@ -1,6 +1,8 @@
 // Batch normalization over the channels (last axis) of an (M x C) view of the input. Statistics are summed
 // in float over blocks of rows and the blocks' sums in double, so that large batches keep precision; the
 // input's moments are taken about a per-channel shift (its first row) so that a large mean does not cancel.
+// Where the AVX-512 kernels were chosen, channels come in multiples of 16 and the activation is Linear or ReLU,
+// each pass runs batch_norm_avx512.cpp's kernel over the same blocks of rows instead of the loops here.
 #include <omp.h>
 
 #include <algorithm>
@@ -12,16 +14,33 @@
 #include "cpu_backend.hpp"
 #include "elements.hpp"
 #include "tensor/backend_access.hpp"
+#include "winograd.hpp"
+#if COHORT_WINOGRAD_X86_VARIANTS
+#include "batch_norm_avx512.hpp"
+#endif
 
 namespace cohort::cpu {
 namespace {
 
-// Per-channel sums of two float terms, first(m, c) and second(m, c), over all rows in one pass, computed in
-// parallel and reduced in thread order (repeatable for a given thread count). Each block of kBlockRows rows
-// is summed in float (twice the lanes of double), then added to the thread's double sums.
-template <typename First, typename Second>
-std::pair<std::vector<double>, std::vector<double>> channel_sums(Rows r, First&& first, Second&& second) {
-  constexpr std::int64_t kBlockRows = 64;
+constexpr std::int64_t kBlockRows = 64;
+
+// Whether batch_norm_avx512.cpp's passes run for rows of this width under this activation.
+bool avx512_passes(std::int64_t width, Activation activation) {
+#if COHORT_WINOGRAD_X86_VARIANTS
+  return width % avx512::kLanes == 0 && (activation == Activation::Linear || activation == Activation::Relu) &&
+         winograd_isa() == WinogradIsa::Avx512;
+#else
+  (void)width, (void)activation;
+  return false;
+#endif
+}
+
+// Per-channel sums of two float terms over all rows, computed in parallel and reduced in thread order
+// (repeatable for a given thread count): block(begin, end, first, second) writes the float sums of the rows
+// [begin, end), at most kBlockRows of them (twice the lanes of double), which are added to the thread's
+// double sums.
+template <typename BlockSums>
+std::pair<std::vector<double>, std::vector<double>> channel_sums(Rows r, BlockSums&& block) {
   const int threads = omp_get_max_threads();
   const auto channels = static_cast<std::size_t>(r.width);
   const std::int64_t blocks = (r.count + kBlockRows - 1) / kBlockRows;
@@ -30,19 +49,11 @@ std::pair<std::vector<double>, std::vector<double>> channel_sums(Rows r, First&&
   {
     double* mine = partial[static_cast<std::size_t>(omp_get_thread_num())].data();
     std::vector<float> block_sums(2 * channels);
-    float* block = block_sums.data();
 #pragma omp for schedule(static)
     for (std::int64_t b = 0; b < blocks; ++b) {
-      std::fill(block_sums.begin(), block_sums.end(), 0.0f);
       const std::int64_t end = b * kBlockRows + kBlockRows < r.count ? b * kBlockRows + kBlockRows : r.count;
-      for (std::int64_t m = b * kBlockRows; m < end; ++m) {
-#pragma omp simd
-        for (std::int64_t c = 0; c < r.width; ++c) {
-          block[c] += first(m, c);
-          block[channels + c] += second(m, c);
-        }
-      }
-      for (std::size_t c = 0; c < 2 * channels; ++c) mine[c] += block[c];
+      block(b * kBlockRows, end, block_sums.data(), block_sums.data() + channels);
+      for (std::size_t c = 0; c < 2 * channels; ++c) mine[c] += block_sums[c];
     }
   }
   std::pair<std::vector<double>, std::vector<double>> sums{std::vector<double>(channels, 0.0), std::vector<double>(channels, 0.0)};
@@ -52,6 +63,30 @@ std::pair<std::vector<double>, std::vector<double>> channel_sums(Rows r, First&&
       sums.second[c] += p[channels + c];
     }
   return sums;
+}
+
+// The block sums of channel_sums from two float terms, first(m, c) and second(m, c), in portable loops.
+template <typename First, typename Second>
+auto term_sums(std::int64_t width, First&& first, Second&& second) {
+  return [=](std::int64_t begin, std::int64_t end, float* first_sums, float* second_sums) {
+    std::fill_n(first_sums, width, 0.0f);
+    std::fill_n(second_sums, width, 0.0f);
+    for (std::int64_t m = begin; m < end; ++m) {
+#pragma omp simd
+      for (std::int64_t c = 0; c < width; ++c) {
+        first_sums[c] += first(m, c);
+        second_sums[c] += second(m, c);
+      }
+    }
+  };
+}
+
+// Runs pass(begin, end) over blocks of rows, spread over the threads.
+template <typename Pass>
+void in_row_blocks(std::int64_t rows, Pass&& pass) {
+  const std::int64_t blocks = (rows + kBlockRows - 1) / kBlockRows;
+#pragma omp parallel for schedule(static)
+  for (std::int64_t b = 0; b < blocks; ++b) pass(b * kBlockRows, b * kBlockRows + kBlockRows < rows ? b * kBlockRows + kBlockRows : rows);
 }
 
 // Normalization as one multiply-add per channel: y = x * multiplier + offset, with multiplier =
@@ -78,6 +113,17 @@ void normalize(const Tensor& x, const ChannelAffine& affine, Activation activati
   const Elements<T> xp(x), yp(y);
   const float* multiplier = affine.multiplier.data();
   const float* offset = affine.offset.data();
+#if COHORT_WINOGRAD_X86_VARIANTS
+  if (avx512_passes(r.width, activation)) {
+    const T* in = device_elements<T>(x);
+    T* out = device_elements<T>(y);
+    in_row_blocks(r.count, [&](std::int64_t begin, std::int64_t end) {
+      avx512::normalize(in + begin * r.width, multiplier, offset, activation == Activation::Relu, end - begin, r.width,
+                        out + begin * r.width);
+    });
+    return;
+  }
+#endif
   with_activation(activation, [&](auto activate) {
 #pragma omp parallel for
     for (std::int64_t m = 0; m < r.count; ++m) {
@@ -98,12 +144,23 @@ void forward_training(const BatchNormGeometry& g, const Tensor& x, const Tensor&
   std::vector<float> shift_values(static_cast<std::size_t>(r.width));
   for (std::int64_t c = 0; c < r.width; ++c) shift_values[c] = xp[c];
   const float* shift = shift_values.data();
-  const auto [sums, squares] = channel_sums(
-      r, [&](std::int64_t m, std::int64_t c) { return xp[m * r.width + c] - shift[c]; },
-      [&](std::int64_t m, std::int64_t c) {
-        const float d = xp[m * r.width + c] - shift[c];
-        return d * d;
+  const auto moments = [&] {
+#if COHORT_WINOGRAD_X86_VARIANTS
+    if (avx512_passes(r.width, Activation::Linear)) {  // whatever the activation: the unfused ops' statistics
+      const T* in = device_elements<T>(x);
+      return channel_sums(r, [&](std::int64_t begin, std::int64_t end, float* sums, float* squares) {
+        avx512::moments(in + begin * r.width, shift, end - begin, r.width, sums, squares);
       });
+    }
+#endif
+    return channel_sums(r, term_sums(
+                               r.width, [=](std::int64_t m, std::int64_t c) { return xp[m * r.width + c] - shift[c]; },
+                               [=](std::int64_t m, std::int64_t c) {
+                                 const float d = xp[m * r.width + c] - shift[c];
+                                 return d * d;
+                               }));
+  };
+  const auto [sums, squares] = moments();
   const double inverse_count = 1.0 / static_cast<double>(r.count);
   for (std::int64_t c = 0; c < r.width; ++c) {
     const double mean_offset = sums[c] * inverse_count;
@@ -156,43 +213,60 @@ struct ParameterGradients {
   std::vector<double> grad_sum, grad_dot_xhat;
 };
 
-template <class T, typename Gradient>
-ParameterGradients parameter_gradients(const Tensor& x, Gradient&& gradient, const Tensor& mean,
-                                       const Tensor& variance, float epsilon, const Tensor& dgamma,
-                                       const Tensor& dbeta) {
-  const Rows r = rows_of(x);
-  const Elements<T> xp(x);
-  const float* mp = device_data(mean);
-  ParameterGradients out;
-  out.inv_std.resize(static_cast<std::size_t>(r.width));
-  for (std::int64_t c = 0; c < r.width; ++c) out.inv_std[c] = 1.0f / std::sqrt(device_data(variance)[c] + epsilon);
-  const float* inv_std = out.inv_std.data();
-  std::tie(out.grad_sum, out.grad_dot_xhat) = channel_sums(
-      r, [&](std::int64_t m, std::int64_t c) { return gradient(m, c); },
-      [&](std::int64_t m, std::int64_t c) { return gradient(m, c) * ((xp[m * r.width + c] - mp[c]) * inv_std[c]); });
-  for (std::int64_t c = 0; c < r.width; ++c) {
-    device_data(dbeta)[c] = static_cast<float>(out.grad_sum[c]);
-    device_data(dgamma)[c] = static_cast<float>(out.grad_dot_xhat[c]);
-  }
-  return out;
+ParameterGradients inverse_std(const Tensor& variance, float epsilon) {
+  ParameterGradients p;
+  p.inv_std.resize(static_cast<std::size_t>(variance.numel()));
+  for (std::int64_t c = 0; c < variance.numel(); ++c) p.inv_std[c] = 1.0f / std::sqrt(device_data(variance)[c] + epsilon);
+  return p;
 }
 
-// dx = gamma * inv_std / M * (M * g - sum(g) - xhat * sum(g * xhat)) for the gradient g(m, c) of the
-// normalized values, after parameter_gradients.
-template <class T, typename Gradient>
-void data_gradient(const Tensor& x, Gradient&& gradient, const Tensor& gamma, const Tensor& batch_mean,
-                   const ParameterGradients& p, const Tensor& dx) {
-  const Rows r = rows_of(x);
+// Sums the parameter gradients into p with channel_sums' `block` and writes them to dgamma and dbeta.
+template <typename BlockSums>
+void parameter_gradients(Rows r, BlockSums&& block, const Tensor& dgamma, const Tensor& dbeta, ParameterGradients& p) {
+  std::tie(p.grad_sum, p.grad_dot_xhat) = channel_sums(r, block);
+  for (std::int64_t c = 0; c < r.width; ++c) {
+    device_data(dbeta)[c] = static_cast<float>(p.grad_sum[c]);
+    device_data(dgamma)[c] = static_cast<float>(p.grad_dot_xhat[c]);
+  }
+}
+
+// dx = gamma * inv_std / M * (M * g - sum(g) - xhat * sum(g * xhat)) = a * (g - b - (x - mean) * s) per channel.
+struct DataGradientTerms {
+  std::vector<float> a, b, s;
+};
+
+DataGradientTerms data_gradient_terms(Rows r, const Tensor& gamma, const ParameterGradients& p) {
   const float inverse_count = 1.0f / static_cast<float>(r.count);
   const auto channels = static_cast<std::size_t>(r.width);
-  std::vector<float> a(channels), b(channels), s(channels);
+  DataGradientTerms t{std::vector<float>(channels), std::vector<float>(channels), std::vector<float>(channels)};
   for (std::size_t c = 0; c < channels; ++c) {
-    a[c] = device_data(gamma)[c] * p.inv_std[c];
-    b[c] = static_cast<float>(p.grad_sum[c]) * inverse_count;
-    s[c] = static_cast<float>(p.grad_dot_xhat[c]) * inverse_count * p.inv_std[c];
+    t.a[c] = device_data(gamma)[c] * p.inv_std[c];
+    t.b[c] = static_cast<float>(p.grad_sum[c]) * inverse_count;
+    t.s[c] = static_cast<float>(p.grad_dot_xhat[c]) * inverse_count * p.inv_std[c];
   }
-  const Elements<T> xp(x), dp(dx);
+  return t;
+}
+
+// Both backward passes for the gradient g(m, c) of the normalized values, after the forward's batch statistics.
+template <class T, typename Gradient>
+void backward_passes(const Tensor& x, Gradient&& gradient, const Tensor& gamma, const Tensor& batch_mean,
+                     const Tensor& batch_variance, float epsilon, const Tensor& dx, const Tensor& dgamma,
+                     const Tensor& dbeta) {
+  const Rows r = rows_of(x);
+  const Elements<T> xp(x);
   const float* mean = device_data(batch_mean);
+  ParameterGradients p = inverse_std(batch_variance, epsilon);
+  const float* inv_std = p.inv_std.data();
+  parameter_gradients(
+      r,
+      term_sums(
+          r.width, [=](std::int64_t m, std::int64_t c) { return gradient(m, c); },
+          [=](std::int64_t m, std::int64_t c) { return gradient(m, c) * ((xp[m * r.width + c] - mean[c]) * inv_std[c]); }),
+      dgamma, dbeta, p);
+  if (!dx.defined()) return;
+  const DataGradientTerms t = data_gradient_terms(r, gamma, p);
+  const float *a = t.a.data(), *b = t.b.data(), *s = t.s.data();
+  const Elements<T> dp(dx);
 #pragma omp parallel for
   for (std::int64_t m = 0; m < r.count; ++m) {
 #pragma omp simd
@@ -203,6 +277,40 @@ void data_gradient(const Tensor& x, Gradient&& gradient, const Tensor& gamma, co
   }
 }
 
+#if COHORT_WINOGRAD_X86_VARIANTS
+// backward_passes through batch_norm_avx512.cpp's kernels, g being dy, masked by the ReLU recomputed from x
+// with `affine` when `relu`.
+template <class T>
+void avx512_backward_passes(const Tensor& x, const Tensor& dy, const ChannelAffine* affine, bool relu,
+                            const Tensor& gamma, const Tensor& batch_mean, const Tensor& batch_variance, float epsilon,
+                            const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta) {
+  const Rows r = rows_of(x);
+  const T* in = device_elements<T>(x);
+  const T* gradient = device_elements<T>(dy);
+  const float* multiplier = affine != nullptr ? affine->multiplier.data() : nullptr;
+  const float* offset = affine != nullptr ? affine->offset.data() : nullptr;
+  const float* mean = device_data(batch_mean);
+  ParameterGradients p = inverse_std(batch_variance, epsilon);
+  const float* inv_std = p.inv_std.data();
+  parameter_gradients(
+      r,
+      [&](std::int64_t begin, std::int64_t end, float* grad_sum, float* grad_dot_xhat) {
+        const std::int64_t first = begin * r.width;
+        avx512::gradient_moments(in + first, gradient + first, multiplier, offset, relu, mean, inv_std, end - begin,
+                                 r.width, grad_sum, grad_dot_xhat);
+      },
+      dgamma, dbeta, p);
+  if (!dx.defined()) return;
+  const DataGradientTerms t = data_gradient_terms(r, gamma, p);
+  T* out = device_elements<T>(dx);
+  in_row_blocks(r.count, [&](std::int64_t begin, std::int64_t end) {
+    const std::int64_t first = begin * r.width;
+    avx512::data_gradient(in + first, gradient + first, multiplier, offset, relu, t.a.data(), t.b.data(), t.s.data(),
+                          mean, end - begin, r.width, out + first);
+  });
+}
+#endif
+
 }  // namespace
 
 void CpuBackend::batch_norm_backward(const PlanState*, const BatchNormGeometry& g, const Tensor& x,
@@ -212,10 +320,14 @@ void CpuBackend::batch_norm_backward(const PlanState*, const BatchNormGeometry& 
   const std::int64_t width = rows_of(x).width;
   with_stored(x.dtype(), [&](auto stored) {
     using T = decltype(stored);
+#if COHORT_WINOGRAD_X86_VARIANTS
+    if (avx512_passes(width, Activation::Linear))
+      return avx512_backward_passes<T>(x, dy, nullptr, false, gamma, batch_mean, batch_variance, g.epsilon, dx, dgamma,
+                                       dbeta);
+#endif
     const Elements<T> gp(dy);
     const auto gradient = [=](std::int64_t m, std::int64_t c) { return gp[m * width + c]; };
-    const ParameterGradients p = parameter_gradients<T>(x, gradient, batch_mean, batch_variance, g.epsilon, dgamma, dbeta);
-    if (dx.defined()) data_gradient<T>(x, gradient, gamma, batch_mean, p, dx);
+    backward_passes<T>(x, gradient, gamma, batch_mean, batch_variance, g.epsilon, dx, dgamma, dbeta);
   });
 }
 
@@ -231,6 +343,11 @@ void CpuBackend::batch_norm_activation_backward(const PlanState*, const BatchNor
   const float* offset = affine.offset.data();
   with_stored(x.dtype(), [&](auto stored) {
     using T = decltype(stored);
+#if COHORT_WINOGRAD_X86_VARIANTS
+    if (avx512_passes(width, activation))
+      return avx512_backward_passes<T>(x, dy, &affine, activation == Activation::Relu, gamma, batch_mean,
+                                       batch_variance, g.epsilon, dx, dgamma, dbeta);
+#endif
     const Elements<T> xp(x), gp(dy);
     with_activation(activation, [&](auto activate) {
       with_activation_gradient(activation, [&](auto activation_gradient) {
@@ -240,9 +357,7 @@ void CpuBackend::batch_norm_activation_backward(const PlanState*, const BatchNor
           const std::int64_t i = m * width + c;
           return activation_gradient(activate(xp[i] * multiplier[c] + offset[c]), gp[i]);
         };
-        const ParameterGradients p =
-            parameter_gradients<T>(x, gradient, batch_mean, batch_variance, g.epsilon, dgamma, dbeta);
-        if (dx.defined()) data_gradient<T>(x, gradient, gamma, batch_mean, p, dx);
+        backward_passes<T>(x, gradient, gamma, batch_mean, batch_variance, g.epsilon, dx, dgamma, dbeta);
       });
     });
   });
@@ -256,10 +371,18 @@ void CpuBackend::batch_norm_backward_inference(const PlanState*, const BatchNorm
   with_stored(x.dtype(), [&](auto stored) {
     using T = decltype(stored);
     const Elements<T> gp(dy);
-    const auto gradient = [=](std::int64_t m, std::int64_t c) { return gp[m * width + c]; };
-    const ParameterGradients p = parameter_gradients<T>(x, gradient, mean, variance, g.epsilon, dgamma, dbeta);
-    if (!dx.defined()) return;
     const Rows r = rows_of(x);
+    const Elements<T> xp(x);
+    const float* mp = device_data(mean);
+    ParameterGradients p = inverse_std(variance, g.epsilon);
+    const float* inv_std = p.inv_std.data();
+    parameter_gradients(
+        r,
+        term_sums(
+            width, [=](std::int64_t m, std::int64_t c) { return gp[m * width + c]; },
+            [=](std::int64_t m, std::int64_t c) { return gp[m * width + c] * ((xp[m * width + c] - mp[c]) * inv_std[c]); }),
+        dgamma, dbeta, p);
+    if (!dx.defined()) return;
     const Elements<T> dp(dx);
 #pragma omp parallel for
     for (std::int64_t m = 0; m < r.count; ++m)

@@ -1,12 +1,10 @@
 // 2-D convolution on the CPU: NHWC input, HWIO kernel, lowered to GEMM per chunk of whole samples.
 //
-// With channels-last data the im2col matrix of a sample has one row per output pixel and one column per
-// (kh, kw, c) tap, so its rows are built from contiguous channel runs of the input, and the product
-// col[M x K] * kernel[K x F] is already the NHWC output. Samples are grouped into chunks of about
-// kRowsPerChunk output pixels so that the col buffer stays in L2 and each GEMM is large enough to run
-// near peak; chunks are spread over threads. A chunk never splits a sample, so the col2im scatter of the
-// data gradient never races. The kernel gradient is summed per thread and reduced in thread order, which
-// keeps results bitwise repeatable for a given thread count.
+// The product of a chunk's im2col matrix (im2col.hpp) col[M x K] and kernel[K x F] is its NHWC output.
+// Samples are grouped into chunks of about kRowsPerChunk output pixels so that the col buffer stays in L2
+// and each GEMM is large enough to run near peak; chunks are spread over threads. A chunk never splits a
+// sample, so the col2im scatter of the data gradient never races. The kernel gradient is summed per thread
+// and reduced in thread order, which keeps results bitwise repeatable for a given thread count.
 // Stride-1 3x3 convolutions with enough channels take the Winograd path (winograd.cpp) instead.
 #include <omp.h>
 
@@ -16,6 +14,7 @@
 #include "cohort/tensor/gemm_path.hpp"
 #include "activation_dispatch.hpp"
 #include "cpu_backend.hpp"
+#include "im2col.hpp"
 #include "onednn.hpp"
 #include "scratch.hpp"
 #include "tensor/backend_access.hpp"
@@ -37,40 +36,6 @@ Chunking chunking(const Conv2dGeometry& g) {
   const std::int64_t per_chunk = std::clamp<std::int64_t>(kRowsPerChunk / pixels, 1, std::max<std::int64_t>(1, g.batch));
   const std::int64_t chunks = (g.batch + per_chunk - 1) / per_chunk;
   return {per_chunk, chunks, chunks >= omp_get_max_threads()};
-}
-
-std::int64_t taps(const Conv2dGeometry& g) { return g.kernel_h * g.kernel_w * g.in_c; }
-
-// Writes the im2col rows of one sample: row (oh, ow) holds the kernel_h x kernel_w x in_c input window.
-void im2col(const float* x, const Conv2dGeometry& g, float* col) {
-  const std::int64_t c = g.in_c;
-  const std::int64_t row_width = taps(g);
-  const std::int64_t span = g.kernel_w * c;
-  for (std::int64_t oh = 0; oh < g.out_h; ++oh) {
-    for (std::int64_t ow = 0; ow < g.out_w; ++ow) {
-      float* row = col + (oh * g.out_w + ow) * row_width;
-      const std::int64_t iw0 = ow * g.stride_w - g.pad_left;
-      const bool columns_inside = iw0 >= 0 && iw0 + g.kernel_w <= g.in_w;
-      for (std::int64_t kh = 0; kh < g.kernel_h; ++kh) {
-        const std::int64_t ih = oh * g.stride_h - g.pad_top + kh;
-        float* dst = row + kh * span;
-        if (ih < 0 || ih >= g.in_h) {
-          std::memset(dst, 0, sizeof(float) * span);
-          continue;
-        }
-        const float* src_row = x + ih * g.in_w * c;
-        if (columns_inside) {
-          std::memcpy(dst, src_row + iw0 * c, sizeof(float) * span);
-          continue;
-        }
-        for (std::int64_t kw = 0; kw < g.kernel_w; ++kw) {
-          const std::int64_t iw = iw0 + kw;
-          if (iw < 0 || iw >= g.in_w) std::memset(dst + kw * c, 0, sizeof(float) * c);
-          else std::memcpy(dst + kw * c, src_row + iw * c, sizeof(float) * c);
-        }
-      }
-    }
-  }
 }
 
 // Adds the im2col rows of one sample back onto its input gradient (the adjoint of im2col).
@@ -167,7 +132,7 @@ void CpuBackend::conv2d_forward_activated(const PlanState* conv_plan, const Conv
     for_each_chunk(g, plan, [&](std::int64_t chunk, float* col, int) {
       const std::int64_t first = chunk * plan.samples_per_chunk;
       const std::int64_t count = std::min(plan.samples_per_chunk, g.batch - first);
-      for (std::int64_t s = 0; s < count; ++s) im2col(device_data(x) + (first + s) * in_sample, g, col + s * pixels * k);
+      for (std::int64_t s = 0; s < count; ++s) im2col(device_data(x) + (first + s) * in_sample, g, col + s * pixels * k, k);
       float* out = device_data(y) + first * pixels * g.out_c;
       const std::int64_t rows = count * pixels;
       float beta = 0.0f;
@@ -218,7 +183,7 @@ void CpuBackend::conv2d_backward(const PlanState* conv_plan, const Conv2dGeometr
     const std::int64_t count = std::min(plan.samples_per_chunk, g.batch - first);
     const std::int64_t rows = count * pixels;
     const float* grad_out = device_data(dy) + first * pixels * g.out_c;
-    for (std::int64_t s = 0; s < count; ++s) im2col(device_data(x) + (first + s) * in_sample, g, col + s * pixels * k);
+    for (std::int64_t s = 0; s < count; ++s) im2col(device_data(x) + (first + s) * in_sample, g, col + s * pixels * k, k);
     // dkernel += col^T * dy
     gemm(true, false, k, g.out_c, rows, 1.0f, col, k, grad_out, g.out_c, 1.0f,
          partial_kernel_grads + thread * per_thread, g.out_c);

@@ -40,6 +40,12 @@ class Elements<std::uint16_t> {
   std::uint16_t* bits_;
 };
 
+// A tensor's elements as the stored type: float, or the bfloat16 bits.
+template <class Stored>
+Stored* device_elements(const Tensor& t) {
+  return static_cast<Stored*>(device_bytes(t));
+}
+
 // Calls body(float{}) for float32 operands, body(std::uint16_t{}) for bfloat16 ones.
 template <class Body>
 decltype(auto) with_stored(DType type, Body&& body) {

@@ -44,6 +44,9 @@ class Convolution {
                 const Tensor& dkernel, const Tensor& dbias);
 
  private:
+  void kernel_gradient_from_products(const Conv2dGeometry& g, const Tensor& x, const Tensor& dy, const Tensor& dkernel,
+                                     const Tensor& dbias);
+
   struct Primitives;
   std::unique_ptr<Primitives> primitives_;
 };
