@@ -16,7 +16,7 @@
 #include "tensor/backend_access.hpp"
 #include "winograd.hpp"
 #if COHORT_WINOGRAD_X86_VARIANTS
-#include "batch_norm_avx512.hpp"
+#include "avx512_passes.hpp"
 #endif
 
 namespace cohort::cpu {

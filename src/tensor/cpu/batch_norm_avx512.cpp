@@ -1,34 +1,14 @@
-// AVX-512 passes of batch normalization (see batch_norm_avx512.hpp). The sums run over the rows with up to
+// AVX-512 passes of batch normalization (see avx512_passes.hpp). The sums run over the rows with up to
 // eight 16-channel chunks' accumulators in registers at once; the elementwise passes take a row's chunks in
-// turn. bfloat16 widens by a shift and rounds to nearest even in integer arithmetic, NaN kept quiet, as
-// to_bfloat16_bits does (vcvtneps2bf16 would flush subnormals).
-#include "batch_norm_avx512.hpp"
+// turn.
+#include "avx512_passes.hpp"
 
-#include <immintrin.h>
+#include "avx512_lanes.hpp"
 
 namespace cohort::cpu::avx512 {
 namespace {
 
 constexpr std::int64_t kMaxChunks = 8;  // 2 x 8 accumulators of the 32 registers
-
-__m512 load(const float* p) { return _mm512_loadu_ps(p); }
-
-__m512 load(const std::uint16_t* p) {
-  const __m512i widened = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-  return _mm512_castsi512_ps(_mm512_slli_epi32(widened, 16));
-}
-
-void store(float* p, __m512 v) { _mm512_storeu_ps(p, v); }
-
-void store(std::uint16_t* p, __m512 v) {
-  const __m512i bits = _mm512_castps_si512(v);
-  const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
-  __m512i rounded = _mm512_add_epi32(bits, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), odd));
-  const __mmask16 nan =
-      _mm512_cmpgt_epu32_mask(_mm512_and_si512(bits, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
-  rounded = _mm512_mask_or_epi32(rounded, nan, bits, _mm512_set1_epi32(0x00400000));
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtepi32_epi16(_mm512_srli_epi32(rounded, 16)));
-}
 
 // The gradient reaching the normalized values: dy, masked where the recomputed ReLU output is not positive.
 template <class T>

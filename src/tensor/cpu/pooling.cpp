@@ -8,6 +8,10 @@
 #include "cpu_backend.hpp"
 #include "elements.hpp"
 #include "tensor/backend_access.hpp"
+#include "winograd.hpp"
+#if COHORT_WINOGRAD_X86_VARIANTS
+#include "avx512_passes.hpp"
+#endif
 
 namespace cohort::cpu {
 namespace {
@@ -87,9 +91,29 @@ bool two_by_two_tiles(const Pool2dGeometry& g) {
   return windows_tile_input(g) && g.pool_h == 2 && g.pool_w == 2 && 2 * g.out_h <= g.in_h && 2 * g.out_w <= g.in_w;
 }
 
+// Whether avx512_passes.hpp's 2x2 kernels run for this many channels.
+bool avx512_pooling(std::int64_t channels) {
+#if COHORT_WINOGRAD_X86_VARIANTS
+  return channels % avx512::kLanes == 0 && winograd_isa() == WinogradIsa::Avx512;
+#else
+  (void)channels;
+  return false;
+#endif
+}
+
 template <class T>
 void max_pool_2x2_forward(const Tensor& x, const Tensor& y, const Pool2dGeometry& g) {
   const std::int64_t c = g.channels, below = g.in_w * c;
+#if COHORT_WINOGRAD_X86_VARIANTS
+  if (avx512_pooling(c)) {
+    const T* in = device_elements<T>(x);
+    T* out = device_elements<T>(y);
+#pragma omp parallel for
+    for (std::int64_t n = 0; n < g.batch; ++n)
+      avx512::max_pool_2x2_forward(in + n * g.in_h * below, g.in_w, c, g.out_h, g.out_w, out + n * g.out_h * g.out_w * c);
+    return;
+  }
+#endif
 #pragma omp parallel for
   for (std::int64_t n = 0; n < g.batch; ++n) {
     const Elements<T> in(x), out(y);  // each thread's own views, so that the loop vectorizes
@@ -122,6 +146,15 @@ void max_pool_2x2_backward(const Tensor& x, const Tensor& y, const Tensor& dy, c
     zero_uncovered(g, true, [&](std::int64_t first, std::int64_t count) {
       for (std::int64_t j = first; j < first + count; ++j) din.set(n * sample + j, 0.0f);
     });
+#if COHORT_WINOGRAD_X86_VARIANTS
+    if (avx512_pooling(c)) {
+      const std::int64_t pooled = g.out_h * g.out_w * c;
+      avx512::max_pool_2x2_backward(device_elements<T>(x) + n * sample, device_elements<T>(y) + n * pooled,
+                                    device_elements<T>(dy) + n * pooled, g.in_w, c, g.out_h, g.out_w,
+                                    device_elements<T>(dx) + n * sample);
+      continue;
+    }
+#endif
     for (std::int64_t oh = 0; oh < g.out_h; ++oh)
       for (std::int64_t ow = 0; ow < g.out_w; ++ow) {
         const std::int64_t v = ((n * g.in_h + 2 * oh) * g.in_w + 2 * ow) * c;
