@@ -318,31 +318,44 @@ TEST_CASE("pooling matches the reference, including clipped windows", "[ops]") {
 TEST_CASE("max pooling's gradient goes to the first maximum and nowhere past the windows", "[ops]") {
   // Valid 2x2 pooling of 5x5: the windows tile 4x4; the last row and column get no gradient, whatever the
   // gradient buffer held before (here NaN). Ties (the zeros of a ReLU) send it to the first in the window.
-  for (bool ties : {false, true}) {
-    const Pool2dGeometry g{2, 5, 5, 3, 2, 2, 2, 2, 2, 2, 0, 0};
-    const Tensor x = ties ? Tensor::full({2, 5, 5, 3}, 0.0f) : random_tensor({2, 5, 5, 3}, 10);
-    const Tensor dy = random_tensor({2, 2, 2, 3}, 11);
-    Tensor y({2, 2, 2, 3});
-    Tensor dx = Tensor::full({2, 5, 5, 3}, std::nanf(""));
-    Pool2dPlan plan(g, Device::CPU);
-    ops::pool2d_forward(plan, x, y);
-    ops::pool2d_backward(plan, x, y, dy, dx);
-    Tensor expected = Tensor::full({2, 5, 5, 3}, 0.0f);
-    for (std::int64_t n = 0; n < 2; ++n)
-      for (std::int64_t oh = 0; oh < 2; ++oh)
-        for (std::int64_t ow = 0; ow < 2; ++ow)
-          for (std::int64_t c = 0; c < 3; ++c) {
-            std::int64_t first = -1;
-            for (std::int64_t ih = oh * 2; ih < oh * 2 + 2; ++ih)
-              for (std::int64_t iw = ow * 2; iw < ow * 2 + 2; ++iw) {
-                const std::int64_t at = ((n * 5 + ih) * 5 + iw) * 3 + c;
-                if (first < 0 && x.data()[at] == y.data()[((n * 2 + oh) * 2 + ow) * 3 + c]) first = at;
-              }
-            expected.data()[first] = dy.data()[((n * 2 + oh) * 2 + ow) * 3 + c];
-          }
-    INFO("ties " << ties);
-    CHECK(dx.to_vector() == expected.to_vector());
-  }
+  // 32 channels take the AVX-512 kernels where the processor has them (forced off and on in turn), 3 the
+  // portable loops; float32 and bfloat16 alike.
+  const cpu::WinogradIsa best = cpu::winograd_isa();
+  for (cpu::WinogradIsa isa : cpu::usable_winograd_isas())
+    for (const std::int64_t c : {3, 32})
+      for (const DType type : {DType::Float32, DType::BFloat16})
+        for (bool ties : {false, true}) {
+          cpu::set_winograd_isa(isa);
+          const Pool2dGeometry g{2, 5, 5, c, 2, 2, 2, 2, 2, 2, 0, 0};
+          const Tensor x = (ties ? Tensor::full({2, 5, 5, c}, 0.0f) : random_tensor({2, 5, 5, c}, 10)).to(type);
+          const Tensor dy = random_tensor({2, 2, 2, c}, 11).to(type);
+          Tensor y({2, 2, 2, c}, type);
+          Tensor dx = Tensor::full({2, 5, 5, c}, std::nanf("")).to(type);
+          Pool2dPlan plan(g, Device::CPU);
+          ops::pool2d_forward(plan, x, y);
+          ops::pool2d_backward(plan, x, y, dy, dx);
+          const std::vector<float> xs = x.to_vector(), ys = y.to_vector(), dys = dy.to_vector();
+          std::vector<float> expected(xs.size(), 0.0f);
+          for (std::int64_t n = 0; n < 2; ++n)
+            for (std::int64_t oh = 0; oh < 2; ++oh)
+              for (std::int64_t ow = 0; ow < 2; ++ow)
+                for (std::int64_t k = 0; k < c; ++k) {
+                  const std::int64_t out = ((n * 2 + oh) * 2 + ow) * c + k;
+                  std::int64_t first = -1;
+                  float peak = -1e30f;
+                  for (std::int64_t ih = oh * 2; ih < oh * 2 + 2; ++ih)
+                    for (std::int64_t iw = ow * 2; iw < ow * 2 + 2; ++iw) {
+                      const std::int64_t at = ((n * 5 + ih) * 5 + iw) * c + k;
+                      peak = std::max(peak, xs[at]);
+                      if (first < 0 && xs[at] == ys[out]) first = at;
+                    }
+                  REQUIRE(ys[out] == peak);
+                  expected[first] = dys[out];
+                }
+          INFO(cpu::winograd_isa_name(isa) << ", " << c << " channels, " << dtype_name(type) << ", ties " << ties);
+          CHECK(dx.to_vector() == expected);
+        }
+  cpu::set_winograd_isa(best);
 }
 
 TEST_CASE("softmax cross-entropy is stable for huge logits and matches the direct formula", "[ops][loss]") {
