@@ -124,30 +124,44 @@ void CpuBackend::conv2d_forward_activated(const PlanState* conv_plan, const Conv
     if (separate_activation) activation_forward(activation, y, y);
     return;
   }
-  const Chunking plan = chunking(g);
+  // The output rows (sample-major) in pieces of a chunk's rows, or fewer where the batch has fewer chunks than
+  // there are threads (one image at inference): each thread then takes a share of a sample's pixels.
   const std::int64_t in_sample = g.in_h * g.in_w * g.in_c;
-  const std::int64_t pixels = g.out_h * g.out_w;
+  const std::int64_t pixels = g.out_h * g.out_w, total_rows = g.batch * pixels;
   const std::int64_t k = taps(g);
+  const std::int64_t threads = omp_get_max_threads();
+  const std::int64_t piece_rows = std::max<std::int64_t>(
+      1, std::min(chunking(g).samples_per_chunk * pixels, (total_rows + threads - 1) / threads));
+  const std::int64_t pieces = (total_rows + piece_rows - 1) / piece_rows;
   with_activation(activation, [&](auto activate) {
-    for_each_chunk(g, plan, [&](std::int64_t chunk, float* col, int) {
-      const std::int64_t first = chunk * plan.samples_per_chunk;
-      const std::int64_t count = std::min(plan.samples_per_chunk, g.batch - first);
-      for (std::int64_t s = 0; s < count; ++s) im2col(device_data(x) + (first + s) * in_sample, g, col + s * pixels * k, k);
-      float* out = device_data(y) + first * pixels * g.out_c;
-      const std::int64_t rows = count * pixels;
-      float beta = 0.0f;
-      if (bias_data != nullptr) {
-        // Start from the bias and accumulate the product onto it: the bias add costs no extra pass.
-        for (std::int64_t r = 0; r < rows; ++r) std::memcpy(out + r * g.out_c, bias_data, sizeof(float) * g.out_c);
-        beta = 1.0f;
-      }
-      gemm(false, false, rows, g.out_c, k, 1.0f, col, k, device_data(kernel), g.out_c, beta, out, g.out_c);
-      if (activation != Activation::Linear) {
-        // While the chunk's output is still in cache.
+#pragma omp parallel if (pieces > 1)
+    {
+      float* col = thread_scratch(ScratchSlot::Columns, static_cast<std::size_t>(piece_rows * k));
+#pragma omp for schedule(static)
+      for (std::int64_t piece = 0; piece < pieces; ++piece) {
+        const std::int64_t first = piece * piece_rows;
+        const std::int64_t rows = std::min(piece_rows, total_rows - first);
+        for (std::int64_t row = first; row < first + rows;) {
+          const std::int64_t sample = row / pixels, pixel = row % pixels;
+          const std::int64_t run = std::min(first + rows - row, pixels - pixel);
+          im2col(device_data(x) + sample * in_sample, g, col + (row - first) * k, k, pixel, run);
+          row += run;
+        }
+        float* out = device_data(y) + first * g.out_c;
+        float beta = 0.0f;
+        if (bias_data != nullptr) {
+          // Start from the bias and accumulate the product onto it: the bias add costs no extra pass.
+          for (std::int64_t r = 0; r < rows; ++r) std::memcpy(out + r * g.out_c, bias_data, sizeof(float) * g.out_c);
+          beta = 1.0f;
+        }
+        gemm(false, false, rows, g.out_c, k, 1.0f, col, k, device_data(kernel), g.out_c, beta, out, g.out_c);
+        if (activation != Activation::Linear) {
+          // While the chunk's output is still in cache.
 #pragma omp simd
-        for (std::int64_t i = 0; i < rows * g.out_c; ++i) out[i] = activate(out[i]);
+          for (std::int64_t i = 0; i < rows * g.out_c; ++i) out[i] = activate(out[i]);
+        }
       }
-    });
+    }
   });
 }
 
