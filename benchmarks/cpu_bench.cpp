@@ -143,6 +143,7 @@ int main(int argc, char** argv) {
                std::string(gemm_path_name(gemm_path())).c_str());
   std::fprintf(stderr, "Winograd kernels: %s (the best this processor runs; COHORT_CPU_ISA overrides)\n",
                std::string(cpu::winograd_isa_name(cpu::winograd_isa())).c_str());
+  std::fprintf(stderr, "float32 convolutions forward: %s\n", cpu::onednn::float32_forward_convolutions_description().c_str());
   std::fprintf(stderr, "bfloat16 (bf16:1 rows): %s (COHORT_BF16_KERNELS overrides)\n",
                cpu::onednn::bf16_kernels_description().c_str());
   benchmark::RunSpecifiedBenchmarks();

@@ -6,6 +6,7 @@
 #include "cohort/core/error.hpp"
 #include "cohort/core/parallel.hpp"
 #include "cohort/tensor/ops.hpp"
+#include "tensor/cpu/onednn.hpp"
 #include "tensor/cpu/winograd.hpp"
 #include "test_util.hpp"
 
@@ -126,22 +127,34 @@ TEST_CASE("conv2d forward matches direct convolution over odd shapes, strides, p
                         // Winograd geometries: odd output sizes, one-pixel images, many chunks
                         {3, 9, 7, 8, 9, 3, 1, true},   {2, 6, 5, 16, 8, 3, 1, false}, {1, 1, 1, 8, 8, 3, 1, true},
                         {130, 4, 4, 8, 12, 3, 1, true}, {2, 3, 3, 8, 8, 3, 1, false}};
-  test_util::for_each_gemm_path([&](GemmPath path) {
-    for (const Case& t : cases) {
-      INFO("GEMM path " << gemm_path_name(path));
-      const Conv2dGeometry g = conv_geometry(t.batch, t.h, t.w, t.c, t.f, t.k, t.stride, t.same);
-      Conv2dPlan plan(g, Device::CPU);
-      const Tensor x = random_tensor({g.batch, g.in_h, g.in_w, g.in_c}, 3);
-      const Tensor w = random_tensor({g.kernel_h, g.kernel_w, g.in_c, g.out_c}, 4);
-      const Tensor bias = random_tensor({g.out_c}, 5);
-      Tensor y({g.batch, g.out_h, g.out_w, g.out_c});
-      ops::conv2d_forward(plan, x, w, bias, y);
-      INFO("batch " << t.batch << " " << t.h << "x" << t.w << "x" << t.c << " k" << t.k << " s" << t.stride << " same " << t.same);
-      CHECK(max_abs_difference(y, reference_conv(x, w, bias, g)) < 1e-4f);
-      ops::conv2d_forward(plan, x, w, Tensor(), y);
-      CHECK(max_abs_difference(y, reference_conv(x, w, Tensor(), g)) < 1e-4f);
-    }
-  });
+  // The backend's own kernels, and oneDNN's where it can run them (the default on processors with AMX).
+  const bool default_forward = cpu::onednn::float32_forward_convolutions();
+  std::vector<bool> onednn_forward{false};
+  try {
+    cpu::onednn::set_float32_forward_convolutions(true);
+    onednn_forward.push_back(true);
+  } catch (const InvalidArgument&) {
+  }
+  for (const bool onednn : onednn_forward) {
+    cpu::onednn::set_float32_forward_convolutions(onednn);
+    test_util::for_each_gemm_path([&](GemmPath path) {
+      for (const Case& t : cases) {
+        INFO("GEMM path " << gemm_path_name(path) << (onednn ? ", forward on oneDNN" : ""));
+        const Conv2dGeometry g = conv_geometry(t.batch, t.h, t.w, t.c, t.f, t.k, t.stride, t.same);
+        Conv2dPlan plan(g, Device::CPU);
+        const Tensor x = random_tensor({g.batch, g.in_h, g.in_w, g.in_c}, 3);
+        const Tensor w = random_tensor({g.kernel_h, g.kernel_w, g.in_c, g.out_c}, 4);
+        const Tensor bias = random_tensor({g.out_c}, 5);
+        Tensor y({g.batch, g.out_h, g.out_w, g.out_c});
+        ops::conv2d_forward(plan, x, w, bias, y);
+        INFO("batch " << t.batch << " " << t.h << "x" << t.w << "x" << t.c << " k" << t.k << " s" << t.stride << " same " << t.same);
+        CHECK(max_abs_difference(y, reference_conv(x, w, bias, g)) < 1e-4f);
+        ops::conv2d_forward(plan, x, w, Tensor(), y);
+        CHECK(max_abs_difference(y, reference_conv(x, w, Tensor(), g)) < 1e-4f);
+      }
+    });
+  }
+  cpu::onednn::set_float32_forward_convolutions(default_forward);
 }
 
 TEST_CASE("conv2d backward matches the direct data and kernel gradients", "[ops][conv]") {

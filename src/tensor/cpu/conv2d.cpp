@@ -82,7 +82,7 @@ void for_each_chunk(const Conv2dGeometry& g, const Chunking& plan, Body&& body) 
 // The CPU's algorithm choice for one convolution, made once per layer.
 struct ConvPlan : PlanState {
   int winograd_tile = 0;  // 0: im2col
-  mutable onednn::Convolution bfloat16;  // its primitives, made as bfloat16 operands come
+  mutable onednn::Convolution onednn;  // its primitives, made as bfloat16 (or float32) operands come
 };
 
 // The plan's Winograd tile where this batch repays the kernel transform, else 0 (im2col).
@@ -107,8 +107,8 @@ void CpuBackend::conv2d_forward(const PlanState* conv_plan, const Conv2dGeometry
 void CpuBackend::conv2d_forward_activated(const PlanState* conv_plan, const Conv2dGeometry& g, const Tensor& x,
                                           const Tensor& kernel, const Tensor& bias, Activation activation,
                                           const Tensor& y) {
-  if (x.dtype() == DType::BFloat16)
-    return static_cast<const ConvPlan*>(conv_plan)->bfloat16.forward(g, x, kernel, bias, activation, y);
+  if (x.dtype() == DType::BFloat16 || onednn::float32_forward_convolutions())
+    return static_cast<const ConvPlan*>(conv_plan)->onednn.forward(g, x, kernel, bias, activation, y);
   gemm_path();  // chosen (or COHORT_GEMM refused) here, not inside the parallel regions that multiply
   const float* bias_data = bias.defined() ? device_data(bias) : nullptr;
   // The Winograd and direct kernels clip at zero as they write; other activations take a pass of their own.
@@ -169,7 +169,7 @@ void CpuBackend::conv2d_backward(const PlanState* conv_plan, const Conv2dGeometr
                                  const Tensor& kernel, const Tensor& dy, const Tensor& dx, const Tensor& dkernel,
                                  const Tensor& dbias) {
   if (x.dtype() == DType::BFloat16)
-    return static_cast<const ConvPlan*>(conv_plan)->bfloat16.backward(g, x, kernel, dy, dx, dkernel, dbias);
+    return static_cast<const ConvPlan*>(conv_plan)->onednn.backward(g, x, kernel, dy, dx, dkernel, dbias);
   gemm_path();
   if (const int tile = winograd_tile_of(conv_plan, g)) {
     winograd_conv3x3_kernel_gradient(tile, device_data(x), device_data(dy), device_data(dkernel), g);

@@ -119,7 +119,41 @@ class Reorder {
   std::optional<dnnl::reorder> reorder_;
 };
 
+// Why float32 convolutions do not run forward on oneDNN here; empty when they do.
+std::string why_not_float32_forward() {
+  if (const auto isa = choice_setting("COHORT_CPU_ISA", kCpuIsaSpellings); isa && *isa != "avx512")
+    return fmt::format("COHORT_CPU_ISA={} keeps to the backend's own kernels", *isa);
+  if (dnnl::get_effective_cpu_isa() != dnnl::cpu_isa::avx512_core_amx)
+    return "the backend's Winograd and im2col kernels (oneDNN's are faster only on processors with AMX)";
+  return {};
+}
+
+std::mutex float32_mutex;
+std::optional<bool> float32_forward;
+
 }  // namespace
+
+bool float32_forward_convolutions() {
+  const std::lock_guard lock(float32_mutex);
+  if (!float32_forward) {
+    float32_forward = why_not_float32_forward().empty();
+    log::debug("float32 convolutions forward: {}", *float32_forward ? "oneDNN" : "the backend's own");
+  }
+  return *float32_forward;
+}
+
+void set_float32_forward_convolutions(bool on) {
+  if (on && dnnl::get_effective_cpu_isa() < dnnl::cpu_isa::avx512_core)
+    throw InvalidArgument("float32 convolutions cannot run forward on oneDNN here: it needs AVX-512");
+  const std::lock_guard lock(float32_mutex);
+  float32_forward = on;
+}
+
+std::string float32_forward_convolutions_description() {
+  if (float32_forward_convolutions()) return "oneDNN (AMX processor)";
+  const std::string why = why_not_float32_forward();
+  return why.empty() ? "the backend's own (chosen)" : why;
+}
 
 Bf16Kernels bf16_kernels() { return choice().kernels; }
 
@@ -136,6 +170,7 @@ std::string bf16_kernels_description() { return choice().description; }
 struct Convolution::Primitives {
   struct Key {
     std::int64_t batch;
+    DType data;  // of x, kernel and y
     Activation activation;
     DType bias_type;  // Float32 also when there is no bias
     bool has_bias;
@@ -168,13 +203,14 @@ struct ConvDescs {
   memory::dims strides, pad_before, pad_after;
 };
 
-ConvDescs conv_descs(const Conv2dGeometry& g, memory::data_type bias_type, memory::data_type weights_type) {
-  const auto bf16 = memory::data_type::bf16;
+// Descriptors of bfloat16 activations unless `data` says otherwise.
+ConvDescs conv_descs(const Conv2dGeometry& g, memory::data_type bias_type, memory::data_type weights_type,
+                     memory::data_type data = memory::data_type::bf16) {
   const memory::dims weights{g.out_c, g.in_c, g.kernel_h, g.kernel_w};
-  return {.src = memory::desc({g.batch, g.in_c, g.in_h, g.in_w}, bf16, Tag::nhwc),
+  return {.src = memory::desc({g.batch, g.in_c, g.in_h, g.in_w}, data, Tag::nhwc),
           .weights_any = memory::desc(weights, weights_type, Tag::any),
           .weights_hwio = memory::desc(weights, weights_type, Tag::hwio),
-          .dst = memory::desc({g.batch, g.out_c, g.out_h, g.out_w}, bf16, Tag::nhwc),
+          .dst = memory::desc({g.batch, g.out_c, g.out_h, g.out_w}, data, Tag::nhwc),
           .bias = memory::desc({g.out_c}, bias_type, Tag::a),
           .strides = {g.stride_h, g.stride_w},
           .pad_before = {g.pad_top, g.pad_left},
@@ -182,8 +218,8 @@ ConvDescs conv_descs(const Conv2dGeometry& g, memory::data_type bias_type, memor
 }
 
 dnnl::convolution_forward::primitive_desc forward_pd(const Conv2dGeometry& g, bool has_bias, memory::data_type bias_type,
-                                                     Activation activation) {
-  const ConvDescs d = conv_descs(g, bias_type, memory::data_type::bf16);
+                                                     Activation activation, memory::data_type data = memory::data_type::bf16) {
+  const ConvDescs d = conv_descs(g, bias_type, data, data);
   const auto desc = has_bias ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
                                                                d.src, d.weights_any, d.bias, d.dst, d.strides, d.pad_before, d.pad_after)
                              : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
@@ -205,18 +241,19 @@ Convolution::~Convolution() = default;
 void Convolution::forward(const Conv2dGeometry& g, const Tensor& x, const Tensor& kernel, const Tensor& bias,
                           Activation activation, const Tensor& y) {
   const bool has_bias = bias.defined();
-  const Primitives::Key key{g.batch, activation, has_bias ? bias.dtype() : DType::Float32, has_bias};
+  const Primitives::Key key{g.batch, x.dtype(), activation, has_bias ? bias.dtype() : DType::Float32, has_bias};
+  const memory::data_type data = data_type(key.data);
   const std::unique_lock lock(primitives_->mutex);
   auto found = primitives_->forward.find(key);
   if (found == primitives_->forward.end()) {
-    auto pd = forward_pd(g, has_bias, data_type(key.bias_type), activation);
-    const ConvDescs d = conv_descs(g, data_type(key.bias_type), memory::data_type::bf16);
+    auto pd = forward_pd(g, has_bias, data_type(key.bias_type), activation, data);
+    const ConvDescs d = conv_descs(g, data_type(key.bias_type), data, data);
     Reorder kernel_in(d.weights_hwio, pd.weights_desc());
     found = primitives_->forward.emplace(key, Primitives::Forward{pd, dnnl::convolution_forward(pd), std::move(kernel_in)}).first;
   }
   const Primitives::Forward& f = found->second;
   dnnl::stream stream(engine());
-  const ConvDescs d = conv_descs(g, data_type(key.bias_type), memory::data_type::bf16);
+  const ConvDescs d = conv_descs(g, data_type(key.bias_type), data, data);
   memory user_kernel = wrap(d.weights_hwio, kernel);
   memory kernel_memory = user_kernel;
   if (f.kernel_in.needed()) {

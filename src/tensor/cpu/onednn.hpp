@@ -1,10 +1,10 @@
 #pragma once
-// The CPU backend's bfloat16 kernels: convolutions and matrix products through oneDNN, where the processor
-// multiplies bfloat16 itself (AVX-512 BF16, AMX-BF16), accumulating in float32; batch normalization, max
+// The CPU backend's kernels through oneDNN: bfloat16 convolutions and matrix products where the processor
+// multiplies bfloat16 itself (AVX-512 BF16, AMX-BF16), accumulating in float32, and float32 convolutions
+// forward where oneDNN's outrun the backend's own (float32_forward_convolutions()). Batch normalization, max
 // pooling, elementwise activations and products are the backend's own loops reading and writing bfloat16
 // (elements.hpp). Elsewhere, and for float16, the op layer computes through float32 stand-ins instead. Built
-// when oneDNN is found (Debian libdnnl-dev); a build without it never has the bfloat16 kernels
-// (onednn_missing.cpp).
+// when oneDNN is found (Debian libdnnl-dev); a build without it never has these kernels (onednn_missing.cpp).
 //
 // Which kernels run is chosen once: COHORT_BF16_KERNELS=native|float32 when set, else native where oneDNN's
 // bfloat16 convolution runs on a bfloat16 instruction set; COHORT_CPU_ISA=avx2 or portable turns it off, as
@@ -27,6 +27,17 @@ void set_bf16_kernels(Bf16Kernels kernels);
 // float32 ("float32 stand-ins: this processor has no bfloat16 instructions ...").
 std::string bf16_kernels_description();
 
+// Whether float32 convolutions run forward on oneDNN: where the processor has AMX (Intel Xeon from Sapphire
+// Rapids on, with two 512-bit FMA units), on which oneDNN's float32 brgconv outruns the backend's Winograd
+// and im2col kernels (on one core of such a Xeon, the flagship's six layers forward took 37 ms at batch 128
+// against 42, and 0.27 ms at batch 1 against 0.6); not where COHORT_CPU_ISA keeps to an instruction set
+// below avx512. Decided on first use and logged.
+bool float32_forward_convolutions();
+// Switches it in tests; InvalidArgument when `on` cannot run here, naming why.
+void set_float32_forward_convolutions(bool on);
+// What float32 convolutions compute forward with here, for reports.
+std::string float32_forward_convolutions_description();
+
 // The oneDNN primitives of one convolution geometry, made for each batch size, activation and operand types
 // on first use and kept.
 class Convolution {
@@ -36,7 +47,8 @@ class Convolution {
   Convolution(const Convolution&) = delete;
   Convolution& operator=(const Convolution&) = delete;
 
-  // y = activation(conv(x, kernel) + bias); x, kernel and y bfloat16, bias bfloat16 or float32 (or undefined).
+  // y = activation(conv(x, kernel) + bias); x, kernel and y bfloat16, bias bfloat16 or float32 (or undefined);
+  // or every operand float32.
   void forward(const Conv2dGeometry& g, const Tensor& x, const Tensor& kernel, const Tensor& bias, Activation activation,
                const Tensor& y);
   // dx (bfloat16, when defined) and the float32 dkernel and dbias (when defined) from bfloat16 x, kernel, dy.

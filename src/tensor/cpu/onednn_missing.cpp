@@ -16,6 +16,14 @@ void set_bf16_kernels(Bf16Kernels kernels) {
 
 std::string bf16_kernels_description() { return std::string("float32 stand-ins: ") + kMissing; }
 
+bool float32_forward_convolutions() { return false; }
+
+void set_float32_forward_convolutions(bool on) {
+  COHORT_CHECK(!on, "float32 convolutions cannot run on oneDNN: {}", kMissing);
+}
+
+std::string float32_forward_convolutions_description() { return std::string("the backend's own: ") + kMissing; }
+
 struct Convolution::Primitives {};
 Convolution::Convolution() = default;
 Convolution::~Convolution() = default;
