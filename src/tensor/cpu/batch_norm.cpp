@@ -86,7 +86,7 @@ template <typename Pass>
 void in_row_blocks(std::int64_t rows, Pass&& pass) {
   const std::int64_t blocks = (rows + kBlockRows - 1) / kBlockRows;
 #pragma omp parallel for schedule(static)
-  for (std::int64_t b = 0; b < blocks; ++b) pass(b * kBlockRows, b * kBlockRows + kBlockRows < rows ? b * kBlockRows + kBlockRows : rows);
+  for (std::int64_t b = 0; b < blocks; ++b) pass(b * kBlockRows, std::min(b * kBlockRows + kBlockRows, rows));
 }
 
 // Normalization as one multiply-add per channel: y = x * multiplier + offset, with multiplier =
@@ -222,12 +222,31 @@ ParameterGradients inverse_std(const Tensor& variance, float epsilon) {
 
 // Sums the parameter gradients into p with channel_sums' `block` and writes them to dgamma and dbeta.
 template <typename BlockSums>
-void parameter_gradients(Rows r, BlockSums&& block, const Tensor& dgamma, const Tensor& dbeta, ParameterGradients& p) {
+void sum_parameter_gradients(Rows r, BlockSums&& block, const Tensor& dgamma, const Tensor& dbeta, ParameterGradients& p) {
   std::tie(p.grad_sum, p.grad_dot_xhat) = channel_sums(r, block);
   for (std::int64_t c = 0; c < r.width; ++c) {
     device_data(dbeta)[c] = static_cast<float>(p.grad_sum[c]);
     device_data(dgamma)[c] = static_cast<float>(p.grad_dot_xhat[c]);
   }
+}
+
+// The parameter gradients in the portable loops, for the gradient g(m, c) of the normalized values.
+template <class T, typename Gradient>
+ParameterGradients parameter_gradients(const Tensor& x, Gradient&& gradient, const Tensor& mean,
+                                       const Tensor& variance, float epsilon, const Tensor& dgamma,
+                                       const Tensor& dbeta) {
+  const Rows r = rows_of(x);
+  const Elements<T> xp(x);
+  const float* mp = device_data(mean);
+  ParameterGradients p = inverse_std(variance, epsilon);
+  const float* inv_std = p.inv_std.data();
+  sum_parameter_gradients(
+      r,
+      term_sums(
+          r.width, [=](std::int64_t m, std::int64_t c) { return gradient(m, c); },
+          [=](std::int64_t m, std::int64_t c) { return gradient(m, c) * ((xp[m * r.width + c] - mp[c]) * inv_std[c]); }),
+      dgamma, dbeta, p);
+  return p;
 }
 
 // dx = gamma * inv_std / M * (M * g - sum(g) - xhat * sum(g * xhat)) = a * (g - b - (x - mean) * s) per channel.
@@ -255,14 +274,7 @@ void backward_passes(const Tensor& x, Gradient&& gradient, const Tensor& gamma, 
   const Rows r = rows_of(x);
   const Elements<T> xp(x);
   const float* mean = device_data(batch_mean);
-  ParameterGradients p = inverse_std(batch_variance, epsilon);
-  const float* inv_std = p.inv_std.data();
-  parameter_gradients(
-      r,
-      term_sums(
-          r.width, [=](std::int64_t m, std::int64_t c) { return gradient(m, c); },
-          [=](std::int64_t m, std::int64_t c) { return gradient(m, c) * ((xp[m * r.width + c] - mean[c]) * inv_std[c]); }),
-      dgamma, dbeta, p);
+  const ParameterGradients p = parameter_gradients<T>(x, gradient, batch_mean, batch_variance, epsilon, dgamma, dbeta);
   if (!dx.defined()) return;
   const DataGradientTerms t = data_gradient_terms(r, gamma, p);
   const float *a = t.a.data(), *b = t.b.data(), *s = t.s.data();
@@ -292,7 +304,7 @@ void avx512_backward_passes(const Tensor& x, const Tensor& dy, const ChannelAffi
   const float* mean = device_data(batch_mean);
   ParameterGradients p = inverse_std(batch_variance, epsilon);
   const float* inv_std = p.inv_std.data();
-  parameter_gradients(
+  sum_parameter_gradients(
       r,
       [&](std::int64_t begin, std::int64_t end, float* grad_sum, float* grad_dot_xhat) {
         const std::int64_t first = begin * r.width;
@@ -371,18 +383,10 @@ void CpuBackend::batch_norm_backward_inference(const PlanState*, const BatchNorm
   with_stored(x.dtype(), [&](auto stored) {
     using T = decltype(stored);
     const Elements<T> gp(dy);
-    const Rows r = rows_of(x);
-    const Elements<T> xp(x);
-    const float* mp = device_data(mean);
-    ParameterGradients p = inverse_std(variance, g.epsilon);
-    const float* inv_std = p.inv_std.data();
-    parameter_gradients(
-        r,
-        term_sums(
-            width, [=](std::int64_t m, std::int64_t c) { return gp[m * width + c]; },
-            [=](std::int64_t m, std::int64_t c) { return gp[m * width + c] * ((xp[m * width + c] - mp[c]) * inv_std[c]); }),
-        dgamma, dbeta, p);
+    const auto gradient = [=](std::int64_t m, std::int64_t c) { return gp[m * width + c]; };
+    const ParameterGradients p = parameter_gradients<T>(x, gradient, mean, variance, g.epsilon, dgamma, dbeta);
     if (!dx.defined()) return;
+    const Rows r = rows_of(x);
     const Elements<T> dp(dx);
 #pragma omp parallel for
     for (std::int64_t m = 0; m < r.count; ++m)
