@@ -1,7 +1,8 @@
-// bfloat16 convolutions and matrix products through oneDNN (see onednn.hpp). The tensors' own memory is
-// handed to oneDNN as NHWC activations and HWIO kernels, which oneDNN's "nhwc" and "hwio" tags describe
-// exactly; a primitive may want its weights in a blocked layout of its own, so the kernel (or the kernel
-// gradient) is reordered per call, one pass over a small tensor. Primitives are made once per shape.
+// bfloat16 convolutions and matrix products, and float32 convolutions forward, through oneDNN (see
+// onednn.hpp). The tensors' own memory is handed to oneDNN as NHWC activations and HWIO kernels, which
+// oneDNN's "nhwc" and "hwio" tags describe exactly; a primitive may want its weights in a blocked layout of its
+// own, so the kernel (or the kernel gradient) is reordered per call, one pass over a small tensor. Primitives
+// are made once per shape.
 #include "onednn.hpp"
 
 #include <omp.h>
@@ -150,8 +151,8 @@ void set_float32_forward_convolutions(bool on) {
 }
 
 std::string float32_forward_convolutions_description() {
-  if (float32_forward_convolutions()) return "oneDNN (AMX processor)";
   const std::string why = why_not_float32_forward();
+  if (float32_forward_convolutions()) return why.empty() ? "oneDNN (a processor with AMX)" : "oneDNN (chosen)";
   return why.empty() ? "the backend's own (chosen)" : why;
 }
 
