@@ -101,6 +101,7 @@ TEST_CASE("mixed-precision models learn the synthetic task as a float32 one does
     nn::Sequential model = tiny_cnn(precision);
     Trainer trainer(model, optim::Adam({.learning_rate = optim::constant(3e-3)}));
     auto options = kSilent;
+    options.epochs = 8;
     options.validation = &synthetic_set();
     const auto history = trainer.fit(synthetic_set(), options);
     CHECK(history.epochs.back().at("val_accuracy") >= 0.95);

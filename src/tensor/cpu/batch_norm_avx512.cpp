@@ -10,12 +10,14 @@ namespace {
 
 constexpr std::int64_t kMaxChunks = 8;  // 2 x 8 accumulators of the 32 registers
 
-// The gradient reaching the normalized values: dy, masked where the recomputed ReLU output is not positive.
+// The gradient reaching the normalized values at element i of channel c: dy, masked where the recomputed ReLU
+// output is not positive (multiplier and offset are read only then: without ReLU they may be null).
 template <class T>
-__m512 normalized_gradient(const T* x, const T* dy, const float* multiplier, const float* offset, bool relu) {
-  const __m512 gradient = load(dy);
+__m512 normalized_gradient(const T* x, const T* dy, const float* multiplier, const float* offset, bool relu,
+                           std::int64_t i, std::int64_t c) {
+  const __m512 gradient = load(dy + i);
   if (!relu) return gradient;
-  const __m512 pre = _mm512_fmadd_ps(load(x), load(multiplier), load(offset));
+  const __m512 pre = _mm512_fmadd_ps(load(x + i), load(multiplier + c), load(offset + c));
   return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(pre, _mm512_setzero_ps(), _CMP_GT_OQ), gradient);
 }
 
@@ -90,7 +92,7 @@ void gradient_moments(const T* x, const T* dy, const float* multiplier, const fl
       rows, width,
       [&](std::int64_t m, std::int64_t c, __m512& s, __m512& dot) {
         const std::int64_t i = m * width + c;
-        const __m512 g = normalized_gradient(x + i, dy + i, multiplier + c, offset + c, relu);
+        const __m512 g = normalized_gradient(x, dy, multiplier, offset, relu, i, c);
         const __m512 xhat = _mm512_mul_ps(_mm512_sub_ps(load(x + i), load(mean + c)), load(inv_std + c));
         s = _mm512_add_ps(s, g);
         dot = _mm512_fmadd_ps(g, xhat, dot);
@@ -105,7 +107,7 @@ void data_gradient(const T* x, const T* dy, const float* multiplier, const float
   for (std::int64_t m = 0; m < rows; ++m)
     for (std::int64_t c = 0; c < width; c += kLanes) {
       const std::int64_t i = m * width + c;
-      const __m512 g = normalized_gradient(x + i, dy + i, multiplier + c, offset + c, relu);
+      const __m512 g = normalized_gradient(x, dy, multiplier, offset, relu, i, c);
       const __m512 centred = _mm512_sub_ps(load(x + i), load(mean + c));
       const __m512 inner = _mm512_fnmadd_ps(centred, load(s + c), _mm512_sub_ps(g, load(b + c)));
       store(dx + i, _mm512_mul_ps(load(a + c), inner));
