@@ -270,17 +270,19 @@ void Convolution::forward(const Conv2dGeometry& g, const Tensor& x, const Tensor
 namespace {
 
 // The kernel gradient as matrix products: dkernel^T, with dbias as one more column, is dy^T x [im2col(x) | 1],
-// summed over chunks of samples whose columns stay in L2, a chunk per thread at a time, the threads' sums added
-// in thread order. oneDNN 2.6's backward-weights convolution runs a jit kernel where its forward and its
-// products run brgemm kernels (on AMX), and falls behind them where the output is small and the kernel deep.
-// Measured on one AMX core at batch 128 (cohort_layer_profile), products against oneDNN's convolution:
-// 6x6 -> 4x4 with 128 -> 128 channels 1.3-1.4 ms against 4.6; 6x6 with 64 -> 128, 1.3-1.4 against 1.8; but
-// 13x13 outputs of 64 -> 64 channels 4.3 against 4.4, 15x15 of 32 -> 64 2.9 against 2.7, 30x30 of 32 -> 32
-// 9-10 against 4.3 and the 3-channel input layer 3.7 against 2.6 (its columns are 27 taps wide).
+// summed over chunks of samples whose columns stay in L2, one chunk after another, each product on oneDNN's
+// threads (one primitive run from several threads at once gave wrong sums on AMX). oneDNN 2.6's
+// backward-weights convolution runs a jit kernel where its forward and its products run brgemm kernels (on
+// AMX, for a dense columns matrix), and falls behind them where the output is small and the kernel deep.
+// Measured at batch 128 (cohort_layer_profile), the whole backward pass with products against oneDNN's
+// convolution: 6x6 -> 4x4 with 128 -> 128 channels 3.5 ms against 7.3 on one AMX core, 2.3 against 4.2 on
+// two; 6x6 with 64 -> 128, 2.8 against 3.3 on one, 1.9 against 1.9 on two. The kernel gradient alone on one
+// core: 13x13 outputs of 64 -> 64 channels 4.3 against 4.4, 15x15 of 32 -> 64 2.9 against 2.7, 30x30 of
+// 32 -> 32 9-10 against 4.3, the 3-channel input layer 3.7 against 2.6 (its columns are 27 taps wide).
 bool kernel_gradient_by_products(const Conv2dGeometry& g) { return g.out_h * g.out_w <= 64 && taps(g) >= 256; }
 
 struct ProductLayout {
-  std::int64_t taps, columns, stride;  // columns: taps and the ones column of dbias; stride: a row's elements
+  std::int64_t taps, columns;  // columns: taps and the ones column of dbias, a row of the dense columns matrix
   std::int64_t pixels, samples_per_chunk, chunks;
 };
 
@@ -289,18 +291,26 @@ ProductLayout product_layout(const Conv2dGeometry& g, bool has_bias) {
   ProductLayout l{};
   l.taps = taps(g);
   l.columns = l.taps + (has_bias ? 1 : 0);
-  l.stride = (l.columns + 31) / 32 * 32;
   l.pixels = g.out_h * g.out_w;
-  l.samples_per_chunk = std::clamp<std::int64_t>(kChunkElements / std::max<std::int64_t>(1, l.pixels * l.stride), 1, g.batch);
+  l.samples_per_chunk = std::clamp<std::int64_t>(kChunkElements / std::max<std::int64_t>(1, l.pixels * l.columns), 1, g.batch);
   l.chunks = (g.batch + l.samples_per_chunk - 1) / l.samples_per_chunk;
   return l;
 }
 
-dnnl::matmul make_product(const Conv2dGeometry& g, const ProductLayout& l, std::int64_t rows) {
+// The descriptors of one chunk's product: dy^T (a view of dy), the columns, and the float32 sums.
+struct ProductDescs {
+  memory::desc dy_t, columns, sums;
+};
+
+ProductDescs product_descs(const Conv2dGeometry& g, const ProductLayout& l, std::int64_t rows) {
   const auto bf16 = memory::data_type::bf16;
-  const memory::desc dy_t({g.out_c, rows}, bf16, memory::dims{1, g.out_c});
-  const memory::desc columns({rows, l.columns}, bf16, memory::dims{l.stride, 1});
-  const memory::desc sums({g.out_c, l.columns}, memory::data_type::f32, memory::dims{l.columns, 1});
+  return {memory::desc({g.out_c, rows}, bf16, memory::dims{1, g.out_c}),
+          memory::desc({rows, l.columns}, bf16, memory::dims{l.columns, 1}),
+          memory::desc({g.out_c, l.columns}, memory::data_type::f32, memory::dims{l.columns, 1})};
+}
+
+dnnl::matmul make_product(const Conv2dGeometry& g, const ProductLayout& l, std::int64_t rows) {
+  const auto [dy_t, columns, sums] = product_descs(g, l, rows);
   dnnl::primitive_attr attr;
   dnnl::post_ops post;
   post.append_sum(1.0f);
@@ -371,68 +381,39 @@ void Convolution::kernel_gradient_from_products(const Conv2dGeometry& g, const T
   const bool has_bias = dbias.defined();
   const ProductLayout l = product_layout(g, has_bias);
   const auto product = [&](std::int64_t rows) -> const dnnl::matmul& {
-    auto made = primitives_->kernel_gradient_products.find({rows, has_bias});
+    auto made = primitives_->kernel_gradient_products.find({rows, has_bias});  // made once per shape
     if (made == primitives_->kernel_gradient_products.end())
       made = primitives_->kernel_gradient_products.emplace(std::make_tuple(rows, has_bias), make_product(g, l, rows)).first;
     return made->second;
   };
-  const std::int64_t last_samples = g.batch - (l.chunks - 1) * l.samples_per_chunk;
-  const dnnl::matmul& full = product(l.samples_per_chunk * l.pixels);
-  const dnnl::matmul& last = product(last_samples * l.pixels);
-  const auto bf16 = memory::data_type::bf16;
-  const std::int64_t sums_per_thread = g.out_c * l.columns;
-  const int threads = l.chunks >= omp_get_max_threads() ? omp_get_max_threads() : 1;
-  float* partials = thread_scratch(ScratchSlot::Partials, static_cast<std::size_t>(threads * sums_per_thread));
-  std::fill_n(partials, threads * sums_per_thread, 0.0f);
+  float* sums = thread_scratch(ScratchSlot::Partials, static_cast<std::size_t>(g.out_c * l.columns));
+  std::fill_n(sums, g.out_c * l.columns, 0.0f);
+  auto* col = reinterpret_cast<std::uint16_t*>(
+      thread_scratch(ScratchSlot::Columns, static_cast<std::size_t>(l.samples_per_chunk * l.pixels * l.columns + 1) / 2));
   const auto* in = static_cast<const std::uint16_t*>(device_bytes(x));
   auto* gradient = static_cast<std::uint16_t*>(device_bytes(dy));
   const std::int64_t in_sample = g.in_h * g.in_w * g.in_c;
-  const std::size_t column_elements = static_cast<std::size_t>(l.samples_per_chunk * l.pixels * l.stride);
-
-  const auto run = [&](int thread, auto&& chunks) {
-    auto* col = reinterpret_cast<std::uint16_t*>(thread_scratch(ScratchSlot::Columns, (column_elements + 1) / 2));
-    dnnl::stream stream(engine());
-    chunks([&](std::int64_t chunk) {
-      const std::int64_t first = chunk * l.samples_per_chunk;
-      const std::int64_t count = std::min(l.samples_per_chunk, g.batch - first);
-      const std::int64_t rows = count * l.pixels;
-      for (std::int64_t s = 0; s < count; ++s) im2col(in + (first + s) * in_sample, g, col + s * l.pixels * l.stride, l.stride);
-      if (has_bias)
-        for (std::int64_t r = 0; r < rows; ++r) col[r * l.stride + l.taps] = kBfloat16One;
-      const memory::desc dy_t({g.out_c, rows}, bf16, memory::dims{1, g.out_c});
-      const memory::desc columns({rows, l.columns}, bf16, memory::dims{l.stride, 1});
-      const memory::desc sums({g.out_c, l.columns}, memory::data_type::f32, memory::dims{l.columns, 1});
-      (count == l.samples_per_chunk ? full : last)
-          .execute(stream, {{DNNL_ARG_SRC, memory(dy_t, engine(), gradient + first * l.pixels * g.out_c)},
-                            {DNNL_ARG_WEIGHTS, memory(columns, engine(), col)},
-                            {DNNL_ARG_DST, memory(sums, engine(), partials + thread * sums_per_thread)}});
-    });
-    stream.wait();
-  };
-  if (threads == 1) {
-    run(0, [&](auto&& body) {
-      for (std::int64_t chunk = 0; chunk < l.chunks; ++chunk) body(chunk);
-    });
-  } else {
-#pragma omp parallel num_threads(threads)
-    run(omp_get_thread_num(), [&](auto&& body) {
-#pragma omp for schedule(static)
-      for (std::int64_t chunk = 0; chunk < l.chunks; ++chunk) body(chunk);
-    });
+  dnnl::stream stream(engine());
+  for (std::int64_t chunk = 0; chunk < l.chunks; ++chunk) {
+    const std::int64_t first = chunk * l.samples_per_chunk;
+    const std::int64_t count = std::min(l.samples_per_chunk, g.batch - first);
+    const std::int64_t rows = count * l.pixels;
+    // The chunk's columns, a sample per thread at a time.
+#pragma omp parallel for if (count > 1)
+    for (std::int64_t s = 0; s < count; ++s) im2col(in + (first + s) * in_sample, g, col + s * l.pixels * l.columns, l.columns);
+    if (has_bias)
+      for (std::int64_t r = 0; r < rows; ++r) col[r * l.columns + l.taps] = kBfloat16One;
+    const ProductDescs d = product_descs(g, l, rows);
+    product(rows).execute(stream, {{DNNL_ARG_SRC, memory(d.dy_t, engine(), gradient + first * l.pixels * g.out_c)},
+                                   {DNNL_ARG_WEIGHTS, memory(d.columns, engine(), col)},
+                                   {DNNL_ARG_DST, memory(d.sums, engine(), sums)}});
+    stream.wait();  // before the next chunk's columns overwrite these
   }
-  // partials hold dkernel^T (and dbias) per thread: sum them in thread order into HWIO.
+  // sums hold dkernel^T (and dbias): HWIO is its transpose.
   float* kernel_gradient = device_data(dkernel);
   for (std::int64_t o = 0; o < g.out_c; ++o) {
-    for (std::int64_t t = 0; t < l.taps; ++t) {
-      float sum = partials[o * l.columns + t];
-      for (int thread = 1; thread < threads; ++thread) sum += partials[thread * sums_per_thread + o * l.columns + t];
-      kernel_gradient[t * g.out_c + o] = sum;
-    }
-    if (has_bias) {
-      float sum = partials[o * l.columns + l.taps];
-      for (int thread = 1; thread < threads; ++thread) sum += partials[thread * sums_per_thread + o * l.columns + l.taps];
-      device_data(dbias)[o] = sum;
-    }
+    for (std::int64_t t = 0; t < l.taps; ++t) kernel_gradient[t * g.out_c + o] = sums[o * l.columns + t];
+    if (has_bias) device_data(dbias)[o] = sums[o * l.columns + l.taps];
   }
 }
 
