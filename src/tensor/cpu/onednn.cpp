@@ -120,12 +120,23 @@ class Reorder {
   std::optional<dnnl::reorder> reorder_;
 };
 
+// Whether oneDNN runs its AVX-512 kernels here (the processor has them, and ONEDNN_MAX_CPU_ISA allows them).
+bool onednn_on_avx512() {
+  switch (dnnl::get_effective_cpu_isa()) {
+    case dnnl::cpu_isa::avx512_core:
+    case dnnl::cpu_isa::avx512_core_vnni:
+    case dnnl::cpu_isa::avx512_core_bf16:
+    case dnnl::cpu_isa::avx512_core_amx: return true;
+    default: return false;
+  }
+}
+
 // Why float32 convolutions do not run forward on oneDNN here; empty when they do.
 std::string why_not_float32_forward() {
   if (const auto isa = choice_setting("COHORT_CPU_ISA", kCpuIsaSpellings); isa && *isa != "avx512")
     return fmt::format("COHORT_CPU_ISA={} keeps to the backend's own kernels", *isa);
-  if (dnnl::get_effective_cpu_isa() != dnnl::cpu_isa::avx512_core_amx)
-    return "the backend's Winograd and im2col kernels (oneDNN's are faster only on processors with AMX)";
+  if (!onednn_on_avx512() || !__builtin_cpu_is("intel"))
+    return "the backend's Winograd and im2col kernels (oneDNN's are faster on Intel processors with AVX-512)";
   return {};
 }
 
@@ -144,7 +155,7 @@ bool float32_forward_convolutions() {
 }
 
 void set_float32_forward_convolutions(bool on) {
-  if (on && dnnl::get_effective_cpu_isa() < dnnl::cpu_isa::avx512_core)
+  if (on && !onednn_on_avx512())
     throw InvalidArgument("float32 convolutions cannot run forward on oneDNN here: it needs AVX-512");
   const std::lock_guard lock(float32_mutex);
   float32_forward = on;
@@ -152,7 +163,7 @@ void set_float32_forward_convolutions(bool on) {
 
 std::string float32_forward_convolutions_description() {
   const std::string why = why_not_float32_forward();
-  if (float32_forward_convolutions()) return why.empty() ? "oneDNN (a processor with AMX)" : "oneDNN (chosen)";
+  if (float32_forward_convolutions()) return why.empty() ? "oneDNN (an Intel processor with AVX-512)" : "oneDNN (chosen)";
   return why.empty() ? "the backend's own (chosen)" : why;
 }
 

@@ -27,11 +27,13 @@ void set_bf16_kernels(Bf16Kernels kernels);
 // float32 ("float32 stand-ins: this processor has no bfloat16 instructions ...").
 std::string bf16_kernels_description();
 
-// Whether float32 convolutions run forward on oneDNN: where the processor has AMX (Intel Xeon from Sapphire
-// Rapids on, with two 512-bit FMA units), on which oneDNN's float32 brgconv outruns the backend's Winograd
-// and im2col kernels (on one core of such a Xeon, the flagship's six layers forward took 37 ms at batch 128
-// against 42, and 0.27 ms at batch 1 against 0.6); not where COHORT_CPU_ISA keeps to an instruction set
-// below avx512. Decided on first use and logged.
+// Whether float32 convolutions run forward on oneDNN: on Intel processors with AVX-512, whose two 512-bit FMA
+// units run oneDNN's float32 brgconv faster than the backend's Winograd and im2col kernels. Measured on a
+// Sapphire Rapids core: the flagship's inference at batch 128 on 2 threads in 22 ms against 25, one image on
+// one thread in 0.53 ms against 0.69 (its float32 kernels are the same whether oneDNN may use AMX or not). On
+// AMD's AVX-512 (Zen 4) the backend's own kernels ran the flagship 1.6-1.8x as fast as PyTorch on oneDNN, so
+// they stay there. Not where COHORT_CPU_ISA keeps to an instruction set below avx512 or ONEDNN_MAX_CPU_ISA
+// below AVX-512. Decided on first use and logged.
 bool float32_forward_convolutions();
 // Switches it in tests; InvalidArgument when `on` cannot run here, naming why.
 void set_float32_forward_convolutions(bool on);
