@@ -5,9 +5,9 @@
 // are made once per shape.
 #include "onednn.hpp"
 
-#include <omp.h>
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include <algorithm>
 #include <cstdlib>
 #include <map>
 #include <mutex>
