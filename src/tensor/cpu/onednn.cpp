@@ -205,7 +205,8 @@ struct Convolution::Primitives {
   std::mutex mutex;
   std::map<Key, Forward> forward;
   std::map<std::tuple<std::int64_t, bool>, Backward> backward;  // batch, whether dbias is computed
-  std::map<std::tuple<std::int64_t, bool>, dnnl::matmul> kernel_gradient_products;  // rows, whether dbias is
+  // The kernel gradient's products by a chunk's rows and whether a column of ones gives dbias.
+  std::map<std::tuple<std::int64_t, bool>, dnnl::matmul> kernel_gradient_products;
 };
 
 namespace {
