@@ -12,6 +12,11 @@ namespace cohort::cpu::avx512 {
 
 constexpr std::int64_t kLanes = 16;
 
+// Whether the passes run for this many channels: the AVX-512 kernels were chosen (winograd_isa()), and the
+// channels fill the lanes. Defined with that choice in winograd.cpp, outside the translation units compiled
+// for AVX-512.
+bool run_for(std::int64_t channels);
+
 // ---- batch normalization over rows of an (M x C) view
 
 // sum[c] = sum over the rows of (x - shift[c]), squares[c] = sum of its squares (both overwritten).

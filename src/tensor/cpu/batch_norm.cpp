@@ -14,7 +14,6 @@
 #include "cpu_backend.hpp"
 #include "elements.hpp"
 #include "tensor/backend_access.hpp"
-#include "winograd.hpp"
 #if COHORT_WINOGRAD_X86_VARIANTS
 #include "avx512_passes.hpp"
 #endif
@@ -27,8 +26,7 @@ constexpr std::int64_t kBlockRows = 64;
 // Whether batch_norm_avx512.cpp's passes run for rows of this width under this activation.
 bool avx512_passes(std::int64_t width, Activation activation) {
 #if COHORT_WINOGRAD_X86_VARIANTS
-  return width % avx512::kLanes == 0 && (activation == Activation::Linear || activation == Activation::Relu) &&
-         winograd_isa() == WinogradIsa::Avx512;
+  return (activation == Activation::Linear || activation == Activation::Relu) && avx512::run_for(width);
 #else
   (void)width, (void)activation;
   return false;

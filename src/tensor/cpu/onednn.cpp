@@ -45,9 +45,15 @@ memory::data_type data_type(DType type) {
 
 memory wrap(const memory::desc& desc, const Tensor& t) { return memory(desc, engine(), device_bytes(t)); }
 
+// The instruction set COHORT_CPU_ISA names where it keeps below avx512, which keeps oneDNN's kernels off too.
+std::optional<std::string> cpu_isa_below_avx512() {
+  std::optional<std::string> isa = choice_setting("COHORT_CPU_ISA", kCpuIsaSpellings);
+  return isa == "avx512" ? std::nullopt : isa;
+}
+
 // Why oneDNN cannot compute bfloat16 itself here; empty when it can.
 std::string why_not_native() {
-  if (const auto isa = choice_setting("COHORT_CPU_ISA", kCpuIsaSpellings); isa && *isa != "avx512")
+  if (const auto isa = cpu_isa_below_avx512())
     return fmt::format("COHORT_CPU_ISA={} keeps to instructions without bfloat16", *isa);
   const dnnl::cpu_isa isa = dnnl::get_effective_cpu_isa();
   if (isa != dnnl::cpu_isa::avx512_core_bf16 && isa != dnnl::cpu_isa::avx512_core_amx)
@@ -133,8 +139,7 @@ bool onednn_on_avx512() {
 
 // Why float32 convolutions do not run forward on oneDNN here; empty when they do.
 std::string why_not_float32_forward() {
-  if (const auto isa = choice_setting("COHORT_CPU_ISA", kCpuIsaSpellings); isa && *isa != "avx512")
-    return fmt::format("COHORT_CPU_ISA={} keeps to the backend's own kernels", *isa);
+  if (const auto isa = cpu_isa_below_avx512()) return fmt::format("COHORT_CPU_ISA={} keeps to the backend's own kernels", *isa);
   if (!onednn_on_avx512() || !__builtin_cpu_is("intel"))
     return "the backend's Winograd and im2col kernels (oneDNN's are faster on Intel processors with AVX-512)";
   return {};

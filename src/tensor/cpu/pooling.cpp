@@ -8,7 +8,6 @@
 #include "cpu_backend.hpp"
 #include "elements.hpp"
 #include "tensor/backend_access.hpp"
-#include "winograd.hpp"
 #if COHORT_WINOGRAD_X86_VARIANTS
 #include "avx512_passes.hpp"
 #endif
@@ -94,7 +93,7 @@ bool two_by_two_tiles(const Pool2dGeometry& g) {
 // Whether avx512_passes.hpp's 2x2 kernels run for this many channels.
 bool avx512_pooling(std::int64_t channels) {
 #if COHORT_WINOGRAD_X86_VARIANTS
-  return channels % avx512::kLanes == 0 && winograd_isa() == WinogradIsa::Avx512;
+  return avx512::run_for(channels);
 #else
   (void)channels;
   return false;

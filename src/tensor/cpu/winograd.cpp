@@ -14,6 +14,9 @@
 
 #include "cohort/core/check.hpp"
 #include "winograd_kernels.hpp"
+#if COHORT_WINOGRAD_X86_VARIANTS
+#include "avx512_passes.hpp"
+#endif
 
 namespace cohort::cpu {
 namespace {
@@ -90,6 +93,10 @@ void set_winograd_isa(WinogradIsa isa) {
   COHORT_CHECK(processor_has(isa), "this processor or build cannot run the {} Winograd kernels", winograd_isa_name(isa));
   chosen_isa.store(static_cast<int>(isa), std::memory_order_release);
 }
+
+#if COHORT_WINOGRAD_X86_VARIANTS
+bool avx512::run_for(std::int64_t channels) { return channels % kLanes == 0 && winograd_isa() == WinogradIsa::Avx512; }
+#endif
 
 int winograd_tile(const Conv2dGeometry& g) {
   if (g.kernel_h != 3 || g.kernel_w != 3 || g.stride_h != 1 || g.stride_w != 1 || g.in_c < 8 || g.out_c < 8) return 0;
