@@ -37,6 +37,9 @@ struct TrainingPosition {
   std::string precision{};  // the model's policy ("mixed_bfloat16"; empty where unknown)
 };
 
+// The checkpoint in a run's checkpoint directory.
+inline constexpr const char* kCheckpointFile = "latest.ckpt";
+
 inline constexpr std::uint32_t kCheckpointFormatVersion = 6;  // 6: optimizer shards
 
 // With `optimizer_shards` (files beside `path`, written first by each rank of a sharded update), the

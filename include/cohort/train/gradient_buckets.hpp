@@ -3,8 +3,11 @@
 // reverse creation order (the order backward makes them final), a bucket closed once it reaches its
 // size, the first one smaller so that communication starts early. A variable larger than a bucket is a
 // bucket of its own. Offsets are in elements of one flat buffer, the buckets one after the other; there
-// is always at least one bucket. With `length_multiple` each bucket's length is rounded up to a multiple of
-// it (zeros after its variables), so that it cuts into that many equal blocks (sharded updates).
+// is always at least one bucket. Each variable starts at a multiple of `slot_alignment` elements (16: 64
+// bytes, as aligned as a tensor allocated alone, for gradients that view their slots). With `length_multiple`
+// each bucket's length is rounded up to a multiple of it (zeros after its variables), so that it cuts into
+// that many equal blocks (sharded updates, which keep the slots unpadded so that the blocks share the
+// variables' elements evenly).
 
 #include <cstddef>
 #include <cstdint>
@@ -24,7 +27,7 @@ class GradientBuckets {
  public:
   GradientBuckets() = default;
   GradientBuckets(const std::vector<nn::VariablePtr>& trainable, std::size_t first_bucket_bytes, std::size_t bucket_bytes,
-                  std::int64_t length_multiple = 1);
+                  std::int64_t length_multiple = 1, std::int64_t slot_alignment = 1);
 
   const std::vector<GradientBucket>& buckets() const { return buckets_; }
   // In buffer order (reverse creation order).

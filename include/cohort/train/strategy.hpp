@@ -121,8 +121,6 @@ class Strategy {
   LossScale* loss_scale_ = nullptr;
 };
 
-inline constexpr const char* kCheckpointFile = "latest.ckpt";
-
 class Local : public Strategy {
  public:
   std::string name() const override { return "local"; }
