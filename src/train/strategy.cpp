@@ -1,8 +1,8 @@
 #include "cohort/train/strategy.hpp"
 
 #include "cohort/core/error.hpp"
+#include "cohort/train/state_store.hpp"
 #include "cohort/train/update.hpp"
-#include "core/sealed_file.hpp"
 
 namespace cohort::train {
 
@@ -23,14 +23,12 @@ History Strategy::serve(nn::Sequential&, optim::Optimizer&, const std::filesyste
 
 void Strategy::save_checkpoint(const std::filesystem::path& directory, const nn::Sequential& model,
                                const optim::Optimizer& optimizer, const TrainingPosition& position) {
-  if (is_chief()) train::save_checkpoint(directory / kCheckpointFile, model, optimizer, position);
+  WholeModelState(is_chief()).save(directory, model, optimizer, position);
 }
 
 std::optional<TrainingPosition> Strategy::restore_checkpoint(const std::filesystem::path& directory, nn::Sequential& model,
                                                              optim::Optimizer& optimizer) {
-  const auto path = directory / kCheckpointFile;
-  if (!sealed_file_exists(path)) return std::nullopt;
-  return load_checkpoint(path, model, optimizer);
+  return WholeModelState(false).restore(directory, model, optimizer);
 }
 
 std::shared_ptr<const data::Sampler> Strategy::sampler(std::int64_t size, std::uint64_t seed, bool shuffle) const {

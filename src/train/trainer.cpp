@@ -456,266 +456,335 @@ History Trainer::fit(const data::Dataset& train, const FitOptions& options) {
   }
 }
 
+// What one fit() carries from step to step.
+struct Trainer::FitState {
+  FitState(Trainer& trainer, const data::Dataset& train, const FitOptions& options, bool chief)
+      : train(train), options(options), chief(chief), verbose(chief && options.verbosity != Verbosity::Silent),
+        control(trainer, chief) {}
+
+  const data::Dataset& train;
+  const FitOptions& options;
+  const bool chief, verbose;
+  TrainingPosition position;
+  std::optional<data::DataLoader> loader;
+  DataShare share;
+  std::int64_t epochs = 0, batches_per_epoch = 0, accumulate = 1;
+  TrainingControl control;
+  // Whether the processes agree at all (not under backup workers), and whether after every step.
+  bool processes_agree = false, agree_after_steps = false;
+  bool deferral_told = false;  // a mid-epoch request that waits for the epoch's end was warned about
+  Logs last_logs;
+  std::optional<Logs> partial_epoch;  // reported, but the checkpoint resumes inside it
+  bool step_limit_reached = false;
+  bool run_ended = false;  // another process ended the run (a parameter-server chief that stopped)
+};
+
 History Trainer::run(const data::Dataset& train, const FitOptions& options) {
+  check_fit_arguments(train, options);
+  FitState fit(*this, train, options, strategy_->is_chief());
+  make_checkpoint_directory(fit);
+  const TimelineRecording timeline_recording(options.timeline, *strategy_);
+  resume(fit);
+  optimizer_->to(model_.device());
+  start_precision(fit);
+  check_replica_sum();
+  strategy_->initialize(model_, *optimizer_);  // after a resume, so that all processes start from the chief's
+  if (strategy_->is_server()) return strategy_->serve(model_, *optimizer_, options.checkpoint_dir);
+  const ReplicaSumBinding replica_sum(model_, strategy_->replica_sum());
+  agree_on_cpu_kernels(fit.position);
+  agree_on_precision();
+  report_setup(fit);
+  plan_epochs(fit);
+  start_callbacks(fit);
+  const ModeGuard mode(model_);
+  for (std::int64_t epoch = fit.position.epoch;
+       epoch < fit.epochs && !fit.control.stopping() && !fit.run_ended && !fit.step_limit_reached; ++epoch)
+    if (!train_epoch(fit, epoch)) break;
+  return finish_run(fit);
+}
+
+void Trainer::check_fit_arguments(const data::Dataset& train, const FitOptions& options) const {
   check_settings();
   check_cpu_kernel_settings();
   COHORT_CHECK(options.epochs > 0 || options.max_steps > 0, "fit() needs epochs > 0 or max_steps > 0");
   COHORT_CHECK(train.size() > 0, "fit() got an empty training set '{}'", train.description());
+  COHORT_CHECK(options.accumulate_steps >= 1, "accumulate_steps must be at least 1, got {}", options.accumulate_steps);
   check_fits(train);
   if (options.validation != nullptr) check_fits(*options.validation);
-  const bool chief = strategy_->is_chief();
-  const bool verbose = chief && options.verbosity != Verbosity::Silent;
-  const std::filesystem::path& checkpoint_dir = options.checkpoint_dir;
+}
 
-  if (!checkpoint_dir.empty() && chief) {
-    std::error_code made;
-    std::filesystem::create_directories(checkpoint_dir, made);
-    if (made) throw IoError(fmt::format("cannot create checkpoint directory {}: {}", checkpoint_dir.string(), made.message()));
+void Trainer::make_checkpoint_directory(const FitState& fit) const {
+  const std::filesystem::path& directory = fit.options.checkpoint_dir;
+  if (directory.empty() || !fit.chief) return;
+  std::error_code made;
+  std::filesystem::create_directories(directory, made);
+  if (made) throw IoError(fmt::format("cannot create checkpoint directory {}: {}", directory.string(), made.message()));
+}
+
+void Trainer::resume(FitState& fit) {
+  const std::filesystem::path& directory = fit.options.checkpoint_dir;
+  fit.position = {.data_seed = fit.options.seed};
+  if (!(fit.options.resume || restarted_by_launcher()) || directory.empty()) return;
+  if (auto restored = strategy_->restore_checkpoint(directory, model_, *optimizer_)) {
+    fit.position = std::move(*restored);
+    optimizer_->set_learning_rate_factor(fit.position.learning_rate_factor);
+    if (fit.verbose)
+      log::info("resumed from {}: epoch {}, batch {}, step {}", directory.string(), fit.position.epoch + 1,
+                fit.position.batch_in_epoch, fit.position.global_step);
+  } else if (fit.verbose) {
+    log::info("no checkpoint in {} to resume from: training from the start", directory.string());
   }
-  const TimelineRecording timeline_recording(options.timeline, *strategy_);
-  TrainingPosition position{.data_seed = options.seed};
-  if ((options.resume || restarted_by_launcher()) && !checkpoint_dir.empty()) {
-    if (auto restored = strategy_->restore_checkpoint(checkpoint_dir, model_, *optimizer_)) {
-      position = std::move(*restored);
-      optimizer_->set_learning_rate_factor(position.learning_rate_factor);
-      if (verbose)
-        log::info("resumed from {}: epoch {}, batch {}, step {}", checkpoint_dir.string(), position.epoch + 1,
-                  position.batch_in_epoch, position.global_step);
-    } else if (verbose) {
-      log::info("no checkpoint in {} to resume from: training from the start", checkpoint_dir.string());
-    }
-  }
-  optimizer_->to(model_.device());
+}
+
+void Trainer::start_precision(const FitState& fit) {
+  const TrainingPosition& position = fit.position;
   const std::string_view precision = nn::precision_name(model_.precision());
-  if (verbose && !position.precision.empty() && position.precision != precision)
+  if (fit.verbose && !position.precision.empty() && position.precision != precision)
     log::warning("the checkpoint was written under precision {}, this run is {}: its float32 variables carry over{}",
                  position.precision, precision,
                  position.loss_scale > 0 && model_.precision() != nn::Precision::MixedFloat16 ? ", its loss scale does not" : "");
-  if (model_.precision() == nn::Precision::MixedFloat16) {
-    loss_scale_ = position.loss_scale > 0 ? LossScale(position.loss_scale, position.loss_scale_finite_steps) : LossScale();
-    COHORT_CHECK(strategy_->set_loss_scale(&*loss_scale_),
-                 "mixed_float16 needs dynamic loss scaling, whose skipped steps every process must agree on, and with "
-                 "strategy '{}' each server may count other workers' gradients; train in mixed_bfloat16 (no loss "
-                 "scaling), or without backup workers",
-                 strategy_->name());
-  }
-  check_replica_sum();
-  strategy_->initialize(model_, *optimizer_);  // after a resume, so that all processes start from the chief's
-  if (strategy_->is_server()) return strategy_->serve(model_, *optimizer_, checkpoint_dir);
-  const ReplicaSumBinding replica_sum(model_, strategy_->replica_sum());
-  agree_on_cpu_kernels(position);
-  {
-    // Replicas that compute in different types would average gradients of different models.
-    std::array<double, 2> policy{static_cast<double>(model_.precision()), 1.0};
-    if (strategy_->sum_over_replicas(policy) && policy[0] != static_cast<double>(model_.precision()) * policy[1])
-      throw InvalidArgument(fmt::format("the training processes disagree on the precision policy: this one trains in {}; "
-                                        "give every process the same --precision",
-                                        precision));
-  }
-  if (verbose && model_.precision() != nn::Precision::Float32) {
+  if (model_.precision() != nn::Precision::MixedFloat16) return;
+  loss_scale_ = position.loss_scale > 0 ? LossScale(position.loss_scale, position.loss_scale_finite_steps) : LossScale();
+  COHORT_CHECK(strategy_->set_loss_scale(&*loss_scale_),
+               "mixed_float16 needs dynamic loss scaling, whose skipped steps every process must agree on, and with "
+               "strategy '{}' each server may count other workers' gradients; train in mixed_bfloat16 (no loss "
+               "scaling), or without backup workers",
+               strategy_->name());
+}
+
+void Trainer::agree_on_precision() {
+  // Replicas that compute in different types would average gradients of different models.
+  std::array<double, 2> policy{static_cast<double>(model_.precision()), 1.0};
+  if (strategy_->sum_over_replicas(policy) && policy[0] != static_cast<double>(model_.precision()) * policy[1])
+    throw InvalidArgument(fmt::format("the training processes disagree on the precision policy: this one trains in {}; "
+                                      "give every process the same --precision",
+                                      nn::precision_name(model_.precision())));
+}
+
+void Trainer::report_setup(const FitState& fit) const {
+  if (!fit.verbose) return;
+  if (model_.precision() != nn::Precision::Float32) {
     const DType compute = nn::compute_dtype(model_.precision());
     log::info("precision {}: float32 variables, layers computing in {} ({})", nn::precision_name(model_.precision()),
               dtype_name(compute), kernels_for(model_.device(), compute));
   }
-  if (verbose) {
-    const std::string setup = strategy_->setup_report();
-    if (!setup.empty()) fmt::print("{}", setup);
-  }
-  const std::int64_t epochs = options.epochs > 0 ? options.epochs : std::numeric_limits<std::int64_t>::max();
-  if (verbose && chief && position.global_step > 0) {
-    if (position.epoch >= epochs)
-      log::info("the run in {} has finished its {} epoch{}: nothing is left to train (more epochs train on from it)",
-                checkpoint_dir.string(), options.epochs, options.epochs == 1 ? "" : "s");
-    else if (options.max_steps > 0 && position.global_step >= options.max_steps)
-      log::info("the run in {} has taken its {} steps: nothing is left to train (a higher step limit trains on from it)",
-                checkpoint_dir.string(), options.max_steps);
-  }
+  const std::string setup = strategy_->setup_report();
+  if (!setup.empty()) fmt::print("{}", setup);
+  const FitOptions& options = fit.options;
+  const TrainingPosition& position = fit.position;
+  if (position.global_step == 0) return;
+  if (options.epochs > 0 && position.epoch >= options.epochs)
+    log::info("the run in {} has finished its {} epoch{}: nothing is left to train (more epochs train on from it)",
+              options.checkpoint_dir.string(), options.epochs, options.epochs == 1 ? "" : "s");
+  else if (options.max_steps > 0 && position.global_step >= options.max_steps)
+    log::info("the run in {} has taken its {} steps: nothing is left to train (a higher step limit trains on from it)",
+              options.checkpoint_dir.string(), options.max_steps);
+}
 
-  const DataShare share = strategy_->data_share();
+void Trainer::plan_epochs(FitState& fit) {
+  const FitOptions& options = fit.options;
+  fit.epochs = options.epochs > 0 ? options.epochs : std::numeric_limits<std::int64_t>::max();
+  fit.share = strategy_->data_share();
   data::LoaderOptions loader_options{.batch_size = options.batch_size,
                                      .shuffle = options.shuffle,
-                                     .seed = position.data_seed + share.seed_offset,
+                                     .seed = fit.position.data_seed + fit.share.seed_offset,
                                      .transforms = options.transforms,
-                                     .replica = share.replica,
-                                     .replicas = share.replicas,
+                                     .replica = fit.share.replica,
+                                     .replicas = fit.share.replicas,
                                      .pinned = model_.device() != Device::CPU};
-  const data::DataLoader loader(train, loader_options,
-                                strategy_->sampler(train.size(), loader_options.seed, options.shuffle));
+  fit.loader.emplace(fit.train, loader_options, strategy_->sampler(fit.train.size(), loader_options.seed, options.shuffle));
+  fit.batches_per_epoch = fit.loader->batches_per_epoch();
+  fit.accumulate = options.accumulate_steps;
+  if (!fit.verbose) return;
   // With EachWorkerFullPass every replica reads the whole set: an epoch then means replicas passes.
-  const bool every_replica_reads_all = share.replicas == 1 && strategy_->replicas() > 1;
-  const std::int64_t batches_per_epoch = loader.batches_per_epoch();
-  const std::int64_t accumulate = options.accumulate_steps;
-  COHORT_CHECK(accumulate >= 1, "accumulate_steps must be at least 1, got {}", accumulate);
-  if (verbose)
-    log::info("training on {} with strategy '{}', loss {}: {} samples per epoch{}, global batch {} = {} replica(s) x {}{}, "
-              "{} steps per epoch",
-              train.description(), strategy_->name(), nn::loss_name(loss_),
-              loader.samples_per_epoch() * (every_replica_reads_all ? strategy_->replicas() : 1),
-              every_replica_reads_all ? " (every replica reads the whole set)" : "",
-              options.batch_size * strategy_->replicas() * accumulate, strategy_->replicas(), options.batch_size,
-              accumulate > 1 ? fmt::format(" x {} accumulated", accumulate) : "", (batches_per_epoch + accumulate - 1) / accumulate);
-  if (verbose && accumulate > batches_per_epoch)
-    log::warning("accumulate_steps {} exceeds the {} batches of an epoch: each update takes one epoch's", accumulate,
-                 batches_per_epoch);
+  const bool every_replica_reads_all = fit.share.replicas == 1 && strategy_->replicas() > 1;
+  log::info("training on {} with strategy '{}', loss {}: {} samples per epoch{}, global batch {} = {} replica(s) x {}{}, "
+            "{} steps per epoch",
+            fit.train.description(), strategy_->name(), nn::loss_name(loss_),
+            fit.loader->samples_per_epoch() * (every_replica_reads_all ? strategy_->replicas() : 1),
+            every_replica_reads_all ? " (every replica reads the whole set)" : "",
+            options.batch_size * strategy_->replicas() * fit.accumulate, strategy_->replicas(), options.batch_size,
+            fit.accumulate > 1 ? fmt::format(" x {} accumulated", fit.accumulate) : "",
+            (fit.batches_per_epoch + fit.accumulate - 1) / fit.accumulate);
+  if (fit.accumulate > fit.batches_per_epoch)
+    log::warning("accumulate_steps {} exceeds the {} batches of an epoch: each update takes one epoch's", fit.accumulate,
+                 fit.batches_per_epoch);
+}
 
-  auto save = [&] {
-    if (checkpoint_dir.empty()) return;
-    position.learning_rate_factor = optimizer_->learning_rate_factor();
-    position.loss_scale = loss_scale_ ? loss_scale_->value() : 0.0f;
-    position.loss_scale_finite_steps = loss_scale_ ? loss_scale_->finite_steps() : 0;
-    position.precision = nn::precision_name(model_.precision());
-    strategy_->save_checkpoint(checkpoint_dir, model_, *optimizer_, position);
-    if (verbose) log::info("checkpoint of step {} saved to {}", position.global_step, checkpoint_dir.string());
-  };
-
-  TrainingControl control(*this, chief);
-  const auto& callbacks = options.callbacks;
-  const bool agree_every_step = strategy_->steps_in_lockstep();
-  for (auto& callback : callbacks) callback->on_train_begin(control);
-  check_required_everywhere(control);
-  // Whether the processes agree at all (not under backup workers), and whether any has a callback: then,
-  // where steps go in lockstep, they agree after every step, also one without callbacks (a logger on the
-  // chief alone must not leave the others waiting).
+void Trainer::start_callbacks(FitState& fit) {
+  const auto& callbacks = fit.options.callbacks;
+  for (auto& callback : callbacks) callback->on_train_begin(fit.control);
+  check_required_everywhere(fit.control);
+  // Where steps go in lockstep, the processes agree after every step if any has a callback, also one
+  // without callbacks (a logger on the chief alone must not leave the others waiting).
   std::array<double, 1> with_callbacks{callbacks.empty() ? 0.0 : 1.0};
-  const bool processes_agree = strategy_->sum_over_replicas(with_callbacks);
-  const bool agree_after_steps = agree_every_step && (processes_agree ? with_callbacks[0] > 0 : !callbacks.empty());
-  // Without an agreement each process's figures are its own: its validation covers the whole set, not a
-  // share that may be empty.
-  const int validation_replica = processes_agree ? share.replica : 0;
-  const int validation_replicas = processes_agree ? share.replicas : 1;
-  agree(control, "at the start of training");
-  bool deferral_told = false;  // a mid-epoch request that waits for the epoch's end was warned about
-  ModeGuard mode(model_);
-  Logs last_logs;
-  std::optional<Logs> partial_epoch;
-  bool step_limit_reached = false;
-  bool run_ended = false;  // another process ended the run (a parameter-server chief that stopped)
-  for (std::int64_t epoch = position.epoch; epoch < epochs && !control.stopping() && !run_ended && !step_limit_reached; ++epoch) {
-    for (auto& callback : callbacks) callback->on_epoch_begin(epoch, control);
-    agree(control, fmt::format("before epoch {}", epoch + 1));
-    if (control.stopping()) break;
-    // One line per epoch: the header and the summary share it.
-    if (verbose && options.epochs > 0)
-      fmt::print("Epoch {}/{}{}", epoch + 1, options.epochs, options.verbosity == Verbosity::Epochs ? " " : "\n");
-    std::fflush(stdout);
-    // The bar counts the batches this epoch will really read: a step limit may end it early.
-    std::int64_t epoch_batches = batches_per_epoch;
-    if (options.max_steps > 0)
-      epoch_batches =
-          std::min(epoch_batches, position.batch_in_epoch + (options.max_steps - position.global_step) * accumulate);
-    const auto style = options.verbosity == Verbosity::Lines    ? ProgressBar::Style::Lines
-                       : options.verbosity == Verbosity::Epochs ? ProgressBar::Style::EpochOnly
-                                                                : ProgressBar::Style::Auto;
-    ProgressBar progress(epoch_batches, stdout, style, model_.input_shape().rank() == 3 ? "img/s" : "samples/s");
-    const auto epoch_start = Clock::now();
-    Totals totals = new_totals();
-    auto host_batches = loader.epoch(epoch, position.batch_in_epoch);
-    DeviceBatches batches(*host_batches, model_.device());
-    accumulated_samples_ = 0;
-    std::int64_t passes = 0;  // since the last update
-    double data_seconds = 0;  // waiting for the input pipeline
-    for (;;) {
-      auto batch = [&] {
-        const timeline::Span span("data", "wait for batch");
-        const auto waited_from = Clock::now();
-        auto next = batches.next();
-        data_seconds += seconds_since(waited_from);
-        return next;
-      }();
-      if (!batch) break;
-      if (passes == 0)
-        for (auto& callback : callbacks) callback->on_batch_begin(position.global_step, control);
-      model_.train();
-      const bool completes_update = ++passes == accumulate || batch->index + 1 >= batches_per_epoch;
-      totals.add(train_step(batch->images, batch->labels, completes_update));
-      position.batch_in_epoch = batch->index + 1;
-      Logs logs = logs_of(totals, "");
-      logs["samples_per_second"] = totals.values[0] / seconds_since(epoch_start);  // this process's, so far in the epoch
-      logs["learning_rate"] = optimizer_->learning_rate();
-      if (verbose) progress.update(position.batch_in_epoch, shown(logs, false), logs["samples_per_second"]);
-      // Checkpoints, limits and stops take effect between updates only.
-      if (!completes_update) continue;
-      passes = 0;
-      ++position.global_step;
-      for (auto& callback : callbacks) callback->on_batch_end(position.global_step, logs, control);
-      if (agree_after_steps) {
-        agree(control, fmt::format("after step {}", position.global_step));
-      } else if (processes_agree && strategy_->replicas() > 1) {
-        // The request waits for the epoch's end; until then this process keeps the agreed rate, as the others do.
-        control.withdraw_local_rate();
-      }
-      if (!agree_after_steps && processes_agree && strategy_->replicas() > 1 && !deferral_told &&
-          (control.stop_requested() || control.requested_learning_rate())) {
-        deferral_told = true;
-        log::warning("{} asked to {} after step {}: under {} the processes agree only at the end of an epoch, so it takes "
-                     "effect after epoch {}",
-                     strategy_->process_name(), control.stop_requested() ? "stop" : "change the learning rate",
-                     position.global_step, strategy_->name(), epoch + 1);
-      }
-      if (options.checkpoint_every_steps > 0 && position.global_step % options.checkpoint_every_steps == 0) save();
-      step_limit_reached = options.max_steps > 0 && position.global_step >= options.max_steps;
-      run_ended = strategy_->should_stop();
-      if (run_ended && !chief) log::info("{}: the chief ended the run after step {}", strategy_->process_name(), position.global_step);
-      if (step_limit_reached || run_ended || control.stopping()) break;
-    }
-    // Over all processes: the training totals, the validation totals of each one's share of the
-    // validation set, and the time figures (averaged), so that every History holds the same numbers.
-    Logs strategy_logs;
-    strategy_->add_epoch_logs(strategy_logs);
-    const double training_seconds = seconds_since(epoch_start);
-    Totals validation = new_totals();
-    if (options.validation != nullptr)
-      validation = evaluate_share(*options.validation, std::max<std::int64_t>(options.batch_size, 256), validation_replica,
-                                  validation_replicas);
-    std::vector<double> sums = totals.values;
-    sums.insert(sums.end(), validation.values.begin(), validation.values.end());
-    sums.push_back(seconds_since(epoch_start));
-    sums.push_back(training_seconds);
-    sums.push_back(data_seconds);
-    for (const auto& [name, value] : strategy_logs) sums.push_back(value);
-    const double replicas = strategy_->sum_over_replicas(sums) ? static_cast<double>(strategy_->replicas()) : 1.0;
-    const std::size_t width = totals.values.size();
-    std::copy_n(sums.begin(), width, totals.values.begin());
-    std::copy_n(sums.begin() + static_cast<std::ptrdiff_t>(width), width, validation.values.begin());
-    Logs logs = logs_of(totals, "");
-    const double seconds = sums[2 * width] / replicas;
-    const double mean_training_seconds = sums[2 * width + 1] / replicas;
-    std::size_t next = 2 * width + 3;
-    for (auto& [name, value] : strategy_logs) logs[name] = sums[next++] / replicas;
-    logs["seconds"] = seconds;
-    logs["data_seconds"] = sums[2 * width + 2] / replicas;
-    if (options.validation != nullptr) logs["validation_seconds"] = seconds - mean_training_seconds;
-    logs["samples_per_second"] = totals.values[0] > 0 ? totals.values[0] / seconds : 0.0;
-    logs["learning_rate"] = optimizer_->learning_rate();
-    if (options.validation != nullptr) {
-      logs.merge(logs_of(validation, std::string(kValidationPrefix)));
-      const double loss = logs.at("val_loss");
-      if (!std::isfinite(loss))
-        throw Error(fmt::format("the validation loss became {} after epoch {}{}", loss, epoch + 1, non_finite_advice()));
-    }
-    if (verbose)
-      progress.finish(shown(logs, options.validation != nullptr), seconds, mean_training_seconds, logs["samples_per_second"]);
-    if (position.batch_in_epoch >= batches_per_epoch) {
-      position.epoch = epoch + 1;
-      position.batch_in_epoch = 0;
-      position.history.epochs.push_back(logs);
-    } else {
-      partial_epoch = logs;  // reported, but the checkpoint resumes inside this epoch
-    }
-    last_logs = logs;
-    for (auto& callback : callbacks) callback->on_epoch_end(epoch, logs, control);
-    agree(control, fmt::format("after epoch {}", epoch + 1));
-    deferral_told = false;
-    save();
+  fit.processes_agree = strategy_->sum_over_replicas(with_callbacks);
+  fit.agree_after_steps =
+      strategy_->steps_in_lockstep() && (fit.processes_agree ? with_callbacks[0] > 0 : !callbacks.empty());
+  agree(fit.control, "at the start of training");
+}
+
+void Trainer::save(FitState& fit) {
+  if (fit.options.checkpoint_dir.empty()) return;
+  TrainingPosition& position = fit.position;
+  position.learning_rate_factor = optimizer_->learning_rate_factor();
+  position.loss_scale = loss_scale_ ? loss_scale_->value() : 0.0f;
+  position.loss_scale_finite_steps = loss_scale_ ? loss_scale_->finite_steps() : 0;
+  position.precision = nn::precision_name(model_.precision());
+  strategy_->save_checkpoint(fit.options.checkpoint_dir, model_, *optimizer_, position);
+  if (fit.verbose) log::info("checkpoint of step {} saved to {}", position.global_step, fit.options.checkpoint_dir.string());
+}
+
+bool Trainer::train_epoch(FitState& fit, std::int64_t epoch) {
+  const FitOptions& options = fit.options;
+  for (auto& callback : options.callbacks) callback->on_epoch_begin(epoch, fit.control);
+  agree(fit.control, fmt::format("before epoch {}", epoch + 1));
+  if (fit.control.stopping()) return false;
+  // One line per epoch: the header and the summary share it.
+  if (fit.verbose && options.epochs > 0)
+    fmt::print("Epoch {}/{}{}", epoch + 1, options.epochs, options.verbosity == Verbosity::Epochs ? " " : "\n");
+  std::fflush(stdout);
+  // The bar counts the batches this epoch will really read: a step limit may end it early.
+  std::int64_t epoch_batches = fit.batches_per_epoch;
+  if (options.max_steps > 0)
+    epoch_batches = std::min(epoch_batches,
+                             fit.position.batch_in_epoch + (options.max_steps - fit.position.global_step) * fit.accumulate);
+  const auto style = options.verbosity == Verbosity::Lines    ? ProgressBar::Style::Lines
+                     : options.verbosity == Verbosity::Epochs ? ProgressBar::Style::EpochOnly
+                                                              : ProgressBar::Style::Auto;
+  ProgressBar progress(epoch_batches, stdout, style, model_.input_shape().rank() == 3 ? "img/s" : "samples/s");
+  EpochTotals totals = train_batches(fit, epoch, progress);
+  const Logs logs = epoch_logs(fit, epoch, totals);
+  if (fit.verbose)
+    progress.finish(shown(logs, options.validation != nullptr), logs.at("seconds"), totals.mean_training_seconds,
+                    logs.at("samples_per_second"));
+  if (fit.position.batch_in_epoch >= fit.batches_per_epoch) {
+    fit.position.epoch = epoch + 1;
+    fit.position.batch_in_epoch = 0;
+    fit.position.history.epochs.push_back(logs);
+  } else {
+    fit.partial_epoch = logs;
   }
-  History result = position.history;
-  if (partial_epoch) result.epochs.push_back(*partial_epoch);
+  fit.last_logs = logs;
+  for (auto& callback : options.callbacks) callback->on_epoch_end(epoch, logs, fit.control);
+  agree(fit.control, fmt::format("after epoch {}", epoch + 1));
+  fit.deferral_told = false;
+  save(fit);
+  return true;
+}
+
+Trainer::EpochTotals Trainer::train_batches(FitState& fit, std::int64_t epoch, ProgressBar& progress) {
+  EpochTotals epoch_totals{.training = new_totals(), .started = Clock::now()};
+  Totals& totals = epoch_totals.training;
+  auto host_batches = fit.loader->epoch(epoch, fit.position.batch_in_epoch);
+  DeviceBatches batches(*host_batches, model_.device());
+  accumulated_samples_ = 0;
+  std::int64_t passes = 0;  // since the last update
+  for (;;) {
+    auto batch = [&] {
+      const timeline::Span span("data", "wait for batch");
+      const auto waited_from = Clock::now();
+      auto next = batches.next();
+      epoch_totals.data_seconds += seconds_since(waited_from);
+      return next;
+    }();
+    if (!batch) break;
+    if (passes == 0)
+      for (auto& callback : fit.options.callbacks) callback->on_batch_begin(fit.position.global_step, fit.control);
+    model_.train();
+    const bool completes_update = ++passes == fit.accumulate || batch->index + 1 >= fit.batches_per_epoch;
+    totals.add(train_step(batch->images, batch->labels, completes_update));
+    fit.position.batch_in_epoch = batch->index + 1;
+    Logs logs = logs_of(totals, "");
+    logs["samples_per_second"] = totals.values[0] / seconds_since(epoch_totals.started);  // this process's, so far
+    logs["learning_rate"] = optimizer_->learning_rate();
+    if (fit.verbose) progress.update(fit.position.batch_in_epoch, shown(logs, false), logs["samples_per_second"]);
+    // Checkpoints, limits and stops take effect between updates only.
+    if (!completes_update) continue;
+    passes = 0;
+    if (!after_update(fit, epoch, logs)) break;
+  }
+  epoch_totals.mean_training_seconds = seconds_since(epoch_totals.started);
+  return epoch_totals;
+}
+
+bool Trainer::after_update(FitState& fit, std::int64_t epoch, const Logs& logs) {
+  const FitOptions& options = fit.options;
+  TrainingControl& control = fit.control;
+  const std::int64_t step = ++fit.position.global_step;
+  for (auto& callback : options.callbacks) callback->on_batch_end(step, logs, control);
+  const bool several = fit.processes_agree && strategy_->replicas() > 1;
+  if (fit.agree_after_steps) {
+    agree(control, fmt::format("after step {}", step));
+  } else if (several) {
+    // The request waits for the epoch's end; until then this process keeps the agreed rate, as the others do.
+    control.withdraw_local_rate();
+    if (!fit.deferral_told && (control.stop_requested() || control.requested_learning_rate())) {
+      fit.deferral_told = true;
+      log::warning("{} asked to {} after step {}: under {} the processes agree only at the end of an epoch, so it takes "
+                   "effect after epoch {}",
+                   strategy_->process_name(), control.stop_requested() ? "stop" : "change the learning rate", step,
+                   strategy_->name(), epoch + 1);
+    }
+  }
+  if (options.checkpoint_every_steps > 0 && step % options.checkpoint_every_steps == 0) save(fit);
+  fit.step_limit_reached = options.max_steps > 0 && step >= options.max_steps;
+  fit.run_ended = strategy_->should_stop();
+  if (fit.run_ended && !fit.chief) log::info("{}: the chief ended the run after step {}", strategy_->process_name(), step);
+  return !(fit.step_limit_reached || fit.run_ended || control.stopping());
+}
+
+Logs Trainer::epoch_logs(FitState& fit, std::int64_t epoch, EpochTotals& epoch_totals) {
+  const FitOptions& options = fit.options;
+  // Over all processes: the training totals, the validation totals of each one's share of the validation
+  // set, and the time figures (averaged), so that every History holds the same numbers. Without an
+  // agreement each process's figures are its own: its validation covers the whole set, not a share that
+  // may be empty.
+  Logs strategy_logs;
+  strategy_->add_epoch_logs(strategy_logs);
+  Totals& totals = epoch_totals.training;
+  Totals validation = new_totals();
+  if (options.validation != nullptr)
+    validation = evaluate_share(*options.validation, std::max<std::int64_t>(options.batch_size, 256),
+                                fit.processes_agree ? fit.share.replica : 0, fit.processes_agree ? fit.share.replicas : 1);
+  std::vector<double> sums = totals.values;
+  sums.insert(sums.end(), validation.values.begin(), validation.values.end());
+  sums.push_back(seconds_since(epoch_totals.started));
+  sums.push_back(epoch_totals.mean_training_seconds);
+  sums.push_back(epoch_totals.data_seconds);
+  for (const auto& [name, value] : strategy_logs) sums.push_back(value);
+  const double replicas = strategy_->sum_over_replicas(sums) ? static_cast<double>(strategy_->replicas()) : 1.0;
+  const std::size_t width = totals.values.size();
+  std::copy_n(sums.begin(), width, totals.values.begin());
+  std::copy_n(sums.begin() + static_cast<std::ptrdiff_t>(width), width, validation.values.begin());
+  Logs logs = logs_of(totals, "");
+  const double seconds = sums[2 * width] / replicas;
+  epoch_totals.mean_training_seconds = sums[2 * width + 1] / replicas;
+  std::size_t next = 2 * width + 3;
+  for (auto& [name, value] : strategy_logs) logs[name] = sums[next++] / replicas;
+  logs["seconds"] = seconds;
+  logs["data_seconds"] = sums[2 * width + 2] / replicas;
+  if (options.validation != nullptr) logs["validation_seconds"] = seconds - epoch_totals.mean_training_seconds;
+  logs["samples_per_second"] = totals.values[0] > 0 ? totals.values[0] / seconds : 0.0;
+  logs["learning_rate"] = optimizer_->learning_rate();
+  if (options.validation != nullptr) {
+    logs.merge(logs_of(validation, std::string(kValidationPrefix)));
+    const double loss = logs.at("val_loss");
+    if (!std::isfinite(loss))
+      throw Error(fmt::format("the validation loss became {} after epoch {}{}", loss, epoch + 1, non_finite_advice()));
+  }
+  return logs;
+}
+
+History Trainer::finish_run(FitState& fit) {
+  History result = fit.position.history;
+  if (fit.partial_epoch) result.epochs.push_back(*fit.partial_epoch);
   strategy_->finish(result);
-  if (verbose) {
+  if (fit.verbose) {
     const std::string report = strategy_->final_report();
     if (!report.empty()) fmt::print("{}", report);
   }
-  for (auto& callback : callbacks) callback->on_train_end(last_logs);
+  for (auto& callback : fit.options.callbacks) callback->on_train_end(fit.last_logs);
   return result;
 }
 

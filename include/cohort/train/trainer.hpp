@@ -15,6 +15,7 @@
 //   auto history = trainer.fit(train_set, {.epochs = 5, .batch_size = 64, .validation = &test_set});
 //   fmt::print("test accuracy {:.4f}\n", trainer.evaluate(test_set).at("accuracy"));
 
+#include <chrono>
 #include <concepts>
 #include <cstdint>
 #include <filesystem>
@@ -129,8 +130,38 @@ class Trainer {
   Totals evaluate_batch(const Tensor& images, const Tensor& targets);
   // Totals over this process's share of `dataset`.
   Totals evaluate_share(const data::Dataset& dataset, std::int64_t batch_size, int replica, int replicas);
-  // fit() itself; fit() tells the other processes why when it throws.
+  // fit() itself; fit() tells the other processes why when it throws. Its steps follow, in order.
   History run(const data::Dataset& train, const FitOptions& options);
+  struct FitState;  // what one fit() carries from step to step
+  void check_fit_arguments(const data::Dataset& train, const FitOptions& options) const;
+  void make_checkpoint_directory(const FitState& fit) const;
+  // Restores the latest checkpoint where asked to (or restarted by cohort-launch).
+  void resume(FitState& fit);
+  // mixed_float16's loss scale, from the checkpoint where it holds one.
+  void start_precision(const FitState& fit);
+  void agree_on_precision();
+  // What the chief says before training: the precision, the strategy's plan, a run that has finished.
+  void report_setup(const FitState& fit) const;
+  // The data loader of this process's share, and the epochs and steps to come.
+  void plan_epochs(FitState& fit);
+  void start_callbacks(FitState& fit);
+  // One epoch: its updates, the logs agreed over the processes, the callbacks and a checkpoint; false when
+  // the processes agreed to stop before it began.
+  bool train_epoch(FitState& fit, std::int64_t epoch);
+  struct EpochTotals {
+    Totals training;
+    std::chrono::steady_clock::time_point started;
+    double data_seconds = 0;           // waiting for the input pipeline
+    double mean_training_seconds = 0;  // this process's, then the mean over the processes
+  };
+  EpochTotals train_batches(FitState& fit, std::int64_t epoch, ProgressBar& progress);
+  // After each update: callbacks, agreement, checkpoints, limits; false when the epoch ends here.
+  bool after_update(FitState& fit, std::int64_t epoch, const Logs& logs);
+  // The epoch's logs over every process, validation included.
+  Logs epoch_logs(FitState& fit, std::int64_t epoch, EpochTotals& totals);
+  void save(FitState& fit);
+  // The history, the strategy's final report and the callbacks' end.
+  History finish_run(FitState& fit);
   // Agrees on the callbacks' requests among the processes and applies what was agreed; the chief logs
   // which processes asked for what, `moment` ("after epoch 2") saying when.
   void agree(TrainingControl& control, std::string_view moment);
