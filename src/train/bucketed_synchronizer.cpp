@@ -55,7 +55,7 @@ std::vector<std::vector<std::string>> BucketedSynchronizer::bucket_plan() const 
 void BucketedSynchronizer::begin(nn::Sequential& model, std::int64_t samples) {
   const auto& trainable = model.trainable_variables();
   const bool same_variables =
-      fused_.device() == model.device() && buckets_.variables().size() == trainable.size() &&
+      fused_.defined() && fused_.device() == model.device() && buckets_.variables().size() == trainable.size() &&
       std::all_of(trainable.begin(), trainable.end(), [&](const auto& v) { return v->gradient.shares_storage_with(fused_); });
   if (!same_variables) plan(model);
   for (std::size_t b = 0; b < bucket_states_.size(); ++b)
@@ -100,10 +100,12 @@ void BucketedSynchronizer::start_ready_buckets() {
 
 double BucketedSynchronizer::wait_for_buckets(std::int64_t staged_from) {
   COHORT_CHECK(step_begun_, "finish() before begin()");
-  std::vector<nn::VariablePtr> unannounced;
-  for (std::size_t i = 0; i < announced_.size(); ++i)
-    if (!announced_[i]) unannounced.push_back(buckets_.variables()[i]);
-  if (!unannounced.empty()) gradients_ready(unannounced);
+  // None announced: a loop of the caller's own, in which every gradient is final now. Some: a gradient that
+  // backward never made final would travel as last step's.
+  const auto announced = static_cast<std::size_t>(std::count(announced_.begin(), announced_.end(), true));
+  if (announced == 0) gradients_ready(buckets_.variables());
+  COHORT_CHECK(announced == 0 || announced == announced_.size(),
+               "finish() before every gradient was announced ({} of {} variables)", announced, announced_.size());
   step_begun_ = false;
   {
     const timeline::Span span("communication", "wait for allreduce");

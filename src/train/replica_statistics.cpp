@@ -6,7 +6,7 @@
 
 namespace cohort::train {
 
-void ReplicaStatistics::plan(const nn::Sequential& model) {
+void ReplicaStatistics::prepare(const nn::Sequential& model) {
   variables_.clear();
   std::int64_t elements = 0;
   if (group_.size() > 1)
@@ -22,7 +22,7 @@ void ReplicaStatistics::plan(const nn::Sequential& model) {
 }
 
 void ReplicaStatistics::start(const nn::Sequential& model) {
-  if (!planned_ || (sums_.defined() && sums_.device() != model.device())) plan(model);
+  if (!planned_ || (sums_.defined() && sums_.device() != model.device())) prepare(model);
   if (variables_.empty()) return;
   std::int64_t offset = 0;
   for (const auto& v : variables_) {

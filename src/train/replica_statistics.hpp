@@ -17,14 +17,14 @@ class ReplicaStatistics {
   // `group` must outlive this.
   explicit ReplicaStatistics(ProcessGroup& group) : group_(group) {}
 
+  // Finds the model's statistics and declares their buffer (every rank, before any step).
+  void prepare(const nn::Sequential& model);
   // After the step's last forward pass, which moved them.
   void start(const nn::Sequential& model);
   // Waits for the sums and writes the means into the variables.
   void finish();
 
  private:
-  void plan(const nn::Sequential& model);
-
   ProcessGroup& group_;
   std::vector<nn::VariablePtr> variables_;
   bool planned_ = false;

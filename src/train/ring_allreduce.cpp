@@ -83,6 +83,7 @@ void RingAllreduce::initialize(nn::Sequential& model, optim::Optimizer&) {
   if (options_.gradient_dtype != DType::Float32 && is_chief())
     log::info("gradients travel as {}: half the bytes of float32, summed in float32", dtype_name(options_.gradient_dtype));
   synchronizer_->prepare(model);
+  statistics_->prepare(model);
   // Every variable, trainable or not, starts from the chief's value.
   std::uint64_t largest = static_cast<std::uint64_t>(model.replica_sum_elements()) * sizeof(float);
   for (const auto& v : model.variables()) largest = std::max(largest, static_cast<std::uint64_t>(v->value.numel()) * sizeof(float));
