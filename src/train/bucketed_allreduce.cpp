@@ -34,10 +34,9 @@ BucketedAllreduce::BucketedAllreduce(ProcessGroup& group, BucketedAllreduceOptio
                "the gradient codec {} takes float32 gradients; drop --gradient-dtype", options_.codec ? options_.codec->name() : "");
 }
 
-std::string BucketedAllreduce::name() const {
-  const std::string communicator = group_.communicator_name();
+std::string BucketedAllreduce::name_for(const std::string& communicator, const std::optional<GradientCodec>& codec) {
   const std::string allreduce = communicator.ends_with("ring") ? communicator + "-allreduce" : "allreduce over " + communicator;
-  return options_.codec ? fmt::format("{} ({})", allreduce, options_.codec->name()) : allreduce;
+  return codec ? fmt::format("{} ({})", allreduce, codec->name()) : allreduce;
 }
 
 comm::WorkPtr BucketedAllreduce::start_bucket(const Tensor& values, const Tensor& staging) {

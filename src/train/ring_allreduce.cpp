@@ -32,8 +32,8 @@ RingAllreduce::~RingAllreduce() = default;
 std::string RingAllreduce::name() const {
   if (synchronizer_) return synchronizer_->name();
   // Before initialize(): what the options will build.
-  if (sharded()) return fmt::format("zero{} over {}", options_.zero_stage, group_->communicator_name());
-  return BucketedAllreduce(*group_, {.codec = options_.codec}).name();
+  if (sharded()) return ShardedAllreduce::name_for(options_.zero_stage, group_->communicator_name());
+  return BucketedAllreduce::name_for(group_->communicator_name(), options_.codec);
 }
 
 void RingAllreduce::build_synchronizer() {

@@ -27,7 +27,9 @@ ShardedAllreduce::ShardedAllreduce(ProcessGroup& group, ShardedAllreduceOptions 
                dtype_name(options_.gradient_dtype));
 }
 
-std::string ShardedAllreduce::name() const { return fmt::format("zero{} over {}", options_.stage, group_.communicator_name()); }
+std::string ShardedAllreduce::name_for(int stage, const std::string& communicator) {
+  return fmt::format("zero{} over {}", stage, communicator);
+}
 
 std::vector<ShardedAllreduce::Piece> ShardedAllreduce::pieces_of(int rank) const {
   std::vector<Piece> pieces;

@@ -26,7 +26,9 @@ class BucketedAllreduce final : public BucketedSynchronizer {
   // `group` must outlive the synchronizer.
   BucketedAllreduce(ProcessGroup& group, BucketedAllreduceOptions options);
 
-  std::string name() const override;
+  std::string name() const override { return name_for(group_.communicator_name(), options_.codec); }
+  // The name of one over `communicator` with `codec`, before it is built.
+  static std::string name_for(const std::string& communicator, const std::optional<GradientCodec>& codec);
   void finish(nn::Sequential& model, optim::Optimizer& optimizer, LossScale* loss_scale) override;
 
  private:

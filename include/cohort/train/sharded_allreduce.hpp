@@ -28,7 +28,9 @@ class ShardedAllreduce final : public BucketedSynchronizer {
   // `group` must outlive the synchronizer.
   ShardedAllreduce(ProcessGroup& group, ShardedAllreduceOptions options);
 
-  std::string name() const override;
+  std::string name() const override { return name_for(options_.stage, group_.communicator_name()); }
+  // The name of one at `stage` over `communicator`, before it is built.
+  static std::string name_for(int stage, const std::string& communicator);
   void finish(nn::Sequential& model, optim::Optimizer& optimizer, LossScale* loss_scale) override;
   std::string setup_report() const override;
 
