@@ -187,8 +187,8 @@ nn::Precision precision(const TrainingOptions& options) {
   return *precision;
 }
 
-Device training_device(const TrainingOptions& options, const train::Strategy& strategy) {
-  if (strategy.is_server()) return Device::CPU;
+Device training_device(const TrainingOptions& options, train::Strategy& strategy) {
+  if (strategy.service() != nullptr) return Device::CPU;  // a server keeps host memory
   const Device device = choose_device(options.device);
   if (options.device == "auto" && device != Device::CUDA)
     log::info("device: {} (auto: {})", device_name(device), device_unavailable_reason(Device::CUDA));

@@ -44,7 +44,7 @@ comm::WorkPtr BucketedAllreduce::start_bucket(const Tensor& values, const Tensor
   return group_.start(ProcessGroup::Collective::Allreduce, values, staging, options_.gradient_dtype);
 }
 
-void BucketedAllreduce::finish(nn::Sequential& model, optim::Optimizer& optimizer, LossScale* loss_scale) {
+void BucketedAllreduce::update(nn::Sequential& model, optim::Optimizer& optimizer, LossScale* loss_scale) {
   // Through a codec only the sample count went through the staging buffer.
   const double global_samples = wait_for_buckets(options_.codec ? buckets_.elements() : 0);
   if (options_.codec) reduce_through_codec();

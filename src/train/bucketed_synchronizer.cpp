@@ -6,6 +6,7 @@
 #include "cohort/core/check.hpp"
 #include "cohort/core/timeline.hpp"
 #include "cohort/tensor/ops.hpp"
+#include "train/replica_statistics.hpp"
 
 namespace cohort::train {
 namespace {
@@ -16,7 +17,11 @@ constexpr std::int64_t kAlignedSlot = 16;
 }  // namespace
 
 BucketedSynchronizer::BucketedSynchronizer(ProcessGroup& group, BucketSizes sizes, std::int64_t blocks, bool count_apart)
-    : group_(group), sizes_(sizes), blocks_(blocks), count_apart_(count_apart) {}
+    : group_(group),
+      statistics_(std::make_unique<ReplicaStatistics>(group)),
+      sizes_(sizes),
+      blocks_(blocks),
+      count_apart_(count_apart) {}
 
 void BucketedSynchronizer::plan(const nn::Sequential& model) {
   buckets_ = GradientBuckets(model.trainable_variables(), sizes_.first_bucket_bytes, sizes_.bucket_bytes, blocks_,
@@ -52,7 +57,16 @@ std::vector<std::vector<std::string>> BucketedSynchronizer::bucket_plan() const 
   return plan;
 }
 
+BucketedSynchronizer::~BucketedSynchronizer() = default;
+
+void BucketedSynchronizer::prepare(const nn::Sequential& model) {
+  plan(model);
+  statistics_->prepare(model);
+}
+
 void BucketedSynchronizer::begin(nn::Sequential& model, std::int64_t samples) {
+  // The last forward pass of the step has moved the statistics: their sum travels while backward runs.
+  statistics_->start(model);
   const auto& trainable = model.trainable_variables();
   const bool same_variables =
       fused_.defined() && fused_.device() == model.device() && buckets_.variables().size() == trainable.size() &&
@@ -67,6 +81,11 @@ void BucketedSynchronizer::begin(nn::Sequential& model, std::int64_t samples) {
   step_samples_ = static_cast<float>(samples);
   ops::fill(fused_.slice(buckets_.elements(), buckets_.elements() + 1), step_samples_);
   start_ready_buckets();
+}
+
+void BucketedSynchronizer::finish(nn::Sequential& model, optim::Optimizer& optimizer) {
+  update(model, optimizer, loss_scale_);
+  statistics_->finish();
 }
 
 void BucketedSynchronizer::gradients_ready(std::span<const nn::VariablePtr> variables) {

@@ -28,7 +28,7 @@ std::pair<comm::Communicator*, bool> ProcessGroup::communicator_for(Device devic
   return {communicators_.front().get(), false};
 }
 
-void ProcessGroup::sum_over_replicas(std::span<double> values) {
+bool ProcessGroup::sum_over_replicas(std::span<double> values) {
   COHORT_CHECK(host_ != nullptr, "none of the communicators takes host memory");
   // Gathered as raw bytes (a double is two float slots) and added in rank order: exact, and the same
   // on every rank, which a float reduction would be neither.
@@ -44,6 +44,7 @@ void ProcessGroup::sum_over_replicas(std::span<double> values) {
     for (std::size_t r = 0; r < ranks; ++r) sum += (*all)[r * values.size() + i];
     values[i] = sum;
   }
+  return true;
 }
 
 void ProcessGroup::announce_failure(const std::string& reason) {

@@ -7,7 +7,6 @@
 #include "cohort/core/check.hpp"
 #include "cohort/core/logging.hpp"
 #include "cohort/core/seed.hpp"
-#include "train/replica_statistics.hpp"
 
 namespace cohort::train {
 namespace {
@@ -24,19 +23,6 @@ RingAllreduce::RingAllreduce(std::shared_ptr<comm::Communicator> communicator, R
 
 RingAllreduce::RingAllreduce(std::vector<std::shared_ptr<comm::Communicator>> communicators, RingAllreduceOptions options)
     : options_(std::move(options)), group_(std::make_shared<ProcessGroup>(std::move(communicators))) {
-  statistics_ = std::make_unique<ReplicaStatistics>(*group_);
-}
-
-RingAllreduce::~RingAllreduce() = default;
-
-std::string RingAllreduce::name() const {
-  if (synchronizer_) return synchronizer_->name();
-  // Before initialize(): what the options will build.
-  if (sharded()) return ShardedAllreduce::name_for(options_.zero_stage, group_->communicator_name());
-  return BucketedAllreduce::name_for(group_->communicator_name(), options_.codec);
-}
-
-void RingAllreduce::build_synchronizer() {
   COHORT_CHECK(options_.zero_stage >= 0 && options_.zero_stage <= 2, "ZeRO stage {}: there are stages 0, 1 and 2",
                options_.zero_stage);
   COHORT_CHECK(!options_.codec || (options_.zero_stage == 0 && options_.gradient_dtype == DType::Float32),
@@ -51,9 +37,11 @@ void RingAllreduce::build_synchronizer() {
   } else {
     synchronizer_ = std::make_unique<BucketedAllreduce>(
         *group_, BucketedAllreduceOptions{.buckets = buckets, .gradient_dtype = options_.gradient_dtype, .codec = options_.codec});
-    state_store_ = std::make_unique<WholeModelState>(is_chief());
+    state_store_ = std::make_unique<WholeModelState>(group_->is_chief());
   }
 }
+
+RingAllreduce::~RingAllreduce() = default;
 
 void RingAllreduce::check_replicas_agree() {
   // The codec by a 53-bit hash of its name, which a double holds exactly.
@@ -77,67 +65,24 @@ void RingAllreduce::check_replicas_agree() {
 }
 
 void RingAllreduce::initialize(nn::Sequential& model, optim::Optimizer&) {
-  if (!synchronizer_) build_synchronizer();
   group_->prefer_gpu_communicator(model.device(), options_.gradient_dtype);
   check_replicas_agree();
   if (options_.gradient_dtype != DType::Float32 && is_chief())
     log::info("gradients travel as {}: half the bytes of float32, summed in float32", dtype_name(options_.gradient_dtype));
   synchronizer_->prepare(model);
-  statistics_->prepare(model);
   // Every variable, trainable or not, starts from the chief's value.
   std::uint64_t largest = static_cast<std::uint64_t>(model.replica_sum_elements()) * sizeof(float);
   for (const auto& v : model.variables()) largest = std::max(largest, static_cast<std::uint64_t>(v->value.numel()) * sizeof(float));
   group_->expect_buffers_up_to(largest);
   group_->broadcast_from_chief(model.variables());
   // A resumed run's optimizer holds the whole state.
-  if (auto* sharded = dynamic_cast<ShardedAllreduce*>(synchronizer_.get())) sharded->optimizer_state_replaced();
-}
-
-std::vector<std::vector<std::string>> RingAllreduce::bucket_plan() const {
-  return synchronizer_ ? synchronizer_->bucket_plan() : std::vector<std::vector<std::string>>{};
-}
-
-void RingAllreduce::begin_gradients(nn::Sequential& model, std::int64_t samples) {
-  COHORT_CHECK(synchronizer_ != nullptr, "{}: begin_gradients() before initialize()", name());
-  step_begun_ = true;
-  step_samples_ = samples;
-  // The last forward pass of the step has moved the statistics: their sum travels while backward runs.
-  statistics_->start(model);
-  synchronizer_->begin(model, samples);
-}
-
-void RingAllreduce::gradients_ready(std::span<const nn::VariablePtr> variables) {
-  COHORT_CHECK(step_begun_, "gradients_ready() before begin_gradients()");
-  synchronizer_->gradients_ready(variables);
-}
-
-void RingAllreduce::apply_gradients(nn::Sequential& model, optim::Optimizer& optimizer, std::int64_t samples) {
-  // Called without the backward announcements (a loop of the caller's own), every gradient is final.
-  if (!step_begun_) begin_gradients(model, samples);
-  COHORT_CHECK(samples == step_samples_, "apply_gradients() for {} samples after begin_gradients() for {}", samples, step_samples_);
-  step_begun_ = false;
-  synchronizer_->finish(model, optimizer, loss_scale_);
-  statistics_->finish();
-  optimizer_state_bytes_ = optimizer.state_bytes();
-}
-
-void RingAllreduce::add_epoch_logs(Logs& logs) {
-  const double exposed = synchronizer_ ? synchronizer_->exposed_seconds() : 0.0;
-  logs["comm_seconds"] = exposed - reported_exposed_seconds_;
-  reported_exposed_seconds_ = exposed;
-}
-
-void RingAllreduce::save_checkpoint(const std::filesystem::path& directory, const nn::Sequential& model,
-                                    const optim::Optimizer& optimizer, const TrainingPosition& position) {
-  COHORT_CHECK(state_store_ != nullptr, "{}: a checkpoint before initialize()", name());
-  state_store_->save(directory, model, optimizer, position);
+  synchronizer_->optimizer_state_replaced();
 }
 
 DataShare RingAllreduce::data_share() const { return data_share_for(options_.data, group_->rank(), group_->size()); }
 
-std::string RingAllreduce::setup_report() const { return synchronizer_ ? synchronizer_->setup_report() : std::string(); }
-
-void RingAllreduce::finish(const History&) {
+void RingAllreduce::finish(const History&, const optim::Optimizer& optimizer) {
+  optimizer_state_bytes_ = optimizer.state_bytes();
   optimizer_state_bytes_per_rank_.assign(static_cast<std::size_t>(replicas()), 0.0);
   optimizer_state_bytes_per_rank_[static_cast<std::size_t>(process_index())] = static_cast<double>(optimizer_state_bytes_);
   group_->sum_over_replicas(optimizer_state_bytes_per_rank_);

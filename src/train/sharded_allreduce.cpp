@@ -65,7 +65,7 @@ comm::WorkPtr ShardedAllreduce::start_bucket(const Tensor& values, const Tensor&
                       staging, options_.gradient_dtype);
 }
 
-void ShardedAllreduce::finish(nn::Sequential& model, optim::Optimizer& optimizer, LossScale* loss_scale) {
+void ShardedAllreduce::update(nn::Sequential& model, optim::Optimizer& optimizer, LossScale* loss_scale) {
   const float inverse = 1.0f / static_cast<float>(wait_for_buckets());
   count_reduced(options_.gradient_dtype);
   if (!state_cut_to_pieces_) {

@@ -10,7 +10,7 @@
 namespace cohort::train {
 
 std::optional<TrainingPosition> StateStore::restore(const std::filesystem::path& directory, nn::Sequential& model,
-                                                    optim::Optimizer& optimizer) const {
+                                                    optim::Optimizer& optimizer) {
   const auto path = directory / kCheckpointFile;
   if (!sealed_file_exists(path)) return std::nullopt;
   return load_checkpoint(path, model, optimizer);

@@ -1,12 +1,11 @@
 #include "cohort/train/strategy.hpp"
 
-#include "cohort/core/error.hpp"
-#include "cohort/train/state_store.hpp"
+#include "cohort/core/check.hpp"
 #include "cohort/train/update.hpp"
 
 namespace cohort::train {
 
-void Local::apply_gradients(nn::Sequential& model, optim::Optimizer& optimizer, std::int64_t) {
+void LocalUpdate::finish(nn::Sequential& model, optim::Optimizer& optimizer) {
   update_variables(optimizer, model.trainable_variables(), loss_scale_);
 }
 
@@ -17,18 +16,34 @@ DataShare data_share_for(DataPolicy policy, int replica, int replicas) {
   return {.replica = replica, .replicas = replicas};
 }
 
-History Strategy::serve(nn::Sequential&, optim::Optimizer&, const std::filesystem::path&) {
-  throw Error(fmt::format("strategy '{}' has no server processes", name()));
+std::string Strategy::replica_name(int replica) const {
+  std::string name = replica_group().process_name(replica);
+  return name.empty() ? "replica " + std::to_string(replica) : name;
 }
 
-void Strategy::save_checkpoint(const std::filesystem::path& directory, const nn::Sequential& model,
-                               const optim::Optimizer& optimizer, const TrainingPosition& position) {
-  WholeModelState(is_chief()).save(directory, model, optimizer, position);
+void Strategy::begin_gradients(nn::Sequential& model, std::int64_t samples) {
+  step_begun_ = true;
+  step_samples_ = samples;
+  synchronizer().begin(model, samples);
 }
 
-std::optional<TrainingPosition> Strategy::restore_checkpoint(const std::filesystem::path& directory, nn::Sequential& model,
-                                                             optim::Optimizer& optimizer) {
-  return WholeModelState(false).restore(directory, model, optimizer);
+void Strategy::gradients_ready(std::span<const nn::VariablePtr> variables) {
+  COHORT_CHECK(step_begun_, "gradients_ready() before begin_gradients()");
+  synchronizer().gradients_ready(variables);
+}
+
+void Strategy::apply_gradients(nn::Sequential& model, optim::Optimizer& optimizer, std::int64_t samples) {
+  // Called without the backward announcements (a loop of the caller's own), every gradient is final.
+  if (!step_begun_) begin_gradients(model, samples);
+  COHORT_CHECK(samples == step_samples_, "apply_gradients() for {} samples after begin_gradients() for {}", samples, step_samples_);
+  step_begun_ = false;
+  synchronizer().finish(model, optimizer);
+}
+
+void Strategy::add_exposed_seconds(Logs& logs) {
+  const double exposed = synchronizer().exposed_seconds();
+  logs["comm_seconds"] = exposed - reported_exposed_seconds_;
+  reported_exposed_seconds_ = exposed;
 }
 
 std::shared_ptr<const data::Sampler> Strategy::sampler(std::int64_t size, std::uint64_t seed, bool shuffle) const {

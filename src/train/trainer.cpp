@@ -448,8 +448,26 @@ void Trainer::agree_on_cpu_kernels(TrainingPosition& position) {
 }
 
 History Trainer::fit(const data::Dataset& train, const FitOptions& options) {
+  // The same main() runs in every process of a job: where this one serves, fit() is serve().
+  if (strategy_->service() != nullptr)
+    return serve({.checkpoint_dir = options.checkpoint_dir, .resume = options.resume, .timeline = options.timeline});
   try {
     return run(train, options);
+  } catch (const std::exception& e) {
+    strategy_->announce_failure(e.what());
+    throw;
+  }
+}
+
+History Trainer::serve(const ServeOptions& options) {
+  Service* service = strategy_->service();
+  COHORT_CHECK(service != nullptr, "{} trains under strategy '{}': serve() is for the processes that serve (parameter servers)",
+               strategy_->process_name().empty() ? "this process" : strategy_->process_name(), strategy_->name());
+  try {
+    const TimelineRecording timeline_recording(options.timeline, *strategy_);
+    if ((options.resume || restarted_by_launcher()) && !options.checkpoint_dir.empty())
+      strategy_->restore_checkpoint(options.checkpoint_dir, model_, *optimizer_);
+    return service->serve(model_, *optimizer_, options);
   } catch (const std::exception& e) {
     strategy_->announce_failure(e.what());
     throw;
@@ -489,7 +507,6 @@ History Trainer::run(const data::Dataset& train, const FitOptions& options) {
   start_precision(fit);
   check_replica_sum();
   strategy_->initialize(model_, *optimizer_);  // after a resume, so that all processes start from the chief's
-  if (strategy_->is_server()) return strategy_->serve(model_, *optimizer_, options.checkpoint_dir);
   const ReplicaSumBinding replica_sum(model_, strategy_->replica_sum());
   agree_on_cpu_kernels(fit.position);
   agree_on_precision();
@@ -779,7 +796,7 @@ Logs Trainer::epoch_logs(FitState& fit, std::int64_t epoch, EpochTotals& epoch_t
 History Trainer::finish_run(FitState& fit) {
   History result = fit.position.history;
   if (fit.partial_epoch) result.epochs.push_back(*fit.partial_epoch);
-  strategy_->finish(result);
+  strategy_->finish(result, *optimizer_);
   if (fit.verbose) {
     const std::string report = strategy_->final_report();
     if (!report.empty()) fmt::print("{}", report);

@@ -132,10 +132,11 @@ TEST_CASE("codecs are refused with sharding, with bfloat16 gradients, by a bad n
   comm::InProcessGroup single(1);
   nn::Sequential model = codec_model();
   auto sgd = ps_test::momentum_sgd();
-  train::RingAllreduce sharded(single.transport(0), {.zero_stage = 1, .codec = train::PowerSgd()});
-  CHECK_THROWS_WITH(sharded.initialize(model, sgd), Catch::Contains("the gradient codec powersgd:4 takes float32 gradients without sharding"));
-  train::RingAllreduce bfloat16(single.transport(0), {.gradient_dtype = DType::BFloat16, .codec = train::PowerSgd()});
-  CHECK_THROWS_AS(bfloat16.initialize(model, sgd), InvalidArgument);
+  // Refused as the strategy is made, before any process connects.
+  CHECK_THROWS_WITH(train::RingAllreduce(single.transport(0), {.zero_stage = 1, .codec = train::PowerSgd()}),
+                    Catch::Contains("the gradient codec powersgd:4 takes float32 gradients without sharding"));
+  CHECK_THROWS_AS(train::RingAllreduce(single.transport(0), {.gradient_dtype = DType::BFloat16, .codec = train::PowerSgd()}),
+                  InvalidArgument);
 
   comm::InProcessGroup group(2);
   std::vector<std::string> errors(2);

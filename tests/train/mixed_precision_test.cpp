@@ -265,11 +265,11 @@ TEST_CASE("under parameter servers an overflow on one worker skips that step on 
       optim::SGD sgd({.learning_rate = optim::constant(0.5)});
       train::LossScale scale;
       scaled[static_cast<std::size_t>(r)] = strategy->set_loss_scale(&scale);
-      strategy->initialize(model, sgd);
-      if (strategy->is_server()) {
+      if (strategy->serves()) {
         strategy->serve(model, sgd, {});
         return;
       }
+      strategy->initialize(model, sgd);
       if (r == 0) start = model.variable("dense/kernel")->value.to_vector();
       for (int step = 0; step < 3; ++step) {
         strategy->begin_gradients(model, 8);
@@ -283,7 +283,7 @@ TEST_CASE("under parameter servers an overflow on one worker skips that step on 
       kernels[static_cast<std::size_t>(r)] = model.variable("dense/kernel")->value.to_vector();
       iterations[static_cast<std::size_t>(r)] = sgd.iterations();  // the servers' updates, skips not counted
       pushed.arrive_and_wait();
-      strategy->finish({});
+      strategy->finish({}, sgd);
       if (r == 0) server_stats = strategy->final_server_stats();
     });
     CHECK(scaled == std::vector<int>{1, 1, 1, 1});

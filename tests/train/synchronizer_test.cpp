@@ -40,7 +40,7 @@ void step_with_uneven_samples(train::GradientSynchronizer& synchronizer, nn::Seq
   auto sgd = plain_sgd();
   synchronizer.begin(model, samples);
   synchronizer.gradients_ready(model.trainable_variables());
-  synchronizer.finish(model, sgd, nullptr);
+  synchronizer.finish(model, sgd);
 }
 
 using Values = std::vector<std::vector<float>>;

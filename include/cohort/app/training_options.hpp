@@ -75,7 +75,7 @@ train::ParameterServerOptions distributed_options(const TrainingOptions& options
 train::FitOptions fit_options(const TrainingOptions& options);
 // Where this process trains: --device for workers, logged with the reason when "auto" falls back to
 // the CPU; parameter servers keep their variables on the CPU.
-Device training_device(const TrainingOptions& options, const train::Strategy& strategy);
+Device training_device(const TrainingOptions& options, train::Strategy& strategy);
 // The model's precision policy (--precision).
 nn::Precision precision(const TrainingOptions& options);
 // Where the zoo models' batch normalization takes its statistics from (--sync-batch-norm).

@@ -29,9 +29,9 @@ class BucketedAllreduce final : public BucketedSynchronizer {
   std::string name() const override { return name_for(group_.communicator_name(), options_.codec); }
   // The name of one over `communicator` with `codec`, before it is built.
   static std::string name_for(const std::string& communicator, const std::optional<GradientCodec>& codec);
-  void finish(nn::Sequential& model, optim::Optimizer& optimizer, LossScale* loss_scale) override;
 
  private:
+  void update(nn::Sequential& model, optim::Optimizer& optimizer, LossScale* loss_scale) override;
   comm::WorkPtr start_bucket(const Tensor& values, const Tensor& staging) override;
   void reduce_through_codec();
 

@@ -7,9 +7,13 @@
 // final, while the layers before it are still computed. The step's sample count travels after the last
 // bucket; finish() divides the summed gradients by the summed counts once, which gives the gradient of
 // the mean loss over the whole global batch, however unevenly it was shared.
+// The replicas' moving statistics (the non-trainable variables) are averaged along each step: their sum
+// travels while backward runs, and after the update every replica holds their mean, so that replicas,
+// checkpoints and saved models agree.
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -20,6 +24,8 @@
 
 namespace cohort::train {
 
+class ReplicaStatistics;
+
 struct BucketSizes {
   // The first bucket (the last layers' gradients, so that communication starts early, DDP-style) and the
   // others. A variable larger than a bucket travels alone; 0 puts every variable in a bucket of its own.
@@ -29,11 +35,15 @@ struct BucketSizes {
 
 class BucketedSynchronizer : public GradientSynchronizer {
  public:
+  ~BucketedSynchronizer() override;
   // Plans the buckets for the model's trainable variables now (the first begin() does otherwise), so that
-  // bucket_plan() and setup_report() can tell them before training.
-  void prepare(const nn::Sequential& model) { plan(model); }
+  // bucket_plan() and setup_report() can tell them before training, and declares the buffers of the
+  // moving statistics (every rank, before its first step).
+  void prepare(const nn::Sequential& model);
   void begin(nn::Sequential& model, std::int64_t samples) override;
   void gradients_ready(std::span<const nn::VariablePtr> variables) override;
+  // Updates the variables (update()), then averages the moving statistics.
+  void finish(nn::Sequential& model, optim::Optimizer& optimizer) final;
   double exposed_seconds() const override { return exposed_seconds_; }
   GradientTraffic traffic() const override { return traffic_; }
   // The buckets as planned (after the first begin()): each one's variable names, in launch order.
@@ -45,6 +55,9 @@ class BucketedSynchronizer : public GradientSynchronizer {
   // the wire is 16-bit, or a reduce-scatter would bring it to one rank only, or a codec reduces the buckets).
   BucketedSynchronizer(ProcessGroup& group, BucketSizes sizes, std::int64_t blocks, bool count_apart);
 
+  // Completes the exchange and updates the trainable variables; with `loss_scale`, unscales them first, or
+  // skips the step alike on every rank.
+  virtual void update(nn::Sequential& model, optim::Optimizer& optimizer, LossScale* loss_scale) = 0;
   // Starts the exchange of one bucket, `values` in the buffer and `staging` its pinned host copy where the
   // device is staged; null when there is nothing to start.
   virtual comm::WorkPtr start_bucket(const Tensor& values, const Tensor& staging) = 0;
@@ -79,6 +92,7 @@ class BucketedSynchronizer : public GradientSynchronizer {
   void view_slot(nn::Variable& variable, std::int64_t offset);
   void start_ready_buckets();
 
+  std::unique_ptr<ReplicaStatistics> statistics_;
   BucketSizes sizes_;
   std::int64_t blocks_;
   bool count_apart_;

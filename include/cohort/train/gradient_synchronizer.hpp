@@ -6,15 +6,16 @@
 // and updates the variables. A synchronizer may start moving gradients as soon as they are ready, and
 // finish() also works without the announcements (every gradient is then final).
 //
-// The synchronizers: BucketedAllreduce (every replica reduces every gradient, over the ring, the hierarchy,
-// MPI or NCCL; a bfloat16 wire or a codec) and ShardedAllreduce (ZeRO stages 1 and 2). RingAllreduce
-// composes one with a ProcessGroup.
+// The synchronizers: LocalUpdate (one process), BucketedAllreduce (every replica reduces every gradient,
+// over the ring, the hierarchy, MPI or NCCL; a bfloat16 wire or a codec), ShardedAllreduce (ZeRO stages 1
+// and 2) and ParameterStoreSynchronizer (the servers update). RingAllreduce composes one of the allreduce
+// synchronizers with a ProcessGroup; ParameterServer the parameter store with its workers.
 //
 //   train::ProcessGroup group({comm::make_ring_communicator(transport)});
 //   train::BucketedAllreduce synchronizer(group, {});
 //   synchronizer.begin(model, samples);
 //   model.backward(dy, [&](auto ready) { synchronizer.gradients_ready(ready); });
-//   synchronizer.finish(model, optimizer, nullptr);
+//   synchronizer.finish(model, optimizer);
 
 #include <cstdint>
 #include <span>
@@ -39,15 +40,40 @@ class GradientSynchronizer {
   virtual std::string name() const = 0;
   virtual void begin(nn::Sequential& model, std::int64_t samples) = 0;
   virtual void gradients_ready(std::span<const nn::VariablePtr> variables) = 0;
-  // With `loss_scale` (mixed_float16) the reduced gradients are divided by it, and a step whose gradients
-  // are not all finite is skipped on every replica alike.
-  virtual void finish(nn::Sequential& model, optim::Optimizer& optimizer, LossScale* loss_scale) = 0;
+  virtual void finish(nn::Sequential& model, optim::Optimizer& optimizer) = 0;
 
   // Seconds spent waiting for communication that backward did not hide, since the start.
   virtual double exposed_seconds() const = 0;
   virtual GradientTraffic traffic() const = 0;
   // What the chief prints before training (how the work is shared out); may be empty.
   virtual std::string setup_report() const { return {}; }
+
+  // Dynamic loss scaling (mixed_float16): from now on finish() divides the reduced gradients by `scale` and
+  // skips a step whose gradients are not all finite, on every replica alike. False, taking nothing, where
+  // the replicas could disagree on a skip (servers that each may count other workers' gradients).
+  virtual bool set_loss_scale(LossScale* scale) {
+    loss_scale_ = scale;
+    return true;
+  }
+  // Whether the update happens elsewhere (parameter servers): what a process writes into its model's
+  // variables, or its optimizer's learning rate, is not what the update uses.
+  virtual bool updates_elsewhere() const { return false; }
+  // The optimizer's state was replaced (a resumed checkpoint holds the whole of it).
+  virtual void optimizer_state_replaced() {}
+
+ protected:
+  LossScale* loss_scale_ = nullptr;
+};
+
+// One process: the gradients are the update's, applied at once.
+class LocalUpdate final : public GradientSynchronizer {
+ public:
+  std::string name() const override { return "local"; }
+  void begin(nn::Sequential&, std::int64_t) override {}
+  void gradients_ready(std::span<const nn::VariablePtr>) override {}
+  void finish(nn::Sequential& model, optim::Optimizer& optimizer) override;
+  double exposed_seconds() const override { return 0; }
+  GradientTraffic traffic() const override { return {}; }
 };
 
 }  // namespace cohort::train

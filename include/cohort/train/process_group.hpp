@@ -22,20 +22,20 @@
 #include "cohort/nn/variable.hpp"
 #include "cohort/tensor/tensor.hpp"
 #include "cohort/train/gradient_codec.hpp"
+#include "cohort/train/replicas.hpp"
 
 namespace cohort::train {
 
-class ProcessGroup final : public ReplicaReduction {
+class ProcessGroup final : public ReplicaReduction, public Replicas {
  public:
   // All communicators span the same ranks; the first that takes host memory carries the agreement.
   explicit ProcessGroup(std::vector<std::shared_ptr<comm::Communicator>> communicators);
 
-  int rank() const { return communicators_.front()->rank(); }
+  int rank() const override { return communicators_.front()->rank(); }
   int size() const { return communicators_.front()->size(); }
   int replicas() const override { return size(); }
-  bool is_chief() const { return rank() == 0; }
   // How the job names `rank` ("chief 0", "worker 1").
-  std::string process_name(int rank) const { return communicators_.front()->process_name(rank); }
+  std::string process_name(int rank) const override { return communicators_.front()->process_name(rank); }
   // The preferred communicator's name ("ring", "mpi", "hierarchical ring").
   std::string communicator_name() const { return communicators_.front()->name(); }
   // How long one collective may take before the group is declared stuck.
@@ -43,9 +43,11 @@ class ProcessGroup final : public ReplicaReduction {
 
   // Sums `values` element-wise over the ranks, added in rank order from the exact doubles: the same bits
   // on every rank. Every rank calls it at the same point.
-  void sum_over_replicas(std::span<double> values);
+  bool sum_over_replicas(std::span<double> values) override;
   // This rank ends because of `reason`: every communicator tells the others.
-  void announce_failure(const std::string& reason);
+  void announce_failure(const std::string& reason) override;
+  // SyncBatchNormalization's moments, summed in the order the layers ask; null for a lone rank.
+  nn::ReplicaSum* replica_sum() override { return size() > 1 ? this : nullptr; }
 
   // Puts NCCL first when every rank's buffers on `device` live on a GPU of its own. Collective: every rank
   // calls it, and all reach the same verdict. `wire` other than float32 keeps the host path (NCCL would

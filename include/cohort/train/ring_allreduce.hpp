@@ -45,8 +45,6 @@
 
 namespace cohort::train {
 
-class ReplicaStatistics;
-
 struct RingAllreduceOptions {
   DataPolicy data = DataPolicy::OnePassPerEpoch;
   // Bucket sizes: the first (the last layers' gradients) and the others. A variable larger than a bucket
@@ -69,59 +67,38 @@ class RingAllreduce : public Strategy {
   // The ring over `transport`, which must outlive the strategy.
   explicit RingAllreduce(comm::Transport& transport, RingAllreduceOptions options = {});
   explicit RingAllreduce(std::shared_ptr<comm::Communicator> communicator, RingAllreduceOptions options = {});
-  // All communicators span the same ranks.
+  // All communicators span the same ranks. Refuses options that do not go together.
   explicit RingAllreduce(std::vector<std::shared_ptr<comm::Communicator>> communicators,
                          RingAllreduceOptions options = {});
   ~RingAllreduce() override;
 
-  std::string name() const override;
-  int replicas() const override { return group_->size(); }
-  bool is_chief() const override { return group_->is_chief(); }
-  std::string process_name() const override { return group_->process_name(group_->rank()); }
-  int process_index() const override { return group_->rank(); }
-  std::string replica_name(int replica) const override { return group_->process_name(replica); }
+  std::string name() const override { return synchronizer_->name(); }
+  Replicas& replica_group() const override { return *group_; }
+  GradientSynchronizer& synchronizer() const override { return *synchronizer_; }
+  StateStore& state_store() override { return *state_store_; }
   void initialize(nn::Sequential& model, optim::Optimizer& optimizer) override;
-  void apply_gradients(nn::Sequential& model, optim::Optimizer& optimizer, std::int64_t samples) override;
-  void begin_gradients(nn::Sequential& model, std::int64_t samples) override;
-  void gradients_ready(std::span<const nn::VariablePtr> variables) override;
   DataShare data_share() const override;
-  // The buckets as planned (after initialize()): each one's variable names, in launch order.
-  std::vector<std::vector<std::string>> bucket_plan() const;
-  bool sum_over_replicas(std::span<double> values) override {
-    group_->sum_over_replicas(values);
-    return true;
-  }
-  // SyncBatchNormalization's moments, summed on the gradients' communicator in the order the layers ask.
-  nn::ReplicaSum* replica_sum() override { return replicas() > 1 ? group_.get() : nullptr; }
   // comm_seconds: the time steps waited for allreduces that backward did not hide, since the last epoch.
-  void add_epoch_logs(Logs& logs) override;
-  void announce_failure(const std::string& reason) override { group_->announce_failure(reason); }
-  // Sharded: every rank writes its shard of the optimizer state, then the chief the checkpoint naming them.
-  void save_checkpoint(const std::filesystem::path& directory, const nn::Sequential& model,
-                       const optim::Optimizer& optimizer, const TrainingPosition& position) override;
-  // How the optimizer state is shared out (sharded runs), and what each rank kept (every run of several).
-  std::string setup_report() const override;
+  void add_epoch_logs(Logs& logs) override { add_exposed_seconds(logs); }
+  // The gradients' bytes per codec or wire type, and what each rank kept of the optimizer's state.
   std::string final_report() override;
-  void finish(const History& history) override;
-  // This rank's optimizer state, in bytes, after the last step.
+  void finish(const History& history, const optim::Optimizer& optimizer) override;
+
+  // The buckets as planned (after initialize()): each one's variable names, in launch order.
+  std::vector<std::vector<std::string>> bucket_plan() const { return synchronizer_->bucket_plan(); }
+  // This rank's optimizer state, in bytes, at the end of fit().
   std::uint64_t optimizer_state_bytes() const { return optimizer_state_bytes_; }
   using GradientTraffic = train::GradientTraffic;
-  GradientTraffic gradient_traffic() const { return synchronizer_ ? synchronizer_->traffic() : GradientTraffic{}; }
+  GradientTraffic gradient_traffic() const { return synchronizer_->traffic(); }
 
  private:
   bool sharded() const { return options_.zero_stage > 0; }
-  // The synchronizer and the state store the options ask for; refuses options that do not go together.
-  void build_synchronizer();
   // The replicas send gradients as the same type, shard alike and use the same codec.
   void check_replicas_agree();
 
   RingAllreduceOptions options_;
   std::unique_ptr<BucketedSynchronizer> synchronizer_;
   std::unique_ptr<StateStore> state_store_;
-  std::unique_ptr<ReplicaStatistics> statistics_;
-  bool step_begun_ = false;
-  std::int64_t step_samples_ = 0;
-  double reported_exposed_seconds_ = 0;
   std::uint64_t optimizer_state_bytes_ = 0;
   std::vector<double> optimizer_state_bytes_per_rank_;  // after finish()
   // Last: destroyed first, so that the communicators' threads stop before the buffers above go away.

@@ -31,16 +31,16 @@ class ShardedAllreduce final : public BucketedSynchronizer {
   std::string name() const override { return name_for(options_.stage, group_.communicator_name()); }
   // The name of one at `stage` over `communicator`, before it is built.
   static std::string name_for(int stage, const std::string& communicator);
-  void finish(nn::Sequential& model, optim::Optimizer& optimizer, LossScale* loss_scale) override;
   std::string setup_report() const override;
 
   // This rank's pieces of the variables: the elements of each that fall in its blocks of the buckets
   // (after the first begin()).
   std::vector<VariablePiece> pieces() const;
   // The optimizer holds the whole state again (a resumed run): the next step cuts out this rank's pieces.
-  void optimizer_state_replaced() { state_cut_to_pieces_ = false; }
+  void optimizer_state_replaced() override { state_cut_to_pieces_ = false; }
 
  private:
+  void update(nn::Sequential& model, optim::Optimizer& optimizer, LossScale* loss_scale) override;
   comm::WorkPtr start_bucket(const Tensor& values, const Tensor& staging) override;
   void planned() override;
   // The pieces of rank `rank`, in elements of the buffer.

@@ -5,7 +5,8 @@
 // - ShardedState: each rank of a sharded update (ShardedAllreduce) writes the optimizer state of its
 //   pieces to a shard file of its own, then the chief writes the checkpoint naming every shard, once all
 //   are on disk. Reading assembles the whole state, so a run resumes on any process count, sharded or not.
-// Parameter servers keep their own store: each server's snapshot and the chief's manifest (ps/snapshot.hpp).
+// Parameter servers have a store of their own (ParameterServer's): each server writes its snapshot, then
+// the chief the manifest naming them (ps/snapshot.hpp).
 //
 //   train::WholeModelState store(/*writes=*/group.is_chief());
 //   store.save("run", model, optimizer, position);
@@ -28,10 +29,10 @@ class StateStore {
   // Every process of the run calls it at the same point.
   virtual void save(const std::filesystem::path& directory, const nn::Sequential& model, const optim::Optimizer& optimizer,
                     const TrainingPosition& position) = 0;
-  // The state in `directory` restored into `model` and `optimizer`, whichever store wrote it; nullopt where
-  // there is none. DataError for a damaged or foreign checkpoint or shard, naming the file.
-  std::optional<TrainingPosition> restore(const std::filesystem::path& directory, nn::Sequential& model,
-                                          optim::Optimizer& optimizer) const;
+  // The state in `directory` restored into `model` and `optimizer`, whichever of these stores wrote it;
+  // nullopt where there is none. DataError for a damaged or foreign checkpoint or shard, naming the file.
+  virtual std::optional<TrainingPosition> restore(const std::filesystem::path& directory, nn::Sequential& model,
+                                                  optim::Optimizer& optimizer);
 };
 
 class WholeModelState final : public StateStore {

@@ -1,8 +1,9 @@
 #pragma once
 // Strategy: how a Trainer shares one training run among processes. The Trainer's loop is the same for
-// every strategy; a strategy decides where variables start from, how gradients become updates, which
-// share of each epoch this process reads, and which process is the chief (validation, logs, checkpoints).
-// Local is the single-process strategy; distributed strategies implement the same interface.
+// every strategy; a strategy is made of parts: the replicas (who trains, which one is the chief that
+// validates, logs and checkpoints, and how they agree), a gradient synchronizer (how gradients become
+// updates), a state store (where checkpoints go), and which share of each epoch this process reads.
+// Local is the single-process strategy; RingAllreduce and ParameterServer compose the distributed parts.
 //
 //   Trainer trainer(model, optim::Adam(), std::make_shared<train::Local>());
 
@@ -18,8 +19,12 @@
 #include "cohort/nn/sequential.hpp"
 #include "cohort/optim/optimizer.hpp"
 #include "cohort/train/checkpoint.hpp"
-#include "cohort/train/loss_scale.hpp"
+#include "cohort/train/gradient_synchronizer.hpp"
+#include "cohort/train/history.hpp"
 #include "cohort/train/logs.hpp"
+#include "cohort/train/loss_scale.hpp"
+#include "cohort/train/replicas.hpp"
+#include "cohort/train/state_store.hpp"
 
 namespace cohort::train {
 
@@ -38,96 +43,113 @@ enum class DataPolicy { OnePassPerEpoch, EachWorkerFullPass };
 // The share of each epoch replica `replica` of `replicas` reads under `policy`.
 DataShare data_share_for(DataPolicy policy, int replica, int replicas);
 
+// Where a process that serves instead of training (a parameter server) saves and resumes, and its track
+// on a timeline.
+struct ServeOptions {
+  std::filesystem::path checkpoint_dir;  // empty: no snapshots
+  bool resume = false;                   // from the snapshots in checkpoint_dir
+  std::filesystem::path timeline;        // as FitOptions::timeline
+};
+
+// What such a process runs from the start of the run to its end, instead of fit(); returns the run's
+// history, which the chief sends at the end.
+class Service {
+ public:
+  virtual ~Service() = default;
+  virtual History serve(nn::Sequential& model, optim::Optimizer& optimizer, const ServeOptions& options) = 0;
+};
+
 class Strategy {
  public:
   virtual ~Strategy() = default;
 
   virtual std::string name() const = 0;
-  // Number of processes that compute gradients: the global batch is replicas() x per-replica batch.
-  virtual int replicas() const = 0;
-  virtual bool is_chief() const = 0;
-  // This process among the job's ("chief 0", "worker 1", "ps 0", "rank 2"; empty for a single-process
-  // strategy), and its position, trainers first: what names and orders its track on a timeline.
-  virtual std::string process_name() const { return {}; }
-  virtual int process_index() const { return 0; }
-  // The name of the process that is replica `replica` (0 .. replicas() - 1, the chief first).
-  virtual std::string replica_name(int replica) const {
-    return replica == process_index() && !process_name().empty() ? process_name() : "replica " + std::to_string(replica);
-  }
+  // The parts a strategy is made of: who trains and how the processes agree (from construction on); how
+  // gradients become an update; where checkpoints go and come from (both valid before initialize(), which
+  // a resume precedes).
+  virtual Replicas& replica_group() const = 0;
+  virtual GradientSynchronizer& synchronizer() const = 0;
+  virtual StateStore& state_store() = 0;
   // Brings the model's variables to their starting values (the chief's, in a distributed run).
   virtual void initialize(nn::Sequential& model, optim::Optimizer& optimizer) = 0;
-  // Turns the gradients held by the model's trainable variables, computed over `samples` samples of this
-  // process (0: this process had no data in this step and its gradients are zero), into one update.
-  virtual void apply_gradients(nn::Sequential& model, optim::Optimizer& optimizer, std::int64_t samples) = 0;
-  // Overlap of communication with the backward pass. Before the backward pass whose gradients the next
-  // apply_gradients() takes, the Trainer calls begin_gradients() with the samples they stand for, then
-  // gradients_ready() as each layer's gradients become final (from the last layer back). A strategy may
-  // start moving them at once; apply_gradients() must work without these calls too (every gradient is
-  // then final when it is called).
-  virtual void begin_gradients(nn::Sequential& /*model*/, std::int64_t /*samples*/) {}
-  virtual void gradients_ready(std::span<const nn::VariablePtr> /*variables*/) {}
-  // The order in which the cluster visits every epoch of a data set of `size` samples; by default the
-  // seeded permutation (or the plain order), the same on every process.
-  virtual std::shared_ptr<const data::Sampler> sampler(std::int64_t size, std::uint64_t seed, bool shuffle) const;
+  // Which share of each epoch this process reads.
   virtual DataShare data_share() const { return {}; }
+  // A process that serves instead of training (a parameter server) runs this, and no training; null for
+  // the processes that train.
+  virtual Service* service() { return nullptr; }
 
-  // Sums `values` element-wise over the processes that train; each calls it at the same point of fit(),
-  // and every one ends with the same sums (added in rank order). Metrics, and what callbacks decide,
-  // are agreed this way. Returns false, leaving `values` as they are, where the processes cannot wait
-  // for each other (parameter servers with backup workers) or there is only one.
-  virtual bool sum_over_replicas(std::span<double> /*values*/) { return false; }
-  // The sum over the replicas that layers computing over every replica's batch (SyncBatchNormalization)
-  // use within a pass; null where the replicas never meet (one process, parameter servers).
-  virtual nn::ReplicaSum* replica_sum() { return nullptr; }
-  // Whether the processes step in lockstep, so that agreeing after every step costs no waiting; when not
-  // (asynchronous updates, backup workers), callbacks' requests are agreed at epoch boundaries only.
-  virtual bool steps_in_lockstep() const { return true; }
-
-  // A process that serves instead of training (a parameter server): fit() calls serve() after
-  // initialize() and returns what it returns, the run's history, when the run is over.
-  virtual bool is_server() const { return false; }
-  // Whether the variables live on parameter servers: what a process writes into its model is not theirs.
-  virtual bool variables_on_servers() const { return false; }
-  virtual History serve(nn::Sequential& model, optim::Optimizer& optimizer, const std::filesystem::path& checkpoint_dir);
-  // True once another process has ended the run (the chief stopped early): this one stops too.
-  virtual bool should_stop() const { return false; }
-  // fit() failed on this process with `reason`: tells the other processes, so that they name the cause
-  // ("chief 0 (...) failed: cannot write ...: No space left on device") rather than only that it left.
-  virtual void announce_failure(const std::string& /*reason*/) {}
-
-  // Checkpoints. By default the chief writes directory/latest.ckpt and every process reads it.
-  virtual void save_checkpoint(const std::filesystem::path& directory, const nn::Sequential& model,
-                               const optim::Optimizer& optimizer, const TrainingPosition& position);
-  virtual std::optional<TrainingPosition> restore_checkpoint(const std::filesystem::path& directory, nn::Sequential& model,
-                                                             optim::Optimizer& optimizer);
-
-  // What the chief prints before training (a placement plan) and after it (traffic); may be empty.
-  virtual std::string setup_report() const { return {}; }
+  // Reports. Adds strategy figures to an epoch's logs (the time spent communicating); what the chief prints
+  // after training (traffic); and finish(), at the end of fit() on every training process, before
+  // final_report().
+  virtual void add_epoch_logs(Logs& /*logs*/) {}
   virtual std::string final_report() { return {}; }
-  // Called at the end of fit() on every training process with the run's history, before final_report().
-  virtual void finish(const History& /*history*/) {}
-  // Adds strategy figures (time spent communicating) to an epoch's logs.
-  virtual void add_epoch_logs(Logs&) {}
+  virtual void finish(const History& /*history*/, const optim::Optimizer& /*optimizer*/) {}
 
-  // Dynamic loss scaling (mixed_float16): from now on apply_gradients() divides the reduced gradients by
-  // `scale` and skips a step whose gradients are not all finite, on every replica alike. False where this
-  // strategy cannot: its servers update, and they do not agree on a skip.
-  virtual bool set_loss_scale(LossScale* scale) {
-    loss_scale_ = scale;
-    return true;
+  // The parts' answers, as the Trainer asks them.
+  int replicas() const { return replica_group().replicas(); }
+  bool is_chief() const { return replica_group().is_chief(); }
+  // This process among the job's ("chief 0", "worker 1", "ps 0", "rank 2"; empty for a single process),
+  // and its position, trainers first: what names and orders its track on a timeline.
+  std::string process_name() const { return replica_group().process_name(process_index()); }
+  int process_index() const { return replica_group().rank(); }
+  // The name of the process that is replica `replica` (0 .. replicas() - 1, the chief first).
+  std::string replica_name(int replica) const;
+  bool sum_over_replicas(std::span<double> values) { return replica_group().sum_over_replicas(values); }
+  nn::ReplicaSum* replica_sum() { return replica_group().replica_sum(); }
+  bool steps_in_lockstep() const { return replica_group().steps_in_lockstep(); }
+  bool should_stop() const { return replica_group().run_ended(); }
+  void announce_failure(const std::string& reason) { replica_group().announce_failure(reason); }
+  bool variables_on_servers() const { return synchronizer().updates_elsewhere(); }
+  std::string setup_report() const { return synchronizer().setup_report(); }
+
+  // One update. Before the backward pass whose gradients the next apply_gradients() takes, the Trainer
+  // calls begin_gradients() with the samples they stand for (0: this process had no data in this step and
+  // its gradients are zero), then gradients_ready() as each layer's gradients become final (from the last
+  // layer back), so that the synchronizer may start moving them at once. apply_gradients() also works
+  // without these calls (every gradient is then final).
+  void begin_gradients(nn::Sequential& model, std::int64_t samples);
+  void gradients_ready(std::span<const nn::VariablePtr> variables);
+  void apply_gradients(nn::Sequential& model, optim::Optimizer& optimizer, std::int64_t samples);
+  // Dynamic loss scaling (mixed_float16), where the synchronizer can (GradientSynchronizer::set_loss_scale).
+  bool set_loss_scale(LossScale* scale) { return synchronizer().set_loss_scale(scale); }
+
+  // Checkpoints, through the state store.
+  void save_checkpoint(const std::filesystem::path& directory, const nn::Sequential& model,
+                       const optim::Optimizer& optimizer, const TrainingPosition& position) {
+    state_store().save(directory, model, optimizer, position);
+  }
+  std::optional<TrainingPosition> restore_checkpoint(const std::filesystem::path& directory, nn::Sequential& model,
+                                                     optim::Optimizer& optimizer) {
+    return state_store().restore(directory, model, optimizer);
   }
 
+  // The order in which the cluster visits every epoch of a data set of `size` samples: the seeded
+  // permutation (or the plain order), the same on every process.
+  std::shared_ptr<const data::Sampler> sampler(std::int64_t size, std::uint64_t seed, bool shuffle) const;
+
  protected:
-  LossScale* loss_scale_ = nullptr;
+  // comm_seconds: the time the synchronizer's exchanges waited, that backward did not hide, since the
+  // last epoch.
+  void add_exposed_seconds(Logs& logs);
+
+ private:
+  bool step_begun_ = false;
+  std::int64_t step_samples_ = 0;
+  double reported_exposed_seconds_ = 0;
 };
 
 class Local : public Strategy {
  public:
   std::string name() const override { return "local"; }
-  int replicas() const override { return 1; }
-  bool is_chief() const override { return true; }
+  Replicas& replica_group() const override { return replicas_; }
+  GradientSynchronizer& synchronizer() const override { return update_; }
+  StateStore& state_store() override { return state_; }
   void initialize(nn::Sequential&, optim::Optimizer&) override {}
-  void apply_gradients(nn::Sequential& model, optim::Optimizer& optimizer, std::int64_t samples) override;
+
+ private:
+  mutable SingleProcess replicas_;
+  mutable LocalUpdate update_;
+  WholeModelState state_{/*writes=*/true};
 };
 
 }  // namespace cohort::train

@@ -87,7 +87,12 @@ class Trainer {
   Trainer(nn::Sequential& model, std::unique_ptr<optim::Optimizer> optimizer,
           std::shared_ptr<Strategy> strategy = std::make_shared<Local>(), TrainerOptions options = {});
 
+  // Trains; in a process that serves instead (a parameter server), serve() with the options' checkpoint
+  // directory, resume and timeline.
   History fit(const data::Dataset& train, const FitOptions& options);
+  // Serves the run from its start to its end, in a process whose strategy gives it a service (a parameter
+  // server); returns the run's history, which the chief sends at the end.
+  History serve(const ServeOptions& options);
   // The loss and the metrics over a whole data set, in inference mode, on this process.
   Logs evaluate(const data::Dataset& dataset, std::int64_t batch_size = 256);
   // Model outputs (N, classes) for a batch of samples, in inference mode.
