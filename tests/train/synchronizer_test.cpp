@@ -1,5 +1,6 @@
-// The parts data parallelism is built from: the process group's agreement, the bucketed synchronizers
-// used on their own (gradients that view their buckets, weighting by samples), and the state stores.
+// The parts data parallelism is built from: the process group's agreement, the synchronizers used on their
+// own (bucketed: gradients that view their buckets, weighting by samples; the parameter store), the state
+// stores, a strategy of the caller's own composed from them, and serving as its own entry point.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -7,14 +8,24 @@
 #include <cstdint>
 
 #include "cohort/comm/inproc.hpp"
+#include "cohort/data/synthetic.hpp"
+#include "cohort/nn/activation_layer.hpp"
 #include "cohort/nn/dense.hpp"
 #include "cohort/optim/sgd.hpp"
+#include "cohort/ps/server.hpp"
+#include "cohort/ps/verify_plan.hpp"
 #include "cohort/tensor/ops.hpp"
 #include "cohort/train/bucketed_allreduce.hpp"
+#include "cohort/train/parameter_server.hpp"
+#include "cohort/train/parameter_store_synchronizer.hpp"
 #include "cohort/train/process_group.hpp"
+#include "cohort/train/ring_allreduce.hpp"
 #include "cohort/train/sharded_allreduce.hpp"
 #include "cohort/train/state_store.hpp"
+#include "cohort/train/trainer.hpp"
+#include "cohort/train/variable_infos.hpp"
 #include "comm/comm_test_util.hpp"
+#include "ps/ps_test_util.hpp"
 #include "test_util.hpp"
 
 using namespace cohort;
@@ -24,6 +35,12 @@ namespace {
 nn::Sequential dense_model() {
   nn::Sequential model({6}, 3);
   model.add(nn::Dense(5)).add(nn::Dense(3));
+  return model;
+}
+
+nn::Sequential classifier() {
+  nn::Sequential model = dense_model();
+  model.add(nn::Softmax());
   return model;
 }
 
@@ -56,6 +73,33 @@ void require_moved_by(const Values& before, const nn::Sequential& after, float s
   REQUIRE(got.size() == before.size());
   for (std::size_t i = 0; i < before.size(); ++i)
     for (std::size_t k = 0; k < before[i].size(); ++k) REQUIRE(got[i][k] == Approx(before[i][k] - step).margin(1e-6));
+}
+
+// Data parallelism in a few lines, from the parts: ranks and agreement, bucketed allreduce, the chief's
+// checkpoints.
+class CallersAllreduce final : public train::Strategy {
+ public:
+  explicit CallersAllreduce(comm::Transport& transport)
+      : group_({comm::make_ring_communicator(transport)}), synchronizer_(group_, {}), state_(group_.is_chief()) {}
+  std::string name() const override { return "the caller's allreduce"; }
+  train::Replicas& replica_group() const override { return group_; }
+  train::GradientSynchronizer& synchronizer() const override { return synchronizer_; }
+  train::StateStore& state_store() override { return state_; }
+  void initialize(nn::Sequential& model, optim::Optimizer&) override {
+    synchronizer_.prepare(model);
+    group_.broadcast_from_chief(model.variables());
+  }
+  train::DataShare data_share() const override { return {.replica = group_.rank(), .replicas = group_.size()}; }
+
+ private:
+  mutable train::ProcessGroup group_;
+  mutable train::BucketedAllreduce synchronizer_;
+  train::WholeModelState state_;
+};
+
+const data::ImageDataset& small_set() {
+  static const auto set = data::make_synthetic({.samples = 24, .sample_shape = {6}, .classes = 3, .seed = 4});
+  return set;
 }
 
 }  // namespace
@@ -149,4 +193,73 @@ TEST_CASE("the whole-model state store: one process writes, any reads, an empty 
   REQUIRE(position.has_value());
   CHECK(position->global_step == 12);
   CHECK(other.trainable_variables().front()->value.values()[0] == model.trainable_variables().front()->value.values()[0]);
+}
+
+TEST_CASE("a parameter store synchronizer steps a loop of the caller's own; the servers update, weighting each worker by its samples",
+          "[train][ps]") {
+  comm::InProcessGroup processes(3, std::chrono::seconds(20), ps_test::process_names(2, 1));
+  const Values start = values_of(dense_model());
+  comm_test::run_ranks(3, [&](int r) {
+    nn::Sequential model = dense_model();
+    auto sgd = plain_sgd();
+    const ps::Plan plan = ps::make_plan(train::variable_infos(model), 1, ps::placement::RoundRobin{});
+    ps::verify_same_plan(processes.transport(r), plan);
+    if (r == 2) {
+      ps::Server(processes.transport(r), plan, 0, {0, 1}, sgd).serve();
+      return;
+    }
+    train::ParameterStoreSynchronizer synchronizer(processes.transport(r), 2, {});
+    CHECK(synchronizer.updates_elsewhere());
+    synchronizer.connect(model, sgd, plan, /*servers_hold_values=*/false);
+    step_with_uneven_samples(synchronizer, model, r);
+    require_moved_by(start, model, 5.0f / 3.0f);
+    CHECK(synchronizer.steps_taken() == 1);
+    synchronizer.disconnect(sgd);
+  });
+
+  // Backup workers' servers could disagree on a skipped step: no loss scaling.
+  comm::InProcessGroup backups(3);
+  train::ParameterStoreSynchronizer with_backups(backups.transport(0), 2, {.consistency = ps::Sync{.backup_workers = 1}});
+  train::LossScale scale;
+  CHECK_FALSE(with_backups.set_loss_scale(&scale));
+}
+
+TEST_CASE("a strategy of the caller's own, composed from the parts, trains as RingAllreduce does", "[train][distributed]") {
+  comm::InProcessGroup callers(2), rings(2);
+  std::vector<nn::Sequential> composed, ring;
+  for (int r = 0; r < 2; ++r) {
+    composed.push_back(classifier());
+    ring.push_back(classifier());
+  }
+  const train::FitOptions fit{.epochs = 2, .batch_size = 4, .verbosity = train::Verbosity::Silent};
+  comm_test::run_ranks(2, [&](int r) {
+    const auto k = static_cast<std::size_t>(r);
+    Trainer mine(composed[k], plain_sgd(), std::make_shared<CallersAllreduce>(callers.transport(r)));
+    const train::History history = mine.fit(small_set(), fit);
+    CHECK(history.epochs.size() == 2);
+    Trainer theirs(ring[k], plain_sgd(), std::make_shared<train::RingAllreduce>(rings.transport(r)));
+    theirs.fit(small_set(), fit);
+  });
+  for (int r = 0; r < 2; ++r) CHECK(values_of(composed[static_cast<std::size_t>(r)]) == values_of(ring[0]));
+}
+
+TEST_CASE("a parameter server's entry point is serve(); fit() hands over to it, and each role refuses the other's",
+          "[train][ps]") {
+  comm::InProcessGroup processes(2, std::chrono::seconds(20), ps_test::process_names(1, 1));
+  std::vector<std::size_t> epochs(2);
+  ps_test::run_cluster(processes, 1, 1, {}, [&](int r, auto strategy) {
+    nn::Sequential model = classifier();
+    Trainer trainer(model, plain_sgd(), strategy);
+    if (r == 1) {
+      CHECK(strategy->service() == strategy.get());
+      auto sgd = plain_sgd();
+      CHECK_THROWS_WITH(strategy->initialize(model, sgd), Catch::Contains("ps 0 is a parameter server: it runs serve()"));
+      epochs[1] = trainer.serve({}).epochs.size();  // the chief's history, sent at the end
+      return;
+    }
+    CHECK(strategy->service() == nullptr);
+    CHECK_THROWS_WITH(trainer.serve({}), Catch::Contains("chief 0 trains under strategy 'parameter-server (sync, 1 server)'"));
+    epochs[0] = trainer.fit(small_set(), {.epochs = 2, .batch_size = 4, .verbosity = train::Verbosity::Silent}).epochs.size();
+  });
+  CHECK(epochs == std::vector<std::size_t>{2, 2});
 }
