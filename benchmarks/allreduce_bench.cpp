@@ -51,8 +51,9 @@ int main(int argc, char** argv) try {
   if (const char* below = std::getenv("COHORT_LATENCY_OPTIMAL_BELOW")) allreduce.latency_optimal_below_bytes = std::stoull(below);
   auto cluster = cluster::Cluster::from_environment();
   comm::Transport& transport = cluster.transport();
-  const char* title = cluster::with_environment_settings({}).shared_memory ? "cohort allreduce (shared memory on one host)"
-                                                                          : "cohort allreduce over TCP";
+  const char* title = cluster::with_environment_settings({}).transport == "shared-memory"
+                          ? "cohort allreduce (shared memory on one host)"
+                          : "cohort allreduce over TCP";
   if (options.startup)
     return sweep::report_startup(
         began, transport.rank(), transport.size(), [&](float* data, std::size_t count) { comm::allreduce(transport, {data, count}, allreduce); },

@@ -44,7 +44,7 @@ Result measure(const std::vector<ps::VariableInfo>& infos, std::vector<ps::Local
   for (const auto& info : infos) payload += info.bytes();
 
   const auto connect = [&](int rank) {
-    const comm::TcpOptions options{.rank = rank, .addresses = addresses, .secret = secret, .tls = {.enabled = link == Link::Tls}};
+    const comm::GroupOptions options{.rank = rank, .addresses = addresses, .secret = secret, .tls = {.enabled = link == Link::Tls}};
     return link == Link::SharedMemory ? comm::connect_group(options) : comm::connect_tcp(options);
   };
   std::unique_ptr<comm::Transport> server_transport;

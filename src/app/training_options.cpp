@@ -164,7 +164,8 @@ void check_settings_or_exit() {
   try {
     check_settings();
     check_cpu_kernel_settings();
-    cluster::with_environment_settings({});  // the deadlines and TLS settings, refused alike before any work
+    const cluster::ConnectOptions defaults;
+    cluster::with_environment_settings(defaults);  // the deadlines and TLS settings, refused alike before any work
   } catch (const InvalidArgument& e) {
     fmt::print(stderr, "{}\n", e.what());
     std::exit(2);

@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include "cohort/cluster/rendezvous.hpp"
+#include "cohort/comm/tcp.hpp"
+#include "cohort/comm/transports.hpp"
 #include "cohort/core/error.hpp"
 #include "cohort/core/logging.hpp"
 
@@ -44,32 +46,25 @@ Cluster Cluster::from_environment(const Environment& environment, ConnectOptions
 
 comm::Transport& Cluster::transport() {
   if (!transport_) {
-    comm::TcpOptions tcp;
-    tcp.rank = spec_.rank();
+    comm::GroupOptions group;
+    group.rank = spec_.rank();
     for (int r = 0; r < spec_.world_size(); ++r) {
-      tcp.addresses.push_back({spec_.endpoint(r).host, spec_.endpoint(r).port});
-      tcp.names.push_back(spec_.describe(r));
+      group.addresses.push_back({spec_.endpoint(r).host, spec_.endpoint(r).port});
+      group.names.push_back(spec_.describe(r));
     }
-    tcp.secret = !distributed()            ? std::string("single process")
-                 : !options_.secret.empty() ? options_.secret
-                                            : comm::load_secret();
-    tcp.connect_timeout = options_.connect_timeout;
-    tcp.timeout = options_.timeout;
-    tcp.heartbeat_interval = options_.heartbeat_interval;
-    tcp.peer_timeout = options_.peer_timeout;
-    tcp.tls = options_.tls;
-    if (options_.transport_factory) transport_ = options_.transport_factory(tcp);
-    else if (options_.shared_memory) {
-      comm::SharedMemoryOptions shared_memory;
-      if (!options_.single_copy) shared_memory.single_copy_bytes = 0;
-      transport_ = comm::connect_group(tcp, shared_memory);
-    }
-    else {
-      transport_ = comm::connect_tcp(tcp);
-      if (distributed())
-        log::info("{}: shared memory is off (COHORT_SHARED_MEMORY=0, ConnectOptions::shared_memory): the peers on its host "
-                  "are reached over TCP", spec_.describe(spec_.rank()));
-    }
+    group.secret = !distributed()            ? std::string("single process")
+                   : !options_.secret.empty() ? options_.secret
+                                              : comm::load_secret();
+    group.connect_timeout = options_.connect_timeout;
+    group.timeout = options_.timeout;
+    group.heartbeat_interval = options_.heartbeat_interval;
+    group.peer_timeout = options_.peer_timeout;
+    group.tls = options_.tls;
+    group.single_copy = options_.single_copy;
+    transport_ = comm::connect_transport(options_.transport, group);
+    if (distributed() && options_.transport == "tcp")
+      log::info("{}: shared memory is off (COHORT_TRANSPORT=tcp or COHORT_SHARED_MEMORY=0): the peers on its host are "
+                "reached over TCP", spec_.describe(spec_.rank()));
   }
   return *transport_;
 }

@@ -47,7 +47,14 @@ ConnectOptions with_environment_settings(ConnectOptions options, const Environme
   if (const auto shared = environment("COHORT_SHARED_MEMORY")) {
     if (*shared != "0" && *shared != "1")
       throw InvalidArgument(fmt::format("COHORT_SHARED_MEMORY='{}': use 1 (ranks on one host share memory) or 0 (TCP only)", *shared));
-    options.shared_memory = *shared == "1";
+    options.transport = *shared == "1" ? "shared-memory" : "tcp";
+  }
+  if (const auto transport = environment("COHORT_TRANSPORT")) {
+    if (transport->empty()) throw InvalidArgument("COHORT_TRANSPORT is set but empty: name a transport (shared-memory, tcp)");
+    if (const auto shared = environment("COHORT_SHARED_MEMORY"); shared && *transport != options.transport)
+      throw InvalidArgument(fmt::format("COHORT_TRANSPORT={} and COHORT_SHARED_MEMORY={} disagree: set one of them",
+                                        *transport, *shared));
+    options.transport = *transport;
   }
   if (const auto single = environment("COHORT_SINGLE_COPY")) {
     if (*single != "0" && *single != "1")

@@ -1,5 +1,7 @@
 #include "cohort/cluster/rendezvous.hpp"
 
+#include "cohort/comm/tcp.hpp"
+
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <sys/socket.h>
@@ -96,7 +98,7 @@ ClusterSpec rendezvous(const RendezvousRequest& request, const std::string& secr
   std::vector<std::string> addresses(static_cast<std::size_t>(n));
   int num_ps = request.num_ps;
   {
-    comm::TcpOptions star;
+    comm::GroupOptions star;
     star.rank = rank;
     star.star = true;
     star.secret = secret;

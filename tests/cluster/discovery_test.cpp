@@ -6,12 +6,14 @@
 #include <netinet/in.h>
 
 #include <cstdlib>
+#include <functional>
 #include <map>
 
 #include "cohort/cluster/cluster.hpp"
 #include "cohort/cluster/discovery.hpp"
 #include "cohort/comm/collectives.hpp"
 #include "cohort/comm/inproc.hpp"
+#include "cohort/comm/transports.hpp"
 #include "cohort/core/error.hpp"
 #include "comm/comm_test_util.hpp"
 #include "comm/shm/shm_transport.hpp"
@@ -232,17 +234,41 @@ TEST_CASE("explicit specs are validated like discovered ones", "[cluster]") {
   require_invalid([] { parse_endpoint("[::1:80", "peer"); }, {"peer"});
 }
 
-TEST_CASE("a cluster makes its transport through the factory it is given", "[cluster]") {
+TEST_CASE("transports are chosen by name from one registry, which refuses unknown, empty and taken names", "[cluster][comm]") {
+  const auto names = comm::transport_names();
+  REQUIRE(names.size() >= 2);
+  CHECK(names[0] == "shared-memory");
+  CHECK(names[1] == "tcp");
+  const comm::GroupOptions alone{.addresses = {{"127.0.0.1", 0}}, .secret = "registry test secret"};
+  require_invalid([&] { comm::connect_transport("carrier pigeon", alone); },
+                  {"no transport named 'carrier pigeon'", "shared-memory, tcp", "register_transport"});
+  require_invalid([] { comm::register_transport("", [](const comm::GroupOptions&) { return nullptr; }); }, {"needs a name"});
+  require_invalid([] { comm::register_transport("tcp", [](const comm::GroupOptions&) { return nullptr; }); },
+                  {"'tcp' is registered already"});
+  require_invalid([] { comm::register_transport("empty factory", {}); }, {"empty"});
+  require_invalid([] { with_environment_settings({}, environment_of({{"COHORT_TRANSPORT", ""}})); }, {"COHORT_TRANSPORT", "empty"});
+  CHECK(with_environment_settings({}, environment_of({{"COHORT_TRANSPORT", "tcp"}})).transport == "tcp");
+  CHECK(with_environment_settings({}, environment_of({{"COHORT_TRANSPORT", "tcp"}, {"COHORT_SHARED_MEMORY", "0"}})).transport == "tcp");
+  require_invalid([] { with_environment_settings({}, environment_of({{"COHORT_TRANSPORT", "tcp"}, {"COHORT_SHARED_MEMORY", "1"}})); },
+                  {"COHORT_TRANSPORT=tcp and COHORT_SHARED_MEMORY=1 disagree"});
+}
+
+TEST_CASE("a cluster makes its transport through the one registered under the name it is given", "[cluster]") {
   comm::InProcessGroup group(2);
-  std::vector<comm::TcpOptions> asked;
-  cluster::ConnectOptions options;
-  options.transport_factory = [&](const comm::TcpOptions& peers) -> std::unique_ptr<comm::Transport> {
+  std::vector<comm::GroupOptions> asked;
+  static std::function<std::unique_ptr<comm::Transport>(const comm::GroupOptions&)> make;
+  make = [&](const comm::GroupOptions& peers) -> std::unique_ptr<comm::Transport> {
     asked.push_back(peers);
     return std::make_unique<comm_test::ForwardingTransport>(group.transport(peers.rank));
   };
+  static const bool registered = [] {
+    comm::register_transport("in-process test double", [](const comm::GroupOptions& peers) { return make(peers); });
+    return true;
+  }();
+  CHECK(registered);
   cluster::Cluster cluster(ClusterSpec{.chief = {{"127.0.0.1", 4000}}, .workers = {{"127.0.0.1", 4001}},
                                        .role = Role::Worker, .index = 0},
-                           options);
+                           {.transport = "in-process test double", .single_copy = false});
   ::setenv("COHORT_SECRET", "transport factory test", 1);  // a distributed cluster loads its secret before connecting
   CHECK(cluster.transport().rank() == 1);
   ::unsetenv("COHORT_SECRET");
@@ -250,6 +276,7 @@ TEST_CASE("a cluster makes its transport through the factory it is given", "[clu
   REQUIRE(asked.size() == 1);
   CHECK(asked[0].addresses.size() == 2);
   CHECK(asked[0].names[0].find("chief 0") != std::string::npos);
+  CHECK_FALSE(asked[0].single_copy);
 }
 
 TEST_CASE("a cluster discovered from an application's environment takes its secret from there", "[cluster]") {
@@ -257,13 +284,17 @@ TEST_CASE("a cluster discovered from an application's environment takes its secr
   ::unsetenv("COHORT_SECRET_FILE");
   const std::string tf_config = R"({"cluster": {"chief": ["127.0.0.1:4000"], "worker": ["127.0.0.1:4001"]},
                                    "task": {"type": "worker", "index": 0}})";
-  std::string used;
-  ConnectOptions options;
-  options.transport_factory = [&](const comm::TcpOptions& peers) -> std::unique_ptr<comm::Transport> {
-    used = peers.secret;
-    throw IoError("this test connects to no one");
-  };
-  auto cluster = Cluster::from_environment(environment_of({{"TF_CONFIG", tf_config}, {"COHORT_SECRET", "an application's own secret"}}), options);
+  static std::string used;
+  static const bool registered = [] {
+    comm::register_transport("secret recorder", [](const comm::GroupOptions& peers) -> std::unique_ptr<comm::Transport> {
+      used = peers.secret;
+      throw IoError("this test connects to no one");
+    });
+    return true;
+  }();
+  CHECK(registered);
+  auto cluster = Cluster::from_environment(environment_of({{"TF_CONFIG", tf_config}, {"COHORT_SECRET", "an application's own secret"}}),
+                                           {.transport = "secret recorder"});
   CHECK_THROWS_AS(cluster.transport(), IoError);
   CHECK(used == "an application's own secret");
   require_invalid([&] { Cluster::from_environment(environment_of({{"TF_CONFIG", tf_config}})); }, {"no shared secret in the environment Cluster::from_environment read"});
@@ -296,7 +327,7 @@ TEST_CASE("deadlines come from the environment where it sets them, and nonsense 
   require_invalid([] { Cluster::from_environment(environment_of({{"COHORT_TIMEOUT", "soon"}})); }, {"COHORT_TIMEOUT"});
 }
 
-TEST_CASE("a cluster's ranks on one host share memory, unless ConnectOptions::shared_memory is off", "[cluster][comm]") {
+TEST_CASE("a cluster's ranks on one host share memory, unless its transport is tcp", "[cluster][comm]") {
   ::setenv("COHORT_SECRET", "shared memory cluster test", 1);
   for (const bool shared : {true, false}) {
     INFO("shared memory " << shared);
@@ -305,7 +336,7 @@ TEST_CASE("a cluster's ranks on one host share memory, unless ConnectOptions::sh
     comm_test::run_ranks(2, [&](int r) {
       ClusterSpec spec{.chief = {{"127.0.0.1", ports[0].port}}, .workers = {{"127.0.0.1", ports[1].port}},
                        .role = r == 0 ? Role::Chief : Role::Worker, .index = 0};
-      ranks[static_cast<std::size_t>(r)] = std::make_unique<cluster::Cluster>(spec, ConnectOptions{.shared_memory = shared});
+      ranks[static_cast<std::size_t>(r)] = std::make_unique<cluster::Cluster>(spec, ConnectOptions{.transport = shared ? "shared-memory" : "tcp"});
       comm::barrier(ranks[static_cast<std::size_t>(r)]->transport());  // a pair shares memory once it talks
     });
     for (const auto& rank : ranks) {
@@ -317,18 +348,15 @@ TEST_CASE("a cluster's ranks on one host share memory, unless ConnectOptions::sh
 }
 
 TEST_CASE("COHORT_SHARED_MEMORY and COHORT_SINGLE_COPY turn shared memory and its single copy off or on", "[cluster]") {
-  for (const auto& [variable, field] : {std::pair{"COHORT_SHARED_MEMORY", &ConnectOptions::shared_memory},
-                                        std::pair{"COHORT_SINGLE_COPY", &ConnectOptions::single_copy}}) {
-    const std::string name = variable;  // a lambda below captures it, which a structured binding cannot be
-    INFO(name);
-    CHECK(with_environment_settings({}, environment_of({})).*field);
-    CHECK_FALSE(with_environment_settings({}, environment_of({{name, "0"}})).*field);
-    ConnectOptions off;
-    off.*field = false;
-    CHECK(with_environment_settings(off, environment_of({{name, "1"}})).*field);
+  CHECK(with_environment_settings({}, environment_of({})).transport == "shared-memory");
+  CHECK(with_environment_settings({}, environment_of({{"COHORT_SHARED_MEMORY", "0"}})).transport == "tcp");
+  CHECK(with_environment_settings({.transport = "tcp"}, environment_of({{"COHORT_SHARED_MEMORY", "1"}})).transport == "shared-memory");
+  CHECK(with_environment_settings({}, environment_of({})).single_copy);
+  CHECK_FALSE(with_environment_settings({}, environment_of({{"COHORT_SINGLE_COPY", "0"}})).single_copy);
+  CHECK(with_environment_settings({.single_copy = false}, environment_of({{"COHORT_SINGLE_COPY", "1"}})).single_copy);
+  for (const std::string name : {"COHORT_SHARED_MEMORY", "COHORT_SINGLE_COPY"})
     for (const char* bad : {"", "yes", "2"})
       require_invalid([&] { with_environment_settings({}, environment_of({{name, bad}})); }, {name});
-  }
 }
 
 TEST_CASE("encryption comes from the environment: COHORT_TLS and certificates given together", "[cluster]") {

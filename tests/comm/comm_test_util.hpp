@@ -72,9 +72,9 @@ inline void run_ranks(int ranks, const std::function<void(int)>& body) {
 
 // Options for rank `rank` of a loopback group: short deadlines, a heartbeat every 100 ms, and names as a
 // cluster gives them ("chief 0 (127.0.0.1:PORT)", "worker 1 (...)").
-inline cohort::comm::TcpOptions tcp_options(int rank, const std::vector<cohort::comm::Address>& addresses,
+inline cohort::comm::GroupOptions tcp_options(int rank, const std::vector<cohort::comm::Address>& addresses,
                                             std::chrono::milliseconds peer_timeout, std::string secret) {
-  cohort::comm::TcpOptions options;
+  cohort::comm::GroupOptions options;
   options.rank = rank;
   options.addresses = addresses;
   options.secret = std::move(secret);

@@ -33,7 +33,7 @@ using namespace std::chrono_literals;
 
 namespace {
 
-TcpOptions options_for(int rank, const std::vector<Address>& addresses) {
+GroupOptions options_for(int rank, const std::vector<Address>& addresses) {
   return comm_test::tcp_options(rank, addresses, 1s, "a shared secret for tests");
 }
 
@@ -285,7 +285,7 @@ TEST_CASE("shm: a mailbox shares its budget among its peers' rings, 64 KiB each 
   const auto addresses = comm_test::free_addresses(4);
   std::vector<std::unique_ptr<Transport>> star(4);
   comm_test::run_ranks(4, [&](int r) {
-    TcpOptions options = options_for(r, addresses);
+    GroupOptions options = options_for(r, addresses);
     options.star = true;
     star[static_cast<std::size_t>(r)] = connect_group(options, tight);
   });
@@ -393,7 +393,7 @@ TEST_CASE("shm: a frame above the size limit fails every operation with Protocol
   const auto addresses = comm_test::free_addresses(3);
   std::vector<std::unique_ptr<Transport>> group(3);
   comm_test::run_ranks(3, [&](int r) {
-    TcpOptions options = options_for(r, addresses);
+    GroupOptions options = options_for(r, addresses);
     if (r == 0) options.max_frame_bytes = 1000;
     group[static_cast<std::size_t>(r)] = connect_group(options);
   });

@@ -32,12 +32,12 @@ namespace {
 
 const std::string kSecret = "a shared secret for tests";
 
-TcpOptions options_for(int rank, const std::vector<Address>& addresses, std::string secret = kSecret) {
+GroupOptions options_for(int rank, const std::vector<Address>& addresses, std::string secret = kSecret) {
   return comm_test::tcp_options(rank, addresses, 3s, std::move(secret));
 }
 
 // A rank's set-up on a thread of its own, for the tests where set-up must fail: `error` is what it ended with.
-std::thread failing_set_up(TcpOptions options, std::exception_ptr& error) {
+std::thread failing_set_up(GroupOptions options, std::exception_ptr& error) {
   return std::thread([options = std::move(options), &error] {
     try {
       connect_tcp(options);
@@ -49,21 +49,21 @@ std::thread failing_set_up(TcpOptions options, std::exception_ptr& error) {
 
 // Connects n ranks concurrently, as n processes would; `adjust` changes every rank's options.
 std::vector<std::unique_ptr<Transport>> connect_group(int n, const std::vector<Address>& addresses,
-                                                      const std::function<void(TcpOptions&)>& adjust = {}) {
+                                                      const std::function<void(GroupOptions&)>& adjust = {}) {
   std::vector<std::unique_ptr<Transport>> transports(static_cast<std::size_t>(n));
   comm_test::run_ranks(n, [&](int r) {
-    TcpOptions options = options_for(r, addresses);
+    GroupOptions options = options_for(r, addresses);
     if (adjust) adjust(options);
     transports[static_cast<std::size_t>(r)] = connect_tcp(options);
   });
   return transports;
 }
 
-void with_tls(TcpOptions& options) { options.tls.enabled = true; }
+void with_tls(GroupOptions& options) { options.tls.enabled = true; }
 
 // The test certificates (tests/comm/tls/README.md): `node` for node.pem, node.key and ca.pem.
-std::function<void(TcpOptions&)> with_certificates(const std::string& node, const std::string& ca = "ca") {
-  return [=](TcpOptions& options) {
+std::function<void(GroupOptions&)> with_certificates(const std::string& node, const std::string& ca = "ca") {
+  return [=](GroupOptions& options) {
     const std::string dir = COHORT_TEST_SOURCE_DIR "/comm/tls/";
     options.tls = {.enabled = true, .certificate = dir + node + ".pem", .private_key = dir + node + ".key", .ca = dir + ca + ".pem"};
   };
@@ -194,7 +194,7 @@ void legitimate_peer_still_works(std::thread& listener, std::unique_ptr<Transpor
 
 // Rank 0 of a 2-rank group whose rank 1 is `peer`, a raw client that has passed the handshake.
 std::unique_ptr<Transport> zero_with_raw_peer(std::unique_ptr<RawClient>& peer, const std::vector<Address>& addresses,
-                                              std::uint64_t max_frame_bytes = TcpOptions{}.max_frame_bytes) {
+                                              std::uint64_t max_frame_bytes = GroupOptions{}.max_frame_bytes) {
   std::unique_ptr<Transport> zero;
   std::thread listener([&] {
     auto options = options_for(0, addresses);
@@ -742,7 +742,7 @@ TEST_CASE("tcp: a peer lost during set-up fails set-up at once, naming it", "[co
     std::array<std::exception_ptr, 2> errors;
     std::vector<std::thread> ranks;
     for (std::size_t i = 0; i < waiting.size(); ++i) {
-      TcpOptions options = options_for(waiting[i], addresses);
+      GroupOptions options = options_for(waiting[i], addresses);
       options.connect_on_demand = on_demand;
       ranks.push_back(failing_set_up(options, errors[i]));
     }
@@ -991,7 +991,7 @@ TEST_CASE("tcp: on demand, set-up waits for every rank, a late one included, and
     std::vector<std::unique_ptr<Transport>> group(n);
     comm_test::run_ranks(n, [&](int r) {
       if (r == 3) std::this_thread::sleep_for(1500ms);
-      TcpOptions options = options_for(r, addresses);
+      GroupOptions options = options_for(r, addresses);
       options.timeout = 1s;
       group[static_cast<std::size_t>(r)] = connect_tcp(options);
     });
@@ -1003,7 +1003,7 @@ TEST_CASE("tcp: on demand, set-up waits for every rank, a late one included, and
   std::vector<std::thread> ranks;
   for (int r = 0; r < n; ++r) {
     if (r == 3) continue;
-    TcpOptions options = options_for(r, addresses);
+    GroupOptions options = options_for(r, addresses);
     options.connect_timeout = 1s;
     ranks.push_back(failing_set_up(options, errors[static_cast<std::size_t>(r)]));
   }
@@ -1042,7 +1042,7 @@ TEST_CASE("tcp: on demand, set-up links ring neighbours, and any other pair conn
     });
     for (const auto& t : group) CHECK(connections_of(t) == n - 1);  // one link per pair, however they dialed
   }
-  auto full = connect_group(n, comm_test::free_addresses(n), [](TcpOptions& options) { options.connect_on_demand = false; });
+  auto full = connect_group(n, comm_test::free_addresses(n), [](GroupOptions& options) { options.connect_on_demand = false; });
   for (const auto& t : full) CHECK(connections_of(t) == n - 1);
 }
 
@@ -1074,7 +1074,7 @@ TEST_CASE("tcp: on demand, a peer that cannot be reached after set-up is lost at
   const auto addresses = comm_test::free_addresses(4);
   std::unique_ptr<Transport> zero, one, three;
   std::thread a([&] {
-    TcpOptions options = options_for(0, addresses);
+    GroupOptions options = options_for(0, addresses);
     options.connect_timeout = 1s;
     zero = connect_tcp(options);
   });
@@ -1268,8 +1268,8 @@ TEST_CASE("tcp over TLS: the bytes on the wire are not the messages", "[comm][tc
 }
 
 TEST_CASE("tcp over TLS: another secret or an untrusted certificate fails set-up at once", "[comm][tcp][tls][security]") {
-  const std::vector<std::pair<std::function<void(TcpOptions&)>, std::function<void(TcpOptions&)>>> mismatches = {
-      {with_tls, [](TcpOptions& o) { o.tls.enabled = true; o.secret = "another secret, just as long"; }},
+  const std::vector<std::pair<std::function<void(GroupOptions&)>, std::function<void(GroupOptions&)>>> mismatches = {
+      {with_tls, [](GroupOptions& o) { o.tls.enabled = true; o.secret = "another secret, just as long"; }},
       {with_certificates("node"), with_certificates("stranger", "stranger-ca")},
   };
   for (const auto& mismatch : mismatches) {

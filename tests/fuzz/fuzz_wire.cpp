@@ -39,7 +39,7 @@ struct Listener {
   Listener() {
     std::thread([address = address] {
       // The group's addresses are fixed (so the seeds' hellos match every run); rank 0 listens elsewhere.
-      comm::TcpOptions options{.rank = 0, .addresses = {{"127.0.0.1", 1}, {"127.0.0.1", 2}}, .listen_address = address,
+      comm::GroupOptions options{.rank = 0, .addresses = {{"127.0.0.1", 1}, {"127.0.0.1", 2}}, .listen_address = address,
                                .secret = "a secret for fuzzing only"};
       options.connect_timeout = std::chrono::hours(24);
       try {

@@ -195,7 +195,7 @@ TEST_CASE("the whole-model state store: one process writes, any reads, an empty 
   CHECK(other.trainable_variables().front()->value.values()[0] == model.trainable_variables().front()->value.values()[0]);
 }
 
-TEST_CASE("a parameter store synchronizer steps a loop of the caller's own; the servers update, weighting each worker by its samples",
+TEST_CASE("a parameter store synchronizer steps a loop of the caller's own, and the servers update, weighting each worker by its samples",
           "[train][ps]") {
   comm::InProcessGroup processes(3, std::chrono::seconds(20), ps_test::process_names(2, 1));
   const Values start = values_of(dense_model());
@@ -243,7 +243,7 @@ TEST_CASE("a strategy of the caller's own, composed from the parts, trains as Ri
   for (int r = 0; r < 2; ++r) CHECK(values_of(composed[static_cast<std::size_t>(r)]) == values_of(ring[0]));
 }
 
-TEST_CASE("a parameter server's entry point is serve(); fit() hands over to it, and each role refuses the other's",
+TEST_CASE("a parameter server's entry point is serve(), fit() hands over to it, and each role refuses the other's",
           "[train][ps]") {
   comm::InProcessGroup processes(2, std::chrono::seconds(20), ps_test::process_names(1, 1));
   std::vector<std::size_t> epochs(2);

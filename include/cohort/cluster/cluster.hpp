@@ -12,8 +12,7 @@
 #include <optional>
 
 #include "cohort/cluster/discovery.hpp"
-#include "cohort/comm/shared_memory.hpp"
-#include "cohort/comm/tcp.hpp"
+#include "cohort/comm/group_options.hpp"
 #include "cohort/comm/transport.hpp"
 
 namespace cohort::cluster {
@@ -24,14 +23,13 @@ struct ConnectOptions {
   std::chrono::milliseconds heartbeat_interval{1000};
   std::chrono::milliseconds peer_timeout{10000};
   comm::TlsOptions tls{};
-  // Ranks on one host (the same address) exchange messages through shared memory (comm::connect_group);
-  // false keeps them on loopback TCP.
-  bool shared_memory = true;
+  // The transport the group connects through, by its name in comm's registry (comm/transports.hpp):
+  // "shared-memory" (ranks on one host exchange messages through shared memory, TCP between hosts), "tcp"
+  // (loopback TCP within a host too), or one the application registered.
+  std::string transport = "shared-memory";
   // Large messages between ranks sharing memory are read straight from the sender's memory, one copy
-  // (comm::SharedMemoryOptions::single_copy_bytes); false keeps them in the rings, two copies.
+  // (comm::GroupOptions::single_copy); false keeps them in the rings, two copies.
   bool single_copy = true;
-  // How the transport is made once the peers are known; empty: by `shared_memory`.
-  comm::TransportFactory transport_factory{};
   // The shared secret that authenticates the peers; empty: comm::load_secret() when the transport
   // connects. from_environment() reads it from the environment it is given.
   std::string secret{};
@@ -43,7 +41,8 @@ struct ConnectOptions {
 // instead of the shared secret's key COHORT_TLS_CERT, COHORT_TLS_KEY and COHORT_TLS_CA (PEM files). A value
 // that is not a positive duration of at most a day, a peer timeout not above the heartbeat interval, a
 // COHORT_TLS other than 0 or 1 or certificates given in part throw InvalidArgument naming the variable.
-// COHORT_SHARED_MEMORY=0 (or 1) sets shared_memory, COHORT_SINGLE_COPY=0 (or 1) single_copy.
+// COHORT_TRANSPORT names the transport; COHORT_SHARED_MEMORY=0 (or 1) is short for COHORT_TRANSPORT=tcp
+// (or shared-memory), and the two may not disagree; COHORT_SINGLE_COPY=0 (or 1) sets single_copy.
 ConnectOptions with_environment_settings(ConnectOptions options, const Environment& environment = process_environment());
 
 class Cluster {

@@ -21,7 +21,7 @@
 // - Loss detection stays with the TCP link: a peer whose process dies, stops or says goodbye is noticed
 //   through its socket and heartbeats, and every pending operation fails naming it.
 //
-//   auto transport = comm::connect_group(options);   // TcpOptions, as for connect_tcp
+//   auto transport = comm::connect_group(options);   // GroupOptions, as for connect_tcp
 
 #include <cstddef>
 #include <memory>
@@ -42,16 +42,16 @@ struct SharedMemoryOptions {
   // host reserve 8 GiB in all rather than 32. A host whose ranks would reserve more than half of its
   // available memory (MemAvailable, or its cgroup's limit) keeps TCP for them, with one warning each.
   std::size_t mailbox_bytes = std::size_t{64} << 20;
-  // Messages this large or larger take one copy, read from the sender's memory; 0 keeps every message in
-  // the rings. Below that, measured on 2 cores, two copies cost less: they overlap, one on each process's core,
+  // Messages this large or larger take one copy, read from the sender's memory; 0 (or
+  // GroupOptions::single_copy false) keeps every message in the rings. Below that, measured on 2 cores, two copies cost less: they overlap, one on each process's core,
   // and the kernel's cross-process copy runs slower than memcpy on data in cache (8 MiB is above it).
   std::size_t single_copy_bytes = std::size_t{8} << 20;
 };
 
-// Connects like connect_tcp(); peers on this rank's host then talk through shared memory. A Cluster's
-// transport unless COHORT_SHARED_MEMORY=0. Throws InvalidArgument for `hosts` of the wrong length, rings
+// Connects like connect_tcp(); peers on this rank's host then talk through shared memory. The transport
+// "shared-memory" (transports.hpp), a Cluster's unless it is given another. Throws InvalidArgument for `hosts` of the wrong length, rings
 // under 4 KiB or over 1 GiB, or a mailbox smaller than one ring.
-std::unique_ptr<Transport> connect_group(const TcpOptions& options, const SharedMemoryOptions& shared_memory = {});
+std::unique_ptr<Transport> connect_group(const GroupOptions& options, const SharedMemoryOptions& shared_memory = {});
 
 // The size of each ring in the mailbox of a process with `peers` same-host peers (see mailbox_bytes).
 std::size_t ring_bytes_for(const SharedMemoryOptions& shared_memory, std::size_t peers);

@@ -752,7 +752,7 @@ void ShmTransport::fail_links(const std::vector<Link*>& links, const std::string
 namespace {
 
 // The peers of `rank` that share its host and its links.
-std::vector<int> same_host_peers(const TcpOptions& options, const SharedMemoryOptions& shared_memory, int rank) {
+std::vector<int> same_host_peers(const GroupOptions& options, const SharedMemoryOptions& shared_memory, int rank) {
   const int n = static_cast<int>(options.addresses.size());
   const auto host = [&](int r) {
     return shared_memory.hosts.empty() ? options.addresses[static_cast<std::size_t>(r)].host : shared_memory.hosts[static_cast<std::size_t>(r)];
@@ -774,7 +774,7 @@ std::size_t ring_bytes_for(const SharedMemoryOptions& shared_memory, std::size_t
   return std::min(shared_memory.ring_bytes, std::max(share, kSmallestShare));
 }
 
-std::unique_ptr<Transport> connect_group(const TcpOptions& options, const SharedMemoryOptions& shared_memory) {
+std::unique_ptr<Transport> connect_group(const GroupOptions& options, const SharedMemoryOptions& shared_memory) {
   if (!shared_memory.hosts.empty() && shared_memory.hosts.size() != options.addresses.size())
     throw InvalidArgument(fmt::format("SharedMemoryOptions::hosts has {} labels for {} ranks", shared_memory.hosts.size(),
                                       options.addresses.size()));
@@ -794,7 +794,9 @@ std::unique_ptr<Transport> connect_group(const TcpOptions& options, const Shared
     peers.push_back({.rank = peer, .slots = static_cast<std::uint32_t>(theirs.size()), .your_slot = your_slot,
                      .ring_bytes = ring_bytes_for(shared_memory, theirs.size())});
   }
-  return std::make_unique<shm::ShmTransport>(std::move(tcp), peers, ring_bytes_for(shared_memory, local.size()), shared_memory,
+  SharedMemoryOptions settings = shared_memory;
+  if (!options.single_copy) settings.single_copy_bytes = 0;
+  return std::make_unique<shm::ShmTransport>(std::move(tcp), peers, ring_bytes_for(shared_memory, local.size()), settings,
                                              options.max_frame_bytes);
 }
 

@@ -31,7 +31,7 @@ std::string remote_of(const tcp::socket& socket) {
 
 }  // namespace
 
-TcpTransport::TcpTransport(const TcpOptions& options) : options_(options) {
+TcpTransport::TcpTransport(const GroupOptions& options) : options_(options) {
   const int n = size();
   COHORT_CHECK(n >= 1, "TCP transport needs at least one address");
   COHORT_CHECK(options_.rank >= 0 && options_.rank < n, "rank {} outside {} addresses", options_.rank, n);

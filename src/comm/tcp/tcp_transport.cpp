@@ -420,7 +420,7 @@ void TcpTransport::fail_pending_of(int peer, const std::string& message) {
 
 }  // namespace tcp
 
-std::unique_ptr<Transport> connect_tcp(const TcpOptions& options) { return std::make_unique<tcp::TcpTransport>(options); }
+std::unique_ptr<Transport> connect_tcp(const GroupOptions& options) { return std::make_unique<tcp::TcpTransport>(options); }
 
 std::optional<int> connections_of(const Transport& transport) {
   const auto* tcp = dynamic_cast<const tcp::TcpTransport*>(&transport);

@@ -118,7 +118,7 @@ class IoThread {
 
 class TcpTransport : public Transport {
  public:
-  explicit TcpTransport(const TcpOptions& options);
+  explicit TcpTransport(const GroupOptions& options);
   ~TcpTransport() override;
 
   int rank() const override { return options_.rank; }
@@ -240,7 +240,7 @@ class TcpTransport : public Transport {
   void fail_setup(std::exception_ptr error);
   bool setting_up();
 
-  TcpOptions options_;
+  GroupOptions options_;
   std::unique_ptr<TlsContext> tls_;  // with encryption
   std::vector<std::string> names_;
   std::vector<tcp::endpoint> endpoints_;
