@@ -155,8 +155,15 @@ grep -q '(0 read its messages from 0 bytes' "$work/log" && ! grep -q ' no$' "$wo
 # 4b. COHORT_SHARED_MEMORY=0: every rank says its same-host peers are reached over TCP, and the sweep is correct.
 COHORT_SHARED_MEMORY=0 timeout 60 "$launcher" --workers 2 -- "$bench" --min-bytes 4096 --max-bytes 65536 >"$work/log" 2>&1 ||
   fail "the allreduce sweep over TCP failed"
-[ "$(grep -c 'shared memory is off (COHORT_SHARED_MEMORY=0' "$work/log")" -eq 2 ] || fail "shared memory off is not logged by every rank"
+[ "$(grep -c 'shared memory is off (COHORT_TRANSPORT=tcp or COHORT_SHARED_MEMORY=0)' "$work/log")" -eq 2 ] || fail "shared memory off is not logged by every rank"
 grep -q '# cohort allreduce over TCP' "$work/log" && ! grep -q ' no$' "$work/log" || fail "the sweep over TCP is wrong"
+# COHORT_TRANSPORT names the transport from the registry; a name none is registered under is refused naming those there are.
+COHORT_TRANSPORT=tcp timeout 60 "$launcher" --workers 2 -- "$bench" --min-bytes 4096 --max-bytes 4096 >"$work/log" 2>&1 ||
+  fail "the allreduce sweep with COHORT_TRANSPORT=tcp failed"
+grep -q '# cohort allreduce over TCP' "$work/log" || fail "COHORT_TRANSPORT=tcp did not choose TCP"
+! COHORT_TRANSPORT=pigeon timeout 60 "$launcher" --workers 2 -- "$bench" --min-bytes 4096 --max-bytes 4096 >"$work/log" 2>&1 ||
+  fail "an unknown transport was accepted"
+grep -q "no transport named 'pigeon'; there are shared-memory, tcp" "$work/log" || fail "an unknown transport is not named: $(cat "$work/log")"
 
 # 5. Ctrl-C stops everything.
 "$launcher" --workers 2 -- sleep 30 >"$work/log" 2>&1 &
