@@ -23,7 +23,7 @@ comm::Transport& transport_with_servers(cluster::Cluster& cluster) {
 }  // namespace
 
 ParameterServer::ParameterServer(comm::Transport& transport, int workers, ParameterServerOptions options)
-    : transport_(transport), workers_(workers), options_(std::move(options)) {
+    : Strategy(options.data), transport_(transport), workers_(workers), options_(std::move(options)) {
   COHORT_CHECK(workers_ >= 1 && workers_ < transport_.size(),
                "parameter-server training needs at least one worker and one server: {} workers among {} processes",
                workers_, transport_.size());
@@ -59,8 +59,6 @@ void ParameterServer::initialize(nn::Sequential& model, optim::Optimizer& optimi
   agree_on_plan(model, optimizer);
   synchronizer_->connect(model, optimizer, *plan_, /*servers_hold_values=*/state_->resumed());
 }
-
-DataShare ParameterServer::data_share() const { return data_share_for(options_.data, transport_.rank(), workers_); }
 
 History ParameterServer::serve(nn::Sequential& model, optim::Optimizer& optimizer, const ServeOptions& options) {
   COHORT_CHECK(serves(), "{} trains: serve() is for the parameter servers", process_name());

@@ -22,7 +22,7 @@ RingAllreduce::RingAllreduce(std::shared_ptr<comm::Communicator> communicator, R
     : RingAllreduce(std::vector{std::move(communicator)}, std::move(options)) {}
 
 RingAllreduce::RingAllreduce(std::vector<std::shared_ptr<comm::Communicator>> communicators, RingAllreduceOptions options)
-    : options_(std::move(options)), group_(std::make_shared<ProcessGroup>(std::move(communicators))) {
+    : Strategy(options.data), options_(std::move(options)), group_(std::make_shared<ProcessGroup>(std::move(communicators))) {
   COHORT_CHECK(options_.zero_stage >= 0 && options_.zero_stage <= 2, "ZeRO stage {}: there are stages 0, 1 and 2",
                options_.zero_stage);
   COHORT_CHECK(!options_.codec || (options_.zero_stage == 0 && options_.gradient_dtype == DType::Float32),
@@ -78,8 +78,6 @@ void RingAllreduce::initialize(nn::Sequential& model, optim::Optimizer&) {
   // A resumed run's optimizer holds the whole state.
   synchronizer_->optimizer_state_replaced();
 }
-
-DataShare RingAllreduce::data_share() const { return data_share_for(options_.data, group_->rank(), group_->size()); }
 
 void RingAllreduce::finish(const History&, const optim::Optimizer& optimizer) {
   optimizer_state_bytes_ = optimizer.state_bytes();

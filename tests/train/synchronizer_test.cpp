@@ -89,7 +89,6 @@ class CallersAllreduce final : public train::Strategy {
     synchronizer_.prepare(model);
     group_.broadcast_from_chief(model.variables());
   }
-  train::DataShare data_share() const override { return {.replica = group_.rank(), .replicas = group_.size()}; }
 
  private:
   mutable train::ProcessGroup group_;

@@ -82,7 +82,6 @@ class ParameterServer : public Strategy, public Service {
   StateStore& state_store() override;
   // On a worker: the plan, and the store connected to the servers (from their snapshots after a resume).
   void initialize(nn::Sequential& model, optim::Optimizer& optimizer) override;
-  DataShare data_share() const override;
   // This process, where it is a server.
   Service* service() override { return serves() ? this : nullptr; }
   bool serves() const { return transport_.rank() >= workers_; }

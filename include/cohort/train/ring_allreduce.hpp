@@ -77,7 +77,6 @@ class RingAllreduce : public Strategy {
   GradientSynchronizer& synchronizer() const override { return *synchronizer_; }
   StateStore& state_store() override { return *state_store_; }
   void initialize(nn::Sequential& model, optim::Optimizer& optimizer) override;
-  DataShare data_share() const override;
   // comm_seconds: the time steps waited for allreduces that backward did not hide, since the last epoch.
   void add_epoch_logs(Logs& logs) override { add_exposed_seconds(logs); }
   // The gradients' bytes per codec or wire type, and what each rank kept of the optimizer's state.

@@ -72,8 +72,6 @@ class Strategy {
   virtual StateStore& state_store() = 0;
   // Brings the model's variables to their starting values (the chief's, in a distributed run).
   virtual void initialize(nn::Sequential& model, optim::Optimizer& optimizer) = 0;
-  // Which share of each epoch this process reads.
-  virtual DataShare data_share() const { return {}; }
   // A process that serves instead of training (a parameter server) runs this, and no training; null for
   // the processes that train.
   virtual Service* service() { return nullptr; }
@@ -100,6 +98,8 @@ class Strategy {
   bool should_stop() const { return replica_group().run_ended(); }
   void announce_failure(const std::string& reason) { replica_group().announce_failure(reason); }
   bool variables_on_servers() const { return synchronizer().updates_elsewhere(); }
+  // Which share of each epoch this process reads, under the strategy's data policy.
+  DataShare data_share() const { return data_share_for(data_policy_, process_index(), replicas()); }
   std::string setup_report() const { return synchronizer().setup_report(); }
 
   // One update. Before the backward pass whose gradients the next apply_gradients() takes, the Trainer
@@ -128,11 +128,13 @@ class Strategy {
   std::shared_ptr<const data::Sampler> sampler(std::int64_t size, std::uint64_t seed, bool shuffle) const;
 
  protected:
+  explicit Strategy(DataPolicy data_policy = DataPolicy::OnePassPerEpoch) : data_policy_(data_policy) {}
   // comm_seconds: the time the synchronizer's exchanges waited, that backward did not hide, since the
   // last epoch.
   void add_exposed_seconds(Logs& logs);
 
  private:
+  DataPolicy data_policy_;
   bool step_begun_ = false;
   std::int64_t step_samples_ = 0;
   double reported_exposed_seconds_ = 0;
