@@ -3,8 +3,10 @@
 #include <charconv>
 #include <cmath>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "cohort/cluster/cluster.hpp"
+#include "cohort/comm/transports.hpp"
 #include "cohort/core/error.hpp"
 
 namespace cohort::cluster {
@@ -50,7 +52,8 @@ ConnectOptions with_environment_settings(ConnectOptions options, const Environme
     options.transport = *shared == "1" ? "shared-memory" : "tcp";
   }
   if (const auto transport = environment("COHORT_TRANSPORT")) {
-    if (transport->empty()) throw InvalidArgument("COHORT_TRANSPORT is set but empty: name a transport (shared-memory, tcp)");
+    if (transport->empty())
+      throw InvalidArgument(fmt::format("COHORT_TRANSPORT is set but empty: name a transport ({})", fmt::join(comm::transport_names(), ", ")));
     if (const auto shared = environment("COHORT_SHARED_MEMORY"); shared && *transport != options.transport)
       throw InvalidArgument(fmt::format("COHORT_TRANSPORT={} and COHORT_SHARED_MEMORY={} disagree: set one of them",
                                         *transport, *shared));

@@ -67,7 +67,9 @@ void register_transport(const std::string& name, TransportFactory factory) { reg
 
 std::unique_ptr<Transport> connect_transport(std::string_view name, const GroupOptions& options) {
   // The factory is copied out, so that connecting (which may take a minute) holds no lock.
-  return registry().factory(name)(options);
+  std::unique_ptr<Transport> transport = registry().factory(name)(options);
+  if (!transport) throw InvalidArgument(fmt::format("the transport '{}' made no transport: its factory returned null", name));
+  return transport;
 }
 
 std::vector<std::string> transport_names() { return registry().names(); }

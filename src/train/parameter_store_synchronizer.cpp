@@ -10,7 +10,11 @@ ParameterStoreSynchronizer::ParameterStoreSynchronizer(comm::Transport& transpor
     : transport_(transport),
       workers_(workers),
       options_(std::move(options)),
-      progress_deadline_(options_.wait_timeout.count() > 0 ? options_.wait_timeout : transport_.timeout()) {}
+      progress_deadline_(options_.wait_timeout.count() > 0 ? options_.wait_timeout : transport_.timeout()) {
+  COHORT_CHECK(workers_ >= 1 && workers_ < transport_.size(),
+               "parameter-server training needs at least one worker and one server: {} workers among {} processes",
+               workers_, transport_.size());
+}
 
 std::string ParameterStoreSynchronizer::name() const {
   const int servers = transport_.size() - workers_;
@@ -20,6 +24,8 @@ std::string ParameterStoreSynchronizer::name() const {
 
 void ParameterStoreSynchronizer::connect(nn::Sequential& model, optim::Optimizer& optimizer, const ps::Plan& plan,
                                          bool servers_hold_values) {
+  COHORT_CHECK(transport_.rank() < workers_, "{} is a parameter server here (ranks {} to {} serve): it runs ps::Server, "
+               "and the workers the synchronizer", transport_.describe(transport_.rank()), workers_, transport_.size() - 1);
   staged_ = model.device() != Device::CPU;
   staging_ = staged_ ? std::make_unique<CopyStream>(model.device()) : nullptr;
   std::vector<ps::LocalVariable> variables;
@@ -49,7 +55,8 @@ void ParameterStoreSynchronizer::connect(nn::Sequential& model, optim::Optimizer
 }
 
 ps::ParameterStore& ParameterStoreSynchronizer::store() {
-  COHORT_CHECK(store_ != nullptr, "only a worker has a parameter store, after initialize()");
+  COHORT_CHECK(store_ != nullptr, "the parameter store is connected to the servers by connect() (in ParameterServer, "
+               "initialize()), in the workers only");
   return *store_;
 }
 

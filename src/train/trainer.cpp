@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <functional>
 #include <cctype>
 #include <chrono>
@@ -14,6 +15,7 @@
 #include <optional>
 
 #include "cohort/core/check.hpp"
+#include "cohort/core/seed.hpp"
 #include "cohort/core/settings.hpp"
 #include "cohort/tensor/devices.hpp"
 #include "cohort/tensor/gemm_path.hpp"
@@ -108,6 +110,15 @@ class DeviceBatches {
   int next_slot_ = 0;
   std::optional<data::Batch> pending_;
 };
+
+// 20 bits of a hash of every variable's bits: small enough that sums of it and of its square over
+// thousands of replicas stay exact in a double.
+double variables_fingerprint(const nn::Sequential& model) {
+  std::uint64_t hash = 0;
+  for (const auto& v : model.variables())
+    for (const float value : v->value.to_vector()) hash = derive_seed(hash, std::bit_cast<std::uint32_t>(value));
+  return static_cast<double>(hash >> 44);
+}
 
 // Records fit()'s timeline and writes it however fit() ends (a failed run's timeline shows where it stopped).
 class TimelineRecording {
@@ -460,10 +471,10 @@ History Trainer::fit(const data::Dataset& train, const FitOptions& options) {
 }
 
 History Trainer::serve(const ServeOptions& options) {
-  Service* service = strategy_->service();
-  COHORT_CHECK(service != nullptr, "{} trains under strategy '{}': serve() is for the processes that serve (parameter servers)",
-               strategy_->process_name().empty() ? "this process" : strategy_->process_name(), strategy_->name());
   try {
+    Service* service = strategy_->service();
+    COHORT_CHECK(service != nullptr, "{} trains under strategy '{}': serve() is for the processes that serve (parameter servers)",
+                 strategy_->process_name().empty() ? "this process" : strategy_->process_name(), strategy_->name());
     const TimelineRecording timeline_recording(options.timeline, *strategy_);
     if ((options.resume || restarted_by_launcher()) && !options.checkpoint_dir.empty())
       strategy_->restore_checkpoint(options.checkpoint_dir, model_, *optimizer_);
@@ -509,7 +520,7 @@ History Trainer::run(const data::Dataset& train, const FitOptions& options) {
   strategy_->initialize(model_, *optimizer_);  // after a resume, so that all processes start from the chief's
   const ReplicaSumBinding replica_sum(model_, strategy_->replica_sum());
   agree_on_cpu_kernels(fit.position);
-  agree_on_precision();
+  agree_on_start();
   report_setup(fit);
   plan_epochs(fit);
   start_callbacks(fit);
@@ -569,13 +580,24 @@ void Trainer::start_precision(const FitState& fit) {
                strategy_->name());
 }
 
-void Trainer::agree_on_precision() {
-  // Replicas that compute in different types would average gradients of different models.
-  std::array<double, 2> policy{static_cast<double>(model_.precision()), 1.0};
-  if (strategy_->sum_over_replicas(policy) && policy[0] != static_cast<double>(model_.precision()) * policy[1])
+void Trainer::agree_on_start() {
+  // Replicas that compute in different types would average gradients of different models, and replicas
+  // that start from different variables (a strategy whose initialize() did not give them the chief's)
+  // would train apart, silently. A fingerprint and its square agree only where every replica's is the same.
+  const double precision = static_cast<double>(model_.precision());
+  const double fingerprint = variables_fingerprint(model_);
+  std::array<double, 4> sums{precision, 1.0, fingerprint, fingerprint * fingerprint};
+  if (!strategy_->sum_over_replicas(sums)) return;
+  const double replicas = sums[1];
+  if (sums[0] != precision * replicas)
     throw InvalidArgument(fmt::format("the training processes disagree on the precision policy: this one trains in {}; "
                                       "give every process the same --precision",
                                       nn::precision_name(model_.precision())));
+  if (sums[2] != fingerprint * replicas || sums[3] != fingerprint * fingerprint * replicas)
+    throw InvalidArgument(fmt::format("the replicas start from different variables after strategy '{}' initialized them: its "
+                                      "initialize() must give every replica the same values (the chief's, as "
+                                      "ProcessGroup::broadcast_from_chief does)",
+                                      strategy_->name()));
 }
 
 void Trainer::report_setup(const FitState& fit) const {

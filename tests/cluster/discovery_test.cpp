@@ -246,6 +246,12 @@ TEST_CASE("transports are chosen by name from one registry, which refuses unknow
   require_invalid([] { comm::register_transport("tcp", [](const comm::GroupOptions&) { return nullptr; }); },
                   {"'tcp' is registered already"});
   require_invalid([] { comm::register_transport("empty factory", {}); }, {"empty"});
+  static const bool null_maker = [] {
+    comm::register_transport("makes nothing", [](const comm::GroupOptions&) { return std::unique_ptr<comm::Transport>(); });
+    return true;
+  }();
+  CHECK(null_maker);
+  require_invalid([&] { comm::connect_transport("makes nothing", alone); }, {"the transport 'makes nothing' made no transport"});
   require_invalid([] { with_environment_settings({}, environment_of({{"COHORT_TRANSPORT", ""}})); }, {"COHORT_TRANSPORT", "empty"});
   CHECK(with_environment_settings({}, environment_of({{"COHORT_TRANSPORT", "tcp"}})).transport == "tcp");
   CHECK(with_environment_settings({}, environment_of({{"COHORT_TRANSPORT", "tcp"}, {"COHORT_SHARED_MEMORY", "0"}})).transport == "tcp");

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "cohort/comm/inproc.hpp"
+#include "cohort/core/error.hpp"
 #include "cohort/data/synthetic.hpp"
 #include "cohort/nn/activation_layer.hpp"
 #include "cohort/nn/dense.hpp"
@@ -76,24 +77,25 @@ void require_moved_by(const Values& before, const nn::Sequential& after, float s
 }
 
 // Data parallelism in a few lines, from the parts: ranks and agreement, bucketed allreduce, the chief's
-// checkpoints.
+// checkpoints. `broadcast` false forgets to start the replicas from the chief's variables.
 class CallersAllreduce final : public train::Strategy {
  public:
-  explicit CallersAllreduce(comm::Transport& transport)
-      : group_({comm::make_ring_communicator(transport)}), synchronizer_(group_, {}), state_(group_.is_chief()) {}
+  explicit CallersAllreduce(comm::Transport& transport, bool broadcast = true)
+      : group_({comm::make_ring_communicator(transport)}), synchronizer_(group_, {}), state_(group_.is_chief()), broadcast_(broadcast) {}
   std::string name() const override { return "the caller's allreduce"; }
   train::Replicas& replica_group() const override { return group_; }
   train::GradientSynchronizer& synchronizer() const override { return synchronizer_; }
   train::StateStore& state_store() override { return state_; }
   void initialize(nn::Sequential& model, optim::Optimizer&) override {
     synchronizer_.prepare(model);
-    group_.broadcast_from_chief(model.variables());
+    if (broadcast_) group_.broadcast_from_chief(model.variables());
   }
 
  private:
   mutable train::ProcessGroup group_;
   mutable train::BucketedAllreduce synchronizer_;
   train::WholeModelState state_;
+  bool broadcast_;
 };
 
 const data::ImageDataset& small_set() {
@@ -204,6 +206,8 @@ TEST_CASE("a parameter store synchronizer steps a loop of the caller's own, and 
     const ps::Plan plan = ps::make_plan(train::variable_infos(model), 1, ps::placement::RoundRobin{});
     ps::verify_same_plan(processes.transport(r), plan);
     if (r == 2) {
+      CHECK_THROWS_WITH(train::ParameterStoreSynchronizer(processes.transport(r), 2, {}).connect(model, sgd, plan, false),
+                        Catch::Contains("ps 0 is a parameter server here (ranks 2 to 2 serve)"));
       ps::Server(processes.transport(r), plan, 0, {0, 1}, sgd).serve();
       return;
     }
@@ -218,6 +222,8 @@ TEST_CASE("a parameter store synchronizer steps a loop of the caller's own, and 
 
   // Backup workers' servers could disagree on a skipped step: no loss scaling.
   comm::InProcessGroup backups(3);
+  CHECK_THROWS_WITH(train::ParameterStoreSynchronizer(backups.transport(0), 3, {}),
+                    Catch::Contains("needs at least one worker and one server: 3 workers among 3 processes"));
   train::ParameterStoreSynchronizer with_backups(backups.transport(0), 2, {.consistency = ps::Sync{.backup_workers = 1}});
   train::LossScale scale;
   CHECK_FALSE(with_backups.set_loss_scale(&scale));
@@ -242,6 +248,23 @@ TEST_CASE("a strategy of the caller's own, composed from the parts, trains as Ri
   for (int r = 0; r < 2; ++r) CHECK(values_of(composed[static_cast<std::size_t>(r)]) == values_of(ring[0]));
 }
 
+TEST_CASE("replicas that a strategy's initialize() left apart are refused at the start, naming the strategy", "[train][distributed]") {
+  comm::InProcessGroup processes(2);
+  std::vector<std::string> errors(2);
+  comm_test::run_ranks(2, [&](int r) {
+    nn::Sequential model({6}, 3 + static_cast<std::uint64_t>(r));  // each replica drawn from a seed of its own
+    model.add(nn::Dense(3)).add(nn::Softmax());
+    Trainer trainer(model, plain_sgd(), std::make_shared<CallersAllreduce>(processes.transport(r), /*broadcast=*/false));
+    try {
+      trainer.fit(small_set(), {.epochs = 1, .batch_size = 4, .verbosity = train::Verbosity::Silent});
+    } catch (const InvalidArgument& e) {
+      errors[static_cast<std::size_t>(r)] = e.what();
+    }
+  });
+  for (const auto& error : errors)
+    CHECK_THAT(error, Catch::Contains("the replicas start from different variables after strategy 'the caller's allreduce'"));
+}
+
 TEST_CASE("a parameter server's entry point is serve(), fit() hands over to it, and each role refuses the other's",
           "[train][ps]") {
   comm::InProcessGroup processes(2, std::chrono::seconds(20), ps_test::process_names(1, 1));
@@ -257,8 +280,23 @@ TEST_CASE("a parameter server's entry point is serve(), fit() hands over to it, 
       return;
     }
     CHECK(strategy->service() == nullptr);
-    CHECK_THROWS_WITH(trainer.serve({}), Catch::Contains("chief 0 trains under strategy 'parameter-server (sync, 1 server)'"));
     epochs[0] = trainer.fit(small_set(), {.epochs = 2, .batch_size = 4, .verbosity = train::Verbosity::Silent}).epochs.size();
   });
   CHECK(epochs == std::vector<std::size_t>{2, 2});
+
+  // A worker that calls serve() fails, and the server learns why.
+  comm::InProcessGroup misused(2, std::chrono::seconds(20), ps_test::process_names(1, 1));
+  std::vector<std::string> errors(2);
+  ps_test::run_cluster(misused, 1, 1, {}, [&](int r, auto strategy) {
+    nn::Sequential model = classifier();
+    Trainer trainer(model, plain_sgd(), strategy);
+    try {
+      trainer.serve({});
+    } catch (const Error& e) {
+      errors[static_cast<std::size_t>(r)] = e.what();
+    }
+  });
+  const std::string refusal = "chief 0 trains under strategy 'parameter-server (sync, 1 server)': serve() is for the processes that serve";
+  CHECK_THAT(errors[0], Catch::StartsWith(refusal));
+  CHECK_THAT(errors[1], Catch::Contains("chief 0 failed: " + refusal));
 }

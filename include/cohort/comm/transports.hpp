@@ -27,7 +27,8 @@ using TransportFactory = std::function<std::unique_ptr<Transport>(const GroupOpt
 // Adds `factory` under `name`. InvalidArgument for an empty name, a null factory, or a name taken.
 void register_transport(const std::string& name, TransportFactory factory);
 // This process's transport of the group, made by the transport registered as `name`. InvalidArgument
-// naming the transports there are when none is.
+// naming the transports there are when none is, or when its factory returns null; what the factory
+// throws passes through.
 std::unique_ptr<Transport> connect_transport(std::string_view name, const GroupOptions& options);
 // Every registered name, the built-in ones first.
 std::vector<std::string> transport_names();

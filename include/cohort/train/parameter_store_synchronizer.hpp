@@ -13,10 +13,25 @@
 // - Progress: after each step the worker reports its step count to the others, and learns how long a
 //   step may take (the progress deadline its waits on other processes use).
 //
-//   train::ParameterStoreSynchronizer synchronizer(transport, /*workers=*/2, {.consistency = ps::Sync{}});
-//   synchronizer.connect(model, optimizer, plan, /*servers_hold_values=*/false);
-//   synchronizer.begin(model, samples);   // backward, gradients_ready() per layer
-//   synchronizer.finish(model, optimizer);
+// Every process builds the same plan and checks it; then the servers serve and the workers step:
+//
+//   const ps::Plan plan = ps::make_plan(train::variable_infos(model), /*servers=*/1, ps::placement::SizeBalanced{},
+//                                       {.optimizer_slots = optimizer.slots_per_variable()});
+//   ps::verify_same_plan(transport, plan);                  // every process, workers and servers
+//   if (transport.rank() >= workers) {                      // a server
+//     ps::Server(transport, plan, transport.rank() - workers, worker_ranks, optimizer).serve();
+//   } else {
+//     train::ParameterStoreSynchronizer synchronizer(transport, workers, {.consistency = ps::Sync{}});
+//     synchronizer.connect(model, optimizer, plan, /*servers_hold_values=*/false);
+//     for (...) {                                            // each step
+//       synchronizer.begin(model, samples);                  // backward, gradients_ready() per layer
+//       synchronizer.finish(model, optimizer);               // the servers' new values are in the model
+//     }
+//     synchronizer.disconnect(optimizer);                    // the chief's ends the run for the servers
+//   }
+//
+// Trainer::serve() serves a train::ParameterServer's workers, which also agree through their chief; a loop
+// of the caller's own pairs the synchronizer with ps::Server.
 
 #include <chrono>
 #include <cstdint>
@@ -46,13 +61,15 @@ struct ParameterStoreOptions {
 
 class ParameterStoreSynchronizer final : public GradientSynchronizer {
  public:
-  // Ranks [0, workers) of `transport` train, [workers, size) serve; `transport` outlives this.
+  // Ranks [0, workers) of `transport` train, [workers, size) serve (at least one of each); `transport`
+  // outlives this.
   ParameterStoreSynchronizer(comm::Transport& transport, int workers, ParameterStoreOptions options);
 
   // "parameter-server (sync, 2 servers)".
   std::string name() const override;
   // Maps the model's variables onto the servers of `plan` (every process's, verified alike) and reads
   // their values; the chief first writes its own, unless the servers hold values already (a resumed run).
+  // In the workers only.
   void connect(nn::Sequential& model, optim::Optimizer& optimizer, const ps::Plan& plan, bool servers_hold_values);
   void begin(nn::Sequential& model, std::int64_t samples) override;
   void gradients_ready(std::span<const nn::VariablePtr> variables) override;
@@ -66,7 +83,8 @@ class ParameterStoreSynchronizer final : public GradientSynchronizer {
   bool updates_elsewhere() const override { return true; }
 
   // Ends this worker's part: a last read where the workers did not step in lockstep (so that each holds
-  // the servers' final values), then the servers are told it is finished.
+  // the servers' final values), then the servers are told it is finished; the chief's ends the run, and a
+  // server whose workers have not all disconnected names the one that left.
   void disconnect(const optim::Optimizer& optimizer);
 
   // After connect(): the store, with its live traffic counters and server_stats().

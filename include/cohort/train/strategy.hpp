@@ -70,7 +70,9 @@ class Strategy {
   virtual Replicas& replica_group() const = 0;
   virtual GradientSynchronizer& synchronizer() const = 0;
   virtual StateStore& state_store() = 0;
-  // Brings the model's variables to their starting values (the chief's, in a distributed run).
+  // Brings the model's variables to their starting values: every replica's the same (the chief's, in a
+  // distributed run; fit() checks that they agree), and the parts ready (a bucketed synchronizer's
+  // prepare(), which declares its buffers on every rank before any step).
   virtual void initialize(nn::Sequential& model, optim::Optimizer& optimizer) = 0;
   // A process that serves instead of training (a parameter server) runs this, and no training; null for
   // the processes that train.

@@ -144,7 +144,8 @@ class Trainer {
   void resume(FitState& fit);
   // mixed_float16's loss scale, from the checkpoint where it holds one.
   void start_precision(const FitState& fit);
-  void agree_on_precision();
+  // Every replica trains in the same precision, from the same variables.
+  void agree_on_start();
   // What the chief says before training: the precision, the strategy's plan, a run that has finished.
   void report_setup(const FitState& fit) const;
   // The data loader of this process's share, and the epochs and steps to come.
