@@ -24,17 +24,14 @@ comm::Transport& transport_with_servers(cluster::Cluster& cluster) {
 
 ParameterServer::ParameterServer(comm::Transport& transport, int workers, ParameterServerOptions options)
     : Strategy(options.data), transport_(transport), workers_(workers), options_(std::move(options)) {
-  COHORT_CHECK(workers_ >= 1 && workers_ < transport_.size(),
-               "parameter-server training needs at least one worker and one server: {} workers among {} processes",
-               workers_, transport_.size());
-  // Checked by every process, before any connects: a setting only the servers refused would look, to the
-  // workers, like servers that vanished.
-  if (const auto* sync = std::get_if<ps::Sync>(&options_.consistency))
-    COHORT_CHECK(sync->backup_workers >= 0 && sync->backup_workers < workers_,
-                 "{} backup workers among {} workers: at least one gradient must count", sync->backup_workers, workers_);
+  // The synchronizer checks the worker count; the rest is checked here. By every process, before any
+  // connects: a setting only the servers refused would look, to the workers, like servers that vanished.
   synchronizer_ = std::make_unique<ParameterStoreSynchronizer>(
       transport_, workers_,
       ParameterStoreOptions{.consistency = options_.consistency, .wait_timeout = options_.wait_timeout, .gradient_dtype = options_.gradient_dtype});
+  if (const auto* sync = std::get_if<ps::Sync>(&options_.consistency))
+    COHORT_CHECK(sync->backup_workers >= 0 && sync->backup_workers < workers_,
+                 "{} backup workers among {} workers: at least one gradient must count", sync->backup_workers, workers_);
   workers_group_ = std::make_unique<ParameterServerWorkers>(transport_, workers_, *synchronizer_);
   state_ = std::make_unique<ParameterServerState>(*workers_group_, *synchronizer_);
 }

@@ -111,6 +111,17 @@ class DeviceBatches {
   std::optional<data::Batch> pending_;
 };
 
+// Runs `body`; when it throws, the other processes are told why, rather than only that this one left.
+template <typename Body>
+History telling_others_of_failure(Strategy& strategy, Body&& body) {
+  try {
+    return body();
+  } catch (const std::exception& e) {
+    strategy.announce_failure(e.what());
+    throw;
+  }
+}
+
 // 20 bits of a hash of every variable's bits: small enough that sums of it and of its square over
 // thousands of replicas stay exact in a double.
 double variables_fingerprint(const nn::Sequential& model) {
@@ -462,16 +473,11 @@ History Trainer::fit(const data::Dataset& train, const FitOptions& options) {
   // The same main() runs in every process of a job: where this one serves, fit() is serve().
   if (strategy_->service() != nullptr)
     return serve({.checkpoint_dir = options.checkpoint_dir, .resume = options.resume, .timeline = options.timeline});
-  try {
-    return run(train, options);
-  } catch (const std::exception& e) {
-    strategy_->announce_failure(e.what());
-    throw;
-  }
+  return telling_others_of_failure(*strategy_, [&] { return run(train, options); });
 }
 
 History Trainer::serve(const ServeOptions& options) {
-  try {
+  return telling_others_of_failure(*strategy_, [&] {
     Service* service = strategy_->service();
     COHORT_CHECK(service != nullptr, "{} trains under strategy '{}': serve() is for the processes that serve (parameter servers)",
                  strategy_->process_name().empty() ? "this process" : strategy_->process_name(), strategy_->name());
@@ -479,10 +485,7 @@ History Trainer::serve(const ServeOptions& options) {
     if ((options.resume || restarted_by_launcher()) && !options.checkpoint_dir.empty())
       strategy_->restore_checkpoint(options.checkpoint_dir, model_, *optimizer_);
     return service->serve(model_, *optimizer_, options);
-  } catch (const std::exception& e) {
-    strategy_->announce_failure(e.what());
-    throw;
-  }
+  });
 }
 
 // What one fit() carries from step to step.
@@ -585,7 +588,7 @@ void Trainer::agree_on_start() {
   // that start from different variables (a strategy whose initialize() did not give them the chief's)
   // would train apart, silently. A fingerprint and its square agree only where every replica's is the same.
   const double precision = static_cast<double>(model_.precision());
-  const double fingerprint = variables_fingerprint(model_);
+  const double fingerprint = strategy_->replicas() > 1 ? variables_fingerprint(model_) : 0.0;
   std::array<double, 4> sums{precision, 1.0, fingerprint, fingerprint * fingerprint};
   if (!strategy_->sum_over_replicas(sums)) return;
   const double replicas = sums[1];
