@@ -1,6 +1,7 @@
 #include "cohort/ps/server.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <thread>
 
@@ -24,6 +25,22 @@ constexpr std::size_t kLatencyWindow = 4096;
 template <typename T>
 std::span<const std::byte> bytes_of(const T& value) {
   return std::as_bytes(std::span(&value, 1));
+}
+
+// The index of the first element of `values` that is infinite or NaN, or `count` when all are finite. Blocks
+// are scanned without an early exit, which vectorizes; only a block that holds one is searched.
+std::int64_t first_not_finite(const float* values, std::int64_t count) {
+  constexpr std::int64_t kBlock = 1024;
+  constexpr std::uint32_t kExponent = 0x7f800000;  // all ones: infinite or NaN
+  for (std::int64_t begin = 0; begin < count; begin += kBlock) {
+    const std::int64_t end = std::min(count, begin + kBlock);
+    std::uint32_t any = 0;
+    for (std::int64_t i = begin; i < end; ++i) any |= (std::bit_cast<std::uint32_t>(values[i]) & kExponent) == kExponent;
+    if (any == 0) continue;
+    for (std::int64_t i = begin; i < end; ++i)
+      if (!std::isfinite(values[i])) return i;
+  }
+  return count;
 }
 
 std::string message_of(const std::exception_ptr& error) {
@@ -77,7 +94,6 @@ Server::Server(comm::Transport& transport, Plan plan, int server, std::vector<in
   overflow_shards_.assign(workers, -1);
   clocks_.assign(workers, 0);
   finished_.assign(workers, 0);
-  reply_values_.resize(workers);
   stats_.server = server_;
   stats_.workers.resize(workers);
 }
@@ -104,6 +120,7 @@ void Server::restore(const std::vector<ServerSnapshot>& snapshots) {
   }
   optimizer_.set_iterations(iterations);
   version_ = step;
+  values_changed_locked();
   initialized_ = true;
 }
 
@@ -269,11 +286,10 @@ std::string Server::check_header(const protocol::RequestHeader& header, int work
 
 std::string Server::check_finite(const std::vector<float>& payload) const {
   for (const Held& held : held_) {
-    const auto begin = payload.begin() + static_cast<std::ptrdiff_t>(held.offset);
-    if (begin >= payload.end()) break;
-    const auto end = begin + held.value.numel();
-    const auto bad = std::find_if(begin, end, [](float v) { return !std::isfinite(v); });
-    if (bad != end) return fmt::format("'{}' holds {} at element {}", held.shard->name(), *bad, bad - begin);
+    if (held.offset >= payload.size()) break;
+    const float* values = payload.data() + held.offset;
+    const std::int64_t bad = first_not_finite(values, held.value.numel());
+    if (bad < held.value.numel()) return fmt::format("'{}' holds {} at element {}", held.shard->name(), values[bad], bad);
   }
   return {};
 }
@@ -294,7 +310,6 @@ std::string Server::refusal_locked(const protocol::RequestHeader& header) const 
 }
 
 bool Server::handle(int worker, const protocol::RequestHeader& header, const std::vector<float>& payload) {
-  auto& out = reply_values_[static_cast<std::size_t>(worker)];
   std::unique_lock lock(mutex_);
   if (const std::string reason = refusal_locked(header); !reason.empty()) {
     lock.unlock();
@@ -305,10 +320,11 @@ bool Server::handle(int worker, const protocol::RequestHeader& header, const std
     case proto::Kind::Init: {
       for (Held& held : held_)
         std::copy_n(payload.data() + held.offset, held.value.numel(), held.value.data());
+      values_changed_locked();
       initialized_ = true;
       changed_.notify_all();
       lock.unlock();
-      reply(worker, 0, {});
+      reply(worker, 0, {}, crc32c_of(nullptr, 0));
       return false;
     }
     case proto::Kind::Pull: {
@@ -317,9 +333,9 @@ bool Server::handle(int worker, const protocol::RequestHeader& header, const std
                                        fmt::format("ps {} got no initial values", server_), deadline_.limit());
           }))
         return true;
-      copy_values_locked(out);
+      const auto values = published_values_locked();
       lock.unlock();
-      reply(worker, 0, std::as_bytes(std::span(out)));
+      reply_values(worker, 0, values);
       return false;
     }
     case proto::Kind::Push: {
@@ -332,9 +348,9 @@ bool Server::handle(int worker, const protocol::RequestHeader& header, const std
                                 ? push_sync_locked(lock, worker, header, payload, staleness, skipped)
                                 : push_async_locked(lock, worker, header, payload, staleness, skipped);
       if (!answered) return true;
-      copy_values_locked(out);
+      const auto values = published_values_locked();
       lock.unlock();
-      reply(worker, staleness, std::as_bytes(std::span(out)), skipped);
+      reply_values(worker, staleness, values, skipped);
       return false;
     }
     case proto::Kind::Save: {
@@ -342,13 +358,13 @@ bool Server::handle(int worker, const protocol::RequestHeader& header, const std
       lock.unlock();
       const SnapshotFile file = write_snapshot(options_.checkpoint_dir, header.step, snapshot);
       const proto::SnapshotReceipt receipt{.bytes = file.bytes, .crc = file.crc};
-      reply(worker, 0, bytes_of(receipt));
+      reply(worker, 0, bytes_of(receipt), crc32c_of(&receipt, sizeof receipt));
       return false;
     }
     case proto::Kind::Stats: {
       const std::string encoded = encode_stats(stats_locked());
       lock.unlock();
-      reply(worker, 0, std::as_bytes(std::span(encoded)));
+      reply(worker, 0, std::as_bytes(std::span(encoded)), crc32c_of(encoded.data(), encoded.size()));
       return false;
     }
     case proto::Kind::Done: {
@@ -359,7 +375,7 @@ bool Server::handle(int worker, const protocol::RequestHeader& header, const std
         optimizer_.set_learning_rate_factor(header.learning_rate_factor);
       }
       lock.unlock();
-      reply(worker, 0, {});
+      reply(worker, 0, {}, crc32c_of(nullptr, 0));
       return true;
     }
   }
@@ -403,26 +419,7 @@ void Server::complete_sync_step_if_ready_locked() {
     end_sync_step_locked();
     return;
   }
-  // In worker order, whatever the arrival order: the same sum, bit for bit, on every run. Trainable: mean
-  // gradient x samples, so the step averages over all samples of the global batch; non-trainable: the
-  // change of the moving statistics, averaged over the workers. A float times an integer below 2^24 is
-  // exact in double, so a fused multiply-add rounds as the separate operations do.
-  std::fill(accumulator_.begin(), accumulator_.end(), 0.0);
-  for (std::size_t w = 0; w < contributions_.size(); ++w) {
-    if (contributions_[w] == nullptr) continue;
-    const auto weight = static_cast<double>(contribution_samples_[w]);
-    for (const Held& held : held_) {
-      const float* in = contributions_[w] + held.offset;
-      double* acc = accumulator_.data() + held.offset;
-      const std::int64_t n = held.value.numel();
-      if (held.shard->trainable)
-        for (std::int64_t i = 0; i < n; ++i) acc[i] += static_cast<double>(in[i]) * weight;
-      else
-        for (std::int64_t i = 0; i < n; ++i) acc[i] += static_cast<double>(in[i]);
-    }
-  }
-  const double gradient_scale = contributed_samples_ > 0 ? 1.0 / static_cast<double>(contributed_samples_) : 0.0;
-  apply_locked(accumulator_.data(), gradient_scale, 1.0 / contributors_);
+  apply_sync_step_locked();
   end_sync_step_locked();
 }
 
@@ -446,7 +443,7 @@ bool Server::push_async_locked(std::unique_lock<std::mutex>& lock, int worker, c
   if ((header.flags & proto::kNotFinite) != 0)
     skipped = Skip{.worker = worker, .shard = header.overflow_shard};  // this push alone, on every server
   else
-    apply_locked(payload.data(), header.samples > 0 ? 1.0 : 0.0, 1.0);
+    apply_locked(payload.data(), header.samples > 0);
   ++clocks_[w];
   changed_.notify_all();
   if (const auto* bounded = std::get_if<BoundedStaleness>(&options_.consistency)) {
@@ -459,25 +456,72 @@ bool Server::push_async_locked(std::unique_lock<std::mutex>& lock, int worker, c
   return true;
 }
 
-template <typename Element>
-void Server::apply_locked(const Element* source, double gradient_scale, double delta_scale) {
+void Server::apply_sync_step_locked() {
+  // In worker order, whatever the arrival order: the same sum, bit for bit, on every run. Trainable: mean
+  // gradient x samples, so the step averages over all samples of the global batch; non-trainable: the
+  // change of the moving statistics, averaged over the workers. A float times an integer below 2^24 is
+  // exact in double, so a fused multiply-add rounds as the separate operations do. The sum starts from
+  // 0.0 + the first term (which a compiler may not shorten: -0.0 becomes +0.0) and its last term is added
+  // on the way to the optimizer: one pass over the gradients for the usual single contribution per server.
   const timeline::Span span("update", "apply update");
+  std::vector<std::size_t> from;
+  for (std::size_t w = 0; w < contributions_.size(); ++w)
+    if (contributions_[w] != nullptr) from.push_back(w);
+  const double gradient_scale = contributed_samples_ > 0 ? 1.0 / static_cast<double>(contributed_samples_) : 0.0;
+  const double delta_scale = 1.0 / contributors_;
+  for (Held& held : held_) {
+    const bool trainable = held.shard->trainable;
+    if (trainable && gradient_scale == 0.0) continue;
+    const auto weight_of = [&](std::size_t w) { return trainable ? static_cast<double>(contribution_samples_[w]) : 1.0; };
+    double* sum = accumulator_.data() + held.offset;
+    const std::int64_t n = held.value.numel();
+    for (std::size_t k = 0; k + 1 < from.size(); ++k) {
+      const float* in = contributions_[from[k]] + held.offset;
+      const double weight = weight_of(from[k]);
+      if (k == 0)
+        for (std::int64_t i = 0; i < n; ++i) sum[i] = 0.0 + static_cast<double>(in[i]) * weight;
+      else
+        for (std::int64_t i = 0; i < n; ++i) sum[i] += static_cast<double>(in[i]) * weight;
+    }
+    const float* last = contributions_[from.back()] + held.offset;
+    const double weight = weight_of(from.back());
+    const double scale = trainable ? gradient_scale : delta_scale;
+    if (from.size() == 1)
+      update_locked(held, scale, [&](std::int64_t i) { return 0.0 + static_cast<double>(last[i]) * weight; });
+    else
+      update_locked(held, scale, [&](std::int64_t i) { return sum[i] + static_cast<double>(last[i]) * weight; });
+  }
+  finish_update_locked();
+}
+
+void Server::apply_locked(const float* source, bool with_gradients) {
+  const timeline::Span span("update", "apply update");
+  for (Held& held : held_) {
+    if (held.shard->trainable && !with_gradients) continue;
+    const float* in = source + held.offset;
+    update_locked(held, 1.0, [in](std::int64_t i) { return static_cast<double>(in[i]); });
+  }
+  finish_update_locked();
+}
+
+template <typename Term>
+void Server::update_locked(Held& held, double scale, Term term) {
   // Scaled in double and rounded once to float, then added: no product left for the compiler to fuse, so
   // every instruction set gives the same bits.
-  for (Held& held : held_) {
-    const Element* in = source + held.offset;
-    const std::int64_t n = held.value.numel();
-    if (held.shard->trainable) {
-      if (gradient_scale == 0.0) continue;
-      float* g = held.gradient.data();
-      for (std::int64_t i = 0; i < n; ++i) g[i] = static_cast<float>(static_cast<double>(in[i]) * gradient_scale);
-      optimizer_.apply(held.shard->name(), held.value, held.gradient);
-    } else {
-      float* v = held.value.data();
-      for (std::int64_t i = 0; i < n; ++i) v[i] += static_cast<float>(static_cast<double>(in[i]) * delta_scale);
-    }
+  const std::int64_t n = held.value.numel();
+  if (held.shard->trainable) {
+    float* g = held.gradient.data();
+    for (std::int64_t i = 0; i < n; ++i) g[i] = static_cast<float>(term(i) * scale);
+    optimizer_.apply(held.shard->name(), held.value, held.gradient);
+  } else {
+    float* v = held.value.data();
+    for (std::int64_t i = 0; i < n; ++i) v[i] += static_cast<float>(term(i) * scale);
   }
+}
+
+void Server::finish_update_locked() {
   optimizer_.finish_step();
+  values_changed_locked();
   ++version_;
   ++stats_.updates;
 }
@@ -564,9 +608,22 @@ void Server::announce_failure(const std::string& reason) {
   }
 }
 
-void Server::copy_values_locked(std::vector<float>& out) const {
-  out.resize(payload_floats_);
-  for (const Held& held : held_) std::copy_n(held.value.data(), held.value.numel(), out.data() + held.offset);
+std::shared_ptr<const Server::Published> Server::published_values_locked() {
+  if (published_) return published_;
+  // Under the lock, once per change: the workers' answers share it, and an update waits for no answer.
+  published_ = retired_ && retired_.use_count() == 1 ? std::move(retired_) : std::make_shared<Published>();
+  retired_.reset();
+  published_->values.resize(payload_floats_);
+  std::uint32_t crc = 0;
+  for (const Held& held : held_)
+    crc = crc32c_copy(crc, published_->values.data() + held.offset, held.value.data(),
+                      static_cast<std::size_t>(held.value.numel()) * sizeof(float));
+  published_->crc = crc;
+  return published_;
+}
+
+void Server::values_changed_locked() {
+  if (published_) retired_ = std::move(published_);
 }
 
 ServerSnapshot Server::snapshot_locked() const {
@@ -597,7 +654,18 @@ void Server::refuse(int worker, const std::string& reason) {
   transport_.send(worker_ranks_[static_cast<std::size_t>(worker)], proto::kReplyTag, bytes_of(header))->wait(transport_.timeout());
 }
 
-void Server::reply(int worker, std::int64_t staleness, std::span<const std::byte> payload, const std::optional<Skip>& skipped) {
+void Server::reply_values(int worker, std::int64_t staleness, const std::shared_ptr<const Published>& values,
+                          const std::optional<Skip>& skipped) {
+  try {
+    reply(worker, staleness, std::as_bytes(std::span(values->values)), values->crc, skipped);
+  } catch (...) {
+    comm::keep_until_exit(std::const_pointer_cast<Published>(values));  // a send that did not finish may still read it
+    throw;
+  }
+}
+
+void Server::reply(int worker, std::int64_t staleness, std::span<const std::byte> payload, std::uint32_t crc,
+                   const std::optional<Skip>& skipped) {
   const int rank = worker_ranks_[static_cast<std::size_t>(worker)];
   proto::ReplyHeader header;
   if (skipped) {
@@ -615,7 +683,7 @@ void Server::reply(int worker, std::int64_t staleness, std::span<const std::byte
   }
   header.staleness = staleness;
   header.payload_bytes = payload.size();
-  header.payload_crc = crc32c_of(payload.data(), payload.size());
+  header.payload_crc = crc;
   auto sent_header = transport_.send(rank, proto::kReplyTag, bytes_of(header));
   if (!payload.empty()) transport_.send(rank, proto::kReplyPayloadTag, payload)->wait(transport_.timeout());
   sent_header->wait(transport_.timeout());

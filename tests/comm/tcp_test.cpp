@@ -577,6 +577,64 @@ TEST_CASE("tcp: a frame header announcing gigabytes allocates only what arrives"
   CHECK(resident_bytes() - before < (std::int64_t{256} << 20));  // sanitizers' shadow memory included; 3 GiB before
 }
 
+namespace {
+
+// This process's peak resident memory since the last reset_peak_resident(), in bytes.
+std::int64_t peak_resident_bytes() {
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);)
+    if (line.rfind("VmHWM:", 0) == 0) return std::stoll(line.substr(6)) * 1024;
+  return -1;
+}
+
+void reset_peak_resident() {
+  std::ofstream clear_refs("/proc/self/clear_refs");
+  clear_refs << "5";
+  REQUIRE(clear_refs.good());
+}
+
+}  // namespace
+
+TEST_CASE("tcp: a receive posted while its message arrives takes the rest straight into its buffer", "[comm][tcp]") {
+  std::unique_ptr<RawClient> raw;
+  const auto zero = zero_with_raw_peer(raw, comm_test::free_addresses(2));
+  RawClient& peer = *raw;
+  constexpr std::size_t kBytes = 96 << 20;
+  std::vector<unsigned char> sent(kBytes);
+  for (std::size_t i = 0; i < kBytes; ++i) sent[i] = static_cast<unsigned char>(i * 131 % 251);
+  std::vector<unsigned char> out(kBytes, 0);  // touched: resident before the peak is measured
+  reset_peak_resident();
+  const std::int64_t before = peak_resident_bytes();
+  peer.write(tcp::encode({.type = tcp::FrameType::Announce, .tag = kBytes}));
+  peer.write(tcp::encode({.type = tcp::FrameType::Data, .tag = 9, .length = kBytes}));
+  constexpr std::size_t kEarly = 3 << 20;
+  peer.write(sent.data(), kEarly);
+  std::this_thread::sleep_for(200ms);  // rank 0 is reading it with no receive posted
+  auto received = zero->recv(1, 9, std::as_writable_bytes(std::span(out)));
+  std::thread rest([&] { peer.write(sent.data() + kEarly, kBytes - kEarly); });
+  received->wait(10s);
+  rest.join();
+  CHECK(out == sent);
+  // Buffered whole and then copied, the message would have doubled the peak.
+  CHECK(peak_resident_bytes() - before < static_cast<std::int64_t>(kBytes / 4));
+}
+
+TEST_CASE("tcp: a receive that took over an arriving message fails naming the sender when it is lost mid-message",
+          "[comm][tcp]") {
+  std::unique_ptr<RawClient> raw;
+  const auto zero = zero_with_raw_peer(raw, comm_test::free_addresses(2));
+  constexpr std::size_t kBytes = 8 << 20;
+  raw->write(tcp::encode({.type = tcp::FrameType::Announce, .tag = kBytes}));
+  raw->write(tcp::encode({.type = tcp::FrameType::Data, .tag = 9, .length = kBytes}));
+  raw->write(std::vector<unsigned char>(1 << 20, 0x5A));
+  std::this_thread::sleep_for(200ms);
+  std::vector<unsigned char> out(kBytes);
+  auto received = zero->recv(1, 9, std::as_writable_bytes(std::span(out)));
+  std::this_thread::sleep_for(100ms);
+  raw.reset();  // the sender dies with 7 MiB of its message unsent
+  CHECK_THROWS_WITH(received->wait(10s), Catch::Contains("lost worker 1"));
+}
+
 TEST_CASE("tcp: a data header above what its sender announced is refused at once, before any sizes are declared",
           "[comm][tcp][security]") {
   // announced: what the raw peer announces first (0: nothing, so the 256 KiB always expected).

@@ -4,6 +4,7 @@
 #include <limits>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <thread>
@@ -134,15 +135,18 @@ namespace {
 // One server of a 3-worker run spoken to by hand, with its serve() on a thread of its own.
 struct HandServed {
   static constexpr int kHandWorkers = 3;
-  nn::Sequential model = ps_test::small_model();
-  ps::Plan plan = ps::make_plan(train::variable_infos(model), 1, ps::placement::SizeBalanced{});
+  nn::Sequential model;
+  ps::Plan plan;
   comm::InProcessGroup group{kHandWorkers + 1, std::chrono::seconds(10), ps_test::process_names(kHandWorkers, 1)};
   optim::SGD sgd;
   std::unique_ptr<ps::Server> server;
   std::exception_ptr serve_error;
   std::thread serving;
 
-  explicit HandServed(ps::ServerOptions options) {
+  explicit HandServed(ps::ServerOptions options, bool batch_norm = false, double learning_rate = 0.01)
+      : model(ps_test::small_model(batch_norm)),
+        plan(ps::make_plan(train::variable_infos(model), 1, ps::placement::SizeBalanced{})),
+        sgd({.learning_rate = optim::constant(learning_rate)}) {
     server = std::make_unique<ps::Server>(group.transport(kHandWorkers), plan, 0, std::vector<int>{0, 1, 2}, sgd, std::move(options));
     serving = std::thread([this] {
       try {
@@ -163,9 +167,10 @@ struct HandServed {
   }
   // `flags` kNotFinite names the plan's first shard as the one that overflowed.
   void send_to(int w, proto::Kind kind, const std::vector<float>& payload, std::int64_t step = 0, double rate_factor = 1,
-               std::uint32_t flags = 0) {
+               std::uint32_t flags = 0, std::int64_t samples = 8) {
     auto header = header_for(plan, kind, payload);
     header.step = step;
+    header.samples = samples;
     header.learning_rate_factor = rate_factor;
     header.flags = flags;
     if ((flags & proto::kNotFinite) != 0) header.overflow_shard = 0;
@@ -246,6 +251,77 @@ TEST_CASE("a Sync step gives the same bits whatever order the workers' gradients
     ++orders;
   } while (std::next_permutation(order.begin(), order.end()));
   CHECK(orders == 6);
+}
+
+TEST_CASE("a Sync step applies the samples-weighted mean gradient and the workers' mean change of the moving statistics",
+          "[ps][threads]") {
+  // The sum in double, in worker order, from 0.0, scaled once and rounded once: the bits the server must give,
+  // with one contribution (the others said Done first) and with three. A learning rate of 1 makes SGD's step
+  // the gradient itself.
+  for (const int contributors : {1, 3}) {
+    HandServed served({.consistency = ps::Sync{}}, true, 1.0);
+    const std::size_t n = served.payload_floats();
+    served.initialize(n);
+    for (int w = contributors; w < HandServed::kHandWorkers; ++w) {
+      served.send_to(w, proto::Kind::Done, {});
+      served.answer_of(w);
+    }
+    const std::vector<std::int64_t> samples{8, 5, 3};
+    std::vector<std::vector<float>> pushed;
+    for (int w = 0; w < contributors; ++w) {
+      pushed.push_back(mixed_gradients(n, static_cast<std::uint32_t>(w) + 7));
+      served.send_to(w, proto::Kind::Push, pushed.back(), 0, 1, 0, samples[static_cast<std::size_t>(w)]);
+    }
+    std::vector<float> expected(n);
+    std::int64_t all_samples = 0;
+    for (int w = 0; w < contributors; ++w) all_samples += samples[static_cast<std::size_t>(w)];
+    std::size_t offset = 0;
+    int non_trainable = 0;
+    for (const ps::Shard& shard : served.plan.shards()) {
+      non_trainable += shard.trainable ? 0 : 1;
+      for (std::int64_t i = 0; i < shard.shape.numel(); ++i, ++offset) {
+        double sum = 0.0;
+        for (int w = 0; w < contributors; ++w)
+          sum += static_cast<double>(pushed[static_cast<std::size_t>(w)][offset]) *
+                 (shard.trainable ? static_cast<double>(samples[static_cast<std::size_t>(w)]) : 1.0);
+        const double scale = shard.trainable ? 1.0 / static_cast<double>(all_samples) : 1.0 / contributors;
+        const float term = static_cast<float>(sum * scale);
+        expected[offset] = shard.trainable ? 0.25f - term : 0.25f + term;
+      }
+    }
+    REQUIRE(non_trainable > 0);
+    for (int w = 0; w < contributors; ++w) {
+      const Answer answer = served.answer_of(w);
+      REQUIRE(answer.header.status == static_cast<std::uint16_t>(proto::Status::Ok));
+      INFO(contributors << " contributors, worker " << w);
+      CHECK(bits_of(answer.values) == bits_of(expected));
+    }
+    for (int w = 0; w < contributors; ++w) {
+      served.send_to(w, proto::Kind::Done, {});
+      served.answer_of(w);
+    }
+    served.serving.join();
+    REQUIRE_FALSE(served.serve_error);
+  }
+}
+
+TEST_CASE("CRC-32C over three streams gives the table's value for every length, alignment and split", "[ps]") {
+  std::vector<unsigned char> bytes(50153 + 8);
+  std::uint32_t state = 12345;
+  for (unsigned char& b : bytes) b = static_cast<unsigned char>((state = state * 1664525u + 1013904223u) >> 24);
+  CHECK(crc32c_of("123456789", 9) == 0xE3069283u);  // the check value of CRC-32C
+  for (const std::size_t length : {0, 1, 7, 8, 255, 767, 768, 769, 8191, 24575, 24576, 24583, 49152, 50153})
+    for (std::size_t offset = 0; offset < 9; ++offset) {
+      INFO(length << " bytes from offset " << offset);
+      const unsigned char* data = bytes.data() + offset;
+      const std::uint32_t reference = crc32c_portable(0, data, length);
+      REQUIRE(crc32c_of(data, length) == reference);
+      REQUIRE(crc32c_extend(crc32c_of(data, length / 3), data + length / 3, length - length / 3) == reference);
+      std::vector<unsigned char> copy(length + 1, 0xAB);
+      REQUIRE(crc32c_copy(0, copy.data(), data, length) == reference);
+      REQUIRE(std::equal(copy.begin(), copy.begin() + static_cast<std::ptrdiff_t>(length), data));
+      REQUIRE(copy[length] == 0xAB);
+    }
 }
 
 TEST_CASE("a server with backup workers refuses a push flagged as not finite, on which servers could disagree",

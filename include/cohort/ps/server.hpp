@@ -30,6 +30,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <exception>
+#include <memory>
 #include <span>
 #include <filesystem>
 #include <mutex>
@@ -109,9 +110,15 @@ class Server {
   void complete_sync_step_if_ready_locked();
   // The current Sync step is over (applied or skipped): its contributions are let go, its waiters woken.
   void end_sync_step_locked();
-  // gradients x gradient_scale into the optimizer (skipped when 0), value changes x delta_scale added.
-  template <typename Element>
-  void apply_locked(const Element* source, double gradient_scale, double delta_scale);
+  // Applies the current Sync step: its contributions summed in worker order.
+  void apply_sync_step_locked();
+  // Applies `source` alone (an asynchronous push): its gradients unless `with_gradients` is false, its value changes.
+  void apply_locked(const float* source, bool with_gradients);
+  // One shard's part of an update: term(i), element i's sum in double, times `scale` as the gradient into the
+  // optimizer (trainable) or as a change added to the value.
+  template <typename Term>
+  void update_locked(Held& held, double scale, Term term);
+  void finish_update_locked();
   void finish_worker_locked(int worker);
   int active_workers_locked() const;
   std::int64_t slowest_clock_locked() const;
@@ -128,11 +135,23 @@ class Server {
   std::string overdue_workers(const std::string& reason) const;
   // Tells every worker not yet finished why serving ended (a Failed answer).
   void announce_failure(const std::string& reason);
-  void copy_values_locked(std::vector<float>& out) const;
+  // The values as every answer carries them, copied and checksummed once per change and shared by the
+  // answers in flight.
+  struct Published {
+    std::vector<float> values;
+    std::uint32_t crc = 0;
+  };
+  std::shared_ptr<const Published> published_values_locked();
+  // The held values changed: the next answer publishes them anew.
+  void values_changed_locked();
   ServerSnapshot snapshot_locked() const;
   ServerStats stats_locked() const;
   void refuse(int worker, const std::string& reason);
-  void reply(int worker, std::int64_t staleness, std::span<const std::byte> payload, const std::optional<Skip>& skipped = {});
+  // `crc`: the payload's CRC-32C.
+  void reply(int worker, std::int64_t staleness, std::span<const std::byte> payload, std::uint32_t crc,
+             const std::optional<Skip>& skipped = {});
+  void reply_values(int worker, std::int64_t staleness, const std::shared_ptr<const Published>& values,
+                    const std::optional<Skip>& skipped = {});
   void record_latency(double milliseconds);
 
   comm::Transport& transport_;
@@ -144,7 +163,6 @@ class Server {
   comm::ProgressDeadline deadline_;
   std::vector<Held> held_;
   std::size_t payload_floats_ = 0;
-  std::vector<std::vector<float>> reply_values_;  // per worker, touched by its own thread only
 
   mutable std::mutex mutex_;
   std::condition_variable changed_;
@@ -153,8 +171,11 @@ class Server {
   bool run_ended_ = false;
   bool failed_ = false;
   std::int64_t version_ = 0;  // updates applied
+  std::shared_ptr<Published> published_;  // the current values' answer, once asked for
+  std::shared_ptr<Published> retired_;    // an older one, reused once no answer sends it (its pages mapped)
   // Sync: the current step's gradients so far, each in its worker's request buffer (that worker's thread
-  // waits for the step), summed in worker order when the step is complete.
+  // waits for the step), summed in worker order when the step is complete: all but the last contribution
+  // in here, the last on its way to the optimizer.
   std::vector<double> accumulator_;
   int contributors_ = 0;
   std::int64_t contributed_samples_ = 0;

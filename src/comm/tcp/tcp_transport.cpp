@@ -1,5 +1,6 @@
 // The TCP transport's data path (frames in and out, matching receives) and its failure handling.
 #include <cstring>
+#include <utility>
 #include <filesystem>
 #include <fstream>
 #include <future>
@@ -143,20 +144,8 @@ void TcpTransport::on_frame(int peer, const FrameHeader& header) {
     default:
       return lose(peer, "protocol error: a handshake frame after the handshake", true);
   }
-  if (const Matcher::Receiver* waiting = matcher_.first_posted(peer, header.tag); waiting != nullptr && waiting->out.size() == header.length) {
-    // The receive is posted and the size fits: read straight into the caller's buffer.
-    const Matcher::Receiver receiver = *matcher_.take_posted(peer, header.tag);
-    asio::async_read(*p.socket, asio::buffer(receiver.out.data(), receiver.out.size()), noting_arrivals(peer),
-                     [this, peer, receiver](const asio::error_code& error, std::size_t) {
-                       if (error) {
-                         receiver.work->fail(link_error(peer, error));
-                         return lose(peer, error.message());
-                       }
-                       receiver.work->complete();
-                       read_header(peer);
-                     });
-    return;
-  }
+  if (const Matcher::Receiver* waiting = matcher_.first_posted(peer, header.tag); waiting != nullptr && waiting->out.size() == header.length)
+    return read_into(peer, *matcher_.take_posted(peer, header.tag), 0);  // the receive is posted and the size fits
   if (const std::uint64_t expected = expected_bytes_.load(std::memory_order_relaxed); header.length > expected)
     return lose(peer,
                 fmt::format("protocol error: a message of {} bytes on tag {} that no receive awaits, above the {} bytes of "
@@ -164,7 +153,21 @@ void TcpTransport::on_frame(int peer, const FrameHeader& header) {
                             header.length, header.tag, expected),
                 true);
   p.payload.clear();
+  p.unexpected = {header.tag, header.length};
   read_unexpected(peer, header.tag, header.length);
+}
+
+void TcpTransport::read_into(int peer, const Matcher::Receiver& receiver, std::size_t offset) {
+  Peer& p = peers_[static_cast<std::size_t>(peer)];
+  asio::async_read(*p.socket, asio::buffer(receiver.out.subspan(offset).data(), receiver.out.size() - offset), noting_arrivals(peer),
+                   [this, peer, receiver](const asio::error_code& error, std::size_t) {
+                     if (error) {
+                       receiver.work->fail(link_error(peer, error));
+                       return lose(peer, error.message());
+                     }
+                     receiver.work->complete();
+                     read_header(peer);
+                   });
 }
 
 void TcpTransport::read_unexpected(int peer, Tag tag, std::uint64_t length) {
@@ -172,7 +175,16 @@ void TcpTransport::read_unexpected(int peer, Tag tag, std::uint64_t length) {
   // the peer really sends; a peer that stops sending is lost after peer_timeout like any silent one.
   Peer& p = peers_[static_cast<std::size_t>(peer)];
   const std::size_t have = p.payload.size();
+  if (p.adopter) {
+    // Its receive came while it arrived: what is here is copied once, the rest goes straight to the caller.
+    const Matcher::Receiver receiver = *std::exchange(p.adopter, std::nullopt);
+    p.unexpected.reset();
+    if (have > 0) std::memcpy(receiver.out.data(), p.payload.data(), have);
+    p.payload = {};
+    return read_into(peer, receiver, have);
+  }
   if (have == length) {
+    p.unexpected.reset();
     matcher_.deliver(describe(peer), peer, tag, std::move(p.payload));
     p.payload = {};
     return read_header(peer);
@@ -181,7 +193,13 @@ void TcpTransport::read_unexpected(int peer, Tag tag, std::uint64_t length) {
   p.payload.resize(have + piece);
   asio::async_read(*p.socket, asio::buffer(p.payload.data() + have, piece), noting_arrivals(peer),
                    [this, peer, tag, length](const asio::error_code& error, std::size_t) {
-                     if (error) return lose(peer, error.message());
+                     if (error) {
+                       if (auto& adopter = peers_[static_cast<std::size_t>(peer)].adopter) {
+                         adopter->work->fail(link_error(peer, error));
+                         adopter.reset();
+                       }
+                       return lose(peer, error.message());
+                     }
                      read_unexpected(peer, tag, length);
                    });
 }
@@ -230,8 +248,13 @@ WorkPtr TcpTransport::receive(int peer, Tag tag, std::span<std::byte> out, bool 
   asio::post(io_, [this, peer, tag, out, work, connect] {
     if (broken_) return work->fail(broken_error());
     if (matcher_.take_buffered(describe(peer), peer, tag, out, *work)) return;
-    if (peers_[static_cast<std::size_t>(peer)].departed)
-      return work->fail(std::make_exception_ptr(IoError(fmt::format("{} left the group", describe(peer)))));
+    Peer& p = peers_[static_cast<std::size_t>(peer)];
+    if (p.departed) return work->fail(std::make_exception_ptr(IoError(fmt::format("{} left the group", describe(peer)))));
+    if (p.unexpected && p.unexpected->first == tag && p.unexpected->second == out.size() && !p.adopter &&
+        matcher_.first_posted(peer, tag) == nullptr) {
+      p.adopter = Matcher::Receiver{out, work};  // its frame is arriving: read_unexpected() hands it over
+      return;
+    }
     matcher_.post(peer, tag, {out, work});
     if (connect) link_on_demand(peer);
   });

@@ -88,6 +88,9 @@ struct Peer {
   bool close_when_written = false;
   HeaderBytes header{};
   std::vector<std::byte> payload;  // a frame with no receive posted yet
+  // That frame's tag and length while it arrives; a receive of both posted meanwhile adopts it (read_unexpected).
+  std::optional<std::pair<Tag, std::uint64_t>> unexpected;
+  std::optional<Matcher::Receiver> adopter;
   // The largest data frame each side has announced it sends (FrameType::Announce): a frame above what its
   // sender announced is a corrupt or injected header, refused at once even before the run declares its sizes.
   std::uint64_t announced_to_peer = kAlwaysExpectedBytes;
@@ -192,7 +195,10 @@ class TcpTransport : public Transport {
   static constexpr std::size_t kReadPiece = 64 * 1024;
   void read_header(int peer);
   void on_frame(int peer, const FrameHeader& header);
-  // Reads a frame whose receive is not posted yet into the peer's payload buffer.
+  // Reads the rest of a data frame, from byte `offset` on, straight into its receive's buffer.
+  void read_into(int peer, const Matcher::Receiver& receiver, std::size_t offset);
+  // Reads a frame whose receive is not posted yet into the peer's payload buffer, in pieces; a receive posted
+  // meanwhile takes what has come and the rest.
   static constexpr std::size_t kUnexpectedPiece = 4 << 20;
   void read_unexpected(int peer, Tag tag, std::uint64_t length);
   // Reads the failure report of rank `failed` (`length` bytes, from `peer`) and ends the group with it.
