@@ -4,11 +4,12 @@
 // figure is the transport and the protocol (header checks, CRC-32 both ways), not optimizer arithmetic.
 // With --tls every connection runs over TLS 1.3 keyed from the secret, as under COHORT_TLS=1; with
 // --shared-memory the two talk through shared memory (comm::connect_group), as a worker and a server on one
-// host of a Cluster do.
+// host of a Cluster do. Each row also gives one thread's memcpy of the same bytes, the ceiling of any copy.
 //   usage: cohort_ps_bench [--round-trips N] [--tls | --shared-memory]
 #include <charconv>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <fmt/format.h>
 #include <string_view>
 #include <thread>
@@ -66,6 +67,20 @@ Result measure(const std::vector<ps::VariableInfo>& infos, std::vector<ps::Local
   return {1000.0 * seconds / round_trips, 2.0 * static_cast<double>(payload) * round_trips / seconds / 1e9};
 }
 
+// One thread's memcpy of `bytes` (both directions' payload of a round trip: twice), in GB/s, best of a few.
+double memcpy_gigabytes_per_second(std::size_t bytes) {
+  std::vector<std::byte> from(bytes, std::byte{1}), to(bytes, std::byte{0});
+  double best = 0;
+  for (int round = 0; round < 5; ++round) {
+    const auto start = std::chrono::steady_clock::now();
+    std::memcpy(to.data(), from.data(), bytes);
+    std::memcpy(from.data(), to.data(), bytes);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    best = std::max(best, 2.0 * static_cast<double>(bytes) / seconds / 1e9);
+  }
+  return best;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -101,9 +116,12 @@ int main(int argc, char** argv) {
   const char* title = link == Link::Tls            ? "push+pull over TLS, 1 worker -> 1 server"
                       : link == Link::SharedMemory ? "push+pull, shared memory, 1 worker -> 1 server"
                                                    : "push+pull over TCP, 1 worker -> 1 server";
-  fmt::print("{:<48} {:>14} {:>14}\n", title, "ms/round trip", "GB/s");
-  fmt::print("{:<48} {:>14.3f} {:>14.3f}\n", "flagship CIFAR-10 variables (2.2 MB)", model.milliseconds_per_round_trip,
-             model.gigabytes_per_second);
-  fmt::print("{:<48} {:>14.3f} {:>14.3f}\n", "one 64 MiB variable", large.milliseconds_per_round_trip, large.gigabytes_per_second);
+  std::size_t model_bytes = 0;
+  for (const auto& info : train::variable_infos(flagship)) model_bytes += static_cast<std::size_t>(info.bytes());
+  fmt::print("{:<48} {:>14} {:>14} {:>14}\n", title, "ms/round trip", "GB/s", "memcpy GB/s");
+  fmt::print("{:<48} {:>14.3f} {:>14.3f} {:>14.3f}\n", "flagship CIFAR-10 variables (2.2 MB)", model.milliseconds_per_round_trip,
+             model.gigabytes_per_second, memcpy_gigabytes_per_second(model_bytes));
+  fmt::print("{:<48} {:>14.3f} {:>14.3f} {:>14.3f}\n", "one 64 MiB variable", large.milliseconds_per_round_trip,
+             large.gigabytes_per_second, memcpy_gigabytes_per_second(static_cast<std::size_t>(big.numel()) * sizeof(float)));
   return 0;
 }

@@ -20,8 +20,9 @@ for binary in cohort_ps_bench; do
 done
 cores=$(nproc)
 
-echo "== push+pull of one parameter server (loopback TCP, then shared memory)"
+echo "== push+pull of one parameter server (loopback TCP, TLS, then shared memory)"
 "$build/benchmarks/cohort_ps_bench" || exit 1
+"$build/benchmarks/cohort_ps_bench" --tls || exit 1
 "$build/benchmarks/cohort_ps_bench" --shared-memory || exit 1
 if command -v iperf3 >/dev/null; then
   port=$(( 20000 + RANDOM % 20000 ))
