@@ -22,6 +22,7 @@
 #include "cohort/comm/tcp.hpp"
 #include "comm/tcp/frame.hpp"
 #include "comm/tcp/handshake.hpp"
+#include "comm/tcp/tls_context.hpp"
 #include "conformance.hpp"
 
 using namespace cohort;
@@ -1297,6 +1298,13 @@ TEST_CASE("tcp over TLS: the conformance checks and the collectives", "[comm][tc
     auto group = connect_group(2, addresses, with_certificates("node"));
     conformance::broadcast_allgather_barrier(members(group));
   }
+}
+
+TEST_CASE("tcp over TLS: AES-128-GCM is the first choice of cipher suite", "[comm][tcp][tls]") {
+  tcp::TlsContext tls({}, kSecret);
+  STACK_OF(SSL_CIPHER)* suites = SSL_CTX_get_ciphers(tls.context().native_handle());
+  REQUIRE(suites != nullptr);
+  CHECK(std::string(SSL_CIPHER_get_name(sk_SSL_CIPHER_value(suites, 0))) == "TLS_AES_128_GCM_SHA256");
 }
 
 TEST_CASE("tcp over TLS: the bytes on the wire are not the messages", "[comm][tcp][tls][security]") {

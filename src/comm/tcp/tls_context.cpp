@@ -27,6 +27,9 @@ TlsContext::TlsContext(const TlsOptions& options, const std::string& secret) {
   SSL_CTX_set_min_proto_version(native, TLS1_3_VERSION);
   SSL_CTX_set_options(native, SSL_OP_NO_TICKET);
   SSL_CTX_set_num_tickets(native, 0);
+  // AES-128-GCM first (OpenSSL's own order starts with AES-256): TLS 1.3's mandatory suite, and measured
+  // 1.2-1.5x the bandwidth of AES-256-GCM from 64 KiB on (benchmarks/allreduce_compare.sh, TLS column).
+  SSL_CTX_set_ciphersuites(native, "TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384:TLS_CHACHA20_POLY1305_SHA256");
   const bool certificates = !options.certificate.empty() || !options.private_key.empty() || !options.ca.empty();
   if (!certificates) {
     key_ = tls_key(secret);
