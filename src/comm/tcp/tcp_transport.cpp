@@ -50,6 +50,7 @@ void TcpTransport::shut_down() {
     pending_handshakes_.clear();
     fail_queued_sends(shut_down_error);
     matcher_.fail_posted(shut_down_error);
+    fail_adopted(shut_down_error);
     for (auto& p : peers_) {
       p.retry->cancel();
       if (p.socket) p.socket->close(ignored);
@@ -414,7 +415,13 @@ void TcpTransport::break_group(const std::string& message, Breakage breakage) {
     fail_setup(breakage == Breakage::Protocol ? std::make_exception_ptr(ProtocolError(failure)) : std::make_exception_ptr(IoError(failure)));
   }
   matcher_.fail_posted([this] { return broken_error(); });
+  fail_adopted([this] { return broken_error(); });
   fail_queued_sends([this] { return broken_error(); });
+}
+
+void TcpTransport::fail_adopted(const std::function<std::exception_ptr()>& error) {
+  for (auto& p : peers_)
+    if (p.adopter) std::exchange(p.adopter, std::nullopt)->work->fail(error());
 }
 
 void TcpTransport::fail_queued_sends(const std::function<std::exception_ptr()>& error) {

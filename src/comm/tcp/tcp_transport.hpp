@@ -214,6 +214,8 @@ class TcpTransport : public Transport {
   void lose(int peer, const std::string& reason, bool protocol = false);
   void break_group(const std::string& message, Breakage breakage = Breakage::Lost);
   void fail_pending_of(int peer, const std::string& message);
+  // Fails the receives that took over an arriving message (read_unexpected), as fail_posted() does the others.
+  void fail_adopted(const std::function<std::exception_ptr()>& error);
   // What an operation on `peer`'s link that failed with `error` fails with.
   std::exception_ptr link_error(int peer, const asio::error_code& error) const;
   // Each failed operation gets its own exception object: waiters on other threads rethrow them.
