@@ -100,6 +100,7 @@ Server::Server(comm::Transport& transport, Plan plan, int server, std::vector<in
 
 void Server::restore(const std::vector<ServerSnapshot>& snapshots) {
   const std::lock_guard lock(mutex_);
+  values_changed_locked();
   for (Held& held : held_) {
     std::vector<Tensor> slots;
     copy_rows(snapshots, held.shard->variable, held.shard->row_begin, held.shard->row_end, held.value,
@@ -120,7 +121,6 @@ void Server::restore(const std::vector<ServerSnapshot>& snapshots) {
   }
   optimizer_.set_iterations(iterations);
   version_ = step;
-  values_changed_locked();
   initialized_ = true;
 }
 
@@ -318,9 +318,9 @@ bool Server::handle(int worker, const protocol::RequestHeader& header, const std
   }
   switch (static_cast<proto::Kind>(header.kind)) {
     case proto::Kind::Init: {
+      values_changed_locked();
       for (Held& held : held_)
         std::copy_n(payload.data() + held.offset, held.value.numel(), held.value.data());
-      values_changed_locked();
       initialized_ = true;
       changed_.notify_all();
       lock.unlock();
@@ -333,9 +333,9 @@ bool Server::handle(int worker, const protocol::RequestHeader& header, const std
                                        fmt::format("ps {} got no initial values", server_), deadline_.limit());
           }))
         return true;
-      const auto values = published_values_locked();
+      auto values = published_values_locked();
       lock.unlock();
-      reply_values(worker, 0, values);
+      reply_values(worker, 0, std::move(values));
       return false;
     }
     case proto::Kind::Push: {
@@ -348,9 +348,9 @@ bool Server::handle(int worker, const protocol::RequestHeader& header, const std
                                 ? push_sync_locked(lock, worker, header, payload, staleness, skipped)
                                 : push_async_locked(lock, worker, header, payload, staleness, skipped);
       if (!answered) return true;
-      const auto values = published_values_locked();
+      auto values = published_values_locked();
       lock.unlock();
-      reply_values(worker, staleness, values, skipped);
+      reply_values(worker, staleness, std::move(values), skipped);
       return false;
     }
     case proto::Kind::Save: {
@@ -464,6 +464,7 @@ void Server::apply_sync_step_locked() {
   // 0.0 + the first term (which a compiler may not shorten: -0.0 becomes +0.0) and its last term is added
   // on the way to the optimizer: one pass over the gradients for the usual single contribution per server.
   const timeline::Span span("update", "apply update");
+  values_changed_locked();
   std::vector<std::size_t> from;
   for (std::size_t w = 0; w < contributions_.size(); ++w)
     if (contributions_[w] != nullptr) from.push_back(w);
@@ -496,6 +497,7 @@ void Server::apply_sync_step_locked() {
 
 void Server::apply_locked(const float* source, bool with_gradients) {
   const timeline::Span span("update", "apply update");
+  values_changed_locked();
   for (Held& held : held_) {
     if (held.shard->trainable && !with_gradients) continue;
     const float* in = source + held.offset;
@@ -521,7 +523,6 @@ void Server::update_locked(Held& held, double scale, Term term) {
 
 void Server::finish_update_locked() {
   optimizer_.finish_step();
-  values_changed_locked();
   ++version_;
   ++stats_.updates;
 }
@@ -610,9 +611,15 @@ void Server::announce_failure(const std::string& reason) {
 
 std::shared_ptr<const Server::Published> Server::published_values_locked() {
   if (published_) return published_;
-  // Under the lock, once per change: the workers' answers share it, and an update waits for no answer.
-  published_ = retired_ && retired_.use_count() == 1 ? std::move(retired_) : std::make_shared<Published>();
-  retired_.reset();
+  // Under the lock, once per change: the workers' answers share it, and an update waits for no answer. A
+  // retired copy that no answer holds any more (each lets go under the lock) is reused, its pages mapped.
+  const auto free = std::find_if(retired_.begin(), retired_.end(), [](const auto& copy) { return copy.use_count() == 1; });
+  if (free != retired_.end()) {
+    published_ = std::move(*free);
+    retired_.erase(free);
+  } else {
+    published_ = std::make_shared<Published>();
+  }
   published_->values.resize(payload_floats_);
   std::uint32_t crc = 0;
   for (const Held& held : held_)
@@ -623,7 +630,13 @@ std::shared_ptr<const Server::Published> Server::published_values_locked() {
 }
 
 void Server::values_changed_locked() {
-  if (published_) retired_ = std::move(published_);
+  if (!published_) return;
+  retired_.push_back(std::move(published_));
+  // One per worker can still be on its way (asynchronous pushes); more are let go once free.
+  if (retired_.size() > worker_ranks_.size()) {
+    const auto free = std::find_if(retired_.begin(), retired_.end(), [](const auto& copy) { return copy.use_count() == 1; });
+    if (free != retired_.end()) retired_.erase(free);
+  }
 }
 
 ServerSnapshot Server::snapshot_locked() const {
@@ -654,7 +667,7 @@ void Server::refuse(int worker, const std::string& reason) {
   transport_.send(worker_ranks_[static_cast<std::size_t>(worker)], proto::kReplyTag, bytes_of(header))->wait(transport_.timeout());
 }
 
-void Server::reply_values(int worker, std::int64_t staleness, const std::shared_ptr<const Published>& values,
+void Server::reply_values(int worker, std::int64_t staleness, std::shared_ptr<const Published> values,
                           const std::optional<Skip>& skipped) {
   try {
     reply(worker, staleness, std::as_bytes(std::span(values->values)), values->crc, skipped);
@@ -662,6 +675,9 @@ void Server::reply_values(int worker, std::int64_t staleness, const std::shared_
     comm::keep_until_exit(std::const_pointer_cast<Published>(values));  // a send that did not finish may still read it
     throw;
   }
+  // Let go under the lock: the thread that next sees the copy free and reuses it then sees the send done.
+  const std::lock_guard lock(mutex_);
+  values.reset();
 }
 
 void Server::reply(int worker, std::int64_t staleness, std::span<const std::byte> payload, std::uint32_t crc,

@@ -257,11 +257,22 @@ TEST_CASE("a Sync step applies the samples-weighted mean gradient and the worker
           "[ps][threads]") {
   // The sum in double, in worker order, from 0.0, scaled once and rounded once: the bits the server must give,
   // with one contribution (the others said Done first) and with three. A learning rate of 1 makes SGD's step
-  // the gradient itself.
+  // the gradient itself. The moving statistics start at -0.0 and their changes are -0.0: a sum from 0.0 makes
+  // them +0.0. A Pull before the step has the server publish its values, which the step must not answer with.
   for (const int contributors : {1, 3}) {
     HandServed served({.consistency = ps::Sync{}}, true, 1.0);
     const std::size_t n = served.payload_floats();
-    served.initialize(n);
+    std::vector<float> initial(n, 0.25f);
+    std::vector<char> trainable(n);
+    for (std::size_t offset = 0; const ps::Shard& shard : served.plan.shards())
+      for (std::int64_t i = 0; i < shard.shape.numel(); ++i, ++offset) {
+        trainable[offset] = shard.trainable ? 1 : 0;
+        if (!shard.trainable) initial[offset] = -0.0f;
+      }
+    served.send_to(0, proto::Kind::Init, initial);
+    REQUIRE(served.answer_of(0).header.status == static_cast<std::uint16_t>(proto::Status::Ok));
+    served.send_to(0, proto::Kind::Pull, {});
+    REQUIRE(bits_of(served.answer_of(0).values) == bits_of(initial));
     for (int w = contributors; w < HandServed::kHandWorkers; ++w) {
       served.send_to(w, proto::Kind::Done, {});
       served.answer_of(w);
@@ -270,6 +281,8 @@ TEST_CASE("a Sync step applies the samples-weighted mean gradient and the worker
     std::vector<std::vector<float>> pushed;
     for (int w = 0; w < contributors; ++w) {
       pushed.push_back(mixed_gradients(n, static_cast<std::uint32_t>(w) + 7));
+      for (std::size_t i = 0; i < n; ++i)
+        if (!trainable[i]) pushed.back()[i] = -0.0f;
       served.send_to(w, proto::Kind::Push, pushed.back(), 0, 1, 0, samples[static_cast<std::size_t>(w)]);
     }
     std::vector<float> expected(n);
@@ -286,7 +299,7 @@ TEST_CASE("a Sync step applies the samples-weighted mean gradient and the worker
                  (shard.trainable ? static_cast<double>(samples[static_cast<std::size_t>(w)]) : 1.0);
         const double scale = shard.trainable ? 1.0 / static_cast<double>(all_samples) : 1.0 / contributors;
         const float term = static_cast<float>(sum * scale);
-        expected[offset] = shard.trainable ? 0.25f - term : 0.25f + term;
+        expected[offset] = shard.trainable ? initial[offset] - term : initial[offset] + term;
       }
     }
     REQUIRE(non_trainable > 0);

@@ -142,7 +142,7 @@ class Server {
     std::uint32_t crc = 0;
   };
   std::shared_ptr<const Published> published_values_locked();
-  // The held values changed: the next answer publishes them anew.
+  // The held values are about to change: the next answer publishes them anew.
   void values_changed_locked();
   ServerSnapshot snapshot_locked() const;
   ServerStats stats_locked() const;
@@ -150,7 +150,7 @@ class Server {
   // `crc`: the payload's CRC-32C.
   void reply(int worker, std::int64_t staleness, std::span<const std::byte> payload, std::uint32_t crc,
              const std::optional<Skip>& skipped = {});
-  void reply_values(int worker, std::int64_t staleness, const std::shared_ptr<const Published>& values,
+  void reply_values(int worker, std::int64_t staleness, std::shared_ptr<const Published> values,
                     const std::optional<Skip>& skipped = {});
   void record_latency(double milliseconds);
 
@@ -172,7 +172,7 @@ class Server {
   bool failed_ = false;
   std::int64_t version_ = 0;  // updates applied
   std::shared_ptr<Published> published_;  // the current values' answer, once asked for
-  std::shared_ptr<Published> retired_;    // an older one, reused once no answer sends it (its pages mapped)
+  std::vector<std::shared_ptr<Published>> retired_;  // older ones, reused once no answer holds them
   // Sync: the current step's gradients so far, each in its worker's request buffer (that worker's thread
   // waits for the step), summed in worker order when the step is complete: all but the last contribution
   // in here, the last on its way to the optimizer.
