@@ -613,7 +613,7 @@ std::shared_ptr<const Server::Published> Server::published_values_locked() {
   if (published_) return published_;
   // Under the lock, once per change: the workers' answers share it, and an update waits for no answer. A
   // retired copy that no answer holds any more (each lets go under the lock) is reused, its pages mapped.
-  const auto free = std::find_if(retired_.begin(), retired_.end(), [](const auto& copy) { return copy.use_count() == 1; });
+  const auto free = free_retired_locked();
   if (free != retired_.end()) {
     published_ = std::move(*free);
     retired_.erase(free);
@@ -629,12 +629,16 @@ std::shared_ptr<const Server::Published> Server::published_values_locked() {
   return published_;
 }
 
+std::vector<std::shared_ptr<Server::Published>>::iterator Server::free_retired_locked() {
+  return std::find_if(retired_.begin(), retired_.end(), [](const auto& copy) { return copy.use_count() == 1; });
+}
+
 void Server::values_changed_locked() {
   if (!published_) return;
   retired_.push_back(std::move(published_));
   // One per worker can still be on its way (asynchronous pushes); more are let go once free.
   if (retired_.size() > worker_ranks_.size()) {
-    const auto free = std::find_if(retired_.begin(), retired_.end(), [](const auto& copy) { return copy.use_count() == 1; });
+    const auto free = free_retired_locked();
     if (free != retired_.end()) retired_.erase(free);
   }
 }

@@ -144,6 +144,8 @@ class Server {
   std::shared_ptr<const Published> published_values_locked();
   // The held values are about to change: the next answer publishes them anew.
   void values_changed_locked();
+  // The first retired copy that no answer holds any more (each lets go under the lock), or retired_.end().
+  std::vector<std::shared_ptr<Published>>::iterator free_retired_locked();
   ServerSnapshot snapshot_locked() const;
   ServerStats stats_locked() const;
   void refuse(int worker, const std::string& reason);
