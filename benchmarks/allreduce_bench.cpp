@@ -1,4 +1,5 @@
-// cohort's allreduce (recursive doubling for small vectors, the ring above) over the cluster's transport
+// cohort's allreduce (recursive doubling for small vectors, the ring above, reading the peers' memory directly
+// for large vectors on one host) over the cluster's transport
 // (shared memory between ranks on one host, TCP otherwise; COHORT_SHARED_MEMORY=0 for TCP only), swept
 // nccl-tests style (allreduce_sweep.hpp). It takes the cluster from the environment, so it runs under
 // cohort-launch; with COHORT_COMMUNICATOR=mpi under mpirun it measures cohort's MPI communicator instead:
@@ -11,6 +12,7 @@
 //   ... --startup                                  (time to join and make a first allreduce; descriptors)
 //   COHORT_LATENCY_OPTIMAL_BELOW=N ...              (recursive doubling below N bytes, the ring above;
 //                                                   0: the ring only; to find the crossover)
+//   COHORT_DIRECT_FROM=N ...                        (on one host, read the peers' memory from N bytes)
 // benchmarks/allreduce_compare.sh puts it beside Open MPI and Gloo.
 #include <cstdio>
 #include <cstdlib>
@@ -49,6 +51,7 @@ int main(int argc, char** argv) try {
   }
   comm::AllreduceOptions allreduce;
   if (const char* below = std::getenv("COHORT_LATENCY_OPTIMAL_BELOW")) allreduce.latency_optimal_below_bytes = std::stoull(below);
+  if (const char* from = std::getenv("COHORT_DIRECT_FROM")) allreduce.direct_from_bytes = std::stoull(from);
   auto cluster = cluster::Cluster::from_environment();
   comm::Transport& transport = cluster.transport();
   const char* title = cluster::with_environment_settings({}).transport == "shared-memory"

@@ -5,6 +5,8 @@
 #include <vector>
 
 #include "cohort/core/check.hpp"
+#include "comm/chunks.hpp"
+#include "comm/direct_allreduce.hpp"
 
 namespace cohort::comm {
 namespace {
@@ -13,6 +15,15 @@ template <typename T>
 std::span<std::byte> bytes_of(std::span<T> values) { return std::as_writable_bytes(values); }
 
 constexpr std::string_view kRecursiveDoubling = "recursive doubling";
+constexpr std::string_view kDirect = "direct (from the peers' memory)";
+
+// The peers' memory, where the transport has it and an allreduce of `bytes` reads from it.
+PeerMemory* direct_memory(Transport& transport, std::size_t bytes, const AllreduceOptions& options) {
+  const std::size_t direct_from =
+      options.direct_from_bytes.value_or(transport.size() == 2 ? std::size_t{1} << 20 : std::size_t{128} << 10);
+  if (options.wire != DType::Float32 || transport.size() < 2 || bytes < direct_from) return nullptr;
+  return transport.peer_memory();
+}
 
 }  // namespace
 
@@ -65,16 +76,6 @@ void allgather(Transport& transport, std::span<const std::byte> mine, std::span<
 }
 
 namespace {
-
-// Chunk `chunk` of `data` cut into n near-equal chunks, the first data.size() % n of them one element longer.
-template <typename T>
-std::span<T> ring_chunk(std::span<T> data, int n, int chunk) {
-  const auto begin = [&](int c) {
-    const auto index = static_cast<std::size_t>(c), ranks = static_cast<std::size_t>(n);
-    return index * (data.size() / ranks) + std::min(index, data.size() % ranks);
-  };
-  return data.subspan(begin(chunk), begin(chunk + 1) - begin(chunk));
-}
 
 // Ring allreduce (Patarasuk and Yuan 2009; Horovod, Gloo, NCCL): the vector is cut into n chunks.
 // Reduce-scatter: in n - 1 steps every rank sends one chunk to its successor and adds the chunk coming
@@ -232,6 +233,10 @@ std::string_view allreduce_algorithm(std::size_t bytes, int ranks, const Allredu
   return ranks > 1 && bytes < latency_optimal_below ? kRecursiveDoubling : "ring";
 }
 
+std::string_view allreduce_algorithm(Transport& transport, std::size_t bytes, const AllreduceOptions& options) {
+  return direct_memory(transport, bytes, options) != nullptr ? kDirect : allreduce_algorithm(bytes, transport.size(), options);
+}
+
 void allreduce(Transport& transport, std::span<std::byte> data, const AllreduceOptions& options) {
   COHORT_CHECK(options.type == DType::Float32, "allreduce: reduces float32 elements, got {}", dtype_name(options.type));
   COHORT_CHECK(options.wire == DType::Float32 || options.wire == DType::BFloat16,
@@ -239,12 +244,16 @@ void allreduce(Transport& transport, std::span<std::byte> data, const AllreduceO
   const std::size_t element = element_size(options.type);
   COHORT_CHECK(data.size() % element == 0, "allreduce: {} bytes are not whole elements of {} bytes", data.size(), element);
   const std::span values(reinterpret_cast<float*>(data.data()), data.size() / element);
-  if (options.wire == DType::BFloat16)
+  PeerMemory* memory = direct_memory(transport, data.size(), options);
+  const bool read_directly = memory != nullptr && direct_allreduce(transport, *memory, values, options.tag);
+  if (read_directly) {
+  } else if (options.wire == DType::BFloat16) {
     ring_allreduce_bfloat16_wire(transport, values, options);
-  else if (allreduce_algorithm(data.size(), transport.size(), options) == kRecursiveDoubling)
+  } else if (allreduce_algorithm(data.size(), transport.size(), options) == kRecursiveDoubling) {
     recursive_doubling_allreduce(transport, values, options);
-  else
+  } else {
     ring_allreduce(transport, values, options);
+  }
   if (options.op == ReduceOp::Mean) {
     const float inverse = 1.0f / static_cast<float>(transport.size());
     for (float& v : values) v *= inverse;

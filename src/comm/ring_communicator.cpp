@@ -46,7 +46,7 @@ class RingCommunicator final : public Communicator {
   WorkPtr allreduce(Buffer data, ReduceOp op) override {
     check_host("allreduce", data);
     const std::string_view algorithm =
-        hierarchical_ ? "hierarchical" : allreduce_algorithm(data.bytes(), size(), {.type = data.type, .wire = data.wire});
+        hierarchical_ ? "hierarchical" : allreduce_algorithm(transport_, data.bytes(), {.type = data.type, .wire = data.wire});
     return run(fmt::format("{} allreduce of {} bytes", algorithm, data.bytes()), [this, data, op] {
       if (hierarchical_)
         comm::hierarchical_allreduce(transport_, host_of_, bytes_of(data), {.op = op, .type = data.type, .wire = data.wire});

@@ -146,15 +146,37 @@ int shm_peer(const std::string& ports) {
 
 const bool shm_peer_registered = cohort_test::register_helper("shm-peer", shm_peer);
 
+// How many floats the loss test's direct allreduce reduces (64 MiB).
+constexpr std::size_t kDirectCount = std::size_t{16} << 20;
+
+// Rank 1 of the direct-allreduce loss test: enters an allreduce by announcing its vector, then dies while
+// rank 0 reads it. The argument is "port0,port1".
+int shm_direct_peer(const std::string& ports) {
+  const auto comma = ports.find(',');
+  const std::vector<Address> addresses{{"127.0.0.1", static_cast<std::uint16_t>(std::stoi(ports.substr(0, comma)))},
+                                       {"127.0.0.1", static_cast<std::uint16_t>(std::stoi(ports.substr(comma + 1)))}};
+  auto one = connect_group(options_for(1, addresses));
+  std::vector<float> vector(kDirectCount, 1.0f);
+  // The first round of direct_allreduce.cpp: where the vector is, its bytes, and that this rank reads its peers.
+  const std::array<std::uint64_t, 3> announcement{reinterpret_cast<std::uintptr_t>(vector.data()), kDirectCount * sizeof(float), 1};
+  std::array<std::uint64_t, 3> theirs{};
+  one->send(0, kCollectiveTag, std::as_bytes(std::span(announcement)))->wait(10s);
+  one->recv(0, kCollectiveTag, std::as_writable_bytes(std::span(theirs)))->wait(10s);
+  ::raise(SIGKILL);
+  return 1;
+}
+
+const bool shm_direct_peer_registered = cohort_test::register_helper("shm-direct-peer", shm_direct_peer);
+
 // Rank 1 in a process of its own: this test binary again, as the helper above.
 class PeerProcess {
  public:
-  explicit PeerProcess(const std::vector<Address>& addresses) : child_(::fork()) {
+  explicit PeerProcess(const std::vector<Address>& addresses, const char* helper = "shm-peer") : child_(::fork()) {
     REQUIRE(child_ >= 0);
     if (child_ > 0) return;
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     const std::string ports = fmt::format("{},{}", addresses[0].port, addresses[1].port);
-    ::execl("/proc/self/exe", "cohort_tests", "--helper", "shm-peer", ports.c_str(), static_cast<char*>(nullptr));
+    ::execl("/proc/self/exe", "cohort_tests", "--helper", helper, ports.c_str(), static_cast<char*>(nullptr));
     ::_exit(127);
   }
   ~PeerProcess() {
@@ -224,6 +246,101 @@ TEST_CASE("shm: collectives match the serial reference on 2 to 5 ranks, on one h
   conformance::reduce_scatter_then_allgather(members(mixed), {3, 75001});
   conformance::broadcast_allgather_barrier(members(mixed));
   for (const auto& t : mixed) CHECK(shared_peers(t) == 1);
+}
+
+TEST_CASE("shm: an allreduce on one host reads its peers' memory directly, and matches the serial reference on 2 to 5 ranks",
+          "[comm][shm][collectives]") {
+  const AllreduceOptions always_direct{.direct_from_bytes = 0};
+  for (int n : {2, 3, 4, 5}) {
+    auto group = connect_ranks(n);
+    CHECK(allreduce_algorithm(*group[0], 4, always_direct) == "direct (from the peers' memory)");
+    CHECK(allreduce_algorithm(*group[0], 4) == "recursive doubling");
+    for (const std::size_t count : {std::size_t{0}, std::size_t{1}, static_cast<std::size_t>(n - 1), std::size_t{7},
+                                    std::size_t{1000}, std::size_t{300001}}) {
+      for (const ReduceOp op : {ReduceOp::Sum, ReduceOp::Mean}) {
+        std::vector<std::uint64_t> reads_before;
+        for (const auto& t : group) reads_before.push_back(shm_of(t)->peer_memory_reads());
+        std::vector<std::vector<float>> results(static_cast<std::size_t>(n));
+        comm_test::run_ranks(n, [&](int r) {
+          auto data = conformance::input_of(r, count);
+          AllreduceOptions options = always_direct;
+          options.op = op;
+          allreduce(*group[static_cast<std::size_t>(r)], data, options);
+          results[static_cast<std::size_t>(r)] = std::move(data);
+        });
+        INFO(n << " ranks, " << count << " elements, mean " << (op == ReduceOp::Mean));
+        const auto expected = conformance::reduction_of_inputs(n, count, op);
+        for (int r = 0; r < n; ++r) {
+          const auto& got = results[static_cast<std::size_t>(r)];
+          REQUIRE(got.size() == count);
+          for (std::size_t i = 0; i < count; ++i) REQUIRE(got[i] == Approx(expected[i]).epsilon(1e-6));
+          CHECK(got == results[0]);
+          // Every chunk but the empty ones is read: its own from each peer (in pieces), the others from their owners.
+          const std::uint64_t reads = shm_of(group[static_cast<std::size_t>(r)])->peer_memory_reads() - reads_before[static_cast<std::size_t>(r)];
+          if (count == 0) CHECK(reads == 0);
+          else if (count < static_cast<std::size_t>(n)) CHECK(reads <= 2 * static_cast<std::uint64_t>(n - 1));
+          else CHECK(reads >= 2 * static_cast<std::uint64_t>(n - 1));
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("shm: where one rank may not read its peers' memory, every rank of the allreduce takes the messages' way", "[comm][shm][collectives]") {
+  auto group = connect_ranks(3, {}, [](int r, SharedMemoryOptions& options) {
+    if (r == 1) options.single_copy_bytes = 0;
+  });
+  const std::size_t count = 300001;
+  std::vector<std::vector<float>> results(3);
+  comm_test::run_ranks(3, [&](int r) {
+    auto data = conformance::input_of(r, count);
+    allreduce(*group[static_cast<std::size_t>(r)], data, {.direct_from_bytes = 0});
+    results[static_cast<std::size_t>(r)] = std::move(data);
+  });
+  CHECK(results[0] == conformance::reduction_of_inputs(3, count, ReduceOp::Sum));
+  for (const auto& result : results) CHECK(result == results[0]);
+  for (const auto& t : group) CHECK(shm_of(t)->peer_memory_reads() == 0);
+}
+
+TEST_CASE("shm: a peer that names memory it does not have for a direct allreduce fails it with ProtocolError, naming the peer",
+          "[comm][shm][collectives][security]") {
+  auto group = connect_ranks(2);
+  const std::size_t count = std::size_t{1} << 20;
+  // Rank 1 speaks the first round itself: a vector at address 8, which no process maps.
+  const std::array<std::uint64_t, 3> forged{8, count * sizeof(float), 1};
+  std::array<std::uint64_t, 3> theirs{};
+  std::string refusal;
+  comm_test::run_ranks(2, [&](int r) {
+    if (r == 1) {
+      auto sent = group[1]->send(0, kCollectiveTag, std::as_bytes(std::span(forged)));
+      group[1]->recv(0, kCollectiveTag, std::as_writable_bytes(std::span(theirs)))->wait(5s);
+      sent->wait(5s);
+      return;
+    }
+    std::vector<float> data(count, 1.0f);
+    try {
+      allreduce(*group[0], data);
+    } catch (const ProtocolError& error) {
+      refusal = error.what();
+    }
+  });
+  CHECK_THAT(refusal, Catch::Contains(group[0]->describe(1)) && Catch::Contains("not readable memory"));
+}
+
+TEST_CASE("shm: a peer that dies while a direct allreduce reads its memory fails it, naming the peer", "[comm][shm][collectives]") {
+  const auto addresses = comm_test::free_addresses(2);
+  PeerProcess peer(addresses, "shm-direct-peer");
+  auto zero = connect_group(options_for(0, addresses));
+  std::vector<float> data(kDirectCount, 2.0f);
+  const auto began = std::chrono::steady_clock::now();
+  std::string failure;
+  try {
+    allreduce(*zero, data);
+  } catch (const IoError& error) {
+    failure = error.what();
+  }
+  CHECK_THAT(failure, Catch::Contains("lost worker 1"));
+  CHECK(std::chrono::steady_clock::now() - began < 5s);  // the peer timeout is 1 s
 }
 
 TEST_CASE("shm: a pair shares memory from its first message, a segment is unlinked once every peer paired, a pair that cannot keeps TCP",

@@ -39,6 +39,11 @@ struct AllreduceOptions {
   // the allreduce sweep over loopback TCP, 1 MiB on 2 ranks (both send the vector once, but the ring
   // overlaps its additions with the transfer) and 256 KiB on more.
   std::optional<std::size_t> latency_optimal_below_bytes{};
+  // From this size, where the transport can read every peer's memory (shared memory, all ranks on one host),
+  // each rank reduces its chunk straight from its peers' vectors and then reads the finished chunks from
+  // their owners: one copy per byte and three rounds of small messages (direct_allreduce.hpp). Unset: where
+  // it overtook the others in the allreduce sweep on 2 cores, 1 MiB on 2 ranks and 128 KiB on more.
+  std::optional<std::size_t> direct_from_bytes{};
   Tag tag = kCollectiveTag;
 };
 
@@ -56,8 +61,11 @@ void allreduce(Transport& transport, std::span<std::byte> data, const AllreduceO
 // every rank's block r, in place, and the other blocks hold partial sums. The first half of the ring
 // allreduce: each rank sends and receives (n - 1) / n of the vector. Float32 on the wire only.
 void reduce_scatter(Transport& transport, std::span<std::byte> data, const AllreduceOptions& options = {});
-// Which algorithm allreduce() runs for `bytes` on `ranks` ranks: "ring" or "recursive doubling".
+// Which algorithm allreduce() runs for `bytes` on `ranks` ranks without peer memory: "ring" or "recursive doubling".
 std::string_view allreduce_algorithm(std::size_t bytes, int ranks, const AllreduceOptions& options = {});
+// As above, on `transport`: "direct (from the peers' memory)" where it reads its peers' memory (which
+// falls back to the others when some rank cannot).
+std::string_view allreduce_algorithm(Transport& transport, std::size_t bytes, const AllreduceOptions& options = {});
 inline void allreduce(Transport& transport, std::span<float> data, const AllreduceOptions& options = {}) {
   allreduce(transport, std::as_writable_bytes(data), options);
 }

@@ -17,7 +17,8 @@
 // - Single copy: a message of at least `single_copy_bytes` is read by its receiver straight from the
 //   sender's memory (Linux cross-memory attach, as Open MPI's shared-memory transport does) instead of
 //   being copied into a ring and out again; a pair whose kernel refuses that (kernel.yama.ptrace_scope
-//   above 0) keeps the rings, with one warning naming the reason.
+//   above 0) keeps the rings, with one warning naming the reason. The same reads let a large allreduce on one
+//   host reduce straight from the peers' vectors (AllreduceOptions::direct_from_bytes).
 // - Loss detection stays with the TCP link: a peer whose process dies, stops or says goodbye is noticed
 //   through its socket and heartbeats, and every pending operation fails naming it.
 //
@@ -43,7 +44,7 @@ struct SharedMemoryOptions {
   // available memory (MemAvailable, or its cgroup's limit) keeps TCP for them, with one warning each.
   std::size_t mailbox_bytes = std::size_t{64} << 20;
   // Messages this large or larger take one copy, read from the sender's memory; 0 (or
-  // GroupOptions::single_copy false) keeps every message in the rings. Below that, measured on 2 cores, two copies cost less: they overlap, one on each process's core,
+  // GroupOptions::single_copy false) keeps every message in the rings, and the allreduce off the peers' memory. Below that, measured on 2 cores, two copies cost less: they overlap, one on each process's core,
   // and the kernel's cross-process copy runs slower than memcpy on data in cache (8 MiB is above it).
   std::size_t single_copy_bytes = std::size_t{8} << 20;
 };

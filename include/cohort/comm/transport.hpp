@@ -36,6 +36,20 @@ namespace cohort::comm {
 
 using Tag = std::uint64_t;
 
+// Reading a same-host peer's memory directly (Linux cross-memory attach, as Open MPI's shared-memory
+// transport does), so that a collective reduces straight from its peers' buffers instead of passing their
+// bytes through messages. A transport offers it only where every peer is on this host.
+class PeerMemory {
+ public:
+  virtual ~PeerMemory() = default;
+  // Whether this rank may read every peer's memory (pairing first with those it has not talked to: a round
+  // trip each). Each rank answers for its own reads: a collective agrees with its peers before relying on it.
+  virtual bool can_read_every_peer() = 0;
+  // Copies out.size() bytes at `address` in `peer`'s process into `out`. Throws IoError naming the peer when
+  // its process has ended, ProtocolError when the address is not readable memory of that process.
+  virtual void read(int peer, std::uint64_t address, std::span<std::byte> out) = 0;
+};
+
 // Messages this small are always expected (agreements, a run's history, rendezvous answers).
 inline constexpr std::uint64_t kAlwaysExpectedBytes = 256 << 10;
 
@@ -69,6 +83,8 @@ class Transport {
   // No message of this run is larger than max(bytes, kAlwaysExpectedBytes): from now on a frame that
   // announces more while no receive of its size waits fails this rank with ProtocolError naming the sender.
   virtual void expect_messages_up_to(std::uint64_t bytes) = 0;
+  // Direct reads of the peers' memory, where this transport has them for this group; none by default.
+  virtual PeerMemory* peer_memory() { return nullptr; }
 };
 
 // How the job names `rank` without its address: "worker 1" of "worker 1 (127.0.0.1:4001)".

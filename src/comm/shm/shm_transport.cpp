@@ -277,6 +277,36 @@ int ShmTransport::single_copy_sources() const {
   return static_cast<int>(std::ranges::count_if(links_, [](const auto& link) { return is_paired(*link) && link->single_copy_in; }));
 }
 
+// Offered whatever this rank's single-copy setting, so that every rank on the host takes the same first
+// step of a collective; can_read_every_peer() answers for the setting.
+PeerMemory* ShmTransport::peer_memory() {
+  const bool every_peer_here = static_cast<int>(links_.size()) + 1 == size();
+  return every_peer_here && size() > 1 ? this : nullptr;
+}
+
+bool ShmTransport::can_read_every_peer() {
+  if (single_copy_bytes_ == 0) return false;
+  for (const auto& link : links_) {
+    if (auto failure = await_pairing(*link)) std::rethrow_exception(failure);
+    if (!is_paired(*link) || !link->single_copy_in) return false;
+  }
+  return true;
+}
+
+void ShmTransport::read(int peer, std::uint64_t address, std::span<std::byte> out) {
+  const Link* link = link_of(peer);
+  COHORT_CHECK(link != nullptr && is_paired(*link) && link->single_copy_in, "{} cannot read the memory of {}",
+               describe(rank()), describe(peer));
+  auto error = read_peer_memory(link->pid, address, out);
+  // A process that ended during the read may have left its pid to another, which was read instead.
+  if (!error && link->process && link->process->ended()) error = PeerReadError{ESRCH, "its process has ended"};
+  peer_memory_reads_.fetch_add(1, std::memory_order_relaxed);
+  if (!error) return;
+  if (error->process_gone()) throw IoError(fmt::format("lost {}: {} while this rank read its memory", describe(peer), error->reason));
+  throw ProtocolError(fmt::format("protocol error: {} named {} bytes at {:#x} of its memory for this rank to read, which failed: {}",
+                                  describe(peer), out.size(), address, error->reason));
+}
+
 ShmTransport::Link* ShmTransport::link_of(int peer) const {
   COHORT_CHECK(peer >= 0 && peer < size() && peer != rank(), "rank {} cannot address peer {} in a group of {}", rank(), peer, size());
   return link_by_rank_[static_cast<std::size_t>(peer)];

@@ -31,6 +31,10 @@
 // it on the waiting thread saves two thread wake-ups per message. It yields the core between looks, so
 // polling pays even where a host runs more ranks than it has cores.
 //
+// Peer memory: where every peer of the group is on this host and single copy is on, the transport lets the
+// collectives read the peers' buffers themselves (peer_memory(), through the same checked process handles),
+// so that an allreduce reduces straight from them (direct_allreduce.hpp).
+//
 // Failures come from the TCP transport: the progress thread keeps a receive posted there per shared-memory
 // peer on a tag nothing sends, and when it fails (the peer was lost, the group broke, or the peer left)
 // the same failure reaches the shared-memory operations. A peer that left cleanly is drained first: what it
@@ -53,7 +57,7 @@
 
 namespace cohort::comm::shm {
 
-class ShmTransport : public Transport {
+class ShmTransport : public Transport, private PeerMemory {
  public:
   // A peer that shares this host with this rank, and the mailbox it must offer: a ring for each of its own
   // same-host peers, of ring_bytes each, this rank's in slot your_slot.
@@ -81,6 +85,8 @@ class ShmTransport : public Transport {
   void announce_failure(const std::string& reason) override { tcp_->announce_failure(reason); }
   WorkPtr send(int peer, Tag tag, std::span<const std::byte> data) override;
   WorkPtr recv(int peer, Tag tag, std::span<std::byte> out) override;
+  // None unless every peer is on this host; it reads them only where single copy is on.
+  PeerMemory* peer_memory() override;
 
   // How many peers share memory with this rank (the others use TCP), and the size of each ring its own
   // mailbox holds for them.
@@ -91,8 +97,13 @@ class ShmTransport : public Transport {
   int single_copy_peers() const;
   int single_copy_sources() const;
   std::uint64_t single_copy_messages() const { return single_copy_messages_.load(std::memory_order_relaxed); }
+  // How many reads of peers' memory the collectives made through peer_memory().
+  std::uint64_t peer_memory_reads() const { return peer_memory_reads_.load(std::memory_order_relaxed); }
 
  private:
+  bool can_read_every_peer() override;
+  void read(int peer, std::uint64_t address, std::span<std::byte> out) override;
+
   enum class FrameKind : std::uint64_t { Inline = 0, SingleCopy = 1, Acknowledgement = 2 };
   struct FrameHeader {
     Tag tag = 0;
@@ -225,6 +236,7 @@ class ShmTransport : public Transport {
   Matcher matcher_;
 
   std::atomic<std::uint64_t> single_copy_messages_{0};
+  std::atomic<std::uint64_t> peer_memory_reads_{0};
   std::atomic<bool> stopping_{false};
   std::thread progress_thread_;
 };
