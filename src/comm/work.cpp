@@ -13,13 +13,19 @@ void Work::wait(std::chrono::milliseconds timeout) {
 }
 
 bool Work::wait_for(std::chrono::milliseconds timeout) {
-  if (poll_) {
+  if (poller_ != nullptr && !done()) {
     // Long enough for a collective's next step to arrive on one host, short enough that a rank waiting
     // for a slow peer soon sleeps and leaves the core to others.
     constexpr std::chrono::microseconds kPollFor{200};
     const auto until = std::chrono::steady_clock::now() + std::min<std::chrono::microseconds>(kPollFor, timeout);
-    while (!done() && std::chrono::steady_clock::now() < until) {
-      poll_();
+    struct Polling {
+      explicit Polling(Poller& poller) : poller(poller) { poller.begin(); }
+      ~Polling() { poller.end(finished); }
+      Poller& poller;
+      bool finished = false;
+    } polling(*poller_);
+    while (!(polling.finished = done()) && std::chrono::steady_clock::now() < until) {
+      poller_->poll();
       if (!done()) std::this_thread::yield();
     }
   }

@@ -371,6 +371,34 @@ TEST_CASE("shm: a pair shares memory from its first message, a segment is unlink
   for (const auto& t : group) CHECK(shared_peers(t) == 0);
 }
 
+TEST_CASE("shm: the progress thread delivers what arrives while nobody waits, also right after callers polled", "[comm][shm]") {
+  auto group = connect_ranks(2);
+  std::vector<int> ping{1}, pong(1), early{2}, arrived(1);
+  for (int round = 0; round < 5; ++round) {
+    INFO("round " << round);
+    auto unwatched = group[0]->recv(1, 1, conformance::bytes(arrived));
+    // Small messages back and forth, each waited for by a polling caller: the progress thread steps aside.
+    std::thread echo([&] {
+      for (int i = 0; i < 300; ++i) {
+        group[1]->recv(0, 2, conformance::bytes(pong))->wait(5s);
+        group[1]->send(0, 3, conformance::bytes(pong))->wait(5s);
+      }
+    });
+    for (int i = 0; i < 300; ++i) {
+      auto sent = group[0]->send(1, 2, conformance::bytes(ping));
+      group[0]->recv(1, 3, conformance::bytes(ping))->wait(5s);
+      sent->wait(5s);
+    }
+    echo.join();
+    // Nobody waits now: the message must reach its receive through the progress thread, soon.
+    group[1]->send(0, 1, conformance::bytes(early))->wait(5s);
+    const auto deadline = std::chrono::steady_clock::now() + 2s;
+    while (!unwatched->done() && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(1ms);
+    REQUIRE(unwatched->done());
+    CHECK(arrived[0] == 2);
+  }
+}
+
 TEST_CASE("shm: bad options are refused", "[comm][shm]") {
   const auto addresses = comm_test::free_addresses(2);
   CHECK_THROWS_AS(connect_group(options_for(0, addresses), {.hosts = {"a"}}), InvalidArgument);

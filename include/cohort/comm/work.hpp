@@ -9,7 +9,6 @@
 #include <chrono>
 #include <condition_variable>
 #include <exception>
-#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -17,13 +16,23 @@
 
 namespace cohort::comm {
 
+// A transport whose waiting threads can move the bytes themselves (shared memory): a wait calls begin(),
+// then poll() (yielding between calls) for a short while, then end(): with `done` true when the operation
+// completed meanwhile, false when the waiter goes on to sleep. Calls from several waiting threads may overlap.
+class Poller {
+ public:
+  virtual ~Poller() = default;
+  virtual void begin() {}
+  virtual void poll() = 0;
+  virtual void end(bool /*done*/) {}
+};
+
 class Work {
  public:
   // `what` names the operation in a timeout message ("recv from worker 1, tag 7").
   explicit Work(std::string what) : what_(std::move(what)) {}
-  // For a transport whose waiting thread can move the bytes itself (shared memory): wait() calls `poll`,
-  // yielding between calls, for a short while before it sleeps. `poll` must tolerate concurrent calls.
-  Work(std::string what, std::function<void()> poll) : what_(std::move(what)), poll_(std::move(poll)) {}
+  // Waited with `poller`'s help, which must outlive the wait.
+  Work(std::string what, Poller& poller) : what_(std::move(what)), poller_(&poller) {}
 
   // Returns when done; rethrows the failure; throws TimeoutError after `timeout`.
   void wait(std::chrono::milliseconds timeout);
@@ -38,7 +47,7 @@ class Work {
 
  private:
   std::string what_;
-  std::function<void()> poll_;
+  Poller* poller_ = nullptr;
   mutable std::mutex mutex_;
   std::condition_variable finished_;
   bool done_ = false;

@@ -191,14 +191,18 @@ Ring Mailbox::ring(std::uint32_t slot) const {
 }
 
 void Mailbox::ring_bell() const {
+  if (header().sleeping.load(std::memory_order_seq_cst) != 0) wake_owner();
+}
+
+void Mailbox::wake_owner() const {
   MailboxHeader& h = header();
-  if (h.sleeping.load(std::memory_order_seq_cst) == 0) return;
   h.bell.fetch_add(1, std::memory_order_seq_cst);
   futex(&h.bell, FUTEX_WAKE, 1, nullptr);
 }
 
-void Mailbox::wait_for_bell(std::uint32_t seen, std::chrono::milliseconds timeout) const {
-  const timespec limit{.tv_sec = static_cast<time_t>(timeout.count() / 1000), .tv_nsec = static_cast<long>(timeout.count() % 1000) * 1'000'000};
+void Mailbox::wait_for_bell(std::uint32_t seen, std::chrono::microseconds timeout) const {
+  const timespec limit{.tv_sec = static_cast<time_t>(timeout.count() / 1'000'000),
+                       .tv_nsec = static_cast<long>(timeout.count() % 1'000'000) * 1'000};
   futex(&header().bell, FUTEX_WAIT, seen, &limit);  // returns at once when the bell has moved
 }
 

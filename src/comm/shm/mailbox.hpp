@@ -107,8 +107,10 @@ class Mailbox {
 
   // Wakes the owner if it announced sleep.
   void ring_bell() const;
+  // The owner's own threads: wakes whichever of them waits for the bell, announced or not.
+  void wake_owner() const;
   // The owner: sleeps until the bell moves past `seen` or `timeout` passes.
-  void wait_for_bell(std::uint32_t seen, std::chrono::milliseconds timeout) const;
+  void wait_for_bell(std::uint32_t seen, std::chrono::microseconds timeout) const;
 
  private:
   std::string name_;

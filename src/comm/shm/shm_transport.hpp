@@ -28,8 +28,10 @@
 //
 // A thread waiting on one of these operations makes the progress itself for a moment (Work's poll) before
 // it sleeps: on one host the next message of a collective usually arrives within microseconds, and moving
-// it on the waiting thread saves two thread wake-ups per message. It yields the core between looks, so
-// polling pays even where a host runs more ranks than it has cores.
+// it on the waiting thread saves two thread wake-ups per message. It moves every link's bytes, as the
+// progress thread does, and the progress thread steps aside while any caller polls (parked without telling
+// the peers, whose sends then ring no bell), so that the two do not take turns on one core. A caller yields
+// the core between looks, so polling pays even where a host runs more ranks than it has cores.
 //
 // Peer memory: where every peer of the group is on this host and single copy is on, the transport lets the
 // collectives read the peers' buffers themselves (peer_memory(), through the same checked process handles),
@@ -103,6 +105,21 @@ class ShmTransport : public Transport, private PeerMemory {
  private:
   bool can_read_every_peer() override;
   void read(int peer, std::uint64_t address, std::span<std::byte> out) override;
+  // A waiting caller's turn at moving the bytes (Work's poll). While it waits for a small message, the
+  // progress thread steps aside when idle; for larger ones the two move bytes side by side, which measured
+  // faster from 16 KiB on 2 cores.
+  class CallerPoll final : public Poller {
+   public:
+    CallerPoll(ShmTransport& transport, bool progress_steps_aside) : transport_(transport), steps_aside_(progress_steps_aside) {}
+    void begin() override;
+    void poll() override { transport_.move_bytes(); }
+    void end(bool done) override;
+
+   private:
+    ShmTransport& transport_;
+    bool steps_aside_;
+  };
+  Poller& poll_for(std::size_t bytes);
 
   enum class FrameKind : std::uint64_t { Inline = 0, SingleCopy = 1, Acknowledgement = 2 };
   struct FrameHeader {
@@ -196,6 +213,11 @@ class ShmTransport : public Transport, private PeerMemory {
   // Writes what fits of the queue's front frames; the caller holds link.send_mutex.
   void write_queued(Link& link);
   void progress();
+  // One pass over the paired links: what has arrived is read and what waits is written, each link skipped
+  // while another thread holds it. The progress thread's step, and a polling caller's.
+  bool move_bytes();
+  // The progress thread waits a moment while callers poll.
+  void step_aside();
   bool read_inbound(Link& link);  // the caller holds link.read_mutex
   // Begins reading a frame; false (and the link corrupt) when it is one that no receive awaits and larger than expected.
   bool start_frame(Link& link, Tag tag, std::uint64_t length);
@@ -237,6 +259,10 @@ class ShmTransport : public Transport, private PeerMemory {
 
   std::atomic<std::uint64_t> single_copy_messages_{0};
   std::atomic<std::uint64_t> peer_memory_reads_{0};
+  std::atomic<int> callers_polling_{0};  // for small messages (CallerPoll)
+  bool step_aside_for_callers_ = false;  // a core per rank of this host
+  CallerPoll small_message_poll_{*this, true};
+  CallerPoll large_message_poll_{*this, false};
   std::atomic<bool> stopping_{false};
   std::thread progress_thread_;
 };
