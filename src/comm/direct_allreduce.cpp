@@ -85,20 +85,22 @@ bool direct_allreduce(Transport& transport, PeerMemory& memory, std::span<float>
   const auto own = ring_chunk(data, n, r);
   for (std::size_t at = 0; at < own.size(); at += kPieceElements) {
     const auto mine = own.subspan(at, std::min(kPieceElements, own.size() - at));
-    // Rank 0's term starts the sum: in place when it is this rank's own.
-    const auto sum = r == 0 ? mine : std::span(rounds.scratch).subspan(0, mine.size());
+    // ((x0 + x1) + x2) + ...: in place on ranks 0 and 1, whose own term is one of the first addition's
+    // operands (x1 + x0 has the bits of x0 + x1); in scratch on the others.
+    const bool in_place = r <= 1;
+    const auto sum = in_place ? mine : std::span(rounds.scratch).subspan(0, mine.size());
     const auto term = std::span(rounds.scratch).subspan(kPieceElements, mine.size());
     for (int j = 0; j < n; ++j) {
       if (j == r) {
-        if (j != 0) add_into(sum, mine);
-      } else if (j == 0) {
+        if (!in_place) add_into(sum, mine);
+      } else if (j == 0 && !in_place) {
         read_part(j, mine, sum);
       } else {
         read_part(j, mine, term);
         add_into(sum, term);
       }
     }
-    if (r != 0) std::ranges::copy(sum, mine.begin());
+    if (!in_place) std::ranges::copy(sum, mine.begin());
   }
 
   // Phase 3: the other chunks from their owners, each once it is final.

@@ -30,7 +30,11 @@ constexpr std::chrono::milliseconds kCloseWaitForReaders{500};
 constexpr std::chrono::milliseconds kWatchInterval{20};
 constexpr std::chrono::milliseconds kPairingLookInterval{1};
 constexpr std::chrono::microseconds kPollAfterProgress{50};
-constexpr std::chrono::microseconds kStepAside{200};  // Work's polling time
+// How long the progress thread steps aside at a time while callers poll for small messages. A caller that
+// goes on to sleep wakes it sooner; a longer step means fewer timer wake-ups taking a polling caller's core
+// (1 ms measured up to 1.4x faster than 200 us at 64 KiB-4 MiB on 2 ranks of 2 cores), at the cost of that
+// much delay for bytes nobody waits for meanwhile.
+constexpr std::chrono::microseconds kStepAside{1000};
 constexpr std::size_t kStepAsideBelow = 16 << 10;   // the messages for which it does (CallerPoll)
 constexpr std::size_t kMaxRingBytes = std::size_t{1} << 30;
 
@@ -635,7 +639,7 @@ void ShmTransport::CallerPoll::begin() {
 void ShmTransport::CallerPoll::end(bool done) {
   // A caller that goes on to sleep hands the bytes back to the progress thread at once; one whose
   // operation completed does not wake it (that would cost each wait a system call, and the caller its
-  // core): the progress thread looks again after about a caller's polling time.
+  // core): the progress thread looks again after kStepAside.
   if (steps_aside_ && transport_.callers_polling_.fetch_sub(1, std::memory_order_seq_cst) == 1 && !done)
     transport_.own_.wake_owner();
 }
