@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <memory>
 #include <cstdint>
 #include <vector>
 
@@ -32,24 +33,18 @@ void add_into(std::span<float> sum, std::span<const float> term) {
 template <typename T>
 std::span<std::byte> writable_bytes_of(T& value) { return std::as_writable_bytes(std::span(&value, 1)); }
 
-// Messages stay in storage that outlives a failed call: a receive still posted may complete later.
+// The messages of one call: kept until the process exits when the call fails, since a receive still
+// posted may complete later.
 struct Rounds {
+  explicit Rounds(std::size_t ranks) : announcements(ranks), finals(ranks), dones(ranks) {}
   Announcement own;
   std::vector<Announcement> announcements;
   Marker final_marker = Marker::Final, done_marker = Marker::Done;
   std::vector<Marker> finals, dones;
-  std::vector<float> scratch;
 };
 
-}  // namespace
-
-bool direct_allreduce(Transport& transport, PeerMemory& memory, std::span<float> data, Tag tag) {
+bool run_rounds(Transport& transport, PeerMemory& memory, std::span<float> data, Tag tag, Rounds& rounds) {
   const int n = transport.size(), r = transport.rank();
-  const auto ranks = static_cast<std::size_t>(n);
-  thread_local Rounds rounds;
-  rounds.announcements.assign(ranks, {});
-  rounds.finals.assign(ranks, Marker{});
-  rounds.dones.assign(ranks, Marker{});
   rounds.own = {reinterpret_cast<std::uintptr_t>(data.data()), data.size_bytes(), memory.can_read_every_peer() ? 1u : 0u};
   const auto peers = [&](auto&& each) {
     for (int step = 1; step < n; ++step) each((r + step) % n);
@@ -81,15 +76,16 @@ bool direct_allreduce(Transport& transport, PeerMemory& memory, std::span<float>
   const auto read_part = [&](int peer, std::span<float> part, std::span<float> into) {
     memory.read(peer, rounds.announcements[static_cast<std::size_t>(peer)].address + byte_offset(part), std::as_writable_bytes(into));
   };
-  rounds.scratch.resize(2 * kPieceElements);
+  thread_local std::vector<float> scratch(2 * kPieceElements);  // read into by this thread alone
   const auto own = ring_chunk(data, n, r);
   for (std::size_t at = 0; at < own.size(); at += kPieceElements) {
     const auto mine = own.subspan(at, std::min(kPieceElements, own.size() - at));
     // ((x0 + x1) + x2) + ...: in place on ranks 0 and 1, whose own term is one of the first addition's
-    // operands (x1 + x0 has the bits of x0 + x1); in scratch on the others.
+    // operands (IEEE addition commutes, NaN payloads aside; only the owner sums, so the ranks agree either
+    // way); in scratch on the others.
     const bool in_place = r <= 1;
-    const auto sum = in_place ? mine : std::span(rounds.scratch).subspan(0, mine.size());
-    const auto term = std::span(rounds.scratch).subspan(kPieceElements, mine.size());
+    const auto sum = in_place ? mine : std::span(scratch).subspan(0, mine.size());
+    const auto term = std::span(scratch).subspan(kPieceElements, mine.size());
     for (int j = 0; j < n; ++j) {
       if (j == r) {
         if (!in_place) add_into(sum, mine);
@@ -124,6 +120,18 @@ bool direct_allreduce(Transport& transport, PeerMemory& memory, std::span<float>
            transport.timeout());
   peers([&](int peer) { check_marker(peer, rounds.dones[static_cast<std::size_t>(peer)], Marker::Done); });
   return true;
+}
+
+}  // namespace
+
+bool direct_allreduce(Transport& transport, PeerMemory& memory, std::span<float> data, Tag tag) {
+  auto rounds = std::make_shared<Rounds>(static_cast<std::size_t>(transport.size()));
+  try {
+    return run_rounds(transport, memory, data, tag, *rounds);
+  } catch (...) {
+    keep_until_exit(rounds);
+    throw;
+  }
 }
 
 }  // namespace cohort::comm

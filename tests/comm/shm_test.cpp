@@ -302,29 +302,34 @@ TEST_CASE("shm: where one rank may not read its peers' memory, every rank of the
   for (const auto& t : group) CHECK(shm_of(t)->peer_memory_reads() == 0);
 }
 
-TEST_CASE("shm: a peer that names memory it does not have for a direct allreduce fails it with ProtocolError, naming the peer",
-          "[comm][shm][collectives][security]") {
-  auto group = connect_ranks(2);
+TEST_CASE("shm: a peer that names memory it does not have, or another size, for a direct allreduce fails it with "
+          "ProtocolError, naming the peer", "[comm][shm][collectives][security]") {
   const std::size_t count = std::size_t{1} << 20;
-  // Rank 1 speaks the first round itself: a vector at address 8, which no process maps.
-  const std::array<std::uint64_t, 3> forged{8, count * sizeof(float), 1};
-  std::array<std::uint64_t, 3> theirs{};
-  std::string refusal;
-  comm_test::run_ranks(2, [&](int r) {
-    if (r == 1) {
-      auto sent = group[1]->send(0, kCollectiveTag, std::as_bytes(std::span(forged)));
-      group[1]->recv(0, kCollectiveTag, std::as_writable_bytes(std::span(theirs)))->wait(5s);
-      sent->wait(5s);
-      return;
-    }
-    std::vector<float> data(count, 1.0f);
-    try {
-      allreduce(*group[0], data);
-    } catch (const ProtocolError& error) {
-      refusal = error.what();
-    }
-  });
-  CHECK_THAT(refusal, Catch::Contains(group[0]->describe(1)) && Catch::Contains("not readable memory"));
+  const std::size_t bytes = count * sizeof(float);
+  // Rank 1 speaks the first round itself: a vector at address 8, which no process maps, or one of another size.
+  const std::vector<std::pair<std::array<std::uint64_t, 3>, std::string>> lies{
+      {{8, bytes, 1}, "not readable memory"}, {{8, bytes / 2, 1}, fmt::format("an allreduce of {} bytes where this rank has {}", bytes / 2, bytes)}};
+  for (const auto& [forged, expected] : lies) {
+    auto group = connect_ranks(2);
+    std::array<std::uint64_t, 3> theirs{};
+    std::string refusal;
+    comm_test::run_ranks(2, [&](int r) {
+      if (r == 1) {
+        auto sent = group[1]->send(0, kCollectiveTag, std::as_bytes(std::span(forged)));
+        group[1]->recv(0, kCollectiveTag, std::as_writable_bytes(std::span(theirs)))->wait(5s);
+        sent->wait(5s);
+        return;
+      }
+      std::vector<float> data(count, 1.0f);
+      try {
+        allreduce(*group[0], data);
+      } catch (const ProtocolError& error) {
+        refusal = error.what();
+      }
+    });
+    INFO("the lie: " << expected);
+    CHECK_THAT(refusal, Catch::Contains(group[0]->describe(1)) && Catch::Contains(expected));
+  }
 }
 
 TEST_CASE("shm: a peer that dies while a direct allreduce reads its memory fails it, naming the peer", "[comm][shm][collectives]") {
@@ -341,6 +346,9 @@ TEST_CASE("shm: a peer that dies while a direct allreduce reads its memory fails
   }
   CHECK_THAT(failure, Catch::Contains("lost worker 1"));
   CHECK(std::chrono::steady_clock::now() - began < 5s);  // the peer timeout is 1 s
+  // The peer's vector was read from its memory (where this kernel lets a parent read its child at all).
+  INFO("this rank reads the peer's memory: " << shm_of(zero)->single_copy_sources());
+  CHECK((shm_of(zero)->peer_memory_reads() > 0) == (shm_of(zero)->single_copy_sources() > 0));
 }
 
 TEST_CASE("shm: a pair shares memory from its first message, a segment is unlinked once every peer paired, a pair that cannot keeps TCP",

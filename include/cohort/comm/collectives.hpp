@@ -61,7 +61,8 @@ void allreduce(Transport& transport, std::span<std::byte> data, const AllreduceO
 // every rank's block r, in place, and the other blocks hold partial sums. The first half of the ring
 // allreduce: each rank sends and receives (n - 1) / n of the vector. Float32 on the wire only.
 void reduce_scatter(Transport& transport, std::span<std::byte> data, const AllreduceOptions& options = {});
-// Which algorithm allreduce() runs for `bytes` on `ranks` ranks without peer memory: "ring" or "recursive doubling".
+// Which algorithm allreduce() runs for `bytes` on `ranks` ranks without peer memory: "ring", "recursive
+// doubling", or "ring (bfloat16 on the wire)".
 std::string_view allreduce_algorithm(std::size_t bytes, int ranks, const AllreduceOptions& options = {});
 // As above, on `transport`: "direct (from the peers' memory)" where it reads its peers' memory (which
 // falls back to the others when some rank cannot).

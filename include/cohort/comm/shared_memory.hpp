@@ -44,7 +44,9 @@ struct SharedMemoryOptions {
   // available memory (MemAvailable, or its cgroup's limit) keeps TCP for them, with one warning each.
   std::size_t mailbox_bytes = std::size_t{64} << 20;
   // Messages this large or larger take one copy, read from the sender's memory; 0 (or
-  // GroupOptions::single_copy false) keeps every message in the rings, and the allreduce off the peers' memory. Below that, measured on 2 cores, two copies cost less: they overlap, one on each process's core,
+  // GroupOptions::single_copy false) keeps every message in the rings, and the allreduce off the peers' memory.
+  // (The allreduce reads its peers' vectors from its own threshold, AllreduceOptions::direct_from_bytes: there
+  // each byte is copied once in place of a ring's two, and reduced while in cache.) Below that, measured on 2 cores, two copies cost less: they overlap, one on each process's core,
   // and the kernel's cross-process copy runs slower than memcpy on data in cache (8 MiB is above it).
   std::size_t single_copy_bytes = std::size_t{8} << 20;
 };

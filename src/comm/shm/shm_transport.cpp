@@ -1,5 +1,6 @@
 #include "shm_transport.hpp"
 
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -69,6 +70,13 @@ WorkPtr failed_work(std::string what, const std::exception_ptr& error) {
   return work;
 }
 
+// The cores this process may run on (its affinity mask, as a container or taskset leaves it).
+std::size_t usable_cores() {
+  cpu_set_t set;
+  if (::sched_getaffinity(0, sizeof set, &set) == 0) return static_cast<std::size_t>(std::max(1, CPU_COUNT(&set)));
+  return std::max(1u, std::thread::hardware_concurrency());
+}
+
 }  // namespace
 
 ShmTransport::ShmTransport(std::unique_ptr<Transport> tcp, const std::vector<LocalPeer>& local, std::size_t ring_bytes,
@@ -77,7 +85,7 @@ ShmTransport::ShmTransport(std::unique_ptr<Transport> tcp, const std::vector<Loc
   create_mailbox(local, ring_bytes);
   // With more ranks on the host than cores, the processes take turns on the cores anyway, and a progress
   // thread that keeps reading serves a caller that is not running: measured faster on 3 and 4 ranks of 2 cores.
-  step_aside_for_callers_ = local.size() + 1 <= std::max(1u, std::thread::hardware_concurrency());
+  step_aside_for_callers_ = local.size() + 1 <= usable_cores();
   undecided_ = static_cast<int>(local.size());
   for (std::size_t i = 0; i < local.size(); ++i) {
     auto link = std::make_unique<Link>();
@@ -304,11 +312,16 @@ void ShmTransport::read(int peer, std::uint64_t address, std::span<std::byte> ou
   COHORT_CHECK(link != nullptr && is_paired(*link) && link->single_copy_in, "{} cannot read the memory of {}",
                describe(rank()), describe(peer));
   auto error = read_peer_memory(link->pid, address, out);
-  // A process that ended during the read may have left its pid to another, which was read instead.
-  if (!error && link->process && link->process->ended()) error = PeerReadError{ESRCH, "its process has ended"};
+  // A process that ended during the read may have left its pid to another, which was read (or refused) instead.
+  if (link->process && link->process->ended()) error = PeerReadError{ESRCH, "its process has ended"};
   peer_memory_reads_.fetch_add(1, std::memory_order_relaxed);
   if (!error) return;
   if (error->process_gone()) throw IoError(fmt::format("lost {}: {} while this rank read its memory", describe(peer), error->reason));
+  {
+    // A peer whose collective failed may have freed its vector: its failure is the cause to name.
+    const std::lock_guard state(state_mutex_);
+    if (auto failure = error_for(peer)) std::rethrow_exception(failure);
+  }
   throw ProtocolError(fmt::format("protocol error: {} named {} bytes at {:#x} of its memory for this rank to read, which failed: {}",
                                   describe(peer), out.size(), address, error->reason));
 }
@@ -504,8 +517,8 @@ bool ShmTransport::copy_from_peer(Link& link, std::uint64_t address) {
       incoming.done += piece;
     }
   }
-  // A process that ended during the read may have left its pid to another, which was read instead.
-  if (!error && link.process && link.process->ended()) error = PeerReadError{ESRCH, "its process has ended"};
+  // A process that ended during the read may have left its pid to another, which was read (or refused) instead.
+  if (link.process && link.process->ended()) error = PeerReadError{ESRCH, "its process has ended"};
   if (error) {
     link.corrupt_as = error->process_gone() ? Breakage::Lost : Breakage::Protocol;
     link.corrupt = error->process_gone()
@@ -637,9 +650,9 @@ void ShmTransport::CallerPoll::begin() {
 }
 
 void ShmTransport::CallerPoll::end(bool done) {
-  // A caller that goes on to sleep hands the bytes back to the progress thread at once; one whose
-  // operation completed does not wake it (that would cost each wait a system call, and the caller its
-  // core): the progress thread looks again after kStepAside.
+  // The last polling caller, when it goes on to sleep, hands the bytes back to the progress thread at once;
+  // one whose operation completed does not wake it (that would cost each wait a system call, and the caller
+  // its core): the progress thread looks again within kStepAside.
   if (steps_aside_ && transport_.callers_polling_.fetch_sub(1, std::memory_order_seq_cst) == 1 && !done)
     transport_.own_.wake_owner();
 }
@@ -666,11 +679,6 @@ void ShmTransport::progress() {
   auto next_pairing_look = next_watch;
   while (!stopping_.load()) {
     const bool progressed = move_bytes();
-    // Idle while callers poll: they read what comes next.
-    if (!progressed && callers_polling_.load(std::memory_order_seq_cst) > 0) {
-      step_aside();
-      continue;
-    }
     const auto now = std::chrono::steady_clock::now();
     if (now >= next_pairing_look) {
       // Often while a pairing is under way; otherwise as often as the watches, for offers yet to come.
@@ -681,6 +689,11 @@ void ShmTransport::progress() {
       next_watch = now + kWatchInterval;
     }
     if (progressed) last_progress = now;
+    // Idle while callers poll: they read what comes next.
+    if (!progressed && callers_polling_.load(std::memory_order_seq_cst) > 0) {
+      step_aside();
+      continue;
+    }
     // Messages come in bursts (a collective's steps): polling a moment longer answers the next one
     // without a futex round trip.
     if (progressed || now - last_progress < kPollAfterProgress) {

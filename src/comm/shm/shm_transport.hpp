@@ -23,19 +23,21 @@
 //
 // Sending: the caller's thread writes what fits straight into the ring and completes the Work once the last
 // byte is in (the caller's buffer is free then); what does not fit waits in the peer's queue for the
-// progress thread. Receiving: the progress thread reads each ring, copying a frame straight into the posted
-// receive when there is one, else into a buffer that the next matching recv() takes.
+// progress thread or a waiting caller. Receiving: either of them reads each ring, copying a frame straight
+// into the posted receive when there is one, else into a buffer that the next matching recv() takes.
 //
 // A thread waiting on one of these operations makes the progress itself for a moment (Work's poll) before
 // it sleeps: on one host the next message of a collective usually arrives within microseconds, and moving
 // it on the waiting thread saves two thread wake-ups per message. It moves every link's bytes, as the
-// progress thread does, and the progress thread steps aside while any caller polls (parked without telling
-// the peers, whose sends then ring no bell), so that the two do not take turns on one core. A caller yields
+// progress thread does. Where the host has a core per rank, the progress thread steps aside when it finds
+// nothing to move while a caller waits for a message under 16 KiB (parked up to 1 ms without telling the
+// peers, whose sends then ring no bell), so that the two do not take turns on one core. A caller yields
 // the core between looks, so polling pays even where a host runs more ranks than it has cores.
 //
 // Peer memory: where every peer of the group is on this host and single copy is on, the transport lets the
 // collectives read the peers' buffers themselves (peer_memory(), through the same checked process handles),
-// so that an allreduce reduces straight from them (direct_allreduce.hpp).
+// so that an allreduce reduces straight from them (direct_allreduce.hpp). Asking whether it can read every
+// peer pairs with each of them.
 //
 // Failures come from the TCP transport: the progress thread keeps a receive posted there per shared-memory
 // peer on a tag nothing sends, and when it fails (the peer was lost, the group broke, or the peer left)
