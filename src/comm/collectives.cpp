@@ -224,6 +224,15 @@ void recursive_doubling_allreduce(Transport& transport, std::span<T> data, const
   if (r < 2 * folded) transport.send(r - 1, options.tag, bytes_of(data))->wait(transport.timeout());
 }
 
+void allreduce_by_messages(Transport& transport, std::span<float> values, const AllreduceOptions& options) {
+  if (options.wire == DType::BFloat16)
+    ring_allreduce_bfloat16_wire(transport, values, options);
+  else if (allreduce_algorithm(values.size_bytes(), transport.size(), options) == kRecursiveDoubling)
+    recursive_doubling_allreduce(transport, values, options);
+  else
+    ring_allreduce(transport, values, options);
+}
+
 }  // namespace
 
 std::string_view allreduce_algorithm(std::size_t bytes, int ranks, const AllreduceOptions& options) {
@@ -245,15 +254,8 @@ void allreduce(Transport& transport, std::span<std::byte> data, const AllreduceO
   COHORT_CHECK(data.size() % element == 0, "allreduce: {} bytes are not whole elements of {} bytes", data.size(), element);
   const std::span values(reinterpret_cast<float*>(data.data()), data.size() / element);
   PeerMemory* memory = direct_memory(transport, data.size(), options);
-  const bool read_directly = memory != nullptr && direct_allreduce(transport, *memory, values, options.tag);
-  if (read_directly) {
-  } else if (options.wire == DType::BFloat16) {
-    ring_allreduce_bfloat16_wire(transport, values, options);
-  } else if (allreduce_algorithm(data.size(), transport.size(), options) == kRecursiveDoubling) {
-    recursive_doubling_allreduce(transport, values, options);
-  } else {
-    ring_allreduce(transport, values, options);
-  }
+  if (memory == nullptr || !direct_allreduce(transport, *memory, values, options.tag))
+    allreduce_by_messages(transport, values, options);
   if (options.op == ReduceOp::Mean) {
     const float inverse = 1.0f / static_cast<float>(transport.size());
     for (float& v : values) v *= inverse;

@@ -24,10 +24,11 @@ bool Work::wait_for(std::chrono::milliseconds timeout) {
       Poller& poller;
       bool finished = false;
     } polling(*poller_);
-    while (!(polling.finished = done()) && std::chrono::steady_clock::now() < until) {
+    while (!done() && std::chrono::steady_clock::now() < until) {
       poller_->poll();
       if (!done()) std::this_thread::yield();
     }
+    polling.finished = done();
   }
   std::unique_lock lock(mutex_);
   if (!finished_.wait_for(lock, timeout, [&] { return done_; })) return false;

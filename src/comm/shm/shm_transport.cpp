@@ -36,7 +36,7 @@ constexpr std::chrono::microseconds kPollAfterProgress{50};
 // (1 ms measured up to 1.4x faster than 200 us at 64 KiB-4 MiB on 2 ranks of 2 cores), at the cost of that
 // much delay for bytes nobody waits for meanwhile.
 constexpr std::chrono::microseconds kStepAside{1000};
-constexpr std::size_t kStepAsideBelow = 16 << 10;   // the messages for which it does (CallerPoll)
+constexpr std::size_t kStepAsideBelow = 16 << 10;  // the messages for which it does (CallerPoll)
 constexpr std::size_t kMaxRingBytes = std::size_t{1} << 30;
 
 // What a rank answers a peer's offer.
