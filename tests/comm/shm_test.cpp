@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <filesystem>
 #include <cstring>
 #include <fstream>
@@ -283,6 +284,35 @@ TEST_CASE("shm: an allreduce on one host reads its peers' memory directly, and m
         }
       }
     }
+  }
+}
+
+TEST_CASE("shm: a direct allreduce sums every element in rank order, whichever rank owns it", "[comm][shm][collectives]") {
+  // Values whose float sums depend on the order: ((x0 + x1) + x2) + ... is the one the owner must compute.
+  const auto value = [](int rank, std::size_t i) { return std::sin(static_cast<float>(i) * 0.37f + static_cast<float>(rank)) * std::pow(10.0f, static_cast<float>(rank % 3) * 3.0f); };
+  const std::size_t count = 200003;
+  for (int n : {3, 4}) {
+    auto group = connect_ranks(n);
+    std::vector<std::vector<float>> results(static_cast<std::size_t>(n));
+    comm_test::run_ranks(n, [&](int r) {
+      std::vector<float> data(count);
+      for (std::size_t i = 0; i < count; ++i) data[i] = value(r, i);
+      allreduce(*group[static_cast<std::size_t>(r)], data, {.direct_from_bytes = 0});
+      results[static_cast<std::size_t>(r)] = std::move(data);
+    });
+    std::vector<float> expected(count);
+    bool order_matters = false;
+    for (std::size_t i = 0; i < count; ++i) {
+      float sum = value(0, i);
+      for (int r = 1; r < n; ++r) sum += value(r, i);
+      expected[i] = sum;
+      float reversed = value(n - 1, i);
+      for (int r = n - 2; r >= 0; --r) reversed += value(r, i);
+      order_matters = order_matters || reversed != sum;
+    }
+    INFO(n << " ranks");
+    REQUIRE(order_matters);
+    for (const auto& result : results) CHECK(result == expected);
   }
 }
 
