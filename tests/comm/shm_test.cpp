@@ -130,13 +130,17 @@ void forge_frame(const std::array<std::uint64_t, 4>& header) {
 // Above SharedMemoryOptions::single_copy_bytes: read from the sender's memory.
 constexpr std::size_t kLargeEcho = 3'000'000;
 
+// The two ranks' loopback addresses from a helper's argument "port0,port1".
+std::vector<Address> addresses_of(const std::string& ports) {
+  const auto comma = ports.find(',');
+  return {{"127.0.0.1", static_cast<std::uint16_t>(std::stoi(ports.substr(0, comma)))},
+          {"127.0.0.1", static_cast<std::uint16_t>(std::stoi(ports.substr(comma + 1)))}};
+}
+
 // Rank 1 of the loss tests in a process of its own: echoes a small message and a large one through shared
 // memory, then waits for the test's signal. The argument is "port0,port1".
 int shm_peer(const std::string& ports) {
-  const auto comma = ports.find(',');
-  const std::vector<Address> addresses{{"127.0.0.1", static_cast<std::uint16_t>(std::stoi(ports.substr(0, comma)))},
-                                       {"127.0.0.1", static_cast<std::uint16_t>(std::stoi(ports.substr(comma + 1)))}};
-  auto one = connect_group(options_for(1, addresses));
+  auto one = connect_group(options_for(1, addresses_of(ports)));
   std::vector<int> value(1), large(kLargeEcho);
   one->recv(0, 1, conformance::bytes(value))->wait(10s);
   one->send(0, 2, conformance::bytes(value))->wait(10s);
@@ -153,10 +157,7 @@ constexpr std::size_t kDirectCount = std::size_t{16} << 20;
 // Rank 1 of the direct-allreduce loss test: enters an allreduce by announcing its vector, then dies while
 // rank 0 reads it. The argument is "port0,port1".
 int shm_direct_peer(const std::string& ports) {
-  const auto comma = ports.find(',');
-  const std::vector<Address> addresses{{"127.0.0.1", static_cast<std::uint16_t>(std::stoi(ports.substr(0, comma)))},
-                                       {"127.0.0.1", static_cast<std::uint16_t>(std::stoi(ports.substr(comma + 1)))}};
-  auto one = connect_group(options_for(1, addresses));
+  auto one = connect_group(options_for(1, addresses_of(ports)));
   std::vector<float> vector(kDirectCount, 1.0f);
   // The first round of direct_allreduce.cpp: where the vector is, its bytes, and that this rank reads its peers.
   const std::array<std::uint64_t, 3> announcement{reinterpret_cast<std::uintptr_t>(vector.data()), kDirectCount * sizeof(float), 1};

@@ -311,9 +311,7 @@ void ShmTransport::read(int peer, std::uint64_t address, std::span<std::byte> ou
   const Link* link = link_of(peer);
   COHORT_CHECK(link != nullptr && is_paired(*link) && link->single_copy_in, "{} cannot read the memory of {}",
                describe(rank()), describe(peer));
-  auto error = read_peer_memory(link->pid, address, out);
-  // A process that ended during the read may have left its pid to another, which was read (or refused) instead.
-  if (link->process && link->process->ended()) error = PeerReadError{ESRCH, "its process has ended"};
+  const auto error = read_outcome(*link, read_peer_memory(link->pid, address, out));
   peer_memory_reads_.fetch_add(1, std::memory_order_relaxed);
   if (!error) return;
   if (error->process_gone()) throw IoError(fmt::format("lost {}: {} while this rank read its memory", describe(peer), error->reason));
@@ -502,6 +500,12 @@ bool ShmTransport::check_header(Link& link, const FrameHeader& header) {
   return !link.corrupt;
 }
 
+std::optional<PeerReadError> ShmTransport::read_outcome(const Link& link, std::optional<PeerReadError> error) {
+  // A process that ended during the read may have left its pid to another, which was read (or refused) instead.
+  if (link.process && link.process->ended()) return PeerReadError{ESRCH, "its process has ended"};
+  return error;
+}
+
 bool ShmTransport::copy_from_peer(Link& link, std::uint64_t address) {
   Incoming& incoming = *link.incoming;
   const std::uint64_t index = link.single_copies_read++;
@@ -517,8 +521,7 @@ bool ShmTransport::copy_from_peer(Link& link, std::uint64_t address) {
       incoming.done += piece;
     }
   }
-  // A process that ended during the read may have left its pid to another, which was read (or refused) instead.
-  if (link.process && link.process->ended()) error = PeerReadError{ESRCH, "its process has ended"};
+  error = read_outcome(link, std::move(error));
   if (error) {
     link.corrupt_as = error->process_gone() ? Breakage::Lost : Breakage::Protocol;
     link.corrupt = error->process_gone()
