@@ -340,7 +340,9 @@ TEST_CASE("shm: a peer that names memory it does not have, or another size, for 
   // Rank 1 speaks the first round itself: a vector at address 8, which no process maps, or one of another size.
   const std::vector<std::pair<std::array<std::uint64_t, 3>, std::string>> lies{
       {{8, bytes, 1}, "not readable memory"}, {{8, bytes / 2, 1}, fmt::format("an allreduce of {} bytes where this rank has {}", bytes / 2, bytes)}};
-  for (const auto& [forged, expected] : lies) {
+  for (const auto& lie : lies) {
+    const auto& forged = lie.first;  // a named variable: clang before 16 cannot capture structured bindings
+    const auto& expected = lie.second;
     auto group = connect_ranks(2);
     std::array<std::uint64_t, 3> theirs{};
     std::string refusal;
