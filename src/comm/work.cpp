@@ -13,11 +13,9 @@ void Work::wait(std::chrono::milliseconds timeout) {
 }
 
 bool Work::wait_for(std::chrono::milliseconds timeout) {
+  const auto start = std::chrono::steady_clock::now();
   if (poller_ != nullptr && !done()) {
-    // Long enough for a collective's next step to arrive on one host, short enough that a rank waiting
-    // for a slow peer soon sleeps and leaves the core to others.
-    constexpr std::chrono::microseconds kPollFor{200};
-    const auto until = std::chrono::steady_clock::now() + std::min<std::chrono::microseconds>(kPollFor, timeout);
+    const auto until = start + std::min<std::chrono::microseconds>(poller_->polling_time(), timeout);
     struct Polling {
       explicit Polling(Poller& poller) : poller(poller) { poller.begin(); }
       ~Polling() { poller.end(finished); }
@@ -25,13 +23,14 @@ bool Work::wait_for(std::chrono::milliseconds timeout) {
       bool finished = false;
     } polling(*poller_);
     while (!done() && std::chrono::steady_clock::now() < until) {
-      poller_->poll();
+      if (!poller_->poll()) break;
       if (!done()) std::this_thread::yield();
     }
     polling.finished = done();
   }
+  const auto left = std::max(start + timeout - std::chrono::steady_clock::now(), std::chrono::steady_clock::duration::zero());
   std::unique_lock lock(mutex_);
-  if (!finished_.wait_for(lock, timeout, [&] { return done_; })) return false;
+  if (!finished_.wait_for(lock, left, [&] { return done_; })) return false;
   if (error_) std::rethrow_exception(error_);
   return true;
 }

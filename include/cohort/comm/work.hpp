@@ -16,15 +16,18 @@
 
 namespace cohort::comm {
 
-// A transport whose waiting threads can move the bytes themselves (shared memory): a wait calls begin(),
-// then poll() (yielding between calls) for a short while, then end(): with `done` true when the operation
-// completed meanwhile, false when the waiter goes on to sleep. Calls from several waiting threads may overlap.
+// A transport whose waiting threads can move the bytes themselves (shared memory, TCP): a wait calls begin(),
+// then poll() (yielding between calls) for up to polling_time(), then end(): with `done` true when the
+// operation completed meanwhile, false when the waiter goes on to sleep. Calls from several waiting threads
+// may overlap.
 class Poller {
  public:
   virtual ~Poller() = default;
   virtual void begin() {}
-  virtual void poll() = 0;
+  // False when this waiter should stop polling and sleep (another thread moves the bytes for it).
+  virtual bool poll() = 0;
   virtual void end(bool /*done*/) {}
+  virtual std::chrono::microseconds polling_time() const { return std::chrono::microseconds(200); }
 };
 
 class Work {

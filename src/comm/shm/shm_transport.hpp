@@ -114,7 +114,10 @@ class ShmTransport : public Transport, private PeerMemory {
    public:
     CallerPoll(ShmTransport& transport, bool progress_steps_aside) : transport_(transport), steps_aside_(progress_steps_aside) {}
     void begin() override;
-    void poll() override { transport_.move_bytes(); }
+    bool poll() override {
+      transport_.move_bytes();
+      return true;
+    }
     void end(bool done) override;
 
    private:

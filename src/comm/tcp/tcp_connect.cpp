@@ -79,7 +79,7 @@ TcpTransport::TcpTransport(const GroupOptions& options) : options_(options) {
     if (error) throw IoError(fmt::format("{} cannot listen on its address: {}", names_[static_cast<std::size_t>(options_.rank)], error.message()));
   }
   connect_deadline_ = Clock::now() + options_.connect_timeout;
-  io_thread_ = std::make_unique<IoThread>(io_);
+  io_driver_ = std::make_unique<IoDriver>(io_);
   if (n == 1) return;
   asio::post(io_, [this] {
     if (acceptor_.is_open()) accept();
@@ -102,6 +102,7 @@ TcpTransport::TcpTransport(const GroupOptions& options) : options_(options) {
   }
   if (!all) {
     std::promise<std::string> missing;
+    io_driver_->resume();
     asio::post(io_, [&] {
       std::string text;
       int first_missing = -1;

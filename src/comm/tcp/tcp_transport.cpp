@@ -22,6 +22,7 @@ void TcpTransport::shut_down() {
   bool said_goodbye = false;
   for (;;) {
     std::promise<bool> idle;
+    io_driver_->resume();
     asio::post(io_, [&] {
       if (!said_goodbye) {
         said_goodbye = true;
@@ -58,7 +59,7 @@ void TcpTransport::shut_down() {
     closed.set_value();
   });
   closed.get_future().wait();
-  io_thread_.reset();
+  io_driver_.reset();
 }
 
 void TcpTransport::check_peer(int peer) const {
@@ -228,7 +229,7 @@ void TcpTransport::read_failure(int peer, std::uint64_t failed, std::uint64_t le
 
 WorkPtr TcpTransport::send(int peer, Tag tag, std::span<const std::byte> data) {
   check_peer(peer);
-  auto work = std::make_shared<Work>(fmt::format("send to {}, tag {}", describe(peer), tag));
+  auto work = std::make_shared<Work>(fmt::format("send to {}, tag {}", describe(peer), tag), io_driver_->poller_for(data.size()));
   asio::post(io_, [this, peer, tag, data, work] {
     if (broken_) return work->fail(broken_error());
     Peer& p = peers_[static_cast<std::size_t>(peer)];
@@ -245,7 +246,7 @@ WorkPtr TcpTransport::send(int peer, Tag tag, std::span<const std::byte> data) {
 
 WorkPtr TcpTransport::receive(int peer, Tag tag, std::span<std::byte> out, bool connect) {
   check_peer(peer);
-  auto work = std::make_shared<Work>(fmt::format("recv from {}, tag {}", describe(peer), tag));
+  auto work = std::make_shared<Work>(fmt::format("recv from {}, tag {}", describe(peer), tag), io_driver_->poller_for(out.size()));
   asio::post(io_, [this, peer, tag, out, work, connect] {
     if (broken_) return work->fail(broken_error());
     if (matcher_.take_buffered(describe(peer), peer, tag, out, *work)) return;

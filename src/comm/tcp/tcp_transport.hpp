@@ -2,8 +2,9 @@
 // TcpTransport, the implementation behind comm::connect_tcp (private to src/comm/tcp/). Setting up
 // lives in tcp_connect.cpp, the data path and failure handling in tcp_transport.cpp.
 //
-// All socket work runs on one I/O thread (Asio's io_context); send() and recv()
-// post to it and return their Work handle at once.
+// All socket work runs on one io_context (Asio), driven by the thread that waits on an operation or else by
+// the transport's own (io_driver.hpp), one at a time; send() and recv() post to it and return their Work
+// handle at once. "The I/O thread" below is whichever thread drives it.
 //
 // Setting up: every rank listens on its own address. With connections on demand (the default) a rank
 // connects with its two ring neighbours at set-up (then waits for the ring's token, await_every_rank()),
@@ -56,6 +57,7 @@
 #include "comm/delivery.hpp"
 #include "frame.hpp"
 #include "handshake.hpp"
+#include "io_driver.hpp"
 #include "stream.hpp"
 #include "tls_context.hpp"
 
@@ -99,24 +101,6 @@ struct Peer {
   std::unique_ptr<asio::steady_timer> retry;
   std::chrono::milliseconds backoff{25};
   std::string last_failure;
-};
-
-// Runs an io_context on its own thread; stops and joins it on destruction.
-class IoThread {
- public:
-  explicit IoThread(asio::io_context& io) : io_(io), keep_running_(io.get_executor()), thread_([&io] { io.run(); }) {}
-  ~IoThread() {
-    keep_running_.reset();
-    io_.stop();
-    thread_.join();
-  }
-  IoThread(const IoThread&) = delete;
-  IoThread& operator=(const IoThread&) = delete;
-
- private:
-  asio::io_context& io_;
-  asio::executor_work_guard<asio::io_context::executor_type> keep_running_;
-  std::thread thread_;
 };
 
 class TcpTransport : public Transport {
@@ -285,7 +269,7 @@ class TcpTransport : public Transport {
 
   bool leaving_ = false;  // goodbyes sent
   bool closing_ = false;  // sockets being closed
-  std::unique_ptr<IoThread> io_thread_;  // last: stopped first, before the state its handlers use
+  std::unique_ptr<IoDriver> io_driver_;  // last: stopped first, before the state its handlers use
 };
 
 }  // namespace cohort::comm::tcp

@@ -1,0 +1,77 @@
+#include "io_driver.hpp"
+
+namespace cohort::comm::tcp {
+namespace {
+thread_local std::chrono::steady_clock::time_point wait_began;
+}  // namespace
+
+IoDriver::IoDriver(asio::io_context& io) : io_(io), keep_running_(io.get_executor()), thread_([this] { drive(); }) {}
+
+IoDriver::~IoDriver() {
+  {
+    const std::lock_guard lock(mutex_);
+    exiting_ = true;
+    io_.stop();
+  }
+  changed_.notify_all();
+  thread_.join();
+}
+
+void IoDriver::drive() {
+  std::unique_lock lock(mutex_);
+  while (!exiting_) {
+    const auto now = Clock::now();
+    if (waiting_ > 0 || (!resume_now_ && now < last_wait_ended_ + kLinger)) {
+      // Timed, so that a caller that stops waiting need not wake this thread (a system call per wait).
+      changed_.wait_until(lock, waiting_ > 0 ? now + kLinger : last_wait_ended_ + kLinger);
+      continue;
+    }
+    resume_now_ = false;
+    thread_driving_ = true;
+    io_.restart();  // under the lock: a caller's stop() comes after it, and ends the run below
+    lock.unlock();
+    io_.run();
+    lock.lock();
+    thread_driving_ = false;
+    changed_.notify_all();
+  }
+}
+
+void IoDriver::begin() {
+  wait_began = Clock::now();
+  std::unique_lock lock(mutex_);
+  ++waiting_;
+  if (!thread_driving_) return;
+  io_.stop();
+  changed_.wait(lock, [this] { return !thread_driving_; });
+  io_.restart();
+}
+
+bool IoDriver::poll(bool spin) {
+  const std::unique_lock driving(polling_, std::try_to_lock);
+  if (!driving) return false;
+  if (spin && Clock::now() - wait_began < kSpin) io_.poll();
+  else io_.run_one_for(kBlock);
+  return true;
+}
+
+void IoDriver::end(bool done) {
+  {
+    const std::lock_guard lock(mutex_);
+    --waiting_;
+    last_wait_ended_ = Clock::now();
+    if (done) return;
+    resume_now_ = true;
+  }
+  changed_.notify_all();
+}
+
+void IoDriver::resume() {
+  {
+    const std::lock_guard lock(mutex_);
+    resume_now_ = true;
+  }
+  changed_.notify_all();
+}
+
+}  // namespace cohort::comm::tcp
