@@ -1018,6 +1018,54 @@ TEST_CASE("tcp: a frame that takes longer than the peer timeout to arrive is not
   CHECK(out == message);
 }
 
+TEST_CASE("tcp: after callers drove the links, the transport's own thread reads, heartbeats and serves several waiters",
+          "[comm][tcp]") {
+  const auto addresses = comm_test::free_addresses(2);
+  auto group = connect_group(2, addresses, [](GroupOptions& options) { options.peer_timeout = 300ms; });
+  // Round trips whose waiting callers drive both sides' sockets.
+  std::vector<int> ping{0}, pong{0};
+  comm_test::run_ranks(2, [&](int r) {
+    for (int i = 0; i < 200; ++i) {
+      if (r == 0) {
+        ping[0] = i;
+        auto sent = group[0]->send(1, 1, conformance::bytes(ping));
+        group[0]->recv(1, 2, conformance::bytes(pong))->wait(5s);
+        sent->wait(5s);
+      } else {
+        std::vector<int> in{0};
+        group[1]->recv(0, 1, conformance::bytes(in))->wait(5s);
+        group[1]->send(0, 2, conformance::bytes(in))->wait(5s);
+      }
+    }
+  });
+  CHECK(pong[0] == 199);
+  // Nobody waits for three peer timeouts: only heartbeats sent meanwhile keep the peers from being lost.
+  std::this_thread::sleep_for(900ms);
+  // A message that arrives while nobody waits is read: its receive completes without a wait driving it.
+  std::vector<int> value{42}, out{0};
+  auto unwaited = group[0]->recv(1, 3, conformance::bytes(out));
+  auto sent = group[1]->send(0, 3, conformance::bytes(value));
+  const auto give_up = std::chrono::steady_clock::now() + 5s;
+  while (!unwaited->done() && std::chrono::steady_clock::now() < give_up) std::this_thread::sleep_for(1ms);
+  REQUIRE(unwaited->done());
+  unwaited->wait(0ms);
+  sent->wait(5s);
+  CHECK(out[0] == 42);
+  // Four threads wait at once on one transport (one drives, the others sleep); the messages come last first.
+  constexpr int kWaiters = 4;
+  std::vector<std::vector<int>> received(kWaiters, std::vector<int>(1024, 0));
+  std::vector<std::vector<int>> messages(kWaiters);
+  for (int w = 0; w < kWaiters; ++w) messages[static_cast<std::size_t>(w)].assign(1024, w + 100);
+  comm_test::run_ranks(kWaiters + 1, [&](int w) {
+    if (w < kWaiters) return group[0]->recv(1, 10 + w, conformance::bytes(received[static_cast<std::size_t>(w)]))->wait(5s);
+    for (int m = kWaiters - 1; m >= 0; --m) {
+      std::this_thread::sleep_for(20ms);
+      group[1]->send(0, 10 + m, conformance::bytes(messages[static_cast<std::size_t>(m)]))->wait(5s);
+    }
+  });
+  CHECK(received == messages);
+}
+
 TEST_CASE("tcp: a clean shutdown fails only what needed the departed peer", "[comm][tcp]") {
   const auto addresses = comm_test::free_addresses(3);
   auto group = connect_group(3, addresses);
