@@ -1277,6 +1277,8 @@ class RecordingRelay {
     const std::lock_guard lock(mutex_);
     return bytes_;
   }
+  // Flips a bit in the next bytes the dialer sends, as a corrupting path would.
+  void corrupt_next() { corrupt_ = true; }
 
  private:
   // Relays connections one after another until stopped; the target may start listening after the first
@@ -1322,6 +1324,7 @@ class RecordingRelay {
           const std::lock_guard lock(mutex_);
           bytes_.append(buffer, static_cast<std::size_t>(got));
         }
+        if (side == 0 && corrupt_.exchange(false)) buffer[got / 2] ^= 0x10;
         if (::send(fds[1 - side].fd, buffer, static_cast<std::size_t>(got), MSG_NOSIGNAL) != got) return true;
       }
     }
@@ -1333,6 +1336,7 @@ class RecordingRelay {
   int stop_[2] = {-1, -1};
   std::mutex mutex_;
   std::string bytes_;
+  std::atomic<bool> corrupt_{false};
   std::thread thread_;
 };
 
@@ -1389,6 +1393,40 @@ TEST_CASE("tcp over TLS: the bytes on the wire are not the messages", "[comm][tc
     CHECK(received == message);
     CHECK((relay.recorded().find(marker) != std::string::npos) == !tls);
   }
+}
+
+TEST_CASE("tcp over TLS: large messages both ways at once arrive whole, and a corrupted record fails the link naming the peer",
+          "[comm][tcp][tls][security]") {
+  const auto addresses = comm_test::free_addresses(2);
+  RecordingRelay relay(addresses[0]);
+  const std::vector<Address> seen = {relay.address(), addresses[1]};
+  auto zero_options = options_for(0, seen), one_options = options_for(1, seen);
+  zero_options.listen_address = addresses[0];
+  zero_options.tls.enabled = one_options.tls.enabled = true;
+  std::unique_ptr<Transport> zero, one;
+  std::thread listener([&] { zero = connect_tcp(zero_options); });
+  one = connect_tcp(one_options);
+  listener.join();
+  // Each side sends 8 MiB before it reads: many rings of records each way, neither side waiting on the other.
+  const std::size_t count = std::size_t{2} << 20;
+  std::vector<std::vector<int>> outgoing(2, std::vector<int>(count)), incoming(2, std::vector<int>(count, 0));
+  for (std::size_t i = 0; i < count; ++i) outgoing[0][i] = static_cast<int>(i * 3), outgoing[1][i] = static_cast<int>(i * 5 + 1);
+  Transport* ends[2] = {zero.get(), one.get()};
+  comm_test::run_ranks(2, [&](int r) {
+    const auto u = static_cast<std::size_t>(r);
+    auto sent = ends[r]->send(1 - r, 5, conformance::bytes(outgoing[u]));
+    ends[r]->recv(1 - r, 5, conformance::bytes(incoming[u]))->wait(10s);
+    sent->wait(10s);
+  });
+  CHECK(incoming[0] == outgoing[1]);
+  CHECK(incoming[1] == outgoing[0]);
+  relay.corrupt_next();
+  std::vector<int> message(16 * 1024, 7), received(message.size());
+  const auto start = std::chrono::steady_clock::now();
+  auto sent = one->send(0, 6, conformance::bytes(message));
+  CHECK_THROWS_WITH(zero->recv(1, 6, conformance::bytes(received))->wait(5s),
+                    Catch::Contains(zero->describe(1)) && Catch::Contains("bad record mac"));
+  CHECK(std::chrono::steady_clock::now() - start < 3s);
 }
 
 TEST_CASE("tcp over TLS: another secret or an untrusted certificate fails set-up at once", "[comm][tcp][tls][security]") {

@@ -8,6 +8,8 @@
 #include <optional>
 #include <utility>
 
+#include "tls_stream.hpp"
+
 namespace cohort::comm::tcp {
 
 class Stream {
@@ -16,7 +18,7 @@ class Stream {
 
   explicit Stream(asio::io_context& io) : plain_(io) {}
 
-  asio::ip::tcp::socket& socket() { return tls_ ? tls_->next_layer() : plain_; }
+  asio::ip::tcp::socket& socket() { return tls_ ? tls_->socket() : plain_; }
   bool is_open() { return socket().is_open(); }
   void close(asio::error_code& error) { socket().close(error); }
   executor_type get_executor() { return socket().get_executor(); }
@@ -43,7 +45,7 @@ class Stream {
 
  private:
   asio::ip::tcp::socket plain_;  // moved into tls_ by start_tls()
-  std::optional<asio::ssl::stream<asio::ip::tcp::socket>> tls_;
+  std::optional<TlsStream> tls_;
 };
 
 }  // namespace cohort::comm::tcp
