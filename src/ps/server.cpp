@@ -7,6 +7,7 @@
 
 #include "cohort/core/check.hpp"
 #include "cohort/core/logging.hpp"
+#include "cohort/core/parallel.hpp"
 #include "cohort/core/timeline.hpp"
 #include "core/crc32c.hpp"
 #include "ps/protocol.hpp"
@@ -74,6 +75,8 @@ Server::Server(comm::Transport& transport, Plan plan, int server, std::vector<in
   COHORT_CHECK(server_ >= 0 && server_ < plan_.servers(), "server index {} is outside the plan's {} servers", server_,
                plan_.servers());
   COHORT_CHECK(!worker_ranks_.empty(), "a parameter server needs at least one worker");
+  COHORT_CHECK(options_.update_threads >= 0, "a parameter server's update_threads must be >= 0 (0: the process's count), got {}",
+               options_.update_threads);
   if (const auto* sync = std::get_if<Sync>(&options_.consistency))
     COHORT_CHECK(sync->backup_workers >= 0 && sync->backup_workers < static_cast<int>(worker_ranks_.size()),
                  "{} backup workers among {} workers: at least one gradient must count", sync->backup_workers,
@@ -131,6 +134,7 @@ void Server::serve() {
     inboxes.push_back(std::make_shared<Inbox>());
     threads.emplace_back([this, w, inbox = inboxes.back()] {
       try {
+        set_num_threads(options_.update_threads);  // this thread's parallel regions only
         serve_worker(w, *inbox);
       } catch (...) {
         const std::lock_guard lock(mutex_);

@@ -5,7 +5,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
+#include <omp.h>
 #include <cmath>
 #include <thread>
 
@@ -143,11 +145,14 @@ struct HandServed {
   std::exception_ptr serve_error;
   std::thread serving;
 
-  explicit HandServed(ps::ServerOptions options, bool batch_norm = false, double learning_rate = 0.01)
+  // `optimizer`: the server's, instead of plain SGD.
+  explicit HandServed(ps::ServerOptions options, bool batch_norm = false, double learning_rate = 0.01,
+                      optim::Optimizer* optimizer = nullptr)
       : model(ps_test::small_model(batch_norm)),
         plan(ps::make_plan(train::variable_infos(model), 1, ps::placement::SizeBalanced{})),
         sgd({.learning_rate = optim::constant(learning_rate)}) {
-    server = std::make_unique<ps::Server>(group.transport(kHandWorkers), plan, 0, std::vector<int>{0, 1, 2}, sgd, std::move(options));
+    server = std::make_unique<ps::Server>(group.transport(kHandWorkers), plan, 0, std::vector<int>{0, 1, 2},
+                                          optimizer != nullptr ? *optimizer : sgd, std::move(options));
     serving = std::thread([this] {
       try {
         server->serve();
@@ -350,6 +355,37 @@ TEST_CASE("a server with backup workers refuses a push flagged as not finite, on
   for (const int w : {0, 2}) served.answer_of(w);
   served.serving.join();
   CHECK_FALSE(served.serve_error);
+}
+
+// SGD that records how many OpenMP threads its update could use.
+class TeamSizeRecordingSgd : public optim::SGD {
+ public:
+  using SGD::SGD;
+  void update(const std::vector<VariableState>& variables, double learning_rate) override {
+    team_size = omp_get_max_threads();
+    SGD::update(variables, learning_rate);
+  }
+  std::atomic<int> team_size{0};
+};
+
+TEST_CASE("a server updates with its update_threads OpenMP threads, and refuses a negative count", "[ps][threads]") {
+  const int process_threads = omp_get_max_threads();
+  for (const int threads : {1, 2}) {
+    INFO("update_threads " << threads);
+    TeamSizeRecordingSgd sgd({.learning_rate = optim::constant(0.01)});
+    HandServed served({.consistency = ps::Async{}, .update_threads = threads}, false, 0.01, &sgd);
+    const std::size_t n = served.payload_floats();
+    served.initialize(n);
+    served.send_to(1, proto::Kind::Push, std::vector<float>(n, 0.5f));
+    CHECK(served.answer_of(1).header.status == static_cast<std::uint16_t>(proto::Status::Ok));
+    CHECK(sgd.team_size == threads);
+    for (const int w : {0, 1, 2}) served.send_to(w, proto::Kind::Done, {});
+    for (const int w : {0, 1, 2}) served.answer_of(w);
+    served.serving.join();
+    CHECK_FALSE(served.serve_error);
+  }
+  CHECK(omp_get_max_threads() == process_threads);  // the caller's own count is left alone
+  CHECK_THROWS_WITH(HandServed({.update_threads = -1}), Catch::Contains("update_threads") && Catch::Contains("-1"));
 }
 
 TEST_CASE("a step takes the chief's learning rate, not that of the worker whose push came last", "[ps][threads]") {

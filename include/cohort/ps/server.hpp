@@ -61,6 +61,11 @@ struct ServerOptions {
   // 0: the transport's operation deadline (COHORT_TIMEOUT). Lost processes are reported much sooner by
   // the transport; this bounds a live but stuck one.
   std::chrono::milliseconds wait_timeout{0};
+  // OpenMP threads of each serving thread's optimizer update; 0: the process's (OMP_NUM_THREADS, else every
+  // core). One by default: a server moves bytes more than it computes, and a team's idle threads spin on
+  // the cores its sockets need (the flagship's push+pull in cohort_ps_bench: 1.30-1.50 GB/s with one
+  // thread against 1.23-1.41 with two).
+  int update_threads = 1;
 };
 
 class Server {
