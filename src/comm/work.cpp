@@ -14,7 +14,7 @@ void Work::wait(std::chrono::milliseconds timeout) {
 
 bool Work::wait_for(std::chrono::milliseconds timeout) {
   const auto start = std::chrono::steady_clock::now();
-  if (poller_ != nullptr && !done()) {
+  if (poller_ != nullptr && timeout.count() > 0 && !done()) {
     const auto until = start + std::min<std::chrono::microseconds>(poller_->polling_time(), timeout);
     struct Polling {
       explicit Polling(Poller& poller) : poller(poller) { poller.begin(); }

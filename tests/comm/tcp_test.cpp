@@ -1066,6 +1066,23 @@ TEST_CASE("tcp: after callers drove the links, the transport's own thread reads,
   CHECK(received == messages);
 }
 
+TEST_CASE("tcp: a send still being written when its transport is destroyed has failed, and waiting on it says so",
+          "[comm][tcp]") {
+  const auto addresses = comm_test::free_addresses(2);
+  std::unique_ptr<Transport> zero;
+  std::thread a([&] { zero = connect_tcp(options_for(0, addresses)); });
+  RawClient never_reads(addresses[0]);
+  REQUIRE(handshake(never_reads, 1, kSecret, tcp::random_nonce(), addresses, 0, 3s));
+  a.join();
+  // Far more than the socket buffers hold: the write is in flight when the transport goes.
+  std::vector<std::byte> large(std::size_t{64} << 20, std::byte{1});
+  auto sent = zero->send(1, 2, large);
+  std::this_thread::sleep_for(100ms);
+  zero.reset();
+  REQUIRE(sent->done());
+  CHECK_THROWS_AS(sent->wait(100ms), IoError);
+}
+
 TEST_CASE("tcp: a clean shutdown fails only what needed the departed peer", "[comm][tcp]") {
   const auto addresses = comm_test::free_addresses(3);
   auto group = connect_group(3, addresses);

@@ -28,10 +28,12 @@ void IoDriver::drive() {
     }
     resume_now_ = false;
     thread_driving_ = true;
-    io_.restart();  // under the lock: a caller's stop() comes after it, and ends the run below
     lock.unlock();
     io_.run();
     lock.lock();
+    // Restarted here, under the lock, before a caller may drive: callers never restart a context another
+    // caller may be driving, and a stop() that comes later ends the next run at once.
+    io_.restart();
     thread_driving_ = false;
     changed_.notify_all();
   }
@@ -44,7 +46,6 @@ void IoDriver::begin() {
   if (!thread_driving_) return;
   io_.stop();
   changed_.wait(lock, [this] { return !thread_driving_; });
-  io_.restart();
 }
 
 bool IoDriver::poll(bool spin) {
@@ -60,8 +61,9 @@ void IoDriver::end(bool done) {
     const std::lock_guard lock(mutex_);
     --waiting_;
     last_wait_ended_ = Clock::now();
-    if (done) return;
-    resume_now_ = true;
+    if (!done) resume_now_ = true;
+    // The own thread waits out kLinger unless a waiter sleeps: then it drives as soon as nobody else does.
+    if (!resume_now_ || waiting_ > 0) return;
   }
   changed_.notify_all();
 }

@@ -60,6 +60,11 @@ void TcpTransport::shut_down() {
   });
   closed.get_future().wait();
   io_driver_.reset();
+  // The handlers of what was cancelled (a write in flight, TLS steps) fail their operations now, on this
+  // thread: no Work of this transport may be left pending, waiting on a driver that is gone.
+  io_.restart();
+  while (io_.poll() > 0) {
+  }
 }
 
 void TcpTransport::check_peer(int peer) const {
@@ -269,6 +274,12 @@ void TcpTransport::enqueue(int peer, Outgoing outgoing) {
   if (p.ready && !p.writing) write_next(peer);
 }
 
+namespace {
+// Up to 1 MiB per socket write (Asio's default is 64 KiB): fewer system calls, and a TLS stream fills its
+// ring of records at once.
+std::size_t writing_pieces(const asio::error_code& error, std::size_t) { return error ? 0 : std::size_t{1} << 20; }
+}  // namespace
+
 void TcpTransport::write_next(int peer) {
   Peer& p = peers_[static_cast<std::size_t>(peer)];
   if (p.close_when_written && p.socket && p.queue.empty()) {
@@ -279,7 +290,7 @@ void TcpTransport::write_next(int peer) {
   p.writing = true;
   const Outgoing& front = p.queue.front();
   const std::array<asio::const_buffer, 2> buffers{asio::buffer(front.header), asio::buffer(front.payload.data(), front.payload.size())};
-  asio::async_write(*p.socket, buffers, [this, peer](const asio::error_code& error, std::size_t) {
+  asio::async_write(*p.socket, buffers, writing_pieces, [this, peer](const asio::error_code& error, std::size_t) {
     Peer& q = peers_[static_cast<std::size_t>(peer)];
     q.writing = false;
     if (q.queue.empty()) return;

@@ -1,9 +1,9 @@
 #pragma once
 // TlsStream: TLS 1.3 over a TCP socket through OpenSSL, with records as large as TLS allows and many of
 // them per system call. The records go through a BIO pair whose ring buffers hold kRingBytes each way:
-// a write encrypts as much of its bytes as the ring holds (many 16 KiB records) and sends them with one
-// socket write straight from the ring; a read takes as many bytes as the socket has into the other ring
-// and decrypts every whole record there into the caller's buffer. (Asio's ssl::stream moves one record per
+// a write encrypts up to kWriteBatch of its bytes (eight 16 KiB records) and sends them with one socket
+// write straight from the ring; a read takes as many bytes as the socket has into the other ring and
+// decrypts every whole record there into the caller's buffer. (Asio's ssl::stream moves one record per
 // socket call through 17 KiB buffers.) Like the socket, it is used by one thread at a time, with at most one
 // read and one write in flight. One sender empties the outgoing ring at a time: a write completes when it
 // is empty, and what TLS answers while reading (a key update) leaves with it.
@@ -22,6 +22,8 @@ class TlsStream {
   using executor_type = asio::ip::tcp::socket::executor_type;
 
   TlsStream(asio::ip::tcp::socket socket, asio::ssl::context& context);
+  TlsStream(const TlsStream&) = delete;  // pending handlers point at it
+  TlsStream& operator=(const TlsStream&) = delete;
 
   asio::ip::tcp::socket& socket() { return socket_; }
   executor_type get_executor() { return socket_.get_executor(); }
@@ -46,18 +48,26 @@ class TlsStream {
   void async_write_some(const Buffers& buffers, Handler handler) {
     std::size_t taken = 0;
     asio::error_code error;
-    for (auto it = asio::buffer_sequence_begin(buffers); it != asio::buffer_sequence_end(buffers) && !error; ++it) {
-      const asio::const_buffer buffer(*it);
+    for (auto it = asio::buffer_sequence_begin(buffers); it != asio::buffer_sequence_end(buffers) && !error && taken < kWriteBatch;
+         ++it) {
+      const asio::const_buffer buffer = asio::buffer(asio::const_buffer(*it), kWriteBatch - taken);
       const std::size_t encrypted = encrypt(buffer, error);
       taken += encrypted;
       if (encrypted < buffer.size()) break;  // the ring is full
     }
+    // Nothing taken from bytes given: only a ring still full of records could do that, and a write starts
+    // with it empty (one write at a time, each completing once it is sent).
+    if (!error && taken == 0 && asio::buffer_size(buffers) > 0) error = asio::error::no_buffer_space;
     if (error || outgoing().size() == 0) return complete(std::move(handler), error, taken);
     flush([handler = std::move(handler), taken](const asio::error_code& flushed) mutable { handler(flushed, flushed ? 0 : taken); });
   }
 
  private:
   static constexpr std::size_t kRingBytes = 512 * 1024;
+  // A write encrypts at most this much before its records leave, so that the peer decrypts one batch while
+  // this side encrypts the next (2 ranks, 512 KiB-1 MiB: 0.36-0.75 ms in batches of 64-256 KiB, 0.56-1.14 ms
+  // encrypting 512 KiB at a time).
+  static constexpr std::size_t kWriteBatch = 128 * 1024;
   struct FreeSsl {
     void operator()(SSL* ssl) const { SSL_free(ssl); }
   };
@@ -160,7 +170,8 @@ class TlsStream {
   template <typename Then>
   void fill(Then then) {
     const asio::mutable_buffer space = incoming_space();
-    if (space.size() == 0) return then(asio::error::no_buffer_space);  // a record larger than TLS allows
+    if (space.size() == 0)  // a record larger than TLS allows
+      return asio::post(socket_.get_executor(), [then = std::move(then)]() mutable { then(asio::error::no_buffer_space); });
     socket_.async_read_some(space, [this, then = std::move(then)](const asio::error_code& error, std::size_t bytes) mutable {
       if (!error) took_in(bytes);
       then(error);
