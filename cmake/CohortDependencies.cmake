@@ -9,6 +9,11 @@ find_package(nlohmann_json 3 REQUIRED)
 find_package(OpenSSL 3 REQUIRED COMPONENTS Crypto SSL)
 find_package(CLI11 2 REQUIRED)
 find_path(COHORT_ASIO_INCLUDE_DIR asio.hpp REQUIRED)
+# Asio decides how it allocates handler memory (aligned_alloc or operator new) from a libstdc++ macro
+# defined only once a standard header is in, so a file that includes Asio first decided otherwise than the
+# rest, and one file's inline code freed with operator delete what another's had taken from aligned_alloc.
+# One choice for every file.
+add_compile_definitions(ASIO_DISABLE_STD_ALIGNED_ALLOC)
 find_path(COHORT_CEREAL_INCLUDE_DIR cereal/cereal.hpp REQUIRED)
 # Open MPI is optional: the MPI communicator is built when COHORT_WITH_MPI is on and MPI is found. Its C
 # API through the CXX component, without the deprecated C++ bindings.
