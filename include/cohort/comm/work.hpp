@@ -27,6 +27,8 @@ class Poller {
   // False when this waiter should stop polling and sleep (another thread moves the bytes for it).
   virtual bool poll() = 0;
   virtual void end(bool /*done*/) {}
+  // By default long enough for a collective's next step to arrive on one host, short enough that a rank
+  // waiting for a slow peer soon sleeps and leaves the core to others.
   virtual std::chrono::microseconds polling_time() const { return std::chrono::microseconds(200); }
 };
 
