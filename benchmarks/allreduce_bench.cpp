@@ -57,14 +57,21 @@ int main(int argc, char** argv) try {
   const char* title = cluster::with_environment_settings({}).transport == "shared-memory"
                           ? "cohort allreduce (shared memory on one host)"
                           : "cohort allreduce over TCP";
-  if (options.startup)
-    return sweep::report_startup(
-        began, transport.rank(), transport.size(), [&](float* data, std::size_t count) { comm::allreduce(transport, {data, count}, allreduce); },
+  try {
+    if (options.startup)
+      return sweep::report_startup(
+          began, transport.rank(), transport.size(),
+          [&](float* data, std::size_t count) { comm::allreduce(transport, {data, count}, allreduce); }, [&] { comm::barrier(transport); });
+    return sweep::run(
+        title, transport.rank(), transport.size(), options,
+        [&](float* data, std::size_t count) { comm::allreduce(transport, {data, count}, allreduce); },
         [&] { comm::barrier(transport); });
-  return sweep::run(
-      title, transport.rank(), transport.size(), options,
-      [&](float* data, std::size_t count) { comm::allreduce(transport, {data, count}, allreduce); },
-      [&] { comm::barrier(transport); });
+  } catch (const std::exception& e) {
+    // The peers learn why this rank ends, as under fit(), rather than taking its leaving for a clean goodbye
+    // and naming it as the cause.
+    transport.announce_failure(e.what());
+    throw;
+  }
 } catch (const std::exception& e) {
   std::fprintf(stderr, "cohort_allreduce_bench: %s\n", e.what());
   return 1;

@@ -29,6 +29,10 @@ constexpr std::size_t kFrameHeaderBytes = 32;  // tag, length, kind, address
 constexpr std::size_t kSingleCopyPiece = std::size_t{4} << 20;  // a buffered message grows by this as it is read
 constexpr std::chrono::milliseconds kCloseWaitForReaders{500};
 constexpr std::chrono::milliseconds kWatchInterval{20};
+// How long a read of a peer's memory that failed waits for news of that peer's failure before it names
+// the peer lost or its address a protocol error: a failing peer frees its vector, and may end, before its
+// report arrives.
+constexpr std::chrono::milliseconds kFailureNewsGrace{500};
 constexpr std::chrono::milliseconds kPairingLookInterval{1};
 constexpr std::chrono::microseconds kPollAfterProgress{50};
 // How long the progress thread steps aside at a time while callers poll for small messages. A caller that
@@ -314,12 +318,17 @@ void ShmTransport::read(int peer, std::uint64_t address, std::span<std::byte> ou
   const auto error = read_outcome(*link, read_peer_memory(link->pid, address, out));
   peer_memory_reads_.fetch_add(1, std::memory_order_relaxed);
   if (!error) return;
-  if (error->process_gone()) throw IoError(fmt::format("lost {}: {} while this rank read its memory", describe(peer), error->reason));
-  {
-    // A peer whose collective failed may have freed its vector: its failure is the cause to name.
-    const std::lock_guard state(state_mutex_);
-    if (auto failure = error_for(peer)) std::rethrow_exception(failure);
+  // A peer whose collective failed frees its vector as it unwinds, and may end, before the news of its
+  // failure comes: that failure, once it comes, is the cause to name.
+  for (const auto give_up = std::chrono::steady_clock::now() + kFailureNewsGrace;;) {
+    {
+      const std::lock_guard state(state_mutex_);
+      if (auto failure = error_for(peer)) std::rethrow_exception(failure);
+    }
+    if (std::chrono::steady_clock::now() >= give_up) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
+  if (error->process_gone()) throw IoError(fmt::format("lost {}: {} while this rank read its memory", describe(peer), error->reason));
   throw ProtocolError(fmt::format("protocol error: {} named {} bytes at {:#x} of its memory for this rank to read, which failed: {}",
                                   describe(peer), out.size(), address, error->reason));
 }
