@@ -1386,21 +1386,29 @@ TEST_CASE("tcp over TLS: AES-128-GCM is the first choice of cipher suite", "[com
   CHECK(std::string(SSL_CIPHER_get_name(sk_SSL_CIPHER_value(suites, 0))) == "TLS_AES_128_GCM_SHA256");
 }
 
+// Ranks 0 and 1, rank 0 reached at the relay's address, which forwards to where it listens (addresses[0]).
+std::pair<std::unique_ptr<Transport>, std::unique_ptr<Transport>> connect_through(const RecordingRelay& relay,
+                                                                                  const std::vector<Address>& addresses, bool tls) {
+  const std::vector<Address> seen = {relay.address(), addresses[1]};
+  auto zero_options = options_for(0, seen), one_options = options_for(1, seen);
+  zero_options.listen_address = addresses[0];
+  zero_options.tls.enabled = one_options.tls.enabled = tls;
+  std::unique_ptr<Transport> zero;
+  std::thread listener([&] { zero = connect_tcp(zero_options); });
+  auto one = connect_tcp(one_options);
+  listener.join();
+  return {std::move(zero), std::move(one)};
+}
+
 TEST_CASE("tcp over TLS: the bytes on the wire are not the messages", "[comm][tcp][tls][security]") {
   const std::string marker = "a message that anybody on the path could read";
   for (const bool tls : {false, true}) {
     INFO("TLS " << tls);
     const auto addresses = comm_test::free_addresses(2);
     RecordingRelay relay(addresses[0]);
-    // Rank 0 is reached at the relay's address, which forwards to where it listens.
-    const std::vector<Address> seen = {relay.address(), addresses[1]};
-    auto zero_options = options_for(0, seen), one_options = options_for(1, seen);
-    zero_options.listen_address = addresses[0];
-    zero_options.tls.enabled = one_options.tls.enabled = tls;
-    std::unique_ptr<Transport> zero, one;
-    std::thread listener([&] { zero = connect_tcp(zero_options); });
-    one = connect_tcp(one_options);
-    listener.join();
+    auto linked = connect_through(relay, addresses, tls);
+    auto& zero = linked.first;
+    auto& one = linked.second;
     std::string message;
     for (int i = 0; i < 100; ++i) message += marker;
     std::string received(message.size(), '\0');
@@ -1416,14 +1424,9 @@ TEST_CASE("tcp over TLS: large messages both ways at once arrive whole, and a co
           "[comm][tcp][tls][security]") {
   const auto addresses = comm_test::free_addresses(2);
   RecordingRelay relay(addresses[0]);
-  const std::vector<Address> seen = {relay.address(), addresses[1]};
-  auto zero_options = options_for(0, seen), one_options = options_for(1, seen);
-  zero_options.listen_address = addresses[0];
-  zero_options.tls.enabled = one_options.tls.enabled = true;
-  std::unique_ptr<Transport> zero, one;
-  std::thread listener([&] { zero = connect_tcp(zero_options); });
-  one = connect_tcp(one_options);
-  listener.join();
+  auto linked = connect_through(relay, addresses, true);
+  auto& zero = linked.first;
+  auto& one = linked.second;
   // Each side sends 8 MiB before it reads: many rings of records each way, neither side waiting on the other.
   const std::size_t count = std::size_t{2} << 20;
   std::vector<std::vector<int>> outgoing(2, std::vector<int>(count)), incoming(2, std::vector<int>(count, 0));
