@@ -275,8 +275,8 @@ void TcpTransport::enqueue(int peer, Outgoing outgoing) {
 }
 
 namespace {
-// Up to 1 MiB per socket write (Asio's default is 64 KiB): fewer system calls, and a TLS stream fills its
-// ring of records at once.
+// Up to 1 MiB per socket write (Asio's default is 64 KiB): fewer system calls on plain TCP (2 ranks, 1 MiB
+// allreduce: 350 -> 243 us); a TLS stream takes its 128 KiB batch of records from each call.
 std::size_t writing_pieces(const asio::error_code& error, std::size_t) { return error ? 0 : std::size_t{1} << 20; }
 }  // namespace
 
