@@ -55,10 +55,11 @@ ParameterStore::ParameterStore(comm::Transport& transport, Plan plan, std::vecto
   }
   std::uint64_t largest_reply = 0;
   for (Link& link : links_) {
-    link.incoming.resize(link.outgoing.size());
     link.last_read.resize(link.outgoing.size());
     link.request.resize(sizeof(proto::RequestHeader));
-    largest_reply = std::max<std::uint64_t>(largest_reply, link.incoming.size() * sizeof(float));
+    link.request_ranges.resize(link.pieces.size() * sizeof(proto::MemoryRange));
+    link.values_range.resize(sizeof(proto::MemoryRange));
+    largest_reply = std::max<std::uint64_t>(largest_reply, link.outgoing.size() * sizeof(float));
   }
   transport_.expect_messages_up_to(largest_reply);
   traffic_.servers.resize(links_.size());
@@ -66,35 +67,56 @@ ParameterStore::ParameterStore(comm::Transport& transport, Plan plan, std::vecto
 
 void ParameterStore::send_request(Link& link, std::uint16_t kind, std::int64_t samples, bool with_payload,
                                   std::optional<std::int64_t> step, std::vector<comm::WorkPtr>& sends, std::int32_t overflow_shard) {
-  const bool low = with_payload && kind == static_cast<std::uint16_t>(proto::Kind::Push) && push_dtype_ == DType::BFloat16;
+  const bool push = kind == static_cast<std::uint16_t>(proto::Kind::Push);
+  const bool low = with_payload && push && push_dtype_ == DType::BFloat16;
   if (low) {
     link.outgoing_bfloat16.resize(link.outgoing.size());
     for (std::size_t i = 0; i < link.outgoing.size(); ++i) link.outgoing_bfloat16[i] = to_bfloat16_bits(link.outgoing[i]);
   }
-  const std::span<const std::byte> payload = low ? std::as_bytes(std::span(link.outgoing_bfloat16))
+  const std::span<const std::byte> floats = low ? std::as_bytes(std::span(link.outgoing_bfloat16))
                                           : with_payload ? std::as_bytes(std::span(link.outgoing))
                                                          : std::span<const std::byte>{};
-  const std::size_t bytes = payload.size();
+  const bool in_place = with_payload && push && link.server_reads_me;
+  const std::span<const std::byte> payload = in_place ? ranges_in_place(link) : floats;
   proto::RequestHeader header;
   header.kind = kind;
   header.plan_fingerprint = plan_.fingerprint();
   header.step = step.value_or(link.step);
   header.samples = samples;
   header.learning_rate_factor = learning_rate_factor_;
-  header.payload_bytes = bytes;
-  header.payload_crc = crc32c_of(payload.data(), bytes);
+  header.payload_bytes = payload.size();
+  header.payload_crc = crc32c_of(payload.data(), payload.size());
   header.payload_dtype = static_cast<std::uint32_t>(low ? DType::BFloat16 : DType::Float32);
   if (overflow_shard >= 0) {
     header.flags = proto::kNotFinite;
     header.overflow_shard = overflow_shard;
   }
+  if (in_place) header.flags |= proto::kPayloadInPlace;
+  if (server_memory_.value_or(nullptr) != nullptr && (push || kind == static_cast<std::uint16_t>(proto::Kind::Pull)))
+    header.flags |= proto::kAnswerInPlace;
   // Kept in the link: the transport reads the bytes until the send completes.
   std::memcpy(link.request.data(), &header, sizeof header);
   sends.push_back(transport_.send(link.rank, proto::kRequestTag, link.request));
-  if (bytes > 0) sends.push_back(transport_.send(link.rank, proto::kRequestPayloadTag, payload));
+  if (!payload.empty()) sends.push_back(transport_.send(link.rank, proto::kRequestPayloadTag, payload));
   const auto server = static_cast<std::size_t>(&link - links_.data());
   ++traffic_.servers[server].requests;
-  traffic_.servers[server].bytes_sent += static_cast<std::int64_t>(sizeof header + bytes);
+  traffic_.servers[server].bytes_sent += static_cast<std::int64_t>(sizeof header + floats.size());
+}
+
+std::span<const std::byte> ParameterStore::ranges_in_place(Link& link) {
+  const bool low = push_dtype_ == DType::BFloat16;
+  const std::size_t element_bytes = low ? sizeof(std::uint16_t) : sizeof(float);
+  auto* ranges = reinterpret_cast<proto::MemoryRange*>(link.request_ranges.data());
+  for (std::size_t i = 0; i < link.pieces.size(); ++i) {
+    const Piece& piece = link.pieces[i];
+    const LocalVariable& variable = variables_[piece.variable];
+    // A float32 gradient straight from its variable; the rest as packed (changes, bfloat16).
+    const void* from = low                  ? static_cast<const void*>(link.outgoing_bfloat16.data() + piece.offset)
+                       : variable.trainable ? static_cast<const void*>(variable.gradient.data() + piece.element_begin)
+                                            : static_cast<const void*>(link.outgoing.data() + piece.offset);
+    ranges[i] = {.address = reinterpret_cast<std::uintptr_t>(from), .bytes = static_cast<std::uint64_t>(piece.count) * element_bytes};
+  }
+  return link.request_ranges;
 }
 
 void ParameterStore::send_to_all(std::uint16_t kind, std::int64_t samples, bool with_payload, std::optional<std::int64_t> step) {
@@ -123,8 +145,13 @@ proto::ReplyHeader ParameterStore::receive_header(Link& link, std::uint16_t kind
   link.optimizer_iterations = header.optimizer_iterations;
   if (header.learning_rate_factor > 0) servers_learning_rate_factor_ = header.learning_rate_factor;
   traffic_.max_staleness = std::max(traffic_.max_staleness, header.staleness);
+  const bool in_place = (header.flags & proto::kValuesInPlace) != 0;
+  if (in_place && server_memory_.value_or(nullptr) == nullptr)
+    throw ProtocolError(fmt::format("{} answered {} with values in place, which this worker did not ask for", server,
+                                    proto::kind_name(kind)));
+  link.server_reads_me = (header.flags & proto::kReadsYourMemory) != 0;
   traffic_.servers[static_cast<std::size_t>(&link - links_.data())].bytes_received +=
-      static_cast<std::int64_t>(sizeof header + header.payload_bytes);
+      static_cast<std::int64_t>(sizeof header + (in_place ? link.outgoing.size() * sizeof(float) : header.payload_bytes));
   return header;
 }
 
@@ -139,28 +166,62 @@ void ParameterStore::receive_payload(Link& link, const proto::ReplyHeader& heade
     throw ProtocolError(fmt::format("the answer of {} fails its checksum (garbled in transit)", server));
 }
 
+comm::PeerMemory* ParameterStore::server_memory() {
+  if (!server_memory_) {
+    comm::PeerMemory* memory = transport_.peer_memory();
+    server_memory_ = memory != nullptr && memory->can_read_every_peer() ? memory : nullptr;
+  }
+  return *server_memory_;
+}
+
 std::vector<comm::WorkPtr> ParameterStore::post_value_receives() {
+  const bool in_place = server_memory() != nullptr;
   std::vector<comm::WorkPtr> posted;
-  for (Link& link : links_)
-    posted.push_back(transport_.recv(link.rank, proto::kReplyPayloadTag, std::as_writable_bytes(std::span(link.incoming))));
+  for (Link& link : links_) {
+    if (!in_place) link.incoming.resize(link.outgoing.size());
+    posted.push_back(transport_.recv(link.rank, proto::kReplyPayloadTag,
+                                     in_place ? std::span(link.values_range) : std::as_writable_bytes(std::span(link.incoming))));
+  }
   return posted;
+}
+
+void ParameterStore::read_values_in_place(const Link& link) {
+  proto::MemoryRange range;
+  std::memcpy(&range, link.values_range.data(), sizeof range);
+  COHORT_CHECK_AS(ProtocolError, range.bytes == link.outgoing.size() * sizeof(float), "{} named {} bytes of values in place, {} expected",
+                  transport_.describe(link.rank), range.bytes, link.outgoing.size() * sizeof(float));
+  std::vector<comm::PeerCopy> copies;
+  for (const Piece& piece : link.pieces) {
+    float* into = variables_[piece.variable].value.data() + piece.element_begin;
+    copies.push_back({.address = range.address + piece.offset * sizeof(float),
+                      .into = std::as_writable_bytes(std::span(into, static_cast<std::size_t>(piece.count)))});
+  }
+  (*server_memory_)->read(link.rank, copies);
 }
 
 void ParameterStore::receive_values(std::uint16_t kind, const std::vector<comm::WorkPtr>& posted) {
   std::vector<std::optional<std::string>> skips;
+  const bool in_place = server_memory_.value_or(nullptr) != nullptr;
   for (std::size_t s = 0; s < links_.size(); ++s) {
     Link& link = links_[s];
     const auto waiting_since = timeline::Clock::now();
     const proto::ReplyHeader header = receive_header(link, kind);
     skips.push_back(skip_of(link, header));
-    receive_payload(link, header, std::as_writable_bytes(std::span(link.incoming)), posted[s]);
+    if (in_place) {
+      COHORT_CHECK_AS(ProtocolError, (header.flags & proto::kValuesInPlace) != 0, "{} answered {} with its values as a message, not in place as asked",
+                      transport_.describe(link.rank), proto::kind_name(kind));
+      receive_payload(link, header, link.values_range, posted[s]);
+      read_values_in_place(link);
+    } else {
+      receive_payload(link, header, std::as_writable_bytes(std::span(link.incoming)), posted[s]);
+    }
     if (timeline::recording()) timeline::record("communication", fmt::format("values from ps {}", s), waiting_since);
     for (const Piece& piece : link.pieces) {
       const LocalVariable& variable = variables_[piece.variable];
-      const float* in = link.incoming.data() + piece.offset;
-      std::copy_n(in, piece.count, variable.value.data() + piece.element_begin);
+      const float* value = variable.value.data() + piece.element_begin;
+      if (!in_place) std::copy_n(link.incoming.data() + piece.offset, piece.count, variable.value.data() + piece.element_begin);
       // Non-trainable variables are sent back as changes since this read.
-      if (!variable.trainable) std::copy_n(in, piece.count, link.last_read.data() + piece.offset);
+      if (!variable.trainable) std::copy_n(value, piece.count, link.last_read.data() + piece.offset);
     }
   }
   if (kind != static_cast<std::uint16_t>(proto::Kind::Push)) return;
@@ -211,7 +272,8 @@ void ParameterStore::pack(Link& link, const Piece& piece) {
   const LocalVariable& variable = variables_[piece.variable];
   float* out = link.outgoing.data() + piece.offset;
   if (variable.trainable) {
-    std::copy_n(variable.gradient.data() + piece.element_begin, piece.count, out);
+    // Read in place by the server as it is, unless it is narrowed to bfloat16 first.
+    if (!link.server_reads_me || push_dtype_ == DType::BFloat16) std::copy_n(variable.gradient.data() + piece.element_begin, piece.count, out);
     return;
   }
   // The change this worker made since its last read: the servers add it up.

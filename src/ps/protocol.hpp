@@ -12,6 +12,16 @@
 // (kStepSkipped) and name the first worker and variable that overflowed. Headers carry the plan fingerprint, so a process
 // built with another model or placement is refused, and a CRC-32C of the payload, so garbled bytes are.
 // Byte order is the hosts'; cohort runs on little-endian machines.
+//
+// In place: where the transport lets a process read its peers' memory (every process on one host), the
+// floats need not travel as messages. A server says in its answers that it reads the worker's memory
+// (kReadsYourMemory); the worker's later Pushes then carry, instead of the floats, where each shard's floats
+// lie in its memory (kPayloadInPlace: one MemoryRange per shard, in plan order: straight from the variables'
+// gradients), and the server reads them from there. A worker that reads the servers' memory asks for its
+// values in place (kAnswerInPlace), and the answer names the range of the server's copy of its values
+// (kValuesInPlace), which the worker reads straight into its variables. Each side keeps the bytes it named
+// unchanged until the other has read them: the worker until the answer, the server until the worker's next
+// request. The CRC then covers the ranges; the bytes themselves never cross a wire.
 
 #include <bit>
 #include <cstdint>
@@ -32,8 +42,9 @@ inline constexpr comm::Tag kReplyPayloadTag = 0x5053524550000001ull;
 
 inline constexpr std::uint32_t kRequestMagic = 0x51535043;  // "CPSQ"
 inline constexpr std::uint32_t kReplyMagic = 0x52535043;    // "CPSR"
-// 3: a Push may carry bfloat16 gradients; 4: replies carry the rate factor; 5: skipped loss-scaled steps
-inline constexpr std::uint16_t kVersion = 5;
+// 3: a Push may carry bfloat16 gradients; 4: replies carry the rate factor; 5: skipped loss-scaled steps;
+// 6: payloads read in place
+inline constexpr std::uint16_t kVersion = 6;
 
 enum class Kind : std::uint16_t {
   Init = 1,   // the chief's starting values (payload: values)
@@ -72,14 +83,27 @@ struct RequestHeader {
 };
 static_assert(sizeof(RequestHeader) == 64);
 
-inline constexpr std::uint32_t kNotFinite = 1;  // request flag: this Push's gradients are not all finite
+// Request flags.
+inline constexpr std::uint32_t kNotFinite = 1;       // this Push's gradients are not all finite
+inline constexpr std::uint32_t kPayloadInPlace = 2;  // the payload names where the server reads this Push's floats
+inline constexpr std::uint32_t kAnswerInPlace = 4;   // answer a Pull or Push with where to read the values
+
+// Where a payload's floats lie in the memory of the process that sent it.
+struct MemoryRange {
+  std::uint64_t address = 0;
+  std::uint64_t bytes = 0;
+};
+static_assert(sizeof(MemoryRange) == 16);
 
 // Failed: the server stopped serving (a worker stuck or lost); the message says why and names the process.
 // It may come unasked, as the answer to a worker's next request.
 enum class Status : std::uint16_t { Ok = 0, Refused = 1, Failed = 2 };
 
-inline constexpr std::uint32_t kRunEnded = 1;    // reply flag: the chief has ended the run
-inline constexpr std::uint32_t kStepSkipped = 2;  // reply flag: the answered Push was not applied (kNotFinite)
+// Reply flags.
+inline constexpr std::uint32_t kRunEnded = 1;         // the chief has ended the run
+inline constexpr std::uint32_t kStepSkipped = 2;      // the answered Push was not applied (kNotFinite)
+inline constexpr std::uint32_t kValuesInPlace = 4;    // the payload is the MemoryRange of the values (kAnswerInPlace)
+inline constexpr std::uint32_t kReadsYourMemory = 8;  // this server reads the worker's memory: Push with kPayloadInPlace
 
 struct ReplyHeader {
   std::uint32_t magic = kReplyMagic;

@@ -61,6 +61,7 @@ struct Server::Inbox {
   proto::RequestHeader header;
   std::vector<float> payload;
   std::vector<std::uint16_t> bfloat16_payload;  // a bfloat16 push as it arrived
+  std::vector<proto::MemoryRange> ranges;       // a push in place: where its shards lie in the worker's memory
 };
 
 Server::Server(comm::Transport& transport, Plan plan, int server, std::vector<int> worker_ranks,
@@ -92,6 +93,7 @@ Server::Server(comm::Transport& transport, Plan plan, int server, std::vector<in
   transport_.expect_messages_up_to(payload_floats_ * sizeof(float));  // what the plan lets a request carry
   const std::size_t workers = worker_ranks_.size();
   contributions_.assign(workers, nullptr);
+  lent_.resize(workers);
   idle_since_.assign(workers, std::nullopt);
   contribution_samples_.assign(workers, 0);
   overflow_shards_.assign(workers, -1);
@@ -128,6 +130,15 @@ void Server::restore(const std::vector<ServerSnapshot>& snapshots) {
 }
 
 void Server::serve() {
+  try {
+    // Asked once, before any request: every worker learns it from the first answer.
+    if (comm::PeerMemory* memory = transport_.peer_memory(); memory != nullptr && memory->can_read_every_peer())
+      worker_memory_ = memory;
+  } catch (const Error& e) {
+    log::error("ps {}: {}", server_, e.what());
+    announce_failure(e.what());
+    throw;
+  }
   std::vector<std::thread> threads;
   std::vector<std::shared_ptr<Inbox>> inboxes;
   for (int w = 0; w < static_cast<int>(worker_ranks_.size()); ++w) {
@@ -147,6 +158,8 @@ void Server::serve() {
   for (auto& thread : threads) thread.join();
   if (!first_error_) return;
   for (auto& inbox : inboxes) comm::keep_until_exit(std::move(inbox));  // a stuck worker's receive stays posted
+  for (auto& lent : lent_)  // a worker may still be reading its last answer
+    if (lent) comm::keep_until_exit(std::const_pointer_cast<Published>(std::move(lent)));
   std::string reason = message_of(first_error_);
   // Another process may have named a stuck worker first and left: this server then sees it leave, but the
   // step it has long waited for points at the cause.
@@ -164,6 +177,10 @@ void Server::serve_worker(int worker, Inbox& inbox) {
   for (;;) {
     auto received = transport_.recv(rank, proto::kRequestTag, std::as_writable_bytes(std::span(&inbox.header, 1)));
     if (!await_request(worker, received, after)) return;
+    {
+      const std::lock_guard lock(mutex_);
+      lent_[static_cast<std::size_t>(worker)].reset();  // a worker asks again only once it has read its last answer
+    }
     const proto::RequestHeader& header = inbox.header;
     const auto start = Clock::now();
     if (const std::string problem = check_header(header, worker); !problem.empty()) {
@@ -172,16 +189,21 @@ void Server::serve_worker(int worker, Inbox& inbox) {
     }
     std::vector<float>& payload = inbox.payload;
     const bool bfloat16 = header.payload_dtype == static_cast<std::uint32_t>(DType::BFloat16);
+    const bool in_place = (header.flags & proto::kPayloadInPlace) != 0;
+    const std::size_t element_bytes = bfloat16 ? sizeof(std::uint16_t) : sizeof(float);
+    const std::size_t floats = in_place ? payload_floats_ : header.payload_bytes / element_bytes;
     std::span<std::byte> arriving;
     if (bfloat16) {
-      inbox.bfloat16_payload.resize(header.payload_bytes / sizeof(std::uint16_t));
+      inbox.bfloat16_payload.resize(floats);
       arriving = std::as_writable_bytes(std::span(inbox.bfloat16_payload));
     } else {
-      payload.resize(header.payload_bytes / sizeof(float));
+      payload.resize(floats);
       arriving = std::as_writable_bytes(std::span(payload));
     }
+    if (in_place) inbox.ranges.resize(held_.size());
+    const std::span<std::byte> message = in_place ? std::as_writable_bytes(std::span(inbox.ranges)) : arriving;
     // The payload follows its header at once: a worker that stops between the two is stuck, not pausing.
-    if (!arriving.empty() && !transport_.recv(rank, proto::kRequestPayloadTag, arriving)->wait_for(deadline_.limit()))
+    if (!message.empty() && !transport_.recv(rank, proto::kRequestPayloadTag, message)->wait_for(deadline_.limit()))
       throw TimeoutError(comm::stuck_message(
           transport_.describe(rank) + " is stuck",
           fmt::format("ps {} got the header of its {} of step {} but not the {} bytes that follow it", server_,
@@ -190,12 +212,18 @@ void Server::serve_worker(int worker, Inbox& inbox) {
     {
       const std::lock_guard lock(mutex_);
       ++stats_.requests;
-      stats_.bytes_in += static_cast<std::int64_t>(sizeof header + header.payload_bytes);
+      stats_.bytes_in += static_cast<std::int64_t>(sizeof header + arriving.size());
     }
-    if (crc32c_of(arriving.data(), header.payload_bytes) != header.payload_crc) {
+    if (crc32c_of(message.data(), message.size()) != header.payload_crc) {
       refuse(worker, fmt::format("{} payload of {} bytes fails its checksum (garbled in transit)",
                                  proto::kind_name(header.kind), header.payload_bytes));
       return;
+    }
+    if (in_place) {
+      if (const std::string problem = read_in_place(worker, inbox.ranges, arriving, element_bytes); !problem.empty()) {
+        refuse(worker, problem);
+        return;
+      }
     }
     if (bfloat16) {
       payload.resize(inbox.bfloat16_payload.size());
@@ -266,7 +294,15 @@ std::string Server::check_header(const protocol::RequestHeader& header, int work
   if (header.payload_dtype > 0xff || (dtype != DType::Float32 && !bfloat16_push))
     return fmt::format("{} announces payload element type code {}: a Push carries float32 or bfloat16, the rest float32",
                        proto::kind_name(header.kind), header.payload_dtype);
-  const std::uint64_t expected = kind == proto::Kind::Init || kind == proto::Kind::Push
+  if ((header.flags & ~(proto::kNotFinite | proto::kPayloadInPlace | proto::kAnswerInPlace)) != 0)
+    return fmt::format("unknown request flags {:#x}", header.flags);
+  const bool in_place = (header.flags & proto::kPayloadInPlace) != 0;
+  if (in_place && kind != proto::Kind::Push) return fmt::format("{} with its payload in place: only a Push may be", proto::kind_name(header.kind));
+  if (in_place && worker_memory_ == nullptr) return "a Push in place, but this server does not read its workers' memory";
+  if ((header.flags & proto::kAnswerInPlace) != 0 && kind != proto::Kind::Pull && kind != proto::Kind::Push)
+    return fmt::format("{} asks for its answer in place: only a Pull or a Push is answered with values", proto::kind_name(header.kind));
+  const std::uint64_t expected = in_place ? held_.size() * sizeof(proto::MemoryRange)
+                                 : kind == proto::Kind::Init || kind == proto::Kind::Push
                                      ? payload_floats_ * (bfloat16_push ? sizeof(std::uint16_t) : sizeof(float))
                                      : 0;
   if (header.payload_bytes != expected)
@@ -277,13 +313,32 @@ std::string Server::check_header(const protocol::RequestHeader& header, int work
   if (header.step < 0) return fmt::format("negative step {}", header.step);
   if (!std::isfinite(header.learning_rate_factor) || header.learning_rate_factor <= 0)
     return fmt::format("learning-rate factor {} is not positive and finite", header.learning_rate_factor);
-  if ((header.flags & ~proto::kNotFinite) != 0) return fmt::format("unknown request flags {:#x}", header.flags);
   if ((header.flags & proto::kNotFinite) != 0) {
     if (kind != proto::Kind::Push) return fmt::format("{} flagged as not finite: only a Push may be", proto::kind_name(header.kind));
     if (header.overflow_shard < 0 || static_cast<std::size_t>(header.overflow_shard) >= plan_.shards().size())
       return fmt::format("a Push flagged as not finite names shard {}, the plan has {}", header.overflow_shard, plan_.shards().size());
     if (const auto* sync = std::get_if<Sync>(&options_.consistency); sync != nullptr && sync->backup_workers > 0)
       return "a Push flagged as not finite under backup workers: the servers could disagree on skipping its step";
+  }
+  return {};
+}
+
+std::string Server::read_in_place(int worker, std::span<const proto::MemoryRange> ranges, std::span<std::byte> into,
+                                  std::size_t element_bytes) {
+  std::vector<comm::PeerCopy> copies;
+  for (std::size_t i = 0; i < held_.size(); ++i) {
+    const Held& held = held_[i];
+    const std::size_t bytes = static_cast<std::size_t>(held.value.numel()) * element_bytes;
+    if (ranges[i].bytes != bytes)
+      return fmt::format("Push in place names {} bytes for '{}', which holds {}", ranges[i].bytes, held.shard->name(), bytes);
+    copies.push_back({.address = ranges[i].address, .into = into.subspan(held.offset * element_bytes, bytes)});
+  }
+  try {
+    worker_memory_->read(worker_ranks_[static_cast<std::size_t>(worker)], copies);
+  } catch (const ProtocolError& e) {
+    constexpr std::string_view kPrefix = "protocol error: ";
+    const std::string_view what = e.what();
+    return fmt::format("Push in place: {}", what.starts_with(kPrefix) ? what.substr(kPrefix.size()) : what);
   }
   return {};
 }
@@ -337,9 +392,10 @@ bool Server::handle(int worker, const protocol::RequestHeader& header, const std
                                        fmt::format("ps {} got no initial values", server_), deadline_.limit());
           }))
         return true;
-      auto values = published_values_locked();
+      const bool in_place = (header.flags & proto::kAnswerInPlace) != 0;
+      auto values = published_values_locked(!in_place);
       lock.unlock();
-      reply_values(worker, 0, std::move(values));
+      reply_values(worker, 0, std::move(values), {}, in_place);
       return false;
     }
     case proto::Kind::Push: {
@@ -352,9 +408,10 @@ bool Server::handle(int worker, const protocol::RequestHeader& header, const std
                                 ? push_sync_locked(lock, worker, header, payload, staleness, skipped)
                                 : push_async_locked(lock, worker, header, payload, staleness, skipped);
       if (!answered) return true;
-      auto values = published_values_locked();
+      const bool in_place = (header.flags & proto::kAnswerInPlace) != 0;
+      auto values = published_values_locked(!in_place);
       lock.unlock();
-      reply_values(worker, staleness, std::move(values), skipped);
+      reply_values(worker, staleness, std::move(values), skipped, in_place);
       return false;
     }
     case proto::Kind::Save: {
@@ -613,8 +670,11 @@ void Server::announce_failure(const std::string& reason) {
   }
 }
 
-std::shared_ptr<const Server::Published> Server::published_values_locked() {
-  if (published_) return published_;
+std::shared_ptr<const Server::Published> Server::published_values_locked(bool checksummed) {
+  if (published_) {
+    if (checksummed && !published_->crc) published_->crc = crc32c_of(published_->values.data(), published_->values.size() * sizeof(float));
+    return published_;
+  }
   // Under the lock, once per change: the workers' answers share it, and an update waits for no answer. A
   // retired copy that no answer holds any more (each lets go under the lock) is reused, its pages mapped.
   const auto free = free_retired_locked();
@@ -625,11 +685,16 @@ std::shared_ptr<const Server::Published> Server::published_values_locked() {
     published_ = std::make_shared<Published>();
   }
   published_->values.resize(payload_floats_);
+  published_->crc.reset();
   std::uint32_t crc = 0;
-  for (const Held& held : held_)
-    crc = crc32c_copy(crc, published_->values.data() + held.offset, held.value.data(),
-                      static_cast<std::size_t>(held.value.numel()) * sizeof(float));
-  published_->crc = crc;
+  for (const Held& held : held_) {
+    float* to = published_->values.data() + held.offset;
+    if (checksummed)
+      crc = crc32c_copy(crc, to, held.value.data(), static_cast<std::size_t>(held.value.numel()) * sizeof(float));
+    else
+      std::copy_n(held.value.data(), held.value.numel(), to);
+  }
+  if (checksummed) published_->crc = crc;
   return published_;
 }
 
@@ -676,12 +741,22 @@ void Server::refuse(int worker, const std::string& reason) {
 }
 
 void Server::reply_values(int worker, std::int64_t staleness, std::shared_ptr<const Published> values,
-                          const std::optional<Skip>& skipped) {
-  try {
-    reply(worker, staleness, std::as_bytes(std::span(values->values)), values->crc, skipped);
-  } catch (...) {
-    comm::keep_until_exit(std::const_pointer_cast<Published>(values));  // a send that did not finish may still read it
-    throw;
+                          const std::optional<Skip>& skipped, bool in_place) {
+  const std::size_t bytes = values->values.size() * sizeof(float);
+  if (in_place) {
+    const proto::MemoryRange range{.address = reinterpret_cast<std::uintptr_t>(values->values.data()), .bytes = bytes};
+    {
+      const std::lock_guard lock(mutex_);
+      lent_[static_cast<std::size_t>(worker)] = values;
+    }
+    reply(worker, staleness, bytes_of(range), crc32c_of(&range, sizeof range), skipped, bytes);
+  } else {
+    try {
+      reply(worker, staleness, std::as_bytes(std::span(values->values)), *values->crc, skipped);
+    } catch (...) {
+      comm::keep_until_exit(std::const_pointer_cast<Published>(values));  // a send that did not finish may still read it
+      throw;
+    }
   }
   // Let go under the lock: the thread that next sees the copy free and reuses it then sees the send done.
   const std::lock_guard lock(mutex_);
@@ -689,7 +764,7 @@ void Server::reply_values(int worker, std::int64_t staleness, std::shared_ptr<co
 }
 
 void Server::reply(int worker, std::int64_t staleness, std::span<const std::byte> payload, std::uint32_t crc,
-                   const std::optional<Skip>& skipped) {
+                   const std::optional<Skip>& skipped, std::optional<std::size_t> values_in_place) {
   const int rank = worker_ranks_[static_cast<std::size_t>(worker)];
   proto::ReplyHeader header;
   if (skipped) {
@@ -697,13 +772,15 @@ void Server::reply(int worker, std::int64_t staleness, std::span<const std::byte
     header.overflow_worker = skipped->worker;
     header.overflow_shard = skipped->shard;
   }
+  if (values_in_place) header.flags |= proto::kValuesInPlace;
+  if (worker_memory_ != nullptr) header.flags |= proto::kReadsYourMemory;
   {
     const std::lock_guard lock(mutex_);
     header.step = version_;
     header.optimizer_iterations = optimizer_.iterations();
     if (run_ended_) header.flags |= proto::kRunEnded;
     header.learning_rate_factor = optimizer_.learning_rate_factor();
-    stats_.bytes_out += static_cast<std::int64_t>(sizeof header + payload.size());
+    stats_.bytes_out += static_cast<std::int64_t>(sizeof header + values_in_place.value_or(payload.size()));
   }
   header.staleness = staleness;
   header.payload_bytes = payload.size();

@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <cstring>
 #include <fstream>
+#include <numeric>
 #include <set>
 #include <sstream>
 #include <fmt/format.h>
@@ -643,6 +644,38 @@ TEST_CASE("shm: reading a peer's memory copies it, or says why not: an address i
   REQUIRE(ended);
   CHECK(ended->process_gone());
   CHECK_THAT(ended->reason, Catch::Contains("ended"));
+}
+
+TEST_CASE("shm: a scattered read of a peer's memory copies every piece, more than one system call takes, or names the one it failed at",
+          "[comm][shm]") {
+  // 2500 pieces (more than IOV_MAX per call) of 0 to 40 bytes at odd offsets of one source, each into its own place.
+  std::vector<std::byte> source(60000), out(60000, std::byte{0xee});
+  for (std::size_t i = 0; i < source.size(); ++i) source[i] = static_cast<std::byte>(i * 13 + 5);
+  std::vector<PeerCopy> copies;
+  std::vector<std::pair<std::size_t, std::size_t>> pieces;  // (offset, bytes) in both
+  for (std::size_t offset = 3, i = 0; i < 2500; ++i) {
+    const std::size_t bytes = (i * 7) % 41;
+    pieces.emplace_back(offset, bytes);
+    copies.push_back({.address = reinterpret_cast<std::uint64_t>(source.data() + offset), .into = std::span(out).subspan(offset, bytes)});
+    offset += bytes + 1;  // the byte between two pieces stays untouched
+  }
+  REQUIRE_FALSE(shm::read_peer_memory(::getpid(), copies));
+  std::size_t untouched = 0;
+  for (std::size_t i = 0, next_piece = 0; i < out.size(); ++i) {
+    while (next_piece < pieces.size() && pieces[next_piece].first + pieces[next_piece].second <= i) ++next_piece;
+    const bool inside = next_piece < pieces.size() && i >= pieces[next_piece].first;
+    if (inside) REQUIRE(out[i] == source[i]);
+    else untouched += out[i] == std::byte{0xee};
+  }
+  CHECK(untouched + std::accumulate(pieces.begin(), pieces.end(), std::size_t{0}, [](std::size_t sum, const auto& piece) {
+          return sum + piece.second;
+        }) == out.size());
+  // An unreadable piece past the first call's pieces: the error names it.
+  copies[1500].address = 8;
+  const auto failed = shm::read_peer_memory(::getpid(), copies);
+  REQUIRE(failed);
+  CHECK(failed->copy == 1500);
+  CHECK_THAT(failed->reason, Catch::Contains("not readable memory"));
 }
 
 TEST_CASE("shm: a message its sender withdrew is dropped after the copy, its receive failing, and not acknowledged", "[comm][shm]") {

@@ -57,16 +57,23 @@ inline std::vector<std::string> process_names(int workers, int servers) {
   return names;
 }
 
-// One parameter-server run: body(rank, strategy) on every process's thread; returns the strategies
-// (the chief's holds the final server statistics).
+// One parameter-server run over `transports`: body(rank, strategy) on every process's thread; returns the
+// strategies (the chief's holds the final server statistics).
+inline std::vector<std::shared_ptr<train::ParameterServer>> run_cluster(
+    const std::vector<comm::Transport*>& transports, int workers, const train::ParameterServerOptions& options,
+    const std::function<void(int, std::shared_ptr<train::ParameterServer>)>& body) {
+  std::vector<std::shared_ptr<train::ParameterServer>> strategies;
+  for (comm::Transport* transport : transports) strategies.push_back(std::make_shared<train::ParameterServer>(*transport, workers, options));
+  comm_test::run_ranks(static_cast<int>(transports.size()), [&](int r) { body(r, strategies[static_cast<std::size_t>(r)]); });
+  return strategies;
+}
+
 inline std::vector<std::shared_ptr<train::ParameterServer>> run_cluster(
     comm::InProcessGroup& group, int workers, int servers, const train::ParameterServerOptions& options,
     const std::function<void(int, std::shared_ptr<train::ParameterServer>)>& body) {
-  std::vector<std::shared_ptr<train::ParameterServer>> strategies;
-  for (int r = 0; r < workers + servers; ++r)
-    strategies.push_back(std::make_shared<train::ParameterServer>(group.transport(r), workers, options));
-  comm_test::run_ranks(workers + servers, [&](int r) { body(r, strategies[static_cast<std::size_t>(r)]); });
-  return strategies;
+  std::vector<comm::Transport*> transports;
+  for (int r = 0; r < workers + servers; ++r) transports.push_back(&group.transport(r));
+  return run_cluster(transports, workers, options, body);
 }
 
 }  // namespace ps_test

@@ -101,7 +101,7 @@ TEST_CASE("a parameter server refuses garbled and foreign requests and keeps its
          payload[1] = std::nanf("");
          h.payload_crc = crc32c_of(payload.data(), payload.size() * sizeof(float));
        }},
-      {"unknown request flags 0x4", [](auto& h, auto&) { h.flags = 4; }},
+      {"unknown request flags 0x10", [](auto& h, auto&) { h.flags = 0x10; }},
       {"flagged as not finite names shard 1000", [](auto& h, auto&) {
          h.flags = proto::kNotFinite;
          h.overflow_shard = 1000;

@@ -39,15 +39,26 @@ using Tag = std::uint64_t;
 // Reading a same-host peer's memory directly (Linux cross-memory attach, as Open MPI's shared-memory
 // transport does), so that a collective reduces straight from its peers' buffers instead of passing their
 // bytes through messages. A transport offers it only where every peer is on this host.
+// Bytes of a peer's memory at `address`, and where they go in this process.
+struct PeerCopy {
+  std::uint64_t address = 0;
+  std::span<std::byte> into;
+};
+
 class PeerMemory {
  public:
   virtual ~PeerMemory() = default;
   // Whether this rank may read every peer's memory (pairing first with those it has not talked to: a round
   // trip each). Each rank answers for its own reads: a collective agrees with its peers before relying on it.
   virtual bool can_read_every_peer() = 0;
-  // Copies out.size() bytes at `address` in `peer`'s process into `out`. Throws IoError naming the peer when
-  // its process has ended, ProtocolError when the address is not readable memory of that process.
-  virtual void read(int peer, std::uint64_t address, std::span<std::byte> out) = 0;
+  // Copies each copy's into.size() bytes at its `address` in `peer`'s process into `into`, in as few system
+  // calls as the kernel allows. Throws IoError naming the peer when its process has ended, ProtocolError
+  // when an address is not readable memory of that process.
+  virtual void read(int peer, std::span<const PeerCopy> copies) = 0;
+  void read(int peer, std::uint64_t address, std::span<std::byte> out) {
+    const PeerCopy copy{.address = address, .into = out};
+    read(peer, std::span(&copy, 1));
+  }
 };
 
 // Messages this small are always expected (agreements, a run's history, rendezvous answers).

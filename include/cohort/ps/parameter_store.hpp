@@ -108,6 +108,10 @@ class ParameterStore {
     std::vector<float> outgoing{}, incoming{}, last_read{};
     std::vector<std::uint16_t> outgoing_bfloat16{};  // a bfloat16 push while it is being sent
     std::vector<std::byte> request{};  // the request header while it is being sent
+    // In place: where this Push's shards lie in this process (MemoryRanges), and where the answer's values lie
+    // in the server's. The server said it reads this process's memory.
+    std::vector<std::byte> request_ranges{}, values_range{};
+    bool server_reads_me = false;
     std::int64_t step = 0, optimizer_iterations = 0;
     std::size_t trainable_pieces = 0;
     // During a pipelined push: pieces whose gradients are not final yet, and whether the request left.
@@ -120,9 +124,15 @@ class ParameterStore {
     std::vector<comm::WorkPtr> posted_receives, sends;
   };
 
-  // Copies piece `piece` of `link` into its outgoing payload: a gradient, or a non-trainable variable's
-  // change since the last read.
+  // Copies piece `piece` of `link` into its outgoing payload: a gradient (unless the server reads it in
+  // place from the variable), or a non-trainable variable's change since the last read.
   void pack(Link& link, const Piece& piece);
+  // Where this Push's floats of `link` lie in this process, one MemoryRange per piece.
+  std::span<const std::byte> ranges_in_place(Link& link);
+  // Reads the values an answer named in the server's memory straight into the variables.
+  void read_values_in_place(const Link& link);
+  // Where this worker reads the servers' memory (asking for answers in place); null where it cannot.
+  comm::PeerMemory* server_memory();
   // Queues `link`'s request; `sends` gets the works that complete once its bytes are out. `overflow_shard`
   // >= 0 flags a Push as not finite.
   void send_request(Link& link, std::uint16_t kind, std::int64_t samples, bool with_payload, std::optional<std::int64_t> step,
@@ -158,6 +168,7 @@ class ParameterStore {
   // Per variable, its pieces: (server, index in that link's pieces).
   std::vector<std::vector<std::pair<std::size_t, std::size_t>>> pieces_of_;
   std::optional<Push> push_;
+  std::optional<comm::PeerMemory*> server_memory_;  // asked once, at the first answer with values
   comm::ProgressDeadline deadline_;  // of an answer: the servers' own deadline, kReplySlack times over
   bool run_ended_ = false;
   std::optional<std::string> skipped_because_;

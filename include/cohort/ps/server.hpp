@@ -50,6 +50,7 @@ namespace cohort::ps {
 
 namespace protocol {
 struct RequestHeader;
+struct MemoryRange;
 }
 
 struct ServerOptions {
@@ -103,6 +104,10 @@ class Server {
   // An empty string when the header is acceptable, else why not.
   std::string check_header(const protocol::RequestHeader& header, int worker) const;
   std::string check_finite(const std::vector<float>& payload) const;
+  // Reads a Push in place: each shard's bytes from where `ranges` says in the worker's memory into `into`, at
+  // the shard's offset. An empty string when done, else why not (a range of the wrong size or unreadable).
+  std::string read_in_place(int worker, std::span<const protocol::MemoryRange> ranges, std::span<std::byte> into,
+                            std::size_t element_bytes);
   // Why a well-formed request cannot be served in the server's current state; empty when it can.
   std::string refusal_locked(const protocol::RequestHeader& header) const;
   // Answers one request; true when this worker is finished.
@@ -140,13 +145,13 @@ class Server {
   std::string overdue_workers(const std::string& reason) const;
   // Tells every worker not yet finished why serving ended (a Failed answer).
   void announce_failure(const std::string& reason);
-  // The values as every answer carries them, copied and checksummed once per change and shared by the
-  // answers in flight.
+  // The values as every answer carries them, copied once per change and shared by the answers in flight;
+  // checksummed (in the copy) once an answer sends them as a message.
   struct Published {
     std::vector<float> values;
-    std::uint32_t crc = 0;
+    std::optional<std::uint32_t> crc;
   };
-  std::shared_ptr<const Published> published_values_locked();
+  std::shared_ptr<const Published> published_values_locked(bool checksummed);
   // The held values are about to change: the next answer publishes them anew.
   void values_changed_locked();
   // The first retired copy that no answer holds any more (each lets go under the lock), or retired_.end().
@@ -154,11 +159,12 @@ class Server {
   ServerSnapshot snapshot_locked() const;
   ServerStats stats_locked() const;
   void refuse(int worker, const std::string& reason);
-  // `crc`: the payload's CRC-32C.
+  // `crc`: the payload's CRC-32C. `values_in_place`: the payload is the MemoryRange of that many bytes of values.
   void reply(int worker, std::int64_t staleness, std::span<const std::byte> payload, std::uint32_t crc,
-             const std::optional<Skip>& skipped = {});
+             const std::optional<Skip>& skipped = {}, std::optional<std::size_t> values_in_place = {});
+  // `in_place`: the answer names the values' range, and the copy stays lent to the worker until its next request.
   void reply_values(int worker, std::int64_t staleness, std::shared_ptr<const Published> values,
-                    const std::optional<Skip>& skipped = {});
+                    const std::optional<Skip>& skipped, bool in_place);
   void record_latency(double milliseconds);
 
   comm::Transport& transport_;
@@ -170,6 +176,7 @@ class Server {
   comm::ProgressDeadline deadline_;
   std::vector<Held> held_;
   std::size_t payload_floats_ = 0;
+  comm::PeerMemory* worker_memory_ = nullptr;  // where this server reads its workers' memory (Pushes in place)
 
   mutable std::mutex mutex_;
   std::condition_variable changed_;
@@ -180,6 +187,7 @@ class Server {
   std::int64_t version_ = 0;  // updates applied
   std::shared_ptr<Published> published_;  // the current values' answer, once asked for
   std::vector<std::shared_ptr<Published>> retired_;  // older ones, reused once no answer holds them
+  std::vector<std::shared_ptr<const Published>> lent_;  // per worker: named by its last answer in place, until its next request
   // Sync: the current step's gradients so far, each in its worker's request buffer (that worker's thread
   // waits for the step), summed in worker order when the step is complete: all but the last contribution
   // in here, the last on its way to the optimizer.

@@ -9,7 +9,9 @@
 #include <cerrno>
 #include <cstring>
 #include <fmt/format.h>
+#include <climits>
 #include <utility>
+#include <vector>
 
 namespace cohort::comm::shm {
 namespace {
@@ -17,7 +19,7 @@ namespace {
 std::string reason_for(int code) {
   switch (code) {
     case ESRCH: return "its process has ended";
-    case EFAULT: return "the address it gave is not readable memory of its process";
+    case EFAULT: return "not readable memory of its process";
     case EPERM: return "the kernel does not let this process read that process's memory (another user's process, or "
                        "kernel.yama.ptrace_scope above 0)";
     case ENOSYS: return "this kernel has no cross-memory attach (process_vm_readv)";
@@ -29,21 +31,42 @@ std::string reason_for(int code) {
 
 bool PeerReadError::process_gone() const { return code == ESRCH; }
 
-std::optional<PeerReadError> read_peer_memory(pid_t pid, std::uint64_t address, std::span<std::byte> out) {
-  std::size_t done = 0;
-  while (done < out.size()) {
-    const iovec local{out.data() + done, out.size() - done};
-    const iovec remote{reinterpret_cast<void*>(address + done), out.size() - done};
-    const ssize_t read = ::process_vm_readv(pid, &local, 1, &remote, 1, 0);
+std::optional<PeerReadError> read_peer_memory(pid_t pid, std::span<const PeerCopy> copies) {
+  std::vector<iovec> local, remote;
+  std::size_t next = 0, done_of_next = 0;  // where the reads stand: a short read may stop inside a copy
+  const auto advance = [&](std::size_t bytes) {
+    for (; next < copies.size(); ++next, done_of_next = 0) {
+      const std::size_t taken = std::min(bytes, copies[next].into.size() - done_of_next);
+      done_of_next += taken;
+      bytes -= taken;
+      if (done_of_next < copies[next].into.size()) break;
+    }
+  };
+  advance(0);
+  while (next < copies.size()) {
+    local.clear();
+    remote.clear();
+    for (std::size_t c = next; c < copies.size() && local.size() < IOV_MAX; ++c) {
+      const std::size_t skip = c == next ? done_of_next : 0;
+      if (copies[c].into.size() == skip) continue;
+      local.push_back({copies[c].into.data() + skip, copies[c].into.size() - skip});
+      remote.push_back({reinterpret_cast<void*>(copies[c].address + skip), copies[c].into.size() - skip});
+    }
+    const ssize_t read = ::process_vm_readv(pid, local.data(), local.size(), remote.data(), remote.size(), 0);
     if (read < 0 && errno == EINTR) continue;
     // A short read stops at memory it cannot read; 0 bytes means the next byte is such.
     if (read <= 0) {
       const int code = read == 0 ? EFAULT : errno;
-      return PeerReadError{code, reason_for(code)};
+      return PeerReadError{code, reason_for(code), next};
     }
-    done += static_cast<std::size_t>(read);
+    advance(static_cast<std::size_t>(read));
   }
   return std::nullopt;
+}
+
+std::optional<PeerReadError> read_peer_memory(pid_t pid, std::uint64_t address, std::span<std::byte> out) {
+  const PeerCopy copy{.address = address, .into = out};
+  return read_peer_memory(pid, std::span(&copy, 1));
 }
 
 std::optional<ProcessHandle> ProcessHandle::open(pid_t pid) {

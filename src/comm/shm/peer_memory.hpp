@@ -11,15 +11,19 @@
 #include <span>
 #include <string>
 
+#include "cohort/comm/transport.hpp"
+
 namespace cohort::comm::shm {
 
 struct PeerReadError {
   int code = 0;  // errno
   std::string reason;
+  std::size_t copy = 0;  // the index of the copy that failed
   bool process_gone() const;
 };
 
-// Reads out.size() bytes at `address` in process `pid`, in pieces, into `out`; the error says why not.
+// Reads each copy's bytes out of process `pid`, up to IOV_MAX copies per system call; the error says why not.
+std::optional<PeerReadError> read_peer_memory(pid_t pid, std::span<const PeerCopy> copies);
 std::optional<PeerReadError> read_peer_memory(pid_t pid, std::uint64_t address, std::span<std::byte> out);
 
 // A handle on one process (a pidfd): it tells whether that process has ended even once its pid is reused,

@@ -311,11 +311,11 @@ bool ShmTransport::can_read_every_peer() {
   return true;
 }
 
-void ShmTransport::read(int peer, std::uint64_t address, std::span<std::byte> out) {
+void ShmTransport::read(int peer, std::span<const PeerCopy> copies) {
   const Link* link = link_of(peer);
   COHORT_CHECK(link != nullptr && is_paired(*link) && link->single_copy_in, "{} cannot read the memory of {}",
                describe(rank()), describe(peer));
-  const auto error = read_outcome(*link, read_peer_memory(link->pid, address, out));
+  const auto error = read_outcome(*link, read_peer_memory(link->pid, copies));
   peer_memory_reads_.fetch_add(1, std::memory_order_relaxed);
   if (!error) return;
   // A peer whose collective failed frees its vector as it unwinds, and may end, before the news of its
@@ -329,8 +329,9 @@ void ShmTransport::read(int peer, std::uint64_t address, std::span<std::byte> ou
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   if (error->process_gone()) throw IoError(fmt::format("lost {}: {} while this rank read its memory", describe(peer), error->reason));
-  throw ProtocolError(fmt::format("protocol error: {} named {} bytes at {:#x} of its memory for this rank to read, which failed: {}",
-                                  describe(peer), out.size(), address, error->reason));
+  const PeerCopy& failed = copies[std::min(error->copy, copies.size() - 1)];
+  throw ProtocolError(fmt::format("protocol error: {} named memory this rank cannot read ({}): {} bytes at {:#x}", describe(peer),
+                                  error->reason, failed.into.size(), failed.address));
 }
 
 ShmTransport::Link* ShmTransport::link_of(int peer) const {

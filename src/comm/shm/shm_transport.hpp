@@ -106,7 +106,7 @@ class ShmTransport : public Transport, private PeerMemory {
 
  private:
   bool can_read_every_peer() override;
-  void read(int peer, std::uint64_t address, std::span<std::byte> out) override;
+  void read(int peer, std::span<const PeerCopy> copies) override;
   // A waiting caller's turn at moving the bytes (Work's poll). While it waits for a small message, the
   // progress thread steps aside when idle; for larger ones the two move bytes side by side, which measured
   // faster from 16 KiB on 2 cores.

@@ -1,0 +1,254 @@
+// Workers and parameter servers on one host read each other's memory instead of sending the floats: the
+// same training, bit for bit, as with messages, the same traffic tables, and memory named wrongly (a range
+// of the wrong size, an address that cannot be read) refused or failed with the reason, never a hang.
+#include <catch2/catch.hpp>
+
+#include <cstring>
+#include <thread>
+
+#include "cohort/comm/shared_memory.hpp"
+#include "cohort/core/error.hpp"
+#include "cohort/ps/parameter_store.hpp"
+#include "cohort/ps/server.hpp"
+#include "cohort/train/variable_infos.hpp"
+#include "comm/shm/shm_transport.hpp"
+#include "core/crc32c.hpp"
+#include "ps/protocol.hpp"
+#include "ps/ps_test_util.hpp"
+
+using namespace cohort;
+using namespace std::chrono_literals;
+namespace proto = ps::protocol;
+
+namespace {
+
+const auto kSet = data::make_synthetic({.samples = 44, .sample_shape = {8, 8, 2}, .classes = 4, .seed = 3});
+
+// `n` ranks of one host over shared memory, each connected on its own thread.
+std::vector<std::unique_ptr<comm::Transport>> shared_memory_group(int n) {
+  const auto addresses = comm_test::free_addresses(n);
+  std::vector<std::unique_ptr<comm::Transport>> transports(static_cast<std::size_t>(n));
+  comm_test::run_ranks(n, [&](int r) {
+    transports[static_cast<std::size_t>(r)] = comm::connect_group(comm_test::tcp_options(r, addresses, 2s, "in place"));
+  });
+  return transports;
+}
+
+std::uint64_t peer_memory_reads(const std::unique_ptr<comm::Transport>& transport) {
+  const auto* shm = dynamic_cast<const comm::shm::ShmTransport*>(transport.get());
+  REQUIRE(shm != nullptr);
+  return shm->peer_memory_reads();
+}
+
+template <typename T>
+std::span<const std::byte> bytes_of(const T& value) {
+  return std::as_bytes(std::span(&value, 1));
+}
+
+proto::RequestHeader request(const ps::Plan& plan, proto::Kind kind, std::span<const std::byte> payload, std::uint32_t flags = 0) {
+  proto::RequestHeader header;
+  header.kind = static_cast<std::uint16_t>(kind);
+  header.plan_fingerprint = plan.fingerprint();
+  header.samples = 8;
+  header.flags = flags;
+  header.payload_bytes = payload.size();
+  header.payload_crc = crc32c_of(payload.data(), payload.size());
+  return header;
+}
+
+void send_request(comm::Transport& transport, int server, const proto::RequestHeader& header, std::span<const std::byte> payload) {
+  auto sent = transport.send(server, proto::kRequestTag, bytes_of(header));
+  if (!payload.empty()) transport.send(server, proto::kRequestPayloadTag, payload)->wait(10s);
+  sent->wait(10s);
+}
+
+proto::ReplyHeader receive_reply(comm::Transport& transport, int server, std::vector<std::byte>& payload) {
+  proto::ReplyHeader header;
+  transport.recv(server, proto::kReplyTag, std::as_writable_bytes(std::span(&header, 1)))->wait(10s);
+  payload.resize(header.payload_bytes);
+  if (!payload.empty()) transport.recv(server, proto::kReplyPayloadTag, payload)->wait(10s);
+  return header;
+}
+
+void require_protocol_error(const std::function<void()>& body, const std::string& names, const std::string& says) {
+  try {
+    body();
+  } catch (const ProtocolError& e) {
+    CHECK_THAT(e.what(), Catch::Contains(names) && Catch::Contains(says));
+    return;
+  }
+  FAIL("no ProtocolError");
+}
+
+}  // namespace
+
+TEST_CASE("over shared memory, pushes and answers read in place train bit for bit as messages do, with the same traffic",
+          "[ps][shm][train]") {
+  for (const DType gradients : {DType::Float32, DType::BFloat16}) {
+    INFO(dtype_name(gradients));
+    // BatchNormalization's statistics travel as changes, the dense kernel in shards on two servers.
+    const train::ParameterServerOptions options{.max_shard_bytes = 256, .gradient_dtype = gradients};
+    const auto train_on = [&](const std::vector<comm::Transport*>& transports) {
+      std::vector<nn::Sequential> models;
+      for (int r = 0; r < 4; ++r) models.push_back(ps_test::small_model(true));
+      std::vector<ps::ClientTraffic> traffic(2);
+      ps_test::run_cluster(transports, 2, options, [&](int r, auto strategy) {
+        Trainer trainer(models[static_cast<std::size_t>(r)], ps_test::momentum_sgd(), strategy);
+        trainer.fit(kSet, {.epochs = 1000, .max_steps = 6, .batch_size = 8, .seed = 4, .verbosity = train::Verbosity::Silent});
+        if (r < 2) traffic[static_cast<std::size_t>(r)] = strategy->store().traffic();
+      });
+      return std::pair(std::move(models), std::move(traffic));
+    };
+    comm::InProcessGroup messages(4);
+    std::vector<comm::Transport*> by_message;
+    for (int r = 0; r < 4; ++r) by_message.push_back(&messages.transport(r));
+    const auto [expected, expected_traffic] = train_on(by_message);
+
+    const auto group = shared_memory_group(4);
+    std::vector<comm::Transport*> in_place;
+    for (const auto& transport : group) in_place.push_back(transport.get());
+    const auto [got, got_traffic] = train_on(in_place);
+
+    for (const auto& variable : expected[0].variables())
+      for (int r = 0; r < 2; ++r) {
+        INFO(variable->name << " of worker " << r);
+        CHECK(got[static_cast<std::size_t>(r)].variable(variable->name)->value.to_vector() == variable->value.to_vector());
+      }
+    // Every worker read its servers' values, every server its workers' gradients, and the traffic counts the
+    // floats as if they had travelled.
+    for (const auto& transport : group) CHECK(peer_memory_reads(transport) >= 6);
+    for (std::size_t w = 0; w < 2; ++w)
+      for (std::size_t s = 0; s < 2; ++s) {
+        INFO("worker " << w << ", ps " << s);
+        CHECK(got_traffic[w].servers[s].requests == expected_traffic[w].servers[s].requests);
+        CHECK(got_traffic[w].servers[s].bytes_sent == expected_traffic[w].servers[s].bytes_sent);
+        CHECK(got_traffic[w].servers[s].bytes_received == expected_traffic[w].servers[s].bytes_received);
+      }
+  }
+}
+
+TEST_CASE("a server refuses a push in place that names memory wrongly, and answers a good one in place", "[ps][shm][threads]") {
+  nn::Sequential model = ps_test::small_model();
+  const ps::Plan plan = ps::make_plan(train::variable_infos(model), 1, ps::placement::SizeBalanced{});
+  constexpr int kServer = 4;
+  const auto group = shared_memory_group(kServer + 1);
+  optim::SGD sgd({.learning_rate = optim::constant(0.5)});
+  ps::Server server(*group[kServer], plan, 0, {0, 1, 2, 3}, sgd);
+  std::exception_ptr serve_error;
+  std::thread serving([&] {
+    try {
+      server.serve();
+    } catch (...) {
+      serve_error = std::current_exception();
+    }
+  });
+
+  std::vector<float> initial;
+  for (const auto& shard : plan.shards()) {
+    const auto part = model.variable(shard.variable)->value.to_vector();
+    initial.insert(initial.end(), part.begin(), part.end());
+  }
+  std::vector<std::byte> answer;
+  send_request(*group[0], kServer, request(plan, proto::Kind::Init, std::as_bytes(std::span(initial))), std::as_bytes(std::span(initial)));
+  const proto::ReplyHeader initialized = receive_reply(*group[0], kServer, answer);
+  REQUIRE(initialized.status == static_cast<std::uint16_t>(proto::Status::Ok));
+  CHECK((initialized.flags & proto::kReadsYourMemory) != 0);
+
+  // One range per shard, in plan order, each into one vector of gradients.
+  const std::vector<float> gradients(initial.size(), 0.25f);
+  const auto ranges_of = [&](const std::vector<float>& floats) {
+    std::vector<proto::MemoryRange> ranges;
+    std::size_t offset = 0;
+    for (const auto& shard : plan.shards()) {
+      const auto count = static_cast<std::size_t>(shard.shape.numel());
+      ranges.push_back({.address = reinterpret_cast<std::uint64_t>(floats.data() + offset), .bytes = count * sizeof(float)});
+      offset += count;
+    }
+    return ranges;
+  };
+  struct Lie {
+    const char* expected_reason;
+    std::function<void(std::vector<proto::MemoryRange>&)> apply;
+  };
+  const std::vector<Lie> lies = {
+      {"names 4 bytes for", [](auto& ranges) { ranges[1].bytes = 4; }},
+      {"not readable memory", [](auto& ranges) { ranges.back().address = 8; }},
+  };
+  for (std::size_t i = 0; i < lies.size(); ++i) {
+    INFO(lies[i].expected_reason);
+    const int worker = static_cast<int>(i) + 1;
+    auto ranges = ranges_of(gradients);
+    lies[i].apply(ranges);
+    const auto payload = std::as_bytes(std::span(ranges));
+    send_request(*group[static_cast<std::size_t>(worker)], kServer, request(plan, proto::Kind::Push, payload, proto::kPayloadInPlace), payload);
+    const proto::ReplyHeader refused = receive_reply(*group[static_cast<std::size_t>(worker)], kServer, answer);
+    CHECK(refused.status == static_cast<std::uint16_t>(proto::Status::Refused));
+    CHECK_THAT(proto::message_of(refused), Catch::Contains(lies[i].expected_reason));
+  }
+  send_request(*group[3], kServer, request(plan, proto::Kind::Stats, {}, proto::kAnswerInPlace), {});
+  const proto::ReplyHeader stats_in_place = receive_reply(*group[3], kServer, answer);
+  CHECK(stats_in_place.status == static_cast<std::uint16_t>(proto::Status::Refused));
+  CHECK_THAT(proto::message_of(stats_in_place), Catch::Contains("asks for its answer in place"));
+
+  // The chief's push in place, answered in place: plain SGD, value - 0.5 x 0.25 everywhere.
+  const auto ranges = ranges_of(gradients);
+  const auto payload = std::as_bytes(std::span(ranges));
+  send_request(*group[0], kServer, request(plan, proto::Kind::Push, payload, proto::kPayloadInPlace | proto::kAnswerInPlace), payload);
+  const proto::ReplyHeader pushed = receive_reply(*group[0], kServer, answer);
+  REQUIRE(pushed.status == static_cast<std::uint16_t>(proto::Status::Ok));
+  REQUIRE((pushed.flags & proto::kValuesInPlace) != 0);
+  REQUIRE(answer.size() == sizeof(proto::MemoryRange));
+  CHECK(crc32c_of(answer.data(), answer.size()) == pushed.payload_crc);
+  proto::MemoryRange values_range;
+  std::memcpy(&values_range, answer.data(), sizeof values_range);
+  REQUIRE(values_range.bytes == initial.size() * sizeof(float));
+  std::vector<float> values(initial.size());
+  group[0]->peer_memory()->read(kServer, values_range.address, std::as_writable_bytes(std::span(values)));
+  for (std::size_t i = 0; i < values.size(); ++i) REQUIRE(values[i] == initial[i] - 0.5f * 0.25f);
+
+  send_request(*group[0], kServer, request(plan, proto::Kind::Done, {}), {});
+  CHECK(receive_reply(*group[0], kServer, answer).status == static_cast<std::uint16_t>(proto::Status::Ok));
+  serving.join();
+  CHECK_FALSE(serve_error);
+  CHECK(server.stats().refused == 3);
+}
+
+TEST_CASE("a worker fails naming the server whose answer in place names unreadable memory, or that it did not ask for",
+          "[ps][shm][threads]") {
+  nn::Sequential model = ps_test::small_model();
+  const ps::Plan plan = ps::make_plan(train::variable_infos(model), 1, ps::placement::SizeBalanced{});
+  std::size_t floats = 0;
+  for (const auto& shard : plan.shards()) floats += static_cast<std::size_t>(shard.shape.numel());
+  std::vector<ps::LocalVariable> variables;
+  for (const auto& v : model.variables()) variables.push_back({v->name, v->value, v->gradient, v->trainable});
+
+  // The server's side by hand: it answers a Pull with a range of the right size at address 8.
+  const auto fake_server = [&](comm::Transport& transport, bool asked_in_place) {
+    proto::RequestHeader pull;
+    transport.recv(0, proto::kRequestTag, std::as_writable_bytes(std::span(&pull, 1)))->wait(10s);
+    CHECK(((pull.flags & proto::kAnswerInPlace) != 0) == asked_in_place);
+    const proto::MemoryRange range{.address = 8, .bytes = floats * sizeof(float)};
+    proto::ReplyHeader reply;
+    reply.flags = proto::kValuesInPlace;
+    reply.payload_bytes = sizeof range;
+    reply.payload_crc = crc32c_of(&range, sizeof range);
+    auto sent = transport.send(0, proto::kReplyTag, bytes_of(reply));
+    transport.send(0, proto::kReplyPayloadTag, bytes_of(range))->wait(10s);
+    sent->wait(10s);
+  };
+
+  SECTION("unreadable memory") {
+    const auto group = shared_memory_group(2);
+    std::thread server([&] { fake_server(*group[1], true); });
+    ps::ParameterStore store(*group[0], plan, {1}, variables);
+    require_protocol_error([&] { store.pull(); }, "worker 1", "not readable memory");
+    server.join();
+  }
+  SECTION("not asked for") {
+    comm::InProcessGroup group(2, 10s, ps_test::process_names(1, 1));
+    std::thread server([&] { fake_server(group.transport(1), false); });
+    ps::ParameterStore store(group.transport(0), plan, {1}, variables);
+    require_protocol_error([&] { store.pull(); }, "ps 0", "did not ask for");
+    server.join();
+  }
+}
