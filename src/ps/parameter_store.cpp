@@ -58,7 +58,7 @@ ParameterStore::ParameterStore(comm::Transport& transport, Plan plan, std::vecto
     link.last_read.resize(link.outgoing.size());
     link.request.resize(sizeof(proto::RequestHeader));
     link.request_ranges.resize(link.pieces.size() * sizeof(proto::MemoryRange));
-    link.values_range.resize(sizeof(proto::MemoryRange));
+    link.values_ranges.resize(link.pieces.size() * sizeof(proto::MemoryRange));
     largest_reply = std::max<std::uint64_t>(largest_reply, link.outgoing.size() * sizeof(float));
   }
   transport_.expect_messages_up_to(largest_reply);
@@ -180,21 +180,21 @@ std::vector<comm::WorkPtr> ParameterStore::post_value_receives() {
   for (Link& link : links_) {
     if (!in_place) link.incoming.resize(link.outgoing.size());
     posted.push_back(transport_.recv(link.rank, proto::kReplyPayloadTag,
-                                     in_place ? std::span(link.values_range) : std::as_writable_bytes(std::span(link.incoming))));
+                                     in_place ? std::span(link.values_ranges) : std::as_writable_bytes(std::span(link.incoming))));
   }
   return posted;
 }
 
 void ParameterStore::read_values_in_place(const Link& link) {
-  proto::MemoryRange range;
-  std::memcpy(&range, link.values_range.data(), sizeof range);
-  COHORT_CHECK_AS(ProtocolError, range.bytes == link.outgoing.size() * sizeof(float), "{} named {} bytes of values in place, {} expected",
-                  transport_.describe(link.rank), range.bytes, link.outgoing.size() * sizeof(float));
+  const auto* ranges = reinterpret_cast<const proto::MemoryRange*>(link.values_ranges.data());
   std::vector<comm::PeerCopy> copies;
-  for (const Piece& piece : link.pieces) {
+  for (std::size_t i = 0; i < link.pieces.size(); ++i) {
+    const Piece& piece = link.pieces[i];
+    const auto bytes = static_cast<std::size_t>(piece.count) * sizeof(float);
+    COHORT_CHECK_AS(ProtocolError, ranges[i].bytes == bytes, "{} named {} bytes of values in place for '{}', which has {}",
+                    transport_.describe(link.rank), ranges[i].bytes, variables_[piece.variable].name, bytes);
     float* into = variables_[piece.variable].value.data() + piece.element_begin;
-    copies.push_back({.address = range.address + piece.offset * sizeof(float),
-                      .into = std::as_writable_bytes(std::span(into, static_cast<std::size_t>(piece.count)))});
+    copies.push_back({.address = ranges[i].address, .into = std::as_writable_bytes(std::span(into, static_cast<std::size_t>(piece.count)))});
   }
   (*server_memory_)->read(link.rank, copies);
 }
@@ -210,7 +210,7 @@ void ParameterStore::receive_values(std::uint16_t kind, const std::vector<comm::
     if (in_place) {
       COHORT_CHECK_AS(ProtocolError, (header.flags & proto::kValuesInPlace) != 0, "{} answered {} with its values as a message, not in place as asked",
                       transport_.describe(link.rank), proto::kind_name(kind));
-      receive_payload(link, header, link.values_range, posted[s]);
+      receive_payload(link, header, link.values_ranges, posted[s]);
       read_values_in_place(link);
     } else {
       receive_payload(link, header, std::as_writable_bytes(std::span(link.incoming)), posted[s]);

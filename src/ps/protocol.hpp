@@ -18,10 +18,10 @@
 // (kReadsYourMemory); the worker's later Pushes then carry, instead of the floats, where each shard's floats
 // lie in its memory (kPayloadInPlace: one MemoryRange per shard, in plan order: straight from the variables'
 // gradients), and the server reads them from there. A worker that reads the servers' memory asks for its
-// values in place (kAnswerInPlace), and the answer names the range of the server's copy of its values
-// (kValuesInPlace), which the worker reads straight into its variables. Each side keeps the bytes it named
-// unchanged until the other has read them: the worker until the answer, the server until the worker's next
-// request. The CRC then covers the ranges; the bytes themselves never cross a wire.
+// values in place (kAnswerInPlace), and the answer names where each shard's values lie in the server's
+// memory (kValuesInPlace: one MemoryRange per shard), which the worker reads straight into its variables.
+// Each side keeps the bytes it named unchanged until the other has read them: the worker until the answer,
+// the server until the worker's next request. The CRC then covers the ranges; the floats never cross a wire.
 
 #include <bit>
 #include <cstdint>
@@ -102,7 +102,7 @@ enum class Status : std::uint16_t { Ok = 0, Refused = 1, Failed = 2 };
 // Reply flags.
 inline constexpr std::uint32_t kRunEnded = 1;         // the chief has ended the run
 inline constexpr std::uint32_t kStepSkipped = 2;      // the answered Push was not applied (kNotFinite)
-inline constexpr std::uint32_t kValuesInPlace = 4;    // the payload is the MemoryRange of the values (kAnswerInPlace)
+inline constexpr std::uint32_t kValuesInPlace = 4;    // the payload is one MemoryRange per shard (kAnswerInPlace)
 inline constexpr std::uint32_t kReadsYourMemory = 8;  // this server reads the worker's memory: Push with kPayloadInPlace
 
 struct ReplyHeader {

@@ -392,10 +392,7 @@ bool Server::handle(int worker, const protocol::RequestHeader& header, const std
                                        fmt::format("ps {} got no initial values", server_), deadline_.limit());
           }))
         return true;
-      const bool in_place = (header.flags & proto::kAnswerInPlace) != 0;
-      auto values = published_values_locked(!in_place);
-      lock.unlock();
-      reply_values(worker, 0, std::move(values), {}, in_place);
+      answer_values(lock, worker, 0, {}, (header.flags & proto::kAnswerInPlace) != 0);
       return false;
     }
     case proto::Kind::Push: {
@@ -408,10 +405,7 @@ bool Server::handle(int worker, const protocol::RequestHeader& header, const std
                                 ? push_sync_locked(lock, worker, header, payload, staleness, skipped)
                                 : push_async_locked(lock, worker, header, payload, staleness, skipped);
       if (!answered) return true;
-      const bool in_place = (header.flags & proto::kAnswerInPlace) != 0;
-      auto values = published_values_locked(!in_place);
-      lock.unlock();
-      reply_values(worker, staleness, std::move(values), skipped, in_place);
+      answer_values(lock, worker, staleness, skipped, (header.flags & proto::kAnswerInPlace) != 0);
       return false;
     }
     case proto::Kind::Save: {
@@ -740,16 +734,33 @@ void Server::refuse(int worker, const std::string& reason) {
   transport_.send(worker_ranks_[static_cast<std::size_t>(worker)], proto::kReplyTag, bytes_of(header))->wait(transport_.timeout());
 }
 
-void Server::reply_values(int worker, std::int64_t staleness, std::shared_ptr<const Published> values,
-                          const std::optional<Skip>& skipped, bool in_place) {
-  const std::size_t bytes = values->values.size() * sizeof(float);
+void Server::answer_values(std::unique_lock<std::mutex>& lock, int worker, std::int64_t staleness,
+                           const std::optional<Skip>& skipped, bool in_place) {
+  const std::size_t bytes = payload_floats_ * sizeof(float);
+  std::vector<proto::MemoryRange> ranges;
+  // Under Sync without backup workers a step completes only once every worker still served has asked
+  // again, which it does after reading its last answer: the held values themselves stay unchanged until
+  // then, and an answer in place names them, uncopied.
+  const auto* sync = std::get_if<Sync>(&options_.consistency);
+  if (in_place && sync != nullptr && sync->backup_workers == 0) {
+    for (const Held& held : held_)
+      ranges.push_back({.address = reinterpret_cast<std::uintptr_t>(held.value.data()),
+                        .bytes = static_cast<std::uint64_t>(held.value.numel()) * sizeof(float)});
+    lock.unlock();
+    reply(worker, staleness, std::as_bytes(std::span(ranges)), crc32c_of(ranges.data(), ranges.size() * sizeof ranges[0]), skipped, bytes);
+    return;
+  }
+  auto values = published_values_locked(!in_place);
+  lock.unlock();
   if (in_place) {
-    const proto::MemoryRange range{.address = reinterpret_cast<std::uintptr_t>(values->values.data()), .bytes = bytes};
+    for (const Held& held : held_)
+      ranges.push_back({.address = reinterpret_cast<std::uintptr_t>(values->values.data() + held.offset),
+                        .bytes = static_cast<std::uint64_t>(held.value.numel()) * sizeof(float)});
     {
-      const std::lock_guard lock(mutex_);
-      lent_[static_cast<std::size_t>(worker)] = values;
+      const std::lock_guard lent(mutex_);
+      lent_[static_cast<std::size_t>(worker)] = values;  // until the worker's next request
     }
-    reply(worker, staleness, bytes_of(range), crc32c_of(&range, sizeof range), skipped, bytes);
+    reply(worker, staleness, std::as_bytes(std::span(ranges)), crc32c_of(ranges.data(), ranges.size() * sizeof ranges[0]), skipped, bytes);
   } else {
     try {
       reply(worker, staleness, std::as_bytes(std::span(values->values)), *values->crc, skipped);
@@ -759,7 +770,7 @@ void Server::reply_values(int worker, std::int64_t staleness, std::shared_ptr<co
     }
   }
   // Let go under the lock: the thread that next sees the copy free and reuses it then sees the send done.
-  const std::lock_guard lock(mutex_);
+  lock.lock();
   values.reset();
 }
 

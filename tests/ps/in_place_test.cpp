@@ -84,40 +84,51 @@ void require_protocol_error(const std::function<void()>& body, const std::string
 
 TEST_CASE("over shared memory, pushes and answers read in place train bit for bit as messages do, with the same traffic",
           "[ps][shm][train]") {
-  for (const DType gradients : {DType::Float32, DType::BFloat16}) {
-    INFO(dtype_name(gradients));
-    // BatchNormalization's statistics travel as changes, the dense kernel in shards on two servers.
-    const train::ParameterServerOptions options{.max_shard_bytes = 256, .gradient_dtype = gradients};
+  struct Setup {
+    const char* name;
+    int workers;
+    train::ParameterServerOptions options;
+  };
+  // BatchNormalization's statistics travel as changes, the dense kernel in shards on two servers. Sync answers
+  // name the held values; Async ones a copy lent until the next request (one worker: the same order of updates).
+  const std::vector<Setup> setups = {
+      {"Sync, float32", 2, {.max_shard_bytes = 256}},
+      {"Sync, bfloat16 pushes", 2, {.max_shard_bytes = 256, .gradient_dtype = DType::BFloat16}},
+      {"Async", 1, {.consistency = ps::Async{}, .max_shard_bytes = 256}},
+  };
+  for (const Setup& setup : setups) {
+    INFO(setup.name);
+    const int ranks = setup.workers + 2;
     const auto train_on = [&](const std::vector<comm::Transport*>& transports) {
       std::vector<nn::Sequential> models;
-      for (int r = 0; r < 4; ++r) models.push_back(ps_test::small_model(true));
-      std::vector<ps::ClientTraffic> traffic(2);
-      ps_test::run_cluster(transports, 2, options, [&](int r, auto strategy) {
+      for (int r = 0; r < ranks; ++r) models.push_back(ps_test::small_model(true));
+      std::vector<ps::ClientTraffic> traffic(static_cast<std::size_t>(setup.workers));
+      ps_test::run_cluster(transports, setup.workers, setup.options, [&](int r, auto strategy) {
         Trainer trainer(models[static_cast<std::size_t>(r)], ps_test::momentum_sgd(), strategy);
         trainer.fit(kSet, {.epochs = 1000, .max_steps = 6, .batch_size = 8, .seed = 4, .verbosity = train::Verbosity::Silent});
-        if (r < 2) traffic[static_cast<std::size_t>(r)] = strategy->store().traffic();
+        if (r < setup.workers) traffic[static_cast<std::size_t>(r)] = strategy->store().traffic();
       });
       return std::pair(std::move(models), std::move(traffic));
     };
-    comm::InProcessGroup messages(4);
+    comm::InProcessGroup messages(ranks);
     std::vector<comm::Transport*> by_message;
-    for (int r = 0; r < 4; ++r) by_message.push_back(&messages.transport(r));
+    for (int r = 0; r < ranks; ++r) by_message.push_back(&messages.transport(r));
     const auto [expected, expected_traffic] = train_on(by_message);
 
-    const auto group = shared_memory_group(4);
+    const auto group = shared_memory_group(ranks);
     std::vector<comm::Transport*> in_place;
     for (const auto& transport : group) in_place.push_back(transport.get());
     const auto [got, got_traffic] = train_on(in_place);
 
     for (const auto& variable : expected[0].variables())
-      for (int r = 0; r < 2; ++r) {
+      for (int r = 0; r < setup.workers; ++r) {
         INFO(variable->name << " of worker " << r);
         CHECK(got[static_cast<std::size_t>(r)].variable(variable->name)->value.to_vector() == variable->value.to_vector());
       }
     // Every worker read its servers' values, every server its workers' gradients, and the traffic counts the
     // floats as if they had travelled.
     for (const auto& transport : group) CHECK(peer_memory_reads(transport) >= 6);
-    for (std::size_t w = 0; w < 2; ++w)
+    for (std::size_t w = 0; w < got_traffic.size(); ++w)
       for (std::size_t s = 0; s < 2; ++s) {
         INFO("worker " << w << ", ps " << s);
         CHECK(got_traffic[w].servers[s].requests == expected_traffic[w].servers[s].requests);
@@ -197,13 +208,18 @@ TEST_CASE("a server refuses a push in place that names memory wrongly, and answe
   const proto::ReplyHeader pushed = receive_reply(*group[0], kServer, answer);
   REQUIRE(pushed.status == static_cast<std::uint16_t>(proto::Status::Ok));
   REQUIRE((pushed.flags & proto::kValuesInPlace) != 0);
-  REQUIRE(answer.size() == sizeof(proto::MemoryRange));
+  REQUIRE(answer.size() == plan.shards().size() * sizeof(proto::MemoryRange));
   CHECK(crc32c_of(answer.data(), answer.size()) == pushed.payload_crc);
-  proto::MemoryRange values_range;
-  std::memcpy(&values_range, answer.data(), sizeof values_range);
-  REQUIRE(values_range.bytes == initial.size() * sizeof(float));
+  std::vector<proto::MemoryRange> values_ranges(plan.shards().size());
+  std::memcpy(values_ranges.data(), answer.data(), answer.size());
   std::vector<float> values(initial.size());
-  group[0]->peer_memory()->read(kServer, values_range.address, std::as_writable_bytes(std::span(values)));
+  std::size_t offset = 0;
+  for (const auto& range : values_ranges) {
+    REQUIRE(offset * sizeof(float) + range.bytes <= values.size() * sizeof(float));
+    group[0]->peer_memory()->read(kServer, range.address, std::as_writable_bytes(std::span(values).subspan(offset, range.bytes / sizeof(float))));
+    offset += range.bytes / sizeof(float);
+  }
+  REQUIRE(offset == values.size());
   for (std::size_t i = 0; i < values.size(); ++i) REQUIRE(values[i] == initial[i] - 0.5f * 0.25f);
 
   send_request(*group[0], kServer, request(plan, proto::Kind::Done, {}), {});
@@ -222,18 +238,27 @@ TEST_CASE("a worker fails naming the server whose answer in place names unreadab
   std::vector<ps::LocalVariable> variables;
   for (const auto& v : model.variables()) variables.push_back({v->name, v->value, v->gradient, v->trainable});
 
-  // The server's side by hand: it answers a Pull with a range of the right size at address 8.
+  // The server's side by hand: it answers a Pull with ranges of the right sizes, the last at address 8.
   const auto fake_server = [&](comm::Transport& transport, bool asked_in_place) {
     proto::RequestHeader pull;
     transport.recv(0, proto::kRequestTag, std::as_writable_bytes(std::span(&pull, 1)))->wait(10s);
     CHECK(((pull.flags & proto::kAnswerInPlace) != 0) == asked_in_place);
-    const proto::MemoryRange range{.address = 8, .bytes = floats * sizeof(float)};
+    std::vector<float> values(floats);
+    std::vector<proto::MemoryRange> ranges;
+    std::size_t offset = 0;
+    for (const auto& shard : plan.shards()) {
+      const auto count = static_cast<std::size_t>(shard.shape.numel());
+      ranges.push_back({.address = reinterpret_cast<std::uint64_t>(values.data() + offset), .bytes = count * sizeof(float)});
+      offset += count;
+    }
+    ranges.back().address = 8;
+    const auto payload = std::as_bytes(std::span(ranges));
     proto::ReplyHeader reply;
     reply.flags = proto::kValuesInPlace;
-    reply.payload_bytes = sizeof range;
-    reply.payload_crc = crc32c_of(&range, sizeof range);
+    reply.payload_bytes = payload.size();
+    reply.payload_crc = crc32c_of(payload.data(), payload.size());
     auto sent = transport.send(0, proto::kReplyTag, bytes_of(reply));
-    transport.send(0, proto::kReplyPayloadTag, bytes_of(range))->wait(10s);
+    transport.send(0, proto::kReplyPayloadTag, payload)->wait(10s);
     sent->wait(10s);
   };
 

@@ -108,9 +108,9 @@ class ParameterStore {
     std::vector<float> outgoing{}, incoming{}, last_read{};
     std::vector<std::uint16_t> outgoing_bfloat16{};  // a bfloat16 push while it is being sent
     std::vector<std::byte> request{};  // the request header while it is being sent
-    // In place: where this Push's shards lie in this process (MemoryRanges), and where the answer's values lie
-    // in the server's. The server said it reads this process's memory.
-    std::vector<std::byte> request_ranges{}, values_range{};
+    // In place: where this Push's shards lie in this process, and where the answer's values lie in the
+    // server's (MemoryRanges, one per piece). The server said it reads this process's memory.
+    std::vector<std::byte> request_ranges{}, values_ranges{};
     bool server_reads_me = false;
     std::int64_t step = 0, optimizer_iterations = 0;
     std::size_t trainable_pieces = 0;

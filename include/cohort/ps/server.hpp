@@ -159,12 +159,14 @@ class Server {
   ServerSnapshot snapshot_locked() const;
   ServerStats stats_locked() const;
   void refuse(int worker, const std::string& reason);
-  // `crc`: the payload's CRC-32C. `values_in_place`: the payload is the MemoryRange of that many bytes of values.
+  // `crc`: the payload's CRC-32C. `values_in_place`: the payload is the MemoryRanges of that many bytes of values.
   void reply(int worker, std::int64_t staleness, std::span<const std::byte> payload, std::uint32_t crc,
              const std::optional<Skip>& skipped = {}, std::optional<std::size_t> values_in_place = {});
-  // `in_place`: the answer names the values' range, and the copy stays lent to the worker until its next request.
-  void reply_values(int worker, std::int64_t staleness, std::shared_ptr<const Published> values,
-                    const std::optional<Skip>& skipped, bool in_place);
+  // Answers a Pull or Push with the current values (`lock` held on entry, released before sending). In place:
+  // the answer names one MemoryRange per shard, of the held values or of a copy lent to the worker until
+  // its next request.
+  void answer_values(std::unique_lock<std::mutex>& lock, int worker, std::int64_t staleness,
+                     const std::optional<Skip>& skipped, bool in_place);
   void record_latency(double milliseconds);
 
   comm::Transport& transport_;
