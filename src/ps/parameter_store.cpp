@@ -57,6 +57,7 @@ ParameterStore::ParameterStore(comm::Transport& transport, Plan plan, std::vecto
   for (Link& link : links_) {
     link.last_read.resize(link.outgoing.size());
     link.request.resize(sizeof(proto::RequestHeader));
+    if (push_dtype_ == DType::BFloat16) link.outgoing_bfloat16.resize(link.outgoing.size());
     link.request_ranges.resize(link.pieces.size() * sizeof(proto::MemoryRange));
     link.values_ranges.resize(link.pieces.size() * sizeof(proto::MemoryRange));
     largest_reply = std::max<std::uint64_t>(largest_reply, link.outgoing.size() * sizeof(float));
@@ -65,58 +66,66 @@ ParameterStore::ParameterStore(comm::Transport& transport, Plan plan, std::vecto
   traffic_.servers.resize(links_.size());
 }
 
+std::span<const std::byte> ParameterStore::piece_bytes(const Link& link, const Piece& piece, std::uint16_t kind) const {
+  const LocalVariable& variable = variables_[piece.variable];
+  const auto count = static_cast<std::size_t>(piece.count);
+  // Init: the values; a Push: a float32 gradient straight from its variable, the rest as packed (changes,
+  // bfloat16 narrowing).
+  if (kind == static_cast<std::uint16_t>(proto::Kind::Init))
+    return std::as_bytes(std::span(variable.value.data() + piece.element_begin, count));
+  if (push_dtype_ == DType::BFloat16) return std::as_bytes(std::span(link.outgoing_bfloat16.data() + piece.offset, count));
+  if (variable.trainable) return std::as_bytes(std::span(variable.gradient.data() + piece.element_begin, count));
+  return std::as_bytes(std::span(link.outgoing.data() + piece.offset, count));
+}
+
 void ParameterStore::send_request(Link& link, std::uint16_t kind, std::int64_t samples, bool with_payload,
                                   std::optional<std::int64_t> step, std::vector<comm::WorkPtr>& sends, std::int32_t overflow_shard) {
   const bool push = kind == static_cast<std::uint16_t>(proto::Kind::Push);
-  const bool low = with_payload && push && push_dtype_ == DType::BFloat16;
-  if (low) {
-    link.outgoing_bfloat16.resize(link.outgoing.size());
-    for (std::size_t i = 0; i < link.outgoing.size(); ++i) link.outgoing_bfloat16[i] = to_bfloat16_bits(link.outgoing[i]);
-  }
-  const std::span<const std::byte> floats = low ? std::as_bytes(std::span(link.outgoing_bfloat16))
-                                          : with_payload ? std::as_bytes(std::span(link.outgoing))
-                                                         : std::span<const std::byte>{};
   const bool in_place = with_payload && push && link.server_reads_me;
-  const std::span<const std::byte> payload = in_place ? ranges_in_place(link) : floats;
+  std::vector<std::span<const std::byte>> pieces;
+  std::size_t floats_bytes = 0;
+  auto* ranges = reinterpret_cast<proto::MemoryRange*>(link.request_ranges.data());
+  std::uint32_t crc = 0;
+  for (std::size_t i = 0; with_payload && i < link.pieces.size(); ++i) {
+    const auto bytes = piece_bytes(link, link.pieces[i], kind);
+    floats_bytes += bytes.size();
+    if (in_place) {
+      ranges[i] = {.address = reinterpret_cast<std::uintptr_t>(bytes.data()), .bytes = bytes.size()};
+    } else {
+      crc = crc32c_extend(crc, bytes.data(), bytes.size());
+      pieces.push_back(bytes);
+    }
+  }
+  if (in_place) {
+    pieces = {link.request_ranges};
+    crc = crc32c_of(link.request_ranges.data(), link.request_ranges.size());
+  }
   proto::RequestHeader header;
   header.kind = kind;
   header.plan_fingerprint = plan_.fingerprint();
   header.step = step.value_or(link.step);
   header.samples = samples;
   header.learning_rate_factor = learning_rate_factor_;
-  header.payload_bytes = payload.size();
-  header.payload_crc = crc32c_of(payload.data(), payload.size());
-  header.payload_dtype = static_cast<std::uint32_t>(low ? DType::BFloat16 : DType::Float32);
+  header.payload_bytes = in_place ? link.request_ranges.size() : floats_bytes;
+  header.payload_crc = crc;
+  header.payload_dtype = static_cast<std::uint32_t>(with_payload && push ? push_dtype_ : DType::Float32);
   if (overflow_shard >= 0) {
     header.flags = proto::kNotFinite;
     header.overflow_shard = overflow_shard;
   }
   if (in_place) header.flags |= proto::kPayloadInPlace;
-  if (server_memory_.value_or(nullptr) != nullptr && (push || kind == static_cast<std::uint16_t>(proto::Kind::Pull)))
-    header.flags |= proto::kAnswerInPlace;
+  const bool answered_with_values = push || kind == static_cast<std::uint16_t>(proto::Kind::Pull);
+  if (answered_with_values) {
+    if (server_memory() != nullptr) header.flags |= proto::kAnswerInPlace;
+    post_value_receives(link);
+  }
   // Kept in the link: the transport reads the bytes until the send completes.
   std::memcpy(link.request.data(), &header, sizeof header);
   sends.push_back(transport_.send(link.rank, proto::kRequestTag, link.request));
-  if (!payload.empty()) sends.push_back(transport_.send(link.rank, proto::kRequestPayloadTag, payload));
+  for (const auto& piece : pieces) sends.push_back(transport_.send(link.rank, proto::kRequestPayloadTag, piece));
   const auto server = static_cast<std::size_t>(&link - links_.data());
   ++traffic_.servers[server].requests;
-  traffic_.servers[server].bytes_sent += static_cast<std::int64_t>(sizeof header + floats.size());
-}
-
-std::span<const std::byte> ParameterStore::ranges_in_place(Link& link) {
-  const bool low = push_dtype_ == DType::BFloat16;
-  const std::size_t element_bytes = low ? sizeof(std::uint16_t) : sizeof(float);
-  auto* ranges = reinterpret_cast<proto::MemoryRange*>(link.request_ranges.data());
-  for (std::size_t i = 0; i < link.pieces.size(); ++i) {
-    const Piece& piece = link.pieces[i];
-    const LocalVariable& variable = variables_[piece.variable];
-    // A float32 gradient straight from its variable; the rest as packed (changes, bfloat16).
-    const void* from = low                  ? static_cast<const void*>(link.outgoing_bfloat16.data() + piece.offset)
-                       : variable.trainable ? static_cast<const void*>(variable.gradient.data() + piece.element_begin)
-                                            : static_cast<const void*>(link.outgoing.data() + piece.offset);
-    ranges[i] = {.address = reinterpret_cast<std::uintptr_t>(from), .bytes = static_cast<std::uint64_t>(piece.count) * element_bytes};
-  }
-  return link.request_ranges;
+  traffic_.servers[server].bytes_sent += static_cast<std::int64_t>(sizeof header + floats_bytes);
 }
 
 void ParameterStore::send_to_all(std::uint16_t kind, std::int64_t samples, bool with_payload, std::optional<std::int64_t> step) {
@@ -166,6 +175,22 @@ void ParameterStore::receive_payload(Link& link, const proto::ReplyHeader& heade
     throw ProtocolError(fmt::format("the answer of {} fails its checksum (garbled in transit)", server));
 }
 
+void ParameterStore::receive_pieces(Link& link, const proto::ReplyHeader& header) {
+  const std::string server = transport_.describe(link.rank);
+  const std::size_t expected = link.outgoing.size() * sizeof(float);
+  if (header.payload_bytes != expected)
+    throw ProtocolError(fmt::format("{} answered with {} payload bytes, {} expected", server, header.payload_bytes, expected));
+  // Each piece is checked into the checksum as it lands, while the next ones arrive.
+  std::uint32_t crc = 0;
+  for (std::size_t i = 0; i < link.pieces.size(); ++i) {
+    link.value_receives[i]->wait(transport_.timeout());
+    const Piece& piece = link.pieces[i];
+    crc = crc32c_extend(crc, variables_[piece.variable].value.data() + piece.element_begin,
+                        static_cast<std::size_t>(piece.count) * sizeof(float));
+  }
+  if (crc != header.payload_crc) throw ProtocolError(fmt::format("the answer of {} fails its checksum (garbled in transit)", server));
+}
+
 comm::PeerMemory* ParameterStore::server_memory() {
   if (!server_memory_) {
     comm::PeerMemory* memory = transport_.peer_memory();
@@ -174,15 +199,19 @@ comm::PeerMemory* ParameterStore::server_memory() {
   return *server_memory_;
 }
 
-std::vector<comm::WorkPtr> ParameterStore::post_value_receives() {
-  const bool in_place = server_memory() != nullptr;
-  std::vector<comm::WorkPtr> posted;
-  for (Link& link : links_) {
-    if (!in_place) link.incoming.resize(link.outgoing.size());
-    posted.push_back(transport_.recv(link.rank, proto::kReplyPayloadTag,
-                                     in_place ? std::span(link.values_ranges) : std::as_writable_bytes(std::span(link.incoming))));
+void ParameterStore::post_value_receives(Link& link) {
+  // Before the request leaves, so that the values land straight in the variables (each piece of a server's
+  // answer is a message of its own), or the ranges of an answer in place in their buffer.
+  link.value_receives.clear();
+  if (server_memory() != nullptr) {
+    link.value_receives.push_back(transport_.recv(link.rank, proto::kReplyPayloadTag, link.values_ranges));
+    return;
   }
-  return posted;
+  for (const Piece& piece : link.pieces) {
+    float* into = variables_[piece.variable].value.data() + piece.element_begin;
+    link.value_receives.push_back(transport_.recv(link.rank, proto::kReplyPayloadTag,
+                                                  std::as_writable_bytes(std::span(into, static_cast<std::size_t>(piece.count)))));
+  }
 }
 
 void ParameterStore::read_values_in_place(const Link& link) {
@@ -199,7 +228,7 @@ void ParameterStore::read_values_in_place(const Link& link) {
   (*server_memory_)->read(link.rank, copies);
 }
 
-void ParameterStore::receive_values(std::uint16_t kind, const std::vector<comm::WorkPtr>& posted) {
+void ParameterStore::receive_values(std::uint16_t kind) {
   std::vector<std::optional<std::string>> skips;
   const bool in_place = server_memory_.value_or(nullptr) != nullptr;
   for (std::size_t s = 0; s < links_.size(); ++s) {
@@ -210,19 +239,16 @@ void ParameterStore::receive_values(std::uint16_t kind, const std::vector<comm::
     if (in_place) {
       COHORT_CHECK_AS(ProtocolError, (header.flags & proto::kValuesInPlace) != 0, "{} answered {} with its values as a message, not in place as asked",
                       transport_.describe(link.rank), proto::kind_name(kind));
-      receive_payload(link, header, link.values_ranges, posted[s]);
+      receive_payload(link, header, link.values_ranges, link.value_receives[0]);
       read_values_in_place(link);
     } else {
-      receive_payload(link, header, std::as_writable_bytes(std::span(link.incoming)), posted[s]);
+      receive_pieces(link, header);
     }
     if (timeline::recording()) timeline::record("communication", fmt::format("values from ps {}", s), waiting_since);
-    for (const Piece& piece : link.pieces) {
-      const LocalVariable& variable = variables_[piece.variable];
-      const float* value = variable.value.data() + piece.element_begin;
-      if (!in_place) std::copy_n(link.incoming.data() + piece.offset, piece.count, variable.value.data() + piece.element_begin);
-      // Non-trainable variables are sent back as changes since this read.
-      if (!variable.trainable) std::copy_n(value, piece.count, link.last_read.data() + piece.offset);
-    }
+    // Non-trainable variables are sent back as changes since this read.
+    for (const Piece& piece : link.pieces)
+      if (!variables_[piece.variable].trainable)
+        std::copy_n(variables_[piece.variable].value.data() + piece.element_begin, piece.count, link.last_read.data() + piece.offset);
   }
   if (kind != static_cast<std::uint16_t>(proto::Kind::Push)) return;
   for (std::size_t s = 1; s < skips.size(); ++s)
@@ -244,24 +270,20 @@ std::optional<std::string> ParameterStore::skip_of(const Link& link, const proto
 }
 
 void ParameterStore::exchange_values(std::uint16_t kind, std::int64_t samples, bool with_payload) {
-  const auto posted = post_value_receives();
   {
     const timeline::Span span("communication", !with_payload                    ? "pull request to every server"
                                                : push_dtype_ == DType::BFloat16 ? "bfloat16 push to every server"
                                                                                 : "push to every server");
     send_to_all(kind, samples, with_payload);
   }
-  receive_values(kind, posted);
+  receive_values(kind);
 }
 
 void ParameterStore::initialize_servers() {
   const auto kind = static_cast<std::uint16_t>(proto::Kind::Init);
-  for (Link& link : links_) {
+  for (Link& link : links_)
     for (const Piece& piece : link.pieces)
-      std::copy_n(variables_[piece.variable].value.data() + piece.element_begin, piece.count,
-                  link.outgoing.data() + piece.offset);
-    link.last_read = link.outgoing;
-  }
+      std::copy_n(variables_[piece.variable].value.data() + piece.element_begin, piece.count, link.last_read.data() + piece.offset);
   send_to_all(kind, 0, true, 0);
   for (Link& link : links_) receive_payload(link, receive_header(link, kind), {});
 }
@@ -270,16 +292,21 @@ void ParameterStore::pull() { exchange_values(static_cast<std::uint16_t>(proto::
 
 void ParameterStore::pack(Link& link, const Piece& piece) {
   const LocalVariable& variable = variables_[piece.variable];
-  float* out = link.outgoing.data() + piece.offset;
-  if (variable.trainable) {
-    // Read in place by the server as it is, unless it is narrowed to bfloat16 first.
-    if (!link.server_reads_me || push_dtype_ == DType::BFloat16) std::copy_n(variable.gradient.data() + piece.element_begin, piece.count, out);
-    return;
+  const bool low = push_dtype_ == DType::BFloat16;
+  const float* from = variable.gradient.defined() ? variable.gradient.data() + piece.element_begin : nullptr;
+  if (!variable.trainable) {
+    // The change this worker made since its last read: the servers add it up.
+    float* change = link.outgoing.data() + piece.offset;
+    const float* now = variable.value.data() + piece.element_begin;
+    const float* before = link.last_read.data() + piece.offset;
+    for (std::int64_t i = 0; i < piece.count; ++i) change[i] = now[i] - before[i];
+    from = change;
+  } else if (!low) {
+    return;  // a float32 gradient goes (or is read) straight from its variable
   }
-  // The change this worker made since its last read: the servers add it up.
-  const float* now = variable.value.data() + piece.element_begin;
-  const float* before = link.last_read.data() + piece.offset;
-  for (std::int64_t i = 0; i < piece.count; ++i) out[i] = now[i] - before[i];
+  if (!low) return;
+  std::uint16_t* narrow = link.outgoing_bfloat16.data() + piece.offset;
+  for (std::int64_t i = 0; i < piece.count; ++i) narrow[i] = to_bfloat16_bits(from[i]);
 }
 
 void ParameterStore::push_pull(std::int64_t samples, std::optional<std::size_t> not_finite) {
@@ -297,7 +324,7 @@ void ParameterStore::push_pull(std::int64_t samples, std::optional<std::size_t> 
 
 void ParameterStore::begin_push(std::int64_t samples) {
   COHORT_CHECK(!push_, "begin_push() while a push is in progress");
-  push_ = Push{.samples = samples, .posted_receives = post_value_receives(), .sends = {}};
+  push_ = Push{.samples = samples, .sends = {}};
   for (Link& link : links_) {
     link.pieces_waiting = link.trainable_pieces;
     link.request_sent = false;
@@ -342,7 +369,7 @@ void ParameterStore::finish_push(std::int32_t overflow_shard) {
     }
     comm::wait_all(push.sends, transport_.timeout());
   }
-  receive_values(static_cast<std::uint16_t>(proto::Kind::Push), push.posted_receives);
+  receive_values(static_cast<std::uint16_t>(proto::Kind::Push));
   traffic_.communication_seconds += std::chrono::duration<double>(Clock::now() - start).count();
   ++traffic_.steps;
 }

@@ -200,21 +200,34 @@ void Server::serve_worker(int worker, Inbox& inbox) {
       payload.resize(floats);
       arriving = std::as_writable_bytes(std::span(payload));
     }
-    if (in_place) inbox.ranges.resize(held_.size());
-    const std::span<std::byte> message = in_place ? std::as_writable_bytes(std::span(inbox.ranges)) : arriving;
-    // The payload follows its header at once: a worker that stops between the two is stuck, not pausing.
-    if (!message.empty() && !transport_.recv(rank, proto::kRequestPayloadTag, message)->wait_for(deadline_.limit()))
-      throw TimeoutError(comm::stuck_message(
-          transport_.describe(rank) + " is stuck",
-          fmt::format("ps {} got the header of its {} of step {} but not the {} bytes that follow it", server_,
-                      proto::kind_name(header.kind), header.step, header.payload_bytes),
-          deadline_.limit()));
+    // The floats come as one message per shard, straight into place; in place, the ranges as one.
+    std::vector<std::span<std::byte>> messages;
+    if (in_place) {
+      inbox.ranges.resize(held_.size());
+      messages.push_back(std::as_writable_bytes(std::span(inbox.ranges)));
+    } else if (!arriving.empty()) {
+      for (const Held& held : held_)
+        messages.push_back(arriving.subspan(held.offset * element_bytes, static_cast<std::size_t>(held.value.numel()) * element_bytes));
+    }
+    std::vector<comm::WorkPtr> receives;
+    for (const auto& message : messages) receives.push_back(transport_.recv(rank, proto::kRequestPayloadTag, message));
+    std::uint32_t crc = 0;
+    for (std::size_t m = 0; m < messages.size(); ++m) {
+      // The payload follows its header at once: a worker that stops between the two is stuck, not pausing.
+      if (!receives[m]->wait_for(deadline_.limit()))
+        throw TimeoutError(comm::stuck_message(
+            transport_.describe(rank) + " is stuck",
+            fmt::format("ps {} got the header of its {} of step {} but not the {} bytes that follow it", server_,
+                        proto::kind_name(header.kind), header.step, header.payload_bytes),
+            deadline_.limit()));
+      crc = crc32c_extend(crc, messages[m].data(), messages[m].size());  // while the next shards arrive
+    }
     {
       const std::lock_guard lock(mutex_);
       ++stats_.requests;
       stats_.bytes_in += static_cast<std::int64_t>(sizeof header + arriving.size());
     }
-    if (crc32c_of(message.data(), message.size()) != header.payload_crc) {
+    if (crc != header.payload_crc) {
       refuse(worker, fmt::format("{} payload of {} bytes fails its checksum (garbled in transit)",
                                  proto::kind_name(header.kind), header.payload_bytes));
       return;
@@ -697,6 +710,7 @@ std::vector<std::shared_ptr<Server::Published>>::iterator Server::free_retired_l
 }
 
 void Server::values_changed_locked() {
+  held_values_crc_.reset();
   if (!published_) return;
   retired_.push_back(std::move(published_));
   // One per worker can still be on its way (asynchronous pushes); more are let go once free.
@@ -736,47 +750,67 @@ void Server::refuse(int worker, const std::string& reason) {
 
 void Server::answer_values(std::unique_lock<std::mutex>& lock, int worker, std::int64_t staleness,
                            const std::optional<Skip>& skipped, bool in_place) {
-  const std::size_t bytes = payload_floats_ * sizeof(float);
-  std::vector<proto::MemoryRange> ranges;
   // Under Sync without backup workers a step completes only once every worker still served has asked
-  // again, which it does after reading its last answer: the held values themselves stay unchanged until
-  // then, and an answer in place names them, uncopied.
+  // again, which it does after it has its last answer: the held values stay unchanged until then, and an
+  // answer sends them, or names them in place, uncopied. Otherwise the answers share a published copy.
   const auto* sync = std::get_if<Sync>(&options_.consistency);
-  if (in_place && sync != nullptr && sync->backup_workers == 0) {
-    for (const Held& held : held_)
-      ranges.push_back({.address = reinterpret_cast<std::uintptr_t>(held.value.data()),
-                        .bytes = static_cast<std::uint64_t>(held.value.numel()) * sizeof(float)});
-    lock.unlock();
-    reply(worker, staleness, std::as_bytes(std::span(ranges)), crc32c_of(ranges.data(), ranges.size() * sizeof ranges[0]), skipped, bytes);
-    return;
+  const bool from_held = sync != nullptr && sync->backup_workers == 0;
+  std::shared_ptr<const Published> values;
+  std::uint32_t crc = 0;
+  if (!from_held) {
+    values = published_values_locked(!in_place);
+    crc = values->crc.value_or(0);
+  } else if (!in_place) {
+    crc = held_values_crc_locked();
   }
-  auto values = published_values_locked(!in_place);
   lock.unlock();
+  // One piece per shard: where it lies (in place), or its bytes as a message of its own.
+  std::vector<std::span<const std::byte>> pieces;
+  for (const Held& held : held_) {
+    const float* from = from_held ? held.value.data() : values->values.data() + held.offset;
+    pieces.push_back(std::as_bytes(std::span(from, static_cast<std::size_t>(held.value.numel()))));
+  }
   if (in_place) {
-    for (const Held& held : held_)
-      ranges.push_back({.address = reinterpret_cast<std::uintptr_t>(values->values.data() + held.offset),
-                        .bytes = static_cast<std::uint64_t>(held.value.numel()) * sizeof(float)});
-    {
+    std::vector<proto::MemoryRange> ranges;
+    for (const auto& piece : pieces) ranges.push_back({.address = reinterpret_cast<std::uintptr_t>(piece.data()), .bytes = piece.size()});
+    if (values) {
       const std::lock_guard lent(mutex_);
       lent_[static_cast<std::size_t>(worker)] = values;  // until the worker's next request
     }
-    reply(worker, staleness, std::as_bytes(std::span(ranges)), crc32c_of(ranges.data(), ranges.size() * sizeof ranges[0]), skipped, bytes);
+    const auto payload = std::as_bytes(std::span(ranges));
+    reply(worker, staleness, std::span(&payload, 1), crc32c_of(payload.data(), payload.size()), skipped, payload_floats_ * sizeof(float));
   } else {
     try {
-      reply(worker, staleness, std::as_bytes(std::span(values->values)), *values->crc, skipped);
+      reply(worker, staleness, pieces, crc, skipped);
     } catch (...) {
-      comm::keep_until_exit(std::const_pointer_cast<Published>(values));  // a send that did not finish may still read it
+      if (values) comm::keep_until_exit(std::const_pointer_cast<Published>(values));  // a send that did not finish may still read it
       throw;
     }
   }
+  if (!values) return;
   // Let go under the lock: the thread that next sees the copy free and reuses it then sees the send done.
   lock.lock();
   values.reset();
 }
 
-void Server::reply(int worker, std::int64_t staleness, std::span<const std::byte> payload, std::uint32_t crc,
+std::uint32_t Server::held_values_crc_locked() {
+  if (!held_values_crc_) {
+    std::uint32_t crc = 0;
+    for (const Held& held : held_) crc = crc32c_extend(crc, held.value.data(), static_cast<std::size_t>(held.value.numel()) * sizeof(float));
+    held_values_crc_ = crc;
+  }
+  return *held_values_crc_;
+}
+
+void Server::reply(int worker, std::int64_t staleness, std::span<const std::byte> payload, std::uint32_t crc) {
+  reply(worker, staleness, std::span(&payload, 1), crc, {});
+}
+
+void Server::reply(int worker, std::int64_t staleness, std::span<const std::span<const std::byte>> payload, std::uint32_t crc,
                    const std::optional<Skip>& skipped, std::optional<std::size_t> values_in_place) {
   const int rank = worker_ranks_[static_cast<std::size_t>(worker)];
+  std::size_t bytes = 0;
+  for (const auto& piece : payload) bytes += piece.size();
   proto::ReplyHeader header;
   if (skipped) {
     header.flags |= proto::kStepSkipped;
@@ -791,14 +825,15 @@ void Server::reply(int worker, std::int64_t staleness, std::span<const std::byte
     header.optimizer_iterations = optimizer_.iterations();
     if (run_ended_) header.flags |= proto::kRunEnded;
     header.learning_rate_factor = optimizer_.learning_rate_factor();
-    stats_.bytes_out += static_cast<std::int64_t>(sizeof header + values_in_place.value_or(payload.size()));
+    stats_.bytes_out += static_cast<std::int64_t>(sizeof header + values_in_place.value_or(bytes));
   }
   header.staleness = staleness;
-  header.payload_bytes = payload.size();
+  header.payload_bytes = bytes;
   header.payload_crc = crc;
-  auto sent_header = transport_.send(rank, proto::kReplyTag, bytes_of(header));
-  if (!payload.empty()) transport_.send(rank, proto::kReplyPayloadTag, payload)->wait(transport_.timeout());
-  sent_header->wait(transport_.timeout());
+  std::vector<comm::WorkPtr> sends{transport_.send(rank, proto::kReplyTag, bytes_of(header))};
+  for (const auto& piece : payload)
+    if (!piece.empty()) sends.push_back(transport_.send(rank, proto::kReplyPayloadTag, piece));
+  comm::wait_all(sends, transport_.timeout());
 }
 
 void Server::record_latency(double milliseconds) {

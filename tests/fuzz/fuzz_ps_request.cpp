@@ -56,6 +56,21 @@ proto::RequestHeader init_header(const Fixture& f) {
   return header;
 }
 
+// A payload of floats goes as one message per shard, as a worker sends it, when its size allows; else whole.
+std::vector<std::span<const std::byte>> pieces_of(const Fixture& f, std::span<const std::byte> payload) {
+  const std::size_t floats = f.initial.size();
+  if (payload.size() % floats != 0) return {payload};
+  const std::size_t element_bytes = payload.size() / floats;
+  std::vector<std::span<const std::byte>> pieces;
+  std::size_t offset = 0;
+  for (const auto& shard : f.plan.shards()) {
+    const std::size_t bytes = static_cast<std::size_t>(shard.shape.numel()) * element_bytes;
+    pieces.push_back(payload.subspan(offset, bytes));
+    offset += bytes;
+  }
+  return pieces;
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
@@ -110,7 +125,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     if (h.payload_bytes > 0 && h.payload_bytes <= kMaxPayload && h.payload_bytes % sizeof(float) == 0) {
       std::vector<float> sent(h.payload_bytes / sizeof(float));
       std::copy_n(values.begin(), std::min(values.size(), sent.size()), sent.begin());
-      worker.send(kServer, proto::kRequestPayloadTag, std::as_bytes(std::span(sent)))->wait(std::chrono::seconds(5));
+      for (const auto& piece : pieces_of(f, std::as_bytes(std::span(sent))))
+        worker.send(kServer, proto::kRequestPayloadTag, piece)->wait(std::chrono::seconds(5));
     }
     proto::ReplyHeader reply;
     try {

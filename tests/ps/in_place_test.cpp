@@ -160,7 +160,8 @@ TEST_CASE("a server refuses a push in place that names memory wrongly, and answe
     initial.insert(initial.end(), part.begin(), part.end());
   }
   std::vector<std::byte> answer;
-  send_request(*group[0], kServer, request(plan, proto::Kind::Init, std::as_bytes(std::span(initial))), std::as_bytes(std::span(initial)));
+  send_request(*group[0], kServer, request(plan, proto::Kind::Init, std::as_bytes(std::span(initial))), {});
+  ps_test::send_pieces(*group[0], kServer, proto::kRequestPayloadTag, plan, 0, std::as_bytes(std::span(initial)));
   const proto::ReplyHeader initialized = receive_reply(*group[0], kServer, answer);
   REQUIRE(initialized.status == static_cast<std::uint16_t>(proto::Status::Ok));
   CHECK((initialized.flags & proto::kReadsYourMemory) != 0);

@@ -57,6 +57,40 @@ inline std::vector<std::string> process_names(int workers, int servers) {
   return names;
 }
 
+// A payload of floats travels as one message per shard of its server, in plan order: `bytes` (all of the
+// server's floats, of any element size) cut so.
+template <typename Byte>
+std::vector<std::span<Byte>> shard_pieces(const ps::Plan& plan, int server, std::span<Byte> bytes) {
+  std::size_t floats = 0;
+  for (const auto& shard : plan.shards())
+    if (shard.server == server) floats += static_cast<std::size_t>(shard.shape.numel());
+  std::vector<std::span<Byte>> pieces;
+  if (bytes.empty()) return pieces;
+  REQUIRE(bytes.size() % floats == 0);
+  const std::size_t element_bytes = bytes.size() / floats;
+  std::size_t offset = 0;
+  for (const auto& shard : plan.shards()) {
+    if (shard.server != server) continue;
+    const std::size_t piece = static_cast<std::size_t>(shard.shape.numel()) * element_bytes;
+    pieces.push_back(bytes.subspan(offset, piece));
+    offset += piece;
+  }
+  return pieces;
+}
+
+// Sends `payload` on `tag` as the pieces server `server` of `plan` expects, and waits for them.
+inline void send_pieces(comm::Transport& transport, int to, comm::Tag tag, const ps::Plan& plan, int server,
+                        std::span<const std::byte> payload) {
+  std::vector<comm::WorkPtr> sends;
+  for (const auto& piece : shard_pieces(plan, server, payload)) sends.push_back(transport.send(to, tag, piece));
+  comm::wait_all(sends, std::chrono::seconds(10));
+}
+
+inline void receive_pieces(comm::Transport& transport, int from, comm::Tag tag, const ps::Plan& plan, int server,
+                           std::span<std::byte> payload) {
+  for (const auto& piece : shard_pieces(plan, server, payload)) transport.recv(from, tag, piece)->wait(std::chrono::seconds(10));
+}
+
 // One parameter-server run over `transports`: body(rank, strategy) on every process's thread; returns the
 // strategies (the chief's holds the final server statistics).
 inline std::vector<std::shared_ptr<train::ParameterServer>> run_cluster(

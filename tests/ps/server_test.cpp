@@ -32,19 +32,17 @@ struct Answer {
   std::vector<float> values;
 };
 
-void send(comm::Transport& transport, proto::RequestHeader header, const std::vector<float>& payload) {
+void send(comm::Transport& transport, const ps::Plan& plan, proto::RequestHeader header, const std::vector<float>& payload) {
   auto sent = transport.send(kServerRank, proto::kRequestTag, std::as_bytes(std::span(&header, 1)));
-  if (!payload.empty())
-    transport.send(kServerRank, proto::kRequestPayloadTag, std::as_bytes(std::span(payload)))->wait(std::chrono::seconds(10));
+  ps_test::send_pieces(transport, kServerRank, proto::kRequestPayloadTag, plan, 0, std::as_bytes(std::span(payload)));
   sent->wait(std::chrono::seconds(10));
 }
 
-Answer receive(comm::Transport& transport) {
+Answer receive(comm::Transport& transport, const ps::Plan& plan) {
   Answer answer;
   transport.recv(kServerRank, proto::kReplyTag, std::as_writable_bytes(std::span(&answer.header, 1)))->wait(std::chrono::seconds(10));
   answer.values.resize(answer.header.payload_bytes / sizeof(float));
-  if (!answer.values.empty())
-    transport.recv(kServerRank, proto::kReplyPayloadTag, std::as_writable_bytes(std::span(answer.values)))->wait(std::chrono::seconds(10));
+  ps_test::receive_pieces(transport, kServerRank, proto::kReplyPayloadTag, plan, 0, std::as_writable_bytes(std::span(answer.values)));
   return answer;
 }
 
@@ -83,8 +81,8 @@ TEST_CASE("a parameter server refuses garbled and foreign requests and keeps its
     const auto part = model.variable(shard.variable)->value.to_vector();
     initial.insert(initial.end(), part.begin(), part.end());
   }
-  send(group.transport(0), header_for(plan, proto::Kind::Init, initial), initial);
-  REQUIRE(receive(group.transport(0)).header.status == static_cast<std::uint16_t>(proto::Status::Ok));
+  send(group.transport(0), plan, header_for(plan, proto::Kind::Init, initial), initial);
+  REQUIRE(receive(group.transport(0), plan).header.status == static_cast<std::uint16_t>(proto::Status::Ok));
 
   std::vector<float> gradients(initial.size(), 0.5f);
   struct Garble {
@@ -112,22 +110,22 @@ TEST_CASE("a parameter server refuses garbled and foreign requests and keeps its
     auto payload = gradients;
     auto header = header_for(plan, proto::Kind::Push, payload);
     garbles[i].apply(header, payload);
-    send(group.transport(worker), header, payload);
-    const Answer answer = receive(group.transport(worker));
+    send(group.transport(worker), plan, header, payload);
+    const Answer answer = receive(group.transport(worker), plan);
     INFO(garbles[i].expected_reason);
     CHECK(answer.header.status == static_cast<std::uint16_t>(proto::Status::Refused));
     CHECK_THAT(proto::message_of(answer.header), Catch::Contains(garbles[i].expected_reason));
   }
 
-  send(group.transport(0), header_for(plan, proto::Kind::Pull, {}), {});
-  const Answer pulled = receive(group.transport(0));
+  send(group.transport(0), plan, header_for(plan, proto::Kind::Pull, {}), {});
+  const Answer pulled = receive(group.transport(0), plan);
   CHECK(pulled.header.status == static_cast<std::uint16_t>(proto::Status::Ok));
   CHECK(pulled.header.step == 0);
   CHECK(pulled.values == initial);
   CHECK(server.stats().refused == static_cast<std::int64_t>(garbles.size()));
 
-  send(group.transport(0), header_for(plan, proto::Kind::Done, {}), {});
-  CHECK(receive(group.transport(0)).header.status == static_cast<std::uint16_t>(proto::Status::Ok));
+  send(group.transport(0), plan, header_for(plan, proto::Kind::Done, {}), {});
+  CHECK(receive(group.transport(0), plan).header.status == static_cast<std::uint16_t>(proto::Status::Ok));
   serving.join();
   CHECK_FALSE(serve_error);
 }
@@ -181,7 +179,7 @@ struct HandServed {
     if ((flags & proto::kNotFinite) != 0) header.overflow_shard = 0;
     comm::Transport& t = worker(w);
     auto sent = t.send(HandServed::kHandWorkers, proto::kRequestTag, std::as_bytes(std::span(&header, 1)));
-    if (!payload.empty()) t.send(kHandWorkers, proto::kRequestPayloadTag, std::as_bytes(std::span(payload)))->wait(std::chrono::seconds(10));
+    ps_test::send_pieces(t, kHandWorkers, proto::kRequestPayloadTag, plan, 0, std::as_bytes(std::span(payload)));
     sent->wait(std::chrono::seconds(10));
   }
   Answer answer_of(int w) {
@@ -189,8 +187,7 @@ struct HandServed {
     comm::Transport& t = worker(w);
     t.recv(kHandWorkers, proto::kReplyTag, std::as_writable_bytes(std::span(&answer.header, 1)))->wait(std::chrono::seconds(10));
     answer.values.resize(answer.header.payload_bytes / sizeof(float));
-    if (!answer.values.empty())
-      t.recv(kHandWorkers, proto::kReplyPayloadTag, std::as_writable_bytes(std::span(answer.values)))->wait(std::chrono::seconds(10));
+    ps_test::receive_pieces(t, kHandWorkers, proto::kReplyPayloadTag, plan, 0, std::as_writable_bytes(std::span(answer.values)));
     return answer;
   }
   // The chief's Init of `n` values, answered.

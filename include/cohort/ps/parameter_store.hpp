@@ -105,8 +105,9 @@ class ParameterStore {
   struct Link {
     int rank;
     std::vector<Piece> pieces{};
-    std::vector<float> outgoing{}, incoming{}, last_read{};
+    std::vector<float> outgoing{}, last_read{};      // outgoing: non-trainable variables' changes
     std::vector<std::uint16_t> outgoing_bfloat16{};  // a bfloat16 push while it is being sent
+    std::vector<comm::WorkPtr> value_receives{};     // of the answer with values: one per piece, or the ranges
     std::vector<std::byte> request{};  // the request header while it is being sent
     // In place: where this Push's shards lie in this process, and where the answer's values lie in the
     // server's (MemoryRanges, one per piece). The server said it reads this process's memory.
@@ -121,14 +122,14 @@ class ParameterStore {
   // A pipelined push between begin_push() and finish_push().
   struct Push {
     std::int64_t samples = 0;
-    std::vector<comm::WorkPtr> posted_receives, sends;
+    std::vector<comm::WorkPtr> sends;
   };
 
-  // Copies piece `piece` of `link` into its outgoing payload: a gradient (unless the server reads it in
-  // place from the variable), or a non-trainable variable's change since the last read.
+  // Readies piece `piece` of `link` for a Push: a non-trainable variable's change since the last read, and
+  // the bfloat16 narrowing of what is pushed (a float32 gradient goes as it is, from its variable).
   void pack(Link& link, const Piece& piece);
-  // Where this Push's floats of `link` lie in this process, one MemoryRange per piece.
-  std::span<const std::byte> ranges_in_place(Link& link);
+  // The bytes a request of `kind` carries for `piece`: a message of its own, or a range read in place.
+  std::span<const std::byte> piece_bytes(const Link& link, const Piece& piece, std::uint16_t kind) const;
   // Reads the values an answer named in the server's memory straight into the variables.
   void read_values_in_place(const Link& link);
   // Where this worker reads the servers' memory (asking for answers in place); null where it cannot.
@@ -137,12 +138,13 @@ class ParameterStore {
   // >= 0 flags a Push as not finite.
   void send_request(Link& link, std::uint16_t kind, std::int64_t samples, bool with_payload, std::optional<std::int64_t> step,
                     std::vector<comm::WorkPtr>& sends, std::int32_t overflow_shard = -1);
-  // The receives of every server's answer with values, posted before the requests so that the values
-  // land straight in their buffers.
-  std::vector<comm::WorkPtr> post_value_receives();
+  // Posts the receives of `link`'s answer with values (link.value_receives).
+  void post_value_receives(Link& link);
   // Reads every server's answer with values into the model's variables; after a Push, notes whether the
   // servers skipped it (all alike, else ProtocolError).
-  void receive_values(std::uint16_t kind, const std::vector<comm::WorkPtr>& posted);
+  void receive_values(std::uint16_t kind);
+  // Waits for the pieces of an answer with values, which land in the variables, and checks their CRC.
+  void receive_pieces(Link& link, const protocol::ReplyHeader& header);
   // finish_push() with every request flagged by `overflow_shard` (-1: none).
   void finish_push(std::int32_t overflow_shard);
   // What a Push answer says of a skipped step: whose gradient overflowed; nullopt when it was applied.

@@ -159,9 +159,13 @@ class Server {
   ServerSnapshot snapshot_locked() const;
   ServerStats stats_locked() const;
   void refuse(int worker, const std::string& reason);
-  // `crc`: the payload's CRC-32C. `values_in_place`: the payload is the MemoryRanges of that many bytes of values.
-  void reply(int worker, std::int64_t staleness, std::span<const std::byte> payload, std::uint32_t crc,
-             const std::optional<Skip>& skipped = {}, std::optional<std::size_t> values_in_place = {});
+  // `payload`: its pieces, a message each; `crc`: the payload's CRC-32C. `values_in_place`: the payload is
+  // the MemoryRanges of that many bytes of values.
+  void reply(int worker, std::int64_t staleness, std::span<const std::span<const std::byte>> payload, std::uint32_t crc,
+             const std::optional<Skip>& skipped, std::optional<std::size_t> values_in_place = {});
+  void reply(int worker, std::int64_t staleness, std::span<const std::byte> payload, std::uint32_t crc);
+  // The CRC-32C of the held values in plan order, once per change.
+  std::uint32_t held_values_crc_locked();
   // Answers a Pull or Push with the current values (`lock` held on entry, released before sending). In place:
   // the answer names one MemoryRange per shard, of the held values or of a copy lent to the worker until
   // its next request.
@@ -189,6 +193,7 @@ class Server {
   std::int64_t version_ = 0;  // updates applied
   std::shared_ptr<Published> published_;  // the current values' answer, once asked for
   std::vector<std::shared_ptr<Published>> retired_;  // older ones, reused once no answer holds them
+  std::optional<std::uint32_t> held_values_crc_;  // of the held values, once asked for since their last change
   std::vector<std::shared_ptr<const Published>> lent_;  // per worker: named by its last answer in place, until its next request
   // Sync: the current step's gradients so far, each in its worker's request buffer (that worker's thread
   // waits for the step), summed in worker order when the step is complete: all but the last contribution

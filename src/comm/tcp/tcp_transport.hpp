@@ -85,6 +85,8 @@ struct Peer {
   Clock::time_point dial_deadline;
   std::deque<Outgoing> queue;
   bool writing = false;
+  std::size_t frames_writing = 0;             // the queue's first frames, written by one gather write
+  std::vector<asio::const_buffer> gathered;   // their headers and payloads
   bool write_failed = false;  // the reader reports why: an Abort may still be in the receive buffer
   std::string farewell;         // why this rank broke off with the peer, sent before the socket closes
   bool close_when_written = false;
