@@ -100,6 +100,7 @@ void ParameterStore::send_request(Link& link, std::uint16_t kind, std::int64_t s
     pieces = {link.request_ranges};
     crc = crc32c_of(link.request_ranges.data(), link.request_ranges.size());
   }
+  std::erase_if(pieces, [](const auto& piece) { return piece.empty(); });  // nothing empty travels
   proto::RequestHeader header;
   header.kind = kind;
   header.plan_fingerprint = plan_.fingerprint();
@@ -183,7 +184,7 @@ void ParameterStore::receive_pieces(Link& link, const proto::ReplyHeader& header
   // Each piece is checked into the checksum as it lands, while the next ones arrive.
   std::uint32_t crc = 0;
   for (std::size_t i = 0; i < link.pieces.size(); ++i) {
-    link.value_receives[i]->wait(transport_.timeout());
+    if (link.value_receives[i]) link.value_receives[i]->wait(transport_.timeout());
     const Piece& piece = link.pieces[i];
     crc = crc32c_extend(crc, variables_[piece.variable].value.data() + piece.element_begin,
                         static_cast<std::size_t>(piece.count) * sizeof(float));
@@ -202,15 +203,18 @@ comm::PeerMemory* ParameterStore::server_memory() {
 void ParameterStore::post_value_receives(Link& link) {
   // Before the request leaves, so that the values land straight in the variables (each piece of a server's
   // answer is a message of its own), or the ranges of an answer in place in their buffer.
+  // Nothing empty travels (a server may hold no shard): no receive waits for it.
   link.value_receives.clear();
   if (server_memory() != nullptr) {
-    link.value_receives.push_back(transport_.recv(link.rank, proto::kReplyPayloadTag, link.values_ranges));
+    if (!link.values_ranges.empty())
+      link.value_receives.push_back(transport_.recv(link.rank, proto::kReplyPayloadTag, link.values_ranges));
     return;
   }
   for (const Piece& piece : link.pieces) {
     float* into = variables_[piece.variable].value.data() + piece.element_begin;
-    link.value_receives.push_back(transport_.recv(link.rank, proto::kReplyPayloadTag,
-                                                  std::as_writable_bytes(std::span(into, static_cast<std::size_t>(piece.count)))));
+    link.value_receives.push_back(piece.count == 0 ? nullptr
+                                                   : transport_.recv(link.rank, proto::kReplyPayloadTag,
+                                                                     std::as_writable_bytes(std::span(into, static_cast<std::size_t>(piece.count)))));
   }
 }
 
@@ -229,6 +233,22 @@ void ParameterStore::read_values_in_place(const Link& link) {
 }
 
 void ParameterStore::receive_values(std::uint16_t kind) {
+  try {
+    receive_values_into_variables(kind);
+  } catch (...) {
+    // Receives still posted for the other servers' values write into the variables, and a server may still
+    // read gradients named in place: their memory stays until the process ends.
+    auto tensors = std::make_shared<std::vector<Tensor>>();
+    for (const LocalVariable& variable : variables_) {
+      tensors->push_back(variable.value);
+      if (variable.gradient.defined()) tensors->push_back(variable.gradient);
+    }
+    comm::keep_until_exit(std::move(tensors));
+    throw;
+  }
+}
+
+void ParameterStore::receive_values_into_variables(std::uint16_t kind) {
   std::vector<std::optional<std::string>> skips;
   const bool in_place = server_memory_.value_or(nullptr) != nullptr;
   for (std::size_t s = 0; s < links_.size(); ++s) {
@@ -239,7 +259,7 @@ void ParameterStore::receive_values(std::uint16_t kind) {
     if (in_place) {
       COHORT_CHECK_AS(ProtocolError, (header.flags & proto::kValuesInPlace) != 0, "{} answered {} with its values as a message, not in place as asked",
                       transport_.describe(link.rank), proto::kind_name(kind));
-      receive_payload(link, header, link.values_ranges, link.value_receives[0]);
+      receive_payload(link, header, link.values_ranges, link.value_receives.empty() ? nullptr : link.value_receives[0]);
       read_values_in_place(link);
     } else {
       receive_pieces(link, header);

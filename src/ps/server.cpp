@@ -158,8 +158,12 @@ void Server::serve() {
   for (auto& thread : threads) thread.join();
   if (!first_error_) return;
   for (auto& inbox : inboxes) comm::keep_until_exit(std::move(inbox));  // a stuck worker's receive stays posted
-  for (auto& lent : lent_)  // a worker may still be reading its last answer
+  // A worker may still be reading its last answer: the copy lent to it, or the held values.
+  for (auto& lent : lent_)
     if (lent) comm::keep_until_exit(std::const_pointer_cast<Published>(std::move(lent)));
+  auto held_values = std::make_shared<std::vector<Tensor>>();
+  for (const Held& held : held_) held_values->push_back(held.value);
+  comm::keep_until_exit(std::move(held_values));
   std::string reason = message_of(first_error_);
   // Another process may have named a stuck worker first and left: this server then sees it leave, but the
   // step it has long waited for points at the cause.
@@ -209,12 +213,21 @@ void Server::serve_worker(int worker, Inbox& inbox) {
       for (const Held& held : held_)
         messages.push_back(arriving.subspan(held.offset * element_bytes, static_cast<std::size_t>(held.value.numel()) * element_bytes));
     }
+    std::erase_if(messages, [](const auto& message) { return message.empty(); });  // nothing empty travels
     std::vector<comm::WorkPtr> receives;
     for (const auto& message : messages) receives.push_back(transport_.recv(rank, proto::kRequestPayloadTag, message));
+    // The payload follows its header at once: a worker that stops between the two is stuck, not pausing.
+    const auto give_up = Clock::now() + deadline_.limit();
     std::uint32_t crc = 0;
     for (std::size_t m = 0; m < messages.size(); ++m) {
-      // The payload follows its header at once: a worker that stops between the two is stuck, not pausing.
-      if (!receives[m]->wait_for(deadline_.limit()))
+      bool arrived = false;
+      try {
+        arrived = receives[m]->wait_for(std::max(std::chrono::milliseconds(0), std::chrono::ceil<std::chrono::milliseconds>(give_up - Clock::now())));
+      } catch (const ProtocolError& e) {  // a piece of another size than its shard
+        refuse(worker, e.what());
+        return;
+      }
+      if (!arrived)
         throw TimeoutError(comm::stuck_message(
             transport_.describe(rank) + " is stuck",
             fmt::format("ps {} got the header of its {} of step {} but not the {} bytes that follow it", server_,
@@ -314,6 +327,8 @@ std::string Server::check_header(const protocol::RequestHeader& header, int work
   if (in_place && worker_memory_ == nullptr) return "a Push in place, but this server does not read its workers' memory";
   if ((header.flags & proto::kAnswerInPlace) != 0 && kind != proto::Kind::Pull && kind != proto::Kind::Push)
     return fmt::format("{} asks for its answer in place: only a Pull or a Push is answered with values", proto::kind_name(header.kind));
+  if ((header.flags & proto::kAnswerInPlace) != 0 && transport_.peer_memory() == nullptr)
+    return "an answer in place asked for, but not every process is on this server's host";
   const std::uint64_t expected = in_place ? held_.size() * sizeof(proto::MemoryRange)
                                  : kind == proto::Kind::Init || kind == proto::Kind::Push
                                      ? payload_floats_ * (bfloat16_push ? sizeof(std::uint16_t) : sizeof(float))
@@ -771,14 +786,19 @@ void Server::answer_values(std::unique_lock<std::mutex>& lock, int worker, std::
     pieces.push_back(std::as_bytes(std::span(from, static_cast<std::size_t>(held.value.numel()))));
   }
   if (in_place) {
-    std::vector<proto::MemoryRange> ranges;
-    for (const auto& piece : pieces) ranges.push_back({.address = reinterpret_cast<std::uintptr_t>(piece.data()), .bytes = piece.size()});
+    auto ranges = std::make_shared<std::vector<proto::MemoryRange>>();
+    for (const auto& piece : pieces) ranges->push_back({.address = reinterpret_cast<std::uintptr_t>(piece.data()), .bytes = piece.size()});
     if (values) {
       const std::lock_guard lent(mutex_);
       lent_[static_cast<std::size_t>(worker)] = values;  // until the worker's next request
     }
-    const auto payload = std::as_bytes(std::span(ranges));
-    reply(worker, staleness, std::span(&payload, 1), crc32c_of(payload.data(), payload.size()), skipped, payload_floats_ * sizeof(float));
+    const auto payload = std::as_bytes(std::span(*ranges));
+    try {
+      reply(worker, staleness, std::span(&payload, 1), crc32c_of(payload.data(), payload.size()), skipped, payload_floats_ * sizeof(float));
+    } catch (...) {
+      comm::keep_until_exit(std::move(ranges));  // a send that did not finish may still read them
+      throw;
+    }
   } else {
     try {
       reply(worker, staleness, pieces, crc, skipped);
@@ -830,10 +850,16 @@ void Server::reply(int worker, std::int64_t staleness, std::span<const std::span
   header.staleness = staleness;
   header.payload_bytes = bytes;
   header.payload_crc = crc;
-  std::vector<comm::WorkPtr> sends{transport_.send(rank, proto::kReplyTag, bytes_of(header))};
+  auto sent_header = std::make_shared<proto::ReplyHeader>(header);  // outlives a send that fails to finish
+  std::vector<comm::WorkPtr> sends{transport_.send(rank, proto::kReplyTag, bytes_of(*sent_header))};
   for (const auto& piece : payload)
     if (!piece.empty()) sends.push_back(transport_.send(rank, proto::kReplyPayloadTag, piece));
-  comm::wait_all(sends, transport_.timeout());
+  try {
+    comm::wait_all(sends, transport_.timeout());
+  } catch (...) {
+    comm::keep_until_exit(std::move(sent_header));
+    throw;
+  }
 }
 
 void Server::record_latency(double milliseconds) {

@@ -143,6 +143,7 @@ class ParameterStore {
   // Reads every server's answer with values into the model's variables; after a Push, notes whether the
   // servers skipped it (all alike, else ProtocolError).
   void receive_values(std::uint16_t kind);
+  void receive_values_into_variables(std::uint16_t kind);
   // Waits for the pieces of an answer with values, which land in the variables, and checks their CRC.
   void receive_pieces(Link& link, const protocol::ReplyHeader& header);
   // finish_push() with every request flagged by `overflow_shard` (-1: none).

@@ -329,6 +329,8 @@ void ShmTransport::read(int peer, std::span<const PeerCopy> copies) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   if (error->process_gone()) throw IoError(fmt::format("lost {}: {} while this rank read its memory", describe(peer), error->reason));
+  // Only an address that is not readable is the peer's doing; a refusal of the kernel is this host's.
+  if (error->code != EFAULT) throw IoError(fmt::format("{} cannot read the memory of {}: {}", describe(rank()), describe(peer), error->reason));
   const PeerCopy& failed = copies[std::min(error->copy, copies.size() - 1)];
   throw ProtocolError(fmt::format("protocol error: {} named memory this rank cannot read ({}): {} bytes at {:#x}", describe(peer),
                                   error->reason, failed.into.size(), failed.address));
