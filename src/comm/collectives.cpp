@@ -1,6 +1,7 @@
 #include "cohort/comm/collectives.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <cstring>
 #include <vector>
 
@@ -15,6 +16,7 @@ template <typename T>
 std::span<std::byte> bytes_of(std::span<T> values) { return std::as_writable_bytes(values); }
 
 constexpr std::string_view kRecursiveDoubling = "recursive doubling";
+constexpr std::string_view kHalvingDoubling = "recursive halving and doubling";
 constexpr std::string_view kDirect = "direct (from the peers' memory)";
 
 // The peers' memory, where the transport has it and an allreduce of `bytes` reads from it.
@@ -224,11 +226,59 @@ void recursive_doubling_allreduce(Transport& transport, std::span<T> data, const
   if (r < 2 * folded) transport.send(r - 1, options.tag, bytes_of(data))->wait(transport.timeout());
 }
 
+// Recursive halving and doubling (Rabenseifner; Thakur, Rabenseifner and Gropp 2005), for n a power of two:
+// in round k each rank swaps half of its current range with the rank n / 2^(k+1) away and adds the half it
+// keeps, so that after log2(n) rounds it holds the complete sum of 1/n of the vector; the ranges then travel
+// back in the reverse rounds. Each rank moves 2 (n - 1) / n of the vector, as in the ring, in 2 log2(n)
+// message times instead of 2 (n - 1). Every range is summed by one rank and copied, a + b == b + a exactly:
+// all ranks end with the same bits.
+template <typename T>
+void halving_doubling_allreduce(Transport& transport, std::span<T> data, const AllreduceOptions& options) {
+  const int n = transport.size(), r = transport.rank();
+  const std::size_t segment = std::max<std::size_t>(1, options.segment_bytes / sizeof(T));
+  thread_local std::vector<T> incoming;
+  if (incoming.size() < data.size() / 2 + 1) incoming.resize(data.size() / 2 + 1);
+  struct Round {
+    int partner;
+    std::span<T> kept, given;
+  };
+  std::vector<Round> rounds;
+  std::span<T> range = data;
+  for (int distance = n / 2; distance >= 1; distance /= 2) {
+    const std::size_t half = range.size() / 2;
+    const bool keeps_lower = (r & distance) == 0;
+    const Round round{r ^ distance, keeps_lower ? range.first(half) : range.subspan(half),
+                      keeps_lower ? range.subspan(half) : range.first(half)};
+    std::vector<WorkPtr> sends, receives;
+    for (std::size_t at = 0; at < round.given.size(); at += segment)
+      sends.push_back(transport.send(round.partner, options.tag, bytes_of(round.given.subspan(at, std::min(segment, round.given.size() - at)))));
+    for (std::size_t at = 0; at < round.kept.size(); at += segment)
+      receives.push_back(transport.recv(round.partner, options.tag,
+                                        bytes_of(std::span(incoming).subspan(at, std::min(segment, round.kept.size() - at)))));
+    // Each segment is added as soon as it is in, while the later ones are still on the wire.
+    for (std::size_t s = 0; s < receives.size(); ++s) {
+      receives[s]->wait(transport.timeout());
+      const std::size_t at = s * segment, end = std::min(round.kept.size(), at + segment);
+      for (std::size_t i = at; i < end; ++i) round.kept[i] += incoming[i];
+    }
+    wait_all(sends, transport.timeout());
+    rounds.push_back(round);
+    range = round.kept;
+  }
+  for (auto round = rounds.rbegin(); round != rounds.rend(); ++round) {
+    auto sent = transport.send(round->partner, options.tag, bytes_of(round->kept));
+    auto received = transport.recv(round->partner, options.tag, bytes_of(round->given));
+    wait_all({sent, received}, transport.timeout());
+  }
+}
+
 void allreduce_by_messages(Transport& transport, std::span<float> values, const AllreduceOptions& options) {
   if (options.wire == DType::BFloat16)
     ring_allreduce_bfloat16_wire(transport, values, options);
-  else if (allreduce_algorithm(values.size_bytes(), transport.size(), options) == kRecursiveDoubling)
+  else if (const auto algorithm = allreduce_algorithm(values.size_bytes(), transport.size(), options); algorithm == kRecursiveDoubling)
     recursive_doubling_allreduce(transport, values, options);
+  else if (algorithm == kHalvingDoubling)
+    halving_doubling_allreduce(transport, values, options);
   else
     ring_allreduce(transport, values, options);
 }
@@ -236,10 +286,12 @@ void allreduce_by_messages(Transport& transport, std::span<float> values, const 
 }  // namespace
 
 std::string_view allreduce_algorithm(std::size_t bytes, int ranks, const AllreduceOptions& options) {
-  const std::size_t latency_optimal_below =
-      options.latency_optimal_below_bytes.value_or(ranks == 2 ? std::size_t{1} << 20 : std::size_t{256} << 10);
+  const bool halves = ranks > 2 && std::has_single_bit(static_cast<unsigned>(ranks));
+  const std::size_t latency_optimal_below = options.latency_optimal_below_bytes.value_or(
+      ranks == 2 ? std::size_t{1} << 20 : halves ? std::size_t{128} << 10 : std::size_t{256} << 10);
   if (options.wire == DType::BFloat16) return "ring (bfloat16 on the wire)";
-  return ranks > 1 && bytes < latency_optimal_below ? kRecursiveDoubling : "ring";
+  if (ranks > 1 && bytes < latency_optimal_below) return kRecursiveDoubling;
+  return halves && bytes < options.halving_doubling_below_bytes.value_or(std::size_t{1} << 20) ? kHalvingDoubling : "ring";
 }
 
 std::string_view allreduce_algorithm(Transport& transport, std::size_t bytes, const AllreduceOptions& options) {

@@ -112,22 +112,30 @@ inline std::vector<float> reduction_of_inputs(int ranks, std::size_t count, Redu
 }
 
 // Allreduce (sum and mean) against a serial reference, for sizes that do not divide evenly and zero, by
-// the ring and by recursive doubling; every rank ends with the same bits.
+// the ring, by recursive doubling and (on 4, 8, ... ranks) by recursive halving and doubling; every rank ends
+// with the same bits.
 inline void allreduce_matches_reference(const Group& group, std::initializer_list<std::size_t> counts) {
   const int n = static_cast<int>(group.size());
+  constexpr std::size_t kNever = 0, kAlways = std::numeric_limits<std::size_t>::max();
+  struct Thresholds {
+    std::size_t latency_optimal_below, halving_doubling_below;
+  };
   for (std::size_t count : counts) {
-    for (const std::size_t latency_optimal_below : {std::size_t{0}, std::numeric_limits<std::size_t>::max()})
+    for (const Thresholds thresholds : {Thresholds{kNever, kNever}, Thresholds{kAlways, kNever}, Thresholds{kNever, kAlways}})
     for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Mean}) {
       const std::vector<float> expected = reduction_of_inputs(n, count, op);
       std::vector<std::vector<float>> results(static_cast<std::size_t>(n));
+      const AllreduceOptions options{.op = op,
+                                     .segment_bytes = 4 * 100,
+                                     .latency_optimal_below_bytes = thresholds.latency_optimal_below,
+                                     .halving_doubling_below_bytes = thresholds.halving_doubling_below};
       comm_test::run_ranks(n, [&](int r) {
         auto data = input_of(r, count);
-        allreduce(*group[static_cast<std::size_t>(r)], data,
-                  {.op = op, .segment_bytes = 4 * 100, .latency_optimal_below_bytes = latency_optimal_below});
+        allreduce(*group[static_cast<std::size_t>(r)], data, options);
         results[static_cast<std::size_t>(r)] = std::move(data);
       });
-      INFO("ranks " << n << " count " << count << " mean " << (op == ReduceOp::Mean) << " recursive doubling "
-                    << (latency_optimal_below > 0));
+      INFO("ranks " << n << " count " << count << " mean " << (op == ReduceOp::Mean) << " by "
+                    << allreduce_algorithm(count * sizeof(float), n, options));
       for (int r = 0; r < n; ++r) {
         const auto& got = results[static_cast<std::size_t>(r)];
         REQUIRE(got.size() == count);

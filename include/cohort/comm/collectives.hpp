@@ -35,10 +35,15 @@ struct AllreduceOptions {
   // receiving the next.
   std::size_t segment_bytes = 256 * 1024;
   // Below this size the latency-optimal recursive doubling (log2 n exchanges of the whole vector) runs
-  // instead of the ring (2 (n - 1) exchanges of 1/n of it). Unset: where it stopped beating the ring in
-  // the allreduce sweep over loopback TCP, 1 MiB on 2 ranks (both send the vector once, but the ring
-  // overlaps its additions with the transfer) and 256 KiB on more.
+  // instead of the ring (2 (n - 1) exchanges of 1/n of it). Unset: where it stopped beating the others in
+  // the allreduce sweep over loopback TCP on 2 cores, 1 MiB on 2 ranks (both send the vector once, but the
+  // ring overlaps its additions with the transfer), 128 KiB on 4, 8, ... ranks and 256 KiB on the rest.
   std::optional<std::size_t> latency_optimal_below_bytes{};
+  // From there up to this size, on a power-of-two group above 2 ranks, recursive halving and doubling (the
+  // ring's bytes in 2 log2 n exchanges instead of 2 (n - 1)) runs instead of the ring. Unset: 1 MiB, where
+  // the ring overtook it on 4 ranks (256-512 KiB: 1.5-1.7 GB/s against the ring's 0.9-1.2; 1-2 MiB: 1.1-1.4
+  // against 1.4-1.7).
+  std::optional<std::size_t> halving_doubling_below_bytes{};
   // From this size, where the transport can read every peer's memory (shared memory, all ranks on one host),
   // each rank reduces its chunk straight from its peers' vectors and then reads the finished chunks from
   // their owners: one copy per byte and three rounds of small messages (direct_allreduce.hpp). Unset: where
