@@ -250,8 +250,10 @@ void halving_doubling_allreduce(Transport& transport, std::span<T> data, const A
     const Round round{r ^ distance, keeps_lower ? range.first(half) : range.subspan(half),
                       keeps_lower ? range.subspan(half) : range.first(half)};
     std::vector<WorkPtr> sends, receives;
-    for (std::size_t at = 0; at < round.given.size(); at += segment)
-      sends.push_back(transport.send(round.partner, options.tag, bytes_of(round.given.subspan(at, std::min(segment, round.given.size() - at)))));
+    for (std::size_t at = 0; at < round.given.size(); at += segment) {
+      const auto piece = round.given.subspan(at, std::min(segment, round.given.size() - at));
+      sends.push_back(transport.send(round.partner, options.tag, bytes_of(piece)));
+    }
     for (std::size_t at = 0; at < round.kept.size(); at += segment)
       receives.push_back(transport.recv(round.partner, options.tag,
                                         bytes_of(std::span(incoming).subspan(at, std::min(segment, round.kept.size() - at)))));

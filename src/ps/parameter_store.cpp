@@ -211,10 +211,9 @@ void ParameterStore::post_value_receives(Link& link) {
     return;
   }
   for (const Piece& piece : link.pieces) {
-    float* into = variables_[piece.variable].value.data() + piece.element_begin;
-    link.value_receives.push_back(piece.count == 0 ? nullptr
-                                                   : transport_.recv(link.rank, proto::kReplyPayloadTag,
-                                                                     std::as_writable_bytes(std::span(into, static_cast<std::size_t>(piece.count)))));
+    const auto into = std::span(variables_[piece.variable].value.data() + piece.element_begin, static_cast<std::size_t>(piece.count));
+    link.value_receives.push_back(into.empty() ? nullptr
+                                               : transport_.recv(link.rank, proto::kReplyPayloadTag, std::as_writable_bytes(into)));
   }
 }
 
@@ -226,8 +225,8 @@ void ParameterStore::read_values_in_place(const Link& link) {
     const auto bytes = static_cast<std::size_t>(piece.count) * sizeof(float);
     COHORT_CHECK_AS(ProtocolError, ranges[i].bytes == bytes, "{} named {} bytes of values in place for '{}', which has {}",
                     transport_.describe(link.rank), ranges[i].bytes, variables_[piece.variable].name, bytes);
-    float* into = variables_[piece.variable].value.data() + piece.element_begin;
-    copies.push_back({.address = ranges[i].address, .into = std::as_writable_bytes(std::span(into, static_cast<std::size_t>(piece.count)))});
+    const auto into = std::span(variables_[piece.variable].value.data() + piece.element_begin, static_cast<std::size_t>(piece.count));
+    copies.push_back({.address = ranges[i].address, .into = std::as_writable_bytes(into)});
   }
   (*server_memory_)->read(link.rank, copies);
 }
@@ -257,8 +256,9 @@ void ParameterStore::receive_values_into_variables(std::uint16_t kind) {
     const proto::ReplyHeader header = receive_header(link, kind);
     skips.push_back(skip_of(link, header));
     if (in_place) {
-      COHORT_CHECK_AS(ProtocolError, (header.flags & proto::kValuesInPlace) != 0, "{} answered {} with its values as a message, not in place as asked",
-                      transport_.describe(link.rank), proto::kind_name(kind));
+      COHORT_CHECK_AS(ProtocolError, (header.flags & proto::kValuesInPlace) != 0,
+                      "{} answered {} with its values as a message, not in place as asked", transport_.describe(link.rank),
+                      proto::kind_name(kind));
       receive_payload(link, header, link.values_ranges, link.value_receives.empty() ? nullptr : link.value_receives[0]);
       read_values_in_place(link);
     } else {

@@ -222,7 +222,8 @@ void Server::serve_worker(int worker, Inbox& inbox) {
     for (std::size_t m = 0; m < messages.size(); ++m) {
       bool arrived = false;
       try {
-        arrived = receives[m]->wait_for(std::max(std::chrono::milliseconds(0), std::chrono::ceil<std::chrono::milliseconds>(give_up - Clock::now())));
+        const auto left = std::chrono::ceil<std::chrono::milliseconds>(give_up - Clock::now());
+        arrived = receives[m]->wait_for(std::max(std::chrono::milliseconds(0), left));
       } catch (const ProtocolError& e) {  // a piece of another size than its shard
         refuse(worker, e.what());
         return;
@@ -323,7 +324,8 @@ std::string Server::check_header(const protocol::RequestHeader& header, int work
   if ((header.flags & ~(proto::kNotFinite | proto::kPayloadInPlace | proto::kAnswerInPlace)) != 0)
     return fmt::format("unknown request flags {:#x}", header.flags);
   const bool in_place = (header.flags & proto::kPayloadInPlace) != 0;
-  if (in_place && kind != proto::Kind::Push) return fmt::format("{} with its payload in place: only a Push may be", proto::kind_name(header.kind));
+  if (in_place && kind != proto::Kind::Push)
+    return fmt::format("{} with its payload in place: only a Push may be", proto::kind_name(header.kind));
   if (in_place && worker_memory_ == nullptr) return "a Push in place, but this server does not read its workers' memory";
   if ((header.flags & proto::kAnswerInPlace) != 0 && kind != proto::Kind::Pull && kind != proto::Kind::Push)
     return fmt::format("{} asks for its answer in place: only a Pull or a Push is answered with values", proto::kind_name(header.kind));
@@ -816,7 +818,8 @@ void Server::answer_values(std::unique_lock<std::mutex>& lock, int worker, std::
 std::uint32_t Server::held_values_crc_locked() {
   if (!held_values_crc_) {
     std::uint32_t crc = 0;
-    for (const Held& held : held_) crc = crc32c_extend(crc, held.value.data(), static_cast<std::size_t>(held.value.numel()) * sizeof(float));
+    for (const Held& held : held_)
+      crc = crc32c_extend(crc, held.value.data(), static_cast<std::size_t>(held.value.numel()) * sizeof(float));
     held_values_crc_ = crc;
   }
   return *held_values_crc_;

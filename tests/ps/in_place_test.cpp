@@ -196,8 +196,9 @@ TEST_CASE("a server refuses a push in place that names memory wrongly, and answe
     auto ranges = ranges_of(gradients);
     lies[i].apply(ranges);
     const auto payload = std::as_bytes(std::span(ranges));
-    send_request(*group[static_cast<std::size_t>(worker)], kServer, request(plan, proto::Kind::Push, payload, proto::kPayloadInPlace), payload);
-    const proto::ReplyHeader refused = receive_reply(*group[static_cast<std::size_t>(worker)], kServer, answer);
+    comm::Transport& transport = *group[static_cast<std::size_t>(worker)];
+    send_request(transport, kServer, request(plan, proto::Kind::Push, payload, proto::kPayloadInPlace), payload);
+    const proto::ReplyHeader refused = receive_reply(transport, kServer, answer);
     CHECK(refused.status == static_cast<std::uint16_t>(proto::Status::Refused));
     CHECK_THAT(proto::message_of(refused), Catch::Contains(lies[i].expected_reason));
   }
@@ -221,7 +222,8 @@ TEST_CASE("a server refuses a push in place that names memory wrongly, and answe
   std::size_t offset = 0;
   for (const auto& range : values_ranges) {
     REQUIRE(offset * sizeof(float) + range.bytes <= values.size() * sizeof(float));
-    group[0]->peer_memory()->read(kServer, range.address, std::as_writable_bytes(std::span(values).subspan(offset, range.bytes / sizeof(float))));
+    const auto into = std::span(values).subspan(offset, range.bytes / sizeof(float));
+    group[0]->peer_memory()->read(kServer, range.address, std::as_writable_bytes(into));
     offset += range.bytes / sizeof(float);
   }
   REQUIRE(offset == values.size());
