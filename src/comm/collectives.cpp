@@ -79,6 +79,31 @@ void allgather(Transport& transport, std::span<const std::byte> mine, std::span<
 
 namespace {
 
+// Sends `outgoing` to `to` and adds what `from` sends into `target`, both in segments of `segment` elements:
+// all receives are posted up front, so that every segment lands straight in `incoming` at its place, and each
+// is added as soon as it is in, while the later ones are still on the wire. An empty vector still goes as one
+// empty message, so that both sides take the same steps.
+template <typename T>
+void send_and_add(Transport& transport, Tag tag, std::size_t segment, int to, std::span<const T> outgoing, int from,
+                  std::span<T> target, std::span<T> incoming) {
+  const auto segments_of = [&](std::size_t size, auto&& each) {
+    for (std::size_t at = 0; at < size || (at == 0 && size == 0); at += segment) each(at, std::min(segment, size - at));
+  };
+  std::vector<WorkPtr> sends, receives;
+  segments_of(outgoing.size(), [&](std::size_t at, std::size_t length) {
+    sends.push_back(transport.send(to, tag, std::as_bytes(outgoing.subspan(at, length))));
+  });
+  segments_of(target.size(), [&](std::size_t at, std::size_t length) {
+    receives.push_back(transport.recv(from, tag, bytes_of(incoming.subspan(at, length))));
+  });
+  for (std::size_t s = 0; s < receives.size(); ++s) {
+    receives[s]->wait(transport.timeout());
+    const std::size_t at = s * segment, end = std::min(target.size(), at + segment);
+    for (std::size_t i = at; i < end; ++i) target[i] += incoming[i];
+  }
+  wait_all(sends, transport.timeout());
+}
+
 // Ring allreduce (Patarasuk and Yuan 2009; Horovod, Gloo, NCCL): the vector is cut into n chunks.
 // Reduce-scatter: in n - 1 steps every rank sends one chunk to its successor and adds the chunk coming
 // from its predecessor, so that afterwards each rank holds the complete sum of one chunk. All-gather:
@@ -95,29 +120,12 @@ void ring_reduce_scatter(Transport& transport, std::span<T> data, const Allreduc
   const std::size_t count = data.size();
   auto chunk_of = [&](int chunk) { return ring_chunk(data, n, ((chunk % n) + n) % n); };
   const std::size_t segment = std::max<std::size_t>(1, options.segment_bytes / sizeof(T));
-  const int next = (r + 1) % n, previous = (r - 1 + n) % n;
   // Reused across calls: a fresh multi-megabyte buffer per call costs page faults on every step.
   thread_local std::vector<T> incoming;
   if (incoming.size() < count / static_cast<std::size_t>(n) + 1) incoming.resize(count / static_cast<std::size_t>(n) + 1);
-  for (int step = 0; step + 1 < n; ++step) {
-    const auto outgoing = chunk_of(r - step - shift);
-    const auto target = chunk_of(r - step - shift - 1);
-    std::vector<WorkPtr> sends;
-    for (std::size_t at = 0; at < outgoing.size() || (at == 0 && outgoing.empty()); at += segment)
-      sends.push_back(transport.send(next, options.tag, bytes_of(outgoing.subspan(at, std::min(segment, outgoing.size() - at)))));
-    // All receives of the chunk are posted up front, so that every segment lands straight in its place;
-    // each is reduced as soon as it is in, while the later ones are still on the wire.
-    std::vector<WorkPtr> receives;
-    for (std::size_t at = 0; at < target.size() || (at == 0 && target.empty()); at += segment)
-      receives.push_back(transport.recv(previous, options.tag,
-                                        bytes_of(std::span(incoming).subspan(at, std::min(segment, target.size() - at)))));
-    for (std::size_t s = 0; s < receives.size(); ++s) {
-      receives[s]->wait(transport.timeout());
-      const std::size_t at = s * segment, end = std::min(target.size(), at + segment);
-      for (std::size_t i = at; i < end; ++i) target[i] += incoming[i];
-    }
-    wait_all(sends, transport.timeout());
-  }
+  for (int step = 0; step + 1 < n; ++step)
+    send_and_add<T>(transport, options.tag, segment, (r + 1) % n, chunk_of(r - step - shift), (r - 1 + n) % n,
+                    chunk_of(r - step - shift - 1), incoming);
 }
 
 template <typename T>
@@ -249,21 +257,7 @@ void halving_doubling_allreduce(Transport& transport, std::span<T> data, const A
     const bool keeps_lower = (r & distance) == 0;
     const Round round{r ^ distance, keeps_lower ? range.first(half) : range.subspan(half),
                       keeps_lower ? range.subspan(half) : range.first(half)};
-    std::vector<WorkPtr> sends, receives;
-    for (std::size_t at = 0; at < round.given.size(); at += segment) {
-      const auto piece = round.given.subspan(at, std::min(segment, round.given.size() - at));
-      sends.push_back(transport.send(round.partner, options.tag, bytes_of(piece)));
-    }
-    for (std::size_t at = 0; at < round.kept.size(); at += segment)
-      receives.push_back(transport.recv(round.partner, options.tag,
-                                        bytes_of(std::span(incoming).subspan(at, std::min(segment, round.kept.size() - at)))));
-    // Each segment is added as soon as it is in, while the later ones are still on the wire.
-    for (std::size_t s = 0; s < receives.size(); ++s) {
-      receives[s]->wait(transport.timeout());
-      const std::size_t at = s * segment, end = std::min(round.kept.size(), at + segment);
-      for (std::size_t i = at; i < end; ++i) round.kept[i] += incoming[i];
-    }
-    wait_all(sends, transport.timeout());
+    send_and_add<T>(transport, options.tag, segment, round.partner, round.given, round.partner, round.kept, incoming);
     rounds.push_back(round);
     range = round.kept;
   }

@@ -66,13 +66,17 @@ ParameterStore::ParameterStore(comm::Transport& transport, Plan plan, std::vecto
   traffic_.servers.resize(links_.size());
 }
 
+std::span<float> ParameterStore::values_of(const Piece& piece) const {
+  return {variables_[piece.variable].value.data() + piece.element_begin, static_cast<std::size_t>(piece.count)};
+}
+
 std::span<const std::byte> ParameterStore::piece_bytes(const Link& link, const Piece& piece, std::uint16_t kind) const {
   const LocalVariable& variable = variables_[piece.variable];
   const auto count = static_cast<std::size_t>(piece.count);
   // Init: the values; a Push: a float32 gradient straight from its variable, the rest as packed (changes,
   // bfloat16 narrowing).
   if (kind == static_cast<std::uint16_t>(proto::Kind::Init))
-    return std::as_bytes(std::span(variable.value.data() + piece.element_begin, count));
+    return std::as_bytes(values_of(piece));
   if (push_dtype_ == DType::BFloat16) return std::as_bytes(std::span(link.outgoing_bfloat16.data() + piece.offset, count));
   if (variable.trainable) return std::as_bytes(std::span(variable.gradient.data() + piece.element_begin, count));
   return std::as_bytes(std::span(link.outgoing.data() + piece.offset, count));
@@ -186,8 +190,8 @@ void ParameterStore::receive_pieces(Link& link, const proto::ReplyHeader& header
   for (std::size_t i = 0; i < link.pieces.size(); ++i) {
     if (link.value_receives[i]) link.value_receives[i]->wait(transport_.timeout());
     const Piece& piece = link.pieces[i];
-    crc = crc32c_extend(crc, variables_[piece.variable].value.data() + piece.element_begin,
-                        static_cast<std::size_t>(piece.count) * sizeof(float));
+    const auto values = values_of(piece);
+    crc = crc32c_extend(crc, values.data(), values.size_bytes());
   }
   if (crc != header.payload_crc) throw ProtocolError(fmt::format("the answer of {} fails its checksum (garbled in transit)", server));
 }
@@ -211,7 +215,7 @@ void ParameterStore::post_value_receives(Link& link) {
     return;
   }
   for (const Piece& piece : link.pieces) {
-    const auto into = std::span(variables_[piece.variable].value.data() + piece.element_begin, static_cast<std::size_t>(piece.count));
+    const auto into = values_of(piece);
     link.value_receives.push_back(into.empty() ? nullptr
                                                : transport_.recv(link.rank, proto::kReplyPayloadTag, std::as_writable_bytes(into)));
   }
@@ -225,7 +229,7 @@ void ParameterStore::read_values_in_place(const Link& link) {
     const auto bytes = static_cast<std::size_t>(piece.count) * sizeof(float);
     COHORT_CHECK_AS(ProtocolError, ranges[i].bytes == bytes, "{} named {} bytes of values in place for '{}', which has {}",
                     transport_.describe(link.rank), ranges[i].bytes, variables_[piece.variable].name, bytes);
-    const auto into = std::span(variables_[piece.variable].value.data() + piece.element_begin, static_cast<std::size_t>(piece.count));
+    const auto into = values_of(piece);
     copies.push_back({.address = ranges[i].address, .into = std::as_writable_bytes(into)});
   }
   (*server_memory_)->read(link.rank, copies);
@@ -268,7 +272,7 @@ void ParameterStore::receive_values_into_variables(std::uint16_t kind) {
     // Non-trainable variables are sent back as changes since this read.
     for (const Piece& piece : link.pieces)
       if (!variables_[piece.variable].trainable)
-        std::copy_n(variables_[piece.variable].value.data() + piece.element_begin, piece.count, link.last_read.data() + piece.offset);
+        std::ranges::copy(values_of(piece), link.last_read.begin() + static_cast<std::ptrdiff_t>(piece.offset));
   }
   if (kind != static_cast<std::uint16_t>(proto::Kind::Push)) return;
   for (std::size_t s = 1; s < skips.size(); ++s)
@@ -303,7 +307,7 @@ void ParameterStore::initialize_servers() {
   const auto kind = static_cast<std::uint16_t>(proto::Kind::Init);
   for (Link& link : links_)
     for (const Piece& piece : link.pieces)
-      std::copy_n(variables_[piece.variable].value.data() + piece.element_begin, piece.count, link.last_read.data() + piece.offset);
+      std::ranges::copy(values_of(piece), link.last_read.begin() + static_cast<std::ptrdiff_t>(piece.offset));
   send_to_all(kind, 0, true, 0);
   for (Link& link : links_) receive_payload(link, receive_header(link, kind), {});
 }

@@ -70,6 +70,18 @@ proto::ReplyHeader receive_reply(comm::Transport& transport, int server, std::ve
   return header;
 }
 
+// One range per shard, in plan order, of `floats` (all of a single server's, in that order).
+std::vector<proto::MemoryRange> ranges_in(const ps::Plan& plan, const std::vector<float>& floats) {
+  std::vector<proto::MemoryRange> ranges;
+  std::size_t offset = 0;
+  for (const auto& shard : plan.shards()) {
+    const auto count = static_cast<std::size_t>(shard.shape.numel());
+    ranges.push_back({.address = reinterpret_cast<std::uint64_t>(floats.data() + offset), .bytes = count * sizeof(float)});
+    offset += count;
+  }
+  return ranges;
+}
+
 void require_protocol_error(const std::function<void()>& body, const std::string& names, const std::string& says) {
   try {
     body();
@@ -149,20 +161,9 @@ TEST_CASE("a server refuses a push in place that names memory wrongly, and answe
   const auto group = shared_memory_group(kServer + 1);
   optim::SGD sgd({.learning_rate = optim::constant(0.5)});
   ps::Server server(*group[kServer], plan, 0, {0, 1, 2, 3}, sgd);
-  std::exception_ptr serve_error;
-  std::thread serving([&] {
-    try {
-      server.serve();
-    } catch (...) {
-      serve_error = std::current_exception();
-    }
-  });
+  ps_test::ServeOnThread serving(server);
 
-  std::vector<float> initial;
-  for (const auto& shard : plan.shards()) {
-    const auto part = model.variable(shard.variable)->value.to_vector();
-    initial.insert(initial.end(), part.begin(), part.end());
-  }
+  const std::vector<float> initial = ps_test::values_in_plan_order(model, plan);
   std::vector<std::byte> answer;
   send_request(*group[0], kServer, request(plan, proto::Kind::Init, std::as_bytes(std::span(initial))), {});
   ps_test::send_pieces(*group[0], kServer, proto::kRequestPayloadTag, plan, 0, std::as_bytes(std::span(initial)));
@@ -170,18 +171,7 @@ TEST_CASE("a server refuses a push in place that names memory wrongly, and answe
   REQUIRE(initialized.status == static_cast<std::uint16_t>(proto::Status::Ok));
   CHECK((initialized.flags & proto::kReadsYourMemory) != 0);
 
-  // One range per shard, in plan order, each into one vector of gradients.
   const std::vector<float> gradients(initial.size(), 0.25f);
-  const auto ranges_of = [&](const std::vector<float>& floats) {
-    std::vector<proto::MemoryRange> ranges;
-    std::size_t offset = 0;
-    for (const auto& shard : plan.shards()) {
-      const auto count = static_cast<std::size_t>(shard.shape.numel());
-      ranges.push_back({.address = reinterpret_cast<std::uint64_t>(floats.data() + offset), .bytes = count * sizeof(float)});
-      offset += count;
-    }
-    return ranges;
-  };
   struct Lie {
     const char* expected_reason;
     std::function<void(std::vector<proto::MemoryRange>&)> apply;
@@ -193,7 +183,7 @@ TEST_CASE("a server refuses a push in place that names memory wrongly, and answe
   for (std::size_t i = 0; i < lies.size(); ++i) {
     INFO(lies[i].expected_reason);
     const int worker = static_cast<int>(i) + 1;
-    auto ranges = ranges_of(gradients);
+    auto ranges = ranges_in(plan, gradients);
     lies[i].apply(ranges);
     const auto payload = std::as_bytes(std::span(ranges));
     comm::Transport& transport = *group[static_cast<std::size_t>(worker)];
@@ -208,7 +198,7 @@ TEST_CASE("a server refuses a push in place that names memory wrongly, and answe
   CHECK_THAT(proto::message_of(stats_in_place), Catch::Contains("asks for its answer in place"));
 
   // The chief's push in place, answered in place: plain SGD, value - 0.5 x 0.25 everywhere.
-  const auto ranges = ranges_of(gradients);
+  const auto ranges = ranges_in(plan, gradients);
   const auto payload = std::as_bytes(std::span(ranges));
   send_request(*group[0], kServer, request(plan, proto::Kind::Push, payload, proto::kPayloadInPlace | proto::kAnswerInPlace), payload);
   const proto::ReplyHeader pushed = receive_reply(*group[0], kServer, answer);
@@ -232,7 +222,7 @@ TEST_CASE("a server refuses a push in place that names memory wrongly, and answe
   send_request(*group[0], kServer, request(plan, proto::Kind::Done, {}), {});
   CHECK(receive_reply(*group[0], kServer, answer).status == static_cast<std::uint16_t>(proto::Status::Ok));
   serving.join();
-  CHECK_FALSE(serve_error);
+  CHECK_FALSE(serving.error());
   CHECK(server.stats().refused == 3);
 }
 
@@ -252,14 +242,8 @@ TEST_CASE("a worker fails naming the server whose answer in place names unreadab
     proto::RequestHeader pull;
     transport.recv(0, proto::kRequestTag, std::as_writable_bytes(std::span(&pull, 1)))->wait(10s);
     request_flags = pull.flags;
-    std::vector<float> values(floats);
-    std::vector<proto::MemoryRange> ranges;
-    std::size_t offset = 0;
-    for (const auto& shard : plan.shards()) {
-      const auto count = static_cast<std::size_t>(shard.shape.numel());
-      ranges.push_back({.address = reinterpret_cast<std::uint64_t>(values.data() + offset), .bytes = count * sizeof(float)});
-      offset += count;
-    }
+    const std::vector<float> values(floats);
+    auto ranges = ranges_in(plan, values);
     ranges.back().address = 8;
     const auto payload = std::as_bytes(std::span(ranges));
     proto::ReplyHeader reply;

@@ -6,6 +6,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "cohort/comm/inproc.hpp"
@@ -17,6 +18,7 @@
 #include "cohort/nn/flatten.hpp"
 #include "cohort/nn/pooling2d.hpp"
 #include "cohort/optim/sgd.hpp"
+#include "cohort/ps/server.hpp"
 #include "cohort/train/parameter_server.hpp"
 #include "cohort/train/trainer.hpp"
 #include "comm/comm_test_util.hpp"
@@ -56,6 +58,39 @@ inline std::vector<std::string> process_names(int workers, int servers) {
   for (int s = 0; s < servers; ++s) names.push_back("ps " + std::to_string(s));
   return names;
 }
+
+// Every shard's values in plan order, as the chief's Init carries them to a single server (the plan may order
+// the shards differently from the model).
+inline std::vector<float> values_in_plan_order(const nn::Sequential& model, const ps::Plan& plan) {
+  std::vector<float> values;
+  for (const auto& shard : plan.shards()) {
+    const auto part = model.variable(shard.variable)->value.to_vector();
+    values.insert(values.end(), part.begin(), part.end());
+  }
+  return values;
+}
+
+// A server's serve() on a thread of its own; after join(), error() says how it ended (null: cleanly).
+class ServeOnThread {
+ public:
+  explicit ServeOnThread(ps::Server& server)
+      : thread_([this, &server] {
+          try {
+            server.serve();
+          } catch (...) {
+            error_ = std::current_exception();
+          }
+        }) {}
+  ~ServeOnThread() { join(); }
+  void join() {
+    if (thread_.joinable()) thread_.join();
+  }
+  std::exception_ptr error() const { return error_; }
+
+ private:
+  std::exception_ptr error_;  // before the thread, which may set it at once
+  std::thread thread_;
+};
 
 // A payload of floats travels as one message per shard of its server, in plan order: `bytes` (all of the
 // server's floats, of any element size) cut so.

@@ -66,21 +66,9 @@ TEST_CASE("a parameter server refuses garbled and foreign requests and keeps its
   std::vector<int> workers;
   for (int w = 0; w < kWorkers; ++w) workers.push_back(w);
   ps::Server server(group.transport(kServerRank), plan, 0, workers, sgd);
-  std::exception_ptr serve_error;
-  std::thread serving([&] {
-    try {
-      server.serve();
-    } catch (...) {
-      serve_error = std::current_exception();
-    }
-  });
+  ps_test::ServeOnThread serving(server);
 
-  // The plan may order the shards differently from the model: send what the server expects, in its order.
-  std::vector<float> initial;
-  for (const auto& shard : plan.shards()) {
-    const auto part = model.variable(shard.variable)->value.to_vector();
-    initial.insert(initial.end(), part.begin(), part.end());
-  }
+  const std::vector<float> initial = ps_test::values_in_plan_order(model, plan);
   send(group.transport(0), plan, header_for(plan, proto::Kind::Init, initial), initial);
   REQUIRE(receive(group.transport(0), plan).header.status == static_cast<std::uint16_t>(proto::Status::Ok));
 
@@ -127,7 +115,7 @@ TEST_CASE("a parameter server refuses garbled and foreign requests and keeps its
   send(group.transport(0), plan, header_for(plan, proto::Kind::Done, {}), {});
   CHECK(receive(group.transport(0), plan).header.status == static_cast<std::uint16_t>(proto::Status::Ok));
   serving.join();
-  CHECK_FALSE(serve_error);
+  CHECK_FALSE(serving.error());
 }
 
 namespace {
@@ -140,28 +128,17 @@ struct HandServed {
   comm::InProcessGroup group{kHandWorkers + 1, std::chrono::seconds(10), ps_test::process_names(kHandWorkers, 1)};
   optim::SGD sgd;
   std::unique_ptr<ps::Server> server;
-  std::exception_ptr serve_error;
-  std::thread serving;
+  ps_test::ServeOnThread serving;
 
   // `optimizer`: the server's, instead of plain SGD.
   explicit HandServed(ps::ServerOptions options, bool batch_norm = false, double learning_rate = 0.01,
                       optim::Optimizer* optimizer = nullptr)
       : model(ps_test::small_model(batch_norm)),
         plan(ps::make_plan(train::variable_infos(model), 1, ps::placement::SizeBalanced{})),
-        sgd({.learning_rate = optim::constant(learning_rate)}) {
-    server = std::make_unique<ps::Server>(group.transport(kHandWorkers), plan, 0, std::vector<int>{0, 1, 2},
-                                          optimizer != nullptr ? *optimizer : sgd, std::move(options));
-    serving = std::thread([this] {
-      try {
-        server->serve();
-      } catch (...) {
-        serve_error = std::current_exception();
-      }
-    });
-  }
-  ~HandServed() {
-    if (serving.joinable()) serving.join();
-  }
+        sgd({.learning_rate = optim::constant(learning_rate)}),
+        server(std::make_unique<ps::Server>(group.transport(kHandWorkers), plan, 0, std::vector<int>{0, 1, 2},
+                                            optimizer != nullptr ? *optimizer : sgd, std::move(options))),
+        serving(*server) {}
   comm::Transport& worker(int w) { return group.transport(w); }
   std::size_t payload_floats() const {
     std::size_t n = 0;
@@ -244,7 +221,7 @@ TEST_CASE("a Sync step gives the same bits whatever order the workers' gradients
     for (int w = 0; w < HandServed::kHandWorkers; ++w) served.send_to(w, proto::Kind::Done, {});
     for (int w = 0; w < HandServed::kHandWorkers; ++w) served.answer_of(w);
     served.serving.join();
-    REQUIRE_FALSE(served.serve_error);
+    REQUIRE_FALSE(served.serving.error());
     INFO("arrival order " << order[0] << order[1] << order[2]);
     CHECK(answers[1] == answers[0]);
     CHECK(answers[2] == answers[0]);
@@ -316,7 +293,7 @@ TEST_CASE("a Sync step applies the samples-weighted mean gradient and the worker
       served.answer_of(w);
     }
     served.serving.join();
-    REQUIRE_FALSE(served.serve_error);
+    REQUIRE_FALSE(served.serving.error());
   }
 }
 
@@ -351,7 +328,7 @@ TEST_CASE("a server with backup workers refuses a push flagged as not finite, on
   for (const int w : {0, 2}) served.send_to(w, proto::Kind::Done, {});
   for (const int w : {0, 2}) served.answer_of(w);
   served.serving.join();
-  CHECK_FALSE(served.serve_error);
+  CHECK_FALSE(served.serving.error());
 }
 
 // SGD that records how many OpenMP threads its update could use.
@@ -379,7 +356,7 @@ TEST_CASE("a server updates with its update_threads OpenMP threads, and refuses 
     for (const int w : {0, 1, 2}) served.send_to(w, proto::Kind::Done, {});
     for (const int w : {0, 1, 2}) served.answer_of(w);
     served.serving.join();
-    CHECK_FALSE(served.serve_error);
+    CHECK_FALSE(served.serving.error());
   }
   CHECK(omp_get_max_threads() == process_threads);  // the caller's own count is left alone
   CHECK_THROWS_WITH(HandServed({.update_threads = -1}), Catch::Contains("update_threads") && Catch::Contains("-1"));
@@ -404,7 +381,7 @@ TEST_CASE("a step takes the chief's learning rate, not that of the worker whose 
     for (int w = 0; w < HandServed::kHandWorkers; ++w) served.send_to(w, proto::Kind::Done, {});
     for (int w = 0; w < HandServed::kHandWorkers; ++w) served.answer_of(w);
     served.serving.join();
-    REQUIRE_FALSE(served.serve_error);
+    REQUIRE_FALSE(served.serving.error());
     return values;
   };
   const std::vector<float> agreed = step_with_worker_factor(1.0);
@@ -427,8 +404,8 @@ TEST_CASE("once the chief has ended the run, a server names a worker that never 
     served.answer_of(w);
   }
   served.serving.join();
-  REQUIRE(served.serve_error);
-  CHECK_THROWS_WITH(std::rethrow_exception(served.serve_error),
+  REQUIRE(served.serving.error());
+  CHECK_THROWS_WITH(std::rethrow_exception(served.serving.error()),
                     Catch::Contains("worker 2 is stuck: connected, but ps 0 got no request after its Push of step 0 within 0.6 s"));
 }
 
@@ -448,9 +425,9 @@ TEST_CASE("a parameter server names a worker that is connected but sends no grad
     CHECK_THAT(proto::message_of(answer.header), Catch::StartsWith("ps 0 failed: worker 2 is stuck: connected, but"));
   }
   served.serving.join();  // serve() does not wait for the stuck worker's next request
-  REQUIRE(served.serve_error);
-  CHECK_THROWS_WITH(std::rethrow_exception(served.serve_error), Catch::Contains("worker 2 is stuck"));
-  CHECK_THROWS_AS(std::rethrow_exception(served.serve_error), TimeoutError);
+  REQUIRE(served.serving.error());
+  CHECK_THROWS_WITH(std::rethrow_exception(served.serving.error()), Catch::Contains("worker 2 is stuck"));
+  CHECK_THROWS_AS(std::rethrow_exception(served.serving.error()), TimeoutError);
   CHECK(std::chrono::steady_clock::now() - started < std::chrono::seconds(5));
 }
 
@@ -470,9 +447,9 @@ TEST_CASE("an asynchronous parameter server names a worker that sends no next re
   }
   CHECK_THAT(told, Catch::Contains("worker 2 is stuck") && Catch::Contains("no request after the start"));
   served.serving.join();
-  REQUIRE(served.serve_error);
-  CHECK_THROWS_WITH(std::rethrow_exception(served.serve_error), Catch::Contains("worker 2 is stuck"));
-  CHECK_THROWS_AS(std::rethrow_exception(served.serve_error), TimeoutError);
+  REQUIRE(served.serving.error());
+  CHECK_THROWS_WITH(std::rethrow_exception(served.serving.error()), Catch::Contains("worker 2 is stuck"));
+  CHECK_THROWS_AS(std::rethrow_exception(served.serving.error()), TimeoutError);
 }
 
 TEST_CASE("a parameter server names a worker that stops between a request's header and its payload", "[ps][threads]") {
@@ -495,8 +472,8 @@ TEST_CASE("a parameter server names a worker that stops between a request's head
   CHECK_THAT(told, Catch::Contains("worker 2 is stuck") &&
                        Catch::Contains(fmt::format("got the header of its Push of step 0 but not the {} bytes", n * sizeof(float))));
   served.serving.join();
-  REQUIRE(served.serve_error);
-  CHECK_THROWS_AS(std::rethrow_exception(served.serve_error), TimeoutError);
+  REQUIRE(served.serving.error());
+  CHECK_THROWS_AS(std::rethrow_exception(served.serving.error()), TimeoutError);
 }
 
 TEST_CASE("a parameter server that loses a worker names the one its step has long waited for", "[ps][threads]") {
@@ -511,11 +488,11 @@ TEST_CASE("a parameter server that loses a worker names the one its step has lon
   std::this_thread::sleep_for(std::chrono::milliseconds(1200));  // beyond half the deadline
   served.group.kill(1);
   served.serving.join();
-  REQUIRE(served.serve_error);
-  CHECK_THROWS_WITH(std::rethrow_exception(served.serve_error),
+  REQUIRE(served.serving.error());
+  CHECK_THROWS_WITH(std::rethrow_exception(served.serving.error()),
                     Catch::Contains("lost worker 1") && Catch::Contains("meanwhile worker 2 is stuck: connected, but ps 0 got no "
                                                                        "gradients of step 0"));
-  CHECK_THROWS_WITH(std::rethrow_exception(served.serve_error), !Catch::Contains("chief 0 is stuck"));
+  CHECK_THROWS_WITH(std::rethrow_exception(served.serving.error()), !Catch::Contains("chief 0 is stuck"));
 }
 
 TEST_CASE("backup workers that leave no gradient to count are refused by every process before it connects", "[ps]") {

@@ -128,6 +128,8 @@ class ParameterStore {
   // Readies piece `piece` of `link` for a Push: a non-trainable variable's change since the last read, and
   // the bfloat16 narrowing of what is pushed (a float32 gradient goes as it is, from its variable).
   void pack(Link& link, const Piece& piece);
+  // Where `piece`'s values lie in its variable.
+  std::span<float> values_of(const Piece& piece) const;
   // The bytes a request of `kind` carries for `piece`: a message of its own, or a range read in place.
   std::span<const std::byte> piece_bytes(const Link& link, const Piece& piece, std::uint16_t kind) const;
   // Reads the values an answer named in the server's memory straight into the variables.
