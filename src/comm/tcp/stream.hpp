@@ -8,6 +8,7 @@
 #include <optional>
 #include <utility>
 
+#include "tls_context.hpp"
 #include "tls_stream.hpp"
 
 namespace cohort::comm::tcp {
@@ -25,8 +26,8 @@ class Stream {
 
   // From here on every byte goes through TLS; `handler(error)` runs when the TLS handshake is over.
   template <typename Handler>
-  void start_tls(asio::ssl::context& context, asio::ssl::stream_base::handshake_type side, Handler&& handler) {
-    tls_.emplace(std::move(plain_), context);
+  void start_tls(TlsContext& context, asio::ssl::stream_base::handshake_type side, Handler&& handler) {
+    tls_.emplace(std::move(plain_), context.context(), context.record_engine());
     tls_->async_handshake(side, std::forward<Handler>(handler));
   }
   bool tls() const { return tls_.has_value(); }

@@ -172,7 +172,7 @@ std::chrono::milliseconds TcpTransport::handshake_timeout() const {
 template <typename Then>
 void TcpTransport::start_stream(const Socket& socket, asio::ssl::stream_base::handshake_type side, Then&& then) {
   if (!tls_) return std::forward<Then>(then)(asio::error_code());
-  if (side == asio::ssl::stream_base::client) return socket->start_tls(tls_->context(), side, std::forward<Then>(then));
+  if (side == asio::ssl::stream_base::client) return socket->start_tls(*tls_, side, std::forward<Then>(then));
   // A dialer without TLS opens with cohort's plain header: it gets protocol_not_supported, and a plain refusal.
   socket->socket().async_wait(tcp::socket::wait_read, [this, socket, then = std::forward<Then>(then)](const asio::error_code& error) mutable {
     if (error) return then(error);
@@ -181,7 +181,7 @@ void TcpTransport::start_stream(const Socket& socket, asio::ssl::stream_base::ha
     socket->socket().receive(asio::buffer(first), tcp::socket::message_peek, peek_error);
     if (!peek_error && first[0] == static_cast<unsigned char>(kMagic & 0xff))
       return then(std::make_error_code(std::errc::protocol_not_supported));
-    socket->start_tls(tls_->context(), asio::ssl::stream_base::server, std::move(then));
+    socket->start_tls(*tls_, asio::ssl::stream_base::server, std::move(then));
   });
 }
 

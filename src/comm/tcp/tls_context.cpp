@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "cohort/core/error.hpp"
+#include "tls_keys.hpp"
 
 namespace cohort::comm::tcp {
 namespace {
@@ -30,13 +31,15 @@ TlsContext::TlsContext(const TlsOptions& options, const std::string& secret) {
   // AES-128-GCM first (OpenSSL's own order starts with AES-256): TLS 1.3's mandatory suite, and measured
   // 1.2-1.5x the bandwidth of AES-256-GCM from 64 KiB on (benchmarks/allreduce_compare.sh, TLS column).
   SSL_CTX_set_ciphersuites(native, "TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384:TLS_CHACHA20_POLY1305_SHA256");
+  keep_traffic_secrets(native);
+  const std::string records = "; records sealed by " + describe(record_engine_);
   const bool certificates = !options.certificate.empty() || !options.private_key.empty() || !options.ca.empty();
   if (!certificates) {
     key_ = tls_key(secret);
     if (key_slot() < 0 || SSL_CTX_set_ex_data(native, key_slot(), &key_) != 1) throw IoError("OpenSSL has no slot for the TLS key");
     SSL_CTX_set_psk_client_callback(native, &TlsContext::client_key);
     SSL_CTX_set_psk_server_callback(native, &TlsContext::server_key);
-    description_ = "TLS 1.3, keyed from the shared secret";
+    description_ = "TLS 1.3, keyed from the shared secret" + records;
     return;
   }
   if (options.certificate.empty() || options.private_key.empty() || options.ca.empty())
@@ -51,7 +54,7 @@ TlsContext::TlsContext(const TlsOptions& options, const std::string& secret) {
       [&](asio::error_code& e) { context_.use_private_key_file(options.private_key, asio::ssl::context::pem, e); });
   use("CA", options.ca, [&](asio::error_code& e) { context_.load_verify_file(options.ca, e); });
   context_.set_verify_mode(asio::ssl::verify_peer | asio::ssl::verify_fail_if_no_peer_cert);
-  description_ = fmt::format("TLS 1.3, certificates checked against {}", options.ca);
+  description_ = fmt::format("TLS 1.3, certificates checked against {}{}", options.ca, records);
 }
 
 unsigned int TlsContext::client_key(SSL* ssl, const char*, char* identity, unsigned int max_identity, unsigned char* key,

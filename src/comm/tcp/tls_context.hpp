@@ -1,10 +1,13 @@
 #pragma once
 // The TLS 1.3 settings every connection of one transport shares: keyed from the shared secret (PSK), or
 // mutual certificates checked against a CA. Session tickets are off: connections live as long as the job.
+// OpenSSL runs the handshakes; the records after them are sealed by the fastest engine this build and
+// processor have (record_cipher.hpp).
 #include <asio/ssl.hpp>
 
 #include "cohort/comm/tcp.hpp"
 #include "handshake.hpp"
+#include "record_cipher.hpp"
 
 namespace cohort::comm::tcp {
 
@@ -16,7 +19,8 @@ class TlsContext {
   TlsContext& operator=(const TlsContext&) = delete;
 
   asio::ssl::context& context() { return context_; }
-  // "TLS 1.3, key from the shared secret" or "TLS 1.3, certificates (CA file)", for the log.
+  RecordEngine record_engine() const { return record_engine_; }
+  // "TLS 1.3, keyed from the shared secret; records sealed by OpenSSL", or with certificates, for the log.
   const std::string& description() const { return description_; }
 
  private:
@@ -26,6 +30,7 @@ class TlsContext {
 
   asio::ssl::context context_{asio::ssl::context::tls};
   Mac key_{};
+  RecordEngine record_engine_ = fastest_record_engine();
   std::string description_;
 };
 

@@ -3,75 +3,90 @@
 #include <openssl/err.h>
 
 #include <algorithm>
+#include <cstring>
 #include <system_error>
 
+#include "tls_keys.hpp"
+
 namespace cohort::comm::tcp {
-namespace {
 
-// TLS 1.3 adds at most this much to a record (header, content type, AEAD tag), with room to spare.
-constexpr std::size_t kRecordOverhead = 64;
-constexpr std::size_t kMaxPlainRecord = 16 * 1024;
-
-}  // namespace
-
-TlsStream::TlsStream(asio::ip::tcp::socket socket, asio::ssl::context& context)
-    : socket_(std::move(socket)), ssl_(SSL_new(context.native_handle())) {
-  BIO* internal = nullptr;
-  BIO* network = nullptr;
-  if (!ssl_ || BIO_new_bio_pair(&internal, kRingBytes, &network, kRingBytes) != 1)
+TlsStream::TlsStream(asio::ip::tcp::socket socket, asio::ssl::context& context, RecordEngine engine)
+    : socket_(std::move(socket)),
+      engine_(engine),
+      ssl_(SSL_new(context.native_handle())),
+      outgoing_(kBufferBytes),
+      incoming_(kBufferBytes) {
+  BIO* from_peer = BIO_new(BIO_s_mem());
+  BIO* to_peer = BIO_new(BIO_s_mem());
+  if (!ssl_ || from_peer == nullptr || to_peer == nullptr) {
+    BIO_free(from_peer);
+    BIO_free(to_peer);
     throw std::system_error(std::make_error_code(std::errc::not_enough_memory), "TLS connection state");
-  SSL_set_bio(ssl_.get(), internal, internal);
-  network_.reset(network);
-  // A write's records are taken one at a time, only while the ring has room for them (encrypt()).
-  SSL_set_mode(ssl_.get(), SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+  }
+  SSL_set_bio(ssl_.get(), from_peer, to_peer);
+  keep_traffic_secrets(ssl_.get());
 }
 
-std::size_t TlsStream::encrypt(asio::const_buffer buffer, asio::error_code& error) {
+void TlsStream::give_openssl_incoming() {
+  const std::size_t pending = incoming_end_ - incoming_begin_;
+  if (pending == 0) return;
+  BIO_write(SSL_get_rbio(ssl_.get()), incoming_.data() + incoming_begin_, static_cast<int>(pending));
+  incoming_begin_ = incoming_end_ = 0;
+}
+
+void TlsStream::take_openssl_outgoing() {
+  BIO* to_peer = SSL_get_wbio(ssl_.get());
+  while (BIO_ctrl_pending(to_peer) > 0 && outgoing_end_ < outgoing_.size()) {
+    const int read = BIO_read(to_peer, outgoing_.data() + outgoing_end_, static_cast<int>(outgoing_.size() - outgoing_end_));
+    if (read <= 0) break;
+    outgoing_end_ += static_cast<std::size_t>(read);
+  }
+}
+
+void TlsStream::take_over_records() {
+  ConnectionKeys keys = connection_keys(ssl_.get());
+  writer_.emplace(std::move(keys.sending), engine_);
+  reader_.emplace(std::move(keys.receiving), engine_);
+  // OpenSSL reads a record's header, then its body, never past it: what it holds is the peer's first records.
+  BIO* from_peer = SSL_get_rbio(ssl_.get());
+  const int unread = BIO_read(from_peer, incoming_.data(), static_cast<int>(incoming_.size()));
+  incoming_begin_ = 0;
+  incoming_end_ = unread > 0 ? static_cast<std::size_t>(unread) : 0;
+  ssl_.reset();
+}
+
+std::size_t TlsStream::seal(asio::const_buffer buffer) {
   const auto* data = static_cast<const unsigned char*>(buffer.data());
   std::size_t taken = 0;
-  while (taken < buffer.size()) {
-    const std::size_t room = BIO_ctrl_get_write_guarantee(SSL_get_wbio(ssl_.get()));
-    if (room <= kRecordOverhead) break;
-    const std::size_t record = std::min({buffer.size() - taken, kMaxPlainRecord, room - kRecordOverhead});
-    std::size_t written = 0;
-    ERR_clear_error();
-    const int result = SSL_write_ex(ssl_.get(), data + taken, record, &written);
-    if (result != 1) {
-      error = failure(result);
-      if (!error) error = asio::error::no_buffer_space;  // the room was measured: TLS wanted more than a record
-      break;
-    }
-    taken += written;
+  while (taken < buffer.size() && outgoing_.size() - outgoing_end_ >= RecordWriter::kMaxSealBytes) {
+    const std::size_t record = std::min(buffer.size() - taken, kMaxRecordData);
+    outgoing_end_ += writer_->seal({data + taken, record}, outgoing_.data() + outgoing_end_);
+    taken += record;
   }
   return taken;
 }
 
-std::size_t TlsStream::decrypt(asio::mutable_buffer out, asio::error_code& error) {
+std::size_t TlsStream::open(asio::mutable_buffer out, asio::error_code& error) {
   if (read_failure_) {
     error = read_failure_;
     return 0;
   }
-  auto* data = static_cast<unsigned char*>(out.data());
-  std::size_t given = 0;
-  while (given < out.size()) {
-    std::size_t read = 0;
-    ERR_clear_error();
-    const int result = SSL_read_ex(ssl_.get(), data + given, out.size() - given, &read);
-    if (result == 1) {
-      given += read;
-      continue;
-    }
-    if (SSL_get_error(ssl_.get(), result) == SSL_ERROR_WANT_WRITE) {
-      // TLS must answer (a key update) and the outgoing ring is full: only a peer flooding such requests gets here.
-      error = asio::error::no_buffer_space;
-    } else if (given == 0) {
-      error = failure(result);
-    } else {
-      read_failure_ = failure(result);  // after the records before it are given: OpenSSL says why only once
-    }
-    break;
+  std::error_code failed;
+  const RecordReader::Progress progress =
+      reader_->read({incoming_.data() + incoming_begin_, incoming_end_ - incoming_begin_},
+                    {static_cast<unsigned char*>(out.data()), out.size()}, failed);
+  incoming_begin_ += progress.consumed;
+  if (incoming_begin_ == incoming_end_) incoming_begin_ = incoming_end_ = 0;
+  if (progress.key_update_requested) writer_->answer_key_update();
+  if (failed) {
+    // Tell the peer why, unless it ended the connection itself.
+    if (failed.category() == tls_record_category() && failed.value() < 256 &&
+        outgoing_.size() - outgoing_end_ >= RecordWriter::kMaxSealBytes)
+      outgoing_end_ += writer_->seal_alert(static_cast<TlsAlert>(failed.value()), outgoing_.data() + outgoing_end_);
+    if (progress.given == 0) error = failed;
+    else read_failure_ = failed;  // after the data before it is given
   }
-  return given;
+  return progress.given;
 }
 
 asio::error_code TlsStream::failure(int result) {
@@ -91,25 +106,18 @@ asio::error_code TlsStream::failure(int result) {
 }
 
 asio::mutable_buffer TlsStream::incoming_space() {
-  char* space = nullptr;
-  const int bytes = BIO_nwrite0(network_.get(), &space);
-  return bytes > 0 ? asio::mutable_buffer(space, static_cast<std::size_t>(bytes)) : asio::mutable_buffer();
-}
-
-void TlsStream::took_in(std::size_t bytes) {
-  char* space = nullptr;
-  BIO_nwrite(network_.get(), &space, static_cast<int>(bytes));
-}
-
-asio::const_buffer TlsStream::outgoing() {
-  char* pending = nullptr;
-  const int bytes = BIO_nread0(network_.get(), &pending);
-  return bytes > 0 ? asio::const_buffer(pending, static_cast<std::size_t>(bytes)) : asio::const_buffer();
+  // Room for a whole record at the end: what is left of a partial one moves to the front.
+  if (incoming_.size() - incoming_end_ < kMaxRecordBytes && incoming_begin_ > 0) {
+    std::memmove(incoming_.data(), incoming_.data() + incoming_begin_, incoming_end_ - incoming_begin_);
+    incoming_end_ -= incoming_begin_;
+    incoming_begin_ = 0;
+  }
+  return {incoming_.data() + incoming_end_, incoming_.size() - incoming_end_};
 }
 
 void TlsStream::sent(std::size_t bytes) {
-  char* pending = nullptr;
-  BIO_nread(network_.get(), &pending, static_cast<int>(bytes));
+  outgoing_begin_ += bytes;
+  if (outgoing_begin_ == outgoing_end_) outgoing_begin_ = outgoing_end_ = 0;
 }
 
 }  // namespace cohort::comm::tcp
