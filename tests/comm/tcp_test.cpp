@@ -1447,6 +1447,9 @@ TEST_CASE("tcp over TLS: large messages both ways at once arrive whole, and a co
   CHECK_THROWS_WITH(zero->recv(1, 6, conformance::bytes(received))->wait(5s),
                     Catch::Contains(zero->describe(1)) && Catch::Contains("bad record mac"));
   CHECK(std::chrono::steady_clock::now() - start < 3s);
+  // The sender learns why from the alert the receiver sent before it let the connection go.
+  CHECK_THROWS_WITH(one->recv(0, 7, conformance::bytes(received))->wait(5s),
+                    Catch::Contains(one->describe(0)) && Catch::Contains("the peer ended TLS with the alert \"bad record mac\""));
 }
 
 TEST_CASE("tcp over TLS: another secret or an untrusted certificate fails set-up at once", "[comm][tcp][tls][security]") {
