@@ -14,8 +14,8 @@ TlsStream::TlsStream(asio::ip::tcp::socket socket, asio::ssl::context& context, 
     : socket_(std::move(socket)),
       engine_(engine),
       ssl_(SSL_new(context.native_handle())),
-      outgoing_(kBufferBytes),
-      incoming_(kBufferBytes) {
+      outgoing_(kWriteBatch + 2 * RecordWriter::kMaxSealBytes),  // a batch, then what a read answers
+      incoming_(kReadBytes + kMaxRecordBytes) {
   BIO* from_peer = BIO_new(BIO_s_mem());
   BIO* to_peer = BIO_new(BIO_s_mem());
   if (!ssl_ || from_peer == nullptr || to_peer == nullptr) {
@@ -49,9 +49,11 @@ void TlsStream::take_over_records() {
   reader_.emplace(std::move(keys.receiving), engine_);
   // OpenSSL reads a record's header, then its body, never past it: what it holds is the peer's first records.
   BIO* from_peer = SSL_get_rbio(ssl_.get());
-  const int unread = BIO_read(from_peer, incoming_.data(), static_cast<int>(incoming_.size()));
+  const std::size_t unread = BIO_ctrl_pending(from_peer);
+  if (unread > incoming_.size()) incoming_.resize(unread);
+  const int taken = unread > 0 ? BIO_read(from_peer, incoming_.data(), static_cast<int>(unread)) : 0;
   incoming_begin_ = 0;
-  incoming_end_ = unread > 0 ? static_cast<std::size_t>(unread) : 0;
+  incoming_end_ = taken > 0 ? static_cast<std::size_t>(taken) : 0;
   ssl_.reset();
 }
 
@@ -106,8 +108,8 @@ asio::error_code TlsStream::failure(int result) {
 }
 
 asio::mutable_buffer TlsStream::incoming_space() {
-  // Room for a whole record at the end: what is left of a partial one moves to the front.
-  if (incoming_.size() - incoming_end_ < kMaxRecordBytes && incoming_begin_ > 0) {
+  // What is left of a partial record moves to the front: a read takes at most kReadBytes.
+  if (incoming_begin_ > 0) {
     std::memmove(incoming_.data(), incoming_.data() + incoming_begin_, incoming_end_ - incoming_begin_);
     incoming_end_ -= incoming_begin_;
     incoming_begin_ = 0;

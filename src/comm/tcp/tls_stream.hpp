@@ -68,10 +68,11 @@ class TlsStream {
   std::uint64_t key_updates_received() const { return reader_ ? reader_->key_updates() : 0; }
 
  private:
-  static constexpr std::size_t kBufferBytes = 1024 * 1024;
   // A write seals at most this much before its records leave. With ipsec-mb's AES-GCM, batches of 512 KiB
   // gave TLS 0.57-0.90x plain TCP's bandwidth from 64 KiB to 64 MiB (2 ranks), batches of 128 KiB 0.57-0.81x.
   static constexpr std::size_t kWriteBatch = 512 * 1024;
+  // A read takes at most this much from the socket, so that the records are still in the cache when opened.
+  static constexpr std::size_t kReadBytes = 256 * 1024;
   struct FreeSsl {
     void operator()(SSL* ssl) const { SSL_free(ssl); }
   };
