@@ -77,6 +77,17 @@ std::vector<unsigned char> expand_label(CipherSuite suite, const std::vector<uns
 
 }  // namespace
 
+TrafficKeys& TrafficKeys::operator=(TrafficKeys&& other) noexcept {
+  if (this == &other) return *this;
+  OPENSSL_cleanse(secret.data(), secret.size());
+  OPENSSL_cleanse(key.data(), key.size());
+  suite = other.suite;
+  secret = std::move(other.secret);
+  key = std::move(other.key);
+  iv = other.iv;
+  return *this;
+}
+
 TrafficKeys::~TrafficKeys() {
   OPENSSL_cleanse(secret.data(), secret.size());
   OPENSSL_cleanse(key.data(), key.size());

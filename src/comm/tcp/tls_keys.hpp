@@ -16,7 +16,7 @@ struct TrafficKeys {
   TrafficKeys(const TrafficKeys&) = delete;
   TrafficKeys& operator=(const TrafficKeys&) = delete;
   TrafficKeys(TrafficKeys&&) = default;
-  TrafficKeys& operator=(TrafficKeys&&) = default;
+  TrafficKeys& operator=(TrafficKeys&& other) noexcept;  // wipes the keys it replaces
   ~TrafficKeys();
 
   CipherSuite suite = CipherSuite::Aes128Gcm;
