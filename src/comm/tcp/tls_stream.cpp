@@ -81,12 +81,12 @@ std::size_t TlsStream::open(asio::mutable_buffer out, asio::error_code& error) {
   if (incoming_begin_ == incoming_end_) incoming_begin_ = incoming_end_ = 0;
   if (progress.key_update_requested) writer_->answer_key_update();
   if (failed) {
-    // Tell the peer why, unless it ended the connection itself.
+    // Tell the peer why, unless it ended the connection itself. Every later read fails alike.
     if (failed.category() == tls_record_category() && failed.value() < 256 &&
         outgoing_.size() - outgoing_end_ >= RecordWriter::kMaxSealBytes)
       outgoing_end_ += writer_->seal_alert(static_cast<TlsAlert>(failed.value()), outgoing_.data() + outgoing_end_);
-    if (progress.given == 0) error = failed;
-    else read_failure_ = failed;  // after the data before it is given
+    read_failure_ = failed;
+    if (progress.given == 0) error = failed;  // else after the data before it is given
   }
   return progress.given;
 }

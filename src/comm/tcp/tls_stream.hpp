@@ -198,7 +198,7 @@ class TlsStream {
   std::vector<unsigned char> outgoing_, incoming_;
   std::size_t outgoing_begin_ = 0, outgoing_end_ = 0, incoming_begin_ = 0, incoming_end_ = 0;
   bool sending_ = false;
-  asio::error_code read_failure_;  // found after opening records that came before it
+  asio::error_code read_failure_;  // what ended the incoming records, given to every read after
   std::vector<std::unique_ptr<Flushed>> waiting_for_flush_;
 };
 
