@@ -1,24 +1,31 @@
 #pragma once
-// Allreduce on one host straight from the peers' buffers (PeerMemory), no bytes passing through messages.
+// Allreduce on one host straight between the peers' memory (PeerMemory), no bytes passing through messages.
 //
-// Rank r owns chunk r of the vector (ring_chunk's cut). Three rounds of small messages frame two phases:
-//   1. every rank tells every peer where its vector is, its size, and whether it can read all of them; one
-//      "cannot" anywhere and every rank returns false, having changed nothing, so that another algorithm runs;
+// Rank r owns chunk r of the vector (ring_chunk's cut). Rounds of small messages frame the work:
+//   1. every rank tells every peer where its vector is, where its staging buffer is (owned by cohort), the
+//      vector's size, and whether it can reach all of them; one "cannot" anywhere and every rank returns
+//      false, having changed nothing, so that another algorithm runs;
 //   2. each rank sums its chunk over the ranks in rank order, reading each peer's piece of it into scratch
-//      that stays in cache, writes the sum into its own vector, and tells every peer "final";
-//   3. each rank reads every other chunk from its owner, once the owner said "final", straight into place,
-//      tells every peer "done", and returns once every peer said "done" (none reads its vector any more).
-// A rank writes only its own chunk before phase 3, and in phase 3 only chunks whose owners have finished
-// reading them, so no read sees a half-written piece. Each rank moves 2 (n - 1) / n of the vector, as in the
-// ring, but each byte is copied once and reduced while in cache, in 3 message rounds instead of 2 (n - 1)
-// steps; only the owner sums a chunk, so every rank ends with the same bits.
+//      that stays in cache, and writes the sum into its own vector. Then, below 4 MiB (staged), it also
+//      writes the sum into every peer's staging buffer and tells every peer "written"; once every peer said
+//      so, it copies the other chunks from its staging buffer into its vector and returns. From 4 MiB it
+//      tells every peer "final" instead, and
+//   3. reads every other chunk from its owner's vector once the owner said "final", tells every peer "done",
+//      and returns once every peer said "done".
+// A rank's vector is read by its peers only in their own chunks, which it leaves alone until they said
+// "written" or "final"; its staging buffer is written only by the chunks' owners, and read by it only after.
+// When a rank returns, no peer reads or writes its memory any more; a call that fails keeps its staging
+// buffer until the process exits, since a peer may still write to it (never the vector: a peer writes only
+// memory that cohort owns). Each rank moves 2 (n - 1) / n of the vector between processes, as in the ring,
+// each byte reduced while in cache, in 2 or 4 message rounds instead of 2 (n - 1) steps; only the owner sums
+// a chunk, so every rank ends with the same bits.
 #include <span>
 
 #include "cohort/comm/transport.hpp"
 
 namespace cohort::comm {
 
-// False (data unchanged on every rank) when some rank cannot read its peers' memory.
+// False (data unchanged on every rank) when some rank cannot reach its peers' memory.
 bool direct_allreduce(Transport& transport, PeerMemory& memory, std::span<float> data, Tag tag);
 
 }  // namespace cohort::comm

@@ -199,7 +199,7 @@ void ParameterStore::receive_pieces(Link& link, const proto::ReplyHeader& header
 comm::PeerMemory* ParameterStore::server_memory() {
   if (!server_memory_) {
     comm::PeerMemory* memory = transport_.peer_memory();
-    server_memory_ = memory != nullptr && memory->can_read_every_peer() ? memory : nullptr;
+    server_memory_ = memory != nullptr && memory->can_reach_every_peer() ? memory : nullptr;
   }
   return *server_memory_;
 }

@@ -132,7 +132,7 @@ void Server::restore(const std::vector<ServerSnapshot>& snapshots) {
 void Server::serve() {
   try {
     // Asked once, before any request: every worker learns it from the first answer.
-    if (comm::PeerMemory* memory = transport_.peer_memory(); memory != nullptr && memory->can_read_every_peer())
+    if (comm::PeerMemory* memory = transport_.peer_memory(); memory != nullptr && memory->can_reach_every_peer())
       worker_memory_ = memory;
   } catch (const Error& e) {
     log::error("ps {}: {}", server_, e.what());

@@ -159,10 +159,12 @@ constexpr std::size_t kDirectCount = std::size_t{16} << 20;
 // rank 0 reads it. The argument is "port0,port1".
 int shm_direct_peer(const std::string& ports) {
   auto one = connect_group(options_for(1, addresses_of(ports)));
-  std::vector<float> vector(kDirectCount, 1.0f);
-  // The first round of direct_allreduce.cpp: where the vector is, its bytes, and that this rank reads its peers.
-  const std::array<std::uint64_t, 3> announcement{reinterpret_cast<std::uintptr_t>(vector.data()), kDirectCount * sizeof(float), 1};
-  std::array<std::uint64_t, 3> theirs{};
+  std::vector<float> vector(kDirectCount, 1.0f), staging(kDirectCount);
+  // The first round of direct_allreduce.cpp: where the vector and the staging buffer are, the vector's bytes,
+  // and that this rank reaches its peers.
+  const std::array<std::uint64_t, 4> announcement{reinterpret_cast<std::uintptr_t>(vector.data()),
+                                                  reinterpret_cast<std::uintptr_t>(staging.data()), kDirectCount * sizeof(float), 1};
+  std::array<std::uint64_t, 4> theirs{};
   one->send(0, kCollectiveTag, std::as_bytes(std::span(announcement)))->wait(10s);
   one->recv(0, kCollectiveTag, std::as_writable_bytes(std::span(theirs)))->wait(10s);
   ::raise(SIGKILL);
@@ -258,11 +260,15 @@ TEST_CASE("shm: an allreduce on one host reads its peers' memory directly, and m
     auto group = connect_ranks(n);
     CHECK(allreduce_algorithm(*group[0], 4, always_direct) == "direct (from the peers' memory)");
     CHECK(allreduce_algorithm(*group[0], 4) == "recursive doubling");
+    // Below 4 MiB the owners write their chunks into the peers' staging buffers; from 4 MiB the peers read them.
     for (const std::size_t count : {std::size_t{0}, std::size_t{1}, static_cast<std::size_t>(n - 1), std::size_t{7},
-                                    std::size_t{1000}, std::size_t{300001}}) {
+                                    std::size_t{1000}, std::size_t{300001}, (std::size_t{1} << 20) + 3}) {
       for (const ReduceOp op : {ReduceOp::Sum, ReduceOp::Mean}) {
-        std::vector<std::uint64_t> reads_before;
-        for (const auto& t : group) reads_before.push_back(shm_of(t)->peer_memory_reads());
+        std::vector<std::uint64_t> reads_before, writes_before;
+        for (const auto& t : group) {
+          reads_before.push_back(shm_of(t)->peer_memory_reads());
+          writes_before.push_back(shm_of(t)->peer_memory_writes());
+        }
         std::vector<std::vector<float>> results(static_cast<std::size_t>(n));
         comm_test::run_ranks(n, [&](int r) {
           auto data = conformance::input_of(r, count);
@@ -278,11 +284,15 @@ TEST_CASE("shm: an allreduce on one host reads its peers' memory directly, and m
           REQUIRE(got.size() == count);
           for (std::size_t i = 0; i < count; ++i) REQUIRE(got[i] == Approx(expected[i]).epsilon(1e-6));
           CHECK(got == results[0]);
-          // Every chunk but the empty ones is read: its own from each peer (in pieces), the others from their owners.
-          const std::uint64_t reads = shm_of(group[static_cast<std::size_t>(r)])->peer_memory_reads() - reads_before[static_cast<std::size_t>(r)];
-          if (count == 0) CHECK(reads == 0);
-          else if (count < static_cast<std::size_t>(n)) CHECK(reads <= 2 * static_cast<std::uint64_t>(n - 1));
-          else CHECK(reads >= 2 * static_cast<std::uint64_t>(n - 1));
+          // A rank's own chunk is read from each peer in pieces of 64 Ki elements, then written to each
+          // (staged), or the other chunks are read from their owners.
+          const auto* shm = shm_of(group[static_cast<std::size_t>(r)]);
+          const std::size_t ranks = static_cast<std::size_t>(n), own = count / ranks + (static_cast<std::size_t>(r) < count % ranks ? 1 : 0);
+          const std::uint64_t pieces = (own + (std::size_t{64} << 10) - 1) / (std::size_t{64} << 10) * (ranks - 1);
+          const bool staged = count * sizeof(float) < (std::size_t{4} << 20);
+          const std::uint64_t owners = std::min(count, ranks) - (static_cast<std::size_t>(r) < count ? 1 : 0);
+          CHECK(shm->peer_memory_reads() - reads_before[static_cast<std::size_t>(r)] == pieces + (staged ? 0 : owners));
+          CHECK(shm->peer_memory_writes() - writes_before[static_cast<std::size_t>(r)] == (staged ? pieces : 0));
         }
       }
     }
@@ -336,16 +346,29 @@ TEST_CASE("shm: where one rank may not read its peers' memory, every rank of the
 
 TEST_CASE("shm: a peer that names memory it does not have, or another size, for a direct allreduce fails it with "
           "ProtocolError, naming the peer", "[comm][shm][collectives][security]") {
-  const std::size_t count = std::size_t{1} << 20;
-  const std::size_t bytes = count * sizeof(float);
-  // Rank 1 speaks the first round itself: a vector at address 8, which no process maps, or one of another size.
-  const std::vector<std::pair<std::array<std::uint64_t, 3>, std::string>> lies{
-      {{8, bytes, 1}, "not readable memory"}, {{8, bytes / 2, 1}, fmt::format("an allreduce of {} bytes where this rank has {}", bytes / 2, bytes)}};
+  // Rank 1 speaks the first round itself: a vector at address 8, which no process maps (read from below
+  // 4 MiB and from it); a staging buffer where this test keeps constants (mapped, but not writable: written
+  // below 4 MiB); or a vector of another size.
+  const std::size_t staged = std::size_t{1} << 18, read = std::size_t{1} << 20;  // floats
+  const auto read_only = static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(&kDirectCount));
+  std::vector<float> vector(read, 1.0f);
+  const auto readable = static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(vector.data()));
+  struct Lie {
+    std::size_t count;
+    std::array<std::uint64_t, 4> announcement;
+    std::string refusal;
+  };
+  const std::vector<Lie> lies{
+      {staged, {8, readable, staged * 4, 1}, "named memory this rank cannot read (not readable memory"},
+      {read, {8, readable, read * 4, 1}, "named memory this rank cannot read (not readable memory"},
+      {staged, {readable, read_only, staged * 4, 1}, "named memory this rank cannot write (not writable memory"},
+      {read, {8, 8, read * 2, 1}, fmt::format("an allreduce of {} bytes where this rank has {}", read * 2, read * 4)}};
   for (const auto& lie : lies) {
-    const auto& forged = lie.first;  // a named variable: clang before 16 cannot capture structured bindings
-    const auto& expected = lie.second;
+    const auto& forged = lie.announcement;
+    const auto& expected = lie.refusal;
+    const std::size_t count = lie.count;
     auto group = connect_ranks(2);
-    std::array<std::uint64_t, 3> theirs{};
+    std::array<std::uint64_t, 4> theirs{};
     std::string refusal;
     comm_test::run_ranks(2, [&](int r) {
       if (r == 1) {

@@ -48,9 +48,10 @@ struct PeerCopy {
 class PeerMemory {
  public:
   virtual ~PeerMemory() = default;
-  // Whether this rank may read every peer's memory (pairing first with those it has not talked to: a round
-  // trip each). Each rank answers for its own reads: a collective agrees with its peers before relying on it.
-  virtual bool can_read_every_peer() = 0;
+  // Whether this rank may read and write every peer's memory (pairing first with those it has not talked
+  // to: a round trip each); the kernel asks the same permission for both. Each rank answers for its own
+  // access: a collective agrees with its peers before relying on it.
+  virtual bool can_reach_every_peer() = 0;
   // Copies each copy's into.size() bytes at its `address` in `peer`'s process into `into`, in as few system
   // calls as the kernel allows. Throws IoError naming the peer when its process has ended, ProtocolError
   // when an address is not readable memory of that process.
@@ -59,6 +60,10 @@ class PeerMemory {
     const PeerCopy copy{.address = address, .into = out};
     read(peer, std::span(&copy, 1));
   }
+  // Copies `bytes` to `address` in `peer`'s process, which must be memory the peer handed out for it, and
+  // only while the peer waits for it. Throws as read() does; ProtocolError when the address is not writable
+  // memory of that process.
+  virtual void write(int peer, std::uint64_t address, std::span<const std::byte> bytes) = 0;
 };
 
 // Messages this small are always expected (agreements, a run's history, rendezvous answers).

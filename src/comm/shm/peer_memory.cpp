@@ -16,12 +16,12 @@
 namespace cohort::comm::shm {
 namespace {
 
-std::string reason_for(int code) {
+std::string reason_for(int code, bool writing) {
   switch (code) {
     case ESRCH: return "its process has ended";
-    case EFAULT: return "not readable memory of its process";
-    case EPERM: return "the kernel does not let this process read that process's memory (another user's process, or "
-                       "kernel.yama.ptrace_scope above 0)";
+    case EFAULT: return writing ? "not writable memory of its process" : "not readable memory of its process";
+    case EPERM: return fmt::format("the kernel does not let this process {} that process's memory (another user's process, or "
+                                   "kernel.yama.ptrace_scope above 0)", writing ? "write" : "read");
     case ENOSYS: return "this kernel has no cross-memory attach (process_vm_readv)";
     default: return std::strerror(code);
   }
@@ -29,9 +29,9 @@ std::string reason_for(int code) {
 
 }  // namespace
 
-bool PeerReadError::process_gone() const { return code == ESRCH; }
+bool PeerAccessError::process_gone() const { return code == ESRCH; }
 
-std::optional<PeerReadError> read_peer_memory(pid_t pid, std::span<const PeerCopy> copies) {
+std::optional<PeerAccessError> read_peer_memory(pid_t pid, std::span<const PeerCopy> copies) {
   std::vector<iovec> local, remote;
   std::size_t next = 0, done_of_next = 0;  // where the reads stand: a short read may stop inside a copy
   const auto advance = [&](std::size_t bytes) {
@@ -57,16 +57,31 @@ std::optional<PeerReadError> read_peer_memory(pid_t pid, std::span<const PeerCop
     // A short read stops at memory it cannot read; 0 bytes means the next byte is such.
     if (read <= 0) {
       const int code = read == 0 ? EFAULT : errno;
-      return PeerReadError{code, reason_for(code), next};
+      return PeerAccessError{code, reason_for(code, false), next};
     }
     advance(static_cast<std::size_t>(read));
   }
   return std::nullopt;
 }
 
-std::optional<PeerReadError> read_peer_memory(pid_t pid, std::uint64_t address, std::span<std::byte> out) {
+std::optional<PeerAccessError> read_peer_memory(pid_t pid, std::uint64_t address, std::span<std::byte> out) {
   const PeerCopy copy{.address = address, .into = out};
   return read_peer_memory(pid, std::span(&copy, 1));
+}
+
+std::optional<PeerAccessError> write_peer_memory(pid_t pid, std::uint64_t address, std::span<const std::byte> bytes) {
+  for (std::size_t done = 0; done < bytes.size();) {
+    const iovec local{const_cast<std::byte*>(bytes.data() + done), bytes.size() - done};
+    const iovec remote{reinterpret_cast<void*>(address + done), bytes.size() - done};
+    const ssize_t written = ::process_vm_writev(pid, &local, 1, &remote, 1, 0);
+    if (written < 0 && errno == EINTR) continue;
+    if (written <= 0) {  // a short write stops at memory it cannot write
+      const int code = written == 0 ? EFAULT : errno;
+      return PeerAccessError{code, reason_for(code, true), 0};
+    }
+    done += static_cast<std::size_t>(written);
+  }
+  return std::nullopt;
 }
 
 std::optional<ProcessHandle> ProcessHandle::open(pid_t pid) {

@@ -296,17 +296,18 @@ int ShmTransport::single_copy_sources() const {
 }
 
 // Offered whatever this rank's single-copy setting, so that every rank on the host takes the same first
-// step of a collective; can_read_every_peer() answers for the setting.
+// step of a collective; can_reach_every_peer() answers for the setting.
 PeerMemory* ShmTransport::peer_memory() {
   const bool every_peer_here = static_cast<int>(links_.size()) + 1 == size();
   return every_peer_here && size() > 1 ? this : nullptr;
 }
 
-bool ShmTransport::can_read_every_peer() {
+bool ShmTransport::can_reach_every_peer() {
   if (single_copy_bytes_ == 0) return false;
   for (const auto& link : links_) {
     if (auto failure = await_pairing(*link)) std::rethrow_exception(failure);
-    if (!is_paired(*link) || !link->single_copy_in) return false;
+    // A handle on the process too: without one, a pid its process left to another could be written.
+    if (!is_paired(*link) || !link->single_copy_in || !link->process) return false;
   }
   return true;
 }
@@ -318,6 +319,23 @@ void ShmTransport::read(int peer, std::span<const PeerCopy> copies) {
   const auto error = read_outcome(*link, read_peer_memory(link->pid, copies));
   peer_memory_reads_.fetch_add(1, std::memory_order_relaxed);
   if (!error) return;
+  const PeerCopy& failed = copies[std::min(error->copy, copies.size() - 1)];
+  fail_access(peer, *error, false, failed.address, failed.into.size());
+}
+
+void ShmTransport::write(int peer, std::uint64_t address, std::span<const std::byte> bytes) {
+  const Link* link = link_of(peer);
+  COHORT_CHECK(link != nullptr && is_paired(*link) && link->single_copy_in && link->process, "{} cannot write the memory of {}",
+               describe(rank()), describe(peer));
+  // Asked before, not only after: a process that ended may have left its pid to another, which must never be
+  // written. (It would take the kernel handing the pid out again within this call to get past it.)
+  const auto error = link->process->ended() ? PeerAccessError{ESRCH, "its process has ended"}
+                                            : read_outcome(*link, write_peer_memory(link->pid, address, bytes));
+  peer_memory_writes_.fetch_add(1, std::memory_order_relaxed);
+  if (error) fail_access(peer, *error, true, address, bytes.size());
+}
+
+void ShmTransport::fail_access(int peer, const PeerAccessError& error, bool writing, std::uint64_t address, std::size_t bytes) {
   // A peer whose collective failed frees its vector as it unwinds, and may end, before the news of its
   // failure comes: that failure, once it comes, is the cause to name.
   for (const auto give_up = std::chrono::steady_clock::now() + kFailureNewsGrace;;) {
@@ -328,12 +346,13 @@ void ShmTransport::read(int peer, std::span<const PeerCopy> copies) {
     if (std::chrono::steady_clock::now() >= give_up) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
-  if (error->process_gone()) throw IoError(fmt::format("lost {}: {} while this rank read its memory", describe(peer), error->reason));
-  // Only an address that is not readable is the peer's doing; a refusal of the kernel is this host's.
-  if (error->code != EFAULT) throw IoError(fmt::format("{} cannot read the memory of {}: {}", describe(rank()), describe(peer), error->reason));
-  const PeerCopy& failed = copies[std::min(error->copy, copies.size() - 1)];
-  throw ProtocolError(fmt::format("protocol error: {} named memory this rank cannot read ({}): {} bytes at {:#x}", describe(peer),
-                                  error->reason, failed.into.size(), failed.address));
+  const char* verb = writing ? "write" : "read";
+  if (error.process_gone())
+    throw IoError(fmt::format("lost {}: {} while this rank {} its memory", describe(peer), error.reason, writing ? "wrote" : "read"));
+  // Only an address that is not the peer's memory is the peer's doing; a refusal of the kernel is this host's.
+  if (error.code != EFAULT) throw IoError(fmt::format("{} cannot {} the memory of {}: {}", describe(rank()), verb, describe(peer), error.reason));
+  throw ProtocolError(fmt::format("protocol error: {} named memory this rank cannot {} ({}): {} bytes at {:#x}", describe(peer), verb,
+                                  error.reason, bytes, address));
 }
 
 ShmTransport::Link* ShmTransport::link_of(int peer) const {
@@ -512,16 +531,16 @@ bool ShmTransport::check_header(Link& link, const FrameHeader& header) {
   return !link.corrupt;
 }
 
-std::optional<PeerReadError> ShmTransport::read_outcome(const Link& link, std::optional<PeerReadError> error) {
+std::optional<PeerAccessError> ShmTransport::read_outcome(const Link& link, std::optional<PeerAccessError> error) {
   // A process that ended during the read may have left its pid to another, which was read (or refused) instead.
-  if (link.process && link.process->ended()) return PeerReadError{ESRCH, "its process has ended"};
+  if (link.process && link.process->ended()) return PeerAccessError{ESRCH, "its process has ended"};
   return error;
 }
 
 bool ShmTransport::copy_from_peer(Link& link, std::uint64_t address) {
   Incoming& incoming = *link.incoming;
   const std::uint64_t index = link.single_copies_read++;
-  std::optional<PeerReadError> error;
+  std::optional<PeerAccessError> error;
   if (incoming.work) {
     error = read_peer_memory(link.pid, address, {incoming.into, static_cast<std::size_t>(incoming.length)});
   } else if (!incoming.discard) {

@@ -101,12 +101,17 @@ class ShmTransport : public Transport, private PeerMemory {
   int single_copy_peers() const;
   int single_copy_sources() const;
   std::uint64_t single_copy_messages() const { return single_copy_messages_.load(std::memory_order_relaxed); }
-  // How many reads of peers' memory the collectives made through peer_memory().
+  // How many reads and writes of peers' memory the collectives made through peer_memory().
   std::uint64_t peer_memory_reads() const { return peer_memory_reads_.load(std::memory_order_relaxed); }
+  std::uint64_t peer_memory_writes() const { return peer_memory_writes_.load(std::memory_order_relaxed); }
 
  private:
-  bool can_read_every_peer() override;
+  bool can_reach_every_peer() override;
   void read(int peer, std::span<const PeerCopy> copies) override;
+  void write(int peer, std::uint64_t address, std::span<const std::byte> bytes) override;
+  // Throws what a failed read or write of `peer`'s memory amounts to, once news of the peer's own failure
+  // had its chance to come first.
+  [[noreturn]] void fail_access(int peer, const PeerAccessError& error, bool writing, std::uint64_t address, std::size_t bytes);
   // A waiting caller's turn at moving the bytes (Work's poll). While it waits for a small message, the
   // progress thread steps aside when idle; for larger ones the two move bytes side by side, which measured
   // faster from 16 KiB on 2 cores.
@@ -228,7 +233,7 @@ class ShmTransport : public Transport, private PeerMemory {
   bool start_frame(Link& link, Tag tag, std::uint64_t length);
   bool check_header(Link& link, const FrameHeader& header);  // false: the link is corrupt
   // What a read of the link's peer came to: `error`, or that its process ended meanwhile.
-  static std::optional<PeerReadError> read_outcome(const Link& link, std::optional<PeerReadError> error);
+  static std::optional<PeerAccessError> read_outcome(const Link& link, std::optional<PeerAccessError> error);
   // Reads the started frame's bytes from the peer's process and acknowledges them; false when it could not.
   bool copy_from_peer(Link& link, std::uint64_t address);
   bool acknowledged(Link& link);  // the oldest single-copy send to the peer completes
@@ -266,6 +271,7 @@ class ShmTransport : public Transport, private PeerMemory {
 
   std::atomic<std::uint64_t> single_copy_messages_{0};
   std::atomic<std::uint64_t> peer_memory_reads_{0};
+  std::atomic<std::uint64_t> peer_memory_writes_{0};
   std::atomic<int> callers_polling_{0};  // for small messages (CallerPoll)
   bool step_aside_for_callers_ = false;  // a core per rank of this host
   CallerPoll small_message_poll_{*this, true};
