@@ -42,15 +42,12 @@ struct Managers {
       else free_mb_mgr(manager);
     }
   }
-  ~Managers() {
-    for (IMB_MGR* manager : by_engine)
-      if (manager != nullptr) free_mb_mgr(manager);
-  }
 };
 
+// Never freed: a connection's I/O thread may still seal or open records while static objects are destroyed.
 const Managers& managers() {
-  static const Managers made;
-  return made;
+  static const Managers* const made = new Managers;
+  return *made;
 }
 
 // The key schedule and hash-key powers, aligned as ipsec-mb's vector code expects.
