@@ -89,7 +89,7 @@ bool run_rounds(Transport& transport, PeerMemory& memory, std::span<float> data,
   });
   if (!every_rank_reaches) return false;
 
-  // Round 2: this rank's chunk, summed over the ranks in rank order, into its vector (and, staged, the
+  // Step 2: this rank's chunk, summed over the ranks in rank order, into its vector (and, staged, the
   // peers' staging buffers).
   const auto byte_offset = [&](std::span<float> part) { return static_cast<std::uint64_t>(part.data() - data.data()) * sizeof(float); };
   const auto announced = [&](int peer) -> const Announcement& { return rounds.announcements[static_cast<std::size_t>(peer)]; };
@@ -133,7 +133,7 @@ bool run_rounds(Transport& transport, PeerMemory& memory, std::span<float> data,
     });
     return true;
   }
-  // Round 3: the other chunks from their owners' vectors, each once it is final; round 4: every peer is done.
+  // Step 3: the other chunks from their owners' vectors, each once it is final; then a last round: every peer is done.
   auto finals = exchange(std::as_bytes(std::span(&rounds.final_marker, 1)), markers_from_peers);
   peers([&](int owner) {
     // The receive from `owner` sits at 2 * (its step - 1) in `finals`, its send after it.

@@ -17,7 +17,7 @@
 // When a rank returns, no peer reads or writes its memory any more; a call that fails keeps its staging
 // buffer until the process exits, since a peer may still write to it (never the vector: a peer writes only
 // memory that cohort owns). Each rank moves 2 (n - 1) / n of the vector between processes, as in the ring,
-// each byte reduced while in cache, in 2 or 4 message rounds instead of 2 (n - 1) steps; only the owner sums
+// each byte reduced while in cache, in 2 or 3 message rounds instead of 2 (n - 1) steps; only the owner sums
 // a chunk, so every rank ends with the same bits.
 #include <span>
 
