@@ -77,10 +77,14 @@ std::vector<unsigned char> expand_label(CipherSuite suite, const std::vector<uns
 
 }  // namespace
 
-TrafficKeys& TrafficKeys::operator=(TrafficKeys&& other) noexcept {
-  if (this == &other) return *this;
+void TrafficKeys::wipe() {
   OPENSSL_cleanse(secret.data(), secret.size());
   OPENSSL_cleanse(key.data(), key.size());
+}
+
+TrafficKeys& TrafficKeys::operator=(TrafficKeys&& other) noexcept {
+  if (this == &other) return *this;
+  wipe();
   suite = other.suite;
   secret = std::move(other.secret);
   key = std::move(other.key);
@@ -88,10 +92,7 @@ TrafficKeys& TrafficKeys::operator=(TrafficKeys&& other) noexcept {
   return *this;
 }
 
-TrafficKeys::~TrafficKeys() {
-  OPENSSL_cleanse(secret.data(), secret.size());
-  OPENSSL_cleanse(key.data(), key.size());
-}
+TrafficKeys::~TrafficKeys() { wipe(); }
 
 TrafficKeys traffic_keys(CipherSuite suite, std::vector<unsigned char> secret) {
   TrafficKeys keys;

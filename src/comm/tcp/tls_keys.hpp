@@ -23,6 +23,9 @@ struct TrafficKeys {
   std::vector<unsigned char> secret;  // the next generation's keys come from it
   std::vector<unsigned char> key;
   AeadNonce iv{};
+
+ private:
+  void wipe();
 };
 
 // The key and IV of `secret` for `suite`.

@@ -61,22 +61,28 @@ const std::error_category& tls_record_category() {
 
 std::error_code record_error(TlsAlert alert) { return {static_cast<int>(alert), tls_record_category()}; }
 
+DirectionKeys::DirectionKeys(TrafficKeys keys, RecordEngine engine)
+    : keys_(std::move(keys)), engine_(engine), cipher_(make_record_cipher(engine, keys_.suite, keys_.key)) {}
+
+AeadNonce DirectionKeys::next_nonce() const { return nonce_of(keys_.iv, records_); }
+
+void DirectionKeys::update() {
+  keys_ = next_generation(keys_);
+  cipher_ = make_record_cipher(engine_, keys_.suite, keys_.key);
+  records_ = 0;
+  ++updates_;
+}
+
 RecordWriter::RecordWriter(TrafficKeys keys, RecordEngine engine, std::uint64_t records_per_key)
-    : keys_(std::move(keys)),
-      engine_(engine),
-      cipher_(make_record_cipher(engine, keys_.suite, keys_.key)),
-      records_per_key_(records_per_key) {}
+    : keys_(std::move(keys), engine), records_per_key_(records_per_key) {}
 
 std::size_t RecordWriter::seal(std::span<const unsigned char> data, unsigned char* out) {
   std::size_t written = 0;
-  if (key_update_due_ || sequence_ >= records_per_key_) {
+  if (key_update_due_ || keys_.records() >= records_per_key_) {
     const unsigned char key_update[kKeyUpdateBytes] = {kKeyUpdate, 0, 0, 1, 0};  // update_not_requested
     written = seal_record(kHandshake, key_update, out);
-    keys_ = next_generation(keys_);
-    cipher_ = make_record_cipher(engine_, keys_.suite, keys_.key);
-    sequence_ = 0;
+    keys_.update();
     key_update_due_ = false;
-    ++key_updates_;
   }
   return written + seal_record(kApplicationData, data, out + written);
 }
@@ -89,13 +95,14 @@ std::size_t RecordWriter::seal_alert(TlsAlert alert, unsigned char* out) {
 std::size_t RecordWriter::seal_record(unsigned char type, std::span<const unsigned char> body, unsigned char* out) {
   const std::size_t length = body.size() + 1 + kAeadTagBytes;
   write_header(out, length);
-  cipher_->seal(nonce_of(keys_.iv, sequence_++), {out, kRecordHeaderBytes}, body, type, out + kRecordHeaderBytes,
-                out + kRecordHeaderBytes + body.size() + 1);
+  keys_.cipher().seal(keys_.next_nonce(), {out, kRecordHeaderBytes}, body, type, out + kRecordHeaderBytes,
+                     out + kRecordHeaderBytes + body.size() + 1);
+  keys_.count_record();
   return kRecordHeaderBytes + length;
 }
 
 RecordReader::RecordReader(TrafficKeys keys, RecordEngine engine)
-    : keys_(std::move(keys)), engine_(engine), cipher_(make_record_cipher(engine, keys_.suite, keys_.key)), leftover_(kMaxRecordBytes) {}
+    : keys_(std::move(keys), engine), leftover_(kMaxRecordBytes) {}
 
 std::optional<std::pair<unsigned char, std::size_t>> RecordReader::content_of(std::span<const unsigned char> head, unsigned char tail) {
   if (tail != 0) return std::pair{tail, head.size()};
@@ -136,11 +143,11 @@ RecordReader::Progress RecordReader::read(std::span<const unsigned char> incomin
     unsigned char tail = 0;
     const std::span<unsigned char> head = straight ? out.subspan(progress.given, ciphertext.size() - 1)
                                                    : std::span<unsigned char>(leftover_.data(), ciphertext.size() - 1);
-    if (!cipher_->open(nonce_of(keys_.iv, sequence_), {header, kRecordHeaderBytes}, ciphertext, head, {&tail, 1}, tag)) {
+    if (!keys_.cipher().open(keys_.next_nonce(), {header, kRecordHeaderBytes}, ciphertext, head, {&tail, 1}, tag)) {
       error = record_error(TlsAlert::BadRecordMac);
       break;
     }
-    ++sequence_;
+    keys_.count_record();
     progress.consumed += kRecordHeaderBytes + length;
     const auto content = content_of(head, tail);
     if (!content) {
@@ -188,10 +195,7 @@ std::error_code RecordReader::on_handshake(std::span<const unsigned char> messag
       // Only at the end of its record: the next record is under the new keys (RFC 8446 section 5.1).
       if (length != 1 || messages[4] > 1 || messages.size() != 5) return record_error(TlsAlert::DecodeError);
       if (messages[4] == 1) progress.key_update_requested = true;
-      keys_ = next_generation(keys_);
-      cipher_ = make_record_cipher(engine_, keys_.suite, keys_.key);
-      sequence_ = 0;
-      ++key_updates_;
+      keys_.update();
     } else if (messages[0] != kNewSessionTicket) {
       return record_error(TlsAlert::UnexpectedMessage);
     }

@@ -33,6 +33,28 @@ enum class TlsAlert : unsigned char {
 const std::error_category& tls_record_category();
 std::error_code record_error(TlsAlert alert);
 
+// One direction's protection: its traffic keys, their cipher, and how many records it has protected under
+// them, which numbers each record's nonce (RFC 8446 section 5.3).
+class DirectionKeys {
+ public:
+  DirectionKeys(TrafficKeys keys, RecordEngine engine);
+  RecordCipher& cipher() { return *cipher_; }
+  // The nonce of the next record; count_record() moves past it.
+  AeadNonce next_nonce() const;
+  void count_record() { ++records_; }
+  std::uint64_t records() const { return records_; }
+  // Switches to the next generation of keys, as a KeyUpdate message asks.
+  void update();
+  std::uint64_t updates() const { return updates_; }
+
+ private:
+  TrafficKeys keys_;
+  RecordEngine engine_;
+  std::unique_ptr<RecordCipher> cipher_;
+  std::uint64_t records_ = 0;
+  std::uint64_t updates_ = 0;
+};
+
 class RecordWriter {
  public:
   // Within AES-GCM's limit of 2^24.5 full records under one key (RFC 8446 section 5.5).
@@ -50,18 +72,14 @@ class RecordWriter {
   std::size_t seal_alert(TlsAlert alert, unsigned char* out);
   // The peer asked this side to switch keys: it does before its next record.
   void answer_key_update() { key_update_due_ = true; }
-  std::uint64_t key_updates() const { return key_updates_; }
+  std::uint64_t key_updates() const { return keys_.updates(); }
 
  private:
   std::size_t seal_record(unsigned char type, std::span<const unsigned char> body, unsigned char* out);
 
-  TrafficKeys keys_;
-  RecordEngine engine_;
-  std::unique_ptr<RecordCipher> cipher_;
+  DirectionKeys keys_;
   std::uint64_t records_per_key_;
-  std::uint64_t sequence_ = 0;
   bool key_update_due_ = false;
-  std::uint64_t key_updates_ = 0;
 };
 
 class RecordReader {
@@ -78,7 +96,7 @@ class RecordReader {
   // own, whose rest the next read gives. Stops at the first record that is not whole, when `out` is full,
   // or at an error (`error`; what came before it is given).
   Progress read(std::span<const unsigned char> incoming, std::span<unsigned char> out, std::error_code& error);
-  std::uint64_t key_updates() const { return key_updates_; }
+  std::uint64_t key_updates() const { return keys_.updates(); }
 
  private:
   // The content type of an opened record's inner plaintext, and the length of its content: the last byte
@@ -87,11 +105,7 @@ class RecordReader {
   // Acts on a handshake record after the handshake: KeyUpdate switches keys, NewSessionTicket is ignored.
   std::error_code on_handshake(std::span<const unsigned char> messages, Progress& progress);
 
-  TrafficKeys keys_;
-  RecordEngine engine_;
-  std::unique_ptr<RecordCipher> cipher_;
-  std::uint64_t sequence_ = 0;
-  std::uint64_t key_updates_ = 0;
+  DirectionKeys keys_;
   std::vector<unsigned char> leftover_;  // a record's data that did not fit the read that opened it
   std::size_t leftover_begin_ = 0, leftover_end_ = 0;
 };
