@@ -1,6 +1,9 @@
 #include "cohort/core/parallel.hpp"
 
 #include <omp.h>
+#include <sched.h>
+
+#include <algorithm>
 
 #include <cstdlib>
 #include <thread>
@@ -21,5 +24,11 @@ void set_num_threads(int threads) {
 }
 
 int num_threads() { return omp_get_max_threads(); }
+
+int usable_cores() {
+  cpu_set_t set;
+  if (::sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+}
 
 }  // namespace cohort

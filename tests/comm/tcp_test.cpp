@@ -22,6 +22,7 @@
 #include "cohort/comm/tcp.hpp"
 #include "comm/tcp/frame.hpp"
 #include "comm/tcp/handshake.hpp"
+#include "comm/tcp/tcp_transport.hpp"
 #include "comm/tcp/tls_context.hpp"
 #include "conformance.hpp"
 
@@ -1064,6 +1065,23 @@ TEST_CASE("tcp: after callers drove the links, the transport's own thread reads,
     }
   });
   CHECK(received == messages);
+}
+
+TEST_CASE("tcp: a wait for a large message polls while every rank on the host has a core, and blocks where they share cores",
+          "[comm][tcp]") {
+  GroupOptions options;
+  options.addresses = {{"10.0.0.1", 7000}, {"10.0.0.2", 7000}, {"10.0.0.1", 7001}, {"10.0.0.1", 7002}};
+  CHECK(tcp::ranks_on_own_host(options) == 3);
+  options.rank = 1;
+  CHECK(tcp::ranks_on_own_host(options) == 1);
+  asio::io_context io;
+  {
+    tcp::IoDriver sharing(io, /*own_core=*/false);
+    CHECK(&sharing.poller_for(4 << 10) != &sharing.poller_for(4 << 20));
+  }
+  io.restart();
+  tcp::IoDriver owning(io, /*own_core=*/true);
+  CHECK(&owning.poller_for(4 << 10) == &owning.poller_for(4 << 20));
 }
 
 TEST_CASE("tcp: a send still being written when its transport is destroyed has failed, and waiting on it says so",

@@ -7,5 +7,7 @@ namespace cohort {
 
 void set_num_threads(int threads);
 int num_threads();
+// The cores this process may run on: its affinity mask, as a container or taskset leaves it.
+int usable_cores();
 
 }  // namespace cohort

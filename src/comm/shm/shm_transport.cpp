@@ -1,6 +1,5 @@
 #include "shm_transport.hpp"
 
-#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -13,6 +12,7 @@
 #include "cohort/core/check.hpp"
 #include "cohort/core/error.hpp"
 #include "cohort/core/logging.hpp"
+#include "cohort/core/parallel.hpp"
 #include "comm/delivery.hpp"
 #include "host_memory.hpp"
 
@@ -74,13 +74,6 @@ WorkPtr failed_work(std::string what, const std::exception_ptr& error) {
   return work;
 }
 
-// The cores this process may run on (its affinity mask, as a container or taskset leaves it).
-std::size_t usable_cores() {
-  cpu_set_t set;
-  if (::sched_getaffinity(0, sizeof set, &set) == 0) return static_cast<std::size_t>(std::max(1, CPU_COUNT(&set)));
-  return std::max(1u, std::thread::hardware_concurrency());
-}
-
 }  // namespace
 
 ShmTransport::ShmTransport(std::unique_ptr<Transport> tcp, const std::vector<LocalPeer>& local, std::size_t ring_bytes,
@@ -89,7 +82,7 @@ ShmTransport::ShmTransport(std::unique_ptr<Transport> tcp, const std::vector<Loc
   create_mailbox(local, ring_bytes);
   // With more ranks on the host than cores, the processes take turns on the cores anyway, and a progress
   // thread that keeps reading serves a caller that is not running: measured faster on 3 and 4 ranks of 2 cores.
-  step_aside_for_callers_ = local.size() + 1 <= usable_cores();
+  step_aside_for_callers_ = local.size() + 1 <= static_cast<std::size_t>(usable_cores());
   undecided_ = static_cast<int>(local.size());
   for (std::size_t i = 0; i < local.size(); ++i) {
     auto link = std::make_unique<Link>();

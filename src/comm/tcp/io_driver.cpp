@@ -5,7 +5,7 @@ namespace {
 thread_local std::chrono::steady_clock::time_point wait_began;
 }  // namespace
 
-IoDriver::IoDriver(asio::io_context& io) : io_(io), keep_running_(io.get_executor()), thread_([this] { drive(); }) {}
+IoDriver::IoDriver(asio::io_context& io, bool own_core) : io_(io), own_core_(own_core), keep_running_(io.get_executor()), thread_([this] { drive(); }) {}
 
 IoDriver::~IoDriver() {
   {

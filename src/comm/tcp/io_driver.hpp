@@ -20,13 +20,14 @@ namespace cohort::comm::tcp {
 
 class IoDriver {
  public:
-  explicit IoDriver(asio::io_context& io);
+  // `own_core`: every rank on this host has a core of its own, so a waiting caller may keep polling.
+  IoDriver(asio::io_context& io, bool own_core);
   ~IoDriver();  // stops the context and joins the own thread
   IoDriver(const IoDriver&) = delete;
   IoDriver& operator=(const IoDriver&) = delete;
 
   // The poller of a wait for an operation of `bytes`.
-  Poller& poller_for(std::size_t bytes) { return bytes < kSpinBelow ? static_cast<Poller&>(spinning_) : blocking_; }
+  Poller& poller_for(std::size_t bytes) { return bytes < kSpinBelow || own_core_ ? static_cast<Poller&>(spinning_) : blocking_; }
   // The own thread drives again now, unless a caller waits: for a thread that waits on work posted to the
   // context other than through a Work.
   void resume();
@@ -37,9 +38,10 @@ class IoDriver {
   // next wait comes sooner, and what arrives meanwhile for nobody waits at most this long.
   static constexpr std::chrono::microseconds kLinger{1000};
   // A wait for a small message first polls the sockets without blocking for kSpin: on one host its reply
-  // comes sooner than the kernel wakes a sleeper (4 KiB on 2 ranks: 7 us spinning, 33 us blocked). Larger
-  // ones block in the socket wait at once, leaving the core to the peers (2-16 MiB on 4 ranks of 2 cores:
-  // 1.5-2x faster than spinning first).
+  // comes sooner than the kernel wakes a sleeper (4 KiB on 2 ranks: 7 us spinning, 33 us blocked). So does
+  // a wait for a larger one where every rank has a core (512 KiB-2 MiB on 2 ranks of 2 cores: 1.3-1.5x
+  // faster than blocking at once). Where ranks outnumber cores, those block in the socket wait at once,
+  // leaving the core to the peers (2-16 MiB on 4 ranks of 2 cores: 1.5-2x faster than spinning first).
   static constexpr std::size_t kSpinBelow = 256 * 1024;
   static constexpr std::chrono::microseconds kSpin{50};
   static constexpr std::chrono::microseconds kBlock{1000};  // one socket wait at most; then done() is checked
@@ -64,6 +66,7 @@ class IoDriver {
   void drive();  // the own thread
 
   asio::io_context& io_;
+  bool own_core_;
   asio::executor_work_guard<asio::io_context::executor_type> keep_running_;
   Waiter spinning_{*this, true};
   Waiter blocking_{*this, false};

@@ -8,6 +8,7 @@
 
 #include "cohort/core/check.hpp"
 #include "cohort/core/logging.hpp"
+#include "cohort/core/parallel.hpp"
 #include "tcp_transport.hpp"
 
 namespace cohort::comm::tcp {
@@ -30,6 +31,12 @@ std::string remote_of(const tcp::socket& socket) {
 
 
 }  // namespace
+
+int ranks_on_own_host(const GroupOptions& options) {
+  const std::string& host = options.addresses[static_cast<std::size_t>(options.rank)].host;
+  return static_cast<int>(
+      std::count_if(options.addresses.begin(), options.addresses.end(), [&](const Address& address) { return address.host == host; }));
+}
 
 TcpTransport::TcpTransport(const GroupOptions& options) : options_(options) {
   const int n = size();
@@ -79,7 +86,7 @@ TcpTransport::TcpTransport(const GroupOptions& options) : options_(options) {
     if (error) throw IoError(fmt::format("{} cannot listen on its address: {}", names_[static_cast<std::size_t>(options_.rank)], error.message()));
   }
   connect_deadline_ = Clock::now() + options_.connect_timeout;
-  io_driver_ = std::make_unique<IoDriver>(io_);
+  io_driver_ = std::make_unique<IoDriver>(io_, ranks_on_own_host(options_) <= usable_cores());
   if (n == 1) return;
   asio::post(io_, [this] {
     if (acceptor_.is_open()) accept();

@@ -67,6 +67,9 @@ using asio::ip::tcp;
 using Clock = std::chrono::steady_clock;
 using Socket = std::shared_ptr<Stream>;
 
+// How many ranks' addresses name the host of rank `options.rank` (itself included).
+int ranks_on_own_host(const GroupOptions& options);
+
 struct Outgoing {
   HeaderBytes header;
   std::span<const std::byte> payload;
