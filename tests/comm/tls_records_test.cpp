@@ -263,7 +263,7 @@ TEST_CASE("TLS records: a peer's alert, its close and malformed records are name
   const std::vector<Malformed> malformed = {
       {{22, 3, 3, 0, 40}, tcp::TlsAlert::UnexpectedMessage},  // a handshake record in the clear
       {{23, 3, 3, 0x41, 0x01}, tcp::TlsAlert::RecordOverflow},  // 16641 bytes: one more than TLS allows
-      {{23, 3, 3, 0, 16}, tcp::TlsAlert::DecodeError},          // shorter than a tag and a content type
+      {{23, 3, 3, 0, 16}, tcp::TlsAlert::BadRecordMac},         // shorter than a tag and a content type: cannot open
   };
   for (const auto& bad : malformed) {
     tcp::RecordReader reader(tcp::traffic_keys(keys.receiving.suite, keys.receiving.secret), engine);

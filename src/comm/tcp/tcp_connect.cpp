@@ -5,6 +5,8 @@
 #include <cctype>
 
 #include <future>
+#include <mutex>
+#include <set>
 
 #include "cohort/core/check.hpp"
 #include "cohort/core/logging.hpp"
@@ -23,12 +25,13 @@ void tune(tcp::socket& socket) {
   socket.set_option(asio::socket_base::receive_buffer_size(4 << 20), ignored);
 }
 
-std::string remote_of(const tcp::socket& socket) {
-  asio::error_code error;
-  const auto endpoint = socket.remote_endpoint(error);
-  return error ? std::string("unknown address") : fmt::format("{}:{}", endpoint.address().to_string(), endpoint.port());
+// A process that is rank 0 of several groups (workers, parameter servers) says how they connect once.
+void log_once(const std::string& line) {
+  static std::mutex mutex;
+  static std::set<std::string> logged;
+  const std::lock_guard lock(mutex);
+  if (logged.insert(line).second) log::info("{}", line);
 }
-
 
 }  // namespace
 
@@ -49,7 +52,7 @@ TcpTransport::TcpTransport(const GroupOptions& options) : options_(options) {
                "TLS certificates are given but TLS is not enabled");
   if (options_.tls.enabled) {
     tls_ = std::make_unique<TlsContext>(options_.tls, options_.secret);
-    if (options_.rank == 0) log::info("connections: {}", tls_->description());
+    if (options_.rank == 0) log_once(fmt::format("connections: {}", tls_->description()));
   }
   tcp::resolver resolver(io_);
   for (int r = 0; r < n; ++r) {
@@ -219,7 +222,9 @@ std::vector<std::string> TcpTransport::given_addresses() const {
 
 void TcpTransport::accept() {
   auto socket = std::make_shared<Stream>(io_);
-  acceptor_.async_accept(socket->socket(), [this, socket](const asio::error_code& error) {
+  // The dialer's address as accept() returned it: a dialer that resets at once still has one to be named by.
+  auto dialer = std::make_shared<tcp::endpoint>();
+  acceptor_.async_accept(socket->socket(), *dialer, [this, socket, dialer](const asio::error_code& error) {
     if (!acceptor_.is_open() || error == asio::error::operation_aborted) return;  // closed
     if (error) {
       // Out of file descriptors, most likely, or a transient failure: free one and keep listening.
@@ -234,7 +239,7 @@ void TcpTransport::accept() {
       return;
     }
     accept_backoff_ = std::chrono::milliseconds(10);
-    serve_handshake(socket);
+    serve_handshake(socket, *dialer);
     accept();
   });
 }
@@ -275,7 +280,7 @@ void TcpTransport::note_rejection(const std::string& remote, const std::string& 
     return;
   }
   const std::string earlier =
-      unlogged_rejections_ > 0 ? fmt::format(" ({} more rejected in the last second)", unlogged_rejections_) : "";
+      unlogged_rejections_ > 0 ? fmt::format(" ({} more rejected, unlogged, since the last logged)", unlogged_rejections_) : "";
   log::warning("{} rejected a connection from {}: {}{}", describe(options_.rank), remote, reason, earlier);
   last_rejection_log_ = now;
   unlogged_rejections_ = 0;
@@ -309,7 +314,7 @@ void TcpTransport::read_refusal(const Socket& socket, std::uint64_t length, cons
   });
 }
 
-void TcpTransport::serve_handshake(Socket socket) {
+void TcpTransport::serve_handshake(Socket socket, const tcp::endpoint& dialer) {
   // Everything the handshake reads lives in one state object shared by its callbacks.
   struct State {
     HeaderBytes header{};
@@ -326,9 +331,8 @@ void TcpTransport::serve_handshake(Socket socket) {
     explicit State(asio::io_context& io) : timer(io) {}
   };
   auto state = std::make_shared<State>(io_);
-  const std::string remote = remote_of(socket->socket());
-  asio::error_code address_error;
-  add_pending(socket, socket->socket().remote_endpoint(address_error).address().to_string());
+  const std::string remote = fmt::format("{}:{}", dialer.address().to_string(), dialer.port());
+  add_pending(socket, dialer.address().to_string());
   // An empty reason closes without a note: a dial that crossed this rank's own is no rejection.
   auto reject = [this, socket, state, remote](const std::string& reason) {
     if (state->finished) return;

@@ -135,7 +135,7 @@ class TcpTransport : public Transport {
  private:
   // setup
   void accept();
-  void serve_handshake(Socket socket);
+  void serve_handshake(Socket socket, const tcp::endpoint& dialer);
   // Dials `peer` now unless a connection is there or under way (on demand; the I/O thread).
   void link_on_demand(int peer);
   void start_dialing(int peer, Clock::time_point deadline);

@@ -129,8 +129,8 @@ RecordReader::Progress RecordReader::read(std::span<const unsigned char> incomin
       error = record_error(TlsAlert::RecordOverflow);
       break;
     }
-    if (length < 1 + kAeadTagBytes) {
-      error = record_error(TlsAlert::DecodeError);
+    if (length < 1 + kAeadTagBytes) {  // no record sealed by TLS 1.3 is this short: it cannot authenticate
+      error = record_error(TlsAlert::BadRecordMac);
       break;
     }
     if (incoming.size() - progress.consumed < kRecordHeaderBytes + length) break;
