@@ -53,7 +53,7 @@ bench: configure
 bench-allreduce:
 	@scripts/setup-debian --peers
 	@cmake -S . -B $(BUILD_DIR) $(CMAKE_FLAGS) >/dev/null
-	@cmake --build $(BUILD_DIR) -j $(JOBS) --target cohort-launch cohort_allreduce_bench mpi_allreduce_bench gloo_allreduce_bench
+	@cmake --build $(BUILD_DIR) -j $(JOBS) --target cohort-launch cohort_allreduce_bench cohort_tls_bench mpi_allreduce_bench gloo_allreduce_bench
 	@benchmarks/allreduce_compare.sh $(BUILD_DIR)
 
 # A job's start-up on one host, 4 to 128 ranks: time to a first allreduce, descriptors, shared memory.

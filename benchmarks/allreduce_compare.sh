@@ -4,12 +4,13 @@
 #     path (btl vader), with one thread's memcpy bandwidth as the ceiling;
 #   - cohort over loopback TCP (COHORT_SHARED_MEMORY=0) beside Open MPI's TCP path (ob1/tcp forced) and
 #     Gloo's ring allreduce, with the loopback TCP bandwidth (iperf3) as the ceiling;
-#   - cohort over TLS 1.3 (COHORT_TLS=1, TCP only), and what encryption costs against plain TCP;
+#   - cohort over TLS 1.3 (COHORT_TLS=1, TCP only), and what encryption costs against plain TCP, with the
+#     AES-GCM rate of one core (cohort_tls_bench) as its ceiling;
 #   - cohort's MPI communicator under the same mpirun settings as Open MPI's own TCP run.
 # Peers that are not installed are skipped (Debian: openmpi-bin libopenmpi-dev libgloo-dev iperf3).
 #   usage: benchmarks/allreduce_compare.sh [BUILD_DIR] [MAX_BYTES]
 set -uo pipefail
-case ${1:-} in -h | --help) sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;; esac
+case ${1:-} in -h | --help) sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;; esac
 build=${1:-build}
 max=${2:-268435456}
 bench=$build/benchmarks
@@ -42,6 +43,10 @@ for n in 2 4; do
   fi
 done
 
+# AES-128-GCM on one core, records in the cache: each record engine TLS may use (the last is the one it does).
+[ -x "$bench/cohort_tls_bench" ] && "$bench/cohort_tls_bench" --benchmark_filter='Records/engine:[0-9]/cold:0' \
+  --benchmark_format=csv >"$out/tls_engines" 2>/dev/null
+
 ceiling=""
 if command -v iperf3 >/dev/null; then
   port=$(( 20000 + RANDOM % 20000 ))
@@ -72,12 +77,26 @@ def latency(rows, size):
 def ratio(mine, peer, size):
     return f"{mine[size][1] / peer[size][1]:7.2f}x" if size in mine and size in peer and peer[size][1] > 0 else f"{'-':>8}"
 copy = table(f"{out}/memcpy")
+cipher = ""
+if os.path.exists(f"{out}/tls_engines"):
+    import csv
+    lines = [line for line in open(f"{out}/tls_engines") if line.startswith(("name,", '"BM_'))]
+    engines = [row for row in csv.DictReader(lines) if not row["error_occurred"]]
+    seal = [row for row in engines if "Seal" in row["name"]]
+    opened = [row for row in engines if "Open" in row["name"]]
+    if seal and opened:
+        def rate(row):
+            return f"{float(row['bytes_per_second']) / 1e9:.1f}"
+        cipher = (f"AES-128-GCM on one core {rate(seal[-1])} seal / {rate(opened[-1])} open GB/s ({seal[-1]['label']}; "
+                  f"OpenSSL {rate(seal[0])} / {rate(opened[0])})")
 for n in (2, 4):
     shm, mpi_shm = table(f"{out}/cohort_shm.{n}"), table(f"{out}/mpi_shm.{n}")
     tcp, mpi, gloo, cohort_mpi, tls = (table(f"{out}/{name}.{n}") for name in ("cohort", "mpi", "gloo", "cohort_mpi", "cohort_tls"))
     print(f"\nallreduce, float32 sum, {n} ranks on one host: busbw in GB/s (correct), ratio = cohort / peer")
     if ceiling:
         print(f"ceilings: one thread's memcpy (its column), loopback TCP {ceiling} GB/s (iperf3, one stream)")
+    if cipher:
+        print(f"TLS: {cipher}")
     print(f"{'size':>8} | {'cohort shm':>12} {'Open MPI shm':>12} {'memcpy':>12} {'vs MPI':>8} | "
           f"{'cohort TCP':>12} {'Open MPI TCP':>12} {'Gloo':>12} {'cohort MPI':>12} {'vs MPI':>8} {'vs Gloo':>8} | "
           f"{'cohort TLS':>12} {'vs TCP':>8}")
