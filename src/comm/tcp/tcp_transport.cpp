@@ -78,7 +78,7 @@ auto TcpTransport::noting_arrivals(int peer) {
   return [this, peer](const asio::error_code& error, std::size_t) -> std::size_t {
     if (error) return 0;
     peers_[static_cast<std::size_t>(peer)].last_heard = Clock::now();
-    return kReadPiece;
+    return kMostPerRead;
   };
 }
 
@@ -338,7 +338,7 @@ void TcpTransport::close_after_draining(int peer) {
   Peer& p = peers_[static_cast<std::size_t>(peer)];
   asio::error_code ignored;
   p.socket->socket().shutdown(asio::socket_base::shutdown_send, ignored);
-  p.payload.resize(kReadPiece);
+  p.payload.resize(kDrainPiece);
   p.socket->socket().async_read_some(asio::buffer(p.payload), [this, peer](const asio::error_code& error, std::size_t) {
     Peer& q = peers_[static_cast<std::size_t>(peer)];
     if (!error && !closing_) return close_after_draining(peer);
