@@ -23,7 +23,7 @@ void IoDriver::drive() {
     const auto now = Clock::now();
     if (waiting_ > 0 || (!resume_now_ && now < last_wait_ended_ + kLinger)) {
       // Timed, so that a caller that stops waiting need not wake this thread (a system call per wait).
-      changed_.wait_until(lock, waiting_ > 0 ? now + kLinger : last_wait_ended_ + kLinger);
+      changed_.wait_until(lock, waiting_ > 0 ? now + kLookWhileCallersWait : last_wait_ended_ + kLinger);
       continue;
     }
     resume_now_ = false;
