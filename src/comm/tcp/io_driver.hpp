@@ -21,7 +21,8 @@ namespace cohort::comm::tcp {
 
 class IoDriver {
  public:
-  // `own_core`: every rank on this host has a core of its own, so a waiting caller may keep polling.
+  // `own_core`: every rank on this host has a core of its own, so a wait for a large message polls for
+  // kSpin before it blocks, as one for a small message does.
   IoDriver(asio::io_context& io, bool own_core);
   ~IoDriver();  // stops the context and joins the own thread
   IoDriver(const IoDriver&) = delete;

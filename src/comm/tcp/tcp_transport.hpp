@@ -67,7 +67,8 @@ using asio::ip::tcp;
 using Clock = std::chrono::steady_clock;
 using Socket = std::shared_ptr<Stream>;
 
-// How many ranks' addresses name the host of rank `options.rank` (itself included).
+// How many ranks' addresses name the host of rank `options.rank` (itself included), by the host as written:
+// "localhost" and "127.0.0.1" count as two hosts, and the processes of other groups are not counted.
 int ranks_on_own_host(const GroupOptions& options);
 
 struct Outgoing {

@@ -129,7 +129,7 @@ RecordReader::Progress RecordReader::read(std::span<const unsigned char> incomin
       error = record_error(TlsAlert::RecordOverflow);
       break;
     }
-    if (length < 1 + kAeadTagBytes) {  // no record sealed by TLS 1.3 is this short: it cannot authenticate
+    if (length < 1 + kAeadTagBytes) {  // too short for a content type and a tag: failed authentication
       error = record_error(TlsAlert::BadRecordMac);
       break;
     }
