@@ -43,20 +43,25 @@ std::size_t seal_message(RecordWriter& writer, std::span<const unsigned char> me
   return written;
 }
 
-bool usable(benchmark::State& state, std::size_t engine) {
-  if (engine < kEngines.size()) return true;
+// The engine of the benchmark's first argument, named in its label; none (the run skipped) where this
+// processor or build lacks it.
+std::optional<RecordEngine> engine_of(benchmark::State& state) {
+  const auto index = static_cast<std::size_t>(state.range(0));
+  if (index < kEngines.size()) {
+    state.SetLabel(describe(kEngines[index]));
+    return kEngines[index];
+  }
   state.SkipWithError("this processor or build lacks the engine");
   for (auto _ : state) {
   }
-  return false;
+  return std::nullopt;
 }
 
 void BM_SealRecords(benchmark::State& state) {
-  const auto engine = static_cast<std::size_t>(state.range(0));
-  if (!usable(state, engine)) return;
-  state.SetLabel(describe(kEngines[engine]));
+  const auto engine = engine_of(state);
+  if (!engine) return;
   Buffers buffers(state.range(1) != 0);
-  RecordWriter writer(keys(), kEngines[engine]);
+  RecordWriter writer(keys(), *engine);
   std::size_t i = 0;
   for (auto _ : state) {
     benchmark::DoNotOptimize(seal_message(writer, buffers.message(i), buffers.records_of(i)));
@@ -66,11 +71,10 @@ void BM_SealRecords(benchmark::State& state) {
 }
 
 void BM_OpenRecords(benchmark::State& state) {
-  const auto engine = static_cast<std::size_t>(state.range(0));
-  if (!usable(state, engine)) return;
-  state.SetLabel(describe(kEngines[engine]));
+  const auto engine = engine_of(state);
+  if (!engine) return;
   Buffers buffers(state.range(1) != 0);
-  RecordWriter writer(keys(), kEngines[engine]);
+  RecordWriter writer(keys(), *engine);
   std::vector<std::size_t> sealed_bytes;
   for (std::size_t m = 0; m < buffers.messages; ++m) sealed_bytes.push_back(seal_message(writer, buffers.message(m), buffers.records_of(m)));
   // Each record's nonce counts on, so a reader opens the messages once, in order; then a fresh one starts
@@ -80,7 +84,7 @@ void BM_OpenRecords(benchmark::State& state) {
   for (auto _ : state) {
     if (m == buffers.messages) {
       state.PauseTiming();
-      reader.emplace(keys(), kEngines[engine]);
+      reader.emplace(keys(), *engine);
       m = 0;
       state.ResumeTiming();
     }
