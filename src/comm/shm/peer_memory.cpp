@@ -22,7 +22,8 @@ std::string reason_for(int code, bool writing) {
     case EFAULT: return writing ? "not writable memory of its process" : "not readable memory of its process";
     case EPERM: return fmt::format("the kernel does not let this process {} that process's memory (another user's process, or "
                                    "kernel.yama.ptrace_scope above 0)", writing ? "write" : "read");
-    case ENOSYS: return "this kernel has no cross-memory attach (process_vm_readv)";
+    case ENOSYS: return writing ? "this kernel has no cross-memory attach (process_vm_writev)"
+                                : "this kernel has no cross-memory attach (process_vm_readv)";
     default: return std::strerror(code);
   }
 }

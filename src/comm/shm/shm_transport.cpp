@@ -309,7 +309,7 @@ void ShmTransport::read(int peer, std::span<const PeerCopy> copies) {
   const Link* link = link_of(peer);
   COHORT_CHECK(link != nullptr && is_paired(*link) && link->single_copy_in, "{} cannot read the memory of {}",
                describe(rank()), describe(peer));
-  const auto error = read_outcome(*link, read_peer_memory(link->pid, copies));
+  const auto error = access_outcome(*link, read_peer_memory(link->pid, copies));
   peer_memory_reads_.fetch_add(1, std::memory_order_relaxed);
   if (!error) return;
   const PeerCopy& failed = copies[std::min(error->copy, copies.size() - 1)];
@@ -322,8 +322,7 @@ void ShmTransport::write(int peer, std::uint64_t address, std::span<const std::b
                describe(rank()), describe(peer));
   // Asked before, not only after: a process that ended may have left its pid to another, which must never be
   // written. (It would take the kernel handing the pid out again within this call to get past it.)
-  const auto error = link->process->ended() ? PeerAccessError{ESRCH, "its process has ended"}
-                                            : read_outcome(*link, write_peer_memory(link->pid, address, bytes));
+  const auto error = access_outcome(*link, link->process->ended() ? std::nullopt : write_peer_memory(link->pid, address, bytes));
   peer_memory_writes_.fetch_add(1, std::memory_order_relaxed);
   if (error) fail_access(peer, *error, true, address, bytes.size());
 }
@@ -524,8 +523,8 @@ bool ShmTransport::check_header(Link& link, const FrameHeader& header) {
   return !link.corrupt;
 }
 
-std::optional<PeerAccessError> ShmTransport::read_outcome(const Link& link, std::optional<PeerAccessError> error) {
-  // A process that ended during the read may have left its pid to another, which was read (or refused) instead.
+std::optional<PeerAccessError> ShmTransport::access_outcome(const Link& link, std::optional<PeerAccessError> error) {
+  // A process that ended during the access may have left its pid to another, which was reached (or refused) instead.
   if (link.process && link.process->ended()) return PeerAccessError{ESRCH, "its process has ended"};
   return error;
 }
@@ -545,7 +544,7 @@ bool ShmTransport::copy_from_peer(Link& link, std::uint64_t address) {
       incoming.done += piece;
     }
   }
-  error = read_outcome(link, std::move(error));
+  error = access_outcome(link, std::move(error));
   if (error) {
     link.corrupt_as = error->process_gone() ? Breakage::Lost : Breakage::Protocol;
     link.corrupt = error->process_gone()

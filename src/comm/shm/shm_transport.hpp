@@ -232,8 +232,8 @@ class ShmTransport : public Transport, private PeerMemory {
   // Begins reading a frame; false (and the link corrupt) when it is one that no receive awaits and larger than expected.
   bool start_frame(Link& link, Tag tag, std::uint64_t length);
   bool check_header(Link& link, const FrameHeader& header);  // false: the link is corrupt
-  // What a read of the link's peer came to: `error`, or that its process ended meanwhile.
-  static std::optional<PeerAccessError> read_outcome(const Link& link, std::optional<PeerAccessError> error);
+  // What a read or write of the link's peer came to: `error`, or that its process ended meanwhile.
+  static std::optional<PeerAccessError> access_outcome(const Link& link, std::optional<PeerAccessError> error);
   // Reads the started frame's bytes from the peer's process and acknowledges them; false when it could not.
   bool copy_from_peer(Link& link, std::uint64_t address);
   bool acknowledged(Link& link);  // the oldest single-copy send to the peer completes
