@@ -64,6 +64,9 @@ class PeerMemory {
   // only while the peer waits for it. Throws as read() does; ProtocolError when the address is not writable
   // memory of that process.
   virtual void write(int peer, std::uint64_t address, std::span<const std::byte> bytes) = 0;
+  // Whether the host has a core for each of its ranks: where it has not, a round that needs every rank to
+  // have spoken waits for the scheduler to run each in turn.
+  virtual bool ranks_have_own_cores() const = 0;
 };
 
 // Messages this small are always expected (agreements, a run's history, rendezvous answers).

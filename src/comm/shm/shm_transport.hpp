@@ -109,6 +109,7 @@ class ShmTransport : public Transport, private PeerMemory {
   bool can_reach_every_peer() override;
   void read(int peer, std::span<const PeerCopy> copies) override;
   void write(int peer, std::uint64_t address, std::span<const std::byte> bytes) override;
+  bool ranks_have_own_cores() const override { return core_per_rank_; }
   // Throws what a failed read or write of `peer`'s memory amounts to, once news of the peer's own failure
   // had its chance to come first.
   [[noreturn]] void fail_access(int peer, const PeerAccessError& error, bool writing, std::uint64_t address, std::size_t bytes);
@@ -273,7 +274,7 @@ class ShmTransport : public Transport, private PeerMemory {
   std::atomic<std::uint64_t> peer_memory_reads_{0};
   std::atomic<std::uint64_t> peer_memory_writes_{0};
   std::atomic<int> callers_polling_{0};  // for small messages (CallerPoll)
-  bool step_aside_for_callers_ = false;  // a core per rank of this host
+  bool core_per_rank_ = false;  // the host has a core for each of its ranks
   CallerPoll small_message_poll_{*this, true};
   CallerPoll large_message_poll_{*this, false};
   std::atomic<bool> stopping_{false};
