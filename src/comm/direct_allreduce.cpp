@@ -25,10 +25,10 @@ struct Announcement {
 enum class Marker : std::uint64_t { Written = 0x5752495454454E, Final = 0x46494E414C, Done = 0x444F4E45 };
 
 // Below this many bytes each chunk's owner writes it into its peers' staging buffers; from it on the peers
-// read it from the owner's vector, a round more but no copy out of staging. 4 ranks: 1.3-1.7x the bandwidth
-// from 256 KiB to 1 MiB by staging, 0.75-0.88x from 8 MiB. 2 ranks: 1.08x at 512 KiB, 0.93x at 1 MiB,
-// 0.8x at 2 MiB (medians of 5 runs).
-std::size_t staged_below_bytes(int ranks) { return ranks == 2 ? std::size_t{1} << 20 : std::size_t{4} << 20; }
+// read it from the owner's vector, a round more but no copy out of staging. Medians of 5 to 8 runs on 2
+// cores, reading against staging: 2 ranks 0.93x at 512 KiB, 1.08x at 1 MiB, 1.25x at 2 MiB; 3 ranks 0.8x,
+// 1.1x, 1.5x; 4 ranks 1.0x, 1.3x, 1.4x.
+constexpr std::size_t kStagedBelowBytes = std::size_t{1} << 20;
 
 // Pieces of a chunk summed at a time: the sum and one peer's term stay in the core's cache.
 constexpr std::size_t kPieceElements = std::size_t{64} << 10;
@@ -61,7 +61,7 @@ struct Rounds {
 
 bool run_rounds(Transport& transport, PeerMemory& memory, std::span<float> data, Tag tag, Rounds& rounds) {
   const int n = transport.size(), r = transport.rank();
-  const bool staged = data.size_bytes() < staged_below_bytes(n);
+  const bool staged = data.size_bytes() < kStagedBelowBytes;
   std::vector<float>& staging = *rounds.staging;
   if (staged && staging.size() < data.size()) staging.resize(data.size());
   rounds.own = {reinterpret_cast<std::uintptr_t>(data.data()), reinterpret_cast<std::uintptr_t>(staging.data()), data.size_bytes(),

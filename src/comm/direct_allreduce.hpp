@@ -6,10 +6,10 @@
 //      vector's size, and whether it can reach all of them; one "cannot" anywhere and every rank returns
 //      false, having changed nothing, so that another algorithm runs;
 //   2. each rank sums its chunk over the ranks in rank order, reading each peer's piece of it into scratch
-//      that stays in cache, and writes the sum into its own vector. Then, below 4 MiB (1 MiB on 2 ranks:
-//      staged), it also writes the sum into every peer's staging buffer and tells every peer "written";
-//      once every peer said so, it copies the other chunks from its staging buffer into its vector and
-//      returns. From there it tells every peer "final" instead, and
+//      that stays in cache, and writes the sum into its own vector. Then, below 1 MiB (staged), it also
+//      writes the sum into every peer's staging buffer and tells every peer "written"; once every peer
+//      said so, it copies the other chunks from its staging buffer into its vector and returns. From 1 MiB
+//      it tells every peer "final" instead, and
 //   3. reads every other chunk from its owner's vector once the owner said "final", tells every peer "done",
 //      and returns once every peer said "done".
 // A rank's vector is read by its peers only in their own chunks, which it leaves alone until they said

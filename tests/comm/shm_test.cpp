@@ -266,8 +266,7 @@ TEST_CASE("shm: an allreduce on one host reads its peers' memory directly, and m
     const std::size_t direct_from = n == 2 ? std::size_t{1} << 20 : n <= usable_cores() ? std::size_t{128} << 10 : std::size_t{512} << 10;
     CHECK(allreduce_algorithm(*group[0], direct_from - 4) != direct);
     CHECK(allreduce_algorithm(*group[0], direct_from) == direct);
-    // Below 4 MiB (1 MiB on 2 ranks) the owners write their chunks into the peers' staging buffers; from
-    // there the peers read them.
+    // Below 1 MiB the owners write their chunks into the peers' staging buffers; from 1 MiB the peers read them.
     for (const std::size_t count : {std::size_t{0}, std::size_t{1}, static_cast<std::size_t>(n - 1), std::size_t{7},
                                     std::size_t{1000}, std::size_t{300001}, (std::size_t{1} << 20) + 3}) {
       for (const ReduceOp op : {ReduceOp::Sum, ReduceOp::Mean}) {
@@ -296,7 +295,7 @@ TEST_CASE("shm: an allreduce on one host reads its peers' memory directly, and m
           const auto* shm = shm_of(group[static_cast<std::size_t>(r)]);
           const std::size_t ranks = static_cast<std::size_t>(n), own = count / ranks + (static_cast<std::size_t>(r) < count % ranks ? 1 : 0);
           const std::uint64_t pieces = (own + (std::size_t{64} << 10) - 1) / (std::size_t{64} << 10) * (ranks - 1);
-          const bool staged = count * sizeof(float) < (n == 2 ? std::size_t{1} << 20 : std::size_t{4} << 20);
+          const bool staged = count * sizeof(float) < (std::size_t{1} << 20);
           const std::uint64_t owners = std::min(count, ranks) - (static_cast<std::size_t>(r) < count ? 1 : 0);
           CHECK(shm->peer_memory_reads() - reads_before[static_cast<std::size_t>(r)] == pieces + (staged ? 0 : owners));
           CHECK(shm->peer_memory_writes() - writes_before[static_cast<std::size_t>(r)] == (staged ? pieces : 0));
@@ -353,9 +352,9 @@ TEST_CASE("shm: where one rank may not read its peers' memory, every rank of the
 
 TEST_CASE("shm: a peer that names memory it does not have, or another size, for a direct allreduce fails it with "
           "ProtocolError, naming the peer", "[comm][shm][collectives][security]") {
-  // Rank 1 speaks the first round itself: a vector at address 8, which no process maps (read below 1 MiB
-  // on 2 ranks, staged, and from it); a staging buffer where this test keeps constants (mapped, but not
-  // writable: written below 1 MiB); or a vector of another size.
+  // Rank 1 speaks the first round itself: a vector at address 8, which no process maps (read below 1 MiB,
+  // staged, and from it); a staging buffer where this test keeps constants (mapped, but not writable:
+  // written below 1 MiB); or a vector of another size.
   const std::size_t staged = std::size_t{1} << 17, read = std::size_t{1} << 20;  // floats
   const auto read_only = static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(&kDirectCount));
   std::vector<float> vector(read, 1.0f);
