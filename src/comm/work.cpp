@@ -14,6 +14,7 @@ void Work::wait(std::chrono::milliseconds timeout) {
 
 bool Work::wait_for(std::chrono::milliseconds timeout) {
   const auto start = std::chrono::steady_clock::now();
+  Poller* sleeping_from = nullptr;  // told when the sleep after its polls ends
   if (poller_ != nullptr && timeout.count() > 0 && !done()) {
     const auto until = start + std::min<std::chrono::microseconds>(poller_->polling_time(), timeout);
     struct Polling {
@@ -27,7 +28,14 @@ bool Work::wait_for(std::chrono::milliseconds timeout) {
       if (!done()) std::this_thread::yield();
     }
     polling.finished = done();
+    if (!polling.finished) sleeping_from = poller_;
   }
+  const struct Woken {
+    Poller* poller;
+    ~Woken() {
+      if (poller != nullptr) poller->slept();
+    }
+  } woken{sleeping_from};
   const auto left = std::max(start + timeout - std::chrono::steady_clock::now(), std::chrono::steady_clock::duration::zero());
   std::unique_lock lock(mutex_);
   if (!finished_.wait_for(lock, left, [&] { return done_; })) return false;

@@ -18,8 +18,8 @@ namespace cohort::comm {
 
 // A transport whose waiting threads can move the bytes themselves (shared memory, TCP): a wait calls begin(),
 // then poll() (yielding between calls) for up to polling_time(), then end(): with `done` true when the
-// operation completed meanwhile, false when the waiter goes on to sleep. Calls from several waiting threads
-// may overlap.
+// operation completed meanwhile, false when the waiter goes on to sleep, and then slept() once it wakes
+// (the operation done or failed, or the wait timed out). Calls from several waiting threads may overlap.
 class Poller {
  public:
   virtual ~Poller() = default;
@@ -27,6 +27,7 @@ class Poller {
   // False when this waiter should stop polling and sleep (another thread moves the bytes for it).
   virtual bool poll() = 0;
   virtual void end(bool /*done*/) {}
+  virtual void slept() {}
   // By default long enough for a collective's next step to arrive on one host, short enough that a rank
   // waiting for a slow peer soon sleeps and leaves the core to others.
   virtual std::chrono::microseconds polling_time() const { return std::chrono::microseconds(200); }

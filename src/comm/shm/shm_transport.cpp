@@ -35,12 +35,12 @@ constexpr std::chrono::milliseconds kWatchInterval{20};
 constexpr std::chrono::milliseconds kFailureNewsGrace{500};
 constexpr std::chrono::milliseconds kPairingLookInterval{1};
 constexpr std::chrono::microseconds kPollAfterProgress{50};
-// How long the progress thread steps aside at a time while callers poll for small messages. A caller that
-// goes on to sleep wakes it sooner; a longer step means fewer timer wake-ups taking a polling caller's core
-// (1 ms measured 1.1-1.5x faster than 200 us at 1-4 MiB on 2 ranks of 2 cores, and steadier below), at the
-// cost of that much delay for bytes nobody waits for meanwhile.
-constexpr std::chrono::microseconds kStepAside{1000};
-constexpr std::size_t kStepAsideBelow = 16 << 10;  // the messages for which it does (CallerPoll)
+// How long the progress thread steps aside at a time while callers poll, and how recently a caller must have
+// begun polling for it to step aside again. A caller that goes on to sleep wakes it at once; a longer step
+// means fewer timer wake-ups taking a polling caller's core, at the cost of that much delay for bytes nobody
+// waits for once the callers stopped. On 2 ranks of 2 cores 5 ms against 1 ms measured 1.1-1.4x from
+// 16 KiB to 512 KiB and 1.05x from 1 MiB, medians of 5 runs; 20 ms was no better.
+constexpr std::chrono::microseconds kStepAside{5000};
 constexpr std::size_t kMaxRingBytes = std::size_t{1} << 30;
 
 // What a rank answers a peer's offer.
@@ -78,11 +78,9 @@ WorkPtr failed_work(std::string what, const std::exception_ptr& error) {
 
 ShmTransport::ShmTransport(std::unique_ptr<Transport> tcp, const std::vector<LocalPeer>& local, std::size_t ring_bytes,
                            const SharedMemoryOptions& options, std::uint64_t max_frame_bytes)
-    : tcp_(std::move(tcp)), max_frame_bytes_(max_frame_bytes), single_copy_bytes_(options.single_copy_bytes), ring_bytes_(ring_bytes), expected_bytes_(max_frame_bytes), link_by_rank_(static_cast<std::size_t>(tcp_->size()), nullptr) {
+    : tcp_(std::move(tcp)), max_frame_bytes_(max_frame_bytes), single_copy_bytes_(options.single_copy_bytes), ring_bytes_(ring_bytes), expected_bytes_(max_frame_bytes), link_by_rank_(static_cast<std::size_t>(tcp_->size()), nullptr),
+      core_per_rank_(local.size() + 1 <= static_cast<std::size_t>(usable_cores())) {
   create_mailbox(local, ring_bytes);
-  // With more ranks on the host than cores, the processes take turns on the cores anyway, and a progress
-  // thread that keeps reading serves a caller that is not running: measured faster on 3 and 4 ranks of 2 cores.
-  core_per_rank_ = local.size() + 1 <= static_cast<std::size_t>(usable_cores());
   undecided_ = static_cast<int>(local.size());
   for (std::size_t i = 0; i < local.size(); ++i) {
     auto link = std::make_unique<Link>();
@@ -372,7 +370,7 @@ WorkPtr ShmTransport::send(int peer, Tag tag, std::span<const std::byte> data) {
   std::string what = fmt::format("send to {}, tag {}", describe(peer), tag);
   // The waiting thread moves the bytes itself for a moment (poll) before it sleeps; a single-copy send's
   // acknowledgement, which completes it, among them.
-  auto work = std::make_shared<Work>(std::move(what), poll_for(data.size()));
+  auto work = std::make_shared<Work>(std::move(what), caller_poll_);
   const std::lock_guard lock(link->send_mutex);
   {
     // Checked under the send lock: a failure after this point finds the frame in the queue and fails it.
@@ -438,7 +436,7 @@ WorkPtr ShmTransport::recv(int peer, Tag tag, std::span<std::byte> out) {
   }
   if (link == nullptr || !is_paired(*link)) return tcp_->recv(peer, tag, out);
   std::string what = fmt::format("recv from {}, tag {}", describe(peer), tag);
-  auto work = std::make_shared<Work>(std::move(what), poll_for(out.size()));
+  auto work = std::make_shared<Work>(std::move(what), caller_poll_);
   const std::lock_guard lock(state_mutex_);
   if (matcher_.take_buffered(describe(peer), peer, tag, out, *work)) return work;
   if (auto error = error_for(peer)) {
@@ -672,25 +670,37 @@ bool ShmTransport::move_bytes() {
 }
 
 void ShmTransport::CallerPoll::begin() {
-  if (steps_aside_) transport_.callers_polling_.fetch_add(1, std::memory_order_seq_cst);
+  if (!transport_.core_per_rank_) return;
+  transport_.callers_polling_.fetch_add(1, std::memory_order_seq_cst);
+  transport_.caller_polls_.fetch_add(1, std::memory_order_relaxed);
 }
 
 void ShmTransport::CallerPoll::end(bool done) {
-  // The last polling caller, when it goes on to sleep, hands the bytes back to the progress thread at once;
-  // one whose operation completed does not wake it (that would cost each wait a system call, and the caller
-  // its core): the progress thread looks again within kStepAside.
-  if (steps_aside_ && transport_.callers_polling_.fetch_sub(1, std::memory_order_seq_cst) == 1 && !done)
-    transport_.own_.wake_owner();
+  if (!transport_.core_per_rank_) return;
+  transport_.callers_polling_.fetch_sub(1, std::memory_order_seq_cst);
+  // A caller that goes on to sleep hands the bytes back to the progress thread at once. One whose operation
+  // completed does not wake it (that would cost each wait a system call, and the caller its core).
+  if (done) return;
+  transport_.callers_sleeping_.fetch_add(1, std::memory_order_seq_cst);
+  if (transport_.stepping_aside_.load(std::memory_order_seq_cst)) transport_.own_.wake_owner();
 }
 
-Poller& ShmTransport::poll_for(std::size_t bytes) {
-  return core_per_rank_ && bytes < kStepAsideBelow ? static_cast<Poller&>(small_message_poll_) : large_message_poll_;
+void ShmTransport::CallerPoll::slept() {
+  if (transport_.core_per_rank_) transport_.callers_sleeping_.fetch_sub(1, std::memory_order_seq_cst);
 }
 
-void ShmTransport::step_aside() {
+bool ShmTransport::step_aside(std::uint64_t& polls_seen) {
+  const std::uint64_t polls = caller_polls_.load(std::memory_order_relaxed);
+  const bool callers_poll = callers_polling_.load(std::memory_order_seq_cst) > 0 || polls != polls_seen;
+  if (!callers_poll || callers_sleeping_.load(std::memory_order_seq_cst) > 0) return false;
+  polls_seen = polls;
   // Parked without announcing sleep to the peers, whose sends then ring no bell: the polling callers read.
+  // A caller going to sleep either sees stepping_aside_ and rings, or is seen here and the thread stays.
+  stepping_aside_.store(true, std::memory_order_seq_cst);
   const std::uint32_t seen = own_.header().bell.load(std::memory_order_seq_cst);
-  if (callers_polling_.load(std::memory_order_seq_cst) > 0 && !stopping_.load()) own_.wait_for_bell(seen, kStepAside);
+  if (callers_sleeping_.load(std::memory_order_seq_cst) == 0 && !stopping_.load()) own_.wait_for_bell(seen, kStepAside);
+  stepping_aside_.store(false, std::memory_order_seq_cst);
+  return true;
 }
 
 void ShmTransport::progress() {
@@ -703,6 +713,7 @@ void ShmTransport::progress() {
   auto last_progress = next_watch;
   MailboxHeader& own = own_.header();
   auto next_pairing_look = next_watch;
+  std::uint64_t polls_seen = 0;
   while (!stopping_.load()) {
     const bool progressed = move_bytes();
     const auto now = std::chrono::steady_clock::now();
@@ -715,11 +726,8 @@ void ShmTransport::progress() {
       next_watch = now + kWatchInterval;
     }
     if (progressed) last_progress = now;
-    // Idle while callers poll: they read what comes next.
-    if (!progressed && callers_polling_.load(std::memory_order_seq_cst) > 0) {
-      step_aside();
-      continue;
-    }
+    // Idle while callers poll, or polled since the last look: they read what comes next.
+    if (!progressed && step_aside(polls_seen)) continue;
     // Messages come in bursts (a collective's steps): polling a moment longer answers the next one
     // without a futex round trip.
     if (progressed || now - last_progress < kPollAfterProgress) {

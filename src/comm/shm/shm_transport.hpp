@@ -30,9 +30,11 @@
 // it sleeps: on one host the next message of a collective usually arrives within microseconds, and moving
 // it on the waiting thread saves two thread wake-ups per message. It moves every link's bytes, as the
 // progress thread does. Where the host has a core per rank, the progress thread steps aside when it finds
-// nothing to move while a caller waits for a message under 16 KiB (parked up to 1 ms without telling the
-// peers, whose sends then ring no bell), so that the two do not take turns on one core. A caller yields
-// the core between looks, so polling pays even where a host runs more ranks than it has cores.
+// nothing to move while callers poll, or began polling in the last 5 ms (a collective between its waits),
+// parked without telling the peers, whose sends then ring no bell, so that the caller keeps its core and
+// the progress thread does not wake for each message. A caller that gives up polling to sleep wakes it at
+// once, and it stays while any such caller sleeps. A caller yields the core between looks, so polling pays
+// even where a host runs more ranks than it has cores.
 //
 // Peer memory: where every peer of the group is on this host and single copy is on, the transport lets the
 // collectives read the peers' buffers themselves (peer_memory(), through the same checked process handles),
@@ -113,24 +115,22 @@ class ShmTransport : public Transport, private PeerMemory {
   // Throws what a failed read or write of `peer`'s memory amounts to, once news of the peer's own failure
   // had its chance to come first.
   [[noreturn]] void fail_access(int peer, const PeerAccessError& error, bool writing, std::uint64_t address, std::size_t bytes);
-  // A waiting caller's turn at moving the bytes (Work's poll). While it waits for a small message, the
-  // progress thread steps aside when idle; for larger ones the two move bytes side by side, which measured
-  // faster from 16 KiB on 2 cores.
+  // A waiting caller's turn at moving the bytes (Work's poll). Where each rank has a core, the progress
+  // thread steps aside while callers poll (step_aside()).
   class CallerPoll final : public Poller {
    public:
-    CallerPoll(ShmTransport& transport, bool progress_steps_aside) : transport_(transport), steps_aside_(progress_steps_aside) {}
+    explicit CallerPoll(ShmTransport& transport) : transport_(transport) {}
     void begin() override;
     bool poll() override {
       transport_.move_bytes();
       return true;
     }
     void end(bool done) override;
+    void slept() override;
 
    private:
     ShmTransport& transport_;
-    bool steps_aside_;
   };
-  Poller& poll_for(std::size_t bytes);
 
   enum class FrameKind : std::uint64_t { Inline = 0, SingleCopy = 1, Acknowledgement = 2 };
   struct FrameHeader {
@@ -227,8 +227,9 @@ class ShmTransport : public Transport, private PeerMemory {
   // One pass over the paired links: what has arrived is read and what waits is written, each link skipped
   // while another thread holds it. The progress thread's step, and a polling caller's.
   bool move_bytes();
-  // The progress thread waits a moment while callers poll.
-  void step_aside();
+  // The progress thread parks for kStepAside while callers poll, or began polling since it last parked so
+  // (`polls_seen`), unless one of them sleeps; false when it does not park.
+  bool step_aside(std::uint64_t& polls_seen);
   bool read_inbound(Link& link);  // the caller holds link.read_mutex
   // Begins reading a frame; false (and the link corrupt) when it is one that no receive awaits and larger than expected.
   bool start_frame(Link& link, Tag tag, std::uint64_t length);
@@ -273,10 +274,15 @@ class ShmTransport : public Transport, private PeerMemory {
   std::atomic<std::uint64_t> single_copy_messages_{0};
   std::atomic<std::uint64_t> peer_memory_reads_{0};
   std::atomic<std::uint64_t> peer_memory_writes_{0};
-  std::atomic<int> callers_polling_{0};  // for small messages (CallerPoll)
-  bool core_per_rank_ = false;  // the host has a core for each of its ranks
-  CallerPoll small_message_poll_{*this, true};
-  CallerPoll large_message_poll_{*this, false};
+  // With more ranks on the host than cores, the processes take turns on the cores anyway, and a progress
+  // thread that keeps reading serves a caller that is not running: measured faster on 3 and 4 ranks of 2
+  // cores. Where each rank has a core, the callers and the progress thread take turns (CallerPoll):
+  const bool core_per_rank_;
+  std::atomic<int> callers_polling_{0};
+  std::atomic<std::uint64_t> caller_polls_{0};  // begun so far
+  std::atomic<int> callers_sleeping_{0};        // after polling in vain
+  std::atomic<bool> stepping_aside_{false};     // the progress thread is parked for them
+  CallerPoll caller_poll_{*this};
   std::atomic<bool> stopping_{false};
   std::thread progress_thread_;
 };
