@@ -444,13 +444,14 @@ TEST_CASE("shm: a caller asleep on its message gets it at once while another thr
   // Rank 0's main thread waits for each of 20 messages that rank 1 sends 1-4 ms after the receive is posted
   // (after the receiver's polling gave up): it must get them well within one of the other thread's periods.
   constexpr int kMessages = 20;
-  std::vector<std::chrono::steady_clock::time_point> sent(kMessages);
+  // Atomic: the two threads meet through rings that each maps at its own address, where TSan sees no order.
+  std::vector<std::atomic<std::chrono::steady_clock::rep>> sent(kMessages);
   std::vector<std::chrono::microseconds> delays;
   std::thread sender([&] {
     std::vector<int> value{4};
     for (int i = 0; i < kMessages; ++i) {
       std::this_thread::sleep_for(std::chrono::microseconds(1000 + (i * 1931) % 3000));
-      sent[static_cast<std::size_t>(i)] = std::chrono::steady_clock::now();
+      sent[static_cast<std::size_t>(i)] = std::chrono::steady_clock::now().time_since_epoch().count();
       group[1]->send(0, 20, conformance::bytes(value))->wait(5s);
       group[1]->recv(0, 21, conformance::bytes(echo))->wait(5s);  // the receiver is ready for the next
     }
@@ -458,7 +459,8 @@ TEST_CASE("shm: a caller asleep on its message gets it at once while another thr
   for (int i = 0; i < kMessages; ++i) {
     std::vector<int> value(1);
     group[0]->recv(1, 20, conformance::bytes(value))->wait(5s);
-    delays.push_back(std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - sent[static_cast<std::size_t>(i)]));
+    const std::chrono::steady_clock::time_point sent_at{std::chrono::steady_clock::duration(sent[static_cast<std::size_t>(i)].load())};
+    delays.push_back(std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - sent_at));
     group[0]->send(1, 21, conformance::bytes(token))->wait(5s);
   }
   sender.join();
