@@ -19,17 +19,19 @@ constexpr std::string_view kRecursiveDoubling = "recursive doubling";
 constexpr std::string_view kHalvingDoubling = "recursive halving and doubling";
 constexpr std::string_view kDirect = "direct (from the peers' memory)";
 
-// The peers' memory, where the transport has it and an allreduce of `bytes` reads from it.
-// Where reading the peers' memory overtakes the messages, from the allreduce sweep on 2 cores: 1 MiB on 2
-// ranks; on 3 and 4 ranks the messages stayed ahead up to 256 KiB (1.2-2x), since each of the direct
-// allreduce's rounds waits for every rank, and ranks without a core of their own get there one time slice
-// at a time, where a pairwise exchange waits for one partner. With a core per rank the rounds take
-// microseconds, and the direct allreduce's single copy pays from 128 KiB (not measured on such a host).
+// Where reading the peers' memory overtakes the messages, from the allreduce sweep on 2 cores: 2 MiB on 2
+// ranks (at 1 MiB the ring through the shared-memory rings measured 1.4x, medians of 10 runs: two copies,
+// one on each process's core, beat the kernel's cross-process copy); on 3 and 4 ranks the messages stayed
+// ahead up to 256 KiB (1.2-2x), since each of the direct allreduce's rounds waits for every rank, and ranks
+// without a core of their own get there one time slice at a time, where a pairwise exchange waits for one
+// partner. With a core per rank the rounds take microseconds, and the direct allreduce's single copy pays
+// from 128 KiB (not measured on such a host).
 std::size_t default_direct_from(int ranks, const PeerMemory& memory) {
-  if (ranks == 2) return std::size_t{1} << 20;
+  if (ranks == 2) return std::size_t{2} << 20;
   return memory.ranks_have_own_cores() ? std::size_t{128} << 10 : std::size_t{512} << 10;
 }
 
+// The peers' memory, where the transport has it and an allreduce of `bytes` reads from it.
 PeerMemory* direct_memory(Transport& transport, std::size_t bytes, const AllreduceOptions& options) {
   if (options.wire != DType::Float32 || transport.size() < 2) return nullptr;
   PeerMemory* memory = transport.peer_memory();
