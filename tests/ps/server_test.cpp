@@ -1,5 +1,7 @@
 // A parameter server spoken to by hand: garbled, foreign and lying requests are refused with a reason,
 // counted, and leave the variables as they were.
+#include <sys/mman.h>
+
 #include <catch2/catch.hpp>
 #include <limits>
 #include <fmt/format.h>
@@ -297,7 +299,8 @@ TEST_CASE("a Sync step applies the samples-weighted mean gradient and the worker
   }
 }
 
-TEST_CASE("CRC-32C over three streams gives the table's value for every length, alignment and split", "[ps]") {
+TEST_CASE("CRC-32C gives the table's value for every length, alignment and split", "[ps]") {
+  INFO("computed by " << crc32c_engine() << ", and by " << crc32c_instruction_engine());
   std::vector<unsigned char> bytes(50153 + 8);
   std::uint32_t state = 12345;
   for (unsigned char& b : bytes) b = static_cast<unsigned char>((state = state * 1664525u + 1013904223u) >> 24);
@@ -308,12 +311,29 @@ TEST_CASE("CRC-32C over three streams gives the table's value for every length, 
       const unsigned char* data = bytes.data() + offset;
       const std::uint32_t reference = crc32c_portable(0, data, length);
       REQUIRE(crc32c_of(data, length) == reference);
+      REQUIRE(crc32c_instruction(0, data, length) == reference);
       REQUIRE(crc32c_extend(crc32c_of(data, length / 3), data + length / 3, length - length / 3) == reference);
       std::vector<unsigned char> copy(length + 1, 0xAB);
       REQUIRE(crc32c_copy(0, copy.data(), data, length) == reference);
       REQUIRE(std::equal(copy.begin(), copy.begin() + static_cast<std::ptrdiff_t>(length), data));
       REQUIRE(copy[length] == 0xAB);
     }
+}
+
+TEST_CASE("CRC-32C over more than 2 GiB at once equals the CRC extended over its parts", "[ps]") {
+  // Zero pages, mapped for reading only: no memory is taken. Each part is under the 2^31 bytes that one
+  // call of a 32-bit length could take.
+  const std::size_t size = (std::size_t{1} << 31) + 5, part = std::size_t{768} << 20;
+  void* mapped = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  REQUIRE(mapped != MAP_FAILED);
+  ::madvise(mapped, size, MADV_HUGEPAGE);  // fewer faults where the kernel maps its huge zero page
+  const auto* bytes = static_cast<const unsigned char*>(mapped);
+  std::uint32_t by_parts = 0;
+  for (std::size_t at = 0; at < size; at += part) by_parts = crc32c_extend(by_parts, bytes + at, std::min(part, size - at));
+  INFO("computed by " << crc32c_engine());
+  CHECK(crc32c_of(bytes, size) == by_parts);
+  CHECK(by_parts != crc32c_of(bytes, size - 1));
+  ::munmap(mapped, size);
 }
 
 TEST_CASE("a server with backup workers refuses a push flagged as not finite, on which servers could disagree",
