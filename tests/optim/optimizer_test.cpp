@@ -54,6 +54,38 @@ TEST_CASE("SGD momentum and Nesterov over two steps", "[optim]") {
   }
 }
 
+TEST_CASE("SGD's three forms agree with the rule element by element over a long vector, its tail included", "[optim]") {
+  // 70001 elements: past the threshold where the update spreads over threads, in full vector registers and a tail.
+  const std::int64_t n = 70001;
+  for (const double momentum : {0.0, 0.9})
+    for (const bool nesterov : {false, true}) {
+      if (momentum == 0.0 && nesterov) continue;
+      std::vector<float> w(n), g(n);
+      for (std::int64_t i = 0; i < n; ++i) {
+        w[static_cast<std::size_t>(i)] = std::sin(0.37f * static_cast<float>(i));
+        g[static_cast<std::size_t>(i)] = std::cos(0.11f * static_cast<float>(i));
+      }
+      Tensor value = Tensor::from_values({n}, w), gradient = Tensor::from_values({n}, g);
+      optim::SGD sgd({.learning_rate = optim::constant(0.1), .momentum = momentum, .nesterov = nesterov, .weight_decay = 0.01});
+      std::vector<float> v(n, 0.0f);
+      for (int step = 0; step < 2; ++step) {
+        sgd.apply("w", value, gradient);
+        sgd.finish_step();
+        for (std::size_t i = 0; i < w.size(); ++i) {
+          const float grad = g[i] + 0.01f * w[i];
+          if (momentum == 0.0) {
+            w[i] -= 0.1f * grad;
+            continue;
+          }
+          v[i] = 0.9f * v[i] - 0.1f * grad;
+          w[i] += nesterov ? 0.9f * v[i] - 0.1f * grad : v[i];
+        }
+      }
+      INFO("momentum " << momentum << ", nesterov " << nesterov);
+      for (std::size_t i = 0; i < w.size(); ++i) REQUIRE(value.data()[i] == Approx(w[i]).epsilon(1e-5).margin(1e-5));
+    }
+}
+
 TEST_CASE("Adam over two steps with bias correction in the step size", "[optim]") {
   Param p;
   optim::Adam adam({.learning_rate = optim::constant(0.01)});
