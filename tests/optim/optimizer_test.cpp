@@ -1,6 +1,9 @@
 // Optimizer steps against values computed by hand from the Keras update rules.
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <functional>
+#include <memory>
+#include <string>
 #include <sstream>
 
 #include "cohort/core/error.hpp"
@@ -54,36 +57,46 @@ TEST_CASE("SGD momentum and Nesterov over two steps", "[optim]") {
   }
 }
 
-TEST_CASE("SGD's three forms agree with the rule element by element over a long vector, its tail included", "[optim]") {
-  // 70001 elements: past the threshold where the update spreads over threads, in full vector registers and a tail.
+TEST_CASE("each optimizer updates a long vector as it updates each of its elements alone", "[optim]") {
+  // 70001 elements: spread over threads, in full vector registers and a tail; one element alone takes the
+  // scalar path. Every form of each rule, two steps (the slots carry over).
   const std::int64_t n = 70001;
-  for (const double momentum : {0.0, 0.9})
-    for (const bool nesterov : {false, true}) {
-      if (momentum == 0.0 && nesterov) continue;
-      std::vector<float> w(n), g(n);
-      for (std::int64_t i = 0; i < n; ++i) {
-        w[static_cast<std::size_t>(i)] = std::sin(0.37f * static_cast<float>(i));
-        g[static_cast<std::size_t>(i)] = std::cos(0.11f * static_cast<float>(i));
-      }
-      Tensor value = Tensor::from_values({n}, w), gradient = Tensor::from_values({n}, g);
-      optim::SGD sgd({.learning_rate = optim::constant(0.1), .momentum = momentum, .nesterov = nesterov, .weight_decay = 0.01});
-      std::vector<float> v(n, 0.0f);
-      for (int step = 0; step < 2; ++step) {
-        sgd.apply("w", value, gradient);
-        sgd.finish_step();
-        for (std::size_t i = 0; i < w.size(); ++i) {
-          const float grad = g[i] + 0.01f * w[i];
-          if (momentum == 0.0) {
-            w[i] -= 0.1f * grad;
-            continue;
-          }
-          v[i] = 0.9f * v[i] - 0.1f * grad;
-          w[i] += nesterov ? 0.9f * v[i] - 0.1f * grad : v[i];
-        }
-      }
-      INFO("momentum " << momentum << ", nesterov " << nesterov);
-      for (std::size_t i = 0; i < w.size(); ++i) REQUIRE(value.data()[i] == Approx(w[i]).epsilon(1e-5).margin(1e-5));
+  const auto lr = optim::constant(0.01);
+  std::vector<std::pair<std::string, std::function<std::unique_ptr<optim::Optimizer>()>>> optimizers{
+      {"SGD", [&] { return std::make_unique<optim::SGD>(optim::SGDOptions{.learning_rate = lr, .weight_decay = 0.01}); }},
+      {"SGD momentum", [&] { return std::make_unique<optim::SGD>(optim::SGDOptions{.learning_rate = lr, .momentum = 0.9}); }},
+      {"SGD Nesterov", [&] { return std::make_unique<optim::SGD>(optim::SGDOptions{.learning_rate = lr, .momentum = 0.9, .nesterov = true}); }},
+      {"Adam", [&] { return std::make_unique<optim::Adam>(optim::AdamOptions{.learning_rate = lr, .weight_decay = 0.01}); }},
+      {"RMSprop", [&] { return std::make_unique<optim::RMSprop>(optim::RMSpropOptions{.learning_rate = lr}); }},
+      {"RMSprop momentum", [&] { return std::make_unique<optim::RMSprop>(optim::RMSpropOptions{.learning_rate = lr, .momentum = 0.5}); }},
+      {"RMSprop centered", [&] { return std::make_unique<optim::RMSprop>(optim::RMSpropOptions{.learning_rate = lr, .centered = true}); }},
+      {"RMSprop centered momentum",
+       [&] { return std::make_unique<optim::RMSprop>(optim::RMSpropOptions{.learning_rate = lr, .momentum = 0.5, .centered = true}); }}};
+  std::vector<float> w(n), g(n);
+  for (std::int64_t i = 0; i < n; ++i) {
+    w[static_cast<std::size_t>(i)] = std::sin(0.37f * static_cast<float>(i));
+    g[static_cast<std::size_t>(i)] = std::cos(0.11f * static_cast<float>(i));
+  }
+  const std::vector<std::int64_t> sampled{0, 1, 15, 16, 17, 31, 4096, 35000, 69983, 69999, 70000};
+  for (const auto& [name, make] : optimizers) {
+    auto whole = make(), alone = make();
+    Tensor value = Tensor::from_values({n}, w), gradient = Tensor::from_values({n}, g);
+    std::vector<Tensor> values, gradients;
+    for (const std::int64_t i : sampled) {
+      values.push_back(Tensor::from_values({1}, std::vector<float>{w[static_cast<std::size_t>(i)]}));
+      gradients.push_back(Tensor::from_values({1}, std::vector<float>{g[static_cast<std::size_t>(i)]}));
     }
+    for (int step = 0; step < 2; ++step) {
+      whole->apply("w", value, gradient);
+      whole->finish_step();
+      for (std::size_t k = 0; k < sampled.size(); ++k) alone->apply("w" + std::to_string(k), values[k], gradients[k]);
+      alone->finish_step();
+    }
+    for (std::size_t k = 0; k < sampled.size(); ++k) {
+      INFO(name << ", element " << sampled[k]);
+      CHECK(value.data()[sampled[k]] == Approx(values[k].data()[0]).epsilon(1e-6).margin(1e-7));
+    }
+  }
 }
 
 TEST_CASE("Adam over two steps with bias correction in the step size", "[optim]") {
@@ -102,7 +115,7 @@ TEST_CASE("Adam over two steps with bias correction in the step size", "[optim]"
   CHECK(adam.iterations() == 2);
 }
 
-TEST_CASE("RMSprop plain, centered and with momentum", "[optim]") {
+TEST_CASE("RMSprop plain, centered, with momentum, and both", "[optim]") {
   {
     Param p;
     optim::RMSprop rms({.learning_rate = optim::constant(0.01)});
@@ -118,6 +131,20 @@ TEST_CASE("RMSprop plain, centered and with momentum", "[optim]") {
     const double ms = 0.1 * 0.25, mg = 0.1 * 0.5;
     const double mom = 0.01 * 0.5 / std::sqrt(ms - mg * mg + 1e-7);
     CHECK(p.value.data()[0] == Approx(1.0 - mom));
+  }
+  {
+    Param p;
+    optim::RMSprop rms({.learning_rate = optim::constant(0.01), .momentum = 0.5});
+    rms.apply("w", p.value, p.gradient);
+    const double ms = 0.1 * 0.25;
+    CHECK(p.value.data()[0] == Approx(1.0 - 0.01 * 0.5 / std::sqrt(ms + 1e-7)));
+  }
+  {
+    Param p;
+    optim::RMSprop rms({.learning_rate = optim::constant(0.01), .centered = true});
+    rms.apply("w", p.value, p.gradient);
+    const double ms = 0.1 * 0.25, mg = 0.1 * 0.5;
+    CHECK(p.value.data()[0] == Approx(1.0 - 0.01 * 0.5 / (std::sqrt(ms - mg * mg) + 1e-7)));
   }
 }
 
