@@ -4,7 +4,6 @@
 #include <isa-l/crc.h>
 
 #include <algorithm>
-#include <limits>
 
 #include "core/crc32c.hpp"
 
