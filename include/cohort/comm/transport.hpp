@@ -65,8 +65,8 @@ class PeerMemory {
   // memory of that process.
   virtual void write(int peer, std::uint64_t address, std::span<const std::byte> bytes) = 0;
   // Whether the host has a core for each of its ranks: where it has not, a round that needs every rank to
-  // have spoken waits for the scheduler to run each in turn.
-  virtual bool ranks_have_own_cores() const = 0;
+  // have spoken waits for the scheduler to run each in turn. A transport that cannot tell says it has.
+  virtual bool ranks_have_own_cores() const { return true; }
 };
 
 // Messages this small are always expected (agreements, a run's history, rendezvous answers).
