@@ -12,7 +12,16 @@ constexpr std::int64_t kParallelThreshold = 1 << 15;
 
 float* optional_data(const Tensor& t) { return t.defined() ? device_data(t) : nullptr; }
 
-// RMSprop in one of its four forms (centered or not, with momentum or not), without a branch per element.
+// SGD in one of its three forms (plain, with momentum, Nesterov), and RMSprop in one of its four (centered
+// or not, with momentum or not), each without a branch per element, so that each vectorizes (a loop choosing
+// the form per element ran scalar).
+template <bool kMomentum, bool kNesterov>
+void sgd_pass(float* w, const float* g, float* v, std::int64_t n, float learning_rate, float momentum, float weight_decay) {
+#pragma omp parallel for simd if (n > kParallelThreshold)
+  for (std::int64_t i = 0; i < n; ++i)
+    update_rules::sgd(w[i], g[i], kMomentum ? v + i : nullptr, learning_rate, momentum, kNesterov, weight_decay);
+}
+
 template <bool kCentered, bool kMomentum>
 void rmsprop_pass(float* w, const float* g, float* ms, float* mg, float* velocity, std::int64_t n, float learning_rate,
                   float rho, float momentum, float epsilon, float weight_decay) {
@@ -31,18 +40,8 @@ void CpuBackend::sgd_update(const std::vector<ops::SgdOperands>& variables, floa
     const float* g = device_data(variable.gradient);
     float* v = optional_data(variable.velocity);
     const std::int64_t n = variable.value.numel();
-    // One loop per form of the rule, each without a branch, so that each vectorizes (a loop choosing per
-    // element ran scalar).
-    if (v == nullptr) {
-#pragma omp parallel for simd if (n > kParallelThreshold)
-      for (std::int64_t i = 0; i < n; ++i) update_rules::sgd(w[i], g[i], nullptr, learning_rate, momentum, false, weight_decay);
-    } else if (nesterov) {
-#pragma omp parallel for simd if (n > kParallelThreshold)
-      for (std::int64_t i = 0; i < n; ++i) update_rules::sgd(w[i], g[i], v + i, learning_rate, momentum, true, weight_decay);
-    } else {
-#pragma omp parallel for simd if (n > kParallelThreshold)
-      for (std::int64_t i = 0; i < n; ++i) update_rules::sgd(w[i], g[i], v + i, learning_rate, momentum, false, weight_decay);
-    }
+    const auto pass = v == nullptr ? sgd_pass<false, false> : nesterov ? sgd_pass<true, true> : sgd_pass<true, false>;
+    pass(w, g, v, n, learning_rate, momentum, weight_decay);
   }
 }
 
