@@ -425,7 +425,7 @@ TEST_CASE("shm: a caller asleep on its message gets it at once while another thr
   // progress thread parked, and rank 0's sleeping caller unserved until the next of them.
   std::atomic<bool> stop{false};
   std::thread echoes([&] {
-    std::vector<int> ping{2}, pong(1);
+    std::vector<int> pong(1);
     while (!stop.load()) {
       group[1]->recv(0, 11, conformance::bytes(pong))->wait(5s);
       group[1]->send(0, 12, conformance::bytes(pong))->wait(5s);
