@@ -25,13 +25,16 @@ class Matcher {
     WorkPtr work;
   };
 
-  // Hands the oldest message buffered from (peer, tag) to `out` and `work`; false when none waits.
-  bool take_buffered(const std::string& from, int peer, Tag tag, std::span<std::byte> out, Work& work) {
+  // Hands the oldest message buffered from (peer, tag) to `out` and `work`; false when none waits. The
+  // message's buffer, now spent, goes to `spent` where given, for the transport to reuse.
+  bool take_buffered(const std::string& from, int peer, Tag tag, std::span<std::byte> out, Work& work,
+                     std::vector<std::byte>* spent = nullptr) {
     const auto queued = buffered_.find({peer, tag});
     if (queued == buffered_.end() || queued->second.empty()) return false;
-    const std::vector<std::byte> bytes = std::move(queued->second.front());
+    std::vector<std::byte> bytes = std::move(queued->second.front());
     queued->second.pop_front();
     hand_over(from, tag, bytes, out, work);
+    if (spent != nullptr) *spent = std::move(bytes);
     return true;
   }
 

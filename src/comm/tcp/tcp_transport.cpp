@@ -159,6 +159,10 @@ void TcpTransport::on_frame(int peer, const FrameHeader& header) {
                             "this run's largest",
                             header.length, header.tag, expected),
                 true);
+  if (p.payload.capacity() == 0 && !kept_payloads_.empty()) {
+    p.payload = std::move(kept_payloads_.back());
+    kept_payloads_.pop_back();
+  }
   p.payload.clear();
   p.unexpected = {header.tag, header.length};
   read_unexpected(peer, header.tag, header.length);
@@ -187,13 +191,12 @@ void TcpTransport::read_unexpected(int peer, Tag tag, std::uint64_t length) {
     const Matcher::Receiver receiver = *std::exchange(p.adopter, std::nullopt);
     p.unexpected.reset();
     if (have > 0) std::memcpy(receiver.out.data(), p.payload.data(), have);
-    p.payload = {};
+    keep_for_reuse(std::exchange(p.payload, {}));
     return read_into(peer, receiver, have);
   }
   if (have == length) {
     p.unexpected.reset();
-    matcher_.deliver(describe(peer), peer, tag, std::move(p.payload));
-    p.payload = {};
+    matcher_.deliver(describe(peer), peer, tag, std::exchange(p.payload, {}));
     return read_header(peer);
   }
   const std::size_t piece = static_cast<std::size_t>(std::min<std::uint64_t>(length - have, kUnexpectedPiece));
@@ -209,6 +212,11 @@ void TcpTransport::read_unexpected(int peer, Tag tag, std::uint64_t length) {
                      }
                      read_unexpected(peer, tag, length);
                    });
+}
+
+void TcpTransport::keep_for_reuse(std::vector<std::byte>&& buffer) {
+  if (buffer.capacity() > 0 && buffer.capacity() <= kKeptPayloadBytes && kept_payloads_.size() < kKeptPayloads)
+    kept_payloads_.push_back(std::move(buffer));
 }
 
 void TcpTransport::read_failure(int peer, std::uint64_t failed, std::uint64_t length) {
@@ -254,7 +262,8 @@ WorkPtr TcpTransport::receive(int peer, Tag tag, std::span<std::byte> out, bool 
   auto work = std::make_shared<Work>(fmt::format("recv from {}, tag {}", describe(peer), tag), io_driver_->poller_for(out.size()));
   asio::post(io_, [this, peer, tag, out, work, connect] {
     if (broken_) return work->fail(broken_error());
-    if (matcher_.take_buffered(describe(peer), peer, tag, out, *work)) return;
+    if (std::vector<std::byte> spent; matcher_.take_buffered(describe(peer), peer, tag, out, *work, &spent))
+      return keep_for_reuse(std::move(spent));
     Peer& p = peers_[static_cast<std::size_t>(peer)];
     if (p.departed) return work->fail(std::make_exception_ptr(IoError(fmt::format("{} left the group", describe(peer)))));
     if (p.unexpected && p.unexpected->first == tag && p.unexpected->second == out.size() && !p.adopter &&
