@@ -91,6 +91,29 @@ void allgather(Transport& transport, std::span<const std::byte> mine, std::span<
 
 namespace {
 
+// Calls each(offset, length) for the segments of `segment` elements that cover `size` elements; an empty
+// vector is one empty segment, so that both sides of an exchange take the same steps.
+template <typename Each>
+void for_each_segment(std::size_t size, std::size_t segment, Each&& each) {
+  for (std::size_t at = 0; at < size || (at == 0 && size == 0); at += segment) each(at, std::min(segment, size - at));
+}
+
+// Sends the finished block `outgoing` to `to` while `incoming` arrives from `from`: in segments of
+// `segment` elements where the transport gathers in segments, else each whole.
+template <typename T>
+void pass_on(Transport& transport, Tag tag, std::size_t segment, int to, std::span<const T> outgoing, int from,
+             std::span<T> incoming) {
+  if (!transport.gathers_in_segments()) segment = std::max(outgoing.size(), incoming.size()) + 1;
+  std::vector<WorkPtr> operations;
+  for_each_segment(outgoing.size(), segment, [&](std::size_t at, std::size_t length) {
+    operations.push_back(transport.send(to, tag, std::as_bytes(outgoing.subspan(at, length))));
+  });
+  for_each_segment(incoming.size(), segment, [&](std::size_t at, std::size_t length) {
+    operations.push_back(transport.recv(from, tag, bytes_of(incoming.subspan(at, length))));
+  });
+  wait_all(operations, transport.timeout());
+}
+
 // Sends `outgoing` to `to` and adds what `from` sends into `target`, both in segments of `segment` elements:
 // all receives are posted up front, so that every segment lands straight in `incoming` at its place, and each
 // is added as soon as it is in, while the later ones are still on the wire. An empty vector still goes as one
@@ -98,14 +121,11 @@ namespace {
 template <typename T>
 void send_and_add(Transport& transport, Tag tag, std::size_t segment, int to, std::span<const T> outgoing, int from,
                   std::span<T> target, std::span<T> incoming) {
-  const auto segments_of = [&](std::size_t size, auto&& each) {
-    for (std::size_t at = 0; at < size || (at == 0 && size == 0); at += segment) each(at, std::min(segment, size - at));
-  };
   std::vector<WorkPtr> sends, receives;
-  segments_of(outgoing.size(), [&](std::size_t at, std::size_t length) {
+  for_each_segment(outgoing.size(), segment, [&](std::size_t at, std::size_t length) {
     sends.push_back(transport.send(to, tag, std::as_bytes(outgoing.subspan(at, length))));
   });
-  segments_of(target.size(), [&](std::size_t at, std::size_t length) {
+  for_each_segment(target.size(), segment, [&](std::size_t at, std::size_t length) {
     receives.push_back(transport.recv(from, tag, bytes_of(incoming.subspan(at, length))));
   });
   for (std::size_t s = 0; s < receives.size(); ++s) {
@@ -146,12 +166,10 @@ void ring_allreduce(Transport& transport, std::span<T> data, const AllreduceOpti
   if (n == 1) return;
   ring_reduce_scatter(transport, data, options, /*shift=*/0);
   auto chunk_of = [&](int chunk) { return ring_chunk(data, n, chunk); };
-  const int next = (r + 1) % n, previous = (r - 1 + n) % n;
-  for (int step = 0; step + 1 < n; ++step) {
-    auto sent = transport.send(next, options.tag, bytes_of(chunk_of((r + 1 - step + n) % n)));
-    auto received = transport.recv(previous, options.tag, bytes_of(chunk_of((r - step + n) % n)));
-    wait_all({sent, received}, transport.timeout());
-  }
+  const std::size_t segment = std::max<std::size_t>(1, options.segment_bytes / sizeof(T));
+  for (int step = 0; step + 1 < n; ++step)
+    pass_on<T>(transport, options.tag, segment, (r + 1) % n, chunk_of((r + 1 - step + n) % n), (r - 1 + n) % n,
+               chunk_of((r - step + n) % n));
 }
 
 // The ring above for float32 data with bfloat16 on the wire: each rank adds what arrives, widened, to its
@@ -175,17 +193,14 @@ void ring_allreduce_bfloat16_wire(Transport& transport, std::span<float> data, c
     for (std::size_t i = 0; i < values.size(); ++i) outgoing_bits[i] = to_bfloat16_bits(values[i]);
     return std::span<std::uint16_t>(outgoing_bits).subspan(0, values.size());
   };
-  const auto segments_of = [&](std::size_t size, auto&& each) {
-    for (std::size_t at = 0; at < size || (at == 0 && size == 0); at += segment) each(at, std::min(segment, size - at));
-  };
   for (int step = 0; step + 1 < n; ++step) {
     const auto outgoing = narrow(chunk_of((r - step + n) % n));
     const auto target = chunk_of((r - step - 1 + n) % n);
     std::vector<WorkPtr> sends, receives;
-    segments_of(outgoing.size(), [&](std::size_t at, std::size_t length) {
+    for_each_segment(outgoing.size(), segment, [&](std::size_t at, std::size_t length) {
       sends.push_back(transport.send(next, options.tag, bytes_of(outgoing.subspan(at, length))));
     });
-    segments_of(target.size(), [&](std::size_t at, std::size_t length) {
+    for_each_segment(target.size(), segment, [&](std::size_t at, std::size_t length) {
       receives.push_back(transport.recv(previous, options.tag, bytes_of(std::span(incoming_bits).subspan(at, length))));
     });
     for (std::size_t s = 0; s < receives.size(); ++s) {
@@ -198,9 +213,8 @@ void ring_allreduce_bfloat16_wire(Transport& transport, std::span<float> data, c
   for (float& v : chunk_of((r + 1) % n)) v = round_to(DType::BFloat16, v);
   for (int step = 0; step + 1 < n; ++step) {
     const auto target = chunk_of((r - step + n) % n);
-    auto sent = transport.send(next, options.tag, bytes_of(narrow(chunk_of((r + 1 - step + n) % n))));
-    auto received = transport.recv(previous, options.tag, bytes_of(std::span(incoming_bits).subspan(0, target.size())));
-    wait_all({sent, received}, transport.timeout());
+    pass_on<std::uint16_t>(transport, options.tag, segment, next, narrow(chunk_of((r + 1 - step + n) % n)), previous,
+                           std::span(incoming_bits).subspan(0, target.size()));
     for (std::size_t i = 0; i < target.size(); ++i) target[i] = from_bfloat16_bits(incoming_bits[i]);
   }
 }
@@ -273,11 +287,8 @@ void halving_doubling_allreduce(Transport& transport, std::span<T> data, const A
     rounds.push_back(round);
     range = round.kept;
   }
-  for (auto round = rounds.rbegin(); round != rounds.rend(); ++round) {
-    auto sent = transport.send(round->partner, options.tag, bytes_of(round->kept));
-    auto received = transport.recv(round->partner, options.tag, bytes_of(round->given));
-    wait_all({sent, received}, transport.timeout());
-  }
+  for (auto round = rounds.rbegin(); round != rounds.rend(); ++round)
+    pass_on<T>(transport, options.tag, segment, round->partner, round->kept, round->partner, round->given);
 }
 
 void allreduce_by_messages(Transport& transport, std::span<float> values, const AllreduceOptions& options) {

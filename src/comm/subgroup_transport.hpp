@@ -31,6 +31,7 @@ class SubgroupTransport final : public Transport {
   void declare_stuck(int peer, const std::string& reason) override { base_.declare_stuck(real(peer), reason); }
   void expect_messages_up_to(std::uint64_t bytes) override { base_.expect_messages_up_to(bytes); }
   void announce_failure(const std::string& reason) override { base_.announce_failure(reason); }
+  bool gathers_in_segments() const override { return base_.gathers_in_segments(); }
 
  private:
   int real(int member) const { return members_.at(static_cast<std::size_t>(member)); }

@@ -104,6 +104,9 @@ class Transport {
   virtual void expect_messages_up_to(std::uint64_t bytes) = 0;
   // Direct reads of the peers' memory, where this transport has them for this group; none by default.
   virtual PeerMemory* peer_memory() { return nullptr; }
+  // Whether collectives pass on finished blocks (an allreduce's gathering steps) in segments of their
+  // segment size rather than whole, as they pass partial sums: faster over TCP, slower through shared memory.
+  virtual bool gathers_in_segments() const { return false; }
 };
 
 // How the job names `rank` without its address: "worker 1" of "worker 1 (127.0.0.1:4001)".
