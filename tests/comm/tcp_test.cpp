@@ -631,6 +631,47 @@ TEST_CASE("tcp: a receive posted while its message arrives takes the rest straig
   CHECK(peak_resident_bytes() - before < static_cast<std::int64_t>(kBytes / 4));
 }
 
+TEST_CASE("tcp: messages that come before their receives, whole or in part, arrive intact through reused buffers", "[comm][tcp]") {
+  std::unique_ptr<RawClient> raw;
+  const auto zero = zero_with_raw_peer(raw, comm_test::free_addresses(2));
+  RawClient& peer = *raw;
+  const auto message = [](std::size_t bytes, int seed) {
+    std::vector<unsigned char> m(bytes);
+    for (std::size_t i = 0; i < bytes; ++i) m[i] = static_cast<unsigned char>((i * 7 + static_cast<std::size_t>(seed) * 13) % 251);
+    return m;
+  };
+  const auto receive = [&](Tag tag, std::size_t bytes) {
+    std::vector<unsigned char> out(bytes, 0xEE);
+    zero->recv(1, tag, std::as_writable_bytes(std::span(out)))->wait(5s);
+    return out;
+  };
+  peer.write(tcp::encode({.type = tcp::FrameType::Announce, .tag = 300 << 10}));
+  // Larger, smaller, empty and larger again, so that each reuses a buffer another one left.
+  const std::vector<std::size_t> sizes{300 << 10, 1, 0, 200 << 10, 299 << 10, 100 << 10};
+  for (std::size_t m = 0; m < sizes.size(); ++m) {
+    const auto bytes = message(sizes[m], static_cast<int>(m));
+    peer.write(tcp::encode({.type = tcp::FrameType::Data, .tag = 3, .length = bytes.size()}));
+    peer.write(bytes.data(), bytes.size());
+  }
+  std::this_thread::sleep_for(200ms);  // all of them buffered before any receive
+  for (std::size_t m = 0; m < sizes.size(); ++m) CHECK(receive(3, sizes[m]) == message(sizes[m], static_cast<int>(m)));
+  // One whose receive comes while it arrives takes over the bytes already read into a reused buffer.
+  const auto arriving = message(280 << 10, 40);
+  peer.write(tcp::encode({.type = tcp::FrameType::Data, .tag = 4, .length = arriving.size()}));
+  peer.write(arriving.data(), 100 << 10);
+  std::this_thread::sleep_for(200ms);
+  std::vector<unsigned char> out(arriving.size(), 0xEE);
+  auto received = zero->recv(1, 4, std::as_writable_bytes(std::span(out)));
+  peer.write(arriving.data() + (100 << 10), arriving.size() - (100 << 10));
+  received->wait(5s);
+  CHECK(out == arriving);
+  const auto after = message(50 << 10, 41);
+  peer.write(tcp::encode({.type = tcp::FrameType::Data, .tag = 4, .length = after.size()}));
+  peer.write(after.data(), after.size());
+  std::this_thread::sleep_for(100ms);
+  CHECK(receive(4, after.size()) == after);
+}
+
 TEST_CASE("tcp: a receive that took over an arriving message fails naming the sender when it is lost mid-message",
           "[comm][tcp]") {
   std::unique_ptr<RawClient> raw;
