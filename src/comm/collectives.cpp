@@ -91,6 +91,12 @@ void allgather(Transport& transport, std::span<const std::byte> mine, std::span<
 
 namespace {
 
+// How many elements of type T make one of the options' segments (at least one).
+template <typename T>
+std::size_t segment_elements(const AllreduceOptions& options) {
+  return std::max<std::size_t>(1, options.segment_bytes / sizeof(T));
+}
+
 // Calls each(offset, length) for the segments of `segment` elements that cover `size` elements; an empty
 // vector is one empty segment, so that both sides of an exchange take the same steps.
 template <typename Each>
@@ -151,7 +157,7 @@ void ring_reduce_scatter(Transport& transport, std::span<T> data, const Allreduc
   const int n = transport.size(), r = transport.rank();
   const std::size_t count = data.size();
   auto chunk_of = [&](int chunk) { return ring_chunk(data, n, ((chunk % n) + n) % n); };
-  const std::size_t segment = std::max<std::size_t>(1, options.segment_bytes / sizeof(T));
+  const std::size_t segment = segment_elements<T>(options);
   // Reused across calls: a fresh multi-megabyte buffer per call costs page faults on every step.
   thread_local std::vector<T> incoming;
   if (incoming.size() < count / static_cast<std::size_t>(n) + 1) incoming.resize(count / static_cast<std::size_t>(n) + 1);
@@ -166,7 +172,7 @@ void ring_allreduce(Transport& transport, std::span<T> data, const AllreduceOpti
   if (n == 1) return;
   ring_reduce_scatter(transport, data, options, /*shift=*/0);
   auto chunk_of = [&](int chunk) { return ring_chunk(data, n, chunk); };
-  const std::size_t segment = std::max<std::size_t>(1, options.segment_bytes / sizeof(T));
+  const std::size_t segment = segment_elements<T>(options);
   for (int step = 0; step + 1 < n; ++step)
     pass_on<T>(transport, options.tag, segment, (r + 1) % n, chunk_of((r + 1 - step + n) % n), (r - 1 + n) % n,
                chunk_of((r - step + n) % n));
@@ -184,7 +190,7 @@ void ring_allreduce_bfloat16_wire(Transport& transport, std::span<float> data, c
   }
   const std::size_t count = data.size();
   auto chunk_of = [&](int chunk) { return ring_chunk(data, n, chunk); };
-  const std::size_t segment = std::max<std::size_t>(1, options.segment_bytes / sizeof(std::uint16_t));
+  const std::size_t segment = segment_elements<std::uint16_t>(options);
   const int next = (r + 1) % n, previous = (r - 1 + n) % n;
   thread_local std::vector<std::uint16_t> outgoing_bits, incoming_bits;
   const std::size_t largest = count / static_cast<std::size_t>(n) + 1;
@@ -269,7 +275,7 @@ void recursive_doubling_allreduce(Transport& transport, std::span<T> data, const
 template <typename T>
 void halving_doubling_allreduce(Transport& transport, std::span<T> data, const AllreduceOptions& options) {
   const int n = transport.size(), r = transport.rank();
-  const std::size_t segment = std::max<std::size_t>(1, options.segment_bytes / sizeof(T));
+  const std::size_t segment = segment_elements<T>(options);
   thread_local std::vector<T> incoming;
   if (incoming.size() < data.size() / 2 + 1) incoming.resize(data.size() / 2 + 1);
   struct Round {
