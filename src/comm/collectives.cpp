@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <bit>
 #include <cstring>
+#include <functional>
 #include <vector>
 
 #include "cohort/core/check.hpp"
@@ -123,10 +124,11 @@ void pass_on(Transport& transport, Tag tag, std::size_t segment, int to, std::sp
 // Sends `outgoing` to `to` and adds what `from` sends into `target`, both in segments of `segment` elements:
 // all receives are posted up front, so that every segment lands straight in `incoming` at its place, and each
 // is added as soon as it is in, while the later ones are still on the wire. An empty vector still goes as one
-// empty message, so that both sides take the same steps.
+// empty message, so that both sides take the same steps. `once_posted`, where given, runs between the
+// posting and the additions.
 template <typename T>
 void send_and_add(Transport& transport, Tag tag, std::size_t segment, int to, std::span<const T> outgoing, int from,
-                  std::span<T> target, std::span<T> incoming) {
+                  std::span<T> target, std::span<T> incoming, const std::function<void()>& once_posted = {}) {
   std::vector<WorkPtr> sends, receives;
   for_each_segment(outgoing.size(), segment, [&](std::size_t at, std::size_t length) {
     sends.push_back(transport.send(to, tag, std::as_bytes(outgoing.subspan(at, length))));
@@ -134,6 +136,7 @@ void send_and_add(Transport& transport, Tag tag, std::size_t segment, int to, st
   for_each_segment(target.size(), segment, [&](std::size_t at, std::size_t length) {
     receives.push_back(transport.recv(from, tag, bytes_of(incoming.subspan(at, length))));
   });
+  if (once_posted) once_posted();
   for (std::size_t s = 0; s < receives.size(); ++s) {
     receives[s]->wait(transport.timeout());
     const std::size_t at = s * segment, end = std::min(target.size(), at + segment);
@@ -152,8 +155,10 @@ void send_and_add(Transport& transport, Tag tag, std::size_t segment, int to, st
 // all ranks end with bitwise identical results.
 
 // The reduce-scatter half: afterwards rank r holds the complete sum of chunk (r + 1 - shift) mod n.
+// `before_last_additions` runs once the last step's receives are posted.
 template <typename T>
-void ring_reduce_scatter(Transport& transport, std::span<T> data, const AllreduceOptions& options, int shift) {
+void ring_reduce_scatter(Transport& transport, std::span<T> data, const AllreduceOptions& options, int shift,
+                         const std::function<void()>& before_last_additions = {}) {
   const int n = transport.size(), r = transport.rank();
   const std::size_t count = data.size();
   auto chunk_of = [&](int chunk) { return ring_chunk(data, n, ((chunk % n) + n) % n); };
@@ -163,19 +168,41 @@ void ring_reduce_scatter(Transport& transport, std::span<T> data, const Allreduc
   if (incoming.size() < count / static_cast<std::size_t>(n) + 1) incoming.resize(count / static_cast<std::size_t>(n) + 1);
   for (int step = 0; step + 1 < n; ++step)
     send_and_add<T>(transport, options.tag, segment, (r + 1) % n, chunk_of(r - step - shift), (r - 1 + n) % n,
-                    chunk_of(r - step - shift - 1), incoming);
+                    chunk_of(r - step - shift - 1), incoming, step + 2 == n ? before_last_additions : std::function<void()>{});
 }
 
+// The gathering half as a pipeline: its receives are all posted before the reduce-scatter's last additions,
+// so that no finished chunk waits in a transport's buffer for its receive, and each segment goes on to the
+// successor as soon as it is in. A receive posted early cannot overwrite a chunk still being sent: a chunk
+// comes back finished only after the ring, its owner's successor included, has consumed this rank's part of it.
 template <typename T>
 void ring_allreduce(Transport& transport, std::span<T> data, const AllreduceOptions& options) {
-  const int n = transport.size(), r = transport.rank();
+  const int n = transport.size(), r = transport.rank(), next = (r + 1) % n, previous = (r - 1 + n) % n;
   if (n == 1) return;
-  ring_reduce_scatter(transport, data, options, /*shift=*/0);
-  auto chunk_of = [&](int chunk) { return ring_chunk(data, n, chunk); };
-  const std::size_t segment = segment_elements<T>(options);
-  for (int step = 0; step + 1 < n; ++step)
-    pass_on<T>(transport, options.tag, segment, (r + 1) % n, chunk_of((r + 1 - step + n) % n), (r - 1 + n) % n,
-               chunk_of((r - step + n) % n));
+  auto chunk_of = [&](int chunk) { return ring_chunk(data, n, (chunk % n + n) % n); };
+  std::size_t segment = segment_elements<T>(options);
+  if (!transport.gathers_in_segments()) segment = data.size() + 1;
+  // arrivals[step][s]: segment s of the chunk that comes in at gathering step `step`, chunk r - step.
+  std::vector<std::vector<WorkPtr>> arrivals(static_cast<std::size_t>(n - 1));
+  ring_reduce_scatter<T>(transport, data, options, /*shift=*/0, [&] {
+    for (int step = 0; step + 1 < n; ++step)
+      for_each_segment(chunk_of(r - step).size(), segment, [&](std::size_t at, std::size_t length) {
+        arrivals[static_cast<std::size_t>(step)].push_back(
+            transport.recv(previous, options.tag, bytes_of(chunk_of(r - step).subspan(at, length))));
+      });
+  });
+  std::vector<WorkPtr> sends;
+  for (int step = 0; step + 1 < n; ++step) {
+    // Step 0 sends this rank's finished chunk, r + 1; each later step the one that came in at the step before.
+    const auto outgoing = chunk_of(r + 1 - step);
+    std::size_t s = 0;
+    for_each_segment(outgoing.size(), segment, [&](std::size_t at, std::size_t length) {
+      if (step > 0) arrivals[static_cast<std::size_t>(step - 1)][s++]->wait(transport.timeout());
+      sends.push_back(transport.send(next, options.tag, std::as_bytes(outgoing.subspan(at, length))));
+    });
+  }
+  wait_all(arrivals.back(), transport.timeout());
+  wait_all(sends, transport.timeout());
 }
 
 // The ring above for float32 data with bfloat16 on the wire: each rank adds what arrives, widened, to its
