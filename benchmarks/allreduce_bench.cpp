@@ -12,6 +12,8 @@
 //   ... --startup                                  (time to join and make a first allreduce; descriptors)
 //   COHORT_LATENCY_OPTIMAL_BELOW=N ...              (recursive doubling below N bytes, the ring above;
 //                                                   0: the ring only; to find the crossover)
+//   COHORT_HALVING_DOUBLING_BELOW=N ...             (on a power of two of 4 ranks or more, recursive halving
+//                                                   and doubling below N bytes, the ring above)
 //   COHORT_DIRECT_FROM=N ...                        (on one host, read the peers' memory from N bytes)
 // benchmarks/allreduce_compare.sh puts it beside Open MPI and Gloo.
 #include <cstdio>
@@ -51,6 +53,7 @@ int main(int argc, char** argv) try {
   }
   comm::AllreduceOptions allreduce;
   if (const char* below = std::getenv("COHORT_LATENCY_OPTIMAL_BELOW")) allreduce.latency_optimal_below_bytes = std::stoull(below);
+  if (const char* below = std::getenv("COHORT_HALVING_DOUBLING_BELOW")) allreduce.halving_doubling_below_bytes = std::stoull(below);
   if (const char* from = std::getenv("COHORT_DIRECT_FROM")) allreduce.direct_from_bytes = std::stoull(from);
   auto cluster = cluster::Cluster::from_environment();
   comm::Transport& transport = cluster.transport();

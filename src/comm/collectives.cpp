@@ -1,6 +1,7 @@
 #include "cohort/comm/collectives.hpp"
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cstring>
 #include <functional>
@@ -124,11 +125,10 @@ void pass_on(Transport& transport, Tag tag, std::size_t segment, int to, std::sp
 // Sends `outgoing` to `to` and adds what `from` sends into `target`, both in segments of `segment` elements:
 // all receives are posted up front, so that every segment lands straight in `incoming` at its place, and each
 // is added as soon as it is in, while the later ones are still on the wire. An empty vector still goes as one
-// empty message, so that both sides take the same steps. `once_posted`, where given, runs between the
-// posting and the additions.
+// empty message, so that both sides take the same steps.
 template <typename T>
 void send_and_add(Transport& transport, Tag tag, std::size_t segment, int to, std::span<const T> outgoing, int from,
-                  std::span<T> target, std::span<T> incoming, const std::function<void()>& once_posted = {}) {
+                  std::span<T> target, std::span<T> incoming) {
   std::vector<WorkPtr> sends, receives;
   for_each_segment(outgoing.size(), segment, [&](std::size_t at, std::size_t length) {
     sends.push_back(transport.send(to, tag, std::as_bytes(outgoing.subspan(at, length))));
@@ -136,7 +136,6 @@ void send_and_add(Transport& transport, Tag tag, std::size_t segment, int to, st
   for_each_segment(target.size(), segment, [&](std::size_t at, std::size_t length) {
     receives.push_back(transport.recv(from, tag, bytes_of(incoming.subspan(at, length))));
   });
-  if (once_posted) once_posted();
   for (std::size_t s = 0; s < receives.size(); ++s) {
     receives[s]->wait(transport.timeout());
     const std::size_t at = s * segment, end = std::min(target.size(), at + segment);
@@ -150,55 +149,100 @@ void send_and_add(Transport& transport, Tag tag, std::size_t segment, int to, st
 // from its predecessor, so that afterwards each rank holds the complete sum of one chunk. All-gather:
 // n - 1 more steps pass the finished chunks around the ring. Each rank sends and receives 2 (n - 1) / n
 // of the vector in total, independent of n, which is bandwidth-optimal; the latency is 2 (n - 1) message
-// times. Within a step a chunk moves in segments, and each segment is reduced as soon as it arrives while
-// the following ones are still in transfer. Every chunk is summed in one fixed order and then copied, so
-// all ranks end with bitwise identical results.
+// times. Chunks move in segments, as a pipeline: every step's receives are posted before the previous
+// step's additions, and each segment goes on to the successor as soon as it is added (or, gathering, as
+// soon as it is in), so that no byte waits in a transport's buffer for its receive and the wire never waits
+// for a whole chunk. Every chunk is summed in one fixed order and then copied, so all ranks end with bitwise
+// identical results.
+
+// What follows a reduce-scatter: told once the receives of its last step are posted, and then of each
+// segment (offset and length in the finished chunk) as it is complete.
+struct ReduceScatterEnd {
+  std::function<void()> receives_posted;
+  std::function<void(std::size_t at, std::size_t length)> finished;
+};
 
 // The reduce-scatter half: afterwards rank r holds the complete sum of chunk (r + 1 - shift) mod n.
-// `before_last_additions` runs once the last step's receives are posted.
 template <typename T>
 void ring_reduce_scatter(Transport& transport, std::span<T> data, const AllreduceOptions& options, int shift,
-                         const std::function<void()>& before_last_additions = {}) {
-  const int n = transport.size(), r = transport.rank();
-  const std::size_t count = data.size();
+                         const ReduceScatterEnd& end = {}) {
+  const int n = transport.size(), r = transport.rank(), next = (r + 1) % n, previous = (r - 1 + n) % n;
   auto chunk_of = [&](int chunk) { return ring_chunk(data, n, ((chunk % n) + n) % n); };
   const std::size_t segment = segment_elements<T>(options);
-  // Reused across calls: a fresh multi-megabyte buffer per call costs page faults on every step.
-  thread_local std::vector<T> incoming;
-  if (incoming.size() < count / static_cast<std::size_t>(n) + 1) incoming.resize(count / static_cast<std::size_t>(n) + 1);
-  for (int step = 0; step + 1 < n; ++step)
-    send_and_add<T>(transport, options.tag, segment, (r + 1) % n, chunk_of(r - step - shift), (r - 1 + n) % n,
-                    chunk_of(r - step - shift - 1), incoming, step + 2 == n ? before_last_additions : std::function<void()>{});
+  // A step's receives land in one buffer while the step before adds from the other. Reused across calls: a
+  // fresh multi-megabyte buffer per call costs page faults on every step.
+  thread_local std::array<std::vector<T>, 2> incoming;
+  const auto post_receives = [&](int step) {
+    std::vector<T>& buffer = incoming[static_cast<std::size_t>(step % 2)];
+    if (buffer.size() < data.size() / static_cast<std::size_t>(n) + 1) buffer.resize(data.size() / static_cast<std::size_t>(n) + 1);
+    std::vector<WorkPtr> receives;
+    for_each_segment(chunk_of(r - step - shift - 1).size(), segment, [&](std::size_t at, std::size_t length) {
+      receives.push_back(transport.recv(previous, options.tag, bytes_of(std::span(buffer).subspan(at, length))));
+    });
+    return receives;
+  };
+  std::vector<WorkPtr> sends;
+  const auto send_segments = [&](std::span<const T> chunk) {
+    for_each_segment(chunk.size(), segment, [&](std::size_t at, std::size_t length) {
+      sends.push_back(transport.send(next, options.tag, std::as_bytes(chunk.subspan(at, length))));
+    });
+  };
+  std::vector<WorkPtr> receives = post_receives(0);
+  send_segments(chunk_of(r - shift));
+  for (int step = 0; step + 1 < n; ++step) {
+    const bool last = step + 2 == n;
+    std::vector<WorkPtr> following = last ? std::vector<WorkPtr>{} : post_receives(step + 1);
+    if (last && end.receives_posted) end.receives_posted();
+    const auto target = chunk_of(r - step - shift - 1);
+    const std::span<const T> arrived = incoming[static_cast<std::size_t>(step % 2)];
+    std::size_t s = 0;
+    for_each_segment(target.size(), segment, [&](std::size_t at, std::size_t length) {
+      receives[s++]->wait(transport.timeout());
+      for (std::size_t i = at; i < at + length; ++i) target[i] += arrived[i];
+      if (!last) send_segments(target.subspan(at, length));
+      else if (end.finished) end.finished(at, length);
+    });
+    receives = std::move(following);
+  }
+  wait_all(sends, transport.timeout());
 }
 
-// The gathering half as a pipeline: its receives are all posted before the reduce-scatter's last additions,
-// so that no finished chunk waits in a transport's buffer for its receive, and each segment goes on to the
-// successor as soon as it is in. A receive posted early cannot overwrite a chunk still being sent: a chunk
-// comes back finished only after the ring, its owner's successor included, has consumed this rank's part of it.
+// The gathering half posts all its receives before the reduce-scatter's last additions. Such a receive cannot
+// overwrite a chunk still being sent: a chunk comes back finished only after the ring, this rank's successor
+// included, has consumed this rank's part of it.
 template <typename T>
 void ring_allreduce(Transport& transport, std::span<T> data, const AllreduceOptions& options) {
   const int n = transport.size(), r = transport.rank(), next = (r + 1) % n, previous = (r - 1 + n) % n;
   if (n == 1) return;
   auto chunk_of = [&](int chunk) { return ring_chunk(data, n, (chunk % n + n) % n); };
-  std::size_t segment = segment_elements<T>(options);
-  if (!transport.gathers_in_segments()) segment = data.size() + 1;
+  // Where the transport takes whole blocks better, each finished chunk goes as one message.
+  const bool in_segments = transport.gathers_in_segments();
+  const std::size_t segment = in_segments ? segment_elements<T>(options) : data.size() + 1;
   // arrivals[step][s]: segment s of the chunk that comes in at gathering step `step`, chunk r - step.
   std::vector<std::vector<WorkPtr>> arrivals(static_cast<std::size_t>(n - 1));
-  ring_reduce_scatter<T>(transport, data, options, /*shift=*/0, [&] {
+  std::vector<WorkPtr> sends;
+  const auto send = [&](std::span<const T> part) { sends.push_back(transport.send(next, options.tag, std::as_bytes(part))); };
+  const auto post_gathering = [&] {
     for (int step = 0; step + 1 < n; ++step)
       for_each_segment(chunk_of(r - step).size(), segment, [&](std::size_t at, std::size_t length) {
         arrivals[static_cast<std::size_t>(step)].push_back(
             transport.recv(previous, options.tag, bytes_of(chunk_of(r - step).subspan(at, length))));
       });
-  });
-  std::vector<WorkPtr> sends;
-  for (int step = 0; step + 1 < n; ++step) {
-    // Step 0 sends this rank's finished chunk, r + 1; each later step the one that came in at the step before.
+  };
+  // In segments, the reduce-scatter's segments are the gathering's: each goes on as soon as it is summed.
+  const auto own = chunk_of(r + 1);
+  const auto pass_on_summed = [&](std::size_t at, std::size_t length) {
+    if (in_segments) send(own.subspan(at, length));
+  };
+  ring_reduce_scatter<T>(transport, data, options, /*shift=*/0, {.receives_posted = post_gathering, .finished = pass_on_summed});
+  if (!in_segments) send(own);
+  // Each later step passes on the chunk that came in at the step before, segment by segment as it arrives.
+  for (int step = 1; step + 1 < n; ++step) {
     const auto outgoing = chunk_of(r + 1 - step);
     std::size_t s = 0;
     for_each_segment(outgoing.size(), segment, [&](std::size_t at, std::size_t length) {
-      if (step > 0) arrivals[static_cast<std::size_t>(step - 1)][s++]->wait(transport.timeout());
-      sends.push_back(transport.send(next, options.tag, std::as_bytes(outgoing.subspan(at, length))));
+      arrivals[static_cast<std::size_t>(step - 1)][s++]->wait(transport.timeout());
+      send(outgoing.subspan(at, length));
     });
   }
   wait_all(arrivals.back(), transport.timeout());

@@ -27,7 +27,7 @@ constexpr std::string_view kSettingNames[] = {
     "COHORT_RESTART", "COHORT_TIMELINE_PARTS", "COHORT_PROGRESS",
     // the test suite and the benchmarks
     "COHORT_TEST_DEVICE", "COHORT_FUZZ_SEEDS", "COHORT_GLOO_STORE", "COHORT_LATENCY_OPTIMAL_BELOW",
-    "COHORT_DIRECT_FROM"};
+    "COHORT_HALVING_DOUBLING_BELOW", "COHORT_DIRECT_FROM"};
 
 // Levenshtein distance, for the suggestion in a misspelling's refusal.
 std::size_t edit_distance(std::string_view a, std::string_view b) {
