@@ -5,6 +5,7 @@
 #include <bit>
 #include <cstring>
 #include <functional>
+#include <type_traits>
 #include <vector>
 
 #include "cohort/core/check.hpp"
@@ -155,6 +156,16 @@ void send_and_add(Transport& transport, Tag tag, std::size_t segment, int to, st
 // for a whole chunk. Every chunk is summed in one fixed order and then copied, so all ranks end with bitwise
 // identical results.
 
+// What travels on the wire for float32 data: the floats themselves, whose wire image is the vector itself,
+// or bfloat16 bits (half the bytes), whose wire image is a buffer of the same shape.
+float widen(float value) { return value; }
+float widen(std::uint16_t bits) { return from_bfloat16_bits(bits); }
+template <typename Wire>
+void narrow(std::span<const float> values, std::span<Wire> wire) {
+  if constexpr (std::is_same_v<Wire, std::uint16_t>)
+    for (std::size_t i = 0; i < values.size(); ++i) wire[i] = to_bfloat16_bits(values[i]);
+}
+
 // What follows a reduce-scatter: told once the receives of its last step are posted, and then of each
 // segment (offset and length in the finished chunk) as it is complete.
 struct ReduceScatterEnd {
@@ -162,44 +173,47 @@ struct ReduceScatterEnd {
   std::function<void(std::size_t at, std::size_t length)> finished;
 };
 
-// The reduce-scatter half: afterwards rank r holds the complete sum of chunk (r + 1 - shift) mod n.
-template <typename T>
-void ring_reduce_scatter(Transport& transport, std::span<T> data, const AllreduceOptions& options, int shift,
-                         const ReduceScatterEnd& end = {}) {
+// The reduce-scatter half: afterwards rank r holds the complete sum of chunk (r + 1 - shift) mod n. Each
+// segment goes out as its wire image (`wire`, cut as `data` is), narrowed from the partial sums just before.
+template <typename Wire>
+void ring_reduce_scatter(Transport& transport, std::span<float> data, std::span<Wire> wire, const AllreduceOptions& options,
+                         int shift, const ReduceScatterEnd& end = {}) {
   const int n = transport.size(), r = transport.rank(), next = (r + 1) % n, previous = (r - 1 + n) % n;
-  auto chunk_of = [&](int chunk) { return ring_chunk(data, n, ((chunk % n) + n) % n); };
-  const std::size_t segment = segment_elements<T>(options);
+  const auto index = [&](int chunk) { return ((chunk % n) + n) % n; };
+  const std::size_t segment = segment_elements<Wire>(options);
   // A step's receives land in one buffer while the step before adds from the other. Reused across calls: a
   // fresh multi-megabyte buffer per call costs page faults on every step.
-  thread_local std::array<std::vector<T>, 2> incoming;
+  thread_local std::array<std::vector<Wire>, 2> incoming;
   const auto post_receives = [&](int step) {
-    std::vector<T>& buffer = incoming[static_cast<std::size_t>(step % 2)];
+    std::vector<Wire>& buffer = incoming[static_cast<std::size_t>(step % 2)];
     if (buffer.size() < data.size() / static_cast<std::size_t>(n) + 1) buffer.resize(data.size() / static_cast<std::size_t>(n) + 1);
     std::vector<WorkPtr> receives;
-    for_each_segment(chunk_of(r - step - shift - 1).size(), segment, [&](std::size_t at, std::size_t length) {
+    for_each_segment(ring_chunk(data, n, index(r - step - shift - 1)).size(), segment, [&](std::size_t at, std::size_t length) {
       receives.push_back(transport.recv(previous, options.tag, bytes_of(std::span(buffer).subspan(at, length))));
     });
     return receives;
   };
   std::vector<WorkPtr> sends;
-  const auto send_segments = [&](std::span<const T> chunk) {
-    for_each_segment(chunk.size(), segment, [&](std::size_t at, std::size_t length) {
-      sends.push_back(transport.send(next, options.tag, std::as_bytes(chunk.subspan(at, length))));
-    });
+  const auto send = [&](int chunk, std::size_t at, std::size_t length) {
+    const auto part = ring_chunk(wire, n, chunk).subspan(at, length);
+    narrow<Wire>(ring_chunk(data, n, chunk).subspan(at, length), part);
+    sends.push_back(transport.send(next, options.tag, std::as_bytes(part)));
   };
   std::vector<WorkPtr> receives = post_receives(0);
-  send_segments(chunk_of(r - shift));
+  for_each_segment(ring_chunk(data, n, index(r - shift)).size(), segment,
+                   [&](std::size_t at, std::size_t length) { send(index(r - shift), at, length); });
   for (int step = 0; step + 1 < n; ++step) {
     const bool last = step + 2 == n;
     std::vector<WorkPtr> following = last ? std::vector<WorkPtr>{} : post_receives(step + 1);
     if (last && end.receives_posted) end.receives_posted();
-    const auto target = chunk_of(r - step - shift - 1);
-    const std::span<const T> arrived = incoming[static_cast<std::size_t>(step % 2)];
+    const int chunk = index(r - step - shift - 1);
+    const auto target = ring_chunk(data, n, chunk);
+    const std::span<const Wire> arrived = incoming[static_cast<std::size_t>(step % 2)];
     std::size_t s = 0;
     for_each_segment(target.size(), segment, [&](std::size_t at, std::size_t length) {
       receives[s++]->wait(transport.timeout());
-      for (std::size_t i = at; i < at + length; ++i) target[i] += arrived[i];
-      if (!last) send_segments(target.subspan(at, length));
+      for (std::size_t i = at; i < at + length; ++i) target[i] += widen(arrived[i]);
+      if (!last) send(chunk, at, length);
       else if (end.finished) end.finished(at, length);
     });
     receives = std::move(following);
@@ -207,93 +221,72 @@ void ring_reduce_scatter(Transport& transport, std::span<T> data, const Allreduc
   wait_all(sends, transport.timeout());
 }
 
-// The gathering half posts all its receives before the reduce-scatter's last additions. Such a receive cannot
-// overwrite a chunk still being sent: a chunk comes back finished only after the ring, this rank's successor
-// included, has consumed this rank's part of it.
-template <typename T>
-void ring_allreduce(Transport& transport, std::span<T> data, const AllreduceOptions& options) {
+// The gathering half passes the finished chunks' wire images around the ring and widens each as it comes.
+// Its receives are all posted before the reduce-scatter's last additions. Such a receive cannot overwrite
+// a chunk still being sent: a chunk comes back finished only after the ring, this rank's successor
+// included, has consumed this rank's part of it. With bfloat16 on the wire, the rank that completes a chunk
+// rounds it to bfloat16 and keeps the rounded values, which then travel around unchanged (bfloat16 holds
+// them exactly): every rank ends with the same bits.
+template <typename Wire>
+void ring_allreduce(Transport& transport, std::span<float> data, std::span<Wire> wire, const AllreduceOptions& options) {
   const int n = transport.size(), r = transport.rank(), next = (r + 1) % n, previous = (r - 1 + n) % n;
-  if (n == 1) return;
-  auto chunk_of = [&](int chunk) { return ring_chunk(data, n, (chunk % n + n) % n); };
+  const auto index = [&](int chunk) { return ((chunk % n) + n) % n; };
   // Where the transport takes whole blocks better, each finished chunk goes as one message.
   const bool in_segments = transport.gathers_in_segments();
-  const std::size_t segment = in_segments ? segment_elements<T>(options) : data.size() + 1;
+  const std::size_t segment = in_segments ? segment_elements<Wire>(options) : data.size() + 1;
   // arrivals[step][s]: segment s of the chunk that comes in at gathering step `step`, chunk r - step.
   std::vector<std::vector<WorkPtr>> arrivals(static_cast<std::size_t>(n - 1));
   std::vector<WorkPtr> sends;
-  const auto send = [&](std::span<const T> part) { sends.push_back(transport.send(next, options.tag, std::as_bytes(part))); };
+  const auto send = [&](std::span<const Wire> part) { sends.push_back(transport.send(next, options.tag, std::as_bytes(part))); };
   const auto post_gathering = [&] {
     for (int step = 0; step + 1 < n; ++step)
-      for_each_segment(chunk_of(r - step).size(), segment, [&](std::size_t at, std::size_t length) {
+      for_each_segment(ring_chunk(wire, n, index(r - step)).size(), segment, [&](std::size_t at, std::size_t length) {
         arrivals[static_cast<std::size_t>(step)].push_back(
-            transport.recv(previous, options.tag, bytes_of(chunk_of(r - step).subspan(at, length))));
+            transport.recv(previous, options.tag, bytes_of(ring_chunk(wire, n, index(r - step)).subspan(at, length))));
       });
   };
   // In segments, the reduce-scatter's segments are the gathering's: each goes on as soon as it is summed.
-  const auto own = chunk_of(r + 1);
+  const auto own = ring_chunk(data, n, index(r + 1));
+  const auto own_wire = ring_chunk(wire, n, index(r + 1));
   const auto pass_on_summed = [&](std::size_t at, std::size_t length) {
-    if (in_segments) send(own.subspan(at, length));
+    if constexpr (std::is_same_v<Wire, std::uint16_t>)
+      for (float& v : own.subspan(at, length)) v = round_to(DType::BFloat16, v);
+    narrow<Wire>(own.subspan(at, length), own_wire.subspan(at, length));
+    if (in_segments) send(own_wire.subspan(at, length));
   };
-  ring_reduce_scatter<T>(transport, data, options, /*shift=*/0, {.receives_posted = post_gathering, .finished = pass_on_summed});
-  if (!in_segments) send(own);
-  // Each later step passes on the chunk that came in at the step before, segment by segment as it arrives.
-  for (int step = 1; step + 1 < n; ++step) {
-    const auto outgoing = chunk_of(r + 1 - step);
+  ring_reduce_scatter<Wire>(transport, data, wire, options, /*shift=*/0, {.receives_posted = post_gathering, .finished = pass_on_summed});
+  if (!in_segments) send(own_wire);
+  const auto arrive = [&](int step, std::size_t s, std::size_t at, std::size_t length) {
+    arrivals[static_cast<std::size_t>(step)][s]->wait(transport.timeout());
+    if constexpr (std::is_same_v<Wire, std::uint16_t>) {
+      const auto values = ring_chunk(data, n, index(r - step)).subspan(at, length);
+      const auto bits = ring_chunk(wire, n, index(r - step)).subspan(at, length);
+      for (std::size_t i = 0; i < length; ++i) values[i] = widen(bits[i]);
+    }
+  };
+  // Each step passes on the chunk that came in at the step before, segment by segment as it arrives.
+  for (int step = 0; step + 1 < n; ++step) {
+    const auto incoming = ring_chunk(wire, n, index(r - step));
     std::size_t s = 0;
-    for_each_segment(outgoing.size(), segment, [&](std::size_t at, std::size_t length) {
-      arrivals[static_cast<std::size_t>(step - 1)][s++]->wait(transport.timeout());
-      send(outgoing.subspan(at, length));
+    for_each_segment(incoming.size(), segment, [&](std::size_t at, std::size_t length) {
+      arrive(step, s++, at, length);
+      if (step + 2 < n) send(incoming.subspan(at, length));
     });
   }
-  wait_all(arrivals.back(), transport.timeout());
   wait_all(sends, transport.timeout());
 }
 
-// The ring above for float32 data with bfloat16 on the wire: each rank adds what arrives, widened, to its
-// float32 chunk and sends its partial sums rounded to bfloat16, so every hop carries half the bytes. The rank
-// that completes a chunk rounds it once more and keeps the rounded values, which then travel around
-// unchanged (bfloat16 holds them exactly): every rank ends with the same bits, bfloat16 values.
-void ring_allreduce_bfloat16_wire(Transport& transport, std::span<float> data, const AllreduceOptions& options) {
-  const int n = transport.size(), r = transport.rank();
-  if (n == 1) {  // no wire, but the same rounding as on a ring: a run's results do not depend on its size
-    for (float& v : data) v = round_to(DType::BFloat16, v);
+void ring_allreduce(Transport& transport, std::span<float> data, const AllreduceOptions& options) {
+  if (transport.size() == 1) {  // no wire, but the same rounding as on a ring: a run's results do not depend on its size
+    if (options.wire == DType::BFloat16)
+      for (float& v : data) v = round_to(DType::BFloat16, v);
     return;
   }
-  const std::size_t count = data.size();
-  auto chunk_of = [&](int chunk) { return ring_chunk(data, n, chunk); };
-  const std::size_t segment = segment_elements<std::uint16_t>(options);
-  const int next = (r + 1) % n, previous = (r - 1 + n) % n;
-  thread_local std::vector<std::uint16_t> outgoing_bits, incoming_bits;
-  const std::size_t largest = count / static_cast<std::size_t>(n) + 1;
-  if (outgoing_bits.size() < largest) outgoing_bits.resize(largest), incoming_bits.resize(largest);
-  const auto narrow = [&](std::span<const float> values) {
-    for (std::size_t i = 0; i < values.size(); ++i) outgoing_bits[i] = to_bfloat16_bits(values[i]);
-    return std::span<std::uint16_t>(outgoing_bits).subspan(0, values.size());
-  };
-  for (int step = 0; step + 1 < n; ++step) {
-    const auto outgoing = narrow(chunk_of((r - step + n) % n));
-    const auto target = chunk_of((r - step - 1 + n) % n);
-    std::vector<WorkPtr> sends, receives;
-    for_each_segment(outgoing.size(), segment, [&](std::size_t at, std::size_t length) {
-      sends.push_back(transport.send(next, options.tag, bytes_of(outgoing.subspan(at, length))));
-    });
-    for_each_segment(target.size(), segment, [&](std::size_t at, std::size_t length) {
-      receives.push_back(transport.recv(previous, options.tag, bytes_of(std::span(incoming_bits).subspan(at, length))));
-    });
-    for (std::size_t s = 0; s < receives.size(); ++s) {
-      receives[s]->wait(transport.timeout());
-      const std::size_t at = s * segment, end = std::min(target.size(), at + segment);
-      for (std::size_t i = at; i < end; ++i) target[i] += from_bfloat16_bits(incoming_bits[i]);
-    }
-    wait_all(sends, transport.timeout());
-  }
-  for (float& v : chunk_of((r + 1) % n)) v = round_to(DType::BFloat16, v);
-  for (int step = 0; step + 1 < n; ++step) {
-    const auto target = chunk_of((r - step + n) % n);
-    pass_on<std::uint16_t>(transport, options.tag, segment, next, narrow(chunk_of((r + 1 - step + n) % n)), previous,
-                           std::span(incoming_bits).subspan(0, target.size()));
-    for (std::size_t i = 0; i < target.size(); ++i) target[i] = from_bfloat16_bits(incoming_bits[i]);
-  }
+  if (options.wire != DType::BFloat16) return ring_allreduce<float>(transport, data, data, options);
+  // Thread-local, as the receive buffers: a fresh one per call would be faulted in every time.
+  thread_local std::vector<std::uint16_t> wire;
+  if (wire.size() < data.size()) wire.resize(data.size());
+  ring_allreduce<std::uint16_t>(transport, data, std::span(wire).first(data.size()), options);
 }
 
 // Recursive doubling (Thakur, Rabenseifner and Gropp 2005): in round k every rank swaps its whole vector
@@ -370,7 +363,7 @@ void halving_doubling_allreduce(Transport& transport, std::span<T> data, const A
 
 void allreduce_by_messages(Transport& transport, std::span<float> values, const AllreduceOptions& options) {
   if (options.wire == DType::BFloat16)
-    ring_allreduce_bfloat16_wire(transport, values, options);
+    ring_allreduce(transport, values, options);
   else if (const auto algorithm = allreduce_algorithm(values.size_bytes(), transport.size(), options); algorithm == kRecursiveDoubling)
     recursive_doubling_allreduce(transport, values, options);
   else if (algorithm == kHalvingDoubling)
@@ -417,7 +410,7 @@ void reduce_scatter(Transport& transport, std::span<std::byte> data, const Allre
   COHORT_CHECK(data.size() % (element * ranks) == 0, "reduce_scatter: {} bytes are not {} equal blocks of {}-byte elements",
                data.size(), ranks, element);
   const std::span values(reinterpret_cast<float*>(data.data()), data.size() / element);
-  if (ranks > 1) ring_reduce_scatter(transport, values, options, /*shift=*/1);
+  if (ranks > 1) ring_reduce_scatter<float>(transport, values, values, options, /*shift=*/1);
   if (options.op == ReduceOp::Mean) {
     const float inverse = 1.0f / static_cast<float>(ranks);
     for (float& v : ring_chunk(values, transport.size(), transport.rank())) v *= inverse;
