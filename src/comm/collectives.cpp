@@ -157,7 +157,8 @@ void send_and_add(Transport& transport, Tag tag, std::size_t segment, int to, st
 // identical results.
 
 // What travels on the wire for float32 data: the floats themselves, whose wire image is the vector itself,
-// or bfloat16 bits (half the bytes), whose wire image is a buffer of the same shape.
+// or bfloat16 bits, whose wire image is a buffer of the same shape: then each rank adds what arrives,
+// widened, to its float32 chunk and sends its partial sums rounded to bfloat16, half the bytes per hop.
 float widen(float value) { return value; }
 float widen(std::uint16_t bits) { return from_bfloat16_bits(bits); }
 template <typename Wire>
