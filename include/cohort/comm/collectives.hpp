@@ -31,8 +31,9 @@ struct AllreduceOptions {
   // what leaves a rank is rounded to bfloat16, and the finished sums are rounded once and kept, so that every
   // rank ends with the same bits. The ring always carries it (recursive doubling would leave the ranks apart).
   DType wire = DType::Float32;
-  // Each ring step moves its chunk in segments of this size, so that reducing one segment overlaps
-  // receiving the next; finished chunks too, where the transport gathers in segments (TCP).
+  // The ring moves its chunks in segments of this size, as a pipeline: reducing one segment overlaps
+  // receiving the next, and each summed segment goes on at once; finished chunks too, where the transport
+  // gathers in segments (TCP).
   std::size_t segment_bytes = 256 * 1024;
   // Below this size the latency-optimal recursive doubling (log2 n exchanges of the whole vector) runs
   // instead of the ring (2 (n - 1) exchanges of 1/n of it). Unset: where it stopped beating the others in
