@@ -265,7 +265,7 @@ void ring_allreduce(Transport& transport, std::span<float> data, std::span<Wire>
       for (std::size_t i = 0; i < length; ++i) values[i] = widen(bits[i]);
     }
   };
-  // Each step passes on the chunk that came in at the step before, segment by segment as it arrives.
+  // One chunk comes in per step, each widened and, but for the last, passed on segment by segment as it arrives.
   for (int step = 0; step + 1 < n; ++step) {
     const auto incoming = ring_chunk(wire, n, index(r - step));
     std::size_t s = 0;
