@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <fmt/format.h>
-#include <thread>
 
 #include "cohort/core/error.hpp"
 
@@ -25,7 +24,7 @@ bool Work::wait_for(std::chrono::milliseconds timeout) {
     } polling(*poller_);
     while (!done() && std::chrono::steady_clock::now() < until) {
       if (!poller_->poll()) break;
-      if (!done()) std::this_thread::yield();
+      if (!done()) poller_->between_polls();
     }
     polling.finished = done();
     if (!polling.finished) sleeping_from = poller_;

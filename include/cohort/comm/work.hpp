@@ -12,6 +12,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace cohort::comm {
@@ -26,6 +27,9 @@ class Poller {
   virtual void begin() {}
   // False when this waiter should stop polling and sleep (another thread moves the bytes for it).
   virtual bool poll() = 0;
+  // Between polls that left the operation unfinished: by default the core goes to whoever else may run.
+  // A poller whose poll slept until something happened has nothing to give back and may go on at once.
+  virtual void between_polls() { std::this_thread::yield(); }
   virtual void end(bool /*done*/) {}
   virtual void slept() {}
   // By default long enough for a collective's next step to arrive on one host, short enough that a rank

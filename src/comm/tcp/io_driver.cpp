@@ -3,6 +3,7 @@
 namespace cohort::comm::tcp {
 namespace {
 thread_local std::chrono::steady_clock::time_point wait_began;
+thread_local bool last_poll_blocked = false;
 }  // namespace
 
 IoDriver::IoDriver(asio::io_context& io, bool own_core) : io_(io), own_core_(own_core), keep_running_(io.get_executor()), thread_([this] { drive(); }) {}
@@ -51,9 +52,16 @@ void IoDriver::begin() {
 bool IoDriver::poll(bool spin) {
   const std::unique_lock driving(polling_, std::try_to_lock);
   if (!driving) return false;
-  if (spin && Clock::now() - wait_began < kSpin) io_.poll();
-  else io_.run_one_for(kBlock);
+  last_poll_blocked = !(spin && Clock::now() - wait_began < kSpin);
+  if (last_poll_blocked) io_.run_one_for(kBlock);
+  else io_.poll();
   return true;
+}
+
+void IoDriver::between_polls() {
+  // A poll that blocked returned because a handler ran (or kBlock passed): this thread has work to go on
+  // with, and yielding would hand its core to a peer in the middle of a message.
+  if (!last_poll_blocked) std::this_thread::yield();
 }
 
 void IoDriver::end(bool done) {

@@ -51,13 +51,16 @@ class IoDriver {
   // leaving the core to the peers (2-16 MiB on 4 ranks of 2 cores: 1.5-2x faster than spinning first).
   static constexpr std::size_t kSpinBelow = 256 * 1024;
   static constexpr std::chrono::microseconds kSpin{50};
-  static constexpr std::chrono::microseconds kBlock{1000};  // one socket wait at most; then done() is checked
+  // One socket wait at most; then done() is checked. A waiter whose socket wait returned goes on without
+  // yielding its core (4 ranks of 2 cores, 512 KiB-4 MiB: 1.1-1.3x over yielding after every poll).
+  static constexpr std::chrono::microseconds kBlock{1000};
 
   class Waiter final : public Poller {
    public:
     Waiter(IoDriver& driver, bool spins) : driver_(driver), spins_(spins) {}
     void begin() override { driver_.begin(); }
     bool poll() override { return driver_.poll(spins_); }
+    void between_polls() override { driver_.between_polls(); }
     void end(bool done) override { driver_.end(done); }
     // A caller blocked in the socket wait costs no core, and the kernel wakes it when bytes come.
     std::chrono::microseconds polling_time() const override { return std::chrono::milliseconds(100); }
@@ -69,6 +72,7 @@ class IoDriver {
 
   void begin();
   bool poll(bool spin);
+  void between_polls();
   void end(bool done);
   void drive();  // the own thread
 
