@@ -161,10 +161,16 @@ void send_and_add(Transport& transport, Tag tag, std::size_t segment, int to, st
 // widened, to its float32 chunk and sends its partial sums rounded to bfloat16, half the bytes per hop.
 float widen(float value) { return value; }
 float widen(std::uint16_t bits) { return from_bfloat16_bits(bits); }
+// The wire image of `values`, and back; no-ops for float32, whose wire image is the vector itself.
 template <typename Wire>
 void narrow(std::span<const float> values, std::span<Wire> wire) {
   if constexpr (std::is_same_v<Wire, std::uint16_t>)
     for (std::size_t i = 0; i < values.size(); ++i) wire[i] = to_bfloat16_bits(values[i]);
+}
+template <typename Wire>
+void widen(std::span<const Wire> wire, std::span<float> values) {
+  if constexpr (std::is_same_v<Wire, std::uint16_t>)
+    for (std::size_t i = 0; i < values.size(); ++i) values[i] = widen(wire[i]);
 }
 
 // What follows a reduce-scatter: told once the receives of its last step are posted, and then of each
@@ -187,7 +193,8 @@ void ring_reduce_scatter(Transport& transport, std::span<float> data, std::span<
   thread_local std::array<std::vector<Wire>, 2> incoming;
   const auto post_receives = [&](int step) {
     std::vector<Wire>& buffer = incoming[static_cast<std::size_t>(step % 2)];
-    if (buffer.size() < data.size() / static_cast<std::size_t>(n) + 1) buffer.resize(data.size() / static_cast<std::size_t>(n) + 1);
+    const std::size_t largest_chunk = data.size() / static_cast<std::size_t>(n) + 1;
+    if (buffer.size() < largest_chunk) buffer.resize(largest_chunk);
     std::vector<WorkPtr> receives;
     for_each_segment(ring_chunk(data, n, index(r - step - shift - 1)).size(), segment, [&](std::size_t at, std::size_t length) {
       receives.push_back(transport.recv(previous, options.tag, bytes_of(std::span(buffer).subspan(at, length))));
@@ -250,27 +257,20 @@ void ring_allreduce(Transport& transport, std::span<float> data, std::span<Wire>
   const auto own = ring_chunk(data, n, index(r + 1));
   const auto own_wire = ring_chunk(wire, n, index(r + 1));
   const auto pass_on_summed = [&](std::size_t at, std::size_t length) {
-    if constexpr (std::is_same_v<Wire, std::uint16_t>)
-      for (float& v : own.subspan(at, length)) v = round_to(DType::BFloat16, v);
     narrow<Wire>(own.subspan(at, length), own_wire.subspan(at, length));
+    widen<Wire>(own_wire.subspan(at, length), own.subspan(at, length));  // the owner keeps what travels
     if (in_segments) send(own_wire.subspan(at, length));
   };
   ring_reduce_scatter<Wire>(transport, data, wire, options, /*shift=*/0, {.receives_posted = post_gathering, .finished = pass_on_summed});
   if (!in_segments) send(own_wire);
-  const auto arrive = [&](int step, std::size_t s, std::size_t at, std::size_t length) {
-    arrivals[static_cast<std::size_t>(step)][s]->wait(transport.timeout());
-    if constexpr (std::is_same_v<Wire, std::uint16_t>) {
-      const auto values = ring_chunk(data, n, index(r - step)).subspan(at, length);
-      const auto bits = ring_chunk(wire, n, index(r - step)).subspan(at, length);
-      for (std::size_t i = 0; i < length; ++i) values[i] = widen(bits[i]);
-    }
-  };
   // One chunk comes in per step, each widened and, but for the last, passed on segment by segment as it arrives.
   for (int step = 0; step + 1 < n; ++step) {
     const auto incoming = ring_chunk(wire, n, index(r - step));
+    const auto values = ring_chunk(data, n, index(r - step));
     std::size_t s = 0;
     for_each_segment(incoming.size(), segment, [&](std::size_t at, std::size_t length) {
-      arrive(step, s++, at, length);
+      arrivals[static_cast<std::size_t>(step)][s++]->wait(transport.timeout());
+      widen<Wire>(incoming.subspan(at, length), values.subspan(at, length));
       if (step + 2 < n) send(incoming.subspan(at, length));
     });
   }
