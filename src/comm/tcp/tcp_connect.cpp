@@ -18,11 +18,20 @@ namespace {
 
 constexpr std::chrono::milliseconds kHandshakeTimeout{10000};
 
+// A connected socket's options. The kernel sizes the buffers (autotuning, which follows each link's
+// bandwidth-delay product), except the send buffer of a link within this host: 256 KiB there (the kernel
+// doubles it) keeps the bytes in flight few, so that each is copied out while still in the cache. Against
+// fixed 4 MiB buffers both ways, 2 ranks of 2 cores over loopback, medians of 9-15 alternating runs: 1.2-1.5x
+// the allreduce bandwidth from 4 MiB on 2 ranks and from 2 MiB on 4; a fixed receive buffer of 1 MiB lost
+// a third from 8 MiB.
 void tune(tcp::socket& socket) {
   asio::error_code ignored;
   socket.set_option(tcp::no_delay(true), ignored);
-  socket.set_option(asio::socket_base::send_buffer_size(4 << 20), ignored);
-  socket.set_option(asio::socket_base::receive_buffer_size(4 << 20), ignored);
+  asio::error_code unknown;
+  const auto local = socket.local_endpoint(unknown).address();
+  const auto remote = socket.remote_endpoint(unknown).address();
+  if (!unknown && (remote.is_loopback() || remote == local))
+    socket.set_option(asio::socket_base::send_buffer_size(256 << 10), ignored);
 }
 
 // A process that is rank 0 of several groups (workers, parameter servers) says how they connect once.
