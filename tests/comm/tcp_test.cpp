@@ -22,6 +22,7 @@
 #include "cohort/comm/tcp.hpp"
 #include "comm/tcp/frame.hpp"
 #include "comm/tcp/handshake.hpp"
+#include "comm/tcp/socket_options.hpp"
 #include "comm/tcp/tcp_transport.hpp"
 #include "comm/tcp/tls_context.hpp"
 #include "conformance.hpp"
@@ -1123,6 +1124,42 @@ TEST_CASE("tcp: a wait for a large message polls while every rank on the host ha
   io.restart();
   tcp::IoDriver owning(io, /*own_core=*/true);
   CHECK(&owning.poller_for(4 << 10) == &owning.poller_for(4 << 20));
+}
+
+TEST_CASE("tcp: a link within the host sends through a small buffer and leaves the receive buffer to the kernel",
+          "[comm][tcp]") {
+  asio::io_context io;
+  asio::ip::tcp::acceptor acceptor(io, {asio::ip::make_address("127.0.0.1"), 0});
+  asio::ip::tcp::socket tuned(io), untuned(io);
+  tuned.connect(acceptor.local_endpoint());
+  acceptor.accept(untuned);
+  tcp::tune_connected(tuned);
+  asio::ip::tcp::no_delay no_delay;
+  tuned.get_option(no_delay);
+  CHECK(no_delay.value());
+  asio::socket_base::send_buffer_size sending;
+  tuned.get_option(sending);
+  CHECK(sending.value() == tcp::kSameHostSendBuffer);  // Linux doubles it, Asio halves what Linux reports
+  asio::socket_base::receive_buffer_size receiving, kernels;
+  tuned.get_option(receiving);
+  untuned.get_option(kernels);
+  CHECK(receiving.value() == kernels.value());
+
+  // Autotuning grows a receive buffer that nobody fixed, as a stream of bytes goes through it.
+  std::ifstream moderate("/proc/sys/net/ipv4/tcp_moderate_rcvbuf");
+  int autotunes = 1;
+  moderate >> autotunes;
+  if (autotunes == 0) return;
+  const std::size_t total = std::size_t{64} << 20;
+  std::thread writer([&] {
+    std::vector<char> block(std::size_t{1} << 20, 'x');
+    for (std::size_t sent = 0; sent < total; sent += block.size()) asio::write(untuned, asio::buffer(block));
+  });
+  std::vector<char> into(std::size_t{1} << 20);
+  for (std::size_t read = 0; read < total;) read += tuned.read_some(asio::buffer(into));
+  writer.join();
+  tuned.get_option(receiving);
+  CHECK(receiving.value() > kernels.value());
 }
 
 TEST_CASE("tcp: a send still being written when its transport is destroyed has failed, and waiting on it says so",

@@ -11,28 +11,13 @@
 #include "cohort/core/check.hpp"
 #include "cohort/core/logging.hpp"
 #include "cohort/core/parallel.hpp"
+#include "socket_options.hpp"
 #include "tcp_transport.hpp"
 
 namespace cohort::comm::tcp {
 namespace {
 
 constexpr std::chrono::milliseconds kHandshakeTimeout{10000};
-
-// A connected socket's options. The kernel sizes the buffers (autotuning, which follows each link's
-// bandwidth-delay product), except the send buffer of a link within this host: 256 KiB there (the kernel
-// doubles it) keeps the bytes in flight few, so that each is copied out while still in the cache. Against
-// fixed 4 MiB buffers both ways, 2 ranks of 2 cores over loopback, medians of 9-15 alternating runs: 1.2-1.5x
-// the allreduce bandwidth from 4 MiB on 2 ranks and from 2 MiB on 4; a fixed receive buffer of 1 MiB lost
-// a third from 8 MiB.
-void tune(tcp::socket& socket) {
-  asio::error_code ignored;
-  socket.set_option(tcp::no_delay(true), ignored);
-  asio::error_code unknown;
-  const auto local = socket.local_endpoint(unknown).address();
-  const auto remote = socket.remote_endpoint(unknown).address();
-  if (!unknown && (remote.is_loopback() || remote == local))
-    socket.set_option(asio::socket_base::send_buffer_size(256 << 10), ignored);
-}
 
 // A process that is rank 0 of several groups (workers, parameter servers) says how they connect once.
 void log_once(const std::string& line) {
@@ -496,7 +481,7 @@ void TcpTransport::dial(int peer, std::uint64_t attempt) {
       return socket->close(ignored);
     }
     if (error) return retry_dial(peer, attempt, error.message());
-    tune(socket->socket());
+    tune_connected(socket->socket());
     client_handshake(peer, attempt, socket);
   });
 }
@@ -641,7 +626,7 @@ bool TcpTransport::setting_up() {
 }
 
 void TcpTransport::connected(int peer, Socket socket) {
-  tune(socket->socket());
+  tune_connected(socket->socket());
   Peer& p = peers_[static_cast<std::size_t>(peer)];
   p.socket = std::move(socket);
   p.ready = true;
