@@ -414,15 +414,16 @@ TEST_CASE("shm: a peer that dies while a direct allreduce reads its memory fails
   CHECK((shm_of(zero)->peer_memory_reads() > 0) == (shm_of(zero)->single_copy_sources() > 0));
 }
 
-TEST_CASE("shm: a caller asleep on its message gets it at once while another thread's brief waits keep the "
-          "progress thread aside", "[comm][shm]") {
+namespace {
+
+// How long each of `messages` took to reach rank 0's main thread, asleep on its receive, while rank 0's
+// second thread waits briefly every 3 ms (an echo from rank 1): each brief wait's polls would keep the
+// progress thread parked, and the sleeping caller unserved until the next of them. Sorted, fastest first.
+std::vector<std::chrono::microseconds> delays_beside_brief_waits(int messages) {
   auto group = connect_ranks(2);
-  INFO("each rank has a core here: " << (2 <= usable_cores()));
   std::vector<int> token{1}, echo(1);
   group[0]->send(1, 1, conformance::bytes(token))->wait(5s);  // paired
   group[1]->recv(0, 1, conformance::bytes(echo))->wait(5s);
-  // Rank 0's second thread waits briefly every 3 ms (an echo from rank 1): each wait's polls would keep the
-  // progress thread parked, and rank 0's sleeping caller unserved until the next of them.
   std::atomic<bool> stop{false};
   std::thread echoes([&] {
     std::vector<int> pong(1);
@@ -439,22 +440,20 @@ TEST_CASE("shm: a caller asleep on its message gets it at once while another thr
       std::this_thread::sleep_for(3ms);
     }
   });
-  // Rank 0's main thread waits for each of 20 messages that rank 1 sends 1-4 ms after the receive is posted
-  // (after the receiver's polling gave up): it must get them well within one of the other thread's periods.
-  constexpr int kMessages = 20;
+  // Rank 1 sends each message 1-4 ms after the receive is posted (after the receiver's polling gave up).
   // Atomic: the two threads meet through rings that each maps at its own address, where TSan sees no order.
-  std::vector<std::atomic<std::chrono::steady_clock::rep>> sent(kMessages);
+  std::vector<std::atomic<std::chrono::steady_clock::rep>> sent(static_cast<std::size_t>(messages));
   std::vector<std::chrono::microseconds> delays;
   std::thread sender([&] {
     std::vector<int> value{4};
-    for (int i = 0; i < kMessages; ++i) {
+    for (int i = 0; i < messages; ++i) {
       std::this_thread::sleep_for(std::chrono::microseconds(1000 + (i * 1931) % 3000));
       sent[static_cast<std::size_t>(i)] = std::chrono::steady_clock::now().time_since_epoch().count();
       group[1]->send(0, 20, conformance::bytes(value))->wait(5s);
       group[1]->recv(0, 21, conformance::bytes(echo))->wait(5s);  // the receiver is ready for the next
     }
   });
-  for (int i = 0; i < kMessages; ++i) {
+  for (int i = 0; i < messages; ++i) {
     std::vector<int> value(1);
     group[0]->recv(1, 20, conformance::bytes(value))->wait(5s);
     const std::chrono::steady_clock::time_point sent_at{std::chrono::steady_clock::duration(sent[static_cast<std::size_t>(i)].load())};
@@ -467,11 +466,28 @@ TEST_CASE("shm: a caller asleep on its message gets it at once while another thr
   group[0]->send(1, 11, conformance::bytes(token))->wait(5s);  // the echo thread's last round
   echoes.join();
   std::sort(delays.begin(), delays.end());
-  // Served, each took tens of microseconds here; unserved, a third of them waited 0.3-2.4 ms.
-  std::string listed;
-  for (const auto delay : delays) listed += fmt::format("{} ", delay.count());
-  INFO("delays, fastest first: " << listed << "us");
-  CHECK(delays[kMessages * 3 / 4] < 400us);
+  return delays;
+}
+
+}  // namespace
+
+TEST_CASE("shm: a caller asleep on its message gets it at once while another thread's brief waits keep the "
+          "progress thread aside", "[comm][shm]") {
+  INFO("each rank has a core here: " << (2 <= usable_cores()));
+  // Served, each took tens of microseconds here; unserved, a third of them waited 0.3-2.4 ms, in every
+  // round. Other processes on the same cores (tests run side by side) can slow one round: up to three.
+  constexpr int kMessages = 20;
+  std::string rounds;
+  std::chrono::microseconds upper_quartile{};
+  for (int round = 0; round < 3; ++round) {
+    const auto delays = delays_beside_brief_waits(kMessages);
+    upper_quartile = delays[kMessages * 3 / 4];
+    rounds += "\n  round " + std::to_string(round + 1) + ":";
+    for (const auto delay : delays) rounds += fmt::format(" {}", delay.count());
+    if (upper_quartile < 400us) break;
+  }
+  INFO("delays in us, fastest first:" << rounds);
+  CHECK(upper_quartile < 400us);
 }
 
 TEST_CASE("shm: a pair shares memory from its first message, a segment is unlinked once every peer paired, a pair that cannot keeps TCP",
