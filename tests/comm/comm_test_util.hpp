@@ -11,6 +11,7 @@
 #include <catch2/catch.hpp>
 #include <exception>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <stdexcept>
 #include <string>
@@ -36,6 +37,23 @@ struct ForwardingTransport : cohort::comm::Transport {
   void declare_stuck(int p, const std::string& reason) override { inner.declare_stuck(p, reason); }
   void expect_messages_up_to(std::uint64_t bytes) override { inner.expect_messages_up_to(bytes); }
   void announce_failure(const std::string& reason) override { inner.announce_failure(reason); }
+};
+
+// Keeps `buffers` until the process exits when the scope holding it is left by an exception: a send or
+// receive whose wait failed may still read or write them (Work's contract), and freeing them would turn the
+// test's failure into a crash.
+class KeepOnFailure {
+ public:
+  explicit KeepOnFailure(std::shared_ptr<void> buffers) : buffers_(std::move(buffers)), unwinding_(std::uncaught_exceptions()) {}
+  KeepOnFailure(const KeepOnFailure&) = delete;
+  KeepOnFailure& operator=(const KeepOnFailure&) = delete;
+  ~KeepOnFailure() {
+    if (std::uncaught_exceptions() > unwinding_) cohort::comm::keep_until_exit(std::move(buffers_));
+  }
+
+ private:
+  std::shared_ptr<void> buffers_;
+  int unwinding_;
 };
 
 inline void expect(bool ok, const std::string& what) {

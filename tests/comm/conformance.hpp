@@ -64,31 +64,33 @@ inline void ordering_and_tags(const Group& group) {
 inline void sizes_and_mismatch(const Group& group) {
   comm_test::run_ranks(2, [&](int r) {
     Transport& t = *group[static_cast<std::size_t>(r)];
-    std::vector<int> big(3'000'000);
+    struct Buffers {
+      std::vector<int> big = std::vector<int>(3'000'000);
+      std::vector<std::vector<int>> many = std::vector<std::vector<int>>(100, std::vector<int>(1000));
+      std::vector<int> empty, three{1, 2, 3}, after{9}, two = std::vector<int>(2), one = std::vector<int>(1);
+    };
+    const auto buffers = std::make_shared<Buffers>();
+    const comm_test::KeepOnFailure keep(buffers);
+    Buffers& b = *buffers;
     if (r == 0) {
-      std::iota(big.begin(), big.end(), 0);
-      std::vector<int> empty, three{1, 2, 3}, after{9};
-      std::vector<std::vector<int>> many(100, std::vector<int>(1000));
-      for (int i = 0; i < 100; ++i) many[static_cast<std::size_t>(i)].assign(1000, i);
-      std::vector<WorkPtr> works{t.send(1, 1, bytes(empty)), t.send(1, 2, bytes(big)), t.send(1, 3, bytes(three)),
-                                 t.send(1, 3, bytes(after))};
-      for (int i = 0; i < 100; ++i) works.push_back(t.send(1, 100 + static_cast<Tag>(i), bytes(many[static_cast<std::size_t>(i)])));
+      std::iota(b.big.begin(), b.big.end(), 0);
+      for (int i = 0; i < 100; ++i) b.many[static_cast<std::size_t>(i)].assign(1000, i);
+      std::vector<WorkPtr> works{t.send(1, 1, bytes(b.empty)), t.send(1, 2, bytes(b.big)), t.send(1, 3, bytes(b.three)),
+                                 t.send(1, 3, bytes(b.after))};
+      for (int i = 0; i < 100; ++i) works.push_back(t.send(1, 100 + static_cast<Tag>(i), bytes(b.many[static_cast<std::size_t>(i)])));
       wait_all(works, t.timeout());
     } else {
-      std::vector<std::vector<int>> many(100, std::vector<int>(1000));
       std::vector<WorkPtr> posted;
-      for (int i = 99; i >= 0; --i) posted.push_back(t.recv(0, 100 + static_cast<Tag>(i), bytes(many[static_cast<std::size_t>(i)])));
-      std::vector<int> empty;
-      t.recv(0, 1, bytes(empty))->wait(t.timeout());
-      t.recv(0, 2, bytes(big))->wait(t.timeout());
-      comm_test::expect(big[2'999'999] == 2'999'999, "large message content");
-      std::vector<int> two(2), one(1);
-      comm_test::expect_throws<ProtocolError>([&] { t.recv(0, 3, bytes(two))->wait(t.timeout()); }, "size mismatch");
-      t.recv(0, 3, bytes(one))->wait(t.timeout());
-      comm_test::expect(one[0] == 9, "the message after a mismatch");
+      for (int i = 99; i >= 0; --i) posted.push_back(t.recv(0, 100 + static_cast<Tag>(i), bytes(b.many[static_cast<std::size_t>(i)])));
+      t.recv(0, 1, bytes(b.empty))->wait(t.timeout());
+      t.recv(0, 2, bytes(b.big))->wait(t.timeout());
+      comm_test::expect(b.big[2'999'999] == 2'999'999, "large message content");
+      comm_test::expect_throws<ProtocolError>([&] { t.recv(0, 3, bytes(b.two))->wait(t.timeout()); }, "size mismatch");
+      t.recv(0, 3, bytes(b.one))->wait(t.timeout());
+      comm_test::expect(b.one[0] == 9, "the message after a mismatch");
       wait_all(posted, t.timeout());
       for (int i = 0; i < 100; ++i)
-        comm_test::expect(many[static_cast<std::size_t>(i)] == std::vector<int>(1000, i), "pre-posted receive " + std::to_string(i));
+        comm_test::expect(b.many[static_cast<std::size_t>(i)] == std::vector<int>(1000, i), "pre-posted receive " + std::to_string(i));
     }
   });
 }
