@@ -233,6 +233,7 @@ void TcpTransport::accept() {
       return;
     }
     accept_backoff_ = std::chrono::milliseconds(10);
+    tune_connected(socket->socket());
     serve_handshake(socket, *dialer);
     accept();
   });
@@ -626,7 +627,6 @@ bool TcpTransport::setting_up() {
 }
 
 void TcpTransport::connected(int peer, Socket socket) {
-  tune_connected(socket->socket());
   Peer& p = peers_[static_cast<std::size_t>(peer)];
   p.socket = std::move(socket);
   p.ready = true;
