@@ -9,6 +9,9 @@
 //   ... --min-bytes 4096 --max-bytes 268435456     (defaults)
 //   ... --forever                                  (repeat the sweep until stopped; for failure drills)
 //   ./build/benchmarks/cohort_allreduce_bench --memcpy   (one memcpy per size: the one-host ceiling)
+//   ./build/benchmarks/cohort_allreduce_bench --cores    (a cache line's round trip between two cores, and
+//                                                   one core's copy of what another just wrote: the
+//                                                   ceiling between ranks on two cores; cross_core.hpp)
 //   ... --startup                                  (time to join and make a first allreduce; descriptors)
 //   COHORT_LATENCY_OPTIMAL_BELOW=N ...              (recursive doubling below N bytes, the ring above;
 //                                                   0: the ring only; to find the crossover)
@@ -25,6 +28,7 @@
 #include <cohort/cohort.hpp>
 
 #include "allreduce_sweep.hpp"
+#include "cross_core.hpp"
 
 using namespace cohort;
 
@@ -35,6 +39,7 @@ int main(int argc, char** argv) try {
     sweep::memcpy_ceiling(options);
     return 0;
   }
+  if (options.cores_only) return sweep::cross_core_ceiling(options);
   const std::string_view requested = std::getenv("COHORT_COMMUNICATOR") ? std::getenv("COHORT_COMMUNICATOR") : "";
   if (!requested.empty() && requested != "mpi" && requested != "ring")
     throw std::invalid_argument("COHORT_COMMUNICATOR is '" + std::string(requested) + "'; use 'ring' or 'mpi'");

@@ -1,16 +1,20 @@
 #!/usr/bin/env bash
 # One command for the allreduce picture on this machine, 2 and 4 ranks, 4 KiB to 256 MiB, with the ratios:
 #   - cohort over shared memory (its default between ranks on one host) beside Open MPI's shared-memory
-#     path (btl vader), with one thread's memcpy bandwidth as the ceiling;
+#     path (btl vader), with one thread's memcpy bandwidth as the ceiling, and one core's copy of what
+#     another core has just written (cohort_allreduce_bench --cores, cross_core.hpp);
 #   - cohort over loopback TCP (COHORT_SHARED_MEMORY=0) beside Open MPI's TCP path (ob1/tcp forced) and
 #     Gloo's ring allreduce, with the loopback TCP bandwidth (iperf3) as the ceiling;
 #   - cohort over TLS 1.3 (COHORT_TLS=1, TCP only), and what encryption costs against plain TCP, with the
 #     AES-GCM rate of one core (cohort_tls_bench) as its ceiling;
 #   - cohort's MPI communicator under the same mpirun settings as Open MPI's own TCP run.
 # Peers that are not installed are skipped (Debian: openmpi-bin libopenmpi-dev libgloo-dev iperf3).
+# Before each run it measures a cache line's round trip between two cores: on a virtual machine it moves
+# with where the hypervisor puts the cores, and every transport's bandwidth with it; the tables print it
+# per run and flag sizes whose runs met different placements.
 #   usage: benchmarks/allreduce_compare.sh [BUILD_DIR] [MAX_BYTES]
 set -uo pipefail
-case ${1:-} in -h | --help) sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;; esac
+case ${1:-} in -h | --help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;; esac
 build=${1:-build}
 max=${2:-268435456}
 bench=$build/benchmarks
@@ -19,27 +23,40 @@ trap 'rm -rf "$out"' EXIT
 [ -x "$bench/cohort_allreduce_bench" ] || { echo "allreduce_compare: build first (make bench)" >&2; exit 2; }
 
 "$bench/cohort_allreduce_bench" --memcpy --max-bytes "$max" >"$out/memcpy" 2>&1
+"$bench/cohort_allreduce_bench" --cores --max-bytes "$max" >"$out/cores" 2>&1
+# A peer's sweep into FILE, with a cache line's round trip between two cores before and after it (the tables
+# read them): on a virtual machine it moves with where the hypervisor puts the cores, and every transport's
+# bandwidth with it.
+run_into() {
+  local file=$1 status
+  shift
+  "$bench/cohort_allreduce_bench" --cores --min-bytes 4096 --max-bytes 4096 2>&1 | grep 'round trip' >>"$file"
+  "$@" >>"$file" 2>&1
+  status=$?
+  "$bench/cohort_allreduce_bench" --cores --min-bytes 4096 --max-bytes 4096 2>&1 | grep 'round trip' >>"$file"
+  return $status
+}
 for n in 2 4; do
-  "$build/cohort-launch" --workers $n -- "$bench/cohort_allreduce_bench" --max-bytes "$max" >"$out/cohort_shm.$n" 2>&1 \
+  run_into "$out/cohort_shm.$n" "$build/cohort-launch" --workers $n -- "$bench/cohort_allreduce_bench" --max-bytes "$max" \
     || { echo "cohort run on $n ranks failed:"; cat "$out/cohort_shm.$n"; exit 1; }
-  COHORT_SHARED_MEMORY=0 "$build/cohort-launch" --workers $n -- "$bench/cohort_allreduce_bench" --max-bytes "$max" \
-    >"$out/cohort.$n" 2>&1 || { echo "cohort TCP run on $n ranks failed:"; cat "$out/cohort.$n"; exit 1; }
-  COHORT_TLS=1 COHORT_SHARED_MEMORY=0 "$build/cohort-launch" --workers $n -- "$bench/cohort_allreduce_bench" --max-bytes "$max" \
-    >"$out/cohort_tls.$n" 2>&1 || { echo "cohort TLS run on $n ranks failed:"; cat "$out/cohort_tls.$n"; exit 1; }
+  run_into "$out/cohort.$n" env COHORT_SHARED_MEMORY=0 "$build/cohort-launch" --workers $n -- "$bench/cohort_allreduce_bench" \
+    --max-bytes "$max" || { echo "cohort TCP run on $n ranks failed:"; cat "$out/cohort.$n"; exit 1; }
+  run_into "$out/cohort_tls.$n" env COHORT_TLS=1 COHORT_SHARED_MEMORY=0 "$build/cohort-launch" --workers $n -- \
+    "$bench/cohort_allreduce_bench" --max-bytes "$max" || { echo "cohort TLS run on $n ranks failed:"; cat "$out/cohort_tls.$n"; exit 1; }
   if [ -x "$bench/mpi_allreduce_bench" ] && command -v mpirun >/dev/null; then
     root=(); [ "$(id -u)" -eq 0 ] && root=(--allow-run-as-root)
-    mpirun "${root[@]}" -np $n --oversubscribe --mca pml ob1 --mca btl vader,self \
-      "$bench/mpi_allreduce_bench" --max-bytes "$max" >"$out/mpi_shm.$n" 2>&1 || echo "(Open MPI shared-memory run on $n ranks failed)"
-    mpirun "${root[@]}" -np $n --oversubscribe --mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include lo \
-      "$bench/mpi_allreduce_bench" --max-bytes "$max" >"$out/mpi.$n" 2>&1 || echo "(Open MPI run on $n ranks failed)"
-    COHORT_COMMUNICATOR=mpi mpirun "${root[@]}" -np $n --oversubscribe --mca pml ob1 --mca btl tcp,self \
-      --mca btl_tcp_if_include lo -x COHORT_COMMUNICATOR "$bench/cohort_allreduce_bench" --max-bytes "$max" \
-      >"$out/cohort_mpi.$n" 2>&1 || echo "(cohort's MPI communicator run on $n ranks failed)"
+    run_into "$out/mpi_shm.$n" mpirun "${root[@]}" -np $n --oversubscribe --mca pml ob1 --mca btl vader,self \
+      "$bench/mpi_allreduce_bench" --max-bytes "$max" || echo "(Open MPI shared-memory run on $n ranks failed)"
+    run_into "$out/mpi.$n" mpirun "${root[@]}" -np $n --oversubscribe --mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include lo \
+      "$bench/mpi_allreduce_bench" --max-bytes "$max" || echo "(Open MPI run on $n ranks failed)"
+    run_into "$out/cohort_mpi.$n" env COHORT_COMMUNICATOR=mpi mpirun "${root[@]}" -np $n --oversubscribe --mca pml ob1 \
+      --mca btl tcp,self --mca btl_tcp_if_include lo -x COHORT_COMMUNICATOR "$bench/cohort_allreduce_bench" --max-bytes "$max" \
+      || echo "(cohort's MPI communicator run on $n ranks failed)"
   fi
   if [ -x "$bench/gloo_allreduce_bench" ]; then
     store=$(mktemp -d -p "$out")
-    COHORT_GLOO_STORE=$store "$build/cohort-launch" --workers $n -- "$bench/gloo_allreduce_bench" --max-bytes "$max" \
-      >"$out/gloo.$n" 2>&1 || echo "(Gloo run on $n ranks failed)"
+    run_into "$out/gloo.$n" env COHORT_GLOO_STORE=$store "$build/cohort-launch" --workers $n -- "$bench/gloo_allreduce_bench" \
+      --max-bytes "$max" || echo "(Gloo run on $n ranks failed)"
   fi
 done
 
@@ -74,9 +91,20 @@ def cell(rows, size):
     return f"{rows[size][1]:7.3f} ({'ok' if rows[size][2] else 'BAD'})" if size in rows else f"{'-':>12}"
 def latency(rows, size):
     return f"{rows[size][0]:9.1f}" if size in rows else f"{'-':>9}"
+def round_trips(path):  # ns, before and after the run
+    return [float(ns) for ns in re.findall(r"round trip (\d+) ns", open(path).read())] if os.path.exists(path) else []
+def unlike(*runs):  # the runs met placements of the cores more than 1.8x apart
+    trips = [ns for run in runs for ns in run.trips]
+    return len(trips) > 1 and max(trips) > 1.8 * min(trips)
+class Run(dict):
+    def __init__(self, path):
+        super().__init__(table(path))
+        self.trips = round_trips(path)
 def ratio(mine, peer, size):
-    return f"{mine[size][1] / peer[size][1]:7.2f}x" if size in mine and size in peer and peer[size][1] > 0 else f"{'-':>8}"
-copy = table(f"{out}/memcpy")
+    if size not in mine or size not in peer or peer[size][1] <= 0:
+        return f"{'-':>8}"
+    return f"{mine[size][1] / peer[size][1]:6.2f}x{'*' if unlike(mine, peer) else ' '}"
+copy, cores = table(f"{out}/memcpy"), Run(f"{out}/cores")
 cipher = ""
 if os.path.exists(f"{out}/tls_engines"):
     import csv
@@ -90,18 +118,25 @@ if os.path.exists(f"{out}/tls_engines"):
         cipher = (f"AES-128-GCM on one core {rate(seal[-1])} seal / {rate(opened[-1])} open GB/s ({seal[-1]['label']}; "
                   f"OpenSSL {rate(seal[0])} / {rate(opened[0])})")
 for n in (2, 4):
-    shm, mpi_shm = table(f"{out}/cohort_shm.{n}"), table(f"{out}/mpi_shm.{n}")
-    tcp, mpi, gloo, cohort_mpi, tls = (table(f"{out}/{name}.{n}") for name in ("cohort", "mpi", "gloo", "cohort_mpi", "cohort_tls"))
+    names = {"cohort_shm": "cohort shm", "mpi_shm": "Open MPI shm", "cohort": "cohort TCP", "mpi": "Open MPI TCP",
+             "gloo": "Gloo", "cohort_mpi": "cohort MPI", "cohort_tls": "cohort TLS"}
+    runs = {name: Run(f"{out}/{name}.{n}") for name in names}
+    shm, mpi_shm, tcp, mpi, gloo, cohort_mpi, tls = runs.values()
     print(f"\nallreduce, float32 sum, {n} ranks on one host: busbw in GB/s (correct), ratio = cohort / peer")
     if ceiling:
-        print(f"ceilings: one thread's memcpy (its column), loopback TCP {ceiling} GB/s (iperf3, one stream)")
+        print(f"ceilings: one thread's memcpy, one core's copy of what another just wrote (cross-core; round trip "
+              f"{cores.trips[0] if cores.trips else 0:.0f} ns then), loopback TCP {ceiling} GB/s (iperf3, one stream)")
+    print("a cache line's round trip between two cores before/after each run, ns: " +
+          ", ".join(f"{label} {'/'.join(f'{ns:.0f}' for ns in runs[name].trips)}" for name, label in names.items() if runs[name].trips))
+    if any(unlike(a, b) for a, b in ((shm, mpi_shm), (tcp, mpi), (tcp, gloo), (tls, tcp))):
+        print("  * the two runs met placements of the cores more than 1.8x apart: that ratio compares unlike machines")
     if cipher:
         print(f"TLS: {cipher}")
-    print(f"{'size':>8} | {'cohort shm':>12} {'Open MPI shm':>12} {'memcpy':>12} {'vs MPI':>8} | "
+    print(f"{'size':>8} | {'cohort shm':>12} {'Open MPI shm':>12} {'memcpy':>12} {'cross-core':>12} {'vs MPI':>8} | "
           f"{'cohort TCP':>12} {'Open MPI TCP':>12} {'Gloo':>12} {'cohort MPI':>12} {'vs MPI':>8} {'vs Gloo':>8} | "
           f"{'cohort TLS':>12} {'vs TCP':>8}")
     for size in sorted(set(shm) | set(tcp)):
-        print(f"{label(size):>8} | {cell(shm, size)} {cell(mpi_shm, size)} {cell(copy, size)} {ratio(shm, mpi_shm, size)} | "
+        print(f"{label(size):>8} | {cell(shm, size)} {cell(mpi_shm, size)} {cell(copy, size)} {cell(cores, size)} {ratio(shm, mpi_shm, size)} | "
               f"{cell(tcp, size)} {cell(mpi, size)} {cell(gloo, size)} {cell(cohort_mpi, size)} {ratio(tcp, mpi, size)} "
               f"{ratio(tcp, gloo, size)} | {cell(tls, size)} {ratio(tls, tcp, size)}")
     print(f"time per allreduce in us: {'size':>8} {'cohort shm':>10} {'MPI shm':>9} {'cohort TCP':>10} {'MPI TCP':>9}")

@@ -24,6 +24,7 @@ struct Options {
   std::size_t min_bytes = 4096, max_bytes = std::size_t{256} << 20;
   bool forever = false;  // repeat until stopped, for failure drills
   bool memcpy_only = false;  // memcpy_ceiling() instead of an allreduce
+  bool cores_only = false;   // cross_core_ceiling() (cross_core.hpp) instead of an allreduce
   bool startup = false;      // report_startup() instead of the sweep
 };
 
@@ -39,9 +40,10 @@ inline Options parse(int argc, char** argv) {
     else if (arg == "--max-bytes") options.max_bytes = value();
     else if (arg == "--forever") options.forever = true;
     else if (arg == "--memcpy") options.memcpy_only = true;
+    else if (arg == "--cores") options.cores_only = true;
     else if (arg == "--startup") options.startup = true;
     else if (arg == "--help") {
-      std::printf("usage: %s [--min-bytes N] [--max-bytes N] [--forever] [--memcpy] [--startup]\n", argv[0]);
+      std::printf("usage: %s [--min-bytes N] [--max-bytes N] [--forever] [--memcpy] [--cores] [--startup]\n", argv[0]);
       std::exit(0);
     } else throw std::invalid_argument("unknown option " + arg);
   }

@@ -3,7 +3,8 @@
 # report it lost, failed or stuck; SIGKILL of one process of
 # a running 4-process allreduce makes the other three exit non-zero within 30 s, each naming the lost
 # peer; SIGSTOP of one is blamed on it within seconds; a sweep over TLS is correct; Ctrl-C (SIGINT) stops
-# everything; --gpus spreads the workers over GPUs; output lines come out whole and prefixed on their stream.
+# everything; --gpus spreads the workers over GPUs; output lines come out whole and prefixed on their stream;
+# the allreduce benchmark measures its cross-core ceiling.
 #   usage: launch_test.sh LAUNCHER ALLREDUCE_BENCH
 set -uo pipefail
 launcher=$1 bench=$2
@@ -249,6 +250,17 @@ if command -v script >/dev/null; then
     /dev/null >"$work/out" 2>&1 || fail "the job under a pseudo-terminal failed"
   grep -q 'chief 0\] step 2/3' "$work/out" || fail "the chief's live line was not shown before its end: $(tr '\r' '|' <"$work/out" | head -c 300)"
   grep -q 'chief 0\] step 3/3' "$work/out" || fail "the chief's finished line is missing"
+fi
+
+# 9. The benchmark's cross-core ceiling (cross_core.hpp): a round trip between two CPUs, and per size a copy of
+# what the other core has just written, checked; on one CPU it says there is no such ceiling.
+"$bench" --cores --min-bytes 4096 --max-bytes 1048576 >"$work/cores" 2>&1 || fail "--cores failed: $(head -c 400 "$work/cores")"
+if [ "$(nproc)" -gt 1 ]; then
+  grep -Eq '^# core to core: round trip [0-9]+ ns \(CPUs [0-9]+ and [0-9]+\)$' "$work/cores" || fail "--cores gave no round trip"
+  [ "$(grep -Ec '^ +[0-9]+ +[0-9]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +yes$' "$work/cores")" -eq 9 ] ||
+    fail "--cores did not copy 4 KiB to 1 MiB correctly: $(cat "$work/cores")"
+  taskset -c 0 "$bench" --cores --max-bytes 4096 >"$work/cores" 2>&1 && grep -q 'one CPU only' "$work/cores" ||
+    fail "--cores on one CPU: $(cat "$work/cores")"
 fi
 
 echo "launch_test: all checks passed"
