@@ -47,7 +47,7 @@ struct AllreduceOptions {
   std::optional<std::size_t> halving_doubling_below_bytes{};
   // From this size, where the transport can read every peer's memory (shared memory, all ranks on one host),
   // each rank reduces its chunk straight from its peers' vectors and then reads the finished chunks from
-  // their owners: one copy per byte and three rounds of small messages (direct_allreduce.hpp). Unset: 2 MiB on
+  // their owners: one copy per byte and three rounds of small messages (direct_allreduce.hpp). Unset: 8 MiB on
   // 2 ranks, and on more 512 KiB where they share cores, 128 KiB where each has its own (default_direct_from()
   // in collectives.cpp says what was measured).
   std::optional<std::size_t> direct_from_bytes{};
