@@ -30,8 +30,14 @@ enum class Marker : std::uint64_t { Written = 0x5752495454454E, Final = 0x46494E
 // 1.1x, 1.5x; 4 ranks 1.0x, 1.3x, 1.4x.
 constexpr std::size_t kStagedBelowBytes = std::size_t{1} << 20;
 
-// Pieces of a chunk summed at a time: the sum and one peer's term stay in the core's cache.
-constexpr std::size_t kPieceElements = std::size_t{64} << 10;
+// Elements of a chunk summed at a time: the sum and one peer's term stay in the core's caches. 1 MiB pieces
+// where each rank has a core; where two share one (and its cache) 256 KiB. Medians of 5-6 alternating runs
+// on 2 cores, grouped by the cores' placement (cohort_allreduce_bench --cores): on 2 ranks 1 MiB against
+// 256 KiB measured 1.1-1.25x at 8-32 MiB with the cores far apart, level with them close; on 4 ranks
+// 256 KiB kept 1.1-1.3x at 4-16 MiB with the cores close, level with them far apart.
+std::size_t piece_elements(const PeerMemory& memory) {
+  return memory.ranks_have_own_cores() ? std::size_t{256} << 10 : std::size_t{64} << 10;
+}
 
 void add_into(std::span<float> sum, std::span<const float> term) {
   for (std::size_t i = 0; i < sum.size(); ++i) sum[i] += term[i];
@@ -94,16 +100,18 @@ bool run_rounds(Transport& transport, PeerMemory& memory, std::span<float> data,
   // peers' staging buffers).
   const auto byte_offset = [&](std::span<float> part) { return static_cast<std::uint64_t>(part.data() - data.data()) * sizeof(float); };
   const auto announced = [&](int peer) -> const Announcement& { return rounds.announcements[static_cast<std::size_t>(peer)]; };
-  thread_local std::vector<float> scratch(2 * kPieceElements);  // read into by this thread alone
+  const std::size_t piece = piece_elements(memory);
+  thread_local std::vector<float> scratch;  // read into by this thread alone
+  if (scratch.size() < 2 * piece) scratch.resize(2 * piece);
   const auto own = ring_chunk(data, n, r);
-  for (std::size_t at = 0; at < own.size(); at += kPieceElements) {
-    const auto mine = own.subspan(at, std::min(kPieceElements, own.size() - at));
+  for (std::size_t at = 0; at < own.size(); at += piece) {
+    const auto mine = own.subspan(at, std::min(piece, own.size() - at));
     // ((x0 + x1) + x2) + ...: in place on ranks 0 and 1, whose own term is one of the first addition's
     // operands (IEEE addition commutes, NaN payloads aside; only the owner sums, so the ranks agree either
     // way); in scratch on the others.
     const bool in_place = r <= 1;
     const auto sum = in_place ? mine : std::span(scratch).subspan(0, mine.size());
-    const auto term = std::span(scratch).subspan(kPieceElements, mine.size());
+    const auto term = std::span(scratch).subspan(piece, mine.size());
     for (int j = 0; j < n; ++j) {
       if (j == r) {
         if (!in_place) add_into(sum, mine);

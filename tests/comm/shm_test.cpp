@@ -290,11 +290,12 @@ TEST_CASE("shm: an allreduce on one host reads its peers' memory directly, and m
           REQUIRE(got.size() == count);
           for (std::size_t i = 0; i < count; ++i) REQUIRE(got[i] == Approx(expected[i]).epsilon(1e-6));
           CHECK(got == results[0]);
-          // A rank's own chunk is read from each peer in pieces of 64 Ki elements, then written to each
-          // (staged), or the other chunks are read from their owners.
+          // A rank's own chunk is read from each peer in pieces (256 Ki elements where each rank has a core,
+          // 64 Ki where they share), then written to each (staged), or the other chunks are read from their owners.
           const auto* shm = shm_of(group[static_cast<std::size_t>(r)]);
           const std::size_t ranks = static_cast<std::size_t>(n), own = count / ranks + (static_cast<std::size_t>(r) < count % ranks ? 1 : 0);
-          const std::uint64_t pieces = (own + (std::size_t{64} << 10) - 1) / (std::size_t{64} << 10) * (ranks - 1);
+          const std::size_t piece = n <= usable_cores() ? std::size_t{256} << 10 : std::size_t{64} << 10;
+          const std::uint64_t pieces = (own + piece - 1) / piece * (ranks - 1);
           const bool staged = count * sizeof(float) < (std::size_t{1} << 20);
           const std::uint64_t owners = std::min(count, ranks) - (static_cast<std::size_t>(r) < count ? 1 : 0);
           CHECK(shm->peer_memory_reads() - reads_before[static_cast<std::size_t>(r)] == pieces + (staged ? 0 : owners));
