@@ -5,6 +5,7 @@
 #include <bit>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <type_traits>
 #include <vector>
 
@@ -364,10 +365,32 @@ void halving_doubling_allreduce(Transport& transport, std::span<T> data, const A
     pass_on<T>(transport, options.tag, segment, round->partner, round->kept, round->partner, round->given);
 }
 
+// On 2 ranks both algorithms send the vector once each way: recursive doubling in one exchange, the ring in
+// two of half the vector. Over loopback TCP on 2 cores, three sets of 4-12 alternating runs with the cores
+// close (as cohort_allreduce_bench --cores tells): recursive doubling 1.22-1.28x at 1 MiB and 0.97-1.25x at
+// 2 MiB (medians per set), 0.95-1.12x at 4 MiB, where the ring stays; level with the cores far apart.
+// Through shared memory a whole vector above a ring's size streams through it in pieces (4 MiB on 2 ranks:
+// 0.35x the ring), so there the ring takes over at 1 MiB as before (level with recursive doubling at 1-2 MiB).
+std::size_t latency_optimal_default(int ranks, std::size_t whole_message_bytes) {
+  constexpr std::size_t kTwoRanksWhole = std::size_t{4} << 20;
+  if (ranks == 2) return whole_message_bytes >= kTwoRanksWhole ? kTwoRanksWhole : std::size_t{1} << 20;
+  return std::has_single_bit(static_cast<unsigned>(ranks)) ? std::size_t{128} << 10 : std::size_t{256} << 10;
+}
+
+std::string_view choose_allreduce(std::size_t bytes, int ranks, std::size_t whole_message_bytes, const AllreduceOptions& options) {
+  const bool halves = ranks > 2 && std::has_single_bit(static_cast<unsigned>(ranks));
+  const std::size_t latency_optimal_below =
+      options.latency_optimal_below_bytes.value_or(latency_optimal_default(ranks, whole_message_bytes));
+  if (options.wire == DType::BFloat16) return "ring (bfloat16 on the wire)";
+  if (ranks > 1 && bytes < latency_optimal_below) return kRecursiveDoubling;
+  return halves && bytes < options.halving_doubling_below_bytes.value_or(std::size_t{1} << 20) ? kHalvingDoubling : "ring";
+}
+
 void allreduce_by_messages(Transport& transport, std::span<float> values, const AllreduceOptions& options) {
   if (options.wire == DType::BFloat16)
     ring_allreduce(transport, values, options);
-  else if (const auto algorithm = allreduce_algorithm(values.size_bytes(), transport.size(), options); algorithm == kRecursiveDoubling)
+  else if (const auto algorithm = choose_allreduce(values.size_bytes(), transport.size(), transport.whole_message_bytes(), options);
+           algorithm == kRecursiveDoubling)
     recursive_doubling_allreduce(transport, values, options);
   else if (algorithm == kHalvingDoubling)
     halving_doubling_allreduce(transport, values, options);
@@ -378,16 +401,13 @@ void allreduce_by_messages(Transport& transport, std::span<float> values, const 
 }  // namespace
 
 std::string_view allreduce_algorithm(std::size_t bytes, int ranks, const AllreduceOptions& options) {
-  const bool halves = ranks > 2 && std::has_single_bit(static_cast<unsigned>(ranks));
-  const std::size_t latency_optimal_below = options.latency_optimal_below_bytes.value_or(
-      ranks == 2 ? std::size_t{1} << 20 : halves ? std::size_t{128} << 10 : std::size_t{256} << 10);
-  if (options.wire == DType::BFloat16) return "ring (bfloat16 on the wire)";
-  if (ranks > 1 && bytes < latency_optimal_below) return kRecursiveDoubling;
-  return halves && bytes < options.halving_doubling_below_bytes.value_or(std::size_t{1} << 20) ? kHalvingDoubling : "ring";
+  return choose_allreduce(bytes, ranks, std::numeric_limits<std::size_t>::max(), options);
 }
 
 std::string_view allreduce_algorithm(Transport& transport, std::size_t bytes, const AllreduceOptions& options) {
-  return direct_memory(transport, bytes, options) != nullptr ? kDirect : allreduce_algorithm(bytes, transport.size(), options);
+  return direct_memory(transport, bytes, options) != nullptr
+             ? kDirect
+             : choose_allreduce(bytes, transport.size(), transport.whole_message_bytes(), options);
 }
 
 void allreduce(Transport& transport, std::span<std::byte> data, const AllreduceOptions& options) {

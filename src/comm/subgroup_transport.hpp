@@ -32,6 +32,7 @@ class SubgroupTransport final : public Transport {
   void expect_messages_up_to(std::uint64_t bytes) override { base_.expect_messages_up_to(bytes); }
   void announce_failure(const std::string& reason) override { base_.announce_failure(reason); }
   bool gathers_in_segments() const override { return base_.gathers_in_segments(); }
+  std::size_t whole_message_bytes() const override { return base_.whole_message_bytes(); }
 
  private:
   int real(int member) const { return members_.at(static_cast<std::size_t>(member)); }

@@ -262,6 +262,10 @@ TEST_CASE("shm: an allreduce on one host reads its peers' memory directly, and m
     const std::string_view direct = "direct (from the peers' memory)";
     CHECK(allreduce_algorithm(*group[0], 4, always_direct) == direct);
     CHECK(allreduce_algorithm(*group[0], 4) == "recursive doubling");
+    if (n == 2) {  // a whole vector above a ring's size would stream through it: the ring's halves from 1 MiB
+      CHECK(allreduce_algorithm(*group[0], (std::size_t{1} << 20) - 4) == "recursive doubling");
+      CHECK(allreduce_algorithm(*group[0], std::size_t{1} << 20) == "ring");
+    }
     // By default from 8 MiB on 2 ranks; on more from 128 KiB where each has a core, 512 KiB where they share.
     const std::size_t direct_from = n == 2 ? std::size_t{8} << 20 : n <= usable_cores() ? std::size_t{128} << 10 : std::size_t{512} << 10;
     CHECK(allreduce_algorithm(*group[0], direct_from - 4) != direct);

@@ -249,6 +249,10 @@ TEST_CASE("tcp: collectives match the serial reference on 1 to 4 ranks", "[comm]
     conformance::allreduce_bfloat16_wire(members(group), {0, 1, 7, 1001, 30001});
     conformance::reduce_scatter_then_allgather(members(group), {0, 1, 7, 75001});
     conformance::broadcast_allgather_barrier(members(group));
+    if (n == 2) {  // both send the vector once by default: in one exchange below 4 MiB, in two halves from there
+      CHECK(allreduce_algorithm(*group[0], (std::size_t{4} << 20) - 4) == "recursive doubling");
+      CHECK(allreduce_algorithm(*group[0], std::size_t{4} << 20) == "ring");
+    }
   }
 }
 

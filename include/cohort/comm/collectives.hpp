@@ -37,8 +37,10 @@ struct AllreduceOptions {
   std::size_t segment_bytes = 256 * 1024;
   // Below this size the latency-optimal recursive doubling (log2 n exchanges of the whole vector) runs
   // instead of the ring (2 (n - 1) exchanges of 1/n of it). Unset: where it stopped beating the others in
-  // the allreduce sweep over loopback TCP on 2 cores, 1 MiB on 2 ranks (both send the vector once, but the
-  // ring overlaps its additions with the transfer), 128 KiB on 4, 8, ... ranks and 256 KiB on the rest.
+  // the allreduce sweep over loopback TCP on 2 cores, 4 MiB on 2 ranks (both send the vector once, the ring
+  // in two exchanges of half of it), 1 MiB there where the transport streams messages above a few MiB
+  // through in pieces (shared memory; Transport::whole_message_bytes), 128 KiB on 4, 8, ... ranks and 256 KiB
+  // on the rest.
   std::optional<std::size_t> latency_optimal_below_bytes{};
   // From there up to this size, on a power-of-two group above 2 ranks, recursive halving and doubling (the
   // ring's bytes in 2 log2 n exchanges instead of 2 (n - 1)) runs instead of the ring. Unset: 1 MiB, where
@@ -68,8 +70,8 @@ void allreduce(Transport& transport, std::span<std::byte> data, const AllreduceO
 // every rank's block r, in place, and the other blocks hold partial sums. The first half of the ring
 // allreduce: each rank sends and receives (n - 1) / n of the vector. Float32 on the wire only.
 void reduce_scatter(Transport& transport, std::span<std::byte> data, const AllreduceOptions& options = {});
-// Which algorithm allreduce() runs for `bytes` on `ranks` ranks without peer memory: "ring", "recursive
-// doubling", or "ring (bfloat16 on the wire)".
+// Which algorithm allreduce() runs for `bytes` on `ranks` ranks without peer memory, over a transport that
+// moves messages whole (TCP): "ring", "recursive doubling", or "ring (bfloat16 on the wire)".
 std::string_view allreduce_algorithm(std::size_t bytes, int ranks, const AllreduceOptions& options = {});
 // As above, on `transport`: "direct (from the peers' memory)" where it reads its peers' memory (which
 // falls back to the others when some rank cannot).

@@ -26,6 +26,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <span>
 #include <string>
@@ -107,6 +108,10 @@ class Transport {
   // Whether collectives pass on finished blocks (an allreduce's gathering steps) in segments of their
   // segment size rather than whole, as they pass partial sums: faster over TCP, slower through shared memory.
   virtual bool gathers_in_segments() const { return false; }
+  // The largest message this transport moves as one piece (a shared-memory ring's size); a larger one
+  // streams through in pieces, and a collective that sends whole vectors then falls behind one that sends
+  // parts of them. Unbounded by default.
+  virtual std::size_t whole_message_bytes() const { return std::numeric_limits<std::size_t>::max(); }
 };
 
 // How the job names `rank` without its address: "worker 1" of "worker 1 (127.0.0.1:4001)".

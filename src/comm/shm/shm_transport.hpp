@@ -93,6 +93,8 @@ class ShmTransport : public Transport, private PeerMemory {
   WorkPtr recv(int peer, Tag tag, std::span<std::byte> out) override;
   // None unless every peer is on this host; it reads them only where single copy is on.
   PeerMemory* peer_memory() override;
+  // A ring's size: larger messages stream through the rings in pieces.
+  std::size_t whole_message_bytes() const override { return ring_bytes_; }
 
   // How many peers share memory with this rank (the others use TCP), and the size of each ring its own
   // mailbox holds for them.
