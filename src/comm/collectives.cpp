@@ -23,15 +23,15 @@ constexpr std::string_view kRecursiveDoubling = "recursive doubling";
 constexpr std::string_view kHalvingDoubling = "recursive halving and doubling";
 constexpr std::string_view kDirect = "direct (from the peers' memory)";
 
-// Where reading the peers' memory overtakes the messages, from the allreduce sweep on 2 cores. On 2 ranks 8 MiB,
-// where the ring's messages (half the vector) no longer fit a shared-memory ring: medians of 7-8 alternating
-// runs, grouped by the cores' placement (`cohort_allreduce_bench --cores`), put the ring through the rings at
-// 12.8-13.9 GB/s at 2 MiB and 12.2-12.8 at 4 MiB against 10.0-10.2 for the direct allreduce, which led from
-// 8 MiB (7.4-8.1 against 5.1); the two were level where the cores sat far apart. On 3 and 4 ranks the
-// messages stayed ahead up to 256 KiB (1.2-2x), since each of the direct allreduce's rounds waits for every
-// rank, and ranks without a core of their own get there one time slice at a time, where a pairwise exchange
-// waits for one partner. With a core per rank the rounds take microseconds, and the direct allreduce's single
-// copy pays from 128 KiB (not measured on such a host).
+// Where reading the peers' memory overtakes the messages, from the allreduce sweep on 2 cores. On 2 ranks
+// 8 MiB, where the ring's messages (half the vector) no longer fit a shared-memory ring: medians of 7-10
+// alternating runs, grouped by the cores' placement (`cohort_allreduce_bench --cores`), put the ring through
+// the rings at 12.3-13.9 GB/s at 2 MiB and 12.2-13.7 at 4 MiB against 10.0-10.2 for the direct allreduce with
+// the cores close, 2.0-2.1 against 1.6-1.7 with them far apart; the direct allreduce led from 8 MiB (7.4-8.1
+// against 5.1). On 3 and 4 ranks the messages stayed ahead up to 256 KiB (1.2-2x), since each of the direct
+// allreduce's rounds waits for every rank, and ranks without a core of their own get there one time slice at
+// a time, where a pairwise exchange waits for one partner. With a core per rank the rounds take microseconds,
+// and the direct allreduce's single copy pays from 128 KiB (not measured on such a host).
 std::size_t default_direct_from(int ranks, const PeerMemory& memory) {
   if (ranks == 2) return std::size_t{8} << 20;
   return memory.ranks_have_own_cores() ? std::size_t{128} << 10 : std::size_t{512} << 10;
