@@ -9,9 +9,10 @@
 #     AES-GCM rate of one core (cohort_tls_bench) as its ceiling;
 #   - cohort's MPI communicator under the same mpirun settings as Open MPI's own TCP run.
 # Peers that are not installed are skipped (Debian: openmpi-bin libopenmpi-dev libgloo-dev iperf3).
-# Before each run it measures a cache line's round trip between two cores: on a virtual machine it moves
-# with where the hypervisor puts the cores, and every transport's bandwidth with it; the tables print it
-# per run and flag sizes whose runs met different placements.
+# Before and after each run it measures a cache line's round trip between two cores: on a virtual machine it
+# moves with where the hypervisor puts the cores, and every transport's bandwidth with it. A pair of runs
+# compared in a ratio that met placements more than 1.8x apart is run again, twice at most; the tables print
+# the round trips and mark the ratios that still compare unlike placements.
 #   usage: benchmarks/allreduce_compare.sh [BUILD_DIR] [MAX_BYTES]
 set -uo pipefail
 case ${1:-} in -h | --help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;; esac
@@ -30,34 +31,47 @@ trap 'rm -rf "$out"' EXIT
 run_into() {
   local file=$1 status
   shift
-  "$bench/cohort_allreduce_bench" --cores --min-bytes 4096 --max-bytes 4096 2>&1 | grep 'round trip' >>"$file"
+  "$bench/cohort_allreduce_bench" --cores --min-bytes 4096 --max-bytes 4096 2>&1 | grep 'round trip' >"$file"
   "$@" >>"$file" 2>&1
   status=$?
   "$bench/cohort_allreduce_bench" --cores --min-bytes 4096 --max-bytes 4096 2>&1 | grep 'round trip' >>"$file"
   return $status
 }
+# Whether the runs whose outputs are given met placements of the cores within 1.8x of each other.
+alike() { cat "$@" 2>/dev/null | awk '/round trip/ {v = $7 + 0; if (!n++ || v < lo) lo = v; if (v > hi) hi = v}
+                                      END {exit !(n < 2 || hi <= 1.8 * lo)}'; }
+# The peers' runs on $n ranks, one function each, named as their output files.
+cohort_shm() { run_into "$out/cohort_shm.$n" "$build/cohort-launch" --workers $n -- "$bench/cohort_allreduce_bench" --max-bytes "$max" \
+  || { echo "cohort run on $n ranks failed:"; cat "$out/cohort_shm.$n"; exit 1; }; }
+cohort() { run_into "$out/cohort.$n" env COHORT_SHARED_MEMORY=0 "$build/cohort-launch" --workers $n -- "$bench/cohort_allreduce_bench" \
+  --max-bytes "$max" || { echo "cohort TCP run on $n ranks failed:"; cat "$out/cohort.$n"; exit 1; }; }
+cohort_tls() { run_into "$out/cohort_tls.$n" env COHORT_TLS=1 COHORT_SHARED_MEMORY=0 "$build/cohort-launch" --workers $n -- \
+  "$bench/cohort_allreduce_bench" --max-bytes "$max" || { echo "cohort TLS run on $n ranks failed:"; cat "$out/cohort_tls.$n"; exit 1; }; }
+root=(); [ "$(id -u)" -eq 0 ] && root=(--allow-run-as-root)
+mpi_shm() { run_into "$out/mpi_shm.$n" mpirun "${root[@]}" -np $n --oversubscribe --mca pml ob1 --mca btl vader,self \
+  "$bench/mpi_allreduce_bench" --max-bytes "$max" || echo "(Open MPI shared-memory run on $n ranks failed)"; }
+mpi() { run_into "$out/mpi.$n" mpirun "${root[@]}" -np $n --oversubscribe --mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include lo \
+  "$bench/mpi_allreduce_bench" --max-bytes "$max" || echo "(Open MPI run on $n ranks failed)"; }
+cohort_mpi() { run_into "$out/cohort_mpi.$n" env COHORT_COMMUNICATOR=mpi mpirun "${root[@]}" -np $n --oversubscribe --mca pml ob1 \
+  --mca btl tcp,self --mca btl_tcp_if_include lo -x COHORT_COMMUNICATOR "$bench/cohort_allreduce_bench" --max-bytes "$max" \
+  || echo "(cohort's MPI communicator run on $n ranks failed)"; }
+gloo() { run_into "$out/gloo.$n" env COHORT_GLOO_STORE="$(mktemp -d -p "$out")" "$build/cohort-launch" --workers $n -- \
+  "$bench/gloo_allreduce_bench" --max-bytes "$max" || echo "(Gloo run on $n ranks failed)"; }
+# Runs FIRST and SECOND, and both again (at most twice more) while they met different placements, so that their
+# ratio compares one machine with itself; with SECOND already run, `rerun` runs only FIRST again.
+matched() {
+  local try
+  for try in 1 2 3; do
+    "$1"
+    [ "${3:-}" = rerun ] || "$2"
+    alike "$out/$1.$n" "$out/$2.$n" && return
+  done
+}
+have_mpi=false; [ -x "$bench/mpi_allreduce_bench" ] && command -v mpirun >/dev/null && have_mpi=true
 for n in 2 4; do
-  run_into "$out/cohort_shm.$n" "$build/cohort-launch" --workers $n -- "$bench/cohort_allreduce_bench" --max-bytes "$max" \
-    || { echo "cohort run on $n ranks failed:"; cat "$out/cohort_shm.$n"; exit 1; }
-  run_into "$out/cohort.$n" env COHORT_SHARED_MEMORY=0 "$build/cohort-launch" --workers $n -- "$bench/cohort_allreduce_bench" \
-    --max-bytes "$max" || { echo "cohort TCP run on $n ranks failed:"; cat "$out/cohort.$n"; exit 1; }
-  run_into "$out/cohort_tls.$n" env COHORT_TLS=1 COHORT_SHARED_MEMORY=0 "$build/cohort-launch" --workers $n -- \
-    "$bench/cohort_allreduce_bench" --max-bytes "$max" || { echo "cohort TLS run on $n ranks failed:"; cat "$out/cohort_tls.$n"; exit 1; }
-  if [ -x "$bench/mpi_allreduce_bench" ] && command -v mpirun >/dev/null; then
-    root=(); [ "$(id -u)" -eq 0 ] && root=(--allow-run-as-root)
-    run_into "$out/mpi_shm.$n" mpirun "${root[@]}" -np $n --oversubscribe --mca pml ob1 --mca btl vader,self \
-      "$bench/mpi_allreduce_bench" --max-bytes "$max" || echo "(Open MPI shared-memory run on $n ranks failed)"
-    run_into "$out/mpi.$n" mpirun "${root[@]}" -np $n --oversubscribe --mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include lo \
-      "$bench/mpi_allreduce_bench" --max-bytes "$max" || echo "(Open MPI run on $n ranks failed)"
-    run_into "$out/cohort_mpi.$n" env COHORT_COMMUNICATOR=mpi mpirun "${root[@]}" -np $n --oversubscribe --mca pml ob1 \
-      --mca btl tcp,self --mca btl_tcp_if_include lo -x COHORT_COMMUNICATOR "$bench/cohort_allreduce_bench" --max-bytes "$max" \
-      || echo "(cohort's MPI communicator run on $n ranks failed)"
-  fi
-  if [ -x "$bench/gloo_allreduce_bench" ]; then
-    store=$(mktemp -d -p "$out")
-    run_into "$out/gloo.$n" env COHORT_GLOO_STORE=$store "$build/cohort-launch" --workers $n -- "$bench/gloo_allreduce_bench" \
-      --max-bytes "$max" || echo "(Gloo run on $n ranks failed)"
-  fi
+  if $have_mpi; then matched cohort_shm mpi_shm; matched cohort mpi; cohort_mpi; else cohort_shm; cohort; fi
+  matched cohort_tls cohort rerun
+  [ -x "$bench/gloo_allreduce_bench" ] && matched gloo cohort rerun
 done
 
 # AES-128-GCM on one core, records in the cache: each record engine TLS may use (the last is the one it does).
