@@ -28,18 +28,21 @@ trap 'rm -rf "$out"' EXIT
 # A peer's sweep into FILE, with a cache line's round trip between two cores before and after it (the tables
 # read them): on a virtual machine it moves with where the hypervisor puts the cores, and every transport's
 # bandwidth with it.
+placement() { "$bench/cohort_allreduce_bench" --cores --min-bytes 4096 --max-bytes 4096 2>&1 | grep 'round trip'; }
 run_into() {
   local file=$1 status
   shift
-  "$bench/cohort_allreduce_bench" --cores --min-bytes 4096 --max-bytes 4096 2>&1 | grep 'round trip' >"$file"
+  placement >"$file"
   "$@" >>"$file" 2>&1
   status=$?
-  "$bench/cohort_allreduce_bench" --cores --min-bytes 4096 --max-bytes 4096 2>&1 | grep 'round trip' >>"$file"
+  placement >>"$file"
   return $status
 }
-# Whether the runs whose outputs are given met placements of the cores within 1.8x of each other.
-alike() { cat "$@" 2>/dev/null | awk '/round trip/ {v = $7 + 0; if (!n++ || v < lo) lo = v; if (v > hi) hi = v}
-                                      END {exit !(n < 2 || hi <= 1.8 * lo)}'; }
+# Round trips further apart than this factor are different placements.
+apart=1.8
+# Whether the runs whose outputs are given met placements of the cores within $apart of each other.
+alike() { cat "$@" 2>/dev/null | awk -v apart=$apart '/round trip/ {v = $7 + 0; if (!n++ || v < lo) lo = v; if (v > hi) hi = v}
+                                                      END {exit !(n < 2 || hi <= apart * lo)}'; }
 # The peers' runs on $n ranks, one function each, named as their output files.
 cohort_shm() { run_into "$out/cohort_shm.$n" "$build/cohort-launch" --workers $n -- "$bench/cohort_allreduce_bench" --max-bytes "$max" \
   || { echo "cohort run on $n ranks failed:"; cat "$out/cohort_shm.$n"; exit 1; }; }
@@ -87,9 +90,9 @@ if command -v iperf3 >/dev/null; then
   wait
 fi
 
-python3 - "$out" "$ceiling" <<'PY'
+python3 - "$out" "$ceiling" "$apart" <<'PY'
 import os, re, sys
-out, ceiling = sys.argv[1], sys.argv[2]
+out, ceiling, apart = sys.argv[1], sys.argv[2], float(sys.argv[3])
 def table(path):
     rows = {}
     if not os.path.exists(path):
@@ -107,9 +110,9 @@ def latency(rows, size):
     return f"{rows[size][0]:9.1f}" if size in rows else f"{'-':>9}"
 def round_trips(path):  # ns, before and after the run
     return [float(ns) for ns in re.findall(r"round trip (\d+) ns", open(path).read())] if os.path.exists(path) else []
-def unlike(*runs):  # the runs met placements of the cores more than 1.8x apart
+def unlike(*runs):  # the runs met placements of the cores more than `apart` apart
     trips = [ns for run in runs for ns in run.trips]
-    return len(trips) > 1 and max(trips) > 1.8 * min(trips)
+    return len(trips) > 1 and max(trips) > apart * min(trips)
 class Run(dict):
     def __init__(self, path):
         super().__init__(table(path))
@@ -143,7 +146,7 @@ for n in (2, 4):
     print("a cache line's round trip between two cores before/after each run, ns: " +
           ", ".join(f"{label} {'/'.join(f'{ns:.0f}' for ns in runs[name].trips)}" for name, label in names.items() if runs[name].trips))
     if any(unlike(a, b) for a, b in ((shm, mpi_shm), (tcp, mpi), (tcp, gloo), (tls, tcp))):
-        print("  * the two runs met placements of the cores more than 1.8x apart: that ratio compares unlike machines")
+        print(f"  * the two runs met placements of the cores more than {apart}x apart: that ratio compares unlike machines")
     if cipher:
         print(f"TLS: {cipher}")
     print(f"{'size':>8} | {'cohort shm':>12} {'Open MPI shm':>12} {'memcpy':>12} {'cross-core':>12} {'vs MPI':>8} | "
