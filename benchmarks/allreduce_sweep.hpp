@@ -56,10 +56,22 @@ inline int iterations_for(std::size_t bytes) {
   return static_cast<int>(std::clamp<std::size_t>((std::size_t{64} << 20) / bytes, 3, 1000));
 }
 
+// The table every sweep prints (allreduce_compare.sh reads it): its column heads, and one size's row, where
+// busbw = algbw * `bus_factor` (2 (n - 1) / n for an allreduce of n ranks, 1 for a copy).
+inline void print_columns() {
+  std::printf("# %12s %12s %12s %12s %12s %8s\n", "size(B)", "count", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "correct");
+}
+inline void print_row(std::size_t bytes, std::size_t count, double seconds, double bus_factor, bool correct) {
+  const double algbw = static_cast<double>(bytes) / seconds / 1e9;
+  std::printf("  %12zu %12zu %12.1f %12.3f %12.3f %8s\n", bytes, count, seconds * 1e6, algbw, algbw * bus_factor,
+              correct ? "yes" : "NO");
+  std::fflush(stdout);
+}
+
 inline void memcpy_ceiling(const Options& options) {
   using Clock = std::chrono::steady_clock;
   std::printf("# memcpy, one thread\n");
-  std::printf("# %12s %12s %12s %12s %12s %8s\n", "size(B)", "count", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "correct");
+  print_columns();
   for (std::size_t bytes = options.min_bytes; bytes <= options.max_bytes; bytes *= 2) {
     std::vector<char> from(bytes, 1), to(bytes, 0);
     const int iterations = iterations_for(bytes);
@@ -70,9 +82,7 @@ inline void memcpy_ceiling(const Options& options) {
       std::memcpy(to.data(), from.data(), bytes);
     }
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count() / iterations;
-    const bool correct = std::equal(from.begin(), from.end(), to.begin());
-    const double bandwidth = static_cast<double>(bytes) / seconds / 1e9;
-    std::printf("  %12zu %12zu %12.1f %12.3f %12.3f %8s\n", bytes, bytes, seconds * 1e6, bandwidth, bandwidth, correct ? "yes" : "NO");
+    print_row(bytes, bytes, seconds, 1.0, std::equal(from.begin(), from.end(), to.begin()));
   }
 }
 
@@ -126,7 +136,7 @@ int run(const char* title, int rank, int size, const Options& options, Allreduce
   const bool printer = rank == 0;
   if (printer) {
     std::printf("# %s, float32 sum, %d ranks\n", title, size);
-    std::printf("# %12s %12s %12s %12s %12s %8s\n", "size(B)", "count", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "correct");
+    print_columns();
   }
   bool all_correct = true;
   do {
@@ -150,12 +160,7 @@ int run(const char* title, int rank, int size, const Options& options, Allreduce
       allreduce(&wrong, 1);  // every rank's verdict
       const bool correct = wrong == 0.0f;
       all_correct = all_correct && correct;
-      if (printer) {
-        const double algbw = static_cast<double>(bytes) / seconds / 1e9;
-        std::printf("  %12zu %12zu %12.1f %12.3f %12.3f %8s\n", bytes, data.size(), seconds * 1e6, algbw,
-                    algbw * 2.0 * (size - 1) / size, correct ? "yes" : "NO");
-        std::fflush(stdout);
-      }
+      if (printer) print_row(bytes, data.size(), seconds, 2.0 * (size - 1) / size, correct);
     }
   } while (options.forever);
   return all_correct ? 0 : 3;

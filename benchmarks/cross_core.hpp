@@ -102,7 +102,7 @@ inline int cross_core_ceiling(const Options& options) {
   const double round_trip = round_trip_ns(turns, turn);
   std::printf("# core to core: round trip %.0f ns (CPUs %d and %d)\n", round_trip, cores->first, cores->second);
   std::printf("# copy of what the other core just wrote, one thread\n");
-  std::printf("# %12s %12s %12s %12s %12s %8s\n", "size(B)", "count", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "correct");
+  print_columns();
   bool all_correct = true;
   for (std::size_t bytes = options.min_bytes; bytes <= options.max_bytes; bytes *= 2) {
     const int iterations = iterations_for(bytes) + 1;  // the first maps the pages and is not timed
@@ -119,9 +119,7 @@ inline int cross_core_ceiling(const Options& options) {
     }
     seconds /= iterations - 1;
     all_correct = all_correct && correct;
-    const double bandwidth = static_cast<double>(bytes) / seconds / 1e9;
-    std::printf("  %12zu %12zu %12.1f %12.3f %12.3f %8s\n", bytes, bytes, seconds * 1e6, bandwidth, bandwidth, correct ? "yes" : "NO");
-    std::fflush(stdout);
+    print_row(bytes, bytes, seconds, 1.0, correct);
   }
   turns.stop.store(true, std::memory_order_release);
   writer.join();
