@@ -40,9 +40,11 @@ inline std::uint64_t expected_message_limit(std::uint64_t bytes, std::uint64_t m
 // What an operation still pending when its transport is destroyed fails with.
 inline std::exception_ptr shut_down_error() { return std::make_exception_ptr(IoError("the transport was shut down")); }
 
-// Copies `bytes` into `out` and completes `work`, or fails it when the sizes differ.
-inline void hand_over(const std::string& from, Tag tag, std::span<const std::byte> bytes, std::span<std::byte> out, Work& work) {
-  if (out.size() != bytes.size()) return work.fail(size_mismatch(from, tag, bytes.size(), out.size()));
+// Copies `bytes`, which came from `peer` of `transport`, into `out` and completes `work`, or fails it when
+// the sizes differ.
+inline void hand_over(const Transport& transport, int peer, Tag tag, std::span<const std::byte> bytes, std::span<std::byte> out,
+                      Work& work) {
+  if (out.size() != bytes.size()) return work.fail(size_mismatch(transport.describe(peer), tag, bytes.size(), out.size()));
   if (!bytes.empty()) std::memcpy(out.data(), bytes.data(), bytes.size());
   work.complete();
 }

@@ -14,12 +14,10 @@ struct InProcessGroup::State {
   std::mutex mutex;
   int size;
   std::chrono::milliseconds timeout;
-  std::vector<std::string> names;
+  RankNames names;  // "rank N" for those not named
   std::vector<Matcher> inboxes;  // per destination rank: its receives and the messages sent to it
 
-  std::string describe(int rank) const {
-    return rank < static_cast<int>(names.size()) ? names[static_cast<std::size_t>(rank)] : fmt::format("rank {}", rank);
-  }
+  std::string describe(int rank) const { return name_of(names, rank); }
   // A lost or stuck rank breaks the whole group: why, or nothing while it is whole.
   std::optional<std::string> broken;
   Breakage breakage = Breakage::Lost;
@@ -68,27 +66,27 @@ class InProcessTransport : public Transport {
 
   WorkPtr send(int peer, Tag tag, std::span<const std::byte> data) override {
     check_peer(peer);
-    auto work = std::make_shared<Work>(fmt::format("send to {}, tag {}", describe(peer), tag));
+    auto work = std::make_shared<Work>(PeerOperation{"send to", state_->names, peer, tag});
     const std::lock_guard lock(state_->mutex);
     if (state_->broken) {
       work->fail(state_->failure());
       return work;
     }
-    state_->inboxes[static_cast<std::size_t>(peer)].deliver(describe(rank_), rank_, tag, {data.begin(), data.end()});
+    state_->inboxes[static_cast<std::size_t>(peer)].deliver(*this, rank_, tag, {data.begin(), data.end()});
     work->complete();
     return work;
   }
 
   WorkPtr recv(int peer, Tag tag, std::span<std::byte> out) override {
     check_peer(peer);
-    auto work = std::make_shared<Work>(fmt::format("recv from {}, tag {}", describe(peer), tag));
+    auto work = std::make_shared<Work>(PeerOperation{"recv from", state_->names, peer, tag});
     const std::lock_guard lock(state_->mutex);
     if (state_->broken) {
       work->fail(state_->failure());
       return work;
     }
     Matcher& inbox = state_->inboxes[static_cast<std::size_t>(rank_)];
-    if (!inbox.take_buffered(describe(peer), peer, tag, out, *work)) inbox.post(peer, tag, {out, work});
+    if (!inbox.take_buffered(*this, peer, tag, out, *work)) inbox.post(peer, tag, {out, work});
     return work;
   }
 
@@ -109,7 +107,7 @@ InProcessGroup::InProcessGroup(int size, std::chrono::milliseconds timeout, std:
   COHORT_CHECK(size > 0, "a group needs at least one rank, got {}", size);
   state_->size = size;
   state_->timeout = timeout;
-  state_->names = std::move(names);
+  state_->names = std::make_shared<const std::vector<std::string>>(std::move(names));
   state_->inboxes.resize(static_cast<std::size_t>(size));
   state_->progress.assign(static_cast<std::size_t>(size), 0);  // every rank is heard from at once: none started
   for (int r = 0; r < size; ++r) transports_.push_back(std::make_unique<InProcessTransport>(state_, r));

@@ -3,8 +3,8 @@
 // before their receive, per (peer, tag) in arrival order, handed over with one size check (delivery.hpp).
 // Not synchronized: a transport calls it on its I/O thread or under its own lock.
 //
-//   if (!matcher.take_buffered(describe(peer), peer, tag, out, *work)) matcher.post(peer, tag, {out, work});
-//   matcher.deliver(describe(peer), peer, tag, std::move(bytes));   // a whole message that arrived
+//   if (!matcher.take_buffered(transport, peer, tag, out, *work)) matcher.post(peer, tag, {out, work});
+//   matcher.deliver(transport, peer, tag, std::move(bytes));   // a whole message that arrived
 #include <deque>
 #include <functional>
 #include <map>
@@ -26,14 +26,15 @@ class Matcher {
   };
 
   // Hands the oldest message buffered from (peer, tag) to `out` and `work`; false when none waits. The
-  // message's buffer, now spent, goes to `spent` where given, for the transport to reuse.
-  bool take_buffered(const std::string& from, int peer, Tag tag, std::span<std::byte> out, Work& work,
+  // message's buffer, now spent, goes to `spent` where given, for the transport to reuse. `transport`, whose
+  // peer sent it, names the peer in an error.
+  bool take_buffered(const Transport& transport, int peer, Tag tag, std::span<std::byte> out, Work& work,
                      std::vector<std::byte>* spent = nullptr) {
     const auto queued = buffered_.find({peer, tag});
     if (queued == buffered_.end() || queued->second.empty()) return false;
     std::vector<std::byte> bytes = std::move(queued->second.front());
     queued->second.pop_front();
-    hand_over(from, tag, bytes, out, work);
+    hand_over(transport, peer, tag, bytes, out, work);
     if (spent != nullptr) *spent = std::move(bytes);
     return true;
   }
@@ -56,8 +57,8 @@ class Matcher {
   }
 
   // A whole message from (peer, tag): to the oldest posted receive, else kept for the next one.
-  void deliver(const std::string& from, int peer, Tag tag, std::vector<std::byte> bytes) {
-    if (auto receiver = take_posted(peer, tag)) return hand_over(from, tag, bytes, receiver->out, *receiver->work);
+  void deliver(const Transport& transport, int peer, Tag tag, std::vector<std::byte> bytes) {
+    if (auto receiver = take_posted(peer, tag)) return hand_over(transport, peer, tag, bytes, receiver->out, *receiver->work);
     buffered_[{peer, tag}].push_back(std::move(bytes));
   }
 

@@ -10,7 +10,9 @@
 
 #include <catch2/catch.hpp>
 #include <exception>
+#include <fmt/format.h>
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <mutex>
 #include <stdexcept>
@@ -60,11 +62,16 @@ inline void expect(bool ok, const std::string& what) {
   if (!ok) throw std::runtime_error("expectation failed: " + what);
 }
 
+// As expect(), for a call that must throw Error whose message contains every one of `naming`.
 template <typename Error, typename Call>
-void expect_throws(Call&& call, const std::string& what) {
+void expect_throws(Call&& call, const std::string& what, std::initializer_list<std::string> naming = {}) {
   try {
     call();
-  } catch (const Error&) {
+  } catch (const Error& error) {
+    const std::string message = error.what();
+    for (const std::string& part : naming)
+      if (message.find(part) == std::string::npos)
+        throw std::runtime_error(fmt::format("{}: \"{}\" does not say \"{}\"", what, message, part));
     return;
   }
   throw std::runtime_error("expected an exception: " + what);

@@ -59,8 +59,9 @@ inline void ordering_and_tags(const Group& group) {
   });
 }
 
-// Needs 2 ranks. Zero-byte and 12 MB messages, many receives posted before their sends, and a size
-// mismatch that fails as ProtocolError without disturbing the next message.
+// Needs 2 ranks. Zero-byte and 12 MB messages, many receives posted before their sends, a size mismatch
+// that fails as ProtocolError naming the sender without disturbing the next message, and a receive that
+// nothing answers, whose timeout names its peer and tag.
 inline void sizes_and_mismatch(const Group& group) {
   comm_test::run_ranks(2, [&](int r) {
     Transport& t = *group[static_cast<std::size_t>(r)];
@@ -85,12 +86,18 @@ inline void sizes_and_mismatch(const Group& group) {
       t.recv(0, 1, bytes(b.empty))->wait(t.timeout());
       t.recv(0, 2, bytes(b.big))->wait(t.timeout());
       comm_test::expect(b.big[2'999'999] == 2'999'999, "large message content");
-      comm_test::expect_throws<ProtocolError>([&] { t.recv(0, 3, bytes(b.two))->wait(t.timeout()); }, "size mismatch");
+      comm_test::expect_throws<ProtocolError>([&] { t.recv(0, 3, bytes(b.two))->wait(t.timeout()); }, "size mismatch",
+                                              {"from " + t.describe(0), "tag 3"});
       t.recv(0, 3, bytes(b.one))->wait(t.timeout());
       comm_test::expect(b.one[0] == 9, "the message after a mismatch");
       wait_all(posted, t.timeout());
       for (int i = 0; i < 100; ++i)
         comm_test::expect(b.many[static_cast<std::size_t>(i)] == std::vector<int>(1000, i), "pre-posted receive " + std::to_string(i));
+      // Posted until the transport ends: its buffer must outlive it.
+      const auto unanswered = std::make_shared<std::vector<int>>(1);
+      keep_until_exit(unanswered);
+      comm_test::expect_throws<TimeoutError>([&] { t.recv(0, 999, bytes(*unanswered))->wait(std::chrono::milliseconds(30)); },
+                                             "a receive nothing answers", {"recv from " + t.describe(0) + ", tag 999", "30 ms"});
     }
   });
 }

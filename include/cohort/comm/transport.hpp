@@ -27,9 +27,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "cohort/comm/work.hpp"
 
@@ -113,6 +115,13 @@ class Transport {
   // parts of them. Unbounded by default.
   virtual std::size_t whole_message_bytes() const { return std::numeric_limits<std::size_t>::max(); }
 };
+
+// Every rank's name as `transport` describes it, for the Works of a transport built on it to name their peers.
+inline RankNames rank_names(const Transport& transport) {
+  std::vector<std::string> names;
+  for (int rank = 0; rank < transport.size(); ++rank) names.push_back(transport.describe(rank));
+  return std::make_shared<const std::vector<std::string>>(std::move(names));
+}
 
 // How the job names `rank` without its address: "worker 1" of "worker 1 (127.0.0.1:4001)".
 inline std::string process_name_of(const Transport& transport, int rank) {

@@ -69,7 +69,7 @@ std::string broken_ring(const ShmTransport& transport, int peer) {
 }
 
 // A Work that failed already: a pairing that could not be made.
-WorkPtr failed_work(std::string what, const std::exception_ptr& error) {
+WorkPtr failed_work(PeerOperation what, const std::exception_ptr& error) {
   auto work = std::make_shared<Work>(std::move(what));
   work->fail(error);
   return work;
@@ -79,7 +79,7 @@ WorkPtr failed_work(std::string what, const std::exception_ptr& error) {
 
 ShmTransport::ShmTransport(std::unique_ptr<Transport> tcp, const std::vector<LocalPeer>& local, std::size_t ring_bytes,
                            const SharedMemoryOptions& options, std::uint64_t max_frame_bytes)
-    : tcp_(std::move(tcp)), max_frame_bytes_(max_frame_bytes), single_copy_bytes_(options.single_copy_bytes), ring_bytes_(ring_bytes), expected_bytes_(max_frame_bytes), link_by_rank_(static_cast<std::size_t>(tcp_->size()), nullptr),
+    : tcp_(std::move(tcp)), names_(rank_names(*tcp_)), max_frame_bytes_(max_frame_bytes), single_copy_bytes_(options.single_copy_bytes), ring_bytes_(ring_bytes), expected_bytes_(max_frame_bytes), link_by_rank_(static_cast<std::size_t>(tcp_->size()), nullptr),
       core_per_rank_(local.size() + 1 <= static_cast<std::size_t>(usable_cores())) {
   create_mailbox(local, ring_bytes);
   undecided_ = static_cast<int>(local.size());
@@ -364,14 +364,13 @@ void ShmTransport::wake_progress() const { own_.ring_bell(); }
 WorkPtr ShmTransport::send(int peer, Tag tag, std::span<const std::byte> data) {
   Link* link = link_of(peer);
   if (link != nullptr && !is_paired(*link)) {
-    if (auto failure = await_pairing(*link)) return failed_work(fmt::format("send to {}, tag {}", describe(peer), tag), failure);
+    if (auto failure = await_pairing(*link)) return failed_work(PeerOperation{"send to", names_, peer, tag}, failure);
   }
   if (link == nullptr || !is_paired(*link)) return tcp_->send(peer, tag, data);
   const bool by_reference = link->single_copy_out && single_copy_bytes_ > 0 && data.size() >= single_copy_bytes_;
-  std::string what = fmt::format("send to {}, tag {}", describe(peer), tag);
   // The waiting thread moves the bytes itself for a moment (poll) before it sleeps; a single-copy send's
   // acknowledgement, which completes it, among them.
-  auto work = std::make_shared<Work>(std::move(what), caller_poll_);
+  auto work = std::make_shared<Work>(PeerOperation{"send to", names_, peer, tag}, caller_poll_);
   const std::lock_guard lock(link->send_mutex);
   {
     // Checked under the send lock: a failure after this point finds the frame in the queue and fails it.
@@ -433,13 +432,12 @@ void ShmTransport::write_queued(Link& link) {
 WorkPtr ShmTransport::recv(int peer, Tag tag, std::span<std::byte> out) {
   Link* link = link_of(peer);
   if (link != nullptr && !is_paired(*link)) {
-    if (auto failure = await_pairing(*link)) return failed_work(fmt::format("recv from {}, tag {}", describe(peer), tag), failure);
+    if (auto failure = await_pairing(*link)) return failed_work(PeerOperation{"recv from", names_, peer, tag}, failure);
   }
   if (link == nullptr || !is_paired(*link)) return tcp_->recv(peer, tag, out);
-  std::string what = fmt::format("recv from {}, tag {}", describe(peer), tag);
-  auto work = std::make_shared<Work>(std::move(what), caller_poll_);
+  auto work = std::make_shared<Work>(PeerOperation{"recv from", names_, peer, tag}, caller_poll_);
   const std::lock_guard lock(state_mutex_);
-  if (matcher_.take_buffered(describe(peer), peer, tag, out, *work)) return work;
+  if (matcher_.take_buffered(*this, peer, tag, out, *work)) return work;
   if (auto error = error_for(peer)) {
     work->fail(error);
     return work;
@@ -646,7 +644,7 @@ void ShmTransport::finish_frame(Link& link) {
   if (incoming.work) return incoming.work->complete();
   // Buffered: a receive posted meanwhile takes it, else it waits for one.
   const std::lock_guard lock(state_mutex_);
-  matcher_.deliver(describe(link.peer), link.peer, incoming.tag, std::move(incoming.buffer));
+  matcher_.deliver(*this, link.peer, incoming.tag, std::move(incoming.buffer));
 }
 
 // ---- the progress thread

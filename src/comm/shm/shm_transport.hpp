@@ -258,6 +258,7 @@ class ShmTransport : public Transport, private PeerMemory {
   void wake_progress() const;
 
   std::unique_ptr<Transport> tcp_;
+  RankNames names_;  // as tcp_ describes them
   std::uint64_t max_frame_bytes_;
   std::size_t single_copy_bytes_;
   std::size_t ring_bytes_;

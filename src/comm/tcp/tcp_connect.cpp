@@ -48,15 +48,19 @@ TcpTransport::TcpTransport(const GroupOptions& options) : options_(options) {
     tls_ = std::make_unique<TlsContext>(options_.tls, options_.secret);
     if (options_.rank == 0) log_once(fmt::format("connections: {}", tls_->description()));
   }
+  std::vector<std::string> names;
+  for (int r = 0; r < n; ++r) {
+    const Address& a = options_.addresses[static_cast<std::size_t>(r)];
+    names.push_back(options_.names.empty() ? fmt::format("rank {} ({}:{})", r, a.host, a.port) : options_.names[static_cast<std::size_t>(r)]);
+  }
+  names_ = std::make_shared<const std::vector<std::string>>(std::move(names));
   tcp::resolver resolver(io_);
   for (int r = 0; r < n; ++r) {
     const Address& a = options_.addresses[static_cast<std::size_t>(r)];
-    names_.push_back(options_.names.empty() ? fmt::format("rank {} ({}:{})", r, a.host, a.port)
-                                            : options_.names[static_cast<std::size_t>(r)]);
     asio::error_code error;
     const auto results = resolver.resolve(a.host, std::to_string(a.port), error);
     if (error || results.empty())
-      throw InvalidArgument(fmt::format("cannot resolve {}: {}", names_.back(), error ? error.message() : "no address"));
+      throw InvalidArgument(fmt::format("cannot resolve {}: {}", describe(r), error ? error.message() : "no address"));
     endpoints_.push_back(*results.begin());
   }
   if (!options_.star) layout_ = layout_fingerprint(given_addresses());
@@ -80,7 +84,7 @@ TcpTransport::TcpTransport(const GroupOptions& options) : options_(options) {
     if (!error) acceptor_.set_option(tcp::acceptor::reuse_address(true), error);
     if (!error) acceptor_.bind(own, error);
     if (!error) acceptor_.listen(asio::socket_base::max_listen_connections, error);
-    if (error) throw IoError(fmt::format("{} cannot listen on its address: {}", names_[static_cast<std::size_t>(options_.rank)], error.message()));
+    if (error) throw IoError(fmt::format("{} cannot listen on its address: {}", describe(options_.rank), error.message()));
   }
   connect_deadline_ = Clock::now() + options_.connect_timeout;
   io_driver_ = std::make_unique<IoDriver>(io_, ranks_on_own_host(options_) <= usable_cores());
@@ -114,19 +118,19 @@ TcpTransport::TcpTransport(const GroupOptions& options) : options_(options) {
         const Peer& p = peers_[static_cast<std::size_t>(r)];
         if (!set_up_with(r) || p.ready) continue;
         if (first_missing < 0) first_missing = r;
-        text += fmt::format("{}{}{}", text.empty() ? "" : ", ", names_[static_cast<std::size_t>(r)],
+        text += fmt::format("{}{}{}", text.empty() ? "" : ", ", describe(r),
                             p.last_failure.empty() ? "" : " (" + p.last_failure + ")");
       }
       if (!last_rejection_.empty()) text += "; the last connection refused was " + last_rejection_;
       // The peers already connected wait for the same rank: an abort naming it tells them whom the group
       // lacks, where a goodbye would make them blame this rank for leaving.
       tell_peers(encode({.type = FrameType::Abort, .tag = static_cast<std::uint64_t>(first_missing)}));
-      broken_ = fmt::format("could not connect to {}", names_[static_cast<std::size_t>(first_missing)]);
+      broken_ = fmt::format("could not connect to {}", describe(first_missing));
       missing.set_value(text);
     });
     const std::string text = missing.get_future().get();
     shut_down();
-    throw TimeoutError(fmt::format("{} could not connect within {} ms to {}", names_[static_cast<std::size_t>(options_.rank)],
+    throw TimeoutError(fmt::format("{} could not connect within {} ms to {}", describe(options_.rank),
                                    options_.connect_timeout.count(), text));
   }
   if (on_demand() && expected_peers_ < n - 1) await_every_rank();

@@ -196,7 +196,7 @@ void TcpTransport::read_unexpected(int peer, Tag tag, std::uint64_t length) {
   }
   if (have == length) {
     p.unexpected.reset();
-    matcher_.deliver(describe(peer), peer, tag, std::exchange(p.payload, {}));
+    matcher_.deliver(*this, peer, tag, std::exchange(p.payload, {}));
     return read_header(peer);
   }
   const std::size_t piece = static_cast<std::size_t>(std::min<std::uint64_t>(length - have, kUnexpectedPiece));
@@ -242,7 +242,7 @@ void TcpTransport::read_failure(int peer, std::uint64_t failed, std::uint64_t le
 
 WorkPtr TcpTransport::send(int peer, Tag tag, std::span<const std::byte> data) {
   check_peer(peer);
-  auto work = std::make_shared<Work>(fmt::format("send to {}, tag {}", describe(peer), tag), io_driver_->poller_for(data.size()));
+  auto work = std::make_shared<Work>(PeerOperation{"send to", names_, peer, tag}, io_driver_->poller_for(data.size()));
   asio::post(io_, [this, peer, tag, data, work] {
     if (broken_) return work->fail(broken_error());
     Peer& p = peers_[static_cast<std::size_t>(peer)];
@@ -259,10 +259,10 @@ WorkPtr TcpTransport::send(int peer, Tag tag, std::span<const std::byte> data) {
 
 WorkPtr TcpTransport::receive(int peer, Tag tag, std::span<std::byte> out, bool connect) {
   check_peer(peer);
-  auto work = std::make_shared<Work>(fmt::format("recv from {}, tag {}", describe(peer), tag), io_driver_->poller_for(out.size()));
+  auto work = std::make_shared<Work>(PeerOperation{"recv from", names_, peer, tag}, io_driver_->poller_for(out.size()));
   asio::post(io_, [this, peer, tag, out, work, connect] {
     if (broken_) return work->fail(broken_error());
-    if (std::vector<std::byte> spent; matcher_.take_buffered(describe(peer), peer, tag, out, *work, &spent))
+    if (std::vector<std::byte> spent; matcher_.take_buffered(*this, peer, tag, out, *work, &spent))
       return keep_for_reuse(std::move(spent));
     Peer& p = peers_[static_cast<std::size_t>(peer)];
     if (p.departed) return work->fail(std::make_exception_ptr(IoError(fmt::format("{} left the group", describe(peer)))));

@@ -122,7 +122,7 @@ class TcpTransport : public Transport {
   // How many peers this rank holds a connection to.
   int connections() const { return connections_.load(std::memory_order_relaxed); }
   int size() const override { return static_cast<int>(options_.addresses.size()); }
-  std::string describe(int rank) const override { return names_.at(static_cast<std::size_t>(rank)); }
+  std::string describe(int rank) const override { return names_->at(static_cast<std::size_t>(rank)); }
   std::chrono::milliseconds timeout() const override { return options_.timeout; }
   void report_progress(std::uint64_t collectives) override { progress_.store(collectives, std::memory_order_relaxed); }
   std::optional<std::uint64_t> progress_of(int peer) const override;
@@ -253,7 +253,7 @@ class TcpTransport : public Transport {
 
   GroupOptions options_;
   std::unique_ptr<TlsContext> tls_;  // with encryption
-  std::vector<std::string> names_;
+  RankNames names_;
   std::vector<tcp::endpoint> endpoints_;
   std::uint64_t layout_ = 0;  // layout_fingerprint(given_addresses()), 0 in a star group
   asio::io_context io_;
