@@ -82,9 +82,30 @@ auto TcpTransport::noting_arrivals(int peer) {
   };
 }
 
+namespace {
+// Copies what was read ahead into `out`, as much as fits; returns how much.
+std::size_t take_ahead(Peer& p, std::span<std::byte> out) {
+  const std::size_t taken = std::min(out.size(), p.ahead_to - p.ahead_from);
+  if (taken > 0) std::memcpy(out.data(), p.ahead.data() + p.ahead_from, taken);
+  p.ahead_from += taken;
+  return taken;
+}
+}  // namespace
+
+template <typename Done>
+void TcpTransport::read_exactly(int peer, std::span<std::byte> out, Done&& done) {
+  Peer& p = peers_[static_cast<std::size_t>(peer)];
+  const std::size_t taken = take_ahead(p, out);
+  // Called at once (a post would cost a poll of the sockets first); read_header posts, so that many frames
+  // read ahead at once do not nest one handler per frame.
+  if (taken == out.size()) return done(asio::error_code{});
+  asio::async_read(*p.socket, asio::buffer(out.subspan(taken).data(), out.size() - taken), noting_arrivals(peer),
+                   [done = std::forward<Done>(done)](const asio::error_code& error, std::size_t) mutable { done(error); });
+}
+
 void TcpTransport::read_header(int peer) {
   Peer& p = peers_[static_cast<std::size_t>(peer)];
-  asio::async_read(*p.socket, asio::buffer(p.header), noting_arrivals(peer), [this, peer](const asio::error_code& error, std::size_t) {
+  auto on_header = [this, peer](const asio::error_code& error) {
     Peer& q = peers_[static_cast<std::size_t>(peer)];
     if (error) {
       if (q.departed || leaving_ || closing_) return;
@@ -93,6 +114,23 @@ void TcpTransport::read_header(int peer) {
     const FrameHeader header = decode(q.header);
     if (auto problem = check(header, options_.max_frame_bytes)) return lose(peer, "protocol error: " + *problem, true);
     on_frame(peer, header);
+  };
+  const std::size_t have = take_ahead(p, p.header);
+  if (have == p.header.size()) return asio::post(io_, [on_header] { on_header(asio::error_code{}); });  // see read_exactly
+  // The rest of the header, and whatever the socket holds after it.
+  const std::size_t needed = p.header.size() - have;
+  p.ahead.resize(kReadAheadBytes);
+  p.ahead_from = p.ahead_to = 0;
+  const auto enough = [this, peer, needed](const asio::error_code& error, std::size_t transferred) -> std::size_t {
+    if (error) return 0;
+    peers_[static_cast<std::size_t>(peer)].last_heard = Clock::now();
+    return transferred >= needed ? 0 : kReadAheadBytes;
+  };
+  asio::async_read(*p.socket, asio::buffer(p.ahead), enough, [this, peer, have, on_header](const asio::error_code& error, std::size_t transferred) {
+    Peer& q = peers_[static_cast<std::size_t>(peer)];
+    q.ahead_to = error ? 0 : transferred;
+    if (!error) take_ahead(q, std::span(q.header).subspan(have));
+    on_header(error);
   });
 }
 
@@ -169,16 +207,14 @@ void TcpTransport::on_frame(int peer, const FrameHeader& header) {
 }
 
 void TcpTransport::read_into(int peer, const Matcher::Receiver& receiver, std::size_t offset) {
-  Peer& p = peers_[static_cast<std::size_t>(peer)];
-  asio::async_read(*p.socket, asio::buffer(receiver.out.subspan(offset).data(), receiver.out.size() - offset), noting_arrivals(peer),
-                   [this, peer, receiver](const asio::error_code& error, std::size_t) {
-                     if (error) {
-                       receiver.work->fail(link_error(peer, error));
-                       return lose(peer, error.message());
-                     }
-                     receiver.work->complete();
-                     read_header(peer);
-                   });
+  read_exactly(peer, receiver.out.subspan(offset), [this, peer, receiver](const asio::error_code& error) {
+    if (error) {
+      receiver.work->fail(link_error(peer, error));
+      return lose(peer, error.message());
+    }
+    receiver.work->complete();
+    read_header(peer);
+  });
 }
 
 void TcpTransport::read_unexpected(int peer, Tag tag, std::uint64_t length) {
@@ -201,17 +237,16 @@ void TcpTransport::read_unexpected(int peer, Tag tag, std::uint64_t length) {
   }
   const std::size_t piece = static_cast<std::size_t>(std::min<std::uint64_t>(length - have, kUnexpectedPiece));
   p.payload.resize(have + piece);
-  asio::async_read(*p.socket, asio::buffer(p.payload.data() + have, piece), noting_arrivals(peer),
-                   [this, peer, tag, length](const asio::error_code& error, std::size_t) {
-                     if (error) {
-                       if (auto& adopter = peers_[static_cast<std::size_t>(peer)].adopter) {
-                         adopter->work->fail(link_error(peer, error));
-                         adopter.reset();
-                       }
-                       return lose(peer, error.message());
-                     }
-                     read_unexpected(peer, tag, length);
-                   });
+  read_exactly(peer, std::span(p.payload).subspan(have, piece), [this, peer, tag, length](const asio::error_code& error) {
+    if (error) {
+      if (auto& adopter = peers_[static_cast<std::size_t>(peer)].adopter) {
+        adopter->work->fail(link_error(peer, error));
+        adopter.reset();
+      }
+      return lose(peer, error.message());
+    }
+    read_unexpected(peer, tag, length);
+  });
 }
 
 void TcpTransport::keep_for_reuse(std::vector<std::byte>&& buffer) {
@@ -223,7 +258,7 @@ void TcpTransport::read_failure(int peer, std::uint64_t failed, std::uint64_t le
   Peer& p = peers_[static_cast<std::size_t>(peer)];
   if (length > kMaxRefusalBytes) return lose(peer, fmt::format("protocol error: a failure report of {} bytes", length), true);
   p.payload.resize(static_cast<std::size_t>(length));
-  asio::async_read(*p.socket, asio::buffer(p.payload), noting_arrivals(peer), [this, peer, failed](const asio::error_code& error, std::size_t) {
+  read_exactly(peer, p.payload, [this, peer, failed](const asio::error_code& error) {
     if (error) return lose(peer, error.message());
     Peer& q = peers_[static_cast<std::size_t>(peer)];
     const std::string reason(reinterpret_cast<const char*>(q.payload.data()), q.payload.size());

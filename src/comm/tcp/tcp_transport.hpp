@@ -95,6 +95,10 @@ struct Peer {
   std::string farewell;         // why this rank broke off with the peer, sent before the socket closes
   bool close_when_written = false;
   HeaderBytes header{};
+  // Bytes read past a frame's header in the same socket read (its payload's start, later frames): taken
+  // before the socket is read again.
+  std::vector<std::byte> ahead;
+  std::size_t ahead_from = 0, ahead_to = 0;
   std::vector<std::byte> payload;  // a frame with no receive posted yet
   // That frame's tag and length while it arrives; a receive of both posted meanwhile adopts it (read_unexpected).
   std::optional<std::pair<Tag, std::uint64_t>> unexpected;
@@ -190,7 +194,13 @@ class TcpTransport : public Transport {
   // the sockets per rank; 15 and 20 with this).
   static constexpr std::size_t kMostPerRead = std::size_t{4} << 20;
   static constexpr std::size_t kDrainPiece = 64 * 1024;  // what a closing link reads at a time, to discard
+  // A frame header is read with what follows it, up to this much, so that a small frame takes one read
+  // instead of two (8 KiB exchanges on loopback: 14-21% less time per exchange).
+  static constexpr std::size_t kReadAheadBytes = 64 * 1024;
   void read_header(int peer);
+  // Fills `out` from what was read ahead, then from the socket; `done(error)` runs on the I/O thread.
+  template <typename Done>
+  void read_exactly(int peer, std::span<std::byte> out, Done&& done);
   void on_frame(int peer, const FrameHeader& header);
   // Reads the rest of a data frame, from byte `offset` on, straight into its receive's buffer.
   void read_into(int peer, const Matcher::Receiver& receiver, std::size_t offset);
