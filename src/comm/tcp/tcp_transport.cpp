@@ -121,10 +121,9 @@ void TcpTransport::read_header(int peer) {
   const std::size_t needed = p.header.size() - have;
   p.ahead.resize(kReadAheadBytes);
   p.ahead_from = p.ahead_to = 0;
-  const auto enough = [this, peer, needed](const asio::error_code& error, std::size_t transferred) -> std::size_t {
-    if (error) return 0;
-    peers_[static_cast<std::size_t>(peer)].last_heard = Clock::now();
-    return transferred >= needed ? 0 : kReadAheadBytes;
+  const auto enough = [arrivals = noting_arrivals(peer), needed](const asio::error_code& error, std::size_t transferred) {
+    const std::size_t more = arrivals(error, transferred);
+    return transferred >= needed ? 0 : more;
   };
   asio::async_read(*p.socket, asio::buffer(p.ahead), enough, [this, peer, have, on_header](const asio::error_code& error, std::size_t transferred) {
     Peer& q = peers_[static_cast<std::size_t>(peer)];
