@@ -2,9 +2,12 @@
 """The flagship CIFAR-10 CNN in PyTorch on one GPU, in eager mode and under torch.compile when it works:
 training steps (forward, cross-entropy, backward, Adam, and the loss read back with .item() as a training
 loop that logs does, and as cohort's fit() does) and inference (eval mode, torch.inference_mode),
-channels_last, FP32 without TF32 (as cohort runs by default), cudnn.benchmark on (PyTorch's fastest
-setting; cohort prefers deterministic cuDNN algorithms). Prints one line per mode and batch:
-    pytorch mode=eager batch=128 train_images/s=X inference_images/s=Y
+channels_last, cudnn.benchmark on (PyTorch's fastest setting; cohort prefers deterministic cuDNN
+algorithms). Precisions: float32 (no TF32, as cohort runs by default), tf32 (TF32 tensor cores for
+convolutions and products, as COHORT_ALLOW_TF32=1), mixed_bfloat16 (torch.autocast to bfloat16 around the
+forward pass and the loss, float32 parameters, as cohort's mixed_bfloat16). Prints one line per mode,
+precision and batch:
+    pytorch mode=eager precision=float32 batch=128 train_images/s=X inference_images/s=Y
 """
 import argparse
 import os
@@ -33,7 +36,7 @@ def images_per_second(step, batch, seconds):
     return steps * batch / (time.perf_counter() - start)
 
 
-def measure(mode, batch, seconds):
+def measure(mode, precision, batch, seconds):
     torch.manual_seed(0)
     model = flagship_model().cuda().to(memory_format=torch.channels_last)
     runnable = torch.compile(model) if mode == "compile" else model
@@ -42,15 +45,20 @@ def measure(mode, batch, seconds):
     images = torch.rand(batch, 3, 32, 32, device="cuda").contiguous(memory_format=torch.channels_last)
     labels = torch.arange(batch, device="cuda") % 10
 
+    autocast = precision == "mixed_bfloat16"
+    torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
+    torch.backends.cudnn.allow_tf32 = precision == "tf32"
+
     def train_step():
         optimizer.zero_grad(set_to_none=True)
-        loss = loss_fn(runnable(images), labels)
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
+            loss = loss_fn(runnable(images), labels)
         loss.backward()
         optimizer.step()
         loss.item()
 
     def inference_step():
-        with torch.inference_mode():
+        with torch.inference_mode(), torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
             runnable(images)
 
     model.train()
@@ -65,23 +73,24 @@ def main():
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[128, 512])
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--modes", nargs="+", default=["eager", "compile"])
+    parser.add_argument("--precisions", nargs="+", default=["float32"], choices=["float32", "tf32", "mixed_bfloat16"])
     args = parser.parse_args()
     if not torch.cuda.is_available():
         print("pytorch: no CUDA device visible", file=sys.stderr)
         sys.exit(3)
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
     torch.backends.cudnn.benchmark = True
     print(f"pytorch {torch.__version__} on {torch.cuda.get_device_name()}", file=sys.stderr)
-    for mode in args.modes:
-        for batch in args.batch_sizes:
-            try:
-                train, inference = measure(mode, batch, args.seconds)
-            except Exception as error:  # torch.compile needs a working compiler toolchain
-                print(f"pytorch mode={mode} batch={batch} failed: {error}".splitlines()[0], file=sys.stderr)
-                continue
-            print(f"pytorch mode={mode} batch={batch} train_images/s={train:.1f} inference_images/s={inference:.1f}",
-                  flush=True)
+    for precision in args.precisions:
+        for mode in args.modes:
+            for batch in args.batch_sizes:
+                try:
+                    train, inference = measure(mode, precision, batch, args.seconds)
+                except Exception as error:  # torch.compile needs a working compiler toolchain
+                    print(f"pytorch mode={mode} precision={precision} batch={batch} failed: {error}".splitlines()[0],
+                          file=sys.stderr)
+                    continue
+                print(f"pytorch mode={mode} precision={precision} batch={batch} train_images/s={train:.1f} "
+                      f"inference_images/s={inference:.1f}", flush=True)
 
 
 if __name__ == "__main__":

@@ -45,7 +45,7 @@ void Backend::batch_norm_activation_backward(const PlanState* plan, const BatchN
                                              Activation activation, const Tensor& dx, const Tensor& dgamma,
                                              const Tensor& dbeta) {
   // A buffer of its own: the backward kernels may not read and write the same memory.
-  const Tensor dnormalized = Tensor::uninitialized(dy.shape(), dy.device());
+  const Tensor dnormalized = Tensor::uninitialized(dy.shape(), dy.dtype(), dy.device());
   if (activation != Activation::Linear) activation_backward(activation, y, dy, dnormalized);
   else copy(dy, dnormalized);
   batch_norm_backward(plan, g, x, gamma, dnormalized, batch_mean, batch_variance, dx, dgamma, dbeta);

@@ -2,7 +2,9 @@
 // flagship's shapes (within 1e-4, relative to each tensor's magnitude), three SGD steps of the flagship
 // (loss and every variable within 1e-3, but for the biases that a batch normalization cancels, which only
 // rounding moves), three Adam steps (loss, predictions, each variable's whole update), dropout masks
-// (identical), element-type conversions (bit for bit), checkpoints moved between the devices, asynchronous copies and out-of-memory errors. The device is COHORT_TEST_DEVICE: cuda on a GPU host
+// (identical), element-type conversions (bit for bit), the ops on bfloat16 and float16 operands and three
+// mixed-precision SGD steps (within a few roundings of the 16-bit type), checkpoints moved between the
+// devices, asynchronous copies and out-of-memory errors. The device is COHORT_TEST_DEVICE: cuda on a GPU host
 // (`ctest -L cuda`), emulated in the CPU suite, which runs this file's own logic where no GPU is.
 #include <catch2/catch.hpp>
 #include <bit>
@@ -324,6 +326,130 @@ TEST_CASE("batch normalization matches the CPU in training and inference, forwar
   }
 }
 
+namespace {
+
+// An operand of a 16-bit op: activations in the op's 16-bit type, or float32 (a layer's parameters,
+// statistics and weight gradients under a mixed policy); written by the op or not.
+struct Operand16 {
+  Shape shape;
+  bool low = true;
+  bool output = false;
+  float min = -1.0f, max = 1.0f;
+};
+Operand16 low_in(Shape shape, float min = -1.0f, float max = 1.0f) { return {std::move(shape), true, false, min, max}; }
+Operand16 low_out(Shape shape) { return {std::move(shape), true, true}; }
+Operand16 wide_in(Shape shape, float min = -1.0f, float max = 1.0f) { return {std::move(shape), false, false, min, max}; }
+Operand16 wide_out(Shape shape) { return {std::move(shape), false, true}; }
+
+// Runs `op` on the CPU and on the device under test from the same operands, 16-bit ones of `type`; every
+// output must have the CPU's type and lie within a few roundings of that type of the CPU's values (the
+// device may round a kernel's result at other points than the CPU's kernels do).
+void check_16_bit(const std::string& name, DType type, const std::vector<Operand16>& operands,
+                  const std::function<void(const std::vector<Tensor>&, Device)>& op) {
+  INFO(name << " in " << dtype_name(type));
+  std::vector<Tensor> cpu, device;
+  for (std::size_t i = 0; i < operands.size(); ++i) {
+    const Operand16& o = operands[i];
+    const Tensor values = test_util::random_tensor(o.shape, 200 + i, o.min, o.max);
+    cpu.push_back(o.low ? values.to(type) : values);
+    device.push_back(cpu.back().to(dut()));
+  }
+  op(cpu, Device::CPU);
+  op(device, dut());
+  for (std::size_t i = 0; i < operands.size(); ++i) {
+    if (!operands[i].output) continue;
+    INFO("output " << i);
+    REQUIRE(device[i].dtype() == cpu[i].dtype());
+    const std::string found = difference(cpu[i].to(DType::Float32), device[i].to(DType::Float32), 8 * unit_roundoff(type));
+    if (!found.empty()) FAIL(found);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("16-bit elementwise ops, products and dropout give the CPU's results", "[ops][dtype]") {
+  for (DType type : {DType::BFloat16, DType::Float16}) {
+    const Shape shape{129, 37};
+    check_16_bit("multiply", type, {low_in(shape), low_in(shape), low_out(shape)},
+                 [](const std::vector<Tensor>& t, Device) { ops::multiply(t[0], t[1], t[2]); });
+    for (Activation activation : {Activation::Relu, Activation::Sigmoid, Activation::Tanh}) {
+      check_16_bit(fmt::format("{} forward", activation_name(activation)), type, {low_in(shape, -3, 3), low_out(shape)},
+                   [&](const std::vector<Tensor>& t, Device) { ops::activation_forward(activation, t[0], t[1]); });
+      check_16_bit(fmt::format("{} backward", activation_name(activation)), type,
+                   {low_in(shape, 0.01f, 0.99f), low_in(shape), low_out(shape)},
+                   [&](const std::vector<Tensor>& t, Device) { ops::activation_backward(activation, t[0], t[1], t[2]); });
+    }
+    for (bool transpose_a : {false, true})
+      for (bool transpose_b : {false, true}) {
+        const Shape a = transpose_a ? Shape{70, 33} : Shape{33, 70}, b = transpose_b ? Shape{17, 70} : Shape{70, 17};
+        check_16_bit(fmt::format("matmul{}{}", transpose_a ? " a^T" : "", transpose_b ? " b^T" : ""), type,
+                     {low_in(a), low_in(b), low_out({33, 17})}, [&](const std::vector<Tensor>& t, Device) {
+                       ops::matmul(t[0], transpose_a, t[1], transpose_b, t[2], 1.0f, 0.5f);
+                     });
+        // A weight gradient: 16-bit factors, a float32 product.
+        check_16_bit("matmul into float32", type, {low_in(a), low_in(b), wide_out({33, 17})},
+                     [&](const std::vector<Tensor>& t, Device) { ops::matmul(t[0], transpose_a, t[1], transpose_b, t[2]); });
+      }
+    check_16_bit("dropout mask", type, {low_out({1000, 7})},
+                 [](const std::vector<Tensor>& t, Device) { ops::dropout_mask(t[0], 0.3f, 99); });
+  }
+}
+
+TEST_CASE("16-bit convolutions, pooling and batch normalization give the CPU's results", "[ops][dtype]") {
+  for (DType type : {DType::BFloat16, DType::Float16}) {
+    for (const Conv2dGeometry& g : {conv_geometry(4, 32, 32, 32, 3, 1, false), conv_geometry(4, 32, 3, 32, 3, 1, true),
+                                    conv_geometry(3, 8, 5, 7, 3, 2, true), conv_geometry(2, 9, 6, 11, 1, 1, false)}) {
+      const Shape x{g.batch, g.in_h, g.in_w, g.in_c}, k{g.kernel_h, g.kernel_w, g.in_c, g.out_c},
+          y{g.batch, g.out_h, g.out_w, g.out_c};
+      const std::string shape = fmt::format("conv {}x{}x{} to {}, stride {}", g.in_h, g.in_w, g.in_c, g.out_c, g.stride_h);
+      check_16_bit(shape + " forward, float32 bias, relu", type, {low_in(x), low_in(k, -0.3f, 0.3f), wide_in({g.out_c}), low_out(y)},
+                   [&](const std::vector<Tensor>& t, Device device) {
+                     Conv2dPlan plan(g, device);
+                     ops::conv2d_activation_forward(plan, t[0], t[1], t[2], Activation::Relu, t[3]);
+                   });
+      check_16_bit(shape + " backward", type,
+                   {low_in(x), low_in(k, -0.3f, 0.3f), low_in(y), low_out(x), wide_out(k), wide_out({g.out_c})},
+                   [&](const std::vector<Tensor>& t, Device device) {
+                     Conv2dPlan plan(g, device);
+                     ops::conv2d_backward(plan, t[0], t[1], t[2], t[3], t[4], t[5]);
+                   });
+    }
+    for (const Pool2dGeometry& g : {pool_geometry(4, 30, 32, 2, 2, false, PoolMode::Max),
+                                    pool_geometry(2, 8, 5, 3, 2, true, PoolMode::Max)}) {
+      const Shape x{g.batch, g.in_h, g.in_w, g.channels}, y{g.batch, g.out_h, g.out_w, g.channels};
+      // The backward pass takes the forward's own output, so that the maxima are found again.
+      check_16_bit(fmt::format("max pooling {}x{} on {}x{}", g.pool_h, g.pool_w, g.in_h, g.in_w), type,
+                   {low_in(x), low_out(y), low_in(y), low_out(x)}, [&](const std::vector<Tensor>& t, Device device) {
+                     Pool2dPlan plan(g, device);
+                     ops::pool2d_forward(plan, t[0], t[1]);
+                     ops::pool2d_backward(plan, t[0], t[1], t[2], t[3]);
+                   });
+    }
+    for (const Shape& x : {Shape{4, 30, 30, 32}, Shape{3, 5, 5, 7}}) {
+      const std::int64_t channels = x[3];
+      const Shape c{channels};
+      const BatchNormGeometry g{.channels = channels, .epsilon = 1e-3f};
+      check_16_bit(fmt::format("batch normalization of {} in training, relu", x), type,
+                   {low_in(x, -2, 3), wide_in(c, 0.5f, 1.5f), wide_in(c), low_out(x), wide_out(c), wide_out(c), low_in(x),
+                    low_out(x), wide_out(c), wide_out(c)},
+                   [&](const std::vector<Tensor>& t, Device device) {
+                     BatchNormPlan plan(g, device);
+                     ops::batch_norm_activation_forward_training(plan, t[0], t[1], t[2], Activation::Relu, t[3], t[4], t[5]);
+                     ops::batch_norm_activation_backward(plan, t[0], t[3], t[1], t[2], t[6], t[4], t[5], Activation::Relu,
+                                                         t[7], t[8], t[9]);
+                   });
+      check_16_bit(fmt::format("batch normalization of {} in inference", x), type,
+                   {low_in(x, -2, 3), wide_in(c, 0.5f, 1.5f), wide_in(c), wide_in(c), wide_in(c, 0.5f, 2), low_out(x),
+                    low_in(x), low_out(x), wide_out(c), wide_out(c)},
+                   [&](const std::vector<Tensor>& t, Device device) {
+                     BatchNormPlan plan(g, device);
+                     ops::batch_norm_forward_inference(plan, t[0], t[1], t[2], t[3], t[4], t[5]);
+                     ops::batch_norm_backward_inference(plan, t[0], t[1], t[6], t[3], t[4], t[7], t[8], t[9]);
+                   });
+    }
+  }
+}
+
 TEST_CASE("optimizer updates of many variables at once match the CPU over several steps", "[ops]") {
   // More variables than one launch takes, of sizes from 1 element to a million.
   struct Variable {
@@ -414,12 +540,14 @@ struct ThreeSteps {
 };
 
 template <typename MakeOptimizer>
-ThreeSteps three_steps(MakeOptimizer make_optimizer) {
+ThreeSteps three_steps(MakeOptimizer make_optimizer, nn::Precision precision = nn::Precision::Float32) {
   const auto set = data::make_synthetic({.samples = 48, .sample_shape = {32, 32, 3}, .classes = 10, .seed = 7});
   const train::FitOptions fit{.epochs = 1, .max_steps = 3, .batch_size = 16, .seed = 2,
                               .verbosity = train::Verbosity::Silent};
   const Tensor images = test_util::random_tensor({5, 32, 32, 3}, 3);
   ThreeSteps run{{}, nn::cifar10_cnn({32, 32, 3}, 11), nn::cifar10_cnn({32, 32, 3}, 11, dut())};
+  run.cpu.set_precision(precision);
+  run.device.set_precision(precision);
   for (const auto& v : run.cpu.variables()) run.start.emplace(v->name, v->value.clone());
   Trainer cpu_trainer(run.cpu, make_optimizer()), device_trainer(run.device, make_optimizer());
   run.cpu_loss = cpu_trainer.fit(set, fit).epochs.back().at("loss");
@@ -482,6 +610,35 @@ TEST_CASE("three Adam steps of the flagship give the CPU's loss, predictions and
   }
   INFO(fmt::format("{}", fmt::join(differences, "\n")));
   CHECK(differences.empty());
+}
+
+// In mixed precision the device rounds its 16-bit activations at other points than the CPU's kernels (a
+// convolution's bias after the convolution, a kernel gradient to the 16-bit type before it widens), so the
+// steps agree to that type's rounding rather than float32's.
+TEST_CASE("three SGD steps of the flagship in mixed precision give the CPU's loss, predictions and updates",
+          "[training][dtype]") {
+  for (const auto [precision, type] : {std::pair{nn::Precision::MixedBFloat16, DType::BFloat16},
+                                       std::pair{nn::Precision::MixedFloat16, DType::Float16}}) {
+    INFO(nn::precision_name(precision));
+    ThreeSteps run = three_steps([] { return optim::SGD({.learning_rate = optim::constant(0.01), .momentum = 0.9}); },
+                                 precision);
+    require_close(run.cpu_loss, run.device_loss, 16 * unit_roundoff(type), "loss");
+    require_close(run.cpu_prediction, run.device_prediction, 16 * unit_roundoff(type), "predict");
+    const std::set<std::string> cancelled = biases_feeding_batch_normalization(run.cpu);
+    std::vector<std::string> differences;
+    std::size_t moved = 0;  // a step that every replica skipped (a float16 overflow) moves nothing
+    for (const auto& v : run.cpu.variables()) {
+      const Tensor& device_value = run.device.variable(v->name)->value;
+      REQUIRE(device_value.dtype() == DType::Float32);
+      if (v->value.to_vector() != run.start.at(v->name).to_vector()) ++moved;
+      if (cancelled.contains(v->name)) continue;
+      if (const double relative = update_difference(run.start.at(v->name), v->value, device_value); !(relative <= 0.1))
+        differences.push_back(fmt::format("{}: the update differs by {:.3g} of its norm", v->name, relative));
+    }
+    CHECK(moved == run.cpu.variables().size());
+    INFO(fmt::format("{}", fmt::join(differences, "\n")));
+    CHECK(differences.empty());
+  }
 }
 
 TEST_CASE("a model learns on the device", "[training]") {

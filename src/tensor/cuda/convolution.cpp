@@ -1,9 +1,13 @@
-// Convolutions on cuDNN. A plan holds the filter and convolution descriptors made once per layer (math
-// type FMA, i.e. true FP32, unless COHORT_ALLOW_TF32=1 allows tensor cores), and per batch size the tensor
-// descriptors and the three algorithms (forward, data and filter gradients) that cuDNN's heuristics rank
-// first within the workspace cap, deterministic ones preferred so that a run repeats. Kernels are HWIO (Keras) in the model and OHWI (cuDNN's NHWC filter layout) for the calls: a
-// transpose each way costs one small kernel. Padding cuDNN cannot express (asymmetric "same" padding)
-// goes through an explicitly padded copy of the input.
+// Convolutions on cuDNN. A plan holds, per element type and batch size, the descriptors and the three
+// algorithms (forward, data and filter gradients) that cuDNN's heuristics rank first within the workspace
+// cap, deterministic ones preferred so that a run repeats. Float32 runs with math type FMA, i.e. true FP32,
+// unless COHORT_ALLOW_TF32=1 allows tensor cores; bfloat16 and float16 run on tensor cores with float32
+// accumulation (cuDNN's PSEUDO_BFLOAT16 and PSEUDO_HALF configurations). cuDNN's filter gradient takes one
+// element type for input, output gradient and filter, so a 16-bit kernel gradient is rounded to its type
+// before it is widened into the float32 gradient, one rounding more than the CPU's. Kernels are HWIO (Keras)
+// in the model and OHWI (cuDNN's NHWC filter layout) for the calls: a transpose each way costs one small
+// kernel. Padding cuDNN cannot express (asymmetric "same" padding) goes through an explicitly padded copy
+// of the input.
 #include <climits>
 #include <map>
 #include <memory>
@@ -11,6 +15,7 @@
 
 #include "cuda_backend.hpp"
 #include "cuda_check.hpp"
+#include "element_type.hpp"
 #include "kernels.hpp"
 #include "tensor/backend_access.hpp"
 
@@ -48,17 +53,17 @@ struct Choice {
   std::size_t workspace = 0;
 };
 
-// The first of cuDNN's ranked results, deterministic ones first, that runs in FP32 (TF32 only when
-// allowed, never a down-conversion to half precision) and whose workspace under the descriptor's math
-// type, asked for again, fits the cap.
+// The first of cuDNN's ranked results, deterministic ones first, that runs in the operands' own type (tensor
+// cores for float32 only when TF32 is allowed, never a down-conversion to half precision) and whose
+// workspace under the descriptor's math type, asked for again, fits the cap.
 template <class Perf, class Workspace>
-auto pick(const Perf* results, int count, bool allow_tf32, Workspace&& workspace_of, const char* what,
+auto pick(const Perf* results, int count, bool tensor_ops, Workspace&& workspace_of, const char* what,
           const Conv2dGeometry& g) -> Choice<decltype(Perf{}.algo)> {
   for (bool need_deterministic : {true, false}) {
     for (int i = 0; i < count; ++i) {
       const Perf& p = results[i];
       if (p.status != CUDNN_STATUS_SUCCESS || p.mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION) continue;
-      if (!allow_tf32 && p.mathType == CUDNN_TENSOR_OP_MATH) continue;
+      if (!tensor_ops && p.mathType == CUDNN_TENSOR_OP_MATH) continue;
       if (need_deterministic && p.determinism != CUDNN_DETERMINISTIC) continue;
       std::size_t bytes = 0;
       if (workspace_of(p.algo, &bytes) != CUDNN_STATUS_SUCCESS || bytes > kWorkspaceCap) continue;
@@ -71,92 +76,34 @@ auto pick(const Perf* results, int count, bool allow_tf32, Workspace&& workspace
 
 class ConvPlan final : public PlanState {
  public:
-  struct ForBatch {
+  // The descriptors and algorithms of one element type and batch size.
+  struct Shapes {
+    Shapes() = default;
+    Shapes(const Shapes&) = delete;
+    Shapes& operator=(const Shapes&) = delete;
+    ~Shapes() {
+      if (x != nullptr) cudnnDestroyTensorDescriptor(x);
+      if (y != nullptr) cudnnDestroyTensorDescriptor(y);
+      if (filter != nullptr) cudnnDestroyFilterDescriptor(filter);
+      if (convolution != nullptr) cudnnDestroyConvolutionDescriptor(convolution);
+    }
     cudnnTensorDescriptor_t x = nullptr, y = nullptr;
+    cudnnFilterDescriptor_t filter = nullptr;
+    cudnnConvolutionDescriptor_t convolution = nullptr;
     Choice<cudnnConvolutionFwdAlgo_t> forward;
     Choice<cudnnConvolutionBwdDataAlgo_t> data;
-    Choice<cudnnConvolutionBwdFilterAlgo_t> filter;
+    Choice<cudnnConvolutionBwdFilterAlgo_t> filter_gradient;
   };
 
-  ConvPlan(CudaBackend& backend, const Conv2dGeometry& g)
-      : backend_(backend), padded_(!symmetric_padding_fits(g)) {
-    backend_.activate();
-    const auto context = [&] { return describe(g); };
-    COHORT_CUDA_CHECK(cudnnCreateFilterDescriptor(&filter_), "planning Conv2D {}", context());
-    COHORT_CUDA_CHECK(cudnnSetFilter4dDescriptor(filter_, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NHWC, as_int(g.out_c, g),
-                                                 as_int(g.in_c, g), as_int(g.kernel_h, g), as_int(g.kernel_w, g)),
-                      "planning Conv2D {}", context());
-    COHORT_CUDA_CHECK(cudnnCreateConvolutionDescriptor(&convolution_), "planning Conv2D {}", context());
-    COHORT_CUDA_CHECK(cudnnSetConvolution2dDescriptor(convolution_, padded_ ? 0 : as_int(g.pad_top, g),
-                                                      padded_ ? 0 : as_int(g.pad_left, g), as_int(g.stride_h, g),
-                                                      as_int(g.stride_w, g), 1, 1, CUDNN_CROSS_CORRELATION,
-                                                      CUDNN_DATA_FLOAT),
-                      "planning Conv2D {}", context());
-    COHORT_CUDA_CHECK(cudnnSetConvolutionMathType(convolution_, backend_.allow_tf32() ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH),
-                      "planning Conv2D {}", context());
-  }
+  ConvPlan(CudaBackend& backend, const Conv2dGeometry& g) : backend_(backend), padded_(!symmetric_padding_fits(g)) {}
 
-  ~ConvPlan() override {
-    for (auto& [batch, shapes] : per_batch_) {
-      cudnnDestroyTensorDescriptor(shapes->x);
-      cudnnDestroyTensorDescriptor(shapes->y);
-    }
-    cudnnDestroyConvolutionDescriptor(convolution_);
-    cudnnDestroyFilterDescriptor(filter_);
-  }
-
-  // The descriptors and algorithms for one batch size, chosen on first use. Call under the handle lock.
-  const ForBatch& for_batch(const Conv2dGeometry& g) const {
+  // The descriptors and algorithms for elements of type T and g's batch size, chosen on first use. Call under
+  // the handle lock.
+  template <class T>
+  const Shapes& shapes(const Conv2dGeometry& g) const {
     std::lock_guard lock(mutex_);
-    auto& slot = per_batch_[g.batch];
-    if (slot) return *slot;
-    auto made = std::make_unique<ForBatch>();
-    const auto context = [&] { return describe(g); };
-    const kernels::PaddedImage p = padding(g);
-    COHORT_CUDA_CHECK(cudnnCreateTensorDescriptor(&made->x), "planning Conv2D {}", context());
-    COHORT_CUDA_CHECK(cudnnCreateTensorDescriptor(&made->y), "planning Conv2D {}", context());
-    COHORT_CUDA_CHECK(cudnnSetTensor4dDescriptor(made->x, CUDNN_TENSOR_NHWC, CUDNN_DATA_FLOAT, as_int(g.batch, g),
-                                                 as_int(g.in_c, g), as_int(padded_ ? p.padded_h : g.in_h, g),
-                                                 as_int(padded_ ? p.padded_w : g.in_w, g)),
-                      "planning Conv2D {}", context());
-    COHORT_CUDA_CHECK(cudnnSetTensor4dDescriptor(made->y, CUDNN_TENSOR_NHWC, CUDNN_DATA_FLOAT, as_int(g.batch, g),
-                                                 as_int(g.out_c, g), as_int(g.out_h, g), as_int(g.out_w, g)),
-                      "planning Conv2D {}", context());
-    const cudnnHandle_t handle = backend_.cudnn();
-    int count = 0;
-    cudnnConvolutionFwdAlgoPerf_t forward[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
-    COHORT_CUDA_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(handle, made->x, filter_, convolution_, made->y,
-                                                             CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &count, forward),
-                      "choosing the forward algorithm of Conv2D {}", context());
-    made->forward = pick(
-        forward, count, backend_.allow_tf32(),
-        [&](cudnnConvolutionFwdAlgo_t algo, std::size_t* bytes) {
-          return cudnnGetConvolutionForwardWorkspaceSize(handle, made->x, filter_, convolution_, made->y, algo, bytes);
-        },
-        "forward", g);
-    cudnnConvolutionBwdDataAlgoPerf_t data[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
-    COHORT_CUDA_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(handle, filter_, made->y, convolution_, made->x,
-                                                                  CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &count, data),
-                      "choosing the data-gradient algorithm of Conv2D {}", context());
-    made->data = pick(
-        data, count, backend_.allow_tf32(),
-        [&](cudnnConvolutionBwdDataAlgo_t algo, std::size_t* bytes) {
-          return cudnnGetConvolutionBackwardDataWorkspaceSize(handle, filter_, made->y, convolution_, made->x, algo, bytes);
-        },
-        "data-gradient", g);
-    cudnnConvolutionBwdFilterAlgoPerf_t filter[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
-    COHORT_CUDA_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(handle, made->x, made->y, convolution_, filter_,
-                                                                    CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &count,
-                                                                    filter),
-                      "choosing the filter-gradient algorithm of Conv2D {}", context());
-    made->filter = pick(
-        filter, count, backend_.allow_tf32(),
-        [&](cudnnConvolutionBwdFilterAlgo_t algo, std::size_t* bytes) {
-          return cudnnGetConvolutionBackwardFilterWorkspaceSize(handle, made->x, made->y, convolution_, filter_, algo,
-                                                                bytes);
-        },
-        "filter-gradient", g);
-    slot = std::move(made);
+    auto& slot = shapes_[{cudnn_type<T>(), g.batch}];
+    if (!slot) slot = make_shapes(g, cudnn_type<T>());
     return *slot;
   }
 
@@ -165,19 +112,87 @@ class ConvPlan final : public PlanState {
             (g.out_w - 1) * g.stride_w + g.kernel_w, g.pad_top, g.pad_left};
   }
   bool padded() const { return padded_; }
-  cudnnFilterDescriptor_t filter() const { return filter_; }
-  cudnnConvolutionDescriptor_t convolution() const { return convolution_; }
 
  private:
+  std::unique_ptr<Shapes> make_shapes(const Conv2dGeometry& g, cudnnDataType_t type) const {
+    backend_.activate();
+    auto made = std::make_unique<Shapes>();
+    const auto context = [&] { return describe(g); };
+    // Tensor cores: always for 16-bit operands, for float32 only where TF32 is allowed.
+    const bool tensor_ops = type != CUDNN_DATA_FLOAT || backend_.allow_tf32();
+    COHORT_CUDA_CHECK(cudnnCreateFilterDescriptor(&made->filter), "planning Conv2D {}", context());
+    COHORT_CUDA_CHECK(cudnnSetFilter4dDescriptor(made->filter, type, CUDNN_TENSOR_NHWC, as_int(g.out_c, g),
+                                                 as_int(g.in_c, g), as_int(g.kernel_h, g), as_int(g.kernel_w, g)),
+                      "planning Conv2D {}", context());
+    COHORT_CUDA_CHECK(cudnnCreateConvolutionDescriptor(&made->convolution), "planning Conv2D {}", context());
+    COHORT_CUDA_CHECK(cudnnSetConvolution2dDescriptor(made->convolution, padded_ ? 0 : as_int(g.pad_top, g),
+                                                      padded_ ? 0 : as_int(g.pad_left, g), as_int(g.stride_h, g),
+                                                      as_int(g.stride_w, g), 1, 1, CUDNN_CROSS_CORRELATION,
+                                                      CUDNN_DATA_FLOAT),
+                      "planning Conv2D {}", context());
+    COHORT_CUDA_CHECK(cudnnSetConvolutionMathType(made->convolution, tensor_ops ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH),
+                      "planning Conv2D {}", context());
+    const kernels::PaddedImage p = padding(g);
+    COHORT_CUDA_CHECK(cudnnCreateTensorDescriptor(&made->x), "planning Conv2D {}", context());
+    COHORT_CUDA_CHECK(cudnnCreateTensorDescriptor(&made->y), "planning Conv2D {}", context());
+    COHORT_CUDA_CHECK(cudnnSetTensor4dDescriptor(made->x, CUDNN_TENSOR_NHWC, type, as_int(g.batch, g), as_int(g.in_c, g),
+                                                 as_int(padded_ ? p.padded_h : g.in_h, g),
+                                                 as_int(padded_ ? p.padded_w : g.in_w, g)),
+                      "planning Conv2D {}", context());
+    COHORT_CUDA_CHECK(cudnnSetTensor4dDescriptor(made->y, CUDNN_TENSOR_NHWC, type, as_int(g.batch, g), as_int(g.out_c, g),
+                                                 as_int(g.out_h, g), as_int(g.out_w, g)),
+                      "planning Conv2D {}", context());
+    const cudnnHandle_t handle = backend_.cudnn();
+    int count = 0;
+    cudnnConvolutionFwdAlgoPerf_t forward[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+    COHORT_CUDA_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(handle, made->x, made->filter, made->convolution, made->y,
+                                                             CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &count, forward),
+                      "choosing the forward algorithm of Conv2D {}", context());
+    made->forward = pick(
+        forward, count, tensor_ops,
+        [&](cudnnConvolutionFwdAlgo_t algo, std::size_t* bytes) {
+          return cudnnGetConvolutionForwardWorkspaceSize(handle, made->x, made->filter, made->convolution, made->y, algo,
+                                                         bytes);
+        },
+        "forward", g);
+    cudnnConvolutionBwdDataAlgoPerf_t data[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
+    COHORT_CUDA_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(handle, made->filter, made->y, made->convolution, made->x,
+                                                                  CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &count, data),
+                      "choosing the data-gradient algorithm of Conv2D {}", context());
+    made->data = pick(
+        data, count, tensor_ops,
+        [&](cudnnConvolutionBwdDataAlgo_t algo, std::size_t* bytes) {
+          return cudnnGetConvolutionBackwardDataWorkspaceSize(handle, made->filter, made->y, made->convolution, made->x,
+                                                              algo, bytes);
+        },
+        "data-gradient", g);
+    cudnnConvolutionBwdFilterAlgoPerf_t filter[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
+    COHORT_CUDA_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(handle, made->x, made->y, made->convolution,
+                                                                    made->filter, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT,
+                                                                    &count, filter),
+                      "choosing the filter-gradient algorithm of Conv2D {}", context());
+    made->filter_gradient = pick(
+        filter, count, tensor_ops,
+        [&](cudnnConvolutionBwdFilterAlgo_t algo, std::size_t* bytes) {
+          return cudnnGetConvolutionBackwardFilterWorkspaceSize(handle, made->x, made->y, made->convolution, made->filter,
+                                                                algo, bytes);
+        },
+        "filter-gradient", g);
+    return made;
+  }
+
   CudaBackend& backend_;
   bool padded_;
-  cudnnFilterDescriptor_t filter_ = nullptr;
-  cudnnConvolutionDescriptor_t convolution_ = nullptr;
   mutable std::mutex mutex_;
-  mutable std::map<std::int64_t, std::unique_ptr<ForBatch>> per_batch_;
+  mutable std::map<std::pair<cudnnDataType_t, std::int64_t>, std::unique_ptr<Shapes>> shapes_;
 };
 
 std::int64_t taps(const Conv2dGeometry& g) { return g.kernel_h * g.kernel_w; }
+
+std::size_t padded_bytes(const kernels::PaddedImage& p, const ConvPlan& plan, const Tensor& x) {
+  return plan.padded() ? static_cast<std::size_t>(p.batch * p.padded_h * p.padded_w * p.channels) * element_size(x.dtype())
+                       : 0;
+}
 
 }  // namespace
 
@@ -191,24 +206,29 @@ void CudaBackend::conv2d_forward(const PlanState* state, const Conv2dGeometry& g
   if (g.batch == 0) return;
   const auto& plan = static_cast<const ConvPlan&>(*state);
   std::lock_guard lock(handle_mutex_);
-  const ConvPlan::ForBatch& shapes = plan.for_batch(g);
-  Scratch ohwi(*allocator_, kernel.bytes());
-  kernels::hwio_to_ohwi(device_data(kernel), ohwi.as<float>(), taps(g), g.in_c, g.out_c, compute_);
-  const kernels::PaddedImage p = plan.padding(g);
-  Scratch padded(*allocator_, plan.padded() ? p.batch * p.padded_h * p.padded_w * p.channels * sizeof(float) : 0);
-  const float* input = device_data(x);
-  if (plan.padded()) {
-    kernels::pad_images(p, input, padded.as<float>(), compute_);
-    input = padded.as<float>();
-  }
-  Scratch workspace(*allocator_, shapes.forward.workspace);
-  const float one = 1.0f, zero = 0.0f;
-  COHORT_CUDA_CHECK(cudnnConvolutionForward(cudnn_, &one, shapes.x, input, plan.filter(), ohwi.as<float>(),
-                                            plan.convolution(), shapes.forward.algo, workspace.as<void>(),
-                                            shapes.forward.workspace, &zero, shapes.y, device_data(y)),
-                    "conv2d_forward of {}", describe(g));
-  if (bias.defined()) kernels::add_bias(device_data(y), device_data(bias), y.numel() / g.out_c, g.out_c, compute_);
-  COHORT_CUDA_CHECK(cudaGetLastError(), "conv2d_forward of {}", describe(g));
+  with_element_type(x.dtype(), [&]<class T>(std::type_identity<T>) {
+    const ConvPlan::Shapes& shapes = plan.shapes<T>(g);
+    Scratch ohwi(*allocator_, kernel.bytes());
+    kernels::hwio_to_ohwi(in_as<T>(kernel), ohwi.as<T>(), taps(g), g.in_c, g.out_c, compute_);
+    const kernels::PaddedImage p = plan.padding(g);
+    Scratch padded(*allocator_, padded_bytes(p, plan, x));
+    const T* input = in_as<T>(x);
+    if (plan.padded()) {
+      kernels::pad_images(p, input, padded.as<T>(), compute_);
+      input = padded.as<T>();
+    }
+    Scratch workspace(*allocator_, shapes.forward.workspace);
+    const float one = 1.0f, zero = 0.0f;
+    COHORT_CUDA_CHECK(cudnnConvolutionForward(cudnn_, &one, shapes.x, input, shapes.filter, ohwi.as<T>(),
+                                              shapes.convolution, shapes.forward.algo, workspace.as<void>(),
+                                              shapes.forward.workspace, &zero, shapes.y, out_as<T>(y)),
+                      "conv2d_forward of {} {}", dtype_name(x.dtype()), describe(g));
+    if (!bias.defined()) return;
+    const std::int64_t rows = y.numel() / g.out_c;
+    if (bias.dtype() == DType::Float32) kernels::add_bias(out_as<T>(y), in_as<float>(bias), rows, g.out_c, compute_);
+    else kernels::add_bias(out_as<T>(y), in_as<T>(bias), rows, g.out_c, compute_);
+  });
+  COHORT_CUDA_CHECK(cudaGetLastError(), "conv2d_forward of {} {}", dtype_name(x.dtype()), describe(g));
 }
 
 void CudaBackend::conv2d_backward(const PlanState* state, const Conv2dGeometry& g, const Tensor& x,
@@ -222,39 +242,40 @@ void CudaBackend::conv2d_backward(const PlanState* state, const Conv2dGeometry& 
   }
   const auto& plan = static_cast<const ConvPlan&>(*state);
   std::lock_guard lock(handle_mutex_);
-  const ConvPlan::ForBatch& shapes = plan.for_batch(g);
-  const kernels::PaddedImage p = plan.padding(g);
-  const std::size_t padded_bytes = plan.padded() ? p.batch * p.padded_h * p.padded_w * p.channels * sizeof(float) : 0;
-  const float one = 1.0f, zero = 0.0f;
-  if (dkernel.defined()) {
-    Scratch padded(*allocator_, padded_bytes);
-    const float* input = device_data(x);
-    if (plan.padded()) {
-      kernels::pad_images(p, input, padded.as<float>(), compute_);
-      input = padded.as<float>();
+  with_element_type(x.dtype(), [&]<class T>(std::type_identity<T>) {
+    const ConvPlan::Shapes& shapes = plan.shapes<T>(g);
+    const kernels::PaddedImage p = plan.padding(g);
+    const float one = 1.0f, zero = 0.0f;
+    if (dkernel.defined()) {
+      Scratch padded(*allocator_, padded_bytes(p, plan, x));
+      const T* input = in_as<T>(x);
+      if (plan.padded()) {
+        kernels::pad_images(p, input, padded.as<T>(), compute_);
+        input = padded.as<T>();
+      }
+      Scratch ohwi_gradient(*allocator_, static_cast<std::size_t>(dkernel.numel()) * sizeof(T));
+      Scratch workspace(*allocator_, shapes.filter_gradient.workspace);
+      COHORT_CUDA_CHECK(cudnnConvolutionBackwardFilter(cudnn_, &one, shapes.x, input, shapes.y, in_as<T>(dy),
+                                                       shapes.convolution, shapes.filter_gradient.algo,
+                                                       workspace.as<void>(), shapes.filter_gradient.workspace, &zero,
+                                                       shapes.filter, ohwi_gradient.as<T>()),
+                        "conv2d_backward (kernel gradient) of {} {}", dtype_name(x.dtype()), describe(g));
+      kernels::ohwi_to_hwio(ohwi_gradient.as<T>(), out_as<float>(dkernel), taps(g), g.in_c, g.out_c, compute_);
     }
-    Scratch ohwi_gradient(*allocator_, dkernel.bytes());
-    Scratch workspace(*allocator_, shapes.filter.workspace);
-    COHORT_CUDA_CHECK(cudnnConvolutionBackwardFilter(cudnn_, &one, shapes.x, input, shapes.y, device_data(dy),
-                                                     plan.convolution(), shapes.filter.algo, workspace.as<void>(),
-                                                     shapes.filter.workspace, &zero, plan.filter(),
-                                                     ohwi_gradient.as<float>()),
-                      "conv2d_backward (kernel gradient) of {}", describe(g));
-    kernels::ohwi_to_hwio(ohwi_gradient.as<float>(), device_data(dkernel), taps(g), g.in_c, g.out_c, compute_);
-  }
-  if (dx.defined()) {
-    Scratch ohwi(*allocator_, kernel.bytes());
-    kernels::hwio_to_ohwi(device_data(kernel), ohwi.as<float>(), taps(g), g.in_c, g.out_c, compute_);
-    Scratch padded_gradient(*allocator_, padded_bytes);
-    Scratch workspace(*allocator_, shapes.data.workspace);
-    COHORT_CUDA_CHECK(cudnnConvolutionBackwardData(cudnn_, &one, plan.filter(), ohwi.as<float>(), shapes.y,
-                                                   device_data(dy), plan.convolution(), shapes.data.algo,
-                                                   workspace.as<void>(), shapes.data.workspace, &zero, shapes.x,
-                                                   plan.padded() ? padded_gradient.as<float>() : device_data(dx)),
-                      "conv2d_backward (input gradient) of {}", describe(g));
-    if (plan.padded()) kernels::crop_images(p, padded_gradient.as<float>(), device_data(dx), compute_);
-  }
-  COHORT_CUDA_CHECK(cudaGetLastError(), "conv2d_backward of {}", describe(g));
+    if (dx.defined()) {
+      Scratch ohwi(*allocator_, kernel.bytes());
+      kernels::hwio_to_ohwi(in_as<T>(kernel), ohwi.as<T>(), taps(g), g.in_c, g.out_c, compute_);
+      Scratch padded_gradient(*allocator_, padded_bytes(p, plan, x));
+      Scratch workspace(*allocator_, shapes.data.workspace);
+      COHORT_CUDA_CHECK(cudnnConvolutionBackwardData(cudnn_, &one, shapes.filter, ohwi.as<T>(), shapes.y, in_as<T>(dy),
+                                                     shapes.convolution, shapes.data.algo, workspace.as<void>(),
+                                                     shapes.data.workspace, &zero, shapes.x,
+                                                     plan.padded() ? padded_gradient.as<T>() : out_as<T>(dx)),
+                        "conv2d_backward (input gradient) of {} {}", dtype_name(x.dtype()), describe(g));
+      if (plan.padded()) kernels::crop_images(p, padded_gradient.as<const T>(), out_as<T>(dx), compute_);
+    }
+  });
+  COHORT_CUDA_CHECK(cudaGetLastError(), "conv2d_backward of {} {}", dtype_name(x.dtype()), describe(g));
 }
 
 }  // namespace cohort::cuda

@@ -9,12 +9,14 @@
 #include <cstring>
 #include <optional>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include "cohort/core/config.hpp"
 #include "cohort/core/settings.hpp"
 #include "cuda_check.hpp"
 #include "cuda_plugin.hpp"
+#include "element_type.hpp"
 #include "kernels.hpp"
 #include "tensor/backend_access.hpp"
 
@@ -161,6 +163,16 @@ CudaBackend::CudaBackend() {
 
 void CudaBackend::activate() const { COHORT_CUDA_CHECK(cudaSetDevice(ordinal_), "selecting cuda:{}", ordinal_); }
 
+// Every kernel of a mixed-precision step, on tensor cores where cuDNN and cuBLAS have them (compute
+// capability 8.0 and up; older GPUs run the same calls on slower engines).
+bool CudaBackend::computes(Kernel16, DType type) const { return type == DType::BFloat16 || type == DType::Float16; }
+
+std::string CudaBackend::kernels_for(DType type) const {
+  return fmt::format("{} operands on the GPU: cuDNN convolutions and cuBLAS products with float32 accumulation, "
+                     "own kernels computing in float32",
+                     dtype_name(type));
+}
+
 void CudaBackend::wait(const char* what) {
   COHORT_CUDA_CHECK(cudaStreamSynchronize(compute_), "{} (an earlier kernel may have failed)", what);
 }
@@ -240,8 +252,10 @@ void CudaBackend::scale(const Tensor& x, float alpha) {
 
 void CudaBackend::multiply(const Tensor& a, const Tensor& b, const Tensor& result) {
   activate();
-  kernels::multiply(in(a), in(b), out(result), a.numel(), compute_);
-  COHORT_CUDA_LAUNCHED("multiply of {}", a.shape());
+  with_element_type(a.dtype(), [&]<class T>(std::type_identity<T>) {
+    kernels::multiply(in_as<T>(a), in_as<T>(b), out_as<T>(result), a.numel(), compute_);
+  });
+  COHORT_CUDA_LAUNCHED("multiply of {} {}", dtype_name(a.dtype()), a.shape());
 }
 
 double CudaBackend::reduce(const Tensor& x, bool squares, const char* what) {
@@ -264,6 +278,7 @@ double CudaBackend::sum(const Tensor& x) { return reduce(x, false, "sum"); }
 double CudaBackend::sum_of_squares(const Tensor& x) { return reduce(x, true, "sum_of_squares"); }
 
 // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: the operands swap, the layouts stay.
+// 16-bit A and B accumulate in float32 into C of either type (cublasGemmEx), float32 ones in cublasSgemm.
 void CudaBackend::matmul(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b, const Tensor& c,
                          float alpha, float beta) {
   activate();
@@ -277,58 +292,88 @@ void CudaBackend::matmul(const Tensor& a, bool transpose_a, const Tensor& b, boo
   COHORT_CHECK(m <= INT_MAX && n <= INT_MAX && k <= INT_MAX && a.dim(1) <= INT_MAX && b.dim(1) <= INT_MAX,
                "matmul: {} x {} is too large for one cuBLAS call", a.shape(), b.shape());
   std::lock_guard lock(handle_mutex_);
-  COHORT_CUDA_CHECK(cublasSgemm(cublas_, transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N, transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                static_cast<int>(n), static_cast<int>(m), static_cast<int>(k), &alpha, in(b),
-                                static_cast<int>(b.dim(1)), in(a), static_cast<int>(a.dim(1)), &beta, out(c),
-                                static_cast<int>(c.dim(1))),
-                    "matmul of {}{} and {}{} into {}", a.shape(), transpose_a ? "^T" : "", b.shape(),
-                    transpose_b ? "^T" : "", c.shape());
+  const cublasOperation_t op_a = transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N, op_b = transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const int rows = static_cast<int>(n), columns = static_cast<int>(m), depth = static_cast<int>(k);
+  const auto context = [&] {
+    return fmt::format("matmul of {} {}{} and {}{} into {} {}", dtype_name(a.dtype()), a.shape(), transpose_a ? "^T" : "",
+                       b.shape(), transpose_b ? "^T" : "", dtype_name(c.dtype()), c.shape());
+  };
+  if (a.dtype() == DType::Float32) {
+    COHORT_CUDA_CHECK(cublasSgemm(cublas_, op_b, op_a, rows, columns, depth, &alpha, in(b), static_cast<int>(b.dim(1)),
+                                  in(a), static_cast<int>(a.dim(1)), &beta, out(c), static_cast<int>(c.dim(1))),
+                      "{}", context());
+    return;
+  }
+  const cudaDataType_t operands = a.dtype() == DType::BFloat16 ? CUDA_R_16BF : CUDA_R_16F;
+  const cudaDataType_t result = c.dtype() == DType::Float32 ? CUDA_R_32F : operands;
+  COHORT_CUDA_CHECK(cublasGemmEx(cublas_, op_b, op_a, rows, columns, depth, &alpha, device_bytes(b), operands,
+                                 static_cast<int>(b.dim(1)), device_bytes(a), operands, static_cast<int>(a.dim(1)), &beta,
+                                 device_bytes(c), result, static_cast<int>(c.dim(1)), CUBLAS_COMPUTE_32F,
+                                 CUBLAS_GEMM_DEFAULT),
+                    "{}", context());
 }
 
 void CudaBackend::add_bias(const Tensor& y, const Tensor& bias) {
   activate();
   const Rows layout = rows_of(y);
-  const std::int64_t rows = layout.count, width = layout.width;
-  kernels::add_bias(out(y), in(bias), rows, width, compute_);
-  COHORT_CUDA_LAUNCHED("add_bias of {} to {}", bias.shape(), y.shape());
+  with_element_type(y.dtype(), [&]<class T>(std::type_identity<T>) {
+    if (bias.dtype() == DType::Float32) kernels::add_bias(out_as<T>(y), in(bias), layout.count, layout.width, compute_);
+    else kernels::add_bias(out_as<T>(y), in_as<T>(bias), layout.count, layout.width, compute_);
+  });
+  COHORT_CUDA_LAUNCHED("add_bias of {} {} to {} {}", dtype_name(bias.dtype()), bias.shape(), dtype_name(y.dtype()),
+                       y.shape());
 }
 
 void CudaBackend::bias_gradient(const Tensor& dy, const Tensor& dbias) {
   activate();
   const Rows layout = rows_of(dy);
-  const std::int64_t rows = layout.count, width = layout.width;
-  Scratch scratch(*allocator_, kernels::channel_sums_scratch(rows, width) * sizeof(double));
-  kernels::ChannelSums sums;
-  sums.a = in(dy);
-  sums.rows = rows;
-  sums.channels = width;
-  kernels::channel_sums(sums, scratch.as<double>(), out(dbias), nullptr, compute_);
-  COHORT_CUDA_LAUNCHED("bias_gradient of {}", dy.shape());
+  Scratch scratch(*allocator_, kernels::channel_sums_scratch(layout.count, layout.width) * sizeof(double));
+  with_element_type(dy.dtype(), [&]<class T>(std::type_identity<T>) {
+    kernels::ChannelSums<T> sums;
+    sums.a = in_as<T>(dy);
+    sums.rows = layout.count;
+    sums.channels = layout.width;
+    kernels::channel_sums(sums, scratch.as<double>(), out(dbias), nullptr, compute_);
+  });
+  COHORT_CUDA_LAUNCHED("bias_gradient of {} {}", dtype_name(dy.dtype()), dy.shape());
 }
 
 void CudaBackend::activation_forward(Activation activation, const Tensor& x, const Tensor& y) {
   activate();
-  kernels::activation_forward(activation, in(x), out(y), x.numel(), rows_of(x).width, compute_);
-  COHORT_CUDA_LAUNCHED("activation_forward of {}", x.shape());
+  COHORT_CHECK(x.dtype() == DType::Float32 || activation != Activation::Softmax,
+               "activation_forward: softmax of {} takes float32, got {}", x.shape(), dtype_name(x.dtype()));
+  with_element_type(x.dtype(), [&]<class T>(std::type_identity<T>) {
+    kernels::activation_forward(activation, in_as<T>(x), out_as<T>(y), x.numel(), rows_of(x).width, compute_);
+  });
+  COHORT_CUDA_LAUNCHED("activation_forward of {} {}", dtype_name(x.dtype()), x.shape());
 }
 
 void CudaBackend::activation_backward(Activation activation, const Tensor& y, const Tensor& dy, const Tensor& dx) {
   activate();
-  kernels::activation_backward(activation, in(y), in(dy), out(dx), y.numel(), rows_of(y).width, compute_);
-  COHORT_CUDA_LAUNCHED("activation_backward of {}", y.shape());
+  COHORT_CHECK(y.dtype() == DType::Float32 || activation != Activation::Softmax,
+               "activation_backward: softmax of {} takes float32, got {}", y.shape(), dtype_name(y.dtype()));
+  with_element_type(y.dtype(), [&]<class T>(std::type_identity<T>) {
+    kernels::activation_backward(activation, in_as<T>(y), in_as<T>(dy), out_as<T>(dx), y.numel(), rows_of(y).width,
+                                 compute_);
+  });
+  COHORT_CUDA_LAUNCHED("activation_backward of {} {}", dtype_name(y.dtype()), y.shape());
 }
 
 void CudaBackend::pool2d_forward(const PlanState*, const Pool2dGeometry& g, const Tensor& x, const Tensor& y) {
   activate();
-  kernels::pool2d_forward(g, in(x), out(y), compute_);
-  COHORT_CUDA_LAUNCHED("pool2d_forward of {} into {}", x.shape(), y.shape());
+  with_element_type(x.dtype(), [&]<class T>(std::type_identity<T>) {
+    kernels::pool2d_forward(g, in_as<T>(x), out_as<T>(y), compute_);
+  });
+  COHORT_CUDA_LAUNCHED("pool2d_forward of {} {} into {}", dtype_name(x.dtype()), x.shape(), y.shape());
 }
 
 void CudaBackend::pool2d_backward(const PlanState*, const Pool2dGeometry& g, const Tensor& x, const Tensor& y,
                                   const Tensor& dy, const Tensor& dx) {
   activate();
-  kernels::pool2d_backward(g, in(x), in(y), in(dy), out(dx), compute_);
-  COHORT_CUDA_LAUNCHED("pool2d_backward of {} into {}", dy.shape(), dx.shape());
+  with_element_type(x.dtype(), [&]<class T>(std::type_identity<T>) {
+    kernels::pool2d_backward(g, in_as<T>(x), in_as<T>(y), in_as<T>(dy), out_as<T>(dx), compute_);
+  });
+  COHORT_CUDA_LAUNCHED("pool2d_backward of {} {} into {}", dtype_name(dy.dtype()), dy.shape(), dx.shape());
 }
 
 void CudaBackend::batch_norm_forward_training(const PlanState*, const BatchNormGeometry& g, const Tensor& x,
@@ -337,10 +382,13 @@ void CudaBackend::batch_norm_forward_training(const PlanState*, const BatchNormG
   activate();
   const auto [rows, channels] = rows_of(x);
   Scratch sums(*allocator_, kernels::channel_sums_scratch(rows, channels) * sizeof(double));
-  kernels::batch_statistics(in(x), rows, channels, sums.as<double>(), out(batch_mean), out(batch_variance), compute_);
-  kernels::batch_norm_normalize(in(x), in(batch_mean), in(batch_variance), g.epsilon, in(gamma), in(beta), out(y), rows,
-                                channels, compute_);
-  COHORT_CUDA_LAUNCHED("batch_norm_forward_training of {}", x.shape());
+  with_element_type(x.dtype(), [&]<class T>(std::type_identity<T>) {
+    kernels::batch_statistics(in_as<T>(x), rows, channels, sums.as<double>(), out(batch_mean), out(batch_variance),
+                              compute_);
+    kernels::batch_norm_normalize(in_as<T>(x), in(batch_mean), in(batch_variance), g.epsilon, in(gamma), in(beta),
+                                  out_as<T>(y), rows, channels, compute_);
+  });
+  COHORT_CUDA_LAUNCHED("batch_norm_forward_training of {} {}", dtype_name(x.dtype()), x.shape());
 }
 
 void CudaBackend::batch_norm_forward_inference(const PlanState*, const BatchNormGeometry& g, const Tensor& x,
@@ -348,9 +396,11 @@ void CudaBackend::batch_norm_forward_inference(const PlanState*, const BatchNorm
                                                const Tensor& variance, const Tensor& y) {
   activate();
   const auto [rows, channels] = rows_of(x);
-  kernels::batch_norm_normalize(in(x), in(mean), in(variance), g.epsilon, in(gamma), in(beta), out(y), rows, channels,
-                                compute_);
-  COHORT_CUDA_LAUNCHED("batch_norm_forward_inference of {}", x.shape());
+  with_element_type(x.dtype(), [&]<class T>(std::type_identity<T>) {
+    kernels::batch_norm_normalize(in_as<T>(x), in(mean), in(variance), g.epsilon, in(gamma), in(beta), out_as<T>(y), rows,
+                                  channels, compute_);
+  });
+  COHORT_CUDA_LAUNCHED("batch_norm_forward_inference of {} {}", dtype_name(x.dtype()), x.shape());
 }
 
 // What both backward passes share: inv_std = 1 / sqrt(variance + epsilon) (left in `inv_std` for the data
@@ -361,8 +411,11 @@ void CudaBackend::parameter_gradients(const BatchNormGeometry& g, const Tensor& 
   const auto [rows, channels] = rows_of(x);
   Scratch sums(*allocator_, kernels::channel_sums_scratch(rows, channels) * sizeof(double));
   kernels::inverse_std(in(variance), g.epsilon, inv_std, channels, compute_);
-  kernels::ChannelSums terms{kernels::ChannelTerms::kGradients, in(dy), in(x), in(mean), inv_std, rows, channels};
-  kernels::channel_sums(terms, sums.as<double>(), out(dbeta), out(dgamma), compute_);
+  with_element_type(x.dtype(), [&]<class T>(std::type_identity<T>) {
+    const kernels::ChannelSums<T> terms{kernels::ChannelTerms::kGradients, in_as<T>(dy), in_as<T>(x), in(mean), inv_std,
+                                        rows, channels};
+    kernels::channel_sums(terms, sums.as<double>(), out(dbeta), out(dgamma), compute_);
+  });
 }
 
 void CudaBackend::batch_norm_backward(const PlanState*, const BatchNormGeometry& g, const Tensor& x,
@@ -373,10 +426,13 @@ void CudaBackend::batch_norm_backward(const PlanState*, const BatchNormGeometry&
   const auto [rows, channels] = rows_of(x);
   Scratch inv_std(*allocator_, channels * sizeof(float));
   parameter_gradients(g, x, dy, batch_mean, batch_variance, inv_std.as<float>(), dgamma, dbeta);
-  if (dx.defined())
-    kernels::batch_norm_data_gradient(in(x), in(dy), in(batch_mean), inv_std.as<float>(), in(gamma), in(dbeta),
-                                      in(dgamma), out(dx), rows, channels, compute_);
-  COHORT_CUDA_LAUNCHED("batch_norm_backward of {}", x.shape());
+  if (dx.defined()) {
+    with_element_type(x.dtype(), [&]<class T>(std::type_identity<T>) {
+      kernels::batch_norm_data_gradient(in_as<T>(x), in_as<T>(dy), in(batch_mean), inv_std.as<float>(), in(gamma),
+                                        in(dbeta), in(dgamma), out_as<T>(dx), rows, channels, compute_);
+    });
+  }
+  COHORT_CUDA_LAUNCHED("batch_norm_backward of {} {}", dtype_name(x.dtype()), x.shape());
 }
 
 void CudaBackend::batch_norm_backward_inference(const PlanState*, const BatchNormGeometry& g, const Tensor& x,
@@ -387,9 +443,13 @@ void CudaBackend::batch_norm_backward_inference(const PlanState*, const BatchNor
   const auto [rows, channels] = rows_of(x);
   Scratch inv_std(*allocator_, channels * sizeof(float));
   parameter_gradients(g, x, dy, mean, variance, inv_std.as<float>(), dgamma, dbeta);
-  if (dx.defined())
-    kernels::batch_norm_data_gradient_inference(in(dy), inv_std.as<float>(), in(gamma), out(dx), rows, channels, compute_);
-  COHORT_CUDA_LAUNCHED("batch_norm_backward_inference of {}", x.shape());
+  if (dx.defined()) {
+    with_element_type(x.dtype(), [&]<class T>(std::type_identity<T>) {
+      kernels::batch_norm_data_gradient_inference(in_as<T>(dy), inv_std.as<float>(), in(gamma), out_as<T>(dx), rows,
+                                                  channels, compute_);
+    });
+  }
+  COHORT_CUDA_LAUNCHED("batch_norm_backward_inference of {} {}", dtype_name(x.dtype()), x.shape());
 }
 
 void CudaBackend::moving_average_update(const Tensor& moving, const Tensor& batch, float momentum) {
@@ -400,8 +460,10 @@ void CudaBackend::moving_average_update(const Tensor& moving, const Tensor& batc
 
 void CudaBackend::dropout_mask(const Tensor& mask, float rate, std::uint64_t seed) {
   activate();
-  kernels::dropout_mask(out(mask), mask.numel(), DropoutRule::of(rate, seed), compute_);
-  COHORT_CUDA_LAUNCHED("dropout_mask of {}", mask.shape());
+  with_element_type(mask.dtype(), [&]<class T>(std::type_identity<T>) {
+    kernels::dropout_mask(out_as<T>(mask), mask.numel(), DropoutRule::of(rate, seed), compute_);
+  });
+  COHORT_CUDA_LAUNCHED("dropout_mask of {} {}", dtype_name(mask.dtype()), mask.shape());
 }
 
 namespace {

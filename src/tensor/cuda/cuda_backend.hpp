@@ -57,6 +57,8 @@ class CudaBackend final : public Backend {
   CudaBackend();  // DeviceError naming the reason when no usable GPU is visible
 
   Device device() const override { return Device::CUDA; }
+  bool computes(Kernel16 kernel, DType type) const override;
+  std::string kernels_for(DType type) const override;
   Allocator& allocator() override { return *allocator_; }
   // Page-locked host memory for staging, through a cache of its own.
   Allocator& pinned_allocator() { return *pinned_; }

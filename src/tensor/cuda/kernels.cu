@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cfloat>
 #include <climits>
+#include <type_traits>
 
 #include "kernels.hpp"
 #include "tensor/activation_rules.hpp"
@@ -23,6 +24,17 @@ int blocks_for(std::int64_t n) {
 
 #define COHORT_GRID_STRIDE(i, n) \
   for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < (n); i += static_cast<std::int64_t>(blockDim.x) * gridDim.x)
+
+// An element as float (exact), and a float stored as an element, rounded to nearest even.
+__device__ inline float wide(float v) { return v; }
+__device__ inline float wide(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ inline float wide(__half v) { return __half2float(v); }
+template <class T>
+__device__ inline T narrow_to(float v) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) return __float2bfloat16_rn(v);
+  else if constexpr (std::is_same_v<T, __half>) return __float2half_rn(v);
+  else return v;
+}
 
 __global__ void narrow_kernel(const float* from, std::uint16_t* to, std::int64_t n, HalfType type) {
   if (type == HalfType::BFloat16) {
@@ -56,8 +68,9 @@ __global__ void scale_kernel(float* x, std::int64_t n, float alpha) {
   COHORT_GRID_STRIDE(i, n) x[i] *= alpha;
 }
 
-__global__ void multiply_kernel(const float* a, const float* b, float* out, std::int64_t n) {
-  COHORT_GRID_STRIDE(i, n) out[i] = a[i] * b[i];
+template <class T>
+__global__ void multiply_kernel(const T* a, const T* b, T* out, std::int64_t n) {
+  COHORT_GRID_STRIDE(i, n) out[i] = narrow_to<T>(wide(a[i]) * wide(b[i]));
 }
 
 __global__ void moving_average_kernel(float* moving, const float* batch, std::int64_t n, float momentum) {
@@ -86,28 +99,32 @@ __global__ void partial_sums_kernel(const float* x, std::int64_t n, bool squares
   if (threadIdx.x == 0) partials[blockIdx.x] = total;
 }
 
-__global__ void add_bias_kernel(float* y, const float* bias, std::int64_t n, std::int64_t width) {
-  COHORT_GRID_STRIDE(i, n) y[i] += bias[i % width];
+template <class T, class Bias>
+__global__ void add_bias_kernel(T* y, const Bias* bias, std::int64_t n, std::int64_t width) {
+  COHORT_GRID_STRIDE(i, n) y[i] = narrow_to<T>(wide(y[i]) + wide(bias[i % width]));
 }
 
-__global__ void activation_forward_kernel(Activation activation, const float* x, float* y, std::int64_t n) {
+template <class T>
+__global__ void activation_forward_kernel(Activation activation, const T* x, T* y, std::int64_t n) {
   COHORT_GRID_STRIDE(i, n) {
+    const float v = wide(x[i]);
     switch (activation) {
-      case Activation::Relu: y[i] = activation_rules::relu(x[i]); break;
-      case Activation::Sigmoid: y[i] = activation_rules::sigmoid(x[i]); break;
-      case Activation::Tanh: y[i] = activation_rules::tanh(x[i]); break;
+      case Activation::Relu: y[i] = narrow_to<T>(activation_rules::relu(v)); break;
+      case Activation::Sigmoid: y[i] = narrow_to<T>(activation_rules::sigmoid(v)); break;
+      case Activation::Tanh: y[i] = narrow_to<T>(activation_rules::tanh(v)); break;
       default: y[i] = x[i]; break;
     }
   }
 }
 
-__global__ void activation_backward_kernel(Activation activation, const float* y, const float* dy, float* dx,
-                                           std::int64_t n) {
+template <class T>
+__global__ void activation_backward_kernel(Activation activation, const T* y, const T* dy, T* dx, std::int64_t n) {
   COHORT_GRID_STRIDE(i, n) {
+    const float out = wide(y[i]), gradient = wide(dy[i]);
     switch (activation) {
-      case Activation::Relu: dx[i] = activation_rules::relu_gradient(y[i], dy[i]); break;
-      case Activation::Sigmoid: dx[i] = activation_rules::sigmoid_gradient(y[i], dy[i]); break;
-      case Activation::Tanh: dx[i] = activation_rules::tanh_gradient(y[i], dy[i]); break;
+      case Activation::Relu: dx[i] = narrow_to<T>(activation_rules::relu_gradient(out, gradient)); break;
+      case Activation::Sigmoid: dx[i] = narrow_to<T>(activation_rules::sigmoid_gradient(out, gradient)); break;
+      case Activation::Tanh: dx[i] = narrow_to<T>(activation_rules::tanh_gradient(out, gradient)); break;
       default: dx[i] = dy[i]; break;
     }
   }
@@ -125,16 +142,17 @@ __global__ void softmax_backward_kernel(const float* y, const float* dy, float* 
 // Channel sums: a block covers 32 channels x 8 row lanes of one chunk of rows; partials[chunk][term][c].
 constexpr int kChannelTile = 32, kRowLanes = 8, kRowsPerChunk = 256;
 
-__global__ void channel_partials_kernel(ChannelSums s, std::int64_t rows_per_chunk, double* partials) {
+template <class T>
+__global__ void channel_partials_kernel(ChannelSums<T> s, std::int64_t rows_per_chunk, double* partials) {
   const std::int64_t c = blockIdx.x * static_cast<std::int64_t>(kChannelTile) + threadIdx.x;
   const std::int64_t first_row = blockIdx.y * rows_per_chunk;
   const std::int64_t end_row = min(first_row + rows_per_chunk, s.rows);
   double first = 0, second = 0;
   if (c < s.channels) {
     for (std::int64_t m = first_row + threadIdx.y; m < end_row; m += kRowLanes) {
-      const double a = s.a[m * s.channels + c];
+      const double a = wide(s.a[m * s.channels + c]);
       first += a;
-      second += s.terms == ChannelTerms::kValues ? a * a : a * (s.x[m * s.channels + c] - s.mean[c]) * s.inv_std[c];
+      second += s.terms == ChannelTerms::kValues ? a * a : a * (wide(s.x[m * s.channels + c]) - s.mean[c]) * s.inv_std[c];
     }
   }
   __shared__ double shared[2][kRowLanes][kChannelTile];
@@ -203,33 +221,35 @@ __global__ void inverse_std_kernel(const float* variance, float epsilon, float* 
   COHORT_GRID_STRIDE(c, channels) inv_std[c] = 1.0f / sqrtf(variance[c] + epsilon);
 }
 
-__global__ void normalize_kernel(const float* x, const float* mean, const float* variance, float epsilon,
-                                 const float* gamma, const float* beta, float* y, std::int64_t n,
-                                 std::int64_t channels) {
+template <class T>
+__global__ void normalize_kernel(const T* x, const float* mean, const float* variance, float epsilon,
+                                 const float* gamma, const float* beta, T* y, std::int64_t n, std::int64_t channels) {
   COHORT_GRID_STRIDE(i, n) {
     const std::int64_t c = i % channels;
     const float multiplier = gamma[c] / sqrtf(variance[c] + epsilon);
-    y[i] = x[i] * multiplier + (beta[c] - mean[c] * multiplier);
+    y[i] = narrow_to<T>(wide(x[i]) * multiplier + (beta[c] - mean[c] * multiplier));
   }
 }
 
-__global__ void bn_data_gradient_kernel(const float* x, const float* dy, const float* mean, const float* inv_std,
-                                        const float* gamma, const float* dbeta, const float* dgamma, float* dx,
+template <class T>
+__global__ void bn_data_gradient_kernel(const T* x, const T* dy, const float* mean, const float* inv_std,
+                                        const float* gamma, const float* dbeta, const float* dgamma, T* dx,
                                         std::int64_t n, std::int64_t channels, float inverse_count) {
   COHORT_GRID_STRIDE(i, n) {
     const std::int64_t c = i % channels;
     const float a = gamma[c] * inv_std[c];
     const float b = dbeta[c] * inverse_count;
     const float s = dgamma[c] * inverse_count * inv_std[c];
-    dx[i] = a * (dy[i] - b - (x[i] - mean[c]) * s);
+    dx[i] = narrow_to<T>(a * (wide(dy[i]) - b - (wide(x[i]) - mean[c]) * s));
   }
 }
 
-__global__ void bn_data_gradient_inference_kernel(const float* dy, const float* inv_std, const float* gamma,
-                                                  float* dx, std::int64_t n, std::int64_t channels) {
+template <class T>
+__global__ void bn_data_gradient_inference_kernel(const T* dy, const float* inv_std, const float* gamma, T* dx,
+                                                  std::int64_t n, std::int64_t channels) {
   COHORT_GRID_STRIDE(i, n) {
     const std::int64_t c = i % channels;
-    dx[i] = dy[i] * gamma[c] * inv_std[c];
+    dx[i] = narrow_to<T>(wide(dy[i]) * gamma[c] * inv_std[c]);
   }
 }
 
@@ -251,33 +271,34 @@ __device__ Window pool_window(const Pool2dGeometry& g, std::int64_t oh, std::int
   return {max(h, std::int64_t{0}), min(h + g.pool_h, g.in_h), max(w, std::int64_t{0}), min(w + g.pool_w, g.in_w)};
 }
 
-__global__ void pool_forward_kernel(Pool2dGeometry g, const float* x, float* y, std::int64_t n) {
+template <class T>
+__global__ void pool_forward_kernel(Pool2dGeometry g, const T* x, T* y, std::int64_t n) {
   COHORT_GRID_STRIDE(i, n) {
     const auto [b, oh, ow, c] = nhwc_of(i, g.out_h, g.out_w, g.channels);
-    const float* in = x + b * g.in_h * g.in_w * g.channels + c;
+    const T* in = x + b * g.in_h * g.in_w * g.channels + c;
     const Window win = pool_window(g, oh, ow);
     if (g.mode == PoolMode::Max) {
       float best = -INFINITY;
       for (std::int64_t ih = win.h0; ih < win.h1; ++ih)
-        for (std::int64_t iw = win.w0; iw < win.w1; ++iw) best = fmaxf(best, in[(ih * g.in_w + iw) * g.channels]);
-      y[i] = best;
+        for (std::int64_t iw = win.w0; iw < win.w1; ++iw) best = fmaxf(best, wide(in[(ih * g.in_w + iw) * g.channels]));
+      y[i] = narrow_to<T>(best);
     } else {
       float total = 0;
       for (std::int64_t ih = win.h0; ih < win.h1; ++ih)
-        for (std::int64_t iw = win.w0; iw < win.w1; ++iw) total += in[(ih * g.in_w + iw) * g.channels];
+        for (std::int64_t iw = win.w0; iw < win.w1; ++iw) total += wide(in[(ih * g.in_w + iw) * g.channels]);
       const std::int64_t count = (win.h1 - win.h0) * (win.w1 - win.w0);
-      y[i] = total * (1.0f / static_cast<float>(count));
+      y[i] = narrow_to<T>(total * (1.0f / static_cast<float>(count)));
     }
   }
 }
 
 // Gathers, per input element, the gradients of every window that routes to it: no atomics, so the result
 // is the same on every run. A max window routes to its first cell equal to the forward's maximum.
-__global__ void pool_backward_kernel(Pool2dGeometry g, const float* x, const float* y, const float* dy, float* dx,
-                                     std::int64_t n) {
+template <class T>
+__global__ void pool_backward_kernel(Pool2dGeometry g, const T* x, const T* y, const T* dy, T* dx, std::int64_t n) {
   COHORT_GRID_STRIDE(i, n) {
     const auto [b, ih, iw, c] = nhwc_of(i, g.in_h, g.in_w, g.channels);
-    const float* in = x + b * g.in_h * g.in_w * g.channels + c;
+    const T* in = x + b * g.in_h * g.in_w * g.channels + c;
     const std::int64_t out_base = b * g.out_h * g.out_w * g.channels + c;
     const std::int64_t low_h = ih + g.pad_top - g.pool_h + 1, low_w = iw + g.pad_left - g.pool_w + 1;
     const std::int64_t oh0 = low_h <= 0 ? 0 : (low_h + g.stride_h - 1) / g.stride_h;
@@ -290,26 +311,27 @@ __global__ void pool_backward_kernel(Pool2dGeometry g, const float* x, const flo
         const Window win = pool_window(g, oh, ow);
         const std::int64_t o = out_base + (oh * g.out_w + ow) * g.channels;
         if (g.mode == PoolMode::Average) {
-          gradient += dy[o] * (1.0f / static_cast<float>((win.h1 - win.h0) * (win.w1 - win.w0)));
+          gradient += wide(dy[o]) * (1.0f / static_cast<float>((win.h1 - win.h0) * (win.w1 - win.w0)));
           continue;
         }
-        const float best = y[o];
+        const float best = wide(y[o]);
         bool mine = false, found = false;
         for (std::int64_t h = win.h0; h < win.h1 && !found; ++h)
           for (std::int64_t w = win.w0; w < win.w1 && !found; ++w)
-            if (in[(h * g.in_w + w) * g.channels] == best) {
+            if (wide(in[(h * g.in_w + w) * g.channels]) == best) {
               found = true;
               mine = h == ih && w == iw;
             }
-        if (mine) gradient += dy[o];
+        if (mine) gradient += wide(dy[o]);
       }
     }
-    dx[i] = gradient;
+    dx[i] = narrow_to<T>(gradient);
   }
 }
 
-__global__ void hwio_to_ohwi_kernel(const float* hwio, float* ohwi, std::int64_t taps, std::int64_t in_c,
-                                    std::int64_t out_c, std::int64_t n) {
+template <class T>
+__global__ void hwio_to_ohwi_kernel(const T* hwio, T* ohwi, std::int64_t taps, std::int64_t in_c, std::int64_t out_c,
+                                    std::int64_t n) {
   COHORT_GRID_STRIDE(i, n) {  // i indexes HWIO: ((tap * in_c) + ci) * out_c + co
     const std::int64_t co = i % out_c;
     const std::int64_t ci = (i / out_c) % in_c;
@@ -318,36 +340,41 @@ __global__ void hwio_to_ohwi_kernel(const float* hwio, float* ohwi, std::int64_t
   }
 }
 
-__global__ void ohwi_to_hwio_kernel(const float* ohwi, float* hwio, std::int64_t taps, std::int64_t in_c,
+template <class From>
+__global__ void ohwi_to_hwio_kernel(const From* ohwi, float* hwio, std::int64_t taps, std::int64_t in_c,
                                     std::int64_t out_c, std::int64_t n) {
   COHORT_GRID_STRIDE(i, n) {
     const std::int64_t co = i % out_c;
     const std::int64_t ci = (i / out_c) % in_c;
     const std::int64_t tap = i / (out_c * in_c);
-    hwio[i] = ohwi[(co * taps + tap) * in_c + ci];
+    hwio[i] = wide(ohwi[(co * taps + tap) * in_c + ci]);
   }
 }
 
-__global__ void pad_kernel(PaddedImage p, const float* x, float* padded, std::int64_t n) {
+template <class T>
+__global__ void pad_kernel(PaddedImage p, const T* x, T* padded, std::int64_t n) {
   COHORT_GRID_STRIDE(i, n) {  // i indexes the padded image
     const auto [b, padded_row, padded_column, c] = nhwc_of(i, p.padded_h, p.padded_w, p.channels);
     const std::int64_t h = padded_row - p.pad_top, w = padded_column - p.pad_left;
     const bool inside = h >= 0 && h < p.in_h && w >= 0 && w < p.in_w;
-    padded[i] = inside ? x[((b * p.in_h + h) * p.in_w + w) * p.channels + c] : 0.0f;
+    padded[i] = inside ? x[((b * p.in_h + h) * p.in_w + w) * p.channels + c] : narrow_to<T>(0.0f);
   }
 }
 
-__global__ void crop_kernel(PaddedImage p, const float* padded, float* x, std::int64_t n) {
+template <class T>
+__global__ void crop_kernel(PaddedImage p, const T* padded, T* x, std::int64_t n) {
   COHORT_GRID_STRIDE(i, n) {  // i indexes the unpadded image
     const auto [b, h, w, c] = nhwc_of(i, p.in_h, p.in_w, p.channels);
     // Input cells no window reaches (past the last stride) get no gradient.
     const std::int64_t ph = h + p.pad_top, pw = w + p.pad_left;
-    x[i] = ph < p.padded_h && pw < p.padded_w ? padded[((b * p.padded_h + ph) * p.padded_w + pw) * p.channels + c] : 0.0f;
+    x[i] = ph < p.padded_h && pw < p.padded_w ? padded[((b * p.padded_h + ph) * p.padded_w + pw) * p.channels + c]
+                                              : narrow_to<T>(0.0f);
   }
 }
 
-__global__ void dropout_kernel(float* mask, std::int64_t n, DropoutRule rule) {
-  COHORT_GRID_STRIDE(i, n) mask[i] = rule(static_cast<std::uint64_t>(i));
+template <class T>
+__global__ void dropout_kernel(T* mask, std::int64_t n, DropoutRule rule) {
+  COHORT_GRID_STRIDE(i, n) mask[i] = narrow_to<T>(rule(static_cast<std::uint64_t>(i)));
 }
 
 // The list kernels: blockIdx.y picks the variable, the x blocks stride over its elements.
@@ -488,7 +515,8 @@ void axpy(float alpha, const float* x, float* y, std::int64_t n, cudaStream_t st
 void scale(float* x, std::int64_t n, float alpha, cudaStream_t stream) {
   if (n > 0) scale_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, n, alpha);
 }
-void multiply(const float* a, const float* b, float* out, std::int64_t n, cudaStream_t stream) {
+template <class T>
+void multiply(const T* a, const T* b, T* out, std::int64_t n, cudaStream_t stream) {
   if (n > 0) multiply_kernel<<<blocks_for(n), kThreads, 0, stream>>>(a, b, out, n);
 }
 void moving_average(float* moving, const float* batch, std::int64_t n, float momentum, cudaStream_t stream) {
@@ -501,29 +529,36 @@ int partial_sums(const float* x, std::int64_t n, bool squares, double* partials,
   return blocks;
 }
 
-void add_bias(float* y, const float* bias, std::int64_t rows, std::int64_t width, cudaStream_t stream) {
+template <class T, class Bias>
+void add_bias(T* y, const Bias* bias, std::int64_t rows, std::int64_t width, cudaStream_t stream) {
   const std::int64_t n = rows * width;
   if (n > 0) add_bias_kernel<<<blocks_for(n), kThreads, 0, stream>>>(y, bias, n, width);
 }
 
-void activation_forward(Activation activation, const float* x, float* y, std::int64_t n, std::int64_t width,
+template <class T>
+void activation_forward(Activation activation, const T* x, T* y, std::int64_t n, std::int64_t width,
                         cudaStream_t stream) {
   if (n == 0) return;
-  if (activation == Activation::Softmax) {
-    const std::int64_t rows = width == 0 ? 0 : n / width;
-    if (rows > 0) softmax_forward_kernel<<<blocks_for(rows), kThreads, 0, stream>>>(x, y, rows, width);
-    return;
+  if constexpr (std::is_same_v<T, float>) {
+    if (activation == Activation::Softmax) {
+      const std::int64_t rows = width == 0 ? 0 : n / width;
+      if (rows > 0) softmax_forward_kernel<<<blocks_for(rows), kThreads, 0, stream>>>(x, y, rows, width);
+      return;
+    }
   }
   activation_forward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(activation, x, y, n);
 }
 
-void activation_backward(Activation activation, const float* y, const float* dy, float* dx, std::int64_t n,
-                         std::int64_t width, cudaStream_t stream) {
+template <class T>
+void activation_backward(Activation activation, const T* y, const T* dy, T* dx, std::int64_t n, std::int64_t width,
+                         cudaStream_t stream) {
   if (n == 0) return;
-  if (activation == Activation::Softmax) {
-    const std::int64_t rows = width == 0 ? 0 : n / width;
-    if (rows > 0) softmax_backward_kernel<<<blocks_for(rows), kThreads, 0, stream>>>(y, dy, dx, rows, width);
-    return;
+  if constexpr (std::is_same_v<T, float>) {
+    if (activation == Activation::Softmax) {
+      const std::int64_t rows = width == 0 ? 0 : n / width;
+      if (rows > 0) softmax_backward_kernel<<<blocks_for(rows), kThreads, 0, stream>>>(y, dy, dx, rows, width);
+      return;
+    }
   }
   activation_backward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(activation, y, dy, dx, n);
 }
@@ -534,7 +569,8 @@ std::int64_t channel_sums_scratch(std::int64_t rows, std::int64_t channels) {
 
 namespace {
 // The first pass of every per-channel reduction; returns the number of chunks written.
-std::int64_t channel_partials(const ChannelSums& s, double* scratch, cudaStream_t stream) {
+template <class T>
+std::int64_t channel_partials(const ChannelSums<T>& s, double* scratch, cudaStream_t stream) {
   const std::int64_t chunks = chunks_for(s.rows);
   const dim3 grid(static_cast<unsigned>((s.channels + kChannelTile - 1) / kChannelTile), static_cast<unsigned>(chunks));
   channel_partials_kernel<<<grid, dim3(kChannelTile, kRowLanes), 0, stream>>>(s, rows_per_chunk(s.rows), scratch);
@@ -549,16 +585,18 @@ void channel_finish(const double* partials, std::int64_t chunks, std::int64_t ch
 }
 }  // namespace
 
-void channel_sums(const ChannelSums& s, double* scratch, float* first, float* second, cudaStream_t stream) {
+template <class T>
+void channel_sums(const ChannelSums<T>& s, double* scratch, float* first, float* second, cudaStream_t stream) {
   if (s.channels == 0) return;
   const std::int64_t chunks = channel_partials(s, scratch, stream);
   channel_finish(scratch, chunks, s.channels, ChannelResult::kSums, s.rows, first, second, stream);
 }
 
-void batch_statistics(const float* x, std::int64_t rows, std::int64_t channels, double* scratch, float* mean,
+template <class T>
+void batch_statistics(const T* x, std::int64_t rows, std::int64_t channels, double* scratch, float* mean,
                       float* variance, cudaStream_t stream) {
   if (channels == 0) return;
-  ChannelSums sums;
+  ChannelSums<T> sums;
   sums.a = x;
   sums.rows = rows;
   sums.channels = channels;
@@ -570,62 +608,70 @@ void inverse_std(const float* variance, float epsilon, float* inv_std, std::int6
   if (channels > 0) inverse_std_kernel<<<blocks_for(channels), kThreads, 0, stream>>>(variance, epsilon, inv_std, channels);
 }
 
-void batch_norm_normalize(const float* x, const float* mean, const float* variance, float epsilon, const float* gamma,
-                          const float* beta, float* y, std::int64_t rows, std::int64_t channels, cudaStream_t stream) {
+template <class T>
+void batch_norm_normalize(const T* x, const float* mean, const float* variance, float epsilon, const float* gamma,
+                          const float* beta, T* y, std::int64_t rows, std::int64_t channels, cudaStream_t stream) {
   const std::int64_t n = rows * channels;
   if (n > 0)
     normalize_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, mean, variance, epsilon, gamma, beta, y, n, channels);
 }
 
-void batch_norm_data_gradient(const float* x, const float* dy, const float* mean, const float* inv_std,
-                              const float* gamma, const float* dbeta, const float* dgamma, float* dx,
-                              std::int64_t rows, std::int64_t channels, cudaStream_t stream) {
+template <class T>
+void batch_norm_data_gradient(const T* x, const T* dy, const float* mean, const float* inv_std, const float* gamma,
+                              const float* dbeta, const float* dgamma, T* dx, std::int64_t rows, std::int64_t channels,
+                              cudaStream_t stream) {
   const std::int64_t n = rows * channels;
   if (n == 0) return;
   bn_data_gradient_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, dy, mean, inv_std, gamma, dbeta, dgamma, dx, n,
                                                                   channels, 1.0f / static_cast<float>(rows));
 }
 
-void batch_norm_data_gradient_inference(const float* dy, const float* inv_std, const float* gamma, float* dx,
-                                        std::int64_t rows, std::int64_t channels, cudaStream_t stream) {
+template <class T>
+void batch_norm_data_gradient_inference(const T* dy, const float* inv_std, const float* gamma, T* dx, std::int64_t rows,
+                                        std::int64_t channels, cudaStream_t stream) {
   const std::int64_t n = rows * channels;
   if (n > 0) bn_data_gradient_inference_kernel<<<blocks_for(n), kThreads, 0, stream>>>(dy, inv_std, gamma, dx, n, channels);
 }
 
-void pool2d_forward(const Pool2dGeometry& g, const float* x, float* y, cudaStream_t stream) {
+template <class T>
+void pool2d_forward(const Pool2dGeometry& g, const T* x, T* y, cudaStream_t stream) {
   const std::int64_t n = g.batch * g.out_h * g.out_w * g.channels;
   if (n > 0) pool_forward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(g, x, y, n);
 }
 
-void pool2d_backward(const Pool2dGeometry& g, const float* x, const float* y, const float* dy, float* dx,
-                     cudaStream_t stream) {
+template <class T>
+void pool2d_backward(const Pool2dGeometry& g, const T* x, const T* y, const T* dy, T* dx, cudaStream_t stream) {
   const std::int64_t n = g.batch * g.in_h * g.in_w * g.channels;
   if (n > 0) pool_backward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(g, x, y, dy, dx, n);
 }
 
-void hwio_to_ohwi(const float* hwio, float* ohwi, std::int64_t taps, std::int64_t in_c, std::int64_t out_c,
-                  cudaStream_t stream) {
+template <class T>
+void hwio_to_ohwi(const T* hwio, T* ohwi, std::int64_t taps, std::int64_t in_c, std::int64_t out_c, cudaStream_t stream) {
   const std::int64_t n = taps * in_c * out_c;
   if (n > 0) hwio_to_ohwi_kernel<<<blocks_for(n), kThreads, 0, stream>>>(hwio, ohwi, taps, in_c, out_c, n);
 }
 
-void ohwi_to_hwio(const float* ohwi, float* hwio, std::int64_t taps, std::int64_t in_c, std::int64_t out_c,
+template <class From>
+void ohwi_to_hwio(const From* ohwi, float* hwio, std::int64_t taps, std::int64_t in_c, std::int64_t out_c,
                   cudaStream_t stream) {
   const std::int64_t n = taps * in_c * out_c;
   if (n > 0) ohwi_to_hwio_kernel<<<blocks_for(n), kThreads, 0, stream>>>(ohwi, hwio, taps, in_c, out_c, n);
 }
 
-void pad_images(const PaddedImage& p, const float* x, float* padded, cudaStream_t stream) {
+template <class T>
+void pad_images(const PaddedImage& p, const T* x, T* padded, cudaStream_t stream) {
   const std::int64_t n = p.batch * p.padded_h * p.padded_w * p.channels;
   if (n > 0) pad_kernel<<<blocks_for(n), kThreads, 0, stream>>>(p, x, padded, n);
 }
 
-void crop_images(const PaddedImage& p, const float* padded, float* x, cudaStream_t stream) {
+template <class T>
+void crop_images(const PaddedImage& p, const T* padded, T* x, cudaStream_t stream) {
   const std::int64_t n = p.batch * p.in_h * p.in_w * p.channels;
   if (n > 0) crop_kernel<<<blocks_for(n), kThreads, 0, stream>>>(p, padded, x, n);
 }
 
-void dropout_mask(float* mask, std::int64_t n, const DropoutRule& rule, cudaStream_t stream) {
+template <class T>
+void dropout_mask(T* mask, std::int64_t n, const DropoutRule& rule, cudaStream_t stream) {
   if (n > 0) dropout_kernel<<<blocks_for(n), kThreads, 0, stream>>>(mask, n, rule);
 }
 
@@ -659,5 +705,34 @@ void categorical_cross_entropy(const LossRows& rows, float* dprobabilities, cuda
 void count_correct(const LossRows& rows, cudaStream_t stream) {
   if (rows.rows > 0) count_correct_kernel<<<blocks_for(rows.rows), kThreads, 0, stream>>>(rows);
 }
+
+// The element types of the templated launchers (kernels.hpp).
+#define COHORT_FOR_EACH_ELEMENT_TYPE(T)                                                                               \
+  template void multiply<T>(const T*, const T*, T*, std::int64_t, cudaStream_t);                                     \
+  template void add_bias<T, float>(T*, const float*, std::int64_t, std::int64_t, cudaStream_t);                       \
+  template void activation_forward<T>(Activation, const T*, T*, std::int64_t, std::int64_t, cudaStream_t);            \
+  template void activation_backward<T>(Activation, const T*, const T*, T*, std::int64_t, std::int64_t, cudaStream_t); \
+  template void channel_sums<T>(const ChannelSums<T>&, double*, float*, float*, cudaStream_t);                         \
+  template void batch_statistics<T>(const T*, std::int64_t, std::int64_t, double*, float*, float*, cudaStream_t);     \
+  template void batch_norm_normalize<T>(const T*, const float*, const float*, float, const float*, const float*, T*,   \
+                                        std::int64_t, std::int64_t, cudaStream_t);                                    \
+  template void batch_norm_data_gradient<T>(const T*, const T*, const float*, const float*, const float*, const float*, \
+                                            const float*, T*, std::int64_t, std::int64_t, cudaStream_t);              \
+  template void batch_norm_data_gradient_inference<T>(const T*, const float*, const float*, T*, std::int64_t,         \
+                                                      std::int64_t, cudaStream_t);                                    \
+  template void pool2d_forward<T>(const Pool2dGeometry&, const T*, T*, cudaStream_t);                                 \
+  template void pool2d_backward<T>(const Pool2dGeometry&, const T*, const T*, const T*, T*, cudaStream_t);             \
+  template void hwio_to_ohwi<T>(const T*, T*, std::int64_t, std::int64_t, std::int64_t, cudaStream_t);                \
+  template void ohwi_to_hwio<T>(const T*, float*, std::int64_t, std::int64_t, std::int64_t, cudaStream_t);            \
+  template void pad_images<T>(const PaddedImage&, const T*, T*, cudaStream_t);                                        \
+  template void crop_images<T>(const PaddedImage&, const T*, T*, cudaStream_t);                                       \
+  template void dropout_mask<T>(T*, std::int64_t, const DropoutRule&, cudaStream_t);
+COHORT_FOR_EACH_ELEMENT_TYPE(float)
+COHORT_FOR_EACH_ELEMENT_TYPE(__nv_bfloat16)
+COHORT_FOR_EACH_ELEMENT_TYPE(__half)
+#undef COHORT_FOR_EACH_ELEMENT_TYPE
+template void add_bias<__nv_bfloat16, __nv_bfloat16>(__nv_bfloat16*, const __nv_bfloat16*, std::int64_t, std::int64_t,
+                                                     cudaStream_t);
+template void add_bias<__half, __half>(__half*, const __half*, std::int64_t, std::int64_t, cudaStream_t);
 
 }  // namespace cohort::cuda::kernels

@@ -7,6 +7,13 @@
 // code is). Reductions write per-block partial sums that a second pass combines in a fixed order, in
 // double: results do not depend on scheduling (the CPU's bias gradient sums in float, so there the GPU is
 // the more exact of the two).
+//
+// Launchers templated on `T` take any element type of a layer's activations: float, __nv_bfloat16 or __half
+// (kernels.cu instantiates those). They read 16-bit values as float, compute in float and round once to
+// nearest even where they store, as the CPU's float32 stand-ins do; per-channel parameters and statistics
+// stay float.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
@@ -27,27 +34,32 @@ void int_to_float(const std::int32_t* from, float* to, std::int64_t n, cudaStrea
 void fill(float* x, std::int64_t n, float value, cudaStream_t stream);
 void axpy(float alpha, const float* x, float* y, std::int64_t n, cudaStream_t stream);
 void scale(float* x, std::int64_t n, float alpha, cudaStream_t stream);
-void multiply(const float* a, const float* b, float* out, std::int64_t n, cudaStream_t stream);
+template <class T>
+void multiply(const T* a, const T* b, T* out, std::int64_t n, cudaStream_t stream);
 void moving_average(float* moving, const float* batch, std::int64_t n, float momentum, cudaStream_t stream);
 
 // Sum of x (or of x * x) in per-block partials; returns how many partials it wrote (at most kMaxPartials).
 constexpr int kMaxPartials = 1024;
 int partial_sums(const float* x, std::int64_t n, bool squares, double* partials, cudaStream_t stream);
 
-// ---- rows (width = the last axis)
-void add_bias(float* y, const float* bias, std::int64_t rows, std::int64_t width, cudaStream_t stream);
-void activation_forward(Activation activation, const float* x, float* y, std::int64_t n, std::int64_t width,
+// ---- rows (width = the last axis). A bias is float or of y's type. Softmax takes float only.
+template <class T, class Bias>
+void add_bias(T* y, const Bias* bias, std::int64_t rows, std::int64_t width, cudaStream_t stream);
+template <class T>
+void activation_forward(Activation activation, const T* x, T* y, std::int64_t n, std::int64_t width,
                         cudaStream_t stream);
-void activation_backward(Activation activation, const float* y, const float* dy, float* dx, std::int64_t n,
-                         std::int64_t width, cudaStream_t stream);
+template <class T>
+void activation_backward(Activation activation, const T* y, const T* dy, T* dx, std::int64_t n, std::int64_t width,
+                         cudaStream_t stream);
 
 // ---- per-channel sums over the rows of an (rows x channels) view, in double, in two passes.
 // What is summed per element: for kValues (a) and a * a; for kGradients dy and dy * (x - mean) * inv_std.
 enum class ChannelTerms { kValues, kGradients };
+template <class T>
 struct ChannelSums {
   ChannelTerms terms = ChannelTerms::kValues;
-  const float* a = nullptr;        // the values, or dy
-  const float* x = nullptr;        // kGradients: the forward input
+  const T* a = nullptr;            // the values, or dy
+  const T* x = nullptr;            // kGradients: the forward input
   const float* mean = nullptr;     // kGradients: per channel
   const float* inv_std = nullptr;  // kGradients: per channel
   std::int64_t rows = 0, channels = 0;
@@ -55,43 +67,54 @@ struct ChannelSums {
 // Doubles of scratch the sums need (partials of both terms).
 std::int64_t channel_sums_scratch(std::int64_t rows, std::int64_t channels);
 // Sums into first[c] and second[c] (either may be null), as floats.
-void channel_sums(const ChannelSums& sums, double* scratch, float* first, float* second, cudaStream_t stream);
+template <class T>
+void channel_sums(const ChannelSums<T>& sums, double* scratch, float* first, float* second, cudaStream_t stream);
 
 // ---- batch normalization pieces: statistics from the sums, the normalization and the data gradients
 // mean = sum / rows, variance = max(sum_squares / rows - mean^2, 0), from double sums (channel_sums scratch).
-void batch_statistics(const float* x, std::int64_t rows, std::int64_t channels, double* scratch, float* mean,
+template <class T>
+void batch_statistics(const T* x, std::int64_t rows, std::int64_t channels, double* scratch, float* mean,
                       float* variance, cudaStream_t stream);
 void inverse_std(const float* variance, float epsilon, float* inv_std, std::int64_t channels, cudaStream_t stream);
 // y = x * multiplier + (beta - mean * multiplier), multiplier = gamma / sqrt(variance + epsilon)
-void batch_norm_normalize(const float* x, const float* mean, const float* variance, float epsilon, const float* gamma,
-                          const float* beta, float* y, std::int64_t rows, std::int64_t channels, cudaStream_t stream);
+template <class T>
+void batch_norm_normalize(const T* x, const float* mean, const float* variance, float epsilon, const float* gamma,
+                          const float* beta, T* y, std::int64_t rows, std::int64_t channels, cudaStream_t stream);
 // Training: dx = gamma * inv_std * (dy - dbeta / M - (x - mean) * inv_std * dgamma / M)
-void batch_norm_data_gradient(const float* x, const float* dy, const float* mean, const float* inv_std,
-                              const float* gamma, const float* dbeta, const float* dgamma, float* dx,
+template <class T>
+void batch_norm_data_gradient(const T* x, const T* dy, const float* mean, const float* inv_std,
+                              const float* gamma, const float* dbeta, const float* dgamma, T* dx,
                               std::int64_t rows, std::int64_t channels, cudaStream_t stream);
 // Inference: dx = dy * gamma * inv_std
-void batch_norm_data_gradient_inference(const float* dy, const float* inv_std, const float* gamma, float* dx,
+template <class T>
+void batch_norm_data_gradient_inference(const T* dy, const float* inv_std, const float* gamma, T* dx,
                                         std::int64_t rows, std::int64_t channels, cudaStream_t stream);
 
 // ---- pooling
-void pool2d_forward(const Pool2dGeometry& g, const float* x, float* y, cudaStream_t stream);
-void pool2d_backward(const Pool2dGeometry& g, const float* x, const float* y, const float* dy, float* dx,
-                     cudaStream_t stream);
+template <class T>
+void pool2d_forward(const Pool2dGeometry& g, const T* x, T* y, cudaStream_t stream);
+template <class T>
+void pool2d_backward(const Pool2dGeometry& g, const T* x, const T* y, const T* dy, T* dx, cudaStream_t stream);
 
 // ---- convolution layout helpers: HWIO (Keras) <-> OHWI (cuDNN's NHWC filter), and explicit padding for
-// the asymmetric padding cuDNN cannot express.
-void hwio_to_ohwi(const float* hwio, float* ohwi, std::int64_t taps, std::int64_t in_c, std::int64_t out_c,
-                  cudaStream_t stream);
-void ohwi_to_hwio(const float* ohwi, float* hwio, std::int64_t taps, std::int64_t in_c, std::int64_t out_c,
+// the asymmetric padding cuDNN cannot express. A 16-bit kernel's gradient leaves cuDNN in its 16-bit type and
+// is widened to float on its way back to HWIO.
+template <class T>
+void hwio_to_ohwi(const T* hwio, T* ohwi, std::int64_t taps, std::int64_t in_c, std::int64_t out_c, cudaStream_t stream);
+template <class From>
+void ohwi_to_hwio(const From* ohwi, float* hwio, std::int64_t taps, std::int64_t in_c, std::int64_t out_c,
                   cudaStream_t stream);
 struct PaddedImage {
   std::int64_t batch, in_h, in_w, channels, padded_h, padded_w, pad_top, pad_left;
 };
-void pad_images(const PaddedImage& p, const float* x, float* padded, cudaStream_t stream);
-void crop_images(const PaddedImage& p, const float* padded, float* x, cudaStream_t stream);
+template <class T>
+void pad_images(const PaddedImage& p, const T* x, T* padded, cudaStream_t stream);
+template <class T>
+void crop_images(const PaddedImage& p, const T* padded, T* x, cudaStream_t stream);
 
 // ---- dropout: the CPU backend's counter-based generator, element for element
-void dropout_mask(float* mask, std::int64_t n, const DropoutRule& rule, cudaStream_t stream);
+template <class T>
+void dropout_mask(T* mask, std::int64_t n, const DropoutRule& rule, cudaStream_t stream);
 
 // ---- optimizer updates (the CPU backend's formulas) of up to kMaxTensorsPerLaunch variables in one
 // launch, passed by value as kernel parameters. operand[k][t] is operand k of variable t: the value, the
