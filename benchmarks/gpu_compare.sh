@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The flagship CIFAR-10 CNN on one GPU, cohort beside PyTorch (eager, and torch.compile when it works) in
 # the same run: training and inference images/s at batch 128 and 512, one table per precision:
-#   float32         strict FP32 on both sides (cohort's default; PyTorch with TF32 off)
-#   tf32            TF32 tensor cores for convolutions and products (COHORT_ALLOW_TF32=1; PyTorch's allow_tf32)
+#   float32         strict FP32 on both sides (COHORT_ALLOW_TF32=0; PyTorch with TF32 off)
+#   tf32            TF32 tensor cores for convolutions and products (cohort's default; PyTorch's allow_tf32)
 #   mixed_bfloat16  float32 variables, layers in bfloat16 (cohort --precision; PyTorch's autocast)
 #   usage: benchmarks/gpu_compare.sh [BUILD_DIR] [SECONDS] [PRECISION...]   (default: all three)
 set -euo pipefail
@@ -19,9 +19,9 @@ results=$(mktemp) peer_errors=$(mktemp)
 trap 'rm -f "$results" "$peer_errors"' EXIT
 for precision in "${precisions[@]}"; do
   case $precision in
-    float32) cohort=(env -u COHORT_ALLOW_TF32 "$bench") ;;
+    float32) cohort=(env COHORT_ALLOW_TF32=0 "$bench") ;;
     tf32) cohort=(env COHORT_ALLOW_TF32=1 "$bench") ;;
-    mixed_bfloat16) cohort=(env -u COHORT_ALLOW_TF32 "$bench" --precision mixed_bfloat16) ;;
+    mixed_bfloat16) cohort=(env COHORT_ALLOW_TF32=0 "$bench" --precision mixed_bfloat16) ;;
     *) echo "gpu_compare: unknown precision '$precision' (float32, tf32, mixed_bfloat16)" >&2; exit 2 ;;
   esac
   for batch in 128 512; do

@@ -3,9 +3,9 @@
 training steps (forward, cross-entropy, backward, Adam, and the loss read back with .item() as a training
 loop that logs does, and as cohort's fit() does) and inference (eval mode, torch.inference_mode),
 channels_last, cudnn.benchmark on (PyTorch's fastest setting; cohort prefers deterministic cuDNN
-algorithms). Precisions: float32 (no TF32, as cohort runs by default), tf32 (TF32 tensor cores for
-convolutions and products, as COHORT_ALLOW_TF32=1), mixed_bfloat16 (torch.autocast to bfloat16 around the
-forward pass and the loss, float32 parameters, as cohort's mixed_bfloat16). Prints one line per mode,
+algorithms). Precisions: float32 (no TF32, as COHORT_ALLOW_TF32=0), tf32 (TF32 tensor cores for
+convolutions and products, cohort's default), mixed_bfloat16 (torch.autocast to bfloat16 around the forward
+pass and the loss, float32 parameters, as cohort's mixed_bfloat16 with COHORT_ALLOW_TF32=0). Prints one line per mode,
 precision and batch:
     pytorch mode=eager precision=float32 batch=128 train_images/s=X inference_images/s=Y
 """

@@ -1,7 +1,11 @@
 // The one place that maps a device to its backend.
 #include "tensor/backend.hpp"
 
+#include <mutex>
+#include <optional>
+
 #include "cohort/core/check.hpp"
+#include "cohort/core/settings.hpp"
 #include "cohort/tensor/devices.hpp"
 #include "tensor/cpu/cpu_backend.hpp"
 #include "tensor/cuda/cuda_plugin.hpp"
@@ -71,6 +75,46 @@ int cuda_device_index() {
   std::string why_not;
   if (const cuda::CudaPlugin* plugin = cuda::cuda_plugin(why_not)) return plugin->ordinal();
   throw DeviceError(why_not);
+}
+
+namespace {
+
+struct Tf32Choice {
+  std::mutex mutex;
+  std::optional<bool> chosen;  // by allow_tf32()
+  bool taken = false;          // by the GPU backend
+
+  bool allowed() const { return chosen.value_or(switch_setting("COHORT_ALLOW_TF32").value_or(true)); }
+};
+
+Tf32Choice& tf32_choice() {
+  static auto* choice = new Tf32Choice();
+  return *choice;
+}
+
+}  // namespace
+
+void allow_tf32(bool allowed) {
+  Tf32Choice& choice = tf32_choice();
+  const std::lock_guard lock(choice.mutex);
+  if (choice.taken && allowed != choice.allowed())
+    throw InvalidArgument(fmt::format("allow_tf32({}): the GPU already computes with TF32 {}; choose before its first use "
+                                      "(or set COHORT_ALLOW_TF32)",
+                                      allowed, choice.allowed() ? "allowed" : "off (strict FP32)"));
+  choice.chosen = allowed;
+}
+
+bool tf32_allowed() {
+  Tf32Choice& choice = tf32_choice();
+  const std::lock_guard lock(choice.mutex);
+  return choice.allowed();
+}
+
+bool tf32_allowed_from_now_on() {
+  Tf32Choice& choice = tf32_choice();
+  const std::lock_guard lock(choice.mutex);
+  choice.taken = true;
+  return choice.allowed();
 }
 
 Device choose_device(std::string_view name) {

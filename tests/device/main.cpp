@@ -39,6 +39,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "COHORT_TEST_DEVICE='%s' is not a device: use cuda, emulated or auto\n", wanted.c_str());
     return 2;
   }
+  // The comparisons are with the CPU's float32: strict FP32 on the GPU too.
+  cohort::allow_tf32(false);
   try {
     chosen = cohort::choose_device(wanted);
   } catch (const cohort::Error& e) {

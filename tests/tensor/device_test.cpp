@@ -1,6 +1,12 @@
 // Device storage: allocators, moves between devices, asynchronous copies, and what host code may touch.
 #include <catch2/catch.hpp>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
 #include <limits>
+#include <string>
+#include <vector>
 
 #include "cohort/core/error.hpp"
 #include "cohort/nn/sequential.hpp"
@@ -9,9 +15,70 @@
 #include "cohort/tensor/copy_stream.hpp"
 #include "cohort/tensor/devices.hpp"
 #include "cohort/tensor/ops.hpp"
+#include "helper_process.hpp"
+#include "tensor/backend.hpp"
 #include "test_util.hpp"
 
 using namespace cohort;
+
+namespace {
+
+// The TF32 choice in a process of its own, since the GPU's taking it holds for the process's life. Exit
+// status 0 when the scenario behaves: "default" (allowed), "environment off" (COHORT_ALLOW_TF32=0 is
+// strict FP32 until allow_tf32(true)), "taken" (after the GPU took strict FP32 only that choice is accepted).
+int tf32_choice(const std::string& scenario) {
+  if (scenario == "default") return tf32_allowed() ? 0 : 1;
+  if (scenario == "environment off") {
+    if (tf32_allowed()) return 2;
+    allow_tf32(true);
+    return tf32_allowed() ? 0 : 3;
+  }
+  if (scenario == "taken") {
+    allow_tf32(false);
+    if (tf32_allowed_from_now_on()) return 4;
+    allow_tf32(false);
+    try {
+      allow_tf32(true);
+      return 5;
+    } catch (const InvalidArgument& e) {
+      return std::string(e.what()).find("already computes with TF32 off (strict FP32)") != std::string::npos ? 0 : 6;
+    }
+  }
+  return 9;
+}
+
+const bool tf32_choice_registered = cohort_test::register_helper("tf32-choice", tf32_choice);
+
+// Runs the helper above for `scenario` with COHORT_ALLOW_TF32 set to `setting` (unset when null); its exit status.
+int run_tf32_choice(const char* scenario, const char* setting) {
+  std::vector<std::string> environment;
+  for (char** variable = environ; *variable != nullptr; ++variable)
+    if (std::strncmp(*variable, "COHORT_ALLOW_TF32=", 18) != 0) environment.emplace_back(*variable);
+  if (setting != nullptr) environment.push_back(std::string("COHORT_ALLOW_TF32=") + setting);
+  std::vector<char*> pointers;
+  for (std::string& variable : environment) pointers.push_back(variable.data());
+  pointers.push_back(nullptr);
+  const pid_t child = ::fork();
+  if (child == 0) {
+    ::execle("/proc/self/exe", "cohort_tests", "--helper", "tf32-choice", scenario, static_cast<char*>(nullptr),
+             pointers.data());
+    ::_exit(127);
+  }
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+}  // namespace
+
+TEST_CASE("TF32 is allowed by default, strict FP32 by COHORT_ALLOW_TF32=0 or allow_tf32(false), fixed once taken",
+          "[tensor][device]") {
+  CHECK(run_tf32_choice("default", nullptr) == 0);
+  CHECK(run_tf32_choice("default", "1") == 0);
+  CHECK(run_tf32_choice("environment off", "0") == 0);
+  CHECK(run_tf32_choice("taken", nullptr) == 0);
+  CHECK(run_tf32_choice("default", "0") == 1);  // the check above can fail
+}
 
 TEST_CASE("the caching allocator reuses freed blocks of a size class and keeps statistics", "[tensor][device]") {
   CachingAllocator allocator(std::make_unique<HostAllocator>("test"));

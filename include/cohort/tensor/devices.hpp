@@ -22,6 +22,13 @@ std::string kernels_for(Device device, DType type);
 // "cpu", "cuda", "emulated" or "auto" (CUDA when available, else CPU). InvalidArgument for another name;
 // DeviceError with the reason for a device this process cannot use.
 Device choose_device(std::string_view name);
+// Whether float32 convolutions and matrix products on a GPU run on TF32 tensor cores (float32's range and
+// accumulation, a 10-bit mantissa), as TensorFlow's and PyTorch's cuDNN convolutions do by default: allowed
+// unless COHORT_ALLOW_TF32=0 or allow_tf32(false), either of which gives strict FP32 (what the device parity
+// tests compare). The GPU takes the choice when this process first uses it; changing it after that is an
+// InvalidArgument.
+void allow_tf32(bool allowed);
+bool tf32_allowed();
 // The CUDA ordinal (among CUDA_VISIBLE_DEVICES) of the GPU this process computes on: COHORT_CUDA_DEVICE,
 // else the local rank (LOCAL_RANK, OMPI_COMM_WORLD_LOCAL_RANK) modulo the GPUs, else 0. DeviceError where
 // CUDA cannot be used.

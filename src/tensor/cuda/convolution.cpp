@@ -1,7 +1,7 @@
 // Convolutions on cuDNN. A plan holds, per element type and batch size, the descriptors and the three
 // algorithms (forward, data and filter gradients) that cuDNN's heuristics rank first within the workspace
-// cap, deterministic ones preferred so that a run repeats. Float32 runs with math type FMA, i.e. true FP32,
-// unless COHORT_ALLOW_TF32=1 allows tensor cores; bfloat16 and float16 run on tensor cores with float32
+// cap, deterministic ones preferred so that a run repeats. Float32 runs on TF32 tensor cores unless strict
+// FP32 was asked for (devices.hpp allow_tf32), then with math type FMA; bfloat16 and float16 run on tensor cores with float32
 // accumulation (cuDNN's PSEUDO_BFLOAT16 and PSEUDO_HALF configurations). cuDNN's filter gradient takes one
 // element type for input, output gradient and filter, so a 16-bit kernel gradient is rounded to its type
 // before it is widened into the float32 gradient, one rounding more than the CPU's. Kernels are HWIO (Keras)

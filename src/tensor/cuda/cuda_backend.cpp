@@ -13,7 +13,6 @@
 #include <vector>
 
 #include "cohort/core/config.hpp"
-#include "cohort/core/settings.hpp"
 #include "cuda_check.hpp"
 #include "cuda_plugin.hpp"
 #include "element_type.hpp"
@@ -147,7 +146,7 @@ CudaBackend::CudaBackend() {
                                   describe_visible_devices()));
   }
   ordinal_ = choose_ordinal(count);
-  allow_tf32_ = switch_setting("COHORT_ALLOW_TF32").value_or(false);
+  allow_tf32_ = tf32_allowed_from_now_on();
   activate();
   allocator_ = std::make_unique<CachingAllocator>(std::make_unique<CudaAllocator>(CudaAllocator::Memory::Device, ordinal_));
   pinned_ = std::make_unique<CachingAllocator>(std::make_unique<CudaAllocator>(CudaAllocator::Memory::PinnedHost, ordinal_));

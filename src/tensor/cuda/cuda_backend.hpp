@@ -130,7 +130,7 @@ class CudaBackend final : public Backend {
   void activate() const;
   // Waits for the compute stream; `what` names the op in an error.
   void wait(const char* what);
-  // TF32 tensor cores for products and convolutions, only when COHORT_ALLOW_TF32=1.
+  // TF32 tensor cores for float32 products and convolutions (devices.hpp allow_tf32).
   bool allow_tf32() const { return allow_tf32_; }
 
  private:
