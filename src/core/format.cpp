@@ -1,5 +1,7 @@
 #include "cohort/core/format.hpp"
 
+#include <fmt/format.h>
+
 namespace cohort {
 
 std::string with_thousands(std::int64_t value) {
@@ -12,5 +14,7 @@ std::string with_thousands(std::int64_t value) {
   }
   return grouped;
 }
+
+std::string mebibytes(double bytes) { return fmt::format("{:.2f} MiB", bytes / (1024.0 * 1024.0)); }
 
 }  // namespace cohort

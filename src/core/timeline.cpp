@@ -23,11 +23,18 @@ struct Event {
   int thread;
 };
 
+struct CounterSample {
+  std::string name;
+  std::int64_t at_us;
+  std::vector<std::pair<std::string, double>> values;
+};
+
 struct Recorder {
   std::atomic<bool> recording{false};
   std::mutex mutex;
   std::string process;
   std::vector<Event> events;
+  std::vector<CounterSample> counters;
   std::map<int, std::string> thread_names;
   int next_thread = 0;
 };
@@ -114,6 +121,7 @@ void start(std::string process) {
   std::lock_guard lock(r.mutex);
   r.process = std::move(process);
   r.events.clear();
+  r.counters.clear();
   r.thread_names[this_thread_track(r)] = "main";
   r.recording.store(true, std::memory_order_relaxed);
 }
@@ -135,6 +143,15 @@ void record(std::string_view category, std::string_view name, Clock::time_point 
                       this_thread_track(r)});
 }
 
+void counter(std::string_view name, std::initializer_list<std::pair<std::string_view, double>> values) {
+  Recorder& r = recorder();
+  if (!r.recording.load(std::memory_order_relaxed)) return;
+  CounterSample sample{std::string(name), microseconds(Clock::now()), {}};
+  for (const auto& [label, value] : values) sample.values.emplace_back(label, value);
+  std::lock_guard lock(r.mutex);
+  r.counters.push_back(std::move(sample));
+}
+
 Span::Span(std::string_view category, std::string_view name)
     : category_(category), name_(name), active_(recording()) {
   if (active_) begin_ = Clock::now();
@@ -149,6 +166,7 @@ void discard() {
   std::lock_guard lock(r.mutex);
   r.recording.store(false, std::memory_order_relaxed);
   r.events.clear();
+  r.counters.clear();
 }
 
 void stop_and_write(const std::filesystem::path& path, const std::filesystem::path& merge_into) {
@@ -163,7 +181,13 @@ void stop_and_write(const std::filesystem::path& path, const std::filesystem::pa
     for (const Event& e : r.events)
       events.push_back({{"name", e.name}, {"cat", e.category}, {"ph", "X"}, {"ts", e.begin_us}, {"dur", e.duration_us},
                         {"pid", pid}, {"tid", e.thread}});
+    for (const CounterSample& c : r.counters) {
+      nlohmann::json values = nlohmann::json::object();
+      for (const auto& [label, value] : c.values) values[label] = value;
+      events.push_back({{"name", c.name}, {"ph", "C"}, {"ts", c.at_us}, {"pid", pid}, {"tid", 0}, {"args", std::move(values)}});
+    }
     r.events.clear();
+    r.counters.clear();
   }
   nlohmann::json trace{{"traceEvents", std::move(events)}, {"displayTimeUnit", "ms"}};
   if (!merge_into.empty()) trace["otherData"] = {{"merge_into", merge_into.string()}};

@@ -47,6 +47,11 @@ AllocatorStats HostAllocator::stats() const {
   return stats_;
 }
 
+void HostAllocator::reset_peak() {
+  std::lock_guard lock(mutex_);
+  stats_.peak = stats_.in_use;
+}
+
 CachingAllocator::CachingAllocator(std::unique_ptr<Allocator> upstream) : upstream_(std::move(upstream)) {
   COHORT_CHECK(upstream_ != nullptr, "a caching allocator needs an allocator to draw from");
 }
@@ -113,6 +118,11 @@ void CachingAllocator::deallocate(void* pointer, std::size_t bytes) noexcept {
 AllocatorStats CachingAllocator::stats() const {
   std::lock_guard lock(mutex_);
   return stats_;
+}
+
+void CachingAllocator::reset_peak() {
+  std::lock_guard lock(mutex_);
+  stats_.peak = stats_.in_use;
 }
 
 void CachingAllocator::release_cached() {

@@ -5,15 +5,11 @@
 #include <array>
 
 #include "cohort/core/check.hpp"
+#include "cohort/core/format.hpp"
 #include "cohort/core/logging.hpp"
 #include "cohort/core/seed.hpp"
 
 namespace cohort::train {
-namespace {
-
-std::string mebibytes(double bytes) { return fmt::format("{:.2f} MiB", bytes / (1024.0 * 1024.0)); }
-
-}  // namespace
 
 RingAllreduce::RingAllreduce(comm::Transport& transport, RingAllreduceOptions options)
     : RingAllreduce(std::shared_ptr<comm::Communicator>(comm::make_ring_communicator(transport)), std::move(options)) {}

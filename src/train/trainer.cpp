@@ -15,6 +15,7 @@
 #include <optional>
 
 #include "cohort/core/check.hpp"
+#include "cohort/core/format.hpp"
 #include "cohort/core/seed.hpp"
 #include "cohort/core/settings.hpp"
 #include "cohort/tensor/devices.hpp"
@@ -700,6 +701,10 @@ bool Trainer::train_epoch(FitState& fit, std::int64_t epoch) {
   if (fit.verbose)
     progress.finish(shown(logs, options.validation != nullptr), logs.at("seconds"), totals.mean_training_seconds,
                     logs.at("samples_per_second"));
+  if (fit.verbose && totals.device_memory)
+    log::info("{} memory: at most {} in use during a step, {} in use after the epoch, {} reserved",
+              device_name(model_.device()), mebibytes(totals.device_memory->step_peak),
+              mebibytes(totals.device_memory->in_use), mebibytes(totals.device_memory->reserved));
   if (fit.position.batch_in_epoch >= fit.batches_per_epoch) {
     fit.position.epoch = epoch + 1;
     fit.position.batch_in_epoch = 0;
@@ -720,6 +725,8 @@ Trainer::EpochTotals Trainer::train_batches(FitState& fit, std::int64_t epoch, P
   Totals& totals = epoch_totals.training;
   auto host_batches = fit.loader->epoch(epoch, fit.position.batch_in_epoch);
   DeviceBatches batches(*host_batches, model_.device());
+  // Device memory as torch.cuda.max_memory_allocated counts it: the most handed to tensors during each step.
+  Allocator* device_memory = model_.device() == Device::CPU ? nullptr : &allocator_for(model_.device());
   accumulated_samples_ = 0;
   std::int64_t passes = 0;  // since the last update
   for (;;) {
@@ -735,7 +742,9 @@ Trainer::EpochTotals Trainer::train_batches(FitState& fit, std::int64_t epoch, P
       for (auto& callback : fit.options.callbacks) callback->on_batch_begin(fit.position.global_step, fit.control);
     model_.train();
     const bool completes_update = ++passes == fit.accumulate || batch->index + 1 >= fit.batches_per_epoch;
+    if (device_memory != nullptr) device_memory->reset_peak();
     totals.add(train_step(batch->images, batch->labels, completes_update));
+    if (device_memory != nullptr) note_device_memory(*device_memory, epoch_totals);
     fit.position.batch_in_epoch = batch->index + 1;
     Logs logs = logs_of(totals, "");
     logs["samples_per_second"] = totals.values[0] / seconds_since(epoch_totals.started);  // this process's, so far
@@ -774,6 +783,18 @@ bool Trainer::after_update(FitState& fit, std::int64_t epoch, const Logs& logs) 
   fit.run_ended = strategy_->should_stop();
   if (fit.run_ended && !fit.chief) log::info("{}: the chief ended the run after step {}", strategy_->process_name(), step);
   return !(fit.step_limit_reached || fit.run_ended || control.stopping());
+}
+
+void Trainer::note_device_memory(const Allocator& allocator, EpochTotals& epoch_totals) {
+  const AllocatorStats stats = allocator.stats();
+  DeviceMemory& memory = epoch_totals.device_memory ? *epoch_totals.device_memory : epoch_totals.device_memory.emplace();
+  memory.step_peak = std::max(memory.step_peak, stats.peak);
+  memory.in_use = stats.in_use;
+  memory.reserved = stats.in_use + stats.cached;
+  constexpr double kMiB = 1024.0 * 1024.0;
+  timeline::counter("device memory (MiB)", {{"in use", static_cast<double>(stats.in_use) / kMiB},
+                                            {"step peak", static_cast<double>(stats.peak) / kMiB},
+                                            {"reserved", static_cast<double>(memory.reserved) / kMiB}});
 }
 
 Logs Trainer::epoch_logs(FitState& fit, std::int64_t epoch, EpochTotals& epoch_totals) {

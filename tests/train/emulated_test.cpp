@@ -3,8 +3,12 @@
 // CPU's results bitwise there: any difference, or any DeviceError, is a missing transfer or a host
 // access on a device path.
 #include <catch2/catch.hpp>
+#include <unistd.h>
+
 #include <atomic>
+#include <fstream>
 #include <functional>
+#include <nlohmann/json.hpp>
 
 #include "cohort/comm/inproc.hpp"
 #include "cohort/core/error.hpp"
@@ -166,6 +170,44 @@ TEST_CASE("fit, evaluate and predict on the emulated device equal the CPU's", "[
   CHECK(cpu.predict(images, 4).to_vector() == on_host.to_vector());
   // In the same batches: a GEMM may round a row differently with another number of rows around it.
   CHECK(emulated.predict(images.to(Device::Emulated), 4).to_vector() == on_host.to_vector());
+}
+
+TEST_CASE("training on a device charts its memory per step on the timeline and logs each epoch's step peak",
+          "[device][train][timeline]") {
+  test_util::ScratchDirectory directory("device_memory");
+  const auto counters_of = [](const std::filesystem::path& trace) {
+    std::ifstream in(trace);
+    REQUIRE(in);
+    const nlohmann::json parsed = nlohmann::json::parse(in);
+    std::vector<nlohmann::json> counters;
+    for (const auto& event : parsed["traceEvents"])
+      if (event["ph"] == "C" && event["name"] == "device memory (MiB)") counters.push_back(event["args"]);
+    return counters;
+  };
+  for (Device device : {Device::Emulated, Device::CPU}) {
+    INFO(device_name(device));
+    nn::Sequential model = full_model(device);
+    Trainer trainer(model, optim::Adam());
+    test_util::CapturedOutput log(STDERR_FILENO);
+    trainer.fit(kSet, {.epochs = 2, .batch_size = 8, .seed = 4, .verbosity = train::Verbosity::Epochs,
+                       .timeline = directory.path() / "trace.json"});
+    const std::string text = log.text();
+    const std::vector<nlohmann::json> counters = counters_of(directory.path() / "trace.json");
+    std::size_t lines = 0;
+    for (std::size_t at = 0; (at = text.find("emulated memory: at most ", at)) != std::string::npos; ++at) ++lines;
+    if (device == Device::CPU) {  // host memory is no device's
+      CHECK(lines == 0);
+      CHECK(counters.empty());
+      continue;
+    }
+    CHECK(lines == 2);
+    REQUIRE(counters.size() == 2 * 6);  // 44 samples in batches of 8: 6 steps an epoch
+    for (const auto& sample : counters) {
+      CHECK(sample["in use"].get<double>() > 0.0);
+      CHECK(sample["step peak"].get<double>() >= sample["in use"].get<double>());
+      CHECK(sample["reserved"].get<double>() >= sample["in use"].get<double>());
+    }
+  }
 }
 
 TEST_CASE("a model moved with to() trains on its new device, checkpoints cross devices", "[device][train]") {

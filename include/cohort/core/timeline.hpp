@@ -11,8 +11,10 @@
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
+#include <initializer_list>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace cohort::timeline {
@@ -38,6 +40,10 @@ void name_this_thread(std::string name);
 
 // An event that began at `begin` and ends now, on the calling thread's track.
 void record(std::string_view category, std::string_view name, Clock::time_point begin);
+
+// A sample of named values at this moment (a Chrome counter event, drawn as a chart above the process's
+// tracks), when recording.
+void counter(std::string_view name, std::initializer_list<std::pair<std::string_view, double>> values);
 
 // Records its own lifetime as an event on the calling thread's track, when recording at construction.
 // The category and name must outlive it.

@@ -39,6 +39,8 @@ class Allocator {
   // `bytes` is what allocate() was asked for.
   virtual void deallocate(void* pointer, std::size_t bytes) noexcept = 0;
   virtual AllocatorStats stats() const = 0;
+  // Starts the peak over from what is in use now (torch.cuda.reset_peak_memory_stats): the peak of a step.
+  virtual void reset_peak() = 0;
   virtual void release_cached() {}
 };
 
@@ -50,6 +52,7 @@ class HostAllocator : public Allocator {
   void* allocate(std::size_t bytes) override;
   void deallocate(void* pointer, std::size_t bytes) noexcept override;
   AllocatorStats stats() const override;
+  void reset_peak() override;
 
  private:
   std::string name_;
@@ -65,6 +68,7 @@ class CachingAllocator : public Allocator {
   void* allocate(std::size_t bytes) override;
   void deallocate(void* pointer, std::size_t bytes) noexcept override;
   AllocatorStats stats() const override;
+  void reset_peak() override;
   void release_cached() override;
 
   // The bin a request of `bytes` is served from: 512-byte steps up to 4 KiB, then four classes per

@@ -30,6 +30,7 @@
 #include "cohort/nn/metric.hpp"
 #include "cohort/nn/sequential.hpp"
 #include "cohort/optim/optimizer.hpp"
+#include "cohort/tensor/allocator.hpp"
 #include "cohort/train/callbacks.hpp"
 #include "cohort/train/checkpoint.hpp"
 #include "cohort/train/history.hpp"
@@ -154,13 +155,21 @@ class Trainer {
   // One epoch: its updates, the logs agreed over the processes, the callbacks and a checkpoint; false when
   // the processes agreed to stop before it began.
   bool train_epoch(FitState& fit, std::int64_t epoch);
+  // Bytes of the model's device (not the CPU): the most in use during a step, in use now, and reserved by its
+  // caching allocator (in use and cached).
+  struct DeviceMemory {
+    std::size_t step_peak = 0, in_use = 0, reserved = 0;
+  };
   struct EpochTotals {
     Totals training;
     std::chrono::steady_clock::time_point started;
     double data_seconds = 0;           // waiting for the input pipeline
     double mean_training_seconds = 0;  // this process's, then the mean over the processes
+    std::optional<DeviceMemory> device_memory;
   };
   EpochTotals train_batches(FitState& fit, std::int64_t epoch, ProgressBar& progress);
+  // Takes a step's device memory into the epoch's figures and the timeline.
+  static void note_device_memory(const Allocator& allocator, EpochTotals& epoch_totals);
   // After each update: callbacks, agreement, checkpoints, limits; false when the epoch ends here.
   bool after_update(FitState& fit, std::int64_t epoch, const Logs& logs);
   // The epoch's logs over every process, validation included.

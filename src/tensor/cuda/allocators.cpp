@@ -54,6 +54,11 @@ AllocatorStats CudaAllocator::stats() const {
   return stats_;
 }
 
+void CudaAllocator::reset_peak() {
+  std::lock_guard lock(mutex_);
+  stats_.peak = stats_.in_use;
+}
+
 Scratch::Scratch(Allocator& allocator, std::size_t bytes)
     : allocator_(allocator), bytes_(bytes), pointer_(bytes == 0 ? nullptr : allocator.allocate(bytes)) {}
 

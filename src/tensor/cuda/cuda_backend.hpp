@@ -27,6 +27,7 @@ class CudaAllocator final : public Allocator {
   void* allocate(std::size_t bytes) override;
   void deallocate(void* pointer, std::size_t bytes) noexcept override;
   AllocatorStats stats() const override;
+  void reset_peak() override;
 
  private:
   Memory memory_;
