@@ -22,7 +22,7 @@ constexpr std::string_view kSettingNames[] = {
     "COHORT_SECRET", "COHORT_SECRET_FILE", "COHORT_TLS", "COHORT_TLS_CA", "COHORT_TLS_CERT", "COHORT_TLS_KEY",
     "COHORT_TRANSPORT", "COHORT_SHARED_MEMORY", "COHORT_SINGLE_COPY", "COHORT_HIERARCHICAL_ALLREDUCE", "COHORT_COMMUNICATOR",
     // kernels and devices
-    "COHORT_GEMM", "COHORT_CPU_ISA", "COHORT_BF16_KERNELS", "COHORT_ALLOW_TF32", "COHORT_CUDA_DEVICE",
+    "COHORT_GEMM", "COHORT_CPU_ISA", "COHORT_BF16_KERNELS", "COHORT_ALLOW_TF32", "COHORT_DETERMINISTIC", "COHORT_CUDA_DEVICE",
     // runs under cohort-launch
     "COHORT_RESTART", "COHORT_TIMELINE_PARTS", "COHORT_PROGRESS",
     // the test suite and the benchmarks
@@ -99,7 +99,8 @@ void check_settings() {
                           "surely uses the same secret");
   count_setting("COHORT_RESTART", kRestartMeaning);
   count_setting("COHORT_CUDA_DEVICE", kCudaDeviceMeaning);
-  for (const char* name : {"COHORT_HIERARCHICAL_ALLREDUCE", "COHORT_SHARED_MEMORY", "COHORT_SINGLE_COPY", "COHORT_TLS", "COHORT_ALLOW_TF32"})
+  for (const char* name : {"COHORT_HIERARCHICAL_ALLREDUCE", "COHORT_SHARED_MEMORY", "COHORT_SINGLE_COPY", "COHORT_TLS", "COHORT_ALLOW_TF32",
+                           "COHORT_DETERMINISTIC"})
     switch_setting(name);
   choice_setting("COHORT_PROGRESS", kProgressSpellings);
   choice_setting("COHORT_COMMUNICATOR", kCommunicatorSpellings);

@@ -79,42 +79,64 @@ int cuda_device_index() {
 
 namespace {
 
-struct Tf32Choice {
-  std::mutex mutex;
-  std::optional<bool> chosen;  // by allow_tf32()
-  bool taken = false;          // by the GPU backend
+// One of the GPU's choices: set by its function, else by its environment variable, else on.
+struct GpuChoice {
+  const char* variable;
+  std::optional<bool> chosen;
 
-  bool allowed() const { return chosen.value_or(switch_setting("COHORT_ALLOW_TF32").value_or(true)); }
+  bool value() const { return chosen.value_or(switch_setting(variable).value_or(true)); }
 };
 
-Tf32Choice& tf32_choice() {
-  static auto* choice = new Tf32Choice();
-  return *choice;
+struct GpuChoiceState {
+  std::mutex mutex;
+  GpuChoice tf32{"COHORT_ALLOW_TF32", {}}, deterministic{"COHORT_DETERMINISTIC", {}};
+  bool taken = false;  // by the GPU backend
+};
+
+GpuChoiceState& gpu_choices() {
+  static auto* state = new GpuChoiceState();
+  return *state;
+}
+
+// Sets `choice` to `wanted` unless the GPU took another value; `described(value)` says what a value means.
+template <class Describe>
+void choose(GpuChoice GpuChoiceState::*member, bool wanted, const char* call, Describe&& described) {
+  GpuChoiceState& state = gpu_choices();
+  const std::lock_guard lock(state.mutex);
+  GpuChoice& choice = state.*member;
+  if (state.taken && wanted != choice.value())
+    throw InvalidArgument(fmt::format("{}({}): the GPU already computes with {}; choose before its first use (or set {})",
+                                      call, wanted, described(choice.value()), choice.variable));
+  choice.chosen = wanted;
+}
+
+bool value_of(GpuChoice GpuChoiceState::*member) {
+  GpuChoiceState& state = gpu_choices();
+  const std::lock_guard lock(state.mutex);
+  return (state.*member).value();
 }
 
 }  // namespace
 
 void allow_tf32(bool allowed) {
-  Tf32Choice& choice = tf32_choice();
-  const std::lock_guard lock(choice.mutex);
-  if (choice.taken && allowed != choice.allowed())
-    throw InvalidArgument(fmt::format("allow_tf32({}): the GPU already computes with TF32 {}; choose before its first use "
-                                      "(or set COHORT_ALLOW_TF32)",
-                                      allowed, choice.allowed() ? "allowed" : "off (strict FP32)"));
-  choice.chosen = allowed;
+  choose(&GpuChoiceState::tf32, allowed, "allow_tf32",
+         [](bool value) { return value ? "TF32 allowed" : "TF32 off (strict FP32)"; });
 }
 
-bool tf32_allowed() {
-  Tf32Choice& choice = tf32_choice();
-  const std::lock_guard lock(choice.mutex);
-  return choice.allowed();
+bool tf32_allowed() { return value_of(&GpuChoiceState::tf32); }
+
+void use_deterministic_algorithms(bool deterministic) {
+  choose(&GpuChoiceState::deterministic, deterministic, "use_deterministic_algorithms",
+         [](bool value) { return value ? "deterministic algorithms" : "the fastest algorithms"; });
 }
 
-bool tf32_allowed_from_now_on() {
-  Tf32Choice& choice = tf32_choice();
-  const std::lock_guard lock(choice.mutex);
-  choice.taken = true;
-  return choice.allowed();
+bool deterministic_algorithms() { return value_of(&GpuChoiceState::deterministic); }
+
+GpuChoices gpu_choices_from_now_on() {
+  GpuChoiceState& state = gpu_choices();
+  const std::lock_guard lock(state.mutex);
+  state.taken = true;
+  return {state.tf32.value(), state.deterministic.value()};
 }
 
 Device choose_device(std::string_view name) {

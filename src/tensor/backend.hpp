@@ -165,7 +165,11 @@ class Backend {
 // The backend of `device`; DeviceError naming the build option when this build has none for it.
 Backend& backend_for(Device device);
 
-// tf32_allowed(), for the GPU backend as it starts: from then on allow_tf32() may not change it.
-bool tf32_allowed_from_now_on();
+// The choices of devices.hpp, for the GPU backend as it starts: from then on they may not change.
+struct GpuChoices {
+  bool tf32 = true;
+  bool deterministic = true;
+};
+GpuChoices gpu_choices_from_now_on();
 
 }  // namespace cohort

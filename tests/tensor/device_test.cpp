@@ -23,11 +23,14 @@ using namespace cohort;
 
 namespace {
 
-// The TF32 choice in a process of its own, since the GPU's taking it holds for the process's life. Exit
-// status 0 when the scenario behaves: "default" (allowed), "environment off" (COHORT_ALLOW_TF32=0 is
-// strict FP32 until allow_tf32(true)), "taken" (after the GPU took strict FP32 only that choice is accepted).
-int tf32_choice(const std::string& scenario) {
-  if (scenario == "default") return tf32_allowed() ? 0 : 1;
+// The GPU's choices in a process of its own, since the GPU's taking them holds for the process's life. Exit
+// status 0 when the scenario behaves: "default" (TF32 allowed, deterministic algorithms), "environment off"
+// (COHORT_ALLOW_TF32=0 is strict FP32 until allow_tf32(true)), "fastest algorithms" (COHORT_DETERMINISTIC=0
+// alone), "taken" (after the GPU took strict FP32 and
+// the fastest algorithms only those choices are accepted).
+int gpu_choice(const std::string& scenario) {
+  if (scenario == "default") return tf32_allowed() && deterministic_algorithms() ? 0 : 1;
+  if (scenario == "fastest algorithms") return tf32_allowed() && !deterministic_algorithms() ? 0 : 1;
   if (scenario == "environment off") {
     if (tf32_allowed()) return 2;
     allow_tf32(true);
@@ -35,32 +38,43 @@ int tf32_choice(const std::string& scenario) {
   }
   if (scenario == "taken") {
     allow_tf32(false);
-    if (tf32_allowed_from_now_on()) return 4;
+    use_deterministic_algorithms(false);
+    const GpuChoices taken = gpu_choices_from_now_on();
+    if (taken.tf32 || taken.deterministic) return 4;
     allow_tf32(false);
+    use_deterministic_algorithms(false);
     try {
       allow_tf32(true);
       return 5;
     } catch (const InvalidArgument& e) {
-      return std::string(e.what()).find("already computes with TF32 off (strict FP32)") != std::string::npos ? 0 : 6;
+      if (std::string(e.what()).find("already computes with TF32 off (strict FP32)") == std::string::npos) return 6;
+    }
+    try {
+      use_deterministic_algorithms(true);
+      return 7;
+    } catch (const InvalidArgument& e) {
+      return std::string(e.what()).find("already computes with the fastest algorithms") != std::string::npos ? 0 : 8;
     }
   }
   return 9;
 }
 
-const bool tf32_choice_registered = cohort_test::register_helper("tf32-choice", tf32_choice);
+const bool gpu_choice_registered = cohort_test::register_helper("gpu-choice", gpu_choice);
 
-// Runs the helper above for `scenario` with COHORT_ALLOW_TF32 set to `setting` (unset when null); its exit status.
-int run_tf32_choice(const char* scenario, const char* setting) {
+// Runs the helper above for `scenario` with `setting` ("NAME=VALUE") as the only one of the GPU's variables
+// in its environment (none when null); its exit status.
+int run_gpu_choice(const char* scenario, const char* setting) {
   std::vector<std::string> environment;
   for (char** variable = environ; *variable != nullptr; ++variable)
-    if (std::strncmp(*variable, "COHORT_ALLOW_TF32=", 18) != 0) environment.emplace_back(*variable);
-  if (setting != nullptr) environment.push_back(std::string("COHORT_ALLOW_TF32=") + setting);
+    if (std::strncmp(*variable, "COHORT_ALLOW_TF32=", 18) != 0 && std::strncmp(*variable, "COHORT_DETERMINISTIC=", 21) != 0)
+      environment.emplace_back(*variable);
+  if (setting != nullptr) environment.emplace_back(setting);
   std::vector<char*> pointers;
   for (std::string& variable : environment) pointers.push_back(variable.data());
   pointers.push_back(nullptr);
   const pid_t child = ::fork();
   if (child == 0) {
-    ::execle("/proc/self/exe", "cohort_tests", "--helper", "tf32-choice", scenario, static_cast<char*>(nullptr),
+    ::execle("/proc/self/exe", "cohort_tests", "--helper", "gpu-choice", scenario, static_cast<char*>(nullptr),
              pointers.data());
     ::_exit(127);
   }
@@ -71,13 +85,15 @@ int run_tf32_choice(const char* scenario, const char* setting) {
 
 }  // namespace
 
-TEST_CASE("TF32 is allowed by default, strict FP32 by COHORT_ALLOW_TF32=0 or allow_tf32(false), fixed once taken",
-          "[tensor][device]") {
-  CHECK(run_tf32_choice("default", nullptr) == 0);
-  CHECK(run_tf32_choice("default", "1") == 0);
-  CHECK(run_tf32_choice("environment off", "0") == 0);
-  CHECK(run_tf32_choice("taken", nullptr) == 0);
-  CHECK(run_tf32_choice("default", "0") == 1);  // the check above can fail
+TEST_CASE("TF32 and deterministic algorithms are the GPU's defaults, changed by the environment or a call before "
+          "its first use only", "[tensor][device]") {
+  CHECK(run_gpu_choice("default", nullptr) == 0);
+  CHECK(run_gpu_choice("default", "COHORT_ALLOW_TF32=1") == 0);
+  CHECK(run_gpu_choice("environment off", "COHORT_ALLOW_TF32=0") == 0);
+  CHECK(run_gpu_choice("fastest algorithms", "COHORT_DETERMINISTIC=0") == 0);
+  CHECK(run_gpu_choice("taken", nullptr) == 0);
+  CHECK(run_gpu_choice("default", "COHORT_ALLOW_TF32=0") == 1);  // the checks above can fail
+  CHECK(run_gpu_choice("default", "COHORT_DETERMINISTIC=0") == 1);
 }
 
 TEST_CASE("the caching allocator reuses freed blocks of a size class and keeps statistics", "[tensor][device]") {

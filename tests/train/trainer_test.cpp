@@ -203,6 +203,7 @@ TEST_CASE("a setting spelled outside its documented spellings is refused before 
       {"COHORT_RESTART", "false", "COHORT_RESTART='false': use a whole number, 0 or more (the restart's number, which cohort-launch --restarts sets: 0 is the first run"},
       {"COHORT_HIERARCHICAL_ALLREDUCE", "off", "COHORT_HIERARCHICAL_ALLREDUCE='off': use 1 (on) or 0 (off)"},
       {"COHORT_ALLOW_TF32", "yes", "COHORT_ALLOW_TF32='yes'"},
+      {"COHORT_DETERMINISTIC", "fast", "COHORT_DETERMINISTIC='fast'"},
       {"COHORT_PROGRESS", "fancy", "COHORT_PROGRESS='fancy': use bar, lines"},
       {"COHORT_COMMUNICATOR", "MPI", "COHORT_COMMUNICATOR='MPI': use ring, mpi"},
       {"COHORT_GEMM", "foo", "COHORT_GEMM='foo': use eigen, openblas, fastest"},

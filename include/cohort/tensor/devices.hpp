@@ -22,13 +22,20 @@ std::string kernels_for(Device device, DType type);
 // "cpu", "cuda", "emulated" or "auto" (CUDA when available, else CPU). InvalidArgument for another name;
 // DeviceError with the reason for a device this process cannot use.
 Device choose_device(std::string_view name);
-// Whether float32 convolutions and matrix products on a GPU run on TF32 tensor cores (float32's range and
+// How the GPU computes; it takes these choices when this process first uses it, and changing one after that
+// is an InvalidArgument.
+//
+// Whether float32 convolutions and matrix products run on TF32 tensor cores (float32's range and
 // accumulation, a 10-bit mantissa), as TensorFlow's and PyTorch's cuDNN convolutions do by default: allowed
 // unless COHORT_ALLOW_TF32=0 or allow_tf32(false), either of which gives strict FP32 (what the device parity
-// tests compare). The GPU takes the choice when this process first uses it; changing it after that is an
-// InvalidArgument.
+// tests compare).
 void allow_tf32(bool allowed);
 bool tf32_allowed();
+// Whether convolutions keep to deterministic algorithms (the same bits run after run), chosen by cuDNN's
+// heuristics: yes unless COHORT_DETERMINISTIC=0 or use_deterministic_algorithms(false), which times every
+// algorithm of a convolution once per shape and keeps the fastest, as PyTorch's cudnn.benchmark does.
+void use_deterministic_algorithms(bool deterministic);
+bool deterministic_algorithms();
 // The CUDA ordinal (among CUDA_VISIBLE_DEVICES) of the GPU this process computes on: COHORT_CUDA_DEVICE,
 // else the local rank (LOCAL_RANK, OMPI_COMM_WORLD_LOCAL_RANK) modulo the GPUs, else 0. DeviceError where
 // CUDA cannot be used.

@@ -1,6 +1,7 @@
 // Convolutions on cuDNN. A plan holds, per element type and batch size, the descriptors and the three
-// algorithms (forward, data and filter gradients) that cuDNN's heuristics rank first within the workspace
-// cap, deterministic ones preferred so that a run repeats. Float32 runs on TF32 tensor cores unless strict
+// algorithms (forward, data and filter gradients) that rank first within the workspace cap: by cuDNN's
+// heuristics, deterministic ones preferred so that a run repeats, or, where the fastest are allowed
+// (devices.hpp use_deterministic_algorithms), by timing each algorithm once on the shape (cudnnFind*). Float32 runs on TF32 tensor cores unless strict
 // FP32 was asked for (devices.hpp allow_tf32), then with math type FMA; bfloat16 and float16 run on tensor cores with float32
 // accumulation (cuDNN's PSEUDO_BFLOAT16 and PSEUDO_HALF configurations). cuDNN's filter gradient takes one
 // element type for input, output gradient and filter, so a 16-bit kernel gradient is rounded to its type
@@ -53,13 +54,13 @@ struct Choice {
   std::size_t workspace = 0;
 };
 
-// The first of cuDNN's ranked results, deterministic ones first, that runs in the operands' own type (tensor
-// cores for float32 only when TF32 is allowed, never a down-conversion to half precision) and whose
-// workspace under the descriptor's math type, asked for again, fits the cap.
+// The first of cuDNN's ranked results (deterministic ones first unless the fastest are allowed) that runs in
+// the operands' own type (tensor cores for float32 only when TF32 is allowed, never a down-conversion to half
+// precision) and whose workspace under the descriptor's math type, asked for again, fits the cap.
 template <class Perf, class Workspace>
-auto pick(const Perf* results, int count, bool tensor_ops, Workspace&& workspace_of, const char* what,
-          const Conv2dGeometry& g) -> Choice<decltype(Perf{}.algo)> {
-  for (bool need_deterministic : {true, false}) {
+auto pick(const Perf* results, int count, bool tensor_ops, bool deterministic_first, Workspace&& workspace_of,
+          const char* what, const Conv2dGeometry& g) -> Choice<decltype(Perf{}.algo)> {
+  for (bool need_deterministic : {deterministic_first, false}) {
     for (int i = 0; i < count; ++i) {
       const Perf& p = results[i];
       if (p.status != CUDNN_STATUS_SUCCESS || p.mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION) continue;
@@ -143,36 +144,49 @@ class ConvPlan final : public PlanState {
                                                  as_int(g.out_h, g), as_int(g.out_w, g)),
                       "planning Conv2D {}", context());
     const cudnnHandle_t handle = backend_.cudnn();
+    const bool timed = !backend_.deterministic();
     int count = 0;
     cudnnConvolutionFwdAlgoPerf_t forward[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
-    COHORT_CUDA_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(handle, made->x, made->filter, made->convolution, made->y,
-                                                             CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &count, forward),
+    COHORT_CUDA_CHECK(timed ? cudnnFindConvolutionForwardAlgorithm(handle, made->x, made->filter, made->convolution, made->y,
+                                                                   CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &count, forward)
+                            : cudnnGetConvolutionForwardAlgorithm_v7(handle, made->x, made->filter, made->convolution,
+                                                                     made->y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &count,
+                                                                     forward),
                       "choosing the forward algorithm of Conv2D {}", context());
     made->forward = pick(
-        forward, count, tensor_ops,
+        forward, count, tensor_ops, !timed,
         [&](cudnnConvolutionFwdAlgo_t algo, std::size_t* bytes) {
           return cudnnGetConvolutionForwardWorkspaceSize(handle, made->x, made->filter, made->convolution, made->y, algo,
                                                          bytes);
         },
         "forward", g);
     cudnnConvolutionBwdDataAlgoPerf_t data[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
-    COHORT_CUDA_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(handle, made->filter, made->y, made->convolution, made->x,
-                                                                  CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &count, data),
+    COHORT_CUDA_CHECK(timed ? cudnnFindConvolutionBackwardDataAlgorithm(handle, made->filter, made->y, made->convolution,
+                                                                        made->x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT,
+                                                                        &count, data)
+                            : cudnnGetConvolutionBackwardDataAlgorithm_v7(handle, made->filter, made->y, made->convolution,
+                                                                          made->x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT,
+                                                                          &count, data),
                       "choosing the data-gradient algorithm of Conv2D {}", context());
     made->data = pick(
-        data, count, tensor_ops,
+        data, count, tensor_ops, !timed,
         [&](cudnnConvolutionBwdDataAlgo_t algo, std::size_t* bytes) {
           return cudnnGetConvolutionBackwardDataWorkspaceSize(handle, made->filter, made->y, made->convolution, made->x,
                                                               algo, bytes);
         },
         "data-gradient", g);
     cudnnConvolutionBwdFilterAlgoPerf_t filter[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
-    COHORT_CUDA_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(handle, made->x, made->y, made->convolution,
-                                                                    made->filter, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT,
-                                                                    &count, filter),
+    COHORT_CUDA_CHECK(timed ? cudnnFindConvolutionBackwardFilterAlgorithm(handle, made->x, made->y, made->convolution,
+                                                                          made->filter,
+                                                                          CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &count,
+                                                                          filter)
+                            : cudnnGetConvolutionBackwardFilterAlgorithm_v7(handle, made->x, made->y, made->convolution,
+                                                                            made->filter,
+                                                                            CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT,
+                                                                            &count, filter),
                       "choosing the filter-gradient algorithm of Conv2D {}", context());
     made->filter_gradient = pick(
-        filter, count, tensor_ops,
+        filter, count, tensor_ops, !timed,
         [&](cudnnConvolutionBwdFilterAlgo_t algo, std::size_t* bytes) {
           return cudnnGetConvolutionBackwardFilterWorkspaceSize(handle, made->x, made->y, made->convolution, made->filter,
                                                                 algo, bytes);

@@ -146,7 +146,9 @@ CudaBackend::CudaBackend() {
                                   describe_visible_devices()));
   }
   ordinal_ = choose_ordinal(count);
-  allow_tf32_ = tf32_allowed_from_now_on();
+  const GpuChoices choices = gpu_choices_from_now_on();
+  allow_tf32_ = choices.tf32;
+  deterministic_ = choices.deterministic;
   activate();
   allocator_ = std::make_unique<CachingAllocator>(std::make_unique<CudaAllocator>(CudaAllocator::Memory::Device, ordinal_));
   pinned_ = std::make_unique<CachingAllocator>(std::make_unique<CudaAllocator>(CudaAllocator::Memory::PinnedHost, ordinal_));

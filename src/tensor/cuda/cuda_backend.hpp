@@ -133,6 +133,8 @@ class CudaBackend final : public Backend {
   void wait(const char* what);
   // TF32 tensor cores for float32 products and convolutions (devices.hpp allow_tf32).
   bool allow_tf32() const { return allow_tf32_; }
+  // Convolution algorithms: deterministic ones by cuDNN's heuristics, else the fastest by timing (devices.hpp).
+  bool deterministic() const { return deterministic_; }
 
  private:
   // Rows summed on the device then on the host, in a fixed order.
@@ -146,6 +148,7 @@ class CudaBackend final : public Backend {
 
   int ordinal_ = 0;
   bool allow_tf32_ = false;
+  bool deterministic_ = true;
   std::unique_ptr<Allocator> allocator_, pinned_;
   cudaStream_t compute_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
