@@ -44,6 +44,7 @@ Tensor BatchNormalization::forward(const Tensor& x, const ForwardContext& contex
   reuse(output_, x.shape(), x);
   used_batch_statistics_ = context.training;
   activation_ = std::exchange(absorbed_activation_, cohort::Activation::Linear);
+  const Tensor offset = std::exchange(next_offset_, Tensor());
   if (!context.training) {
     ops::batch_norm_activation_forward_inference(plan_, x, gamma_->value, beta_->value, moving_mean_->value,
                                                  moving_variance_->value, activation_, output_);
@@ -54,7 +55,14 @@ Tensor BatchNormalization::forward(const Tensor& x, const ForwardContext& contex
   reuse(batch_variance_, channels, x.device());
   ops::batch_norm_activation_forward_training(plan_, x, gamma_->value, beta_->value, activation_, output_,
                                               batch_mean_, batch_variance_);
-  ops::moving_average_update(moving_mean_->value, batch_mean_, options_.momentum);
+  Tensor mean_with_offset = batch_mean_;
+  if (offset.defined()) {
+    reuse(offset_mean_, channels, x.device());
+    ops::copy(batch_mean_, offset_mean_);
+    ops::axpy(1.0f, offset, offset_mean_);
+    mean_with_offset = offset_mean_;
+  }
+  ops::moving_average_update(moving_mean_->value, mean_with_offset, options_.momentum);
   ops::moving_average_update(moving_variance_->value, batch_variance_, options_.momentum);
   return output_;
 }

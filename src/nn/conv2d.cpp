@@ -35,8 +35,14 @@ Shape Conv2D::build(const Shape& in, VariableFactory& factory) {
 
 std::size_t Conv2D::absorb(std::span<const std::unique_ptr<Layer>> following, const ForwardContext& context) {
   absorbed_normalization_ = nullptr;
+  cancelling_normalization_ = nullptr;
   absorbed_activation_ = cohort::Activation::Linear;
   std::size_t absorbed = 0;
+  if (use_bias_ && context.training && !context.inference_only && !following.empty() &&
+      typeid(*following.front()) == typeid(BatchNormalization)) {
+    cancelling_normalization_ = static_cast<BatchNormalization*>(following.front().get());
+    return 0;
+  }
   // The built-in BatchNormalization itself only: a subclass may compute something else in its forward().
   if (context.inference_only && !following.empty() && typeid(*following.front()) == typeid(BatchNormalization)) {
     absorbed_normalization_ = static_cast<BatchNormalization*>(following.front().get());
@@ -56,7 +62,10 @@ Tensor Conv2D::forward(const Tensor& x, const ForwardContext&) {
   reuse(output_, {x.dim(0), g.out_h, g.out_w, g.out_c}, x);
   folded_ = std::exchange(absorbed_normalization_, nullptr);
   activation_ = std::exchange(absorbed_activation_, cohort::Activation::Linear);
-  Tensor kernel = kernel_->value, bias = use_bias_ ? bias_->value : Tensor();
+  BatchNormalization* cancelling = std::exchange(cancelling_normalization_, nullptr);
+  bias_cancelled_ = cancelling != nullptr;
+  if (bias_cancelled_) cancelling->offset_next_batch_mean(bias_->value);
+  Tensor kernel = kernel_->value, bias = use_bias_ && !bias_cancelled_ ? bias_->value : Tensor();
   if (folded_ != nullptr) {
     // Folded again on every call: the weights may have changed since, and it costs one pass over the kernel.
     reuse(folded_kernel_, kernel.shape(), x.device());
@@ -81,8 +90,9 @@ Tensor Conv2D::backward(const Tensor& dy, bool need_input_gradient) {
   }
   if (need_input_gradient) reuse(input_gradient_, input_.shape(), input_);
   const Tensor dx = need_input_gradient ? input_gradient_ : Tensor();
+  if (bias_cancelled_) ops::fill(bias_->gradient, 0.0f);
   ops::conv2d_backward(plan_, input_, kernel_used_, output_gradient, dx, kernel_->gradient,
-                       use_bias_ ? bias_->gradient : Tensor());
+                       use_bias_ && !bias_cancelled_ ? bias_->gradient : Tensor());
   return dx;
 }
 

@@ -1,4 +1,5 @@
 #include <catch2/catch.hpp>
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <utility>
@@ -241,6 +242,32 @@ TEST_CASE("a Sequential's fused layers give the results of its layers run one by
     ops::activation_forward(cohort::Activation::Softmax, logits, probabilities);
     CHECK(test_util::max_abs_difference(probabilities, inferred) < 1e-6f);
   }
+}
+
+TEST_CASE("a bias that a BatchNormalization cancels is left out in training, with the moving mean it would give",
+          "[nn][fused]") {
+  nn::Sequential fused = fusing_model(), reference = fusing_model();
+  // Biases away from zero, so that leaving one out shows in the moving mean unless it is counted there.
+  for (nn::Sequential* model : {&fused, &reference}) {
+    std::uint64_t seed = 30;
+    for (const auto& v : model->variables())
+      if (v->name.ends_with("/bias")) ops::copy(test_util::random_tensor(v->value.shape(), seed++, 0.5f, 1.5f), v->value);
+  }
+  const Tensor x = test_util::random_tensor({6, 10, 10, 3}, 12);
+  const Tensor dy = test_util::random_tensor({6, 4}, 13);
+  fused.train();
+  for (int step = 0; step < 3; ++step) {
+    CHECK(test_util::max_abs_difference(fused.forward(x).clone(), forward_one_by_one(reference, x, true)) < 1e-5f);
+    fused.backward(dy);
+    backward_one_by_one(reference, dy);
+    check_same_variables(fused, reference, 1e-5f);  // the moving means above all
+    // The first Conv2D's bias, which the BatchNormalization after it cancels: exactly zero, not rounding.
+    const auto& cancelled = fused.layer(0).variables().back();
+    REQUIRE(cancelled->name.ends_with("/bias"));
+    CHECK(std::ranges::all_of(cancelled->gradient.to_vector(), [](float g) { return g == 0.0f; }));
+  }
+  // Inference (the normalization folded into the convolution, with the bias) agrees with the layers one by one.
+  CHECK(test_util::max_abs_difference(fused.infer(x).clone(), forward_one_by_one(reference, x, false)) < 1e-5f);
 }
 
 namespace {

@@ -35,6 +35,10 @@ class BatchNormalization : public Layer {
   // `kernel` and of `bias` (undefined: none): kernel' = kernel * s, bias' = (bias - moving_mean) * s + beta,
   // with s = gamma / sqrt(moving_variance + epsilon).
   void fold(const Tensor& kernel, const Tensor& bias, const Tensor& folded_kernel, const Tensor& folded_bias);
+  // The layer before left out a per-channel `offset` (a bias) that normalizing with the batch's statistics
+  // cancels: the next forward() in training adds it to the batch mean it takes into the moving mean, which
+  // then tracks the mean of the input with the offset, as it would have been.
+  void offset_next_batch_mean(const Tensor& offset) { next_offset_ = offset; }
 
  protected:
   BatchNormalizationOptions options_;
@@ -45,6 +49,7 @@ class BatchNormalization : public Layer {
   BatchNormPlan plan_;
   VariablePtr gamma_, beta_, moving_mean_, moving_variance_;
   Tensor input_, output_, input_gradient_, batch_mean_, batch_variance_, zeros_;
+  Tensor next_offset_, offset_mean_;
 };
 
 }  // namespace cohort::nn

@@ -21,7 +21,10 @@ class Conv2D : public Layer {
   Tensor forward(const Tensor& x, const ForwardContext& context) override;
   Tensor backward(const Tensor& dy, bool need_input_gradient) override;
   // Absorbs an elementwise activation after it (applied as the output is written) and, in inference only, a
-  // BatchNormalization before that activation (folded into the kernel and bias).
+  // BatchNormalization before that activation (folded into the kernel and bias). While training, a
+  // BatchNormalization right after it normalizes with the batch's mean, which cancels the bias: the next
+  // forward() then leaves the bias out (the normalization's moving mean takes it back) and backward() gives it
+  // a gradient of exactly zero, its true value, instead of a pass over the output gradient.
   std::size_t absorb(std::span<const std::unique_ptr<Layer>> following, const ForwardContext& context) override;
   std::optional<LayerConfig> config() const override;
 
@@ -34,6 +37,8 @@ class Conv2D : public Layer {
   // Absorbed by absorb() for the next forward() only (a forward() called directly computes this layer alone),
   // and what that forward() applied, for its backward().
   BatchNormalization *absorbed_normalization_ = nullptr, *folded_ = nullptr;
+  BatchNormalization* cancelling_normalization_ = nullptr;  // for the next forward()
+  bool bias_cancelled_ = false;                             // in the last forward()
   cohort::Activation absorbed_activation_ = cohort::Activation::Linear, activation_ = cohort::Activation::Linear;
   Tensor input_, output_, input_gradient_, output_gradient_, folded_kernel_, folded_bias_;
   Tensor kernel_in_type_, bias_in_type_;  // the (folded) variables in a 16-bit input's type
