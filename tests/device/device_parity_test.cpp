@@ -228,6 +228,12 @@ TEST_CASE("biases and activations match the CPU forward and backward", "[ops]") 
       ops::activation_backward(a, out.cpu, dy.cpu, dx.cpu);
       ops::activation_backward(a, out.cpu.to(dut()), dy.device, dx.device);
       require_close(dx.cpu, dx.device, kOpTolerance, "activation_backward");
+      if (a == Activation::Softmax) continue;
+      // The bias and the activation in one pass (a Dense layer's output).
+      Pair fused{x.cpu.clone(), x.device.clone()};
+      ops::bias_activation_forward(fused.cpu, bias.cpu, a);
+      ops::bias_activation_forward(fused.device, bias.device, a);
+      require_close(fused.cpu, fused.device, kOpTolerance, "bias_activation_forward");
     }
   }
 }
@@ -266,6 +272,14 @@ TEST_CASE("convolutions match the CPU forward and backward, on the flagship's sh
     require_close(y.cpu, y.device, kOpTolerance, "conv2d_forward without bias");
     ops::conv2d_backward(device_plan, x.device, kernel.device, dy.device, Tensor(), dkernel.device, Tensor());
     require_close(dkernel.cpu, dkernel.device, kOpTolerance, "conv2d_backward without dx");
+    // With the bias and a ReLU in one call (cuDNN's fused convolution where it takes the shape), and an
+    // activation without a bias.
+    ops::conv2d_activation_forward(cpu_plan, x.cpu, kernel.cpu, bias.cpu, Activation::Relu, y.cpu);
+    ops::conv2d_activation_forward(device_plan, x.device, kernel.device, bias.device, Activation::Relu, y.device);
+    require_close(y.cpu, y.device, kOpTolerance, "conv2d_forward with bias and relu");
+    ops::conv2d_activation_forward(cpu_plan, x.cpu, kernel.cpu, Tensor(), Activation::Sigmoid, y.cpu);
+    ops::conv2d_activation_forward(device_plan, x.device, kernel.device, Tensor(), Activation::Sigmoid, y.device);
+    require_close(y.cpu, y.device, kOpTolerance, "conv2d_forward with sigmoid");
   }
 }
 

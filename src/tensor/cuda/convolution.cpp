@@ -8,11 +8,16 @@
 // before it is widened into the float32 gradient, one rounding more than the CPU's. Kernels are HWIO (Keras)
 // in the model and OHWI (cuDNN's NHWC filter layout) for the calls: a transpose each way costs one small
 // kernel. Padding cuDNN cannot express (asymmetric "same" padding) goes through an explicitly padded copy
-// of the input.
+// of the input. A convolution with a bias and a ReLU after it runs as one cuDNN call
+// (cudnnConvolutionBiasActivationForward) where cuDNN takes the shape and algorithm, else as the convolution
+// and one pass of bias and activation; the plan remembers a refusal, which the log names once.
+#include <atomic>
 #include <climits>
 #include <map>
 #include <memory>
 #include <mutex>
+
+#include "cohort/core/logging.hpp"
 
 #include "cuda_backend.hpp"
 #include "cuda_check.hpp"
@@ -85,10 +90,14 @@ class ConvPlan final : public PlanState {
     ~Shapes() {
       if (x != nullptr) cudnnDestroyTensorDescriptor(x);
       if (y != nullptr) cudnnDestroyTensorDescriptor(y);
+      if (bias != nullptr) cudnnDestroyTensorDescriptor(bias);
       if (filter != nullptr) cudnnDestroyFilterDescriptor(filter);
       if (convolution != nullptr) cudnnDestroyConvolutionDescriptor(convolution);
+      if (relu != nullptr) cudnnDestroyActivationDescriptor(relu);
     }
-    cudnnTensorDescriptor_t x = nullptr, y = nullptr;
+    cudnnTensorDescriptor_t x = nullptr, y = nullptr, bias = nullptr;
+    cudnnActivationDescriptor_t relu = nullptr;
+    mutable std::atomic<bool> fusion_refused{false};
     cudnnFilterDescriptor_t filter = nullptr;
     cudnnConvolutionDescriptor_t convolution = nullptr;
     Choice<cudnnConvolutionFwdAlgo_t> forward;
@@ -142,6 +151,13 @@ class ConvPlan final : public PlanState {
                       "planning Conv2D {}", context());
     COHORT_CUDA_CHECK(cudnnSetTensor4dDescriptor(made->y, CUDNN_TENSOR_NHWC, type, as_int(g.batch, g), as_int(g.out_c, g),
                                                  as_int(g.out_h, g), as_int(g.out_w, g)),
+                      "planning Conv2D {}", context());
+    // For the fused call: a bias of y's type, one value per channel, and ReLU as cohort's (NaN gives 0).
+    COHORT_CUDA_CHECK(cudnnCreateTensorDescriptor(&made->bias), "planning Conv2D {}", context());
+    COHORT_CUDA_CHECK(cudnnSetTensor4dDescriptor(made->bias, CUDNN_TENSOR_NHWC, type, 1, as_int(g.out_c, g), 1, 1),
+                      "planning Conv2D {}", context());
+    COHORT_CUDA_CHECK(cudnnCreateActivationDescriptor(&made->relu), "planning Conv2D {}", context());
+    COHORT_CUDA_CHECK(cudnnSetActivationDescriptor(made->relu, CUDNN_ACTIVATION_RELU, CUDNN_NOT_PROPAGATE_NAN, 0.0),
                       "planning Conv2D {}", context());
     const cudnnHandle_t handle = backend_.cudnn();
     const bool timed = !backend_.deterministic();
@@ -216,6 +232,12 @@ std::shared_ptr<const PlanState> CudaBackend::plan(const Conv2dGeometry& geometr
 
 void CudaBackend::conv2d_forward(const PlanState* state, const Conv2dGeometry& g, const Tensor& x, const Tensor& kernel,
                                  const Tensor& bias, const Tensor& y) {
+  conv2d_forward_activated(state, g, x, kernel, bias, Activation::Linear, y);
+}
+
+void CudaBackend::conv2d_forward_activated(const PlanState* state, const Conv2dGeometry& g, const Tensor& x,
+                                           const Tensor& kernel, const Tensor& bias, Activation activation,
+                                           const Tensor& y) {
   activate();
   if (g.batch == 0) return;
   const auto& plan = static_cast<const ConvPlan&>(*state);
@@ -233,14 +255,29 @@ void CudaBackend::conv2d_forward(const PlanState* state, const Conv2dGeometry& g
     }
     Scratch workspace(*allocator_, shapes.forward.workspace);
     const float one = 1.0f, zero = 0.0f;
+    if (activation == Activation::Relu && bias.defined() && bias.dtype() == y.dtype() && !shapes.fusion_refused.load()) {
+      // z is y with a weight of zero: y = relu(conv(x) + bias).
+      const cudnnStatus_t status = cudnnConvolutionBiasActivationForward(
+          cudnn_, &one, shapes.x, input, shapes.filter, ohwi.as<T>(), shapes.convolution, shapes.forward.algo,
+          workspace.as<void>(), shapes.forward.workspace, &zero, shapes.y, out_as<T>(y), shapes.bias, in_as<T>(bias),
+          shapes.relu, shapes.y, out_as<T>(y));
+      if (status == CUDNN_STATUS_SUCCESS) return;
+      shapes.fusion_refused = true;
+      log::warning("cuDNN does not fuse Conv2D {} ({}) with its bias and ReLU ({}): they run as two passes", describe(g),
+                   dtype_name(x.dtype()), cudnnGetErrorString(status));
+    }
     COHORT_CUDA_CHECK(cudnnConvolutionForward(cudnn_, &one, shapes.x, input, shapes.filter, ohwi.as<T>(),
                                               shapes.convolution, shapes.forward.algo, workspace.as<void>(),
                                               shapes.forward.workspace, &zero, shapes.y, out_as<T>(y)),
                       "conv2d_forward of {} {}", dtype_name(x.dtype()), describe(g));
-    if (!bias.defined()) return;
     const std::int64_t rows = y.numel() / g.out_c;
-    if (bias.dtype() == DType::Float32) kernels::add_bias(out_as<T>(y), in_as<float>(bias), rows, g.out_c, compute_);
-    else kernels::add_bias(out_as<T>(y), in_as<T>(bias), rows, g.out_c, compute_);
+    if (!bias.defined()) {
+      if (activation != Activation::Linear)
+        kernels::activation_forward(activation, in_as<T>(y), out_as<T>(y), y.numel(), g.out_c, compute_);
+    } else if (bias.dtype() == DType::Float32)
+      kernels::bias_activation(out_as<T>(y), in_as<float>(bias), activation, rows, g.out_c, compute_);
+    else
+      kernels::bias_activation(out_as<T>(y), in_as<T>(bias), activation, rows, g.out_c, compute_);
   });
   COHORT_CUDA_CHECK(cudaGetLastError(), "conv2d_forward of {} {}", dtype_name(x.dtype()), describe(g));
 }

@@ -314,15 +314,19 @@ void CudaBackend::matmul(const Tensor& a, bool transpose_a, const Tensor& b, boo
                     "{}", context());
 }
 
-void CudaBackend::add_bias(const Tensor& y, const Tensor& bias) {
+void CudaBackend::add_bias(const Tensor& y, const Tensor& bias) { bias_activation_forward(y, bias, Activation::Linear); }
+
+void CudaBackend::bias_activation_forward(const Tensor& y, const Tensor& bias, Activation activation) {
   activate();
   const Rows layout = rows_of(y);
   with_element_type(y.dtype(), [&]<class T>(std::type_identity<T>) {
-    if (bias.dtype() == DType::Float32) kernels::add_bias(out_as<T>(y), in(bias), layout.count, layout.width, compute_);
-    else kernels::add_bias(out_as<T>(y), in_as<T>(bias), layout.count, layout.width, compute_);
+    if (bias.dtype() == DType::Float32)
+      kernels::bias_activation(out_as<T>(y), in(bias), activation, layout.count, layout.width, compute_);
+    else
+      kernels::bias_activation(out_as<T>(y), in_as<T>(bias), activation, layout.count, layout.width, compute_);
   });
-  COHORT_CUDA_LAUNCHED("add_bias of {} {} to {} {}", dtype_name(bias.dtype()), bias.shape(), dtype_name(y.dtype()),
-                       y.shape());
+  COHORT_CUDA_LAUNCHED("bias and {} of {} {} on {} {}", activation_name(activation), dtype_name(bias.dtype()),
+                       bias.shape(), dtype_name(y.dtype()), y.shape());
 }
 
 void CudaBackend::bias_gradient(const Tensor& dy, const Tensor& dbias) {

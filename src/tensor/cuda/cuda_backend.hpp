@@ -84,12 +84,15 @@ class CudaBackend final : public Backend {
   void matmul(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b, const Tensor& c, float alpha,
               float beta) override;
   void add_bias(const Tensor& y, const Tensor& bias) override;
+  void bias_activation_forward(const Tensor& y, const Tensor& bias, Activation activation) override;
   void bias_gradient(const Tensor& dy, const Tensor& dbias) override;
   void activation_forward(Activation activation, const Tensor& x, const Tensor& y) override;
   void activation_backward(Activation activation, const Tensor& y, const Tensor& dy, const Tensor& dx) override;
 
   void conv2d_forward(const PlanState* plan, const Conv2dGeometry& g, const Tensor& x, const Tensor& kernel,
                       const Tensor& bias, const Tensor& y) override;
+  void conv2d_forward_activated(const PlanState* plan, const Conv2dGeometry& g, const Tensor& x, const Tensor& kernel,
+                                const Tensor& bias, Activation activation, const Tensor& y) override;
   void conv2d_backward(const PlanState* plan, const Conv2dGeometry& g, const Tensor& x, const Tensor& kernel,
                        const Tensor& dy, const Tensor& dx, const Tensor& dkernel, const Tensor& dbias) override;
   void pool2d_forward(const PlanState* plan, const Pool2dGeometry& g, const Tensor& x, const Tensor& y) override;

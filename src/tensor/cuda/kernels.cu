@@ -99,22 +99,24 @@ __global__ void partial_sums_kernel(const float* x, std::int64_t n, bool squares
   if (threadIdx.x == 0) partials[blockIdx.x] = total;
 }
 
+// An elementwise activation of v (Linear: v itself).
+__device__ inline float activate(Activation activation, float v) {
+  switch (activation) {
+    case Activation::Relu: return activation_rules::relu(v);
+    case Activation::Sigmoid: return activation_rules::sigmoid(v);
+    case Activation::Tanh: return activation_rules::tanh(v);
+    default: return v;
+  }
+}
+
 template <class T, class Bias>
-__global__ void add_bias_kernel(T* y, const Bias* bias, std::int64_t n, std::int64_t width) {
-  COHORT_GRID_STRIDE(i, n) y[i] = narrow_to<T>(wide(y[i]) + wide(bias[i % width]));
+__global__ void bias_activation_kernel(T* y, const Bias* bias, Activation activation, std::int64_t n, std::int64_t width) {
+  COHORT_GRID_STRIDE(i, n) y[i] = narrow_to<T>(activate(activation, wide(y[i]) + wide(bias[i % width])));
 }
 
 template <class T>
 __global__ void activation_forward_kernel(Activation activation, const T* x, T* y, std::int64_t n) {
-  COHORT_GRID_STRIDE(i, n) {
-    const float v = wide(x[i]);
-    switch (activation) {
-      case Activation::Relu: y[i] = narrow_to<T>(activation_rules::relu(v)); break;
-      case Activation::Sigmoid: y[i] = narrow_to<T>(activation_rules::sigmoid(v)); break;
-      case Activation::Tanh: y[i] = narrow_to<T>(activation_rules::tanh(v)); break;
-      default: y[i] = x[i]; break;
-    }
-  }
+  COHORT_GRID_STRIDE(i, n) y[i] = activation == Activation::Linear ? x[i] : narrow_to<T>(activate(activation, wide(x[i])));
 }
 
 template <class T>
@@ -530,9 +532,10 @@ int partial_sums(const float* x, std::int64_t n, bool squares, double* partials,
 }
 
 template <class T, class Bias>
-void add_bias(T* y, const Bias* bias, std::int64_t rows, std::int64_t width, cudaStream_t stream) {
+void bias_activation(T* y, const Bias* bias, Activation activation, std::int64_t rows, std::int64_t width,
+                     cudaStream_t stream) {
   const std::int64_t n = rows * width;
-  if (n > 0) add_bias_kernel<<<blocks_for(n), kThreads, 0, stream>>>(y, bias, n, width);
+  if (n > 0) bias_activation_kernel<<<blocks_for(n), kThreads, 0, stream>>>(y, bias, activation, n, width);
 }
 
 template <class T>
@@ -709,7 +712,7 @@ void count_correct(const LossRows& rows, cudaStream_t stream) {
 // The element types of the templated launchers (kernels.hpp).
 #define COHORT_FOR_EACH_ELEMENT_TYPE(T)                                                                               \
   template void multiply<T>(const T*, const T*, T*, std::int64_t, cudaStream_t);                                     \
-  template void add_bias<T, float>(T*, const float*, std::int64_t, std::int64_t, cudaStream_t);                       \
+  template void bias_activation<T, float>(T*, const float*, Activation, std::int64_t, std::int64_t, cudaStream_t);     \
   template void activation_forward<T>(Activation, const T*, T*, std::int64_t, std::int64_t, cudaStream_t);            \
   template void activation_backward<T>(Activation, const T*, const T*, T*, std::int64_t, std::int64_t, cudaStream_t); \
   template void channel_sums<T>(const ChannelSums<T>&, double*, float*, float*, cudaStream_t);                         \
@@ -731,8 +734,9 @@ COHORT_FOR_EACH_ELEMENT_TYPE(float)
 COHORT_FOR_EACH_ELEMENT_TYPE(__nv_bfloat16)
 COHORT_FOR_EACH_ELEMENT_TYPE(__half)
 #undef COHORT_FOR_EACH_ELEMENT_TYPE
-template void add_bias<__nv_bfloat16, __nv_bfloat16>(__nv_bfloat16*, const __nv_bfloat16*, std::int64_t, std::int64_t,
-                                                     cudaStream_t);
-template void add_bias<__half, __half>(__half*, const __half*, std::int64_t, std::int64_t, cudaStream_t);
+template void bias_activation<__nv_bfloat16, __nv_bfloat16>(__nv_bfloat16*, const __nv_bfloat16*, Activation, std::int64_t,
+                                                            std::int64_t, cudaStream_t);
+template void bias_activation<__half, __half>(__half*, const __half*, Activation, std::int64_t, std::int64_t,
+                                              cudaStream_t);
 
 }  // namespace cohort::cuda::kernels

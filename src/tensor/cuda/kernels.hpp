@@ -43,8 +43,10 @@ constexpr int kMaxPartials = 1024;
 int partial_sums(const float* x, std::int64_t n, bool squares, double* partials, cudaStream_t stream);
 
 // ---- rows (width = the last axis). A bias is float or of y's type. Softmax takes float only.
+// y = activation(y + bias) in one pass, an elementwise activation (Linear: the bias alone).
 template <class T, class Bias>
-void add_bias(T* y, const Bias* bias, std::int64_t rows, std::int64_t width, cudaStream_t stream);
+void bias_activation(T* y, const Bias* bias, Activation activation, std::int64_t rows, std::int64_t width,
+                     cudaStream_t stream);
 template <class T>
 void activation_forward(Activation activation, const T* x, T* y, std::int64_t n, std::int64_t width,
                         cudaStream_t stream);
