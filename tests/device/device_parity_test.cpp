@@ -337,6 +337,25 @@ TEST_CASE("batch normalization matches the CPU in training and inference, forwar
                                        dx.device, dgamma.device, dbeta.device);
     require_close(dx.cpu, dx.device, kOpTolerance, "batch_norm_backward_inference dx");
     require_close(dgamma.cpu, dgamma.device, kOpTolerance, "batch_norm_backward_inference dgamma");
+    // With the activation after it fused: one pass forward, its gradient taken inside the backward passes.
+    for (Activation a : {Activation::Relu, Activation::Sigmoid}) {
+      INFO(activation_name(a));
+      ops::batch_norm_activation_forward_training(cpu_plan, x.cpu, gamma.cpu, beta.cpu, a, y.cpu, mean.cpu, variance.cpu);
+      ops::batch_norm_activation_forward_training(device_plan, x.device, gamma.device, beta.device, a, y.device,
+                                                  mean.device, variance.device);
+      require_close(y.cpu, y.device, kOpTolerance, "batch_norm_activation_forward_training");
+      ops::batch_norm_activation_backward(cpu_plan, x.cpu, y.cpu, gamma.cpu, beta.cpu, dy.cpu, mean.cpu, variance.cpu, a,
+                                          dx.cpu, dgamma.cpu, dbeta.cpu);
+      ops::batch_norm_activation_backward(device_plan, x.device, y.device, gamma.device, beta.device, dy.device,
+                                          mean.device, variance.device, a, dx.device, dgamma.device, dbeta.device);
+      require_close(dx.cpu, dx.device, kOpTolerance, "batch_norm_activation_backward dx");
+      require_close(dgamma.cpu, dgamma.device, kOpTolerance, "batch_norm_activation_backward dgamma");
+      require_close(dbeta.cpu, dbeta.device, kOpTolerance, "batch_norm_activation_backward dbeta");
+      ops::batch_norm_activation_forward_inference(cpu_plan, x.cpu, gamma.cpu, beta.cpu, mean.cpu, variance.cpu, a, y.cpu);
+      ops::batch_norm_activation_forward_inference(device_plan, x.device, gamma.device, beta.device, mean.device,
+                                                   variance.device, a, y.device);
+      require_close(y.cpu, y.device, kOpTolerance, "batch_norm_activation_forward_inference");
+    }
   }
 }
 

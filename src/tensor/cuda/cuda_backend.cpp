@@ -381,9 +381,16 @@ void CudaBackend::pool2d_backward(const PlanState*, const Pool2dGeometry& g, con
   COHORT_CUDA_LAUNCHED("pool2d_backward of {} {} into {}", dtype_name(dy.dtype()), dy.shape(), dx.shape());
 }
 
-void CudaBackend::batch_norm_forward_training(const PlanState*, const BatchNormGeometry& g, const Tensor& x,
+void CudaBackend::batch_norm_forward_training(const PlanState* plan, const BatchNormGeometry& g, const Tensor& x,
                                               const Tensor& gamma, const Tensor& beta, const Tensor& y,
                                               const Tensor& batch_mean, const Tensor& batch_variance) {
+  batch_norm_activation_forward_training(plan, g, x, gamma, beta, Activation::Linear, y, batch_mean, batch_variance);
+}
+
+void CudaBackend::batch_norm_activation_forward_training(const PlanState*, const BatchNormGeometry& g, const Tensor& x,
+                                                         const Tensor& gamma, const Tensor& beta, Activation activation,
+                                                         const Tensor& y, const Tensor& batch_mean,
+                                                         const Tensor& batch_variance) {
   activate();
   const auto [rows, channels] = rows_of(x);
   Scratch sums(*allocator_, kernels::channel_sums_scratch(rows, channels) * sizeof(double));
@@ -391,26 +398,37 @@ void CudaBackend::batch_norm_forward_training(const PlanState*, const BatchNormG
     kernels::batch_statistics(in_as<T>(x), rows, channels, sums.as<double>(), out(batch_mean), out(batch_variance),
                               compute_);
     kernels::batch_norm_normalize(in_as<T>(x), in(batch_mean), in(batch_variance), g.epsilon, in(gamma), in(beta),
-                                  out_as<T>(y), rows, channels, compute_);
+                                  activation, out_as<T>(y), rows, channels, compute_);
   });
-  COHORT_CUDA_LAUNCHED("batch_norm_forward_training of {} {}", dtype_name(x.dtype()), x.shape());
+  COHORT_CUDA_LAUNCHED("batch_norm_forward_training ({}) of {} {}", activation_name(activation), dtype_name(x.dtype()),
+                       x.shape());
 }
 
-void CudaBackend::batch_norm_forward_inference(const PlanState*, const BatchNormGeometry& g, const Tensor& x,
+void CudaBackend::batch_norm_forward_inference(const PlanState* plan, const BatchNormGeometry& g, const Tensor& x,
                                                const Tensor& gamma, const Tensor& beta, const Tensor& mean,
                                                const Tensor& variance, const Tensor& y) {
+  batch_norm_activation_forward_inference(plan, g, x, gamma, beta, mean, variance, Activation::Linear, y);
+}
+
+void CudaBackend::batch_norm_activation_forward_inference(const PlanState*, const BatchNormGeometry& g, const Tensor& x,
+                                                          const Tensor& gamma, const Tensor& beta, const Tensor& mean,
+                                                          const Tensor& variance, Activation activation,
+                                                          const Tensor& y) {
   activate();
   const auto [rows, channels] = rows_of(x);
   with_element_type(x.dtype(), [&]<class T>(std::type_identity<T>) {
-    kernels::batch_norm_normalize(in_as<T>(x), in(mean), in(variance), g.epsilon, in(gamma), in(beta), out_as<T>(y), rows,
-                                  channels, compute_);
+    kernels::batch_norm_normalize(in_as<T>(x), in(mean), in(variance), g.epsilon, in(gamma), in(beta), activation,
+                                  out_as<T>(y), rows, channels, compute_);
   });
-  COHORT_CUDA_LAUNCHED("batch_norm_forward_inference of {} {}", dtype_name(x.dtype()), x.shape());
+  COHORT_CUDA_LAUNCHED("batch_norm_forward_inference ({}) of {} {}", activation_name(activation), dtype_name(x.dtype()),
+                       x.shape());
 }
 
 // What both backward passes share: inv_std = 1 / sqrt(variance + epsilon) (left in `inv_std` for the data
-// gradient), dbeta = sum(dy) and dgamma = sum(dy * xhat).
-void CudaBackend::parameter_gradients(const BatchNormGeometry& g, const Tensor& x, const Tensor& dy, const Tensor& mean,
+// gradient), dbeta = sum(g) and dgamma = sum(g * xhat), g being dy, or dy through the gradient of the
+// activation whose output `activated` is (when defined).
+void CudaBackend::parameter_gradients(const BatchNormGeometry& g, const Tensor& x, const Tensor& dy,
+                                      const Tensor& activated, Activation activation, const Tensor& mean,
                                       const Tensor& variance, float* inv_std, const Tensor& dgamma,
                                       const Tensor& dbeta) {
   const auto [rows, channels] = rows_of(x);
@@ -418,26 +436,39 @@ void CudaBackend::parameter_gradients(const BatchNormGeometry& g, const Tensor& 
   kernels::inverse_std(in(variance), g.epsilon, inv_std, channels, compute_);
   with_element_type(x.dtype(), [&]<class T>(std::type_identity<T>) {
     const kernels::ChannelSums<T> terms{kernels::ChannelTerms::kGradients, in_as<T>(dy), in_as<T>(x), in(mean), inv_std,
-                                        rows, channels};
+                                        rows, channels, activated.defined() ? in_as<T>(activated) : nullptr, activation};
     kernels::channel_sums(terms, sums.as<double>(), out(dbeta), out(dgamma), compute_);
   });
 }
 
-void CudaBackend::batch_norm_backward(const PlanState*, const BatchNormGeometry& g, const Tensor& x,
+void CudaBackend::batch_norm_backward(const PlanState* plan, const BatchNormGeometry& g, const Tensor& x,
                                       const Tensor& gamma, const Tensor& dy, const Tensor& batch_mean,
                                       const Tensor& batch_variance, const Tensor& dx, const Tensor& dgamma,
                                       const Tensor& dbeta) {
+  batch_norm_activation_backward(plan, g, x, Tensor(), gamma, Tensor(), dy, batch_mean, batch_variance,
+                                 Activation::Linear, dx, dgamma, dbeta);
+}
+
+// The activation's gradient is taken as each element is read, in the sums and in the data gradient: no pass
+// and no buffer of its own.
+void CudaBackend::batch_norm_activation_backward(const PlanState*, const BatchNormGeometry& g, const Tensor& x,
+                                                 const Tensor& y, const Tensor& gamma, const Tensor&, const Tensor& dy,
+                                                 const Tensor& batch_mean, const Tensor& batch_variance,
+                                                 Activation activation, const Tensor& dx, const Tensor& dgamma,
+                                                 const Tensor& dbeta) {
   activate();
   const auto [rows, channels] = rows_of(x);
+  const Tensor activated = activation == Activation::Linear ? Tensor() : y;
   Scratch inv_std(*allocator_, channels * sizeof(float));
-  parameter_gradients(g, x, dy, batch_mean, batch_variance, inv_std.as<float>(), dgamma, dbeta);
+  parameter_gradients(g, x, dy, activated, activation, batch_mean, batch_variance, inv_std.as<float>(), dgamma, dbeta);
   if (dx.defined()) {
     with_element_type(x.dtype(), [&]<class T>(std::type_identity<T>) {
-      kernels::batch_norm_data_gradient(in_as<T>(x), in_as<T>(dy), in(batch_mean), inv_std.as<float>(), in(gamma),
-                                        in(dbeta), in(dgamma), out_as<T>(dx), rows, channels, compute_);
+      kernels::batch_norm_data_gradient(in_as<T>(x), in_as<T>(dy), activated.defined() ? in_as<T>(activated) : nullptr,
+                                        activation, in(batch_mean), inv_std.as<float>(), in(gamma), in(dbeta),
+                                        in(dgamma), out_as<T>(dx), rows, channels, compute_);
     });
   }
-  COHORT_CUDA_LAUNCHED("batch_norm_backward of {} {}", dtype_name(x.dtype()), x.shape());
+  COHORT_CUDA_LAUNCHED("batch_norm_backward ({}) of {} {}", activation_name(activation), dtype_name(x.dtype()), x.shape());
 }
 
 void CudaBackend::batch_norm_backward_inference(const PlanState*, const BatchNormGeometry& g, const Tensor& x,
@@ -447,7 +478,7 @@ void CudaBackend::batch_norm_backward_inference(const PlanState*, const BatchNor
   activate();
   const auto [rows, channels] = rows_of(x);
   Scratch inv_std(*allocator_, channels * sizeof(float));
-  parameter_gradients(g, x, dy, mean, variance, inv_std.as<float>(), dgamma, dbeta);
+  parameter_gradients(g, x, dy, Tensor(), Activation::Linear, mean, variance, inv_std.as<float>(), dgamma, dbeta);
   if (dx.defined()) {
     with_element_type(x.dtype(), [&]<class T>(std::type_identity<T>) {
       kernels::batch_norm_data_gradient_inference(in_as<T>(dy), inv_std.as<float>(), in(gamma), out_as<T>(dx), rows,

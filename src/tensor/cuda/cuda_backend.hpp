@@ -110,6 +110,17 @@ class CudaBackend final : public Backend {
   void batch_norm_backward_inference(const PlanState* plan, const BatchNormGeometry& g, const Tensor& x,
                                      const Tensor& gamma, const Tensor& dy, const Tensor& mean, const Tensor& variance,
                                      const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta) override;
+  void batch_norm_activation_forward_training(const PlanState* plan, const BatchNormGeometry& g, const Tensor& x,
+                                              const Tensor& gamma, const Tensor& beta, Activation activation,
+                                              const Tensor& y, const Tensor& batch_mean,
+                                              const Tensor& batch_variance) override;
+  void batch_norm_activation_forward_inference(const PlanState* plan, const BatchNormGeometry& g, const Tensor& x,
+                                               const Tensor& gamma, const Tensor& beta, const Tensor& mean,
+                                               const Tensor& variance, Activation activation, const Tensor& y) override;
+  void batch_norm_activation_backward(const PlanState* plan, const BatchNormGeometry& g, const Tensor& x, const Tensor& y,
+                                      const Tensor& gamma, const Tensor& beta, const Tensor& dy,
+                                      const Tensor& batch_mean, const Tensor& batch_variance, Activation activation,
+                                      const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta) override;
   void moving_average_update(const Tensor& moving, const Tensor& batch, float momentum) override;
   void dropout_mask(const Tensor& mask, float rate, std::uint64_t seed) override;
 
@@ -142,9 +153,11 @@ class CudaBackend final : public Backend {
  private:
   // Rows summed on the device then on the host, in a fixed order.
   double reduce(const Tensor& x, bool squares, const char* what);
-  // Batch normalization's backward passes: inv_std, dbeta and dgamma.
-  void parameter_gradients(const BatchNormGeometry& g, const Tensor& x, const Tensor& dy, const Tensor& mean,
-                           const Tensor& variance, float* inv_std, const Tensor& dgamma, const Tensor& dbeta);
+  // Batch normalization's backward passes: inv_std, dbeta and dgamma, dy taken through the gradient of the
+  // activation whose output `activated` is, when defined.
+  void parameter_gradients(const BatchNormGeometry& g, const Tensor& x, const Tensor& dy, const Tensor& activated,
+                           Activation activation, const Tensor& mean, const Tensor& variance, float* inv_std,
+                           const Tensor& dgamma, const Tensor& dbeta);
   // Runs a loss or metric kernel per row and sums the rows' values on the host.
   template <class Launch>
   double row_total(const char* what, const Tensor& scores, const Tensor& labels, Launch&& launch);

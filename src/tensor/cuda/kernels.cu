@@ -109,6 +109,22 @@ __device__ inline float activate(Activation activation, float v) {
   }
 }
 
+// dy through the gradient of an elementwise activation whose output is y (Linear: dy itself).
+__device__ inline float activation_gradient(Activation activation, float y, float dy) {
+  switch (activation) {
+    case Activation::Relu: return activation_rules::relu_gradient(y, dy);
+    case Activation::Sigmoid: return activation_rules::sigmoid_gradient(y, dy);
+    case Activation::Tanh: return activation_rules::tanh_gradient(y, dy);
+    default: return dy;
+  }
+}
+
+// The gradient a batch normalization's backward pass takes at element i: dy, or dy through a fused activation.
+template <class T>
+__device__ inline float gradient_at(const T* dy, const T* activated, Activation activation, std::int64_t i) {
+  return activated == nullptr ? wide(dy[i]) : activation_gradient(activation, wide(activated[i]), wide(dy[i]));
+}
+
 template <class T, class Bias>
 __global__ void bias_activation_kernel(T* y, const Bias* bias, Activation activation, std::int64_t n, std::int64_t width) {
   COHORT_GRID_STRIDE(i, n) y[i] = narrow_to<T>(activate(activation, wide(y[i]) + wide(bias[i % width])));
@@ -122,13 +138,7 @@ __global__ void activation_forward_kernel(Activation activation, const T* x, T* 
 template <class T>
 __global__ void activation_backward_kernel(Activation activation, const T* y, const T* dy, T* dx, std::int64_t n) {
   COHORT_GRID_STRIDE(i, n) {
-    const float out = wide(y[i]), gradient = wide(dy[i]);
-    switch (activation) {
-      case Activation::Relu: dx[i] = narrow_to<T>(activation_rules::relu_gradient(out, gradient)); break;
-      case Activation::Sigmoid: dx[i] = narrow_to<T>(activation_rules::sigmoid_gradient(out, gradient)); break;
-      case Activation::Tanh: dx[i] = narrow_to<T>(activation_rules::tanh_gradient(out, gradient)); break;
-      default: dx[i] = dy[i]; break;
-    }
+    dx[i] = activation == Activation::Linear ? dy[i] : narrow_to<T>(activation_gradient(activation, wide(y[i]), wide(dy[i])));
   }
 }
 
@@ -152,9 +162,16 @@ __global__ void channel_partials_kernel(ChannelSums<T> s, std::int64_t rows_per_
   double first = 0, second = 0;
   if (c < s.channels) {
     for (std::int64_t m = first_row + threadIdx.y; m < end_row; m += kRowLanes) {
-      const double a = wide(s.a[m * s.channels + c]);
-      first += a;
-      second += s.terms == ChannelTerms::kValues ? a * a : a * (wide(s.x[m * s.channels + c]) - s.mean[c]) * s.inv_std[c];
+      const std::int64_t i = m * s.channels + c;
+      if (s.terms == ChannelTerms::kValues) {
+        const double a = wide(s.a[i]);
+        first += a;
+        second += a * a;
+      } else {
+        const double a = gradient_at(s.a, s.activated, s.activation, i);
+        first += a;
+        second += a * (wide(s.x[i]) - s.mean[c]) * s.inv_std[c];
+      }
     }
   }
   __shared__ double shared[2][kRowLanes][kChannelTile];
@@ -225,24 +242,26 @@ __global__ void inverse_std_kernel(const float* variance, float epsilon, float* 
 
 template <class T>
 __global__ void normalize_kernel(const T* x, const float* mean, const float* variance, float epsilon,
-                                 const float* gamma, const float* beta, T* y, std::int64_t n, std::int64_t channels) {
+                                 const float* gamma, const float* beta, Activation activation, T* y, std::int64_t n,
+                                 std::int64_t channels) {
   COHORT_GRID_STRIDE(i, n) {
     const std::int64_t c = i % channels;
     const float multiplier = gamma[c] / sqrtf(variance[c] + epsilon);
-    y[i] = narrow_to<T>(wide(x[i]) * multiplier + (beta[c] - mean[c] * multiplier));
+    y[i] = narrow_to<T>(activate(activation, wide(x[i]) * multiplier + (beta[c] - mean[c] * multiplier)));
   }
 }
 
 template <class T>
-__global__ void bn_data_gradient_kernel(const T* x, const T* dy, const float* mean, const float* inv_std,
-                                        const float* gamma, const float* dbeta, const float* dgamma, T* dx,
-                                        std::int64_t n, std::int64_t channels, float inverse_count) {
+__global__ void bn_data_gradient_kernel(const T* x, const T* dy, const T* activated, Activation activation,
+                                        const float* mean, const float* inv_std, const float* gamma, const float* dbeta,
+                                        const float* dgamma, T* dx, std::int64_t n, std::int64_t channels,
+                                        float inverse_count) {
   COHORT_GRID_STRIDE(i, n) {
     const std::int64_t c = i % channels;
     const float a = gamma[c] * inv_std[c];
     const float b = dbeta[c] * inverse_count;
     const float s = dgamma[c] * inverse_count * inv_std[c];
-    dx[i] = narrow_to<T>(a * (wide(dy[i]) - b - (wide(x[i]) - mean[c]) * s));
+    dx[i] = narrow_to<T>(a * (gradient_at(dy, activated, activation, i) - b - (wide(x[i]) - mean[c]) * s));
   }
 }
 
@@ -613,20 +632,23 @@ void inverse_std(const float* variance, float epsilon, float* inv_std, std::int6
 
 template <class T>
 void batch_norm_normalize(const T* x, const float* mean, const float* variance, float epsilon, const float* gamma,
-                          const float* beta, T* y, std::int64_t rows, std::int64_t channels, cudaStream_t stream) {
+                          const float* beta, Activation activation, T* y, std::int64_t rows, std::int64_t channels,
+                          cudaStream_t stream) {
   const std::int64_t n = rows * channels;
   if (n > 0)
-    normalize_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, mean, variance, epsilon, gamma, beta, y, n, channels);
+    normalize_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, mean, variance, epsilon, gamma, beta, activation, y, n,
+                                                             channels);
 }
 
 template <class T>
-void batch_norm_data_gradient(const T* x, const T* dy, const float* mean, const float* inv_std, const float* gamma,
-                              const float* dbeta, const float* dgamma, T* dx, std::int64_t rows, std::int64_t channels,
-                              cudaStream_t stream) {
+void batch_norm_data_gradient(const T* x, const T* dy, const T* activated, Activation activation, const float* mean,
+                              const float* inv_std, const float* gamma, const float* dbeta, const float* dgamma, T* dx,
+                              std::int64_t rows, std::int64_t channels, cudaStream_t stream) {
   const std::int64_t n = rows * channels;
   if (n == 0) return;
-  bn_data_gradient_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, dy, mean, inv_std, gamma, dbeta, dgamma, dx, n,
-                                                                  channels, 1.0f / static_cast<float>(rows));
+  bn_data_gradient_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, dy, activated, activation, mean, inv_std, gamma,
+                                                                  dbeta, dgamma, dx, n, channels,
+                                                                  1.0f / static_cast<float>(rows));
 }
 
 template <class T>
@@ -717,10 +739,11 @@ void count_correct(const LossRows& rows, cudaStream_t stream) {
   template void activation_backward<T>(Activation, const T*, const T*, T*, std::int64_t, std::int64_t, cudaStream_t); \
   template void channel_sums<T>(const ChannelSums<T>&, double*, float*, float*, cudaStream_t);                         \
   template void batch_statistics<T>(const T*, std::int64_t, std::int64_t, double*, float*, float*, cudaStream_t);     \
-  template void batch_norm_normalize<T>(const T*, const float*, const float*, float, const float*, const float*, T*,   \
-                                        std::int64_t, std::int64_t, cudaStream_t);                                    \
-  template void batch_norm_data_gradient<T>(const T*, const T*, const float*, const float*, const float*, const float*, \
-                                            const float*, T*, std::int64_t, std::int64_t, cudaStream_t);              \
+  template void batch_norm_normalize<T>(const T*, const float*, const float*, float, const float*, const float*,       \
+                                        Activation, T*, std::int64_t, std::int64_t, cudaStream_t);                    \
+  template void batch_norm_data_gradient<T>(const T*, const T*, const T*, Activation, const float*, const float*,      \
+                                            const float*, const float*, const float*, T*, std::int64_t, std::int64_t,  \
+                                            cudaStream_t);                                                            \
   template void batch_norm_data_gradient_inference<T>(const T*, const float*, const float*, T*, std::int64_t,         \
                                                       std::int64_t, cudaStream_t);                                    \
   template void pool2d_forward<T>(const Pool2dGeometry&, const T*, T*, cudaStream_t);                                 \

@@ -55,7 +55,8 @@ void activation_backward(Activation activation, const T* y, const T* dy, T* dx, 
                          cudaStream_t stream);
 
 // ---- per-channel sums over the rows of an (rows x channels) view, in double, in two passes.
-// What is summed per element: for kValues (a) and a * a; for kGradients dy and dy * (x - mean) * inv_std.
+// What is summed per element: for kValues (a) and a * a; for kGradients dy and dy * (x - mean) * inv_std,
+// where dy is a, or, after an activation fused into the forward pass, a through that activation's gradient.
 enum class ChannelTerms { kValues, kGradients };
 template <class T>
 struct ChannelSums {
@@ -65,6 +66,8 @@ struct ChannelSums {
   const float* mean = nullptr;     // kGradients: per channel
   const float* inv_std = nullptr;  // kGradients: per channel
   std::int64_t rows = 0, channels = 0;
+  const T* activated = nullptr;    // kGradients: the fused activation's output, or null for none
+  Activation activation = Activation::Linear;
 };
 // Doubles of scratch the sums need (partials of both terms).
 std::int64_t channel_sums_scratch(std::int64_t rows, std::int64_t channels);
@@ -78,14 +81,16 @@ template <class T>
 void batch_statistics(const T* x, std::int64_t rows, std::int64_t channels, double* scratch, float* mean,
                       float* variance, cudaStream_t stream);
 void inverse_std(const float* variance, float epsilon, float* inv_std, std::int64_t channels, cudaStream_t stream);
-// y = x * multiplier + (beta - mean * multiplier), multiplier = gamma / sqrt(variance + epsilon)
+// y = activation(x * multiplier + (beta - mean * multiplier)), multiplier = gamma / sqrt(variance + epsilon)
 template <class T>
 void batch_norm_normalize(const T* x, const float* mean, const float* variance, float epsilon, const float* gamma,
-                          const float* beta, T* y, std::int64_t rows, std::int64_t channels, cudaStream_t stream);
-// Training: dx = gamma * inv_std * (dy - dbeta / M - (x - mean) * inv_std * dgamma / M)
+                          const float* beta, Activation activation, T* y, std::int64_t rows, std::int64_t channels,
+                          cudaStream_t stream);
+// Training: dx = gamma * inv_std * (g - dbeta / M - (x - mean) * inv_std * dgamma / M), with g = dy, or dy
+// through the gradient of the activation whose output `activated` is (when not null).
 template <class T>
-void batch_norm_data_gradient(const T* x, const T* dy, const float* mean, const float* inv_std,
-                              const float* gamma, const float* dbeta, const float* dgamma, T* dx,
+void batch_norm_data_gradient(const T* x, const T* dy, const T* activated, Activation activation, const float* mean,
+                              const float* inv_std, const float* gamma, const float* dbeta, const float* dgamma, T* dx,
                               std::int64_t rows, std::int64_t channels, cudaStream_t stream);
 // Inference: dx = dy * gamma * inv_std
 template <class T>
