@@ -6,7 +6,6 @@
 #include <cuda_fp16.h>
 #include <cudnn.h>
 #include <fmt/format.h>
-#include <library_types.h>
 
 #include <type_traits>
 
@@ -32,18 +31,12 @@ const T* in_as(const Tensor& t) { return static_cast<const T*>(device_bytes(t));
 template <class T>
 T* out_as(const Tensor& t) { return t.defined() ? static_cast<T*>(device_bytes(t)) : nullptr; }
 
-// The cuDNN and cuBLAS names of an element type.
+// cuDNN's name of an element type.
 template <class T>
 constexpr cudnnDataType_t cudnn_type() {
   if constexpr (std::is_same_v<T, __nv_bfloat16>) return CUDNN_DATA_BFLOAT16;
   else if constexpr (std::is_same_v<T, __half>) return CUDNN_DATA_HALF;
   else return CUDNN_DATA_FLOAT;
-}
-template <class T>
-constexpr cudaDataType_t cublas_type() {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) return CUDA_R_16BF;
-  else if constexpr (std::is_same_v<T, __half>) return CUDA_R_16F;
-  else return CUDA_R_32F;
 }
 
 }  // namespace cohort::cuda
