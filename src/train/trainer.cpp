@@ -787,7 +787,8 @@ bool Trainer::after_update(FitState& fit, std::int64_t epoch, const Logs& logs) 
 
 void Trainer::note_device_memory(const Allocator& allocator, EpochTotals& epoch_totals) {
   const AllocatorStats stats = allocator.stats();
-  DeviceMemory& memory = epoch_totals.device_memory ? *epoch_totals.device_memory : epoch_totals.device_memory.emplace();
+  if (!epoch_totals.device_memory) epoch_totals.device_memory = DeviceMemory{};
+  DeviceMemory& memory = *epoch_totals.device_memory;
   memory.step_peak = std::max(memory.step_peak, stats.peak);
   memory.in_use = stats.in_use;
   memory.reserved = stats.in_use + stats.cached;
