@@ -2,7 +2,9 @@
 // (benchmarks/gpu_compare.sh) and for quick checks of any device:
 //   flagship_throughput --device cuda --batch 128 --seconds 10 [--precision mixed_bfloat16]
 // prints
-//   cohort device=cuda precision=float32 batch=128 train_images/s=X inference_images/s=Y
+//   cohort device=cuda precision=float32 batch=128 train_images/s=X inference_images/s=Y train_tflop/s=A inference_tflop/s=B
+// counting 2 FLOPs per multiply-add of the convolutions and products (nn::Sequential::multiply_adds_per_sample),
+// 3 passes' worth per training step (forward, and the data and weight gradients).
 // A training step is forward, the fused softmax cross-entropy (its loss read back, as fit() does), backward
 // and Adam; inference is a forward pass in evaluation mode. Inputs live on the device, as after the
 // trainer's asynchronous copy. Under mixed_bfloat16 the layers compute in bfloat16 from float32 variables,
@@ -87,8 +89,11 @@ int main(int argc, char** argv) try {
     train::update_variables(adam, model.trainable_variables());
   });
   const double inference = images_per_second(device, batch, seconds, [&] { model.infer(images); });
-  fmt::print("cohort device={} precision={} batch={} train_images/s={:.1f} inference_images/s={:.1f}\n",
-             cohort::device_name(device), nn::precision_name(precision), batch, train, inference);
+  const double forward_flops = 2.0 * static_cast<double>(model.multiply_adds_per_sample());
+  fmt::print("cohort device={} precision={} batch={} train_images/s={:.1f} inference_images/s={:.1f} "
+             "train_tflop/s={:.2f} inference_tflop/s={:.2f}\n",
+             cohort::device_name(device), nn::precision_name(precision), batch, train, inference,
+             3 * forward_flops * train * 1e-12, forward_flops * inference * 1e-12);
   return 0;
 } catch (const std::exception& e) {
   fmt::print(stderr, "flagship_throughput: {}\n", e.what());

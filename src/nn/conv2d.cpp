@@ -96,6 +96,11 @@ Tensor Conv2D::backward(const Tensor& dy, bool need_input_gradient) {
   return dx;
 }
 
+std::int64_t Conv2D::multiply_adds_per_sample() const {
+  const Conv2dGeometry& g = plan_.geometry();
+  return g.out_h * g.out_w * g.out_c * g.kernel_h * g.kernel_w * g.in_c;
+}
+
 std::optional<LayerConfig> Conv2D::config() const {
   return LayerConfig{{"filters", filters_}, {"kernel_size", kernel_size_}, {"stride", stride_},
                      {"same_padding", padding_ == Padding::Same ? 1 : 0}, {"use_bias", use_bias_ ? 1 : 0}};

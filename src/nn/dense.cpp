@@ -16,6 +16,7 @@ Dense::Dense(int units, bool use_bias) : units_(units), use_bias_(use_bias) {
 Shape Dense::build(const Shape& in, VariableFactory& factory) {
   COHORT_CHECK(in.rank() >= 1, "{}: Dense needs samples of rank >= 1", name());
   input_features_ = in[in.rank() - 1];
+  rows_per_sample_ = input_features_ == 0 ? 0 : in.numel() / input_features_;
   kernel_ = factory.create("kernel", {input_features_, units_}, true);
   auto rng = factory.rng_for(kernel_);
   init::glorot_uniform(kernel_->value, rng);

@@ -207,6 +207,12 @@ std::int64_t Sequential::parameter_count() const {
   return n;
 }
 
+std::int64_t Sequential::multiply_adds_per_sample() const {
+  std::int64_t n = 0;
+  for (const auto& layer : layers_) n += layer->multiply_adds_per_sample();
+  return n;
+}
+
 std::string Sequential::summary(const std::string& model_name) const {
   std::vector<std::string> names;
   std::size_t name_width = 28;

@@ -150,6 +150,17 @@ TEST_CASE("Dropout acts only in training, and the same step gives the same mask"
   CHECK(model.forward(x).to_vector() == first);
 }
 
+TEST_CASE("a model counts the multiply-adds of one sample's forward pass", "[nn]") {
+  nn::Sequential model({6, 6, 2});
+  model.add(nn::Conv2D(4, 3, nn::Padding::Same)).add(nn::BatchNormalization()).add(nn::ReLU());
+  model.add(nn::Conv2D(3, 3, nn::Padding::Valid, 2)).add(nn::MaxPooling2D(2)).add(nn::Flatten()).add(nn::Dense(5));
+  // 6x6x4 outputs of 3x3x2 taps; 2x2x3 outputs of 3x3x4; after pooling 1x1x3 into 5 units.
+  CHECK(model.multiply_adds_per_sample() == 6 * 6 * 4 * 9 * 2 + 2 * 2 * 3 * 9 * 4 + 3 * 5);
+  nn::Sequential rows({7, 8});  // a Dense layer on every row of its sample
+  rows.add(nn::Dense(2));
+  CHECK(rows.multiply_adds_per_sample() == 7 * 8 * 2);
+}
+
 TEST_CASE("backward needs a forward pass first", "[nn]") {
   nn::Sequential model({3});
   model.add(nn::Dense(2));

@@ -27,6 +27,7 @@ class Conv2D : public Layer {
   // a gradient of exactly zero, its true value, instead of a pass over the output gradient.
   std::size_t absorb(std::span<const std::unique_ptr<Layer>> following, const ForwardContext& context) override;
   std::optional<LayerConfig> config() const override;
+  std::int64_t multiply_adds_per_sample() const override;
 
  private:
   int filters_, kernel_size_, stride_;

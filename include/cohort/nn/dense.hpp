@@ -21,11 +21,12 @@ class Dense : public Layer {
   // Absorbs an elementwise activation after it: applied with the bias, its gradient with the bias gradient.
   std::size_t absorb(std::span<const std::unique_ptr<Layer>> following, const ForwardContext& context) override;
   std::optional<LayerConfig> config() const override;
+  std::int64_t multiply_adds_per_sample() const override { return rows_per_sample_ * input_features_ * units_; }
 
  private:
   int units_;
   bool use_bias_;
-  std::int64_t input_features_ = 0;
+  std::int64_t input_features_ = 0, rows_per_sample_ = 0;
   VariablePtr kernel_, bias_;
   // Absorbed by absorb() for the next forward() only (a forward() called directly computes this layer alone),
   // and what that forward() applied, for its backward().

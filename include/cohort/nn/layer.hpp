@@ -94,6 +94,9 @@ class Layer {
   // What nn::save_model stores to build the layer again; layers without one cannot be saved as a model
   // file (their weights still can).
   virtual std::optional<LayerConfig> config() const { return std::nullopt; }
+  // Multiply-adds of one sample's forward pass once built (convolutions and matrix products; 0 for layers
+  // whose work is elementwise), for FLOP rates: a forward pass is 2 FLOPs each, a training step about 6.
+  virtual std::int64_t multiply_adds_per_sample() const { return 0; }
 
   const std::string& name() const { return name_; }
   void set_name(std::string name) { name_ = std::move(name); }

@@ -92,6 +92,8 @@ class Sequential {
   std::vector<VariablePtr> trainable_variables() const;
   VariablePtr variable(const std::string& name) const;
   std::int64_t parameter_count() const;
+  // Multiply-adds of one sample's forward pass, over the layers (Layer::multiply_adds_per_sample).
+  std::int64_t multiply_adds_per_sample() const;
 
   // Counter of training steps taken by forward(); it seeds dropout masks and is saved in checkpoints.
   std::uint64_t step() const { return step_; }
