@@ -9,6 +9,8 @@
 #   tf32            TF32 tensor cores for convolutions and products (cohort's default; PyTorch's allow_tf32)
 #   mixed_bfloat16  float32 variables, layers in bfloat16 (cohort --precision; PyTorch's autocast)
 #   usage: benchmarks/gpu_compare.sh [BUILD_DIR] [SECONDS] [PRECISION...]   (default: all three)
+#   PYTORCH_MODES="eager compile" (the default) picks PyTorch's modes; torch.compile costs a compilation per
+#   precision and batch.
 set -euo pipefail
 build=${1:-build}
 seconds=${2:-5}
@@ -34,8 +36,9 @@ for precision in "${precisions[@]}"; do
       sed -e "s/precision=[a-z0-9_]*/precision=$precision/" -e 's/^cohort /cohort-fastest /' >>"$results"
   done
 done
-python3 "$here/peers/pytorch_flagship_gpu.py" --seconds "$seconds" --precisions "${precisions[@]}" >>"$results" \
-  2>"$peer_errors" || true
+read -r -a modes <<<"${PYTORCH_MODES:-eager compile}"
+python3 "$here/peers/pytorch_flagship_gpu.py" --seconds "$seconds" --precisions "${precisions[@]}" --modes "${modes[@]}" \
+  >>"$results" 2>"$peer_errors" || true
 cat "$peer_errors" >&2
 
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 || true)
