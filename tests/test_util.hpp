@@ -42,6 +42,20 @@ inline std::optional<Beyond> first_beyond(const std::vector<float>& expected, co
   return std::nullopt;
 }
 
+// An operand of a test of a 16-bit op: activations in the op's 16-bit type ("low"), or float32 ("wide": what a
+// layer keeps in float32 under a mixed policy, such as biases, batch normalization's scale and statistics,
+// weight gradients); written by the op or not; and the range of its random values.
+struct Operand16 {
+  cohort::Shape shape;
+  bool low = true;
+  bool output = false;
+  float min = -1.0f, max = 1.0f;
+};
+inline Operand16 low_in(cohort::Shape shape, float min = -1.0f, float max = 1.0f) { return {std::move(shape), true, false, min, max}; }
+inline Operand16 low_out(cohort::Shape shape) { return {std::move(shape), true, true}; }
+inline Operand16 wide_in(cohort::Shape shape, float min = -1.0f, float max = 1.0f) { return {std::move(shape), false, false, min, max}; }
+inline Operand16 wide_out(cohort::Shape shape) { return {std::move(shape), false, true}; }
+
 inline float max_abs_difference(const cohort::Tensor& a, const cohort::Tensor& b) {
   REQUIRE(a.shape() == b.shape());
   float worst = 0;

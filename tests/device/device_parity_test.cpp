@@ -361,18 +361,7 @@ TEST_CASE("batch normalization matches the CPU in training and inference, forwar
 
 namespace {
 
-// An operand of a 16-bit op: activations in the op's 16-bit type, or float32 (a layer's parameters,
-// statistics and weight gradients under a mixed policy); written by the op or not.
-struct Operand16 {
-  Shape shape;
-  bool low = true;
-  bool output = false;
-  float min = -1.0f, max = 1.0f;
-};
-Operand16 low_in(Shape shape, float min = -1.0f, float max = 1.0f) { return {std::move(shape), true, false, min, max}; }
-Operand16 low_out(Shape shape) { return {std::move(shape), true, true}; }
-Operand16 wide_in(Shape shape, float min = -1.0f, float max = 1.0f) { return {std::move(shape), false, false, min, max}; }
-Operand16 wide_out(Shape shape) { return {std::move(shape), false, true}; }
+using test_util::low_in, test_util::low_out, test_util::wide_in, test_util::wide_out, test_util::Operand16;
 
 // Runs `op` on the CPU and on the device under test from the same operands, 16-bit ones of `type`; every
 // output must have the CPU's type and lie within a few roundings of that type of the CPU's values (the

@@ -17,18 +17,7 @@ using namespace cohort;
 
 namespace {
 
-// How an op's operand is made: its shape, whether it holds activations (the 16-bit type) or float32
-// values, whether the op writes it, and the range of its random values.
-struct Operand {
-  Shape shape;
-  bool low = true;
-  bool output = false;
-  float min = -1.0f, max = 1.0f;
-};
-Operand in(Shape shape, float min = -1.0f, float max = 1.0f) { return {std::move(shape), true, false, min, max}; }
-Operand out(Shape shape) { return {std::move(shape), true, true}; }
-Operand float32_in(Shape shape, float min = -1.0f, float max = 1.0f) { return {std::move(shape), false, false, min, max}; }
-Operand float32_out(Shape shape) { return {std::move(shape), false, true}; }
+using test_util::low_in, test_util::low_out, test_util::wide_in, test_util::wide_out, test_util::Operand16;
 
 double tolerance(DType type) { return 8 * unit_roundoff(type); }
 
@@ -44,11 +33,11 @@ using Run = std::function<double(const std::vector<Tensor>&)>;
 
 // Runs `op` on operands of `type` and on float32 operands holding the same values; compares every output
 // (the float32 one rounded to the output's type) and the returned value.
-void check_op(const std::string& name, DType type, const std::vector<Operand>& operands, const Run& op) {
+void check_op(const std::string& name, DType type, const std::vector<Operand16>& operands, const Run& op) {
   INFO(name << " in " << dtype_name(type));
   std::vector<Tensor> low, wide;
   for (std::size_t i = 0; i < operands.size(); ++i) {
-    const Operand& o = operands[i];
+    const Operand16& o = operands[i];
     const Tensor values = test_util::random_tensor(o.shape, 100 + i, o.min, o.max);
     low.push_back(o.low ? values.to(type) : values.clone());
     wide.push_back(low.back().to(DType::Float32).clone());
@@ -104,39 +93,39 @@ TEST_CASE("the comparison of 16-bit results fails one step beyond the type's tol
 TEST_CASE("elementwise ops, reductions and matrix products in 16-bit types match float32", "[tensor][dtype]") {
   for (DType type : {DType::BFloat16, DType::Float16}) {
     const Shape shape{37, 29};
-    check_op("fill", type, {out(shape)}, [](const std::vector<Tensor>& t) { ops::fill(t[0], 0.3f); return 0.0; });
-    check_op("axpy", type, {in(shape), out(shape)}, [](const std::vector<Tensor>& t) { ops::axpy(0.75f, t[0], t[1]); return 0.0; });
-    check_op("scale", type, {out(shape)}, [](const std::vector<Tensor>& t) { ops::scale(t[0], -1.5f); return 0.0; });
-    check_op("multiply", type, {in(shape), in(shape), out(shape)}, [](const std::vector<Tensor>& t) {
+    check_op("fill", type, {low_out(shape)}, [](const std::vector<Tensor>& t) { ops::fill(t[0], 0.3f); return 0.0; });
+    check_op("axpy", type, {low_in(shape), low_out(shape)}, [](const std::vector<Tensor>& t) { ops::axpy(0.75f, t[0], t[1]); return 0.0; });
+    check_op("scale", type, {low_out(shape)}, [](const std::vector<Tensor>& t) { ops::scale(t[0], -1.5f); return 0.0; });
+    check_op("multiply", type, {low_in(shape), low_in(shape), low_out(shape)}, [](const std::vector<Tensor>& t) {
       ops::multiply(t[0], t[1], t[2]);
       return 0.0;
     });
-    check_op("sum", type, {in(shape)}, [](const std::vector<Tensor>& t) { return ops::sum(t[0]); });
-    check_op("sum_of_squares", type, {in(shape)}, [](const std::vector<Tensor>& t) { return ops::sum_of_squares(t[0]); });
+    check_op("sum", type, {low_in(shape)}, [](const std::vector<Tensor>& t) { return ops::sum(t[0]); });
+    check_op("sum_of_squares", type, {low_in(shape)}, [](const std::vector<Tensor>& t) { return ops::sum_of_squares(t[0]); });
     for (bool transpose_a : {false, true})
       for (bool transpose_b : {false, true}) {
         const Shape a = transpose_a ? Shape{40, 33} : Shape{33, 40}, b = transpose_b ? Shape{17, 40} : Shape{40, 17};
-        check_op("matmul", type, {in(a), in(b), out({33, 17})}, [&](const std::vector<Tensor>& t) {
+        check_op("matmul", type, {low_in(a), low_in(b), low_out({33, 17})}, [&](const std::vector<Tensor>& t) {
           ops::matmul(t[0], transpose_a, t[1], transpose_b, t[2], 1.0f, 0.5f);
           return 0.0;
         });
         // A weight gradient: 16-bit factors, a float32 product.
-        check_op("matmul into float32", type, {in(a), in(b), float32_out({33, 17})}, [&](const std::vector<Tensor>& t) {
+        check_op("matmul into float32", type, {low_in(a), low_in(b), wide_out({33, 17})}, [&](const std::vector<Tensor>& t) {
           ops::matmul(t[0], transpose_a, t[1], transpose_b, t[2]);
           return 0.0;
         });
       }
-    check_op("add_bias", type, {out(shape), float32_in({29})}, [](const std::vector<Tensor>& t) { ops::add_bias(t[0], t[1]); return 0.0; });
-    check_op("bias_gradient", type, {in(shape), float32_out({29})}, [](const std::vector<Tensor>& t) {
+    check_op("add_bias", type, {low_out(shape), wide_in({29})}, [](const std::vector<Tensor>& t) { ops::add_bias(t[0], t[1]); return 0.0; });
+    check_op("bias_gradient", type, {low_in(shape), wide_out({29})}, [](const std::vector<Tensor>& t) {
       ops::bias_gradient(t[0], t[1]);
       return 0.0;
     });
     for (Activation activation : {Activation::Relu, Activation::Sigmoid, Activation::Tanh, Activation::Softmax}) {
-      check_op("activation_forward", type, {in(shape, -3, 3), out(shape)}, [&](const std::vector<Tensor>& t) {
+      check_op("activation_forward", type, {low_in(shape, -3, 3), low_out(shape)}, [&](const std::vector<Tensor>& t) {
         ops::activation_forward(activation, t[0], t[1]);
         return 0.0;
       });
-      check_op("activation_backward", type, {in(shape, 0.01f, 0.99f), in(shape), out(shape)}, [&](const std::vector<Tensor>& t) {
+      check_op("activation_backward", type, {low_in(shape, 0.01f, 0.99f), low_in(shape), low_out(shape)}, [&](const std::vector<Tensor>& t) {
         ops::activation_backward(activation, t[0], t[1], t[2]);
         return 0.0;
       });
@@ -152,16 +141,16 @@ TEST_CASE("convolution, pooling and batch normalization in 16-bit types match fl
                                     conv(10, 8, 256, 24, 3, 1, 1)}) {
       const Shape x{g.batch, g.in_h, g.in_w, g.in_c}, k{g.kernel_h, g.kernel_w, g.in_c, g.out_c}, y{g.batch, g.out_h, g.out_w, g.out_c};
       Conv2dPlan plan(g, Device::CPU);
-      check_op("conv2d_forward", type, {in(x), in(k), in({g.out_c}), out(y)}, [&](const std::vector<Tensor>& t) {
+      check_op("conv2d_forward", type, {low_in(x), low_in(k), low_in({g.out_c}), low_out(y)}, [&](const std::vector<Tensor>& t) {
         ops::conv2d_activation_forward(plan, t[0], t[1], t[2], Activation::Relu, t[3]);
         return 0.0;
       });
-      check_op("conv2d_backward", type, {in(x), in(k), in(y), out(x), float32_out(k), float32_out({g.out_c})},
+      check_op("conv2d_backward", type, {low_in(x), low_in(k), low_in(y), low_out(x), wide_out(k), wide_out({g.out_c})},
                [&](const std::vector<Tensor>& t) {
                  ops::conv2d_backward(plan, t[0], t[1], t[2], t[3], t[4], t[5]);
                  return 0.0;
                });
-      check_op("conv2d_backward without a bias", type, {in(x), in(k), in(y), out(x), float32_out(k)},
+      check_op("conv2d_backward without a bias", type, {low_in(x), low_in(k), low_in(y), low_out(x), wide_out(k)},
                [&](const std::vector<Tensor>& t) {
                  ops::conv2d_backward(plan, t[0], t[1], t[2], t[3], t[4], Tensor());
                  return 0.0;
@@ -173,12 +162,12 @@ TEST_CASE("convolution, pooling and batch normalization in 16-bit types match fl
                              .pool_w = pool, .stride_h = 2, .stride_w = 2, .mode = mode};
       Pool2dPlan plan(g, Device::CPU);
       const Shape x{2, 9, 9, 5}, y{2, 4, 4, 5};
-      check_op("pool2d_forward", type, {in(x), out(y)}, [&](const std::vector<Tensor>& t) {
+      check_op("pool2d_forward", type, {low_in(x), low_out(y)}, [&](const std::vector<Tensor>& t) {
         ops::pool2d_forward(plan, t[0], t[1]);
         return 0.0;
       });
       // The backward pass takes the forward's own output, so that the maxima are found again.
-      check_op("pool2d_backward", type, {in(x), out(y), in(y), out(x)}, [&](const std::vector<Tensor>& t) {
+      check_op("pool2d_backward", type, {low_in(x), low_out(y), low_in(y), low_out(x)}, [&](const std::vector<Tensor>& t) {
         ops::pool2d_forward(plan, t[0], t[1]);
         ops::pool2d_backward(plan, t[0], t[1], t[2], t[3]);
         return 0.0;
@@ -189,20 +178,20 @@ TEST_CASE("convolution, pooling and batch normalization in 16-bit types match fl
       BatchNormPlan plan(BatchNormGeometry{.channels = channels}, Device::CPU);
       const Shape x{4, 5, 5, channels}, c{channels};
       check_op("batch_norm_forward_training", type,
-               {in(x, -2, 3), float32_in(c, 0.5f, 2), float32_in(c), out(x), float32_out(c), float32_out(c)},
+               {low_in(x, -2, 3), wide_in(c, 0.5f, 2), wide_in(c), low_out(x), wide_out(c), wide_out(c)},
                [&](const std::vector<Tensor>& t) {
                  ops::batch_norm_activation_forward_training(plan, t[0], t[1], t[2], Activation::Relu, t[3], t[4], t[5]);
                  return 0.0;
                });
       check_op("batch_norm_forward_inference", type,
-               {in(x), float32_in(c, 0.5f, 2), float32_in(c), float32_in(c), float32_in(c, 0.5f, 2), out(x)},
+               {low_in(x), wide_in(c, 0.5f, 2), wide_in(c), wide_in(c), wide_in(c, 0.5f, 2), low_out(x)},
                [&](const std::vector<Tensor>& t) {
                  ops::batch_norm_forward_inference(plan, t[0], t[1], t[2], t[3], t[4], t[5]);
                  return 0.0;
                });
       check_op("batch_norm_backward", type,
-               {in(x, -2, 3), float32_in(c, 0.5f, 2), in(x), float32_out(c), float32_out(c), out(x), float32_out(c),
-                float32_out(c)},
+               {low_in(x, -2, 3), wide_in(c, 0.5f, 2), low_in(x), wide_out(c), wide_out(c), low_out(x), wide_out(c),
+                wide_out(c)},
                [&](const std::vector<Tensor>& t) {
                  const Tensor y = Tensor(x, t[0].dtype());
                  ops::batch_norm_forward_training(plan, t[0], t[1], Tensor(c), y, t[3], t[4]);
@@ -215,18 +204,18 @@ TEST_CASE("convolution, pooling and batch normalization in 16-bit types match fl
 
 TEST_CASE("dropout masks, losses and accuracy in 16-bit types match float32", "[tensor][dtype]") {
   for (DType type : {DType::BFloat16, DType::Float16}) {
-    check_op("dropout_mask", type, {out({1000})}, [](const std::vector<Tensor>& t) {
+    check_op("dropout_mask", type, {low_out({1000})}, [](const std::vector<Tensor>& t) {
       ops::dropout_mask(t[0], 0.3f, 11);
       return 0.0;
     });
     const Tensor labels = Tensor::from_values({6}, std::vector<std::int32_t>{0, 3, 2, 4, 1, 3});
-    check_op("softmax_cross_entropy", type, {in({6, 5}, -4, 4), out({6, 5})}, [&](const std::vector<Tensor>& t) {
+    check_op("softmax_cross_entropy", type, {low_in({6, 5}, -4, 4), low_out({6, 5})}, [&](const std::vector<Tensor>& t) {
       return ops::softmax_cross_entropy(t[0], labels, t[1]);
     });
-    check_op("categorical_cross_entropy", type, {in({6, 5}, 0.01f, 1), out({6, 5})}, [&](const std::vector<Tensor>& t) {
+    check_op("categorical_cross_entropy", type, {low_in({6, 5}, 0.01f, 1), low_out({6, 5})}, [&](const std::vector<Tensor>& t) {
       return ops::categorical_cross_entropy(t[0], labels, t[1]);
     });
-    check_op("count_correct", type, {in({6, 5})}, [&](const std::vector<Tensor>& t) {
+    check_op("count_correct", type, {low_in({6, 5})}, [&](const std::vector<Tensor>& t) {
       return static_cast<double>(ops::count_correct(t[0], labels));
     });
   }
