@@ -412,6 +412,11 @@ TEST_CASE("16-bit elementwise ops, products and dropout give the CPU's results",
         check_16_bit("matmul into float32", type, {low_in(a), low_in(b), wide_out({33, 17})},
                      [&](const std::vector<Tensor>& t, Device) { ops::matmul(t[0], transpose_a, t[1], transpose_b, t[2]); });
       }
+    // An inner dimension of 0: C = beta * C, which cuBLAS cannot be asked for.
+    for (const float beta : {0.0f, 0.5f})
+      check_16_bit(fmt::format("matmul of an empty inner dimension, beta {}", beta), type,
+                   {low_in({33, 0}), low_in({0, 17}), low_out({33, 17})},
+                   [&](const std::vector<Tensor>& t, Device) { ops::matmul(t[0], false, t[1], false, t[2], 1.0f, beta); });
     check_16_bit("dropout mask", type, {low_out({1000, 7})},
                  [](const std::vector<Tensor>& t, Device) { ops::dropout_mask(t[0], 0.3f, 99); });
   }

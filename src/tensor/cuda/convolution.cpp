@@ -10,12 +10,15 @@
 // kernel. Padding cuDNN cannot express (asymmetric "same" padding) goes through an explicitly padded copy
 // of the input. A convolution with a bias and a ReLU after it runs as one cuDNN call
 // (cudnnConvolutionBiasActivationForward) where cuDNN takes the shape and algorithm, else as the convolution
-// and one pass of bias and activation; the plan remembers a refusal, which the log names once.
+// and one pass of bias and activation (a 16-bit output then rounded twice, after the convolution and after
+// bias and activation, where the fused call and the CPU round once); the plan remembers a refusal per element
+// type and batch size, and the log names it once per layer and element type.
 #include <atomic>
 #include <climits>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 
 #include "cohort/core/logging.hpp"
 
@@ -122,6 +125,11 @@ class ConvPlan final : public PlanState {
             (g.out_w - 1) * g.stride_w + g.kernel_w, g.pad_top, g.pad_left};
   }
   bool padded() const { return padded_; }
+  // True the first time cuDNN refuses to fuse this layer's convolution in `type`, for one log line per layer.
+  bool first_refusal(cudnnDataType_t type) const {
+    std::lock_guard lock(mutex_);
+    return refusals_logged_.insert(type).second;
+  }
 
  private:
   std::unique_ptr<Shapes> make_shapes(const Conv2dGeometry& g, cudnnDataType_t type) const {
@@ -215,6 +223,7 @@ class ConvPlan final : public PlanState {
   bool padded_;
   mutable std::mutex mutex_;
   mutable std::map<std::pair<cudnnDataType_t, std::int64_t>, std::unique_ptr<Shapes>> shapes_;
+  mutable std::set<cudnnDataType_t> refusals_logged_;
 };
 
 std::int64_t taps(const Conv2dGeometry& g) { return g.kernel_h * g.kernel_w; }
@@ -262,9 +271,14 @@ void CudaBackend::conv2d_forward_activated(const PlanState* state, const Conv2dG
           workspace.as<void>(), shapes.forward.workspace, &zero, shapes.y, out_as<T>(y), shapes.bias, in_as<T>(bias),
           shapes.relu, shapes.y, out_as<T>(y));
       if (status == CUDNN_STATUS_SUCCESS) return;
+      // A refusal (CUDNN_STATUS_NOT_SUPPORTED and its sub-codes) falls back; any other failure is an error.
+      if (CUDNN_STATUS_CATEGORY(status) != CUDNN_STATUS_NOT_SUPPORTED)
+        COHORT_CUDA_CHECK(status, "conv2d_forward (fused with bias and ReLU) of {} {}", dtype_name(x.dtype()), describe(g));
+      cudaGetLastError();  // what the refused call may have left behind is not the fallback's failure
       shapes.fusion_refused = true;
-      log::warning("cuDNN does not fuse Conv2D {} ({}) with its bias and ReLU ({}): they run as two passes", describe(g),
-                   dtype_name(x.dtype()), cudnnGetErrorString(status));
+      if (plan.first_refusal(cudnn_type<T>()))
+        log::warning("cuDNN does not fuse Conv2D {} ({}) with its bias and ReLU ({}): they run as two passes",
+                     describe(g), dtype_name(x.dtype()), cudnnGetErrorString(status));
     }
     COHORT_CUDA_CHECK(cudnnConvolutionForward(cudnn_, &one, shapes.x, input, shapes.filter, ohwi.as<T>(),
                                               shapes.convolution, shapes.forward.algo, workspace.as<void>(),

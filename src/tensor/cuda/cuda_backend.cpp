@@ -286,8 +286,16 @@ void CudaBackend::matmul(const Tensor& a, bool transpose_a, const Tensor& b, boo
   const std::int64_t m = c.dim(0), n = c.dim(1), k = transpose_a ? a.dim(0) : a.dim(1);
   if (m == 0 || n == 0) return;
   if (k == 0) {  // cuBLAS refuses the zero leading dimension this implies; C = beta * C
-    if (beta == 0.0f) fill(c, 0.0f);
-    else scale(c, beta);
+    if (beta == 0.0f) {
+      zero(c);
+    } else if (c.dtype() == DType::Float32) {
+      scale(c, beta);
+    } else {  // the scale kernel takes float32: through a widened copy
+      const Tensor wide = Tensor::uninitialized(c.shape(), DType::Float32, c.device());
+      convert(c, wide);
+      scale(wide, beta);
+      convert(wide, c);
+    }
     return;
   }
   COHORT_CHECK(m <= INT_MAX && n <= INT_MAX && k <= INT_MAX && a.dim(1) <= INT_MAX && b.dim(1) <= INT_MAX,
