@@ -165,7 +165,7 @@ class Trainer {
     std::chrono::steady_clock::time_point started;
     double data_seconds = 0;           // waiting for the input pipeline
     double mean_training_seconds = 0;  // this process's, then the mean over the processes
-    std::optional<DeviceMemory> device_memory;
+    std::optional<DeviceMemory> device_memory = std::nullopt;
   };
   EpochTotals train_batches(FitState& fit, std::int64_t epoch, ProgressBar& progress);
   // Takes a step's device memory into the epoch's figures and the timeline.
