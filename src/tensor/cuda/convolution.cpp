@@ -250,50 +250,51 @@ void CudaBackend::conv2d_forward_activated(const PlanState* state, const Conv2dG
   activate();
   if (g.batch == 0) return;
   const auto& plan = static_cast<const ConvPlan&>(*state);
-  std::lock_guard lock(handle_mutex_);
-  with_element_type(x.dtype(), [&]<class T>(std::type_identity<T>) {
-    const ConvPlan::Shapes& shapes = plan.shapes<T>(g);
-    Scratch ohwi(*allocator_, kernel.bytes());
-    kernels::hwio_to_ohwi(in_as<T>(kernel), ohwi.as<T>(), taps(g), g.in_c, g.out_c, compute_);
-    const kernels::PaddedImage p = plan.padding(g);
-    Scratch padded(*allocator_, padded_bytes(p, plan, x));
-    const T* input = in_as<T>(x);
-    if (plan.padded()) {
-      kernels::pad_images(p, input, padded.as<T>(), compute_);
-      input = padded.as<T>();
-    }
-    Scratch workspace(*allocator_, shapes.forward.workspace);
-    const float one = 1.0f, zero = 0.0f;
-    if (activation == Activation::Relu && bias.defined() && bias.dtype() == y.dtype() && !shapes.fusion_refused.load()) {
-      // z is y with a weight of zero: y = relu(conv(x) + bias).
-      const cudnnStatus_t status = cudnnConvolutionBiasActivationForward(
-          cudnn_, &one, shapes.x, input, shapes.filter, ohwi.as<T>(), shapes.convolution, shapes.forward.algo,
-          workspace.as<void>(), shapes.forward.workspace, &zero, shapes.y, out_as<T>(y), shapes.bias, in_as<T>(bias),
-          shapes.relu, shapes.y, out_as<T>(y));
-      if (status == CUDNN_STATUS_SUCCESS) return;
-      // A refusal (CUDNN_STATUS_NOT_SUPPORTED and its sub-codes) falls back; any other failure is an error.
-      if (CUDNN_STATUS_CATEGORY(status) != CUDNN_STATUS_NOT_SUPPORTED)
-        COHORT_CUDA_CHECK(status, "conv2d_forward (fused with bias and ReLU) of {} {}", dtype_name(x.dtype()), describe(g));
-      cudaGetLastError();  // what the refused call may have left behind is not the fallback's failure
-      shapes.fusion_refused = true;
-      if (plan.first_refusal(cudnn_type<T>()))
-        log::warning("cuDNN does not fuse Conv2D {} ({}) with its bias and ReLU ({}): they run as two passes",
-                     describe(g), dtype_name(x.dtype()), cudnnGetErrorString(status));
-    }
-    COHORT_CUDA_CHECK(cudnnConvolutionForward(cudnn_, &one, shapes.x, input, shapes.filter, ohwi.as<T>(),
-                                              shapes.convolution, shapes.forward.algo, workspace.as<void>(),
-                                              shapes.forward.workspace, &zero, shapes.y, out_as<T>(y)),
-                      "conv2d_forward of {} {}", dtype_name(x.dtype()), describe(g));
-    const std::int64_t rows = y.numel() / g.out_c;
-    if (!bias.defined()) {
-      if (activation != Activation::Linear)
-        kernels::activation_forward(activation, in_as<T>(y), out_as<T>(y), y.numel(), g.out_c, compute_);
-    } else if (bias.dtype() == DType::Float32)
-      kernels::bias_activation(out_as<T>(y), in_as<float>(bias), activation, rows, g.out_c, compute_);
-    else
-      kernels::bias_activation(out_as<T>(y), in_as<T>(bias), activation, rows, g.out_c, compute_);
-  });
+  // Whether cuDNN applied the bias and the activation itself.
+  const bool fused = [&] {
+    std::lock_guard lock(handle_mutex_);
+    return with_element_type(x.dtype(), [&]<class T>(std::type_identity<T>) {
+      const ConvPlan::Shapes& shapes = plan.shapes<T>(g);
+      Scratch ohwi(*allocator_, kernel.bytes());
+      kernels::hwio_to_ohwi(in_as<T>(kernel), ohwi.as<T>(), taps(g), g.in_c, g.out_c, compute_);
+      const kernels::PaddedImage p = plan.padding(g);
+      Scratch padded(*allocator_, padded_bytes(p, plan, x));
+      const T* input = in_as<T>(x);
+      if (plan.padded()) {
+        kernels::pad_images(p, input, padded.as<T>(), compute_);
+        input = padded.as<T>();
+      }
+      Scratch workspace(*allocator_, shapes.forward.workspace);
+      const float one = 1.0f, zero = 0.0f;
+      if (activation == Activation::Relu && bias.defined() && bias.dtype() == y.dtype() &&
+          !shapes.fusion_refused.load()) {
+        // z is y with a weight of zero: y = relu(conv(x) + bias).
+        const cudnnStatus_t status = cudnnConvolutionBiasActivationForward(
+            cudnn_, &one, shapes.x, input, shapes.filter, ohwi.as<T>(), shapes.convolution, shapes.forward.algo,
+            workspace.as<void>(), shapes.forward.workspace, &zero, shapes.y, out_as<T>(y), shapes.bias, in_as<T>(bias),
+            shapes.relu, shapes.y, out_as<T>(y));
+        if (status == CUDNN_STATUS_SUCCESS) return true;
+        // A refusal (CUDNN_STATUS_NOT_SUPPORTED and its sub-codes) falls back; any other failure is an error.
+        if (CUDNN_STATUS_CATEGORY(status) != CUDNN_STATUS_NOT_SUPPORTED)
+          COHORT_CUDA_CHECK(status, "conv2d_forward (fused with bias and ReLU) of {} {}", dtype_name(x.dtype()),
+                            describe(g));
+        cudaGetLastError();  // what the refused call may have left behind is not the fallback's failure
+        shapes.fusion_refused = true;
+        if (plan.first_refusal(cudnn_type<T>()))
+          log::warning("cuDNN does not fuse Conv2D {} ({}) with its bias and ReLU ({}): they run as two passes",
+                       describe(g), dtype_name(x.dtype()), cudnnGetErrorString(status));
+      }
+      COHORT_CUDA_CHECK(cudnnConvolutionForward(cudnn_, &one, shapes.x, input, shapes.filter, ohwi.as<T>(),
+                                                shapes.convolution, shapes.forward.algo, workspace.as<void>(),
+                                                shapes.forward.workspace, &zero, shapes.y, out_as<T>(y)),
+                        "conv2d_forward of {} {}", dtype_name(x.dtype()), describe(g));
+      return false;
+    });
+  }();
   COHORT_CUDA_CHECK(cudaGetLastError(), "conv2d_forward of {} {}", dtype_name(x.dtype()), describe(g));
+  if (fused) return;
+  if (bias.defined()) bias_activation_forward(y, bias, activation);
+  else if (activation != Activation::Linear) activation_forward(activation, y, y);
 }
 
 void CudaBackend::conv2d_backward(const PlanState* state, const Conv2dGeometry& g, const Tensor& x,
