@@ -397,8 +397,14 @@ void TcpTransport::heartbeat() {
     Peer& p = peers_[static_cast<std::size_t>(r)];
     if (!p.ready || p.departed) continue;
     if (now - p.last_heard > options_.peer_timeout) {
-      lose(r, fmt::format("silent for more than {} ms", options_.peer_timeout.count()));
-      continue;
+      // Bytes waiting unread mean that this rank fell behind (its I/O thread was starved of the processor),
+      // not that the peer went silent: they are read next.
+      asio::error_code error;
+      if (p.socket->socket().available(error) == 0 || error) {
+        lose(r, fmt::format("silent for more than {} ms", options_.peer_timeout.count()));
+        continue;
+      }
+      p.last_heard = now;
     }
     if (p.queue.empty())
       enqueue(r, {encode({.type = FrameType::Heartbeat, .tag = progress_.load(std::memory_order_relaxed)}), {}, nullptr});
