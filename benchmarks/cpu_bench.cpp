@@ -1,7 +1,8 @@
 // CPU performance of cohort: the machine's SGEMM through each GEMM path the build has (the layers use the
 // one gemm_path() chose, printed first), per-layer convolution GFLOP/s of the flagship CIFAR-10 model, its
 // end-to-end training throughput (forward, backward and Adam update at batch 128) and its inference
-// throughput (eval mode at batch 128 and batch 1), each on 1 and 2 threads. Convolution GFLOP/s count the FLOPs
+// throughput (eval mode at batch 128 and batch 1), each on 1 and 2 threads, and the data loader's batches per
+// second with the host's transforms against 8-bit batches for a device to expand. Convolution GFLOP/s count the FLOPs
 // of a direct convolution (2 x outputs x 9 x in_channels), so layers on the Winograd path, which does
 // fewer multiplications, can show more than the SGEMM peak.
 //
@@ -133,6 +134,32 @@ void BM_FlagshipPredict(benchmark::State& state) {
   state.counters["images/s"] = benchmark::Counter(static_cast<double>(state.iterations() * batch), benchmark::Counter::kIsRate);
 }
 BENCHMARK(BM_FlagshipPredict)->ArgsProduct({{128, 1}, {1, 2}, {0, 1}})->ArgNames({"batch", "threads", "bf16"})->UseRealTime()->MinTime(2.0)->Unit(benchmark::kMillisecond);
+
+// One CIFAR-10 batch of 128 from the loader on one thread, augmented (crop 4, flip) and normalized: mode 0 by the
+// host transforms (float32 batches), 1 as 8-bit images and draws for a device to expand (what a GPU run copies),
+// 2 the same expanded on the CPU afterwards.
+void BM_LoaderBatch(benchmark::State& state) {
+  set_num_threads(1);
+  constexpr std::int64_t kBatch = 128;
+  const auto set = data::make_synthetic({.samples = 4096, .sample_shape = {32, 32, 3}, .classes = 10});
+  const data::ImageAugmentation augmentation{
+      .crop_padding = 4, .flip_horizontal = true, .mean = {0.49f, 0.48f, 0.45f}, .stddev = {0.25f, 0.24f, 0.26f}};
+  const std::int64_t mode = state.range(0);
+  data::LoaderOptions options{.batch_size = kBatch, .seed = 1};
+  if (mode == 0) options.transforms = data::transforms_of(augmentation);
+  else options.byte_images = augmentation;
+  const data::DataLoader loader(set, options);
+  const data::ImageExpander expand(augmentation, 3, Device::CPU);
+  const std::vector<std::int64_t> order = data::ShuffleSampler(set.size(), 1).indices(0);
+  std::int64_t batch = 0;
+  for (auto _ : state) {
+    const data::Batch made = loader.make_batch(order, 0, batch++ % loader.batches_per_epoch());
+    if (mode == 2) benchmark::DoNotOptimize(expand(made.images, made.draws).data());
+    benchmark::DoNotOptimize(made.images.bytes());
+  }
+  state.counters["images/s"] = benchmark::Counter(static_cast<double>(state.iterations() * kBatch), benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_LoaderBatch)->ArgsProduct({{0, 1, 2}})->ArgNames({"mode"})->UseRealTime()->MinTime(1.0)->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 

@@ -50,8 +50,9 @@ int main(int argc, char** argv) try {
   const auto stats = data::channel_statistics(train_set);
   const auto normalize = data::normalize(stats.mean, stats.stddev);
   train::FitOptions fit = app::fit_options(options);
-  if (cifar) fit.transforms = {data::random_crop(4), data::random_flip_horizontal()};
-  fit.transforms.push_back(normalize);
+  // Augmented and normalized where the model trains: on a GPU the loader copies the 8-bit images.
+  fit.augmentation = data::ImageAugmentation{
+      .crop_padding = cifar ? 4 : 0, .flip_horizontal = cifar, .mean = stats.mean, .stddev = stats.stddev};
 
   // Evaluation sees the same normalization as training.
   const data::MappedDataset test_view(test_set, {normalize});

@@ -43,7 +43,8 @@ int main(int argc, char** argv) try {
       steps_per_epoch, options);
   Trainer trainer(model, optim::Adam({.learning_rate = schedule}), strategy);
   train::FitOptions fit = app::fit_options(options);
-  fit.transforms = {normalize};
+  // Normalized where the model trains: on a GPU the loader copies the 8-bit images, a quarter of the bytes.
+  fit.augmentation = data::ImageAugmentation{.mean = stats.mean, .stddev = stats.stddev};
   fit.validation = &test_view;
   const auto history = trainer.fit(train_set, fit);
   if (!chief) return 0;

@@ -21,6 +21,7 @@
 #include "cohort/data/cifar10.hpp"
 #include "cohort/data/dataset.hpp"
 #include "cohort/data/idx.hpp"
+#include "cohort/data/image_augmentation.hpp"
 #include "cohort/data/image_dataset.hpp"
 #include "cohort/data/loader.hpp"
 #include "cohort/data/mapped_dataset.hpp"

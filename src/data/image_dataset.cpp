@@ -19,6 +19,13 @@ ImageDataset::ImageDataset(Shape sample_shape, int num_classes, std::vector<std:
     COHORT_CHECK(labels_[i] < num_classes_, "label {} of sample {} is not below {} classes", labels_[i], i, num_classes_);
 }
 
+int ImageDataset::load_bytes(std::int64_t index, std::uint8_t* out) const {
+  COHORT_CHECK(index >= 0 && index < size(), "sample index {} out of range [0, {})", index, size());
+  const std::int64_t n = sample_shape_.numel();
+  std::copy_n(pixels_.data() + index * n, n, out);
+  return labels_[static_cast<std::size_t>(index)];
+}
+
 int ImageDataset::load(std::int64_t index, float* out) const {
   COHORT_CHECK(index >= 0 && index < size(), "sample index {} out of range [0, {})", index, size());
   const std::int64_t n = sample_shape_.numel();

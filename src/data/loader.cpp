@@ -13,6 +13,14 @@ DataLoader::DataLoader(const Dataset& dataset, LoaderOptions options, std::share
   COHORT_CHECK(options_.prefetch >= 0, "prefetch must be >= 0, got {}", options_.prefetch);
   COHORT_CHECK(options_.replicas >= 1 && options_.replica >= 0 && options_.replica < options_.replicas,
                "replica {} of {} is not a valid share", options_.replica, options_.replicas);
+  if (options_.byte_images) {
+    COHORT_CHECK(dataset_.stores_bytes() && dataset_.target_shape().rank() == 0,
+                 "byte images need a data set of 8-bit, class-labelled samples (an ImageDataset); {} is not one",
+                 dataset_.description());
+    COHORT_CHECK(options_.transforms.empty(),
+                 "byte images and host transforms both given: the image augmentation describes the whole pipeline");
+    transforms_of(*options_.byte_images);  // its parameters checked now, not in the first batch
+  }
   if (!sampler_) {
     if (options_.shuffle) sampler_ = std::make_shared<ShuffleSampler>(dataset_.size(), options_.seed);
     else sampler_ = std::make_shared<SequentialSampler>(dataset_.size());
@@ -35,11 +43,25 @@ Batch DataLoader::make_batch(const std::vector<std::int64_t>& order, std::int64_
       std::clamp<std::int64_t>(static_cast<std::int64_t>(order.size()) - begin, 0, options_.batch_size);
   const Shape sample_shape = dataset_.sample_shape();
   const std::int64_t sample_size = sample_shape.numel();
-  auto host_tensor = [&](Shape shape) { return options_.pinned ? Tensor::pinned(std::move(shape)) : Tensor(std::move(shape)); };
+  auto host_tensor = [&](Shape shape, DType type = DType::Float32) {
+    return options_.pinned ? Tensor::pinned(std::move(shape), type) : Tensor(std::move(shape), type);
+  };
   const Shape target_shape = dataset_.target_shape();
   const std::int64_t target_size = target_shape.numel();
-  Batch batch{host_tensor(sample_shape.batched(count)), host_tensor(target_shape.batched(count)), batch_index};
   const std::uint64_t epoch_seed = derive_seed(options_.seed, static_cast<std::uint64_t>(epoch));
+  if (options_.byte_images) {
+    Batch batch{host_tensor(sample_shape.batched(count), DType::UInt8), host_tensor({count}), batch_index,
+                host_tensor({count, 3}, DType::Int32)};
+    for (std::int64_t i = 0; i < count; ++i) {
+      const std::int64_t index = order[static_cast<std::size_t>(begin + i)];
+      batch.labels.data()[i] = static_cast<float>(dataset_.load_bytes(index, batch.images.data<std::uint8_t>() + i * sample_size));
+      std::mt19937_64 rng(derive_seed(epoch_seed, static_cast<std::uint64_t>(index)));
+      const auto drawn = draw(*options_.byte_images, rng);
+      std::copy(drawn.begin(), drawn.end(), batch.draws.data<std::int32_t>() + i * 3);
+    }
+    return batch;
+  }
+  Batch batch{host_tensor(sample_shape.batched(count)), host_tensor(target_shape.batched(count)), batch_index, {}};
   for (std::int64_t i = 0; i < count; ++i) {
     const std::int64_t index = order[static_cast<std::size_t>(begin + i)];
     float* sample = batch.images.data() + i * sample_size;

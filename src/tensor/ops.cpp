@@ -413,6 +413,22 @@ void dropout_mask(const Tensor& mask, float rate, std::uint64_t seed) {
   f.write_back();
 }
 
+void expand_images(const Tensor& images, const Tensor& draws, const Tensor& mean, const Tensor& stddev,
+                   const Tensor& out) {
+  const std::array operands{&images, &draws, &mean, &stddev, &out};
+  Backend& backend = backend_of("expand_images", operands, Types::Checked);
+  const bool types = images.dtype() == DType::UInt8 && draws.dtype() == DType::Int32 && mean.dtype() == DType::Float32 &&
+                     stddev.dtype() == DType::Float32 && out.dtype() == DType::Float32;
+  COHORT_CHECK(types, "expand_images: takes uint8 images, int32 draws, float32 mean, stddev and output, got {}",
+               describe_operands(operands));
+  const bool shapes = images.rank() == 4 && draws.shape() == Shape({images.dim(0), 3}) &&
+                      mean.shape() == Shape({images.dim(3)}) && stddev.shape() == mean.shape() &&
+                      out.shape() == images.shape();
+  COHORT_CHECK(shapes, "expand_images: takes images (N, H, W, C), draws (N, 3), mean and stddev (C) and an output "
+               "shaped like the images, got {}", describe_operands(operands));
+  if (images.numel() > 0) backend.expand_images(images, draws, mean, stddev, out);
+}
+
 namespace {
 
 void check_elementwise(const char* op, Activation activation) {

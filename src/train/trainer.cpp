@@ -87,21 +87,26 @@ class DeviceBatches {
     if (!host || !stream_) return host;
     Slot& slot = slots_[next_slot_];
     next_slot_ = 1 - next_slot_;
-    data::Batch on_device{reuse(slot.images, host->images), reuse(slot.labels, host->labels), host->index};
+    data::Batch on_device{reuse(slot.images, host->images), reuse(slot.labels, host->labels), host->index, {}};
     stream_->copy(host->images, on_device.images);
     stream_->copy(host->labels, on_device.labels);
+    if (host->draws.defined()) {
+      on_device.draws = reuse(slot.draws, host->draws);
+      stream_->copy(host->draws, on_device.draws);
+    }
     return on_device;
   }
 
   // A device buffer for `like`, kept while the batch shape stays the same.
   Tensor reuse(Tensor& buffer, const Tensor& like) const {
-    if (!buffer.defined() || buffer.shape() != like.shape()) buffer = Tensor::uninitialized(like.shape(), device_);
+    if (!buffer.defined() || buffer.shape() != like.shape() || buffer.dtype() != like.dtype())
+      buffer = Tensor::uninitialized(like.shape(), like.dtype(), device_);
     return buffer;
   }
 
   // Two slots, so that a batch is copied into one while the other is in use.
   struct Slot {
-    Tensor images, labels;
+    Tensor images, labels, draws;
   };
 
   data::DataLoader::Epoch& source_;
@@ -500,6 +505,7 @@ struct Trainer::FitState {
   const bool chief, verbose;
   TrainingPosition position;
   std::optional<data::DataLoader> loader;
+  std::optional<data::ImageExpander> expander;  // where the device expands byte images (FitOptions::augmentation)
   DataShare share;
   std::int64_t epochs = 0, batches_per_epoch = 0, accumulate = 1;
   TrainingControl control;
@@ -541,6 +547,14 @@ void Trainer::check_fit_arguments(const data::Dataset& train, const FitOptions& 
   COHORT_CHECK(options.epochs > 0 || options.max_steps > 0, "fit() needs epochs > 0 or max_steps > 0");
   COHORT_CHECK(train.size() > 0, "fit() got an empty training set '{}'", train.description());
   COHORT_CHECK(options.accumulate_steps >= 1, "accumulate_steps must be at least 1, got {}", options.accumulate_steps);
+  if (options.augmentation) {
+    COHORT_CHECK(options.transforms.empty(), "fit() got both transforms and an image augmentation: the augmentation "
+                 "describes the whole pipeline (normalization included)");
+    COHORT_CHECK(train.stores_bytes() && train.sample_shape().rank() == 3,
+                 "fit()'s image augmentation needs a training set of 8-bit (height, width, channels) images (an "
+                 "ImageDataset); '{}' of samples {} is not one", train.description(), train.sample_shape());
+    data::transforms_of(*options.augmentation);  // its parameters checked before training
+  }
   check_fits(train);
   if (options.validation != nullptr) check_fits(*options.validation);
 }
@@ -628,13 +642,18 @@ void Trainer::plan_epochs(FitState& fit) {
   const FitOptions& options = fit.options;
   fit.epochs = options.epochs > 0 ? options.epochs : std::numeric_limits<std::int64_t>::max();
   fit.share = strategy_->data_share();
-  data::LoaderOptions loader_options{.batch_size = options.batch_size,
-                                     .shuffle = options.shuffle,
-                                     .seed = fit.position.data_seed + fit.share.seed_offset,
-                                     .transforms = options.transforms,
-                                     .replica = fit.share.replica,
-                                     .replicas = fit.share.replicas,
-                                     .pinned = model_.device() != Device::CPU};
+  // An augmentation runs on the model's device, or as the same transforms on the CPU's loader thread.
+  const bool expand_on_device = options.augmentation && model_.device() != Device::CPU;
+  data::LoaderOptions loader_options{
+      .batch_size = options.batch_size,
+      .shuffle = options.shuffle,
+      .seed = fit.position.data_seed + fit.share.seed_offset,
+      .transforms = options.augmentation && !expand_on_device ? data::transforms_of(*options.augmentation) : options.transforms,
+      .replica = fit.share.replica,
+      .replicas = fit.share.replicas,
+      .pinned = model_.device() != Device::CPU,
+      .byte_images = expand_on_device ? options.augmentation : std::nullopt};
+  if (expand_on_device) fit.expander.emplace(*options.augmentation, fit.train.sample_shape()[2], model_.device());
   fit.loader.emplace(fit.train, loader_options, strategy_->sampler(fit.train.size(), loader_options.seed, options.shuffle));
   fit.batches_per_epoch = fit.loader->batches_per_epoch();
   fit.accumulate = options.accumulate_steps;
@@ -649,6 +668,8 @@ void Trainer::plan_epochs(FitState& fit) {
             options.batch_size * strategy_->replicas() * fit.accumulate, strategy_->replicas(), options.batch_size,
             fit.accumulate > 1 ? fmt::format(" x {} accumulated", fit.accumulate) : "",
             (fit.batches_per_epoch + fit.accumulate - 1) / fit.accumulate);
+  if (fit.expander)
+    log::info("images: copied to {} as 8-bit values, augmented and normalized there", device_name(model_.device()));
   if (fit.accumulate > fit.batches_per_epoch)
     log::warning("accumulate_steps {} exceeds the {} batches of an epoch: each update takes one epoch's", fit.accumulate,
                  fit.batches_per_epoch);
@@ -743,7 +764,8 @@ Trainer::EpochTotals Trainer::train_batches(FitState& fit, std::int64_t epoch, P
     model_.train();
     const bool completes_update = ++passes == fit.accumulate || batch->index + 1 >= fit.batches_per_epoch;
     if (device_memory != nullptr) device_memory->reset_peak();
-    totals.add(train_step(batch->images, batch->labels, completes_update));
+    const Tensor images = fit.expander ? (*fit.expander)(batch->images, batch->draws) : batch->images;
+    totals.add(train_step(images, batch->labels, completes_update));
     if (device_memory != nullptr) note_device_memory(*device_memory, epoch_totals);
     fit.position.batch_in_epoch = batch->index + 1;
     Logs logs = logs_of(totals, "");

@@ -6,6 +6,7 @@
 #include "cohort/data/loader.hpp"
 #include "cohort/data/mapped_dataset.hpp"
 #include "cohort/data/synthetic.hpp"
+#include "cohort/tensor/ops.hpp"
 
 using namespace cohort;
 
@@ -138,4 +139,95 @@ TEST_CASE("augmentation: crops shift with zero fill, flips mirror, normalization
     CHECK(after.stddev[c] == Approx(1.0).epsilon(1e-3));
   }
   CHECK_THROWS_AS(data::normalize({0.5f}, {0.0f}), InvalidArgument);
+}
+
+TEST_CASE("byte batches expanded by expand_images equal the host transforms bit for bit", "[data]") {
+  const auto set = data::make_synthetic({.samples = 37, .sample_shape = {6, 5, 3}, .classes = 4, .seed = 9});
+  const std::vector<data::ImageAugmentation> augmentations{
+      {.crop_padding = 2, .flip_horizontal = true, .mean = {0.3f, 0.5f, 0.7f}, .stddev = {0.2f, 0.25f, 0.3f}},
+      {.crop_padding = 7},  // wider than the image: some samples are all padding
+      {.flip_horizontal = true},
+      {.mean = {0.45f, 0.5f, 0.55f}, .stddev = {0.7f, 0.3f, 0.1f}},
+      {}};
+  for (std::size_t a = 0; a < augmentations.size(); ++a) {
+    const data::ImageAugmentation& augmentation = augmentations[a];
+    const data::ImageExpander expand(augmentation, 3, Device::CPU);
+    std::set<std::vector<std::int32_t>> draws_seen;
+    for (int replica = 0; replica < 2; ++replica) {
+      INFO("augmentation " << a << ", replica " << replica);
+      const data::DataLoader host(set, {.batch_size = 8, .seed = 3, .transforms = data::transforms_of(augmentation),
+                                        .replica = replica, .replicas = 2});
+      const data::DataLoader bytes(set, {.batch_size = 8, .seed = 3, .replica = replica, .replicas = 2,
+                                         .byte_images = augmentation});
+      for (std::int64_t epoch = 0; epoch < 2; ++epoch) {
+        auto host_epoch = host.epoch(epoch);
+        auto byte_epoch = bytes.epoch(epoch);
+        while (auto expected = host_epoch->next()) {
+          const auto batch = byte_epoch->next();
+          REQUIRE(batch);
+          REQUIRE(batch->images.dtype() == DType::UInt8);
+          REQUIRE(batch->draws.shape() == Shape({expected->images.dim(0), 3}));
+          CHECK(batch->labels.to_vector() == expected->labels.to_vector());
+          CHECK(expand(batch->images, batch->draws).to_vector() == expected->images.to_vector());
+          for (std::int64_t i = 0; i < batch->draws.dim(0); ++i) {
+            const std::int32_t* d = batch->draws.data<std::int32_t>() + i * 3;
+            draws_seen.insert({d[0], d[1], d[2]});
+          }
+        }
+        CHECK_FALSE(byte_epoch->next());
+      }
+    }
+    // The draws are what the augmentation asks for: shifts within the padding, flips both ways.
+    const int padding = augmentation.crop_padding;
+    for (const auto& d : draws_seen) {
+      CHECK(std::abs(d[0]) <= padding);
+      CHECK(std::abs(d[1]) <= padding);
+      CHECK((d[2] == 0 || augmentation.flip_horizontal));
+    }
+    if (augmentation.flip_horizontal) {
+      CHECK(std::any_of(draws_seen.begin(), draws_seen.end(), [](const auto& d) { return d[2] == 1; }));
+      CHECK(std::any_of(draws_seen.begin(), draws_seen.end(), [](const auto& d) { return d[2] == 0; }));
+    }
+    if (padding > 0) CHECK(std::any_of(draws_seen.begin(), draws_seen.end(), [](const auto& d) { return d[0] != 0; }));
+  }
+}
+
+TEST_CASE("expand_images shifts with zeros and mirrors as described", "[data][ops]") {
+  // One 2x3 image of one channel, shifted down-right by (1, 1) and mirrored: out[y][x] = in[y + 1][(2 - x) + 1].
+  const Tensor bytes({1, 2, 3, 1}, DType::UInt8);
+  const std::vector<std::uint8_t> pixels{0, 51, 102, 153, 204, 255};
+  std::copy(pixels.begin(), pixels.end(), bytes.data<std::uint8_t>());
+  const Tensor draws = Tensor::from_values({1, 3}, std::vector<std::int32_t>{1, 1, 1});
+  const Tensor out({1, 2, 3, 1});
+  ops::expand_images(bytes, draws, Tensor::from_values({1}, std::vector<float>{0.0f}),
+                     Tensor::from_values({1}, std::vector<float>{1.0f}), out);
+  // Row 0 reads source row 1 at columns 3, 2, 1: outside, 255, 204; row 1 reads row 2: outside.
+  CHECK(out.to_vector() == std::vector<float>{0.0f, 255 * (1.0f / 255.0f), 204 * (1.0f / 255.0f), 0.0f, 0.0f, 0.0f});
+}
+
+TEST_CASE("byte batches refuse unsuitable data sets, transforms beside them and malformed operands by name", "[data]") {
+  const auto set = data::make_synthetic({.samples = 16, .sample_shape = {4, 4, 3}});
+  const data::MappedDataset floats(set, {data::random_flip_horizontal()});
+  CHECK_THROWS_WITH(data::DataLoader(floats, {.byte_images = data::ImageAugmentation{}}),
+                    Catch::Contains("8-bit, class-labelled samples") && Catch::Contains(floats.description()));
+  CHECK_THROWS_WITH(data::DataLoader(set, {.transforms = {data::random_flip_horizontal()},
+                                           .byte_images = data::ImageAugmentation{}}),
+                    Catch::Contains("host transforms both given"));
+  CHECK_THROWS_WITH(data::DataLoader(set, {.byte_images = data::ImageAugmentation{.crop_padding = -1}}),
+                    Catch::Contains("padding must be >= 0"));
+  CHECK_THROWS_WITH(data::ImageExpander({.mean = {0.5f}, .stddev = {0.5f}}, 3, Device::CPU),
+                    Catch::Contains("normalizes 1 channels, the images have 3"));
+  CHECK_THROWS_WITH(data::ImageExpander({.mean = {0.5f, 0.5f, 0.5f}}, 3, Device::CPU),
+                    Catch::Contains("one mean and one stddev per channel"));
+  CHECK_THROWS_WITH(floats.load_bytes(0, nullptr), Catch::Contains("does not store 8-bit samples"));
+
+  const Tensor mean({3}), stddev = Tensor::full({3}, 1.0f), draws({2, 3}, DType::Int32);
+  CHECK_THROWS_WITH(ops::expand_images(Tensor({2, 4, 4, 3}), draws, mean, stddev, Tensor({2, 4, 4, 3})),
+                    Catch::Contains("expand_images: takes uint8 images") && Catch::Contains("float32 (2, 4, 4, 3)"));
+  const Tensor bytes({2, 4, 4, 3}, DType::UInt8);
+  CHECK_THROWS_WITH(ops::expand_images(bytes, Tensor({2, 2}, DType::Int32), mean, stddev, Tensor({2, 4, 4, 3})),
+                    Catch::Contains("draws (N, 3)"));
+  CHECK_THROWS_WITH(ops::expand_images(bytes, draws, Tensor({4}), Tensor::full({4}, 1.0f), Tensor({2, 4, 4, 3})),
+                    Catch::Contains("mean and stddev (C)"));
+  CHECK_NOTHROW(ops::expand_images(bytes, draws, mean, stddev, Tensor({2, 4, 4, 3})));
 }

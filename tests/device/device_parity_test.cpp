@@ -2,7 +2,7 @@
 // flagship's shapes (within 1e-4, relative to each tensor's magnitude), three SGD steps of the flagship
 // (loss and every variable within 1e-3; the biases that a batch normalization cancels do not move on either
 // device), three Adam steps (loss, predictions, each variable's whole update), dropout masks
-// (identical), element-type conversions (bit for bit), the ops on bfloat16 and float16 operands and three
+// (identical), element-type conversions and 8-bit images expanded (bit for bit), the ops on bfloat16 and float16 operands and three
 // mixed-precision SGD steps (within a few roundings of the 16-bit type), checkpoints moved between the
 // devices, asynchronous copies and out-of-memory errors. The device is COHORT_TEST_DEVICE: cuda on a GPU host
 // (`ctest -L cuda`), emulated in the CPU suite, which runs this file's own logic where no GPU is.
@@ -15,6 +15,7 @@
 #include <set>
 
 #include "cohort/core/error.hpp"
+#include "cohort/data/loader.hpp"
 #include "cohort/data/synthetic.hpp"
 #include "cohort/nn/zoo.hpp"
 #include "cohort/optim/adam.hpp"
@@ -556,6 +557,24 @@ TEST_CASE("dropout masks are those of the CPU, element for element, for any seed
     ops::dropout_mask(again, 0.3f, seed);
     CHECK(again.to_vector() == mask.device.to_vector());
   }
+}
+
+TEST_CASE("8-bit images expand on the device to the CPU's bits: crop, flip and normalization", "[ops][data]") {
+  const auto set = data::make_synthetic({.samples = 70, .sample_shape = {32, 32, 3}, .classes = 10, .seed = 5});
+  const data::ImageAugmentation augmentation{
+      .crop_padding = 4, .flip_horizontal = true, .mean = {0.49f, 0.48f, 0.45f}, .stddev = {0.25f, 0.24f, 0.26f}};
+  const data::DataLoader loader(set, {.batch_size = 32, .seed = 1, .pinned = true, .byte_images = augmentation});
+  const data::ImageExpander on_cpu(augmentation, 3, Device::CPU), on_device(augmentation, 3, dut());
+  auto epoch = loader.epoch(0);
+  int batches = 0;
+  while (auto batch = epoch->next()) {
+    const Tensor expected = on_cpu(batch->images, batch->draws);
+    const Tensor got = on_device(batch->images.to(dut()), batch->draws.to(dut()));
+    REQUIRE(got.device() == dut());
+    require_close(expected, got, 0.0, fmt::format("batch {}", batch->index));
+    ++batches;
+  }
+  CHECK(batches == 3);  // the last one short
 }
 
 // Three training steps of the flagship from the same start on the CPU and on the device under test.

@@ -63,7 +63,7 @@ std::uint16_t reference(const std::vector<std::pair<double, std::uint16_t>>& val
 }  // namespace
 
 TEST_CASE("element types have names, sizes and codes", "[tensor][dtype]") {
-  for (DType type : {DType::Float32, DType::BFloat16, DType::Float16, DType::Int32}) {
+  for (DType type : {DType::Float32, DType::BFloat16, DType::Float16, DType::Int32, DType::UInt8}) {
     CHECK(parse_dtype(dtype_name(type)) == type);
     CHECK(dtype_from_code(static_cast<std::uint8_t>(type)) == type);
   }
@@ -71,8 +71,11 @@ TEST_CASE("element types have names, sizes and codes", "[tensor][dtype]") {
   CHECK(element_size(DType::Float16) == 2);
   CHECK(element_size(DType::Float32) == 4);
   CHECK(element_size(DType::Int32) == 4);
+  CHECK(element_size(DType::UInt8) == 1);
+  CHECK_FALSE(is_floating(DType::UInt8));
+  CHECK(Tensor({2, 3}, DType::UInt8).bytes() == 6);
   CHECK_FALSE(parse_dtype("bf16").has_value());
-  CHECK_FALSE(dtype_from_code(4).has_value());
+  CHECK_FALSE(dtype_from_code(5).has_value());
 }
 
 TEST_CASE("conversion to bfloat16 and float16 rounds to the nearest value, ties to even", "[tensor][dtype]") {

@@ -172,6 +172,30 @@ TEST_CASE("fit, evaluate and predict on the emulated device equal the CPU's", "[
   CHECK(emulated.predict(images.to(Device::Emulated), 4).to_vector() == on_host.to_vector());
 }
 
+TEST_CASE("an image augmentation expanded on the device trains as its transforms on the host", "[device][train][data]") {
+  const data::ImageAugmentation augmentation{
+      .crop_padding = 2, .flip_horizontal = true, .mean = {0.45f, 0.55f}, .stddev = {0.25f, 0.2f}};
+  const auto train = [&](Device device, train::FitOptions options) {
+    options.epochs = 2;
+    options.batch_size = 8;
+    options.seed = 4;
+    options.verbosity = train::Verbosity::Silent;
+    nn::Sequential model = full_model(device);
+    Trainer(model, optim::Adam()).fit(kSet, options);
+    return model;
+  };
+  // The device takes 8-bit batches and expands them itself; the CPU runs the host transforms.
+  const nn::Sequential host = train(Device::CPU, {.transforms = data::transforms_of(augmentation)});
+  require_same_variables(host, train(Device::Emulated, {.augmentation = augmentation}));
+  // Where the device's draws or normalization differed, so would the variables.
+  data::ImageAugmentation unflipped = augmentation;
+  unflipped.flip_horizontal = false;
+  const nn::Sequential other = train(Device::Emulated, {.augmentation = unflipped});
+  CHECK(host.variable("dense/kernel")->value.to_vector() != other.variable("dense/kernel")->value.to_vector());
+  CHECK_THROWS_WITH(train(Device::Emulated, {.transforms = {data::random_flip_horizontal()}, .augmentation = augmentation}),
+                    Catch::Contains("both transforms and an image augmentation"));
+}
+
 TEST_CASE("training on a device charts its memory per step on the timeline and logs each epoch's step peak",
           "[device][train][timeline]") {
   test_util::ScratchDirectory directory("device_memory");

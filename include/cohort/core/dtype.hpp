@@ -1,8 +1,9 @@
 #pragma once
 // Element types: one enum for tensors, messages on the wire and files. float32 is what every op computes
-// in; bfloat16 and float16 are the low types of mixed precision; int32 holds class labels.
+// in; bfloat16 and float16 are the low types of mixed precision; int32 holds class labels; uint8 holds
+// images as they are stored, a quarter of float32's bytes to copy to a device.
 //
-//   DType type = parse_dtype("bfloat16").value();    // "float32", "bfloat16", "float16", "int32"
+//   DType type = parse_dtype("bfloat16").value();    // "float32", "bfloat16", "float16", "int32", "uint8"
 //   std::uint16_t bits = to_bfloat16_bits(1.5f);     // round to nearest even; NaN stays NaN
 //   float back = from_bfloat16_bits(bits);           // exact
 
@@ -15,7 +16,7 @@
 namespace cohort {
 
 // The values are part of file and wire formats: never renumber them.
-enum class DType : std::uint8_t { Float32 = 0, BFloat16 = 1, Float16 = 2, Int32 = 3 };
+enum class DType : std::uint8_t { Float32 = 0, BFloat16 = 1, Float16 = 2, Int32 = 3, UInt8 = 4 };
 
 constexpr std::string_view dtype_name(DType type) {
   switch (type) {
@@ -23,26 +24,28 @@ constexpr std::string_view dtype_name(DType type) {
     case DType::BFloat16: return "bfloat16";
     case DType::Float16: return "float16";
     case DType::Int32: return "int32";
+    case DType::UInt8: return "uint8";
   }
   return "unknown";
 }
 
 constexpr std::size_t element_size(DType type) {
+  if (type == DType::UInt8) return 1;
   return type == DType::BFloat16 || type == DType::Float16 ? 2 : 4;
 }
 
-constexpr bool is_floating(DType type) { return type != DType::Int32; }
+constexpr bool is_floating(DType type) { return type != DType::Int32 && type != DType::UInt8; }
 
-// "float32", "bfloat16", "float16" or "int32"; nullopt for anything else.
+// "float32", "bfloat16", "float16", "int32" or "uint8"; nullopt for anything else.
 constexpr std::optional<DType> parse_dtype(std::string_view name) {
-  for (DType type : {DType::Float32, DType::BFloat16, DType::Float16, DType::Int32})
+  for (DType type : {DType::Float32, DType::BFloat16, DType::Float16, DType::Int32, DType::UInt8})
     if (dtype_name(type) == name) return type;
   return std::nullopt;
 }
 
 // A byte from a file or a message: nullopt unless it names an element type.
 constexpr std::optional<DType> dtype_from_code(std::uint8_t code) {
-  if (code > static_cast<std::uint8_t>(DType::Int32)) return std::nullopt;
+  if (code > static_cast<std::uint8_t>(DType::UInt8)) return std::nullopt;
   return static_cast<DType>(code);
 }
 
@@ -64,8 +67,10 @@ template <>
 inline constexpr std::optional<DType> dtype_of_v<Float16> = DType::Float16;
 template <>
 inline constexpr std::optional<DType> dtype_of_v<std::int32_t> = DType::Int32;
+template <>
+inline constexpr std::optional<DType> dtype_of_v<std::uint8_t> = DType::UInt8;
 
-// An element type a tensor can hold on the host: float, BFloat16, Float16 or std::int32_t.
+// An element type a tensor can hold on the host: float, BFloat16, Float16, std::int32_t or std::uint8_t.
 template <class T>
 concept Element = dtype_of_v<T>.has_value();
 
@@ -134,7 +139,8 @@ constexpr float round_to(DType type, float value) {
     case DType::BFloat16: return from_bfloat16_bits(to_bfloat16_bits(value));
     case DType::Float16: return from_float16_bits(to_float16_bits(value));
     case DType::Float32:
-    case DType::Int32: break;
+    case DType::Int32:
+    case DType::UInt8: break;
   }
   return value;
 }
@@ -145,7 +151,8 @@ constexpr double unit_roundoff(DType type) {
     case DType::BFloat16: return 1.0 / 256;   // 8 significant bits
     case DType::Float16: return 1.0 / 2048;   // 11
     case DType::Float32: return 1.0 / 16777216;  // 24
-    case DType::Int32: break;
+    case DType::Int32:
+    case DType::UInt8: break;
   }
   return 0.0;
 }

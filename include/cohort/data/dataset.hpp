@@ -29,6 +29,10 @@ class Dataset {
   virtual void load_example(std::int64_t index, float* sample, float* target) const {
     *target = static_cast<float>(load(index, sample));
   }
+  // Data sets of 8-bit samples (ImageDataset) also give them as stored: load_bytes() writes sample `index`'s
+  // sample_shape().numel() bytes (the values load() scales by 1/255) and returns its label.
+  virtual bool stores_bytes() const { return false; }
+  virtual int load_bytes(std::int64_t index, std::uint8_t* out) const;
   // One line for logs: where the data came from.
   virtual std::string description() const = 0;
 };

@@ -21,6 +21,8 @@ class ImageDataset : public Dataset {
   Shape sample_shape() const override { return sample_shape_; }
   int num_classes() const override { return num_classes_; }
   int load(std::int64_t index, float* out) const override;
+  bool stores_bytes() const override { return true; }
+  int load_bytes(std::int64_t index, std::uint8_t* out) const override;
   std::string description() const override { return description_; }
 
   // The first `count` samples (all of them when count exceeds the size).

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "cohort/data/dataset.hpp"
+#include "cohort/data/image_augmentation.hpp"
 #include "cohort/data/sampler.hpp"
 #include "cohort/data/transforms.hpp"
 #include "cohort/tensor/tensor.hpp"
@@ -40,12 +41,16 @@ struct LoaderOptions {
   int replicas = 1;
   // Batches in page-locked host memory, the fast source of copies to a GPU.
   bool pinned = false;
+  // Images as the data set stores them (uint8) with each sample's draws of this augmentation, for the
+  // device to expand (ImageExpander): a data set of 8-bit, class-labelled samples, and no `transforms`.
+  std::optional<ImageAugmentation> byte_images;
 };
 
 struct Batch {
   Tensor images;
   Tensor labels;
   std::int64_t index = 0;  // position within the epoch
+  Tensor draws;            // with LoaderOptions::byte_images: int32 (N, 3), each sample's (dy, dx, flip)
 };
 
 class DataLoader {

@@ -4,7 +4,8 @@
 // (src/tensor/backend.hpp lists what a backend implements; src/tensor/backend.cpp picks it). Operands on
 // different devices, or in the middle of an asynchronous copy, are a DeviceError naming the op, the
 // devices and the shapes. Ops compute in float32: operands of another element type are InvalidArgument
-// naming the op, the types and the shapes (convert() changes a tensor's type); labels may be int32. Images are NHWC, convolution kernels HWIO (Keras layout), matrices row-major.
+// naming the op, the types and the shapes (convert() changes a tensor's type); labels may be int32, images
+// uint8 for expand_images(). Images are NHWC, convolution kernels HWIO (Keras layout), matrices row-major.
 // Outputs must be allocated by the caller with the right shape.
 //
 // Convolution, pooling and batch normalization take a plan: made once per layer at build time, it is
@@ -118,6 +119,14 @@ void moving_average_update(const Tensor& moving, const Tensor& batch, float mome
 // ---- dropout: mask[i] = 0 with probability rate, else 1 / (1 - rate); drawn from a counter-based
 // generator keyed by (seed, i), so the mask does not depend on the thread count.
 void dropout_mask(const Tensor& mask, float rate, std::uint64_t seed);
+
+// ---- 8-bit images to the float32 a model takes, on the device that trains (a quarter of the bytes to copy):
+// out[n, y, x, c] = (v / 255 - mean[c]) / stddev[c], v = images[n, y + dy, x' + dx, c] or 0 where that falls
+// outside the image, x' = W - 1 - x where the sample is flipped, else x; (dy, dx, flip) = draws[n, 0..2].
+// images uint8 (N, H, W, C), draws int32 (N, 3), mean and stddev float32 (C), out float32 (N, H, W, C).
+// The same values, bit for bit, as data::random_crop, random_flip_horizontal and normalize on the host.
+void expand_images(const Tensor& images, const Tensor& draws, const Tensor& mean, const Tensor& stddev,
+                   const Tensor& out);
 
 // ---- fused passes: an op above and the elementwise activation (Linear, Relu, Sigmoid, Tanh) of its output y,
 // in one pass where the backend can, with the unfused ops' results. The backward ones take dL/dy of that y.

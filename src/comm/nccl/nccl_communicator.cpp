@@ -40,6 +40,7 @@ ncclDataType_t nccl_type(DType type) {
     case DType::BFloat16: return ncclBfloat16;
     case DType::Float16: return ncclFloat16;
     case DType::Int32: return ncclInt32;
+    case DType::UInt8: return ncclUint8;
   }
   throw InvalidArgument(fmt::format("NCCL communicator: no element type has code {}", static_cast<int>(type)));
 }

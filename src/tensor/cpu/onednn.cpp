@@ -38,6 +38,7 @@ memory::data_type data_type(DType type) {
     case DType::BFloat16: return memory::data_type::bf16;
     case DType::Float16: return memory::data_type::f16;
     case DType::Int32: return memory::data_type::s32;
+    case DType::UInt8: return memory::data_type::u8;
     case DType::Float32: break;
   }
   return memory::data_type::f32;

@@ -510,6 +510,14 @@ void CudaBackend::dropout_mask(const Tensor& mask, float rate, std::uint64_t see
   COHORT_CUDA_LAUNCHED("dropout_mask of {} {}", dtype_name(mask.dtype()), mask.shape());
 }
 
+void CudaBackend::expand_images(const Tensor& images, const Tensor& draws, const Tensor& mean, const Tensor& stddev,
+                                const Tensor& expanded) {
+  activate();
+  kernels::expand_images({images.dim(1), images.dim(2), images.dim(3)}, images.dim(0), in_as<std::uint8_t>(images),
+                         in_as<std::int32_t>(draws), in(mean), in(stddev), out(expanded), compute_);
+  COHORT_CUDA_LAUNCHED("expand_images of {}", images.shape());
+}
+
 namespace {
 
 // Launches `launch` for the variables in lists of at most kMaxTensorsPerLaunch; `operands` gives a

@@ -20,6 +20,7 @@
 
 #include "cohort/tensor/geometry.hpp"
 #include "tensor/dropout_rule.hpp"
+#include "tensor/image_expansion.hpp"
 
 namespace cohort::cuda::kernels {
 
@@ -122,6 +123,10 @@ void crop_images(const PaddedImage& p, const T* padded, T* x, cudaStream_t strea
 // ---- dropout: the CPU backend's counter-based generator, element for element
 template <class T>
 void dropout_mask(T* mask, std::int64_t n, const DropoutRule& rule, cudaStream_t stream);
+
+// ---- 8-bit images to float32, each sample shifted, mirrored and normalized as its draws (N, 3) say
+void expand_images(const ImageExpansion& expansion, std::int64_t batch, const std::uint8_t* images,
+                   const std::int32_t* draws, const float* mean, const float* stddev, float* out, cudaStream_t stream);
 
 // ---- optimizer updates (the CPU backend's formulas) of up to kMaxTensorsPerLaunch variables in one
 // launch, passed by value as kernel parameters. operand[k][t] is operand k of variable t: the value, the

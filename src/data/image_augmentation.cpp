@@ -1,0 +1,46 @@
+#include "cohort/data/image_augmentation.hpp"
+
+#include "cohort/core/check.hpp"
+#include "cohort/tensor/ops.hpp"
+
+namespace cohort::data {
+
+std::vector<Transform> transforms_of(const ImageAugmentation& augmentation) {
+  std::vector<Transform> transforms;
+  if (augmentation.crop_padding != 0) transforms.push_back(random_crop(augmentation.crop_padding));
+  if (augmentation.flip_horizontal) transforms.push_back(random_flip_horizontal());
+  if (!augmentation.mean.empty() || !augmentation.stddev.empty())
+    transforms.push_back(normalize(augmentation.mean, augmentation.stddev));
+  return transforms;
+}
+
+std::array<std::int32_t, 3> draw(const ImageAugmentation& augmentation, std::mt19937_64& rng) {
+  std::array<std::int32_t, 3> drawn{0, 0, 0};
+  if (augmentation.crop_padding != 0) {
+    std::uniform_int_distribution<int> offset(-augmentation.crop_padding, augmentation.crop_padding);
+    drawn[0] = offset(rng);
+    drawn[1] = offset(rng);
+  }
+  if (augmentation.flip_horizontal) drawn[2] = std::uniform_int_distribution<int>(0, 1)(rng);
+  return drawn;
+}
+
+ImageExpander::ImageExpander(const ImageAugmentation& augmentation, std::int64_t channels, Device device) {
+  transforms_of(augmentation);  // the same checks as the host's transforms
+  const bool normalizes = !augmentation.mean.empty();
+  COHORT_CHECK(!normalizes || static_cast<std::int64_t>(augmentation.mean.size()) == channels,
+               "the image augmentation normalizes {} channels, the images have {}", augmentation.mean.size(), channels);
+  // Without a normalization, (v - 0) / 1 leaves each value as it is.
+  const std::vector<float> mean = normalizes ? augmentation.mean : std::vector<float>(static_cast<std::size_t>(channels), 0.0f);
+  const std::vector<float> stddev = normalizes ? augmentation.stddev : std::vector<float>(static_cast<std::size_t>(channels), 1.0f);
+  mean_ = Tensor::from_values({channels}, mean).to(device);
+  stddev_ = Tensor::from_values({channels}, stddev).to(device);
+}
+
+Tensor ImageExpander::operator()(const Tensor& images, const Tensor& draws) const {
+  Tensor out = Tensor::uninitialized(images.shape(), DType::Float32, images.device());
+  ops::expand_images(images, draws, mean_, stddev_, out);
+  return out;
+}
+
+}  // namespace cohort::data

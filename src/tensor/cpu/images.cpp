@@ -1,0 +1,31 @@
+// expand_images on the CPU: a sample per iteration, spread over the OpenMP threads.
+#include <cstdint>
+
+#include "cpu_backend.hpp"
+#include "tensor/backend_access.hpp"
+#include "tensor/image_expansion.hpp"
+
+namespace cohort::cpu {
+
+void CpuBackend::expand_images(const Tensor& images, const Tensor& draws, const Tensor& mean, const Tensor& stddev,
+                               const Tensor& out) {
+  const ImageExpansion expansion{images.dim(1), images.dim(2), images.dim(3)};
+  const std::int64_t samples = images.dim(0), sample_size = expansion.height * expansion.width * expansion.channels;
+  const auto* pixels = static_cast<const std::uint8_t*>(device_bytes(images));
+  const auto* drawn = static_cast<const std::int32_t*>(device_bytes(draws));
+  const float* means = device_data(mean);
+  const float* deviations = device_data(stddev);
+  float* values = device_data(out);
+#pragma omp parallel for if (samples * sample_size > (1 << 16))
+  for (std::int64_t n = 0; n < samples; ++n) {
+    const std::uint8_t* sample = pixels + n * sample_size;
+    const std::int32_t* draw = drawn + n * 3;
+    float* written = values + n * sample_size;
+    for (std::int64_t y = 0; y < expansion.height; ++y)
+      for (std::int64_t x = 0; x < expansion.width; ++x)
+        for (std::int64_t c = 0; c < expansion.channels; ++c)
+          *written++ = expansion(sample, y, x, c, draw[0], draw[1], draw[2], means[c], deviations[c]);
+  }
+}
+
+}  // namespace cohort::cpu
