@@ -154,7 +154,7 @@ void BM_LoaderBatch(benchmark::State& state) {
   std::int64_t batch = 0;
   for (auto _ : state) {
     const data::Batch made = loader.make_batch(order, 0, batch++ % loader.batches_per_epoch());
-    if (mode == 2) benchmark::DoNotOptimize(expand(made.images, made.draws).data());
+    if (mode == 2) benchmark::DoNotOptimize(expand(made.images, {}, made.draws).data());
     benchmark::DoNotOptimize(made.images.bytes());
   }
   state.counters["images/s"] = benchmark::Counter(static_cast<double>(state.iterations() * kBatch), benchmark::Counter::kIsRate);

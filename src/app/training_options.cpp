@@ -64,6 +64,8 @@ TrainingOptions parse_training_options(int argc, const char* const* argv, std::s
   cli.add_option("--threads", options.threads, "CPU threads (0: all cores)")->check(whole_number(0, 4096));
   cli.add_option("--device", options.device, "cpu, cuda, auto (CUDA when a GPU is visible) or emulated")
       ->check(CLI::IsMember({"cpu", "cuda", "auto", "emulated"}));
+  cli.add_flag("--resident-images", options.resident_images,
+               "on a GPU, copy the training set's 8-bit images there once; batches then bring only sample indices");
   cli.add_option("--precision", options.precision,
                  "float32, or mixed_bfloat16 / mixed_float16: float32 variables, layers computing in the 16-bit type")
       ->check(CLI::IsMember({"float32", "mixed_bfloat16", "mixed_float16"}));
@@ -205,6 +207,7 @@ train::FitOptions fit_options(const TrainingOptions& options) {
   fit.batch_size = options.batch_size;
   fit.accumulate_steps = options.accumulate_steps;
   fit.seed = options.seed;
+  fit.resident_images = options.resident_images;
   fit.verbosity = verbosity(options);
   fit.checkpoint_dir = options.checkpoint_dir;
   fit.checkpoint_every_steps = options.checkpoint_every;

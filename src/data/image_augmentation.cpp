@@ -1,5 +1,7 @@
 #include "cohort/data/image_augmentation.hpp"
 
+#include <fmt/ranges.h>
+
 #include "cohort/core/check.hpp"
 #include "cohort/tensor/ops.hpp"
 
@@ -12,6 +14,15 @@ std::vector<Transform> transforms_of(const ImageAugmentation& augmentation) {
   if (!augmentation.mean.empty() || !augmentation.stddev.empty())
     transforms.push_back(normalize(augmentation.mean, augmentation.stddev));
   return transforms;
+}
+
+std::string describe(const ImageAugmentation& augmentation) {
+  std::vector<std::string> steps;
+  if (augmentation.crop_padding != 0)
+    steps.push_back(fmt::format("cropped at random within {} pixels of padding", augmentation.crop_padding));
+  if (augmentation.flip_horizontal) steps.push_back("flipped at random");
+  steps.push_back(augmentation.mean.empty() ? "scaled to [0, 1]" : "normalized");
+  return fmt::format("{}", fmt::join(steps, ", "));
 }
 
 std::array<std::int32_t, 3> draw(const ImageAugmentation& augmentation, std::mt19937_64& rng) {
@@ -37,10 +48,21 @@ ImageExpander::ImageExpander(const ImageAugmentation& augmentation, std::int64_t
   stddev_ = Tensor::from_values({channels}, stddev).to(device);
 }
 
-Tensor ImageExpander::operator()(const Tensor& images, const Tensor& draws) const {
-  Tensor out = Tensor::uninitialized(images.shape(), DType::Float32, images.device());
-  ops::expand_images(images, draws, mean_, stddev_, out);
+Tensor ImageExpander::operator()(const Tensor& images, const Tensor& indices, const Tensor& draws) const {
+  Shape shape = images.shape();
+  shape[0] = draws.dim(0);
+  Tensor out = Tensor::uninitialized(std::move(shape), DType::Float32, images.device());
+  ops::expand_images(images, indices, draws, mean_, stddev_, out);
   return out;
+}
+
+Tensor stored_images(const Dataset& dataset, Device device) {
+  COHORT_CHECK(dataset.stores_bytes(), "{} does not store 8-bit samples to keep on {}", dataset.description(),
+               device_name(device));
+  const std::int64_t sample_size = dataset.sample_shape().numel();
+  const Tensor all = Tensor::uninitialized(dataset.sample_shape().batched(dataset.size()), DType::UInt8, Device::CPU);
+  for (std::int64_t i = 0; i < dataset.size(); ++i) dataset.load_bytes(i, all.data<std::uint8_t>() + i * sample_size);
+  return all.to(device);
 }
 
 }  // namespace cohort::data

@@ -1,6 +1,7 @@
 #include "cohort/data/loader.hpp"
 
 #include <algorithm>
+#include <limits>
 
 #include "cohort/core/check.hpp"
 #include "cohort/core/seed.hpp"
@@ -21,6 +22,10 @@ DataLoader::DataLoader(const Dataset& dataset, LoaderOptions options, std::share
                  "byte images and host transforms both given: the image augmentation describes the whole pipeline");
     transforms_of(*options_.byte_images);  // its parameters checked now, not in the first batch
   }
+  COHORT_CHECK(!options_.sample_indices_only || options_.byte_images,
+               "batches of sample indices only are for byte images (byte_images unset)");
+  COHORT_CHECK(dataset_.size() <= std::numeric_limits<std::int32_t>::max() || !options_.sample_indices_only,
+               "{} has {} samples, more than an int32 index reaches", dataset_.description(), dataset_.size());
   if (!sampler_) {
     if (options_.shuffle) sampler_ = std::make_shared<ShuffleSampler>(dataset_.size(), options_.seed);
     else sampler_ = std::make_shared<SequentialSampler>(dataset_.size());
@@ -37,39 +42,52 @@ std::int64_t DataLoader::samples_per_epoch() const {
   return options_.drop_remainder ? batches_per_epoch() * options_.batch_size * options_.replicas : order_size_;
 }
 
+Tensor DataLoader::host_tensor(Shape shape, DType type) const {
+  return options_.pinned ? Tensor::pinned(std::move(shape), type) : Tensor(std::move(shape), type);
+}
+
 Batch DataLoader::make_batch(const std::vector<std::int64_t>& order, std::int64_t epoch, std::int64_t batch_index) const {
   const std::int64_t begin = (batch_index * options_.replicas + options_.replica) * options_.batch_size;
   const std::int64_t count =
       std::clamp<std::int64_t>(static_cast<std::int64_t>(order.size()) - begin, 0, options_.batch_size);
+  const std::span<const std::int64_t> samples =
+      std::span(order).subspan(static_cast<std::size_t>(count > 0 ? begin : 0), static_cast<std::size_t>(count));
+  const std::uint64_t epoch_seed = derive_seed(options_.seed, static_cast<std::uint64_t>(epoch));
+  if (options_.byte_images) return make_byte_batch(samples, epoch_seed, batch_index);
   const Shape sample_shape = dataset_.sample_shape();
   const std::int64_t sample_size = sample_shape.numel();
-  auto host_tensor = [&](Shape shape, DType type = DType::Float32) {
-    return options_.pinned ? Tensor::pinned(std::move(shape), type) : Tensor(std::move(shape), type);
-  };
   const Shape target_shape = dataset_.target_shape();
   const std::int64_t target_size = target_shape.numel();
-  const std::uint64_t epoch_seed = derive_seed(options_.seed, static_cast<std::uint64_t>(epoch));
-  if (options_.byte_images) {
-    Batch batch{host_tensor(sample_shape.batched(count), DType::UInt8), host_tensor({count}), batch_index,
-                host_tensor({count, 3}, DType::Int32)};
-    for (std::int64_t i = 0; i < count; ++i) {
-      const std::int64_t index = order[static_cast<std::size_t>(begin + i)];
-      batch.labels.data()[i] = static_cast<float>(dataset_.load_bytes(index, batch.images.data<std::uint8_t>() + i * sample_size));
-      std::mt19937_64 rng(derive_seed(epoch_seed, static_cast<std::uint64_t>(index)));
-      const auto drawn = draw(*options_.byte_images, rng);
-      std::copy(drawn.begin(), drawn.end(), batch.draws.data<std::int32_t>() + i * 3);
-    }
-    return batch;
-  }
-  Batch batch{host_tensor(sample_shape.batched(count)), host_tensor(target_shape.batched(count)), batch_index, {}};
+  Batch batch{host_tensor(sample_shape.batched(count)), host_tensor(target_shape.batched(count)), batch_index, {}, {}};
   for (std::int64_t i = 0; i < count; ++i) {
-    const std::int64_t index = order[static_cast<std::size_t>(begin + i)];
+    const std::int64_t index = samples[static_cast<std::size_t>(i)];
     float* sample = batch.images.data() + i * sample_size;
     dataset_.load_example(index, sample, batch.labels.data() + i * target_size);
     if (options_.transforms.empty()) continue;
     std::mt19937_64 rng(derive_seed(epoch_seed, static_cast<std::uint64_t>(index)));
     for (const auto& transform : options_.transforms)
       transform({sample, static_cast<std::size_t>(sample_size)}, sample_shape, rng);
+  }
+  return batch;
+}
+
+Batch DataLoader::make_byte_batch(std::span<const std::int64_t> samples, std::uint64_t epoch_seed,
+                                  std::int64_t batch_index) const {
+  const auto count = static_cast<std::int64_t>(samples.size());
+  const std::int64_t sample_size = dataset_.sample_shape().numel();
+  Batch batch{{}, host_tensor({count}), batch_index, host_tensor({count, 3}, DType::Int32), {}};
+  // Without images in the batch, each sample's bytes pass through one buffer on their way to its label.
+  std::vector<std::uint8_t> passing(options_.sample_indices_only ? static_cast<std::size_t>(sample_size) : 0);
+  if (options_.sample_indices_only) batch.indices = host_tensor({count}, DType::Int32);
+  else batch.images = host_tensor(dataset_.sample_shape().batched(count), DType::UInt8);
+  for (std::int64_t i = 0; i < count; ++i) {
+    const std::int64_t index = samples[static_cast<std::size_t>(i)];
+    std::uint8_t* bytes = options_.sample_indices_only ? passing.data() : batch.images.data<std::uint8_t>() + i * sample_size;
+    batch.labels.data()[i] = static_cast<float>(dataset_.load_bytes(index, bytes));
+    if (options_.sample_indices_only) batch.indices.data<std::int32_t>()[i] = static_cast<std::int32_t>(index);
+    std::mt19937_64 rng(derive_seed(epoch_seed, static_cast<std::uint64_t>(index)));
+    const auto drawn = draw(*options_.byte_images, rng);
+    std::copy(drawn.begin(), drawn.end(), batch.draws.data<std::int32_t>() + i * 3);
   }
   return batch;
 }

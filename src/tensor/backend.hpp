@@ -120,8 +120,8 @@ class Backend {
                                              const Tensor& dbeta) = 0;
   virtual void moving_average_update(const Tensor& moving, const Tensor& batch, float momentum) = 0;
   virtual void dropout_mask(const Tensor& mask, float rate, std::uint64_t seed) = 0;
-  virtual void expand_images(const Tensor& images, const Tensor& draws, const Tensor& mean, const Tensor& stddev,
-                             const Tensor& out) = 0;
+  virtual void expand_images(const Tensor& images, const Tensor& indices, const Tensor& draws, const Tensor& mean,
+                             const Tensor& stddev, const Tensor& out) = 0;
 
   // ---- fused passes: an op and the elementwise activation (Linear, Relu, Sigmoid, Tanh) of its output y in one
   // pass; the backward ones take dL/dy of that activated output. The defaults run the unfused ops one after

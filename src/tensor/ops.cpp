@@ -413,20 +413,29 @@ void dropout_mask(const Tensor& mask, float rate, std::uint64_t seed) {
   f.write_back();
 }
 
-void expand_images(const Tensor& images, const Tensor& draws, const Tensor& mean, const Tensor& stddev,
-                   const Tensor& out) {
-  const std::array operands{&images, &draws, &mean, &stddev, &out};
+void expand_images(const Tensor& images, const Tensor& indices, const Tensor& draws, const Tensor& mean,
+                   const Tensor& stddev, const Tensor& out) {
+  const std::array operands{&images, &indices, &draws, &mean, &stddev, &out};
   Backend& backend = backend_of("expand_images", operands, Types::Checked);
-  const bool types = images.dtype() == DType::UInt8 && draws.dtype() == DType::Int32 && mean.dtype() == DType::Float32 &&
+  const bool types = images.dtype() == DType::UInt8 && (!indices.defined() || indices.dtype() == DType::Int32) &&
+                     draws.dtype() == DType::Int32 && mean.dtype() == DType::Float32 &&
                      stddev.dtype() == DType::Float32 && out.dtype() == DType::Float32;
-  COHORT_CHECK(types, "expand_images: takes uint8 images, int32 draws, float32 mean, stddev and output, got {}",
-               describe_operands(operands));
-  const bool shapes = images.rank() == 4 && draws.shape() == Shape({images.dim(0), 3}) &&
-                      mean.shape() == Shape({images.dim(3)}) && stddev.shape() == mean.shape() &&
-                      out.shape() == images.shape();
-  COHORT_CHECK(shapes, "expand_images: takes images (N, H, W, C), draws (N, 3), mean and stddev (C) and an output "
-               "shaped like the images, got {}", describe_operands(operands));
-  if (images.numel() > 0) backend.expand_images(images, draws, mean, stddev, out);
+  COHORT_CHECK(types, "expand_images: takes uint8 images, int32 indices and draws, float32 mean, stddev and output, "
+               "got {}", describe_operands(operands));
+  const std::int64_t samples = out.rank() == 4 ? out.dim(0) : -1;
+  const bool shapes = images.rank() == 4 && out.rank() == 4 && out.shape().sample() == images.shape().sample() &&
+                      (indices.defined() ? indices.shape() == Shape({samples}) : images.dim(0) == samples) &&
+                      draws.shape() == Shape({samples, 3}) && mean.shape() == Shape({images.dim(3)}) &&
+                      stddev.shape() == mean.shape();
+  COHORT_CHECK(shapes, "expand_images: takes images (S, H, W, C), indices (N) or none (S = N), draws (N, 3), mean and "
+               "stddev (C) and an output (N, H, W, C), got {}", describe_operands(operands));
+  if (indices.defined() && indices.device() == Device::CPU) {
+    const std::int32_t* index = indices.data<std::int32_t>();
+    for (std::int64_t n = 0; n < samples; ++n)
+      COHORT_CHECK(index[n] >= 0 && index[n] < images.dim(0), "expand_images: index {} of sample {} is outside the {} "
+                   "images", index[n], n, images.dim(0));
+  }
+  if (out.numel() > 0) backend.expand_images(images, indices, draws, mean, stddev, out);
 }
 
 namespace {

@@ -87,26 +87,23 @@ class DeviceBatches {
     if (!host || !stream_) return host;
     Slot& slot = slots_[next_slot_];
     next_slot_ = 1 - next_slot_;
-    data::Batch on_device{reuse(slot.images, host->images), reuse(slot.labels, host->labels), host->index, {}};
-    stream_->copy(host->images, on_device.images);
-    stream_->copy(host->labels, on_device.labels);
-    if (host->draws.defined()) {
-      on_device.draws = reuse(slot.draws, host->draws);
-      stream_->copy(host->draws, on_device.draws);
-    }
+    data::Batch on_device{copied(slot.images, host->images), copied(slot.labels, host->labels), host->index,
+                          copied(slot.draws, host->draws), copied(slot.indices, host->indices)};
     return on_device;
   }
 
-  // A device buffer for `like`, kept while the batch shape stays the same.
-  Tensor reuse(Tensor& buffer, const Tensor& like) const {
-    if (!buffer.defined() || buffer.shape() != like.shape() || buffer.dtype() != like.dtype())
-      buffer = Tensor::uninitialized(like.shape(), like.dtype(), device_);
+  // `host`, when defined, queued for copying into a device buffer kept while the batch shape stays the same.
+  Tensor copied(Tensor& buffer, const Tensor& host) {
+    if (!host.defined()) return {};
+    if (!buffer.defined() || buffer.shape() != host.shape() || buffer.dtype() != host.dtype())
+      buffer = Tensor::uninitialized(host.shape(), host.dtype(), device_);
+    stream_->copy(host, buffer);
     return buffer;
   }
 
   // Two slots, so that a batch is copied into one while the other is in use.
   struct Slot {
-    Tensor images, labels, draws;
+    Tensor images, labels, draws, indices;
   };
 
   data::DataLoader::Epoch& source_;
@@ -506,6 +503,7 @@ struct Trainer::FitState {
   TrainingPosition position;
   std::optional<data::DataLoader> loader;
   std::optional<data::ImageExpander> expander;  // where the device expands byte images (FitOptions::augmentation)
+  Tensor resident_images;                       // the training set's, on the device (FitOptions::resident_images)
   DataShare share;
   std::int64_t epochs = 0, batches_per_epoch = 0, accumulate = 1;
   TrainingControl control;
@@ -652,8 +650,10 @@ void Trainer::plan_epochs(FitState& fit) {
       .replica = fit.share.replica,
       .replicas = fit.share.replicas,
       .pinned = model_.device() != Device::CPU,
-      .byte_images = expand_on_device ? options.augmentation : std::nullopt};
+      .byte_images = expand_on_device ? options.augmentation : std::nullopt,
+      .sample_indices_only = expand_on_device && options.resident_images};
   if (expand_on_device) fit.expander.emplace(*options.augmentation, fit.train.sample_shape()[2], model_.device());
+  if (loader_options.sample_indices_only) fit.resident_images = data::stored_images(fit.train, model_.device());
   fit.loader.emplace(fit.train, loader_options, strategy_->sampler(fit.train.size(), loader_options.seed, options.shuffle));
   fit.batches_per_epoch = fit.loader->batches_per_epoch();
   fit.accumulate = options.accumulate_steps;
@@ -668,8 +668,13 @@ void Trainer::plan_epochs(FitState& fit) {
             options.batch_size * strategy_->replicas() * fit.accumulate, strategy_->replicas(), options.batch_size,
             fit.accumulate > 1 ? fmt::format(" x {} accumulated", fit.accumulate) : "",
             (fit.batches_per_epoch + fit.accumulate - 1) / fit.accumulate);
-  if (fit.expander)
-    log::info("images: copied to {} as 8-bit values, augmented and normalized there", device_name(model_.device()));
+  if (fit.resident_images.defined())
+    log::info("images: the training set's {} of 8-bit values resident on {}, {} there",
+              mebibytes(static_cast<double>(fit.resident_images.bytes())), device_name(model_.device()),
+              data::describe(*options.augmentation));
+  else if (fit.expander)
+    log::info("images: copied to {} as 8-bit values, {} there", device_name(model_.device()),
+              data::describe(*options.augmentation));
   if (fit.accumulate > fit.batches_per_epoch)
     log::warning("accumulate_steps {} exceeds the {} batches of an epoch: each update takes one epoch's", fit.accumulate,
                  fit.batches_per_epoch);
@@ -764,7 +769,10 @@ Trainer::EpochTotals Trainer::train_batches(FitState& fit, std::int64_t epoch, P
     model_.train();
     const bool completes_update = ++passes == fit.accumulate || batch->index + 1 >= fit.batches_per_epoch;
     if (device_memory != nullptr) device_memory->reset_peak();
-    const Tensor images = fit.expander ? (*fit.expander)(batch->images, batch->draws) : batch->images;
+    const Tensor images =
+        !fit.expander ? batch->images
+                      : (*fit.expander)(batch->indices.defined() ? fit.resident_images : batch->images, batch->indices,
+                                        batch->draws);
     totals.add(train_step(images, batch->labels, completes_update));
     if (device_memory != nullptr) note_device_memory(*device_memory, epoch_totals);
     fit.position.batch_in_epoch = batch->index + 1;

@@ -152,6 +152,7 @@ TEST_CASE("byte batches expanded by expand_images equal the host transforms bit 
   for (std::size_t a = 0; a < augmentations.size(); ++a) {
     const data::ImageAugmentation& augmentation = augmentations[a];
     const data::ImageExpander expand(augmentation, 3, Device::CPU);
+    const Tensor stored = data::stored_images(set, Device::CPU);
     std::set<std::vector<std::int32_t>> draws_seen;
     for (int replica = 0; replica < 2; ++replica) {
       INFO("augmentation " << a << ", replica " << replica);
@@ -159,16 +160,24 @@ TEST_CASE("byte batches expanded by expand_images equal the host transforms bit 
                                         .replica = replica, .replicas = 2});
       const data::DataLoader bytes(set, {.batch_size = 8, .seed = 3, .replica = replica, .replicas = 2,
                                          .byte_images = augmentation});
+      const data::DataLoader indices(set, {.batch_size = 8, .seed = 3, .replica = replica, .replicas = 2,
+                                           .byte_images = augmentation, .sample_indices_only = true});
       for (std::int64_t epoch = 0; epoch < 2; ++epoch) {
         auto host_epoch = host.epoch(epoch);
         auto byte_epoch = bytes.epoch(epoch);
+        auto index_epoch = indices.epoch(epoch);
         while (auto expected = host_epoch->next()) {
           const auto batch = byte_epoch->next();
+          const auto indexed = index_epoch->next();
           REQUIRE(batch);
+          REQUIRE(indexed);
           REQUIRE(batch->images.dtype() == DType::UInt8);
           REQUIRE(batch->draws.shape() == Shape({expected->images.dim(0), 3}));
+          CHECK_FALSE(indexed->images.defined());
           CHECK(batch->labels.to_vector() == expected->labels.to_vector());
-          CHECK(expand(batch->images, batch->draws).to_vector() == expected->images.to_vector());
+          CHECK(indexed->labels.to_vector() == expected->labels.to_vector());
+          CHECK(expand(batch->images, {}, batch->draws).to_vector() == expected->images.to_vector());
+          CHECK(expand(stored, indexed->indices, indexed->draws).to_vector() == expected->images.to_vector());
           for (std::int64_t i = 0; i < batch->draws.dim(0); ++i) {
             const std::int32_t* d = batch->draws.data<std::int32_t>() + i * 3;
             draws_seen.insert({d[0], d[1], d[2]});
@@ -199,7 +208,7 @@ TEST_CASE("expand_images shifts with zeros and mirrors as described", "[data][op
   std::copy(pixels.begin(), pixels.end(), bytes.data<std::uint8_t>());
   const Tensor draws = Tensor::from_values({1, 3}, std::vector<std::int32_t>{1, 1, 1});
   const Tensor out({1, 2, 3, 1});
-  ops::expand_images(bytes, draws, Tensor::from_values({1}, std::vector<float>{0.0f}),
+  ops::expand_images(bytes, {}, draws, Tensor::from_values({1}, std::vector<float>{0.0f}),
                      Tensor::from_values({1}, std::vector<float>{1.0f}), out);
   // Row 0 reads source row 1 at columns 3, 2, 1: outside, 255, 204; row 1 reads row 2: outside.
   CHECK(out.to_vector() == std::vector<float>{0.0f, 255 * (1.0f / 255.0f), 204 * (1.0f / 255.0f), 0.0f, 0.0f, 0.0f});
@@ -222,12 +231,24 @@ TEST_CASE("byte batches refuse unsuitable data sets, transforms beside them and 
   CHECK_THROWS_WITH(floats.load_bytes(0, nullptr), Catch::Contains("does not store 8-bit samples"));
 
   const Tensor mean({3}), stddev = Tensor::full({3}, 1.0f), draws({2, 3}, DType::Int32);
-  CHECK_THROWS_WITH(ops::expand_images(Tensor({2, 4, 4, 3}), draws, mean, stddev, Tensor({2, 4, 4, 3})),
+  const Tensor out({2, 4, 4, 3});
+  CHECK_THROWS_WITH(ops::expand_images(Tensor({2, 4, 4, 3}), {}, draws, mean, stddev, out),
                     Catch::Contains("expand_images: takes uint8 images") && Catch::Contains("float32 (2, 4, 4, 3)"));
   const Tensor bytes({2, 4, 4, 3}, DType::UInt8);
-  CHECK_THROWS_WITH(ops::expand_images(bytes, Tensor({2, 2}, DType::Int32), mean, stddev, Tensor({2, 4, 4, 3})),
+  CHECK_THROWS_WITH(ops::expand_images(bytes, {}, Tensor({2, 2}, DType::Int32), mean, stddev, out),
                     Catch::Contains("draws (N, 3)"));
-  CHECK_THROWS_WITH(ops::expand_images(bytes, draws, Tensor({4}), Tensor::full({4}, 1.0f), Tensor({2, 4, 4, 3})),
+  CHECK_THROWS_WITH(ops::expand_images(bytes, {}, draws, Tensor({4}), Tensor::full({4}, 1.0f), out),
                     Catch::Contains("mean and stddev (C)"));
-  CHECK_NOTHROW(ops::expand_images(bytes, draws, mean, stddev, Tensor({2, 4, 4, 3})));
+  CHECK_NOTHROW(ops::expand_images(bytes, {}, draws, mean, stddev, out));
+  // Samples taken by index from a larger set: the indices must name its images.
+  const Tensor set_of_five({5, 4, 4, 3}, DType::UInt8);
+  CHECK_NOTHROW(ops::expand_images(set_of_five, Tensor::from_values({2}, std::vector<std::int32_t>{4, 0}), draws, mean,
+                                   stddev, out));
+  CHECK_THROWS_WITH(ops::expand_images(set_of_five, Tensor::from_values({2}, std::vector<std::int32_t>{1, 5}), draws,
+                                       mean, stddev, out),
+                    Catch::Contains("index 5 of sample 1 is outside the 5 images"));
+  CHECK_THROWS_WITH(ops::expand_images(set_of_five, Tensor({2}), draws, mean, stddev, out),
+                    Catch::Contains("int32 indices"));
+  CHECK_THROWS_WITH(ops::expand_images(set_of_five, {}, draws, mean, stddev, out), Catch::Contains("or none (S = N)"));
+  CHECK_THROWS_WITH(data::DataLoader(set, {.sample_indices_only = true}), Catch::Contains("byte_images unset"));
 }

@@ -564,14 +564,21 @@ TEST_CASE("8-bit images expand on the device to the CPU's bits: crop, flip and n
   const data::ImageAugmentation augmentation{
       .crop_padding = 4, .flip_horizontal = true, .mean = {0.49f, 0.48f, 0.45f}, .stddev = {0.25f, 0.24f, 0.26f}};
   const data::DataLoader loader(set, {.batch_size = 32, .seed = 1, .pinned = true, .byte_images = augmentation});
+  const data::DataLoader indices(set, {.batch_size = 32, .seed = 1, .byte_images = augmentation, .sample_indices_only = true});
   const data::ImageExpander on_cpu(augmentation, 3, Device::CPU), on_device(augmentation, 3, dut());
+  const Tensor resident = data::stored_images(set, dut());
   auto epoch = loader.epoch(0);
+  auto index_epoch = indices.epoch(0);
   int batches = 0;
   while (auto batch = epoch->next()) {
-    const Tensor expected = on_cpu(batch->images, batch->draws);
-    const Tensor got = on_device(batch->images.to(dut()), batch->draws.to(dut()));
+    const auto indexed = index_epoch->next();
+    REQUIRE(indexed);
+    const Tensor expected = on_cpu(batch->images, {}, batch->draws);
+    const Tensor got = on_device(batch->images.to(dut()), {}, batch->draws.to(dut()));
     REQUIRE(got.device() == dut());
     require_close(expected, got, 0.0, fmt::format("batch {}", batch->index));
+    const Tensor from_resident = on_device(resident, indexed->indices.to(dut()), indexed->draws.to(dut()));
+    require_close(expected, from_resident, 0.0, fmt::format("batch {} from the resident set", batch->index));
     ++batches;
   }
   CHECK(batches == 3);  // the last one short

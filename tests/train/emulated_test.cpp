@@ -187,6 +187,8 @@ TEST_CASE("an image augmentation expanded on the device trains as its transforms
   // The device takes 8-bit batches and expands them itself; the CPU runs the host transforms.
   const nn::Sequential host = train(Device::CPU, {.transforms = data::transforms_of(augmentation)});
   require_same_variables(host, train(Device::Emulated, {.augmentation = augmentation}));
+  // The same with the training set resident on the device and batches of sample indices.
+  require_same_variables(host, train(Device::Emulated, {.augmentation = augmentation, .resident_images = true}));
   // Where the device's draws or normalization differed, so would the variables.
   data::ImageAugmentation unflipped = augmentation;
   unflipped.flip_horizontal = false;

@@ -36,6 +36,7 @@ struct TrainingOptions {
   int threads = 0;  // 0: all cores
   std::string device = "auto";
   std::string precision = "float32";  // nn/precision.hpp: float32, mixed_bfloat16 or mixed_float16
+  bool resident_images = false;       // on a device, the training set's 8-bit images kept there (FitOptions)
   double learning_rate = 1e-3;
   std::uint64_t seed = 1;
   bool summary_only = false;

@@ -3,17 +3,19 @@
 // code, so that the device that trains can apply it. A loader given one (LoaderOptions::byte_images) hands
 // out each batch's images as the data set stores them (uint8, a quarter of float32's bytes to copy) with
 // each sample's random draws; ImageExpander turns them into the float32 images on the batch's device. The
-// values equal, bit for bit, those of the host transforms that transforms_of() returns.
+// values equal, bit for bit, those of the host transforms that transforms_of() returns. Where a data set fits
+// on the device, stored_images() puts all of it there once, and batches need carry only sample indices.
 //
 //   const data::ImageAugmentation augmentation{.crop_padding = 4, .flip_horizontal = true,
 //                                              .mean = stats.mean, .stddev = stats.stddev};
 //   loader_options.byte_images = augmentation;                 // batches of uint8 images and draws
 //   const data::ImageExpander expand(augmentation, 3, Device::Cuda);
-//   Tensor images = expand(batch_on_the_gpu);                  // float32 (N, H, W, C)
+//   Tensor images = expand(batch.images, {}, batch.draws);     // float32 (N, H, W, C), batch on the GPU
 
 #include <array>
 #include <cstdint>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "cohort/data/transforms.hpp"
@@ -31,14 +33,22 @@ struct ImageAugmentation {
 // where the augmentation asks for it. InvalidArgument for a negative padding or a malformed normalization.
 std::vector<Transform> transforms_of(const ImageAugmentation& augmentation);
 
+// What it does, for logs: "cropped at random within 4 pixels of padding, flipped at random, normalized".
+std::string describe(const ImageAugmentation& augmentation);
+
 // One sample's draws (dy, dx, flip) from its random stream, as the transforms of transforms_of() take them.
 std::array<std::int32_t, 3> draw(const ImageAugmentation& augmentation, std::mt19937_64& rng);
 
-// Expands a byte batch (images uint8 (N, H, W, C), draws int32 (N, 3)) on `device` into float32 images.
+// Every sample of an 8-bit data set (Dataset::stores_bytes()) as one uint8 tensor (S, ...sample shape) on
+// `device`, for batches of sample indices (LoaderOptions::sample_indices_only).
+Tensor stored_images(const Dataset& dataset, Device device);
+
+// Expands a byte batch on `device` into float32 images: images uint8 (N, H, W, C) with indices undefined, or
+// the whole data set's (stored_images()) with each sample's index (int32 (N)); draws int32 (N, 3).
 class ImageExpander {
  public:
   ImageExpander(const ImageAugmentation& augmentation, std::int64_t channels, Device device);
-  Tensor operator()(const Tensor& images, const Tensor& draws) const;
+  Tensor operator()(const Tensor& images, const Tensor& indices, const Tensor& draws) const;
 
  private:
   Tensor mean_, stddev_;

@@ -15,6 +15,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <thread>
 #include <vector>
 
@@ -44,6 +45,9 @@ struct LoaderOptions {
   // Images as the data set stores them (uint8) with each sample's draws of this augmentation, for the
   // device to expand (ImageExpander): a data set of 8-bit, class-labelled samples, and no `transforms`.
   std::optional<ImageAugmentation> byte_images;
+  // With byte_images: batches carry each sample's index in the data set (Batch::indices) and no images, for
+  // a caller that keeps them all on its device (stored_images()).
+  bool sample_indices_only = false;
 };
 
 struct Batch {
@@ -51,6 +55,7 @@ struct Batch {
   Tensor labels;
   std::int64_t index = 0;  // position within the epoch
   Tensor draws;            // with LoaderOptions::byte_images: int32 (N, 3), each sample's (dy, dx, flip)
+  Tensor indices;          // with LoaderOptions::sample_indices_only: int32 (N), in place of the images
 };
 
 class DataLoader {
@@ -98,6 +103,11 @@ class DataLoader {
   Batch make_batch(const std::vector<std::int64_t>& order, std::int64_t epoch, std::int64_t batch_index) const;
 
  private:
+  // A host tensor, pinned where the options say.
+  Tensor host_tensor(Shape shape, DType type = DType::Float32) const;
+  // The batch of these samples with byte_images: their bytes (or indices), labels and draws.
+  Batch make_byte_batch(std::span<const std::int64_t> samples, std::uint64_t epoch_seed, std::int64_t batch_index) const;
+
   const Dataset& dataset_;
   LoaderOptions options_;
   std::shared_ptr<const Sampler> sampler_;

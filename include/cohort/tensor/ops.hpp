@@ -121,12 +121,15 @@ void moving_average_update(const Tensor& moving, const Tensor& batch, float mome
 void dropout_mask(const Tensor& mask, float rate, std::uint64_t seed);
 
 // ---- 8-bit images to the float32 a model takes, on the device that trains (a quarter of the bytes to copy):
-// out[n, y, x, c] = (v / 255 - mean[c]) / stddev[c], v = images[n, y + dy, x' + dx, c] or 0 where that falls
-// outside the image, x' = W - 1 - x where the sample is flipped, else x; (dy, dx, flip) = draws[n, 0..2].
-// images uint8 (N, H, W, C), draws int32 (N, 3), mean and stddev float32 (C), out float32 (N, H, W, C).
-// The same values, bit for bit, as data::random_crop, random_flip_horizontal and normalize on the host.
-void expand_images(const Tensor& images, const Tensor& draws, const Tensor& mean, const Tensor& stddev,
-                   const Tensor& out);
+// out[n, y, x, c] = (v / 255 - mean[c]) / stddev[c], v = images[s, y + dy, x' + dx, c] or 0 where that falls
+// outside the image, x' = W - 1 - x where the sample is flipped, else x; (dy, dx, flip) = draws[n, 0..2];
+// s = n, or indices[n] where indices is defined (images then hold a whole data set, resident on the device).
+// images uint8 (S, H, W, C), indices int32 (N) or undefined (S = N), draws int32 (N, 3), mean and stddev
+// float32 (C), out float32 (N, H, W, C). The same values, bit for bit, as data::random_crop,
+// random_flip_horizontal and normalize on the host. An index outside [0, S) is an InvalidArgument on the CPU
+// and gives zeros on a GPU (its check would cost a read-back).
+void expand_images(const Tensor& images, const Tensor& indices, const Tensor& draws, const Tensor& mean,
+                   const Tensor& stddev, const Tensor& out);
 
 // ---- fused passes: an op above and the elementwise activation (Linear, Relu, Sigmoid, Tanh) of its output y,
 // in one pass where the backend can, with the unfused ops' results. The backward ones take dL/dy of that y.

@@ -62,6 +62,9 @@ struct FitOptions {
   // copy, and no per-sample work on the host); on the CPU it runs as the same transforms on the loader's
   // thread. The same values either way. Takes a data set of 8-bit images (ImageDataset).
   std::optional<data::ImageAugmentation> augmentation;
+  // With an augmentation on a device: the training set's 8-bit images are copied there once, at the start
+  // (CIFAR-10's take 147 MiB), and each batch brings only its samples' indices, labels and draws.
+  bool resident_images = false;
   const data::Dataset* validation = nullptr;
   std::vector<std::shared_ptr<Callback>> callbacks;
   Verbosity verbosity = Verbosity::Auto;

@@ -68,8 +68,8 @@ class CpuBackend final : public Backend {
                                      const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta) override;
   void moving_average_update(const Tensor& moving, const Tensor& batch, float momentum) override;
   void dropout_mask(const Tensor& mask, float rate, std::uint64_t seed) override;
-  void expand_images(const Tensor& images, const Tensor& draws, const Tensor& mean, const Tensor& stddev,
-                     const Tensor& out) override;
+  void expand_images(const Tensor& images, const Tensor& indices, const Tensor& draws, const Tensor& mean,
+                     const Tensor& stddev, const Tensor& out) override;
 
   void conv2d_forward_activated(const PlanState* plan, const Conv2dGeometry& g, const Tensor& x, const Tensor& kernel,
                                 const Tensor& bias, Activation activation, const Tensor& y) override;

@@ -7,18 +7,19 @@
 
 namespace cohort::cpu {
 
-void CpuBackend::expand_images(const Tensor& images, const Tensor& draws, const Tensor& mean, const Tensor& stddev,
-                               const Tensor& out) {
+void CpuBackend::expand_images(const Tensor& images, const Tensor& indices, const Tensor& draws, const Tensor& mean,
+                               const Tensor& stddev, const Tensor& out) {
   const ImageExpansion expansion{images.dim(1), images.dim(2), images.dim(3)};
-  const std::int64_t samples = images.dim(0), sample_size = expansion.height * expansion.width * expansion.channels;
+  const std::int64_t samples = out.dim(0), sample_size = expansion.height * expansion.width * expansion.channels;
   const auto* pixels = static_cast<const std::uint8_t*>(device_bytes(images));
+  const auto* index = indices.defined() ? static_cast<const std::int32_t*>(device_bytes(indices)) : nullptr;
   const auto* drawn = static_cast<const std::int32_t*>(device_bytes(draws));
   const float* means = device_data(mean);
   const float* deviations = device_data(stddev);
   float* values = device_data(out);
 #pragma omp parallel for if (samples * sample_size > (1 << 16))
   for (std::int64_t n = 0; n < samples; ++n) {
-    const std::uint8_t* sample = pixels + n * sample_size;
+    const std::uint8_t* sample = pixels + (index != nullptr ? index[n] : n) * sample_size;
     const std::int32_t* draw = drawn + n * 3;
     float* written = values + n * sample_size;
     for (std::int64_t y = 0; y < expansion.height; ++y)

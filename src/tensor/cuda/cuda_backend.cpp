@@ -510,12 +510,13 @@ void CudaBackend::dropout_mask(const Tensor& mask, float rate, std::uint64_t see
   COHORT_CUDA_LAUNCHED("dropout_mask of {} {}", dtype_name(mask.dtype()), mask.shape());
 }
 
-void CudaBackend::expand_images(const Tensor& images, const Tensor& draws, const Tensor& mean, const Tensor& stddev,
-                                const Tensor& expanded) {
+void CudaBackend::expand_images(const Tensor& images, const Tensor& indices, const Tensor& draws, const Tensor& mean,
+                                const Tensor& stddev, const Tensor& expanded) {
   activate();
-  kernels::expand_images({images.dim(1), images.dim(2), images.dim(3)}, images.dim(0), in_as<std::uint8_t>(images),
+  kernels::expand_images({images.dim(1), images.dim(2), images.dim(3)}, expanded.dim(0), in_as<std::uint8_t>(images),
+                         images.dim(0), indices.defined() ? in_as<std::int32_t>(indices) : nullptr,
                          in_as<std::int32_t>(draws), in(mean), in(stddev), out(expanded), compute_);
-  COHORT_CUDA_LAUNCHED("expand_images of {}", images.shape());
+  COHORT_CUDA_LAUNCHED("expand_images of {} from {}", expanded.shape(), images.shape());
 }
 
 namespace {

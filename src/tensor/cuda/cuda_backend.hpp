@@ -123,8 +123,8 @@ class CudaBackend final : public Backend {
                                       const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta) override;
   void moving_average_update(const Tensor& moving, const Tensor& batch, float momentum) override;
   void dropout_mask(const Tensor& mask, float rate, std::uint64_t seed) override;
-  void expand_images(const Tensor& images, const Tensor& draws, const Tensor& mean, const Tensor& stddev,
-                     const Tensor& out) override;
+  void expand_images(const Tensor& images, const Tensor& indices, const Tensor& draws, const Tensor& mean,
+                     const Tensor& stddev, const Tensor& out) override;
 
   void sgd_update(const std::vector<ops::SgdOperands>& variables, float learning_rate, float momentum, bool nesterov,
                   float weight_decay) override;

@@ -398,13 +398,16 @@ __global__ void dropout_kernel(T* mask, std::int64_t n, DropoutRule rule) {
   COHORT_GRID_STRIDE(i, n) mask[i] = narrow_to<T>(rule(static_cast<std::uint64_t>(i)));
 }
 
-__global__ void expand_images_kernel(ImageExpansion expansion, const std::uint8_t* images, const std::int32_t* draws,
-                                     const float* mean, const float* stddev, float* out, std::int64_t n) {
+__global__ void expand_images_kernel(ImageExpansion expansion, const std::uint8_t* images, std::int64_t stored,
+                                     const std::int32_t* indices, const std::int32_t* draws, const float* mean,
+                                     const float* stddev, float* out, std::int64_t n) {
   COHORT_GRID_STRIDE(i, n) {
     const auto [b, y, x, c] = nhwc_of(i, expansion.height, expansion.width, expansion.channels);
+    const std::int64_t source = indices != nullptr ? indices[b] : b;
     const std::int32_t* draw = draws + b * 3;
-    const std::uint8_t* sample = images + b * expansion.height * expansion.width * expansion.channels;
-    out[i] = expansion(sample, y, x, c, draw[0], draw[1], draw[2], mean[c], stddev[c]);
+    const std::uint8_t* sample = images + source * expansion.height * expansion.width * expansion.channels;
+    out[i] = source >= 0 && source < stored ? expansion(sample, y, x, c, draw[0], draw[1], draw[2], mean[c], stddev[c])
+                                            : 0.0f;
   }
 }
 
@@ -710,10 +713,13 @@ void dropout_mask(T* mask, std::int64_t n, const DropoutRule& rule, cudaStream_t
   if (n > 0) dropout_kernel<<<blocks_for(n), kThreads, 0, stream>>>(mask, n, rule);
 }
 
-void expand_images(const ImageExpansion& expansion, std::int64_t batch, const std::uint8_t* images,
-                   const std::int32_t* draws, const float* mean, const float* stddev, float* out, cudaStream_t stream) {
+void expand_images(const ImageExpansion& expansion, std::int64_t batch, const std::uint8_t* images, std::int64_t stored,
+                   const std::int32_t* indices, const std::int32_t* draws, const float* mean, const float* stddev,
+                   float* out, cudaStream_t stream) {
   const std::int64_t n = batch * expansion.height * expansion.width * expansion.channels;
-  if (n > 0) expand_images_kernel<<<blocks_for(n), kThreads, 0, stream>>>(expansion, images, draws, mean, stddev, out, n);
+  if (n > 0)
+    expand_images_kernel<<<blocks_for(n), kThreads, 0, stream>>>(expansion, images, stored, indices, draws, mean,
+                                                                  stddev, out, n);
 }
 
 void sgd_update(const TensorList& list, float learning_rate, float momentum, bool nesterov, float weight_decay,

@@ -124,9 +124,11 @@ void crop_images(const PaddedImage& p, const T* padded, T* x, cudaStream_t strea
 template <class T>
 void dropout_mask(T* mask, std::int64_t n, const DropoutRule& rule, cudaStream_t stream);
 
-// ---- 8-bit images to float32, each sample shifted, mirrored and normalized as its draws (N, 3) say
-void expand_images(const ImageExpansion& expansion, std::int64_t batch, const std::uint8_t* images,
-                   const std::int32_t* draws, const float* mean, const float* stddev, float* out, cudaStream_t stream);
+// ---- 8-bit images to float32, each sample shifted, mirrored and normalized as its draws (N, 3) say; sample n
+// reads image indices[n] of the `stored` ones (zeros outside them), or image n where indices is null
+void expand_images(const ImageExpansion& expansion, std::int64_t batch, const std::uint8_t* images, std::int64_t stored,
+                   const std::int32_t* indices, const std::int32_t* draws, const float* mean, const float* stddev,
+                   float* out, cudaStream_t stream);
 
 // ---- optimizer updates (the CPU backend's formulas) of up to kMaxTensorsPerLaunch variables in one
 // launch, passed by value as kernel parameters. operand[k][t] is operand k of variable t: the value, the
