@@ -396,15 +396,16 @@ void TcpTransport::heartbeat() {
   for (int r = 0; r < size(); ++r) {
     Peer& p = peers_[static_cast<std::size_t>(r)];
     if (!p.ready || p.departed) continue;
-    if (now - p.last_heard > options_.peer_timeout) {
+    const auto silence = now - p.last_heard;
+    if (silence > options_.peer_timeout) {
       // Bytes waiting unread mean that this rank fell behind (its I/O thread was starved of the processor),
-      // not that the peer went silent: they are read next.
+      // not that the peer went silent: they are read next. For three timeouts at most, so that a read that
+      // never comes cannot keep a dead peer.
       asio::error_code error;
-      if (p.socket->socket().available(error) == 0 || error) {
+      if (silence > 3 * options_.peer_timeout || p.socket->socket().available(error) == 0 || error) {
         lose(r, fmt::format("silent for more than {} ms", options_.peer_timeout.count()));
         continue;
       }
-      p.last_heard = now;
     }
     if (p.queue.empty())
       enqueue(r, {encode({.type = FrameType::Heartbeat, .tag = progress_.load(std::memory_order_relaxed)}), {}, nullptr});
