@@ -175,20 +175,27 @@ TEST_CASE("fit, evaluate and predict on the emulated device equal the CPU's", "[
 TEST_CASE("an image augmentation expanded on the device trains as its transforms on the host", "[device][train][data]") {
   const data::ImageAugmentation augmentation{
       .crop_padding = 2, .flip_horizontal = true, .mean = {0.45f, 0.55f}, .stddev = {0.25f, 0.2f}};
+  std::string said;  // what the last run logged
   const auto train = [&](Device device, train::FitOptions options) {
     options.epochs = 2;
     options.batch_size = 8;
     options.seed = 4;
-    options.verbosity = train::Verbosity::Silent;
+    options.verbosity = train::Verbosity::Epochs;
     nn::Sequential model = full_model(device);
+    test_util::CapturedOutput log(STDERR_FILENO);
     Trainer(model, optim::Adam()).fit(kSet, options);
+    said = log.text();
     return model;
   };
   // The device takes 8-bit batches and expands them itself; the CPU runs the host transforms.
   const nn::Sequential host = train(Device::CPU, {.transforms = data::transforms_of(augmentation)});
+  CHECK_THAT(said, !Catch::Contains("images:"));
   require_same_variables(host, train(Device::Emulated, {.augmentation = augmentation}));
+  CHECK_THAT(said, Catch::Contains("images: copied to emulated as 8-bit values, cropped at random within 2 pixels of "
+                                   "padding, flipped at random, normalized there"));
   // The same with the training set resident on the device and batches of sample indices.
   require_same_variables(host, train(Device::Emulated, {.augmentation = augmentation, .resident_images = true}));
+  CHECK_THAT(said, Catch::Contains("images: the training set's 0.01 MiB of 8-bit values resident on emulated"));
   // Where the device's draws or normalization differed, so would the variables.
   data::ImageAugmentation unflipped = augmentation;
   unflipped.flip_horizontal = false;

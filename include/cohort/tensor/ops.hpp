@@ -126,8 +126,8 @@ void dropout_mask(const Tensor& mask, float rate, std::uint64_t seed);
 // s = n, or indices[n] where indices is defined (images then hold a whole data set, resident on the device).
 // images uint8 (S, H, W, C), indices int32 (N) or undefined (S = N), draws int32 (N, 3), mean and stddev
 // float32 (C), out float32 (N, H, W, C). The same values, bit for bit, as data::random_crop,
-// random_flip_horizontal and normalize on the host. An index outside [0, S) is an InvalidArgument on the CPU
-// and gives zeros on a GPU (its check would cost a read-back).
+// random_flip_horizontal and normalize on the host. An index outside [0, S) is an InvalidArgument where the
+// indices are on the CPU and gives zeros on a device (its check there would cost a read-back).
 void expand_images(const Tensor& images, const Tensor& indices, const Tensor& draws, const Tensor& mean,
                    const Tensor& stddev, const Tensor& out);
 
