@@ -9,6 +9,10 @@
 // and Adam; inference is a forward pass in evaluation mode. Inputs live on the device, as after the
 // trainer's asynchronous copy. Under mixed_bfloat16 the layers compute in bfloat16 from float32 variables,
 // as fit() runs them; mixed_float16 is left to fit(), whose loss scaling a bare step would leave out.
+//   flagship_throughput --device cuda --largest-batch [--precision mixed_bfloat16]
+// instead finds the largest batch whose training step and inference fit in the device's memory, within 1/64
+// (doubling from --batch, then halving the gap; each try a fresh model), and prints
+//   cohort device=cuda precision=float32 largest_batch=N step_peak_MiB=M
 #include <cohort/cohort.hpp>
 
 #include <chrono>
@@ -22,6 +26,73 @@ using namespace cohort;
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// The flagship model on a device with a batch of inputs there, its optimizer and its gradient buffer.
+struct Flagship {
+  Flagship(Device device, nn::Precision precision, std::int64_t batch)
+      : model(nn::cifar10_cnn({32, 32, 3}, 1, device)), gradient({batch, 10}, device) {
+    model.set_precision(precision);
+    adam.to(device);
+    Tensor host_images({batch, 32, 32, 3}), host_labels({batch});
+    for (std::int64_t i = 0; i < host_images.numel(); ++i) host_images.data()[i] = static_cast<float>(i % 255) / 255.0f;
+    for (std::int64_t i = 0; i < batch; ++i) host_labels.data()[i] = static_cast<float>(i % 10);
+    images = host_images.to(device);
+    labels = host_labels.to(device);
+  }
+
+  void train_step() {
+    model.train();
+    const Tensor logits = model.forward_logits(images);
+    ops::softmax_cross_entropy(logits, labels, gradient);
+    model.backward(gradient);
+    train::update_variables(adam, model.trainable_variables());
+  }
+  void infer() {
+    model.eval();
+    model.infer(images);
+  }
+
+  nn::Sequential model;
+  optim::Adam adam;
+  Tensor images, labels, gradient;
+};
+
+// The most bytes in use during a training step and an inference at `batch`, or nothing where the device ran
+// out of memory (its cached blocks are returned either way, so that the next try starts clean).
+std::optional<std::size_t> step_peak(Device device, nn::Precision precision, std::int64_t batch) {
+  Allocator& allocator = allocator_for(device);
+  std::optional<std::size_t> peak;
+  try {
+    allocator.reset_peak();
+    Flagship flagship(device, precision, batch);
+    flagship.train_step();
+    flagship.infer();
+    ops::synchronize(device);
+    peak = allocator.stats().peak;
+  } catch (const DeviceError& error) {
+    if (std::string(error.what()).find("out of memory") == std::string::npos) throw;
+  }
+  allocator.release_cached();
+  return peak;
+}
+
+// The largest batch that fits, within 1/64 (exact below 128): doubling from `start` to the first that does
+// not, then halving the gap.
+std::int64_t largest_batch(Device device, nn::Precision precision, std::int64_t start) {
+  if (!step_peak(device, precision, 1))
+    throw DeviceError(fmt::format("{} cannot train the flagship even at batch 1", cohort::device_name(device)));
+  std::int64_t fits = 1, fails = std::max<std::int64_t>(start, 2);
+  while (step_peak(device, precision, fails)) {
+    fits = fails;
+    if (fails > (std::int64_t{1} << 40)) throw DeviceError("the device's memory seems to have no end");
+    fails *= 2;
+  }
+  while (fails - fits > std::max<std::int64_t>(1, fits / 64)) {
+    const std::int64_t middle = fits + (fails - fits) / 2;
+    (step_peak(device, precision, middle) ? fits : fails) = middle;
+  }
+  return fits;
+}
 
 template <class Step>
 double images_per_second(Device device, std::int64_t batch, double seconds, Step&& step) {
@@ -43,15 +114,21 @@ int main(int argc, char** argv) try {
   std::string device_name = "auto";
   std::int64_t batch = 128;
   double seconds = 5.0;
+  bool find_largest_batch = false;
   nn::Precision precision = nn::Precision::Float32;
   constexpr const char* kUsage =
       "usage: flagship_throughput [--device cpu|cuda|emulated|auto] [--batch N] [--seconds S] "
-      "[--precision float32|mixed_bfloat16]";
+      "[--precision float32|mixed_bfloat16] [--largest-batch]";
   for (int i = 1; i < argc; i += 2) {
     const std::string flag = argv[i];
     if (flag == "--help" || flag == "-h") {
       fmt::print("{}\n", kUsage);
       return 0;
+    }
+    if (flag == "--largest-batch") {
+      find_largest_batch = true;
+      --i;  // a flag without a value
+      continue;
     }
     if (i + 1 >= argc) throw InvalidArgument(fmt::format("{} needs a value; {}", flag, kUsage));
     const std::string value = argv[i + 1];
@@ -71,25 +148,18 @@ int main(int argc, char** argv) try {
     if (batch < 1 || !(seconds > 0)) throw InvalidArgument("--batch and --seconds must be positive");
   }
   const Device device = choose_device(device_name);
-  nn::Sequential model = nn::cifar10_cnn({32, 32, 3}, 1, device);
-  model.set_precision(precision);
-  optim::Adam adam;
-  adam.to(device);
-  Tensor host_images({batch, 32, 32, 3}), host_labels({batch});
-  for (std::int64_t i = 0; i < host_images.numel(); ++i) host_images.data()[i] = static_cast<float>(i % 255) / 255.0f;
-  for (std::int64_t i = 0; i < batch; ++i) host_labels.data()[i] = static_cast<float>(i % 10);
-  const Tensor images = host_images.to(device), labels = host_labels.to(device);
-  const Tensor gradient({batch, 10}, device);
-
-  model.train();
-  const double train = images_per_second(device, batch, seconds, [&] {
-    const Tensor logits = model.forward_logits(images);
-    ops::softmax_cross_entropy(logits, labels, gradient);
-    model.backward(gradient);
-    train::update_variables(adam, model.trainable_variables());
-  });
-  const double inference = images_per_second(device, batch, seconds, [&] { model.infer(images); });
-  const double forward_flops = 2.0 * static_cast<double>(model.multiply_adds_per_sample());
+  if (find_largest_batch) {
+    if (device == Device::CPU) throw InvalidArgument("--largest-batch probes a device's memory, not the host's");
+    const std::int64_t largest = largest_batch(device, precision, batch);
+    fmt::print("cohort device={} precision={} largest_batch={} step_peak_MiB={:.0f}\n", cohort::device_name(device),
+               nn::precision_name(precision), largest,
+               static_cast<double>(*step_peak(device, precision, largest)) / (1024.0 * 1024.0));
+    return 0;
+  }
+  Flagship flagship(device, precision, batch);
+  const double train = images_per_second(device, batch, seconds, [&] { flagship.train_step(); });
+  const double inference = images_per_second(device, batch, seconds, [&] { flagship.infer(); });
+  const double forward_flops = 2.0 * static_cast<double>(flagship.model.multiply_adds_per_sample());
   fmt::print("cohort device={} precision={} batch={} train_images/s={:.1f} inference_images/s={:.1f} "
              "train_tflop/s={:.2f} inference_tflop/s={:.2f}\n",
              cohort::device_name(device), nn::precision_name(precision), batch, train, inference,

@@ -4,13 +4,15 @@
 # its default deterministic convolution algorithms and with the fastest by timing (COHORT_DETERMINISTIC=0,
 # as PyTorch's cudnn.benchmark, which the PyTorch rows use; the ratios compare those two), and the TFLOP/s each
 # achieves (2 FLOPs per multiply-add of the convolutions and products, 3 passes per training step) with its
-# share of the GPU's dense peak for that precision (A100, H100 and H200 known):
+# share of the GPU's dense peak for that precision (A100, H100 and H200 known), and the largest batch whose
+# training step fits in the GPU's memory (flagship_throughput --largest-batch):
 #   float32         strict FP32 on both sides (COHORT_ALLOW_TF32=0; PyTorch with TF32 off)
 #   tf32            TF32 tensor cores for convolutions and products (cohort's default; PyTorch's allow_tf32)
 #   mixed_bfloat16  float32 variables, layers in bfloat16 (cohort --precision; PyTorch's autocast)
 #   usage: benchmarks/gpu_compare.sh [BUILD_DIR] [SECONDS] [PRECISION...]   (default: all three)
 #   PYTORCH_MODES="eager compile" (the default) picks PyTorch's modes; torch.compile costs a compilation per
-#   precision and batch.
+#   precision and batch. LARGEST_BATCH="tf32 ..." probes the largest batch for those precisions only (a dozen
+#   training steps at large batches each; "all", the default, for every precision).
 set -euo pipefail
 build=${1:-build}
 seconds=${2:-5}
@@ -35,6 +37,9 @@ for precision in "${precisions[@]}"; do
     COHORT_DETERMINISTIC=0 "${cohort[@]}" --device cuda --batch "$batch" --seconds "$seconds" |
       sed -e "s/precision=[a-z0-9_]*/precision=$precision/" -e 's/^cohort /cohort-fastest /' >>"$results"
   done
+  if [ "${LARGEST_BATCH:-all}" = all ] || [[ " ${LARGEST_BATCH:-} " == *" $precision "* ]]; then
+    "${cohort[@]}" --device cuda --largest-batch --batch 1024 | sed "s/precision=[a-z0-9_]*/precision=$precision/" >>"$results"
+  fi
 done
 read -r -a modes <<<"${PYTORCH_MODES:-eager compile}"
 python3 "$here/peers/pytorch_flagship_gpu.py" --seconds "$seconds" --precisions "${precisions[@]}" --modes "${modes[@]}" \
@@ -80,6 +85,10 @@ for precision in sys.argv[3:]:
             ir = ratio(ours[1], infer) if ours and peer else ""
             print(f"{batch:>6} {who:>16} {train:>10.0f} {infer:>10.0f} {tr:>12} {ir:>12} "
                   f"{tflops(train, 'train'):>16} {tflops(infer, 'inference'):>16}")
+largest = [re.match(r"cohort device=cuda precision=(\w+) largest_batch=(\d+) step_peak_MiB=(\d+)", line)
+           for line in open(sys.argv[1])]
+for m in filter(None, largest):
+    print(f"largest batch that trains in the GPU's memory, {m.group(1)}: {m.group(2)} (a step's peak {m.group(3)} MiB)")
 if not any(k.startswith("pytorch") for r in rows.values() for k in r):
     print("(no PyTorch numbers: see the PyTorch script's message above)")
 print("cohort: deterministic cuDNN algorithms; cohort fastest: timed ones (COHORT_DETERMINISTIC=0); loss read back "

@@ -23,6 +23,7 @@ constexpr std::string_view kSettingNames[] = {
     "COHORT_TRANSPORT", "COHORT_SHARED_MEMORY", "COHORT_SINGLE_COPY", "COHORT_HIERARCHICAL_ALLREDUCE", "COHORT_COMMUNICATOR",
     // kernels and devices
     "COHORT_GEMM", "COHORT_CPU_ISA", "COHORT_BF16_KERNELS", "COHORT_ALLOW_TF32", "COHORT_DETERMINISTIC", "COHORT_CUDA_DEVICE",
+    "COHORT_EMULATED_MEMORY",
     // runs under cohort-launch
     "COHORT_RESTART", "COHORT_TIMELINE_PARTS", "COHORT_PROGRESS",
     // the test suite and the benchmarks
@@ -99,6 +100,7 @@ void check_settings() {
                           "surely uses the same secret");
   count_setting("COHORT_RESTART", kRestartMeaning);
   count_setting("COHORT_CUDA_DEVICE", kCudaDeviceMeaning);
+  count_setting("COHORT_EMULATED_MEMORY", kEmulatedMemoryMeaning);
   for (const char* name : {"COHORT_HIERARCHICAL_ALLREDUCE", "COHORT_SHARED_MEMORY", "COHORT_SINGLE_COPY", "COHORT_TLS", "COHORT_ALLOW_TF32",
                            "COHORT_DETERMINISTIC"})
     switch_setting(name);

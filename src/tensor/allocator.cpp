@@ -27,8 +27,11 @@ void* HostAllocator::allocate(std::size_t bytes) {
     throw DeviceError(fmt::format("{} allocator: cannot allocate {} bytes", name_, bytes));
   // aligned_alloc needs a size that is a multiple of the alignment; never ask for zero bytes.
   const std::size_t rounded = std::max(kAlignment, (bytes + kAlignment - 1) / kAlignment * kAlignment);
-  void* memory = std::aligned_alloc(kAlignment, rounded);
   std::lock_guard lock(mutex_);
+  if (bytes > capacity_ - std::min(capacity_, stats_.in_use))
+    throw DeviceError(fmt::format("{} allocator: out of memory allocating {} bytes ({}; its capacity is {} bytes)", name_,
+                                  bytes, describe(stats_), capacity_));
+  void* memory = std::aligned_alloc(kAlignment, rounded);
   if (memory == nullptr)
     throw DeviceError(fmt::format("{} allocator: out of memory allocating {} bytes ({})", name_, bytes, describe(stats_)));
   count_allocation(stats_, bytes);

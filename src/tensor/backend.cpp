@@ -1,6 +1,7 @@
 // The one place that maps a device to its backend.
 #include "tensor/backend.hpp"
 
+#include <limits>
 #include <mutex>
 #include <optional>
 
@@ -23,7 +24,10 @@ Backend& backend_for(Device device) {
     case Device::Emulated: {
       // The CPU kernels on storage of its own, drawn through a caching allocator as a GPU's would be.
       static auto* emulated = new cpu::CpuBackend(
-          Device::Emulated, std::make_unique<CachingAllocator>(std::make_unique<HostAllocator>("emulated")));
+          Device::Emulated,
+          std::make_unique<CachingAllocator>(std::make_unique<HostAllocator>(
+              "emulated", static_cast<std::size_t>(count_setting("COHORT_EMULATED_MEMORY", kEmulatedMemoryMeaning)
+                                                        .value_or(std::numeric_limits<std::int64_t>::max())))));
       return *emulated;
     }
     case Device::CUDA: {

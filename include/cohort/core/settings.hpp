@@ -31,10 +31,12 @@ std::optional<std::int64_t> count_setting(const char* name, std::string_view mea
 inline constexpr std::string_view kRestartMeaning =
     "the restart's number, which cohort-launch --restarts sets: 0 is the first run, more resumes from the checkpoint";
 inline constexpr std::string_view kCudaDeviceMeaning = "the index of the GPU to use";
+inline constexpr std::string_view kEmulatedMemoryMeaning =
+    "the emulated device's memory in bytes, beyond which its allocations fail as a GPU's do";
 
 // Checks that every COHORT_* variable in the environment is one of cohort's settings (a misspelt name is
 // refused, naming the setting it is nearest to), then the spelling of every switch, choice and count: COHORT_RESTART,
-// COHORT_CUDA_DEVICE (whether that GPU exists is checked when the CUDA backend starts), COHORT_HIERARCHICAL_ALLREDUCE, COHORT_SHARED_MEMORY, COHORT_SINGLE_COPY, COHORT_TLS, COHORT_ALLOW_TF32, COHORT_DETERMINISTIC, COHORT_PROGRESS,
+// COHORT_CUDA_DEVICE (whether that GPU exists is checked when the CUDA backend starts), COHORT_EMULATED_MEMORY, COHORT_HIERARCHICAL_ALLREDUCE, COHORT_SHARED_MEMORY, COHORT_SINGLE_COPY, COHORT_TLS, COHORT_ALLOW_TF32, COHORT_DETERMINISTIC, COHORT_PROGRESS,
 // COHORT_COMMUNICATOR, COHORT_GEMM, COHORT_CPU_ISA, COHORT_BF16_KERNELS. Whether this build and processor have the GEMM library
 // or instruction set named is checked where they are chosen (check_cpu_kernel_settings()).
 void check_settings();

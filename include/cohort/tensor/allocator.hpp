@@ -12,6 +12,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -47,7 +48,9 @@ class Allocator {
 class HostAllocator : public Allocator {
  public:
   static constexpr std::size_t kAlignment = 64;
-  explicit HostAllocator(std::string name = "host") : name_(std::move(name)) {}
+  // Beyond `capacity` bytes in use an allocation fails as a device's does (the emulated device's memory).
+  explicit HostAllocator(std::string name = "host", std::size_t capacity = std::numeric_limits<std::size_t>::max())
+      : name_(std::move(name)), capacity_(capacity) {}
   std::string name() const override { return name_; }
   void* allocate(std::size_t bytes) override;
   void deallocate(void* pointer, std::size_t bytes) noexcept override;
@@ -56,6 +59,7 @@ class HostAllocator : public Allocator {
 
  private:
   std::string name_;
+  std::size_t capacity_;
   mutable std::mutex mutex_;
   AllocatorStats stats_;
 };
