@@ -38,14 +38,15 @@ std::size_t Conv2D::absorb(std::span<const std::unique_ptr<Layer>> following, co
   cancelling_normalization_ = nullptr;
   absorbed_activation_ = cohort::Activation::Linear;
   std::size_t absorbed = 0;
-  if (use_bias_ && context.training && !context.inference_only && !following.empty() &&
-      typeid(*following.front()) == typeid(BatchNormalization)) {
-    cancelling_normalization_ = static_cast<BatchNormalization*>(following.front().get());
+  // The built-in BatchNormalization itself only: a subclass may compute something else in its forward().
+  Layer* const next = following.empty() ? nullptr : following.front().get();
+  const bool normalization_follows = next != nullptr && typeid(*next) == typeid(BatchNormalization);
+  if (use_bias_ && context.training && !context.inference_only && normalization_follows) {
+    cancelling_normalization_ = static_cast<BatchNormalization*>(next);
     return 0;
   }
-  // The built-in BatchNormalization itself only: a subclass may compute something else in its forward().
-  if (context.inference_only && !following.empty() && typeid(*following.front()) == typeid(BatchNormalization)) {
-    absorbed_normalization_ = static_cast<BatchNormalization*>(following.front().get());
+  if (context.inference_only && normalization_follows) {
+    absorbed_normalization_ = static_cast<BatchNormalization*>(next);
     ++absorbed;
   }
   if (absorbed < following.size())
