@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The flagship CIFAR-10 CNN on one GPU, cohort beside PyTorch (eager, and torch.compile when it works) in
-# the same run: training and inference images/s at batch 128 and 512, one table per precision, cohort with
-# its default deterministic convolution algorithms and with the fastest by timing (COHORT_DETERMINISTIC=0,
-# as PyTorch's cudnn.benchmark, which the PyTorch rows use; the ratios compare those two), and the TFLOP/s each
+# the same run: training and inference images/s at batch 128, 512 and 1024 (BATCHES="..." picks others), one
+# table per precision, cohort with its default deterministic convolution algorithms and with the fastest by
+# timing (COHORT_DETERMINISTIC=0, as PyTorch's cudnn.benchmark, which the PyTorch rows use; the ratios compare
+# those two), and the TFLOP/s each
 # achieves (2 FLOPs per multiply-add of the convolutions and products, 3 passes per training step) with its
 # share of the GPU's dense peak for that precision (A100, H100 and H200 known), and the largest batch whose
 # training step fits in the GPU's memory (flagship_throughput --largest-batch):
@@ -19,6 +20,7 @@ seconds=${2:-5}
 shift $(($# < 2 ? $# : 2))
 precisions=("$@")
 [ ${#precisions[@]} -gt 0 ] || precisions=(float32 tf32 mixed_bfloat16)
+read -r -a batches <<<"${BATCHES:-128 512 1024}"
 here=$(cd "$(dirname "$0")" && pwd)
 bench=$build/benchmarks/flagship_throughput
 [ -x "$bench" ] || { echo "gpu_compare: $bench not built" >&2; exit 2; }
@@ -32,7 +34,7 @@ for precision in "${precisions[@]}"; do
     mixed_bfloat16) cohort=(env COHORT_ALLOW_TF32=0 "$bench" --precision mixed_bfloat16) ;;
     *) echo "gpu_compare: unknown precision '$precision' (float32, tf32, mixed_bfloat16)" >&2; exit 2 ;;
   esac
-  for batch in 128 512; do
+  for batch in "${batches[@]}"; do
     "${cohort[@]}" --device cuda --batch "$batch" --seconds "$seconds" | sed "s/precision=[a-z0-9_]*/precision=$precision/" >>"$results"
     COHORT_DETERMINISTIC=0 "${cohort[@]}" --device cuda --batch "$batch" --seconds "$seconds" |
       sed -e "s/precision=[a-z0-9_]*/precision=$precision/" -e 's/^cohort /cohort-fastest /' >>"$results"
@@ -43,6 +45,7 @@ for precision in "${precisions[@]}"; do
 done
 read -r -a modes <<<"${PYTORCH_MODES:-eager compile}"
 python3 "$here/peers/pytorch_flagship_gpu.py" --seconds "$seconds" --precisions "${precisions[@]}" --modes "${modes[@]}" \
+  --batch-sizes "${batches[@]}" \
   >>"$results" 2>"$peer_errors" || true
 cat "$peer_errors" >&2
 
