@@ -3,10 +3,9 @@
 # the same run: training and inference images/s at batch 128, 512 and 1024 (BATCHES="..." picks others), one
 # table per precision, cohort with its default deterministic convolution algorithms and with the fastest by
 # timing (COHORT_DETERMINISTIC=0, as PyTorch's cudnn.benchmark, which the PyTorch rows use; the ratios compare
-# those two), and the TFLOP/s each
-# achieves (2 FLOPs per multiply-add of the convolutions and products, 3 passes per training step) with its
-# share of the GPU's dense peak for that precision (A100, H100 and H200 known), and the largest batch whose
-# training step fits in the GPU's memory (flagship_throughput --largest-batch):
+# those two), the TFLOP/s each achieves (2 FLOPs per multiply-add of the convolutions and products, 3 passes per
+# training step) with its share of the GPU's dense peak for that precision (A100, H100 and H200 known), and the
+# largest batch whose training step fits in the GPU's memory (flagship_throughput --largest-batch):
 #   float32         strict FP32 on both sides (COHORT_ALLOW_TF32=0; PyTorch with TF32 off)
 #   tf32            TF32 tensor cores for convolutions and products (cohort's default; PyTorch's allow_tf32)
 #   mixed_bfloat16  float32 variables, layers in bfloat16 (cohort --precision; PyTorch's autocast)
