@@ -9,7 +9,7 @@
 //   const data::ImageAugmentation augmentation{.crop_padding = 4, .flip_horizontal = true,
 //                                              .mean = stats.mean, .stddev = stats.stddev};
 //   loader_options.byte_images = augmentation;                 // batches of uint8 images and draws
-//   const data::ImageExpander expand(augmentation, 3, Device::Cuda);
+//   const data::ImageExpander expand(augmentation, 3, Device::CUDA);
 //   Tensor images = expand(batch.images, {}, batch.draws);     // float32 (N, H, W, C), batch on the GPU
 
 #include <array>
