@@ -118,7 +118,12 @@ int main(int argc, char** argv) try {
   nn::Precision precision = nn::Precision::Float32;
   constexpr const char* kUsage =
       "usage: flagship_throughput [--device cpu|cuda|emulated|auto] [--batch N] [--seconds S] "
-      "[--precision float32|mixed_bfloat16] [--largest-batch]";
+      "[--precision float32|mixed_bfloat16] [--largest-batch]\n"
+      "  --batch N        images per step (128); with --largest-batch, where its doubling starts\n"
+      "  --seconds S      how long each of training and inference is measured (5)\n"
+      "  --precision P    float32 (the default) or mixed_bfloat16\n"
+      "  --largest-batch  instead find the largest batch that trains in the device's memory, within 1/64 (the\n"
+      "                   emulated device's memory is COHORT_EMULATED_MEMORY bytes)";
   for (int i = 1; i < argc; i += 2) {
     const std::string flag = argv[i];
     if (flag == "--help" || flag == "-h") {
@@ -130,6 +135,8 @@ int main(int argc, char** argv) try {
       --i;  // a flag without a value
       continue;
     }
+    if (flag != "--device" && flag != "--batch" && flag != "--seconds" && flag != "--precision")
+      throw InvalidArgument(fmt::format("unknown option '{}'; {}", flag, kUsage));
     if (i + 1 >= argc) throw InvalidArgument(fmt::format("{} needs a value; {}", flag, kUsage));
     const std::string value = argv[i + 1];
     try {
@@ -141,7 +148,7 @@ int main(int argc, char** argv) try {
         if (!parsed || *parsed == nn::Precision::MixedFloat16)
           throw InvalidArgument(fmt::format("--precision takes float32 or mixed_bfloat16, got '{}'", value));
         precision = *parsed;
-      } else throw InvalidArgument(fmt::format("unknown option '{}'; {}", flag, kUsage));
+      }
     } catch (const std::logic_error&) {  // std::stoll / std::stod: not a number
       throw InvalidArgument(fmt::format("{} needs a number, got '{}'", flag, value));
     }
@@ -150,6 +157,9 @@ int main(int argc, char** argv) try {
   const Device device = choose_device(device_name);
   if (find_largest_batch) {
     if (device == Device::CPU) throw InvalidArgument("--largest-batch probes a device's memory, not the host's");
+    if (device == Device::Emulated && std::getenv("COHORT_EMULATED_MEMORY") == nullptr)
+      throw InvalidArgument("--largest-batch on the emulated device needs its memory set (COHORT_EMULATED_MEMORY=BYTES): "
+                            "without it the host's memory is the limit");
     const std::int64_t largest = largest_batch(device, precision, batch);
     fmt::print("cohort device={} precision={} largest_batch={} step_peak_MiB={:.0f}\n", cohort::device_name(device),
                nn::precision_name(precision), largest,

@@ -26,6 +26,7 @@ std::string describe(const ImageAugmentation& augmentation) {
 }
 
 std::array<std::int32_t, 3> draw(const ImageAugmentation& augmentation, std::mt19937_64& rng) {
+  COHORT_CHECK(augmentation.crop_padding >= 0, "random_crop padding must be >= 0, got {}", augmentation.crop_padding);
   std::array<std::int32_t, 3> drawn{0, 0, 0};
   if (augmentation.crop_padding != 0) {
     std::uniform_int_distribution<int> offset(-augmentation.crop_padding, augmentation.crop_padding);
@@ -57,12 +58,18 @@ Tensor ImageExpander::operator()(const Tensor& images, const Tensor& indices, co
 }
 
 Tensor stored_images(const Dataset& dataset, Device device) {
-  COHORT_CHECK(dataset.stores_bytes(), "{} does not store 8-bit samples to keep on {}", dataset.description(),
-               device_name(device));
+  COHORT_CHECK(dataset.stores_bytes(), "'{}' does not give its samples as 8-bit values to keep on {}",
+               dataset.description(), device_name(device));
   const std::int64_t sample_size = dataset.sample_shape().numel();
   const Tensor all = Tensor::uninitialized(dataset.sample_shape().batched(dataset.size()), DType::UInt8, Device::CPU);
   for (std::int64_t i = 0; i < dataset.size(); ++i) dataset.load_bytes(i, all.data<std::uint8_t>() + i * sample_size);
-  return all.to(device);
+  try {
+    return all.to(device);
+  } catch (const DeviceError& error) {
+    throw DeviceError(fmt::format("the training set's {} bytes of 8-bit images do not fit on {} ({}); train without "
+                                  "resident images (--resident-images, FitOptions::resident_images)",
+                                  all.bytes(), device_name(device), error.what()));
+  }
 }
 
 }  // namespace cohort::data

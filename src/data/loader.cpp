@@ -16,7 +16,8 @@ DataLoader::DataLoader(const Dataset& dataset, LoaderOptions options, std::share
                "replica {} of {} is not a valid share", options_.replica, options_.replicas);
   if (options_.byte_images) {
     COHORT_CHECK(dataset_.stores_bytes() && dataset_.target_shape().rank() == 0,
-                 "byte images need a data set of 8-bit, class-labelled samples (an ImageDataset); {} is not one",
+                 "byte images need a data set that gives its class-labelled samples as 8-bit values (an ImageDataset); "
+                 "'{}' does not (stores_bytes() is false, or its targets are not classes)",
                  dataset_.description());
     COHORT_CHECK(options_.transforms.empty(),
                  "byte images and host transforms both given: the image augmentation describes the whole pipeline");

@@ -45,7 +45,9 @@ Transform random_flip_horizontal() {
 }
 
 Transform normalize(std::vector<float> mean, std::vector<float> stddev) {
-  COHORT_CHECK(mean.size() == stddev.size() && !mean.empty(), "normalize needs one mean and one stddev per channel");
+  COHORT_CHECK(mean.size() == stddev.size() && !mean.empty(),
+               "normalize needs one mean and one stddev per channel, got {} means and {} standard deviations", mean.size(),
+               stddev.size());
   for (float s : stddev) COHORT_CHECK(s > 0, "normalize: standard deviations must be positive, got {}", s);
   return [mean = std::move(mean), stddev = std::move(stddev)](std::span<float> sample, const Shape& shape, std::mt19937_64&) {
     const std::size_t c = mean.size();

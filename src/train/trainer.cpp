@@ -553,6 +553,9 @@ void Trainer::check_fit_arguments(const data::Dataset& train, const FitOptions& 
                  "ImageDataset); '{}' of samples {} is not one", train.description(), train.sample_shape());
     data::transforms_of(*options.augmentation);  // its parameters checked before training
   }
+  COHORT_CHECK(!options.resident_images || options.augmentation,
+               "fit()'s resident_images keeps 8-bit images on the device for an image augmentation, and none was given "
+               "(FitOptions::augmentation)");
   check_fits(train);
   if (options.validation != nullptr) check_fits(*options.validation);
 }
@@ -675,6 +678,9 @@ void Trainer::plan_epochs(FitState& fit) {
   else if (fit.expander)
     log::info("images: copied to {} as 8-bit values, {} there", device_name(model_.device()),
               data::describe(*options.augmentation));
+  else if (options.augmentation)
+    log::info("images: {} on the loader's thread{}", data::describe(*options.augmentation),
+              options.resident_images ? " (resident images are for a device; this model trains on the CPU)" : "");
   if (fit.accumulate > fit.batches_per_epoch)
     log::warning("accumulate_steps {} exceeds the {} batches of an epoch: each update takes one epoch's", fit.accumulate,
                  fit.batches_per_epoch);

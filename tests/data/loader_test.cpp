@@ -218,12 +218,15 @@ TEST_CASE("byte batches refuse unsuitable data sets, transforms beside them and 
   const auto set = data::make_synthetic({.samples = 16, .sample_shape = {4, 4, 3}});
   const data::MappedDataset floats(set, {data::random_flip_horizontal()});
   CHECK_THROWS_WITH(data::DataLoader(floats, {.byte_images = data::ImageAugmentation{}}),
-                    Catch::Contains("8-bit, class-labelled samples") && Catch::Contains(floats.description()));
+                    Catch::Contains("gives its class-labelled samples as 8-bit values") &&
+                        Catch::Contains(floats.description()));
   CHECK_THROWS_WITH(data::DataLoader(set, {.transforms = {data::random_flip_horizontal()},
                                            .byte_images = data::ImageAugmentation{}}),
                     Catch::Contains("host transforms both given"));
   CHECK_THROWS_WITH(data::DataLoader(set, {.byte_images = data::ImageAugmentation{.crop_padding = -1}}),
                     Catch::Contains("padding must be >= 0"));
+  std::mt19937_64 rng(1);
+  CHECK_THROWS_WITH(data::draw({.crop_padding = -2}, rng), Catch::Contains("padding must be >= 0, got -2"));
   CHECK_THROWS_WITH(data::ImageExpander({.mean = {0.5f}, .stddev = {0.5f}}, 3, Device::CPU),
                     Catch::Contains("normalizes 1 channels, the images have 3"));
   CHECK_THROWS_WITH(data::ImageExpander({.mean = {0.5f, 0.5f, 0.5f}}, 3, Device::CPU),

@@ -30,4 +30,11 @@ more=$(largest_batch 400000000)
 if out=$(COHORT_EMULATED_MEMORY=2GiB timeout 60 "$program" --device emulated --largest-batch 2>&1); then fail "2GiB accepted"; fi
 grep -q "COHORT_EMULATED_MEMORY" <<<"$out" || fail "a malformed COHORT_EMULATED_MEMORY is not named: $out"
 if out=$(timeout 60 "$program" --device cpu --largest-batch 2>&1); then fail "--largest-batch ran on the CPU"; fi
+# Without a memory limit the emulated device would probe the host's memory.
+if out=$(env -u COHORT_EMULATED_MEMORY timeout 60 "$program" --device emulated --largest-batch 2>&1); then
+  fail "--largest-batch ran on an emulated device without a memory limit"
+fi
+grep -q "needs its memory set (COHORT_EMULATED_MEMORY=BYTES)" <<<"$out" || fail "no limit, unclear refusal: $out"
+if out=$(timeout 60 "$program" --bogus 2>&1); then fail "--bogus accepted"; fi
+grep -q "unknown option '--bogus'" <<<"$out" || fail "an unknown flag is not named: $out"
 echo "largest batch: $largest in 200 MB, $more in 400 MB"

@@ -203,6 +203,11 @@ TEST_CASE("an image augmentation expanded on the device trains as its transforms
   CHECK(host.variable("dense/kernel")->value.to_vector() != other.variable("dense/kernel")->value.to_vector());
   CHECK_THROWS_WITH(train(Device::Emulated, {.transforms = {data::random_flip_horizontal()}, .augmentation = augmentation}),
                     Catch::Contains("both transforms and an image augmentation"));
+  CHECK_THROWS_WITH(train(Device::Emulated, {.resident_images = true}), Catch::Contains("none was given"));
+  // On the CPU the description runs as host transforms, and the log says so.
+  const nn::Sequential described = train(Device::CPU, {.augmentation = augmentation, .resident_images = true});
+  CHECK_THAT(said, Catch::Contains("normalized on the loader's thread (resident images are for a device"));
+  require_same_variables(described, train(Device::Emulated, {.augmentation = augmentation}));
 }
 
 TEST_CASE("training on a device charts its memory per step on the timeline and logs each epoch's step peak",

@@ -122,7 +122,7 @@ void dropout_mask(const Tensor& mask, float rate, std::uint64_t seed);
 
 // ---- 8-bit images to the float32 a model takes, on the device that trains (a quarter of the bytes to copy):
 // out[n, y, x, c] = (v / 255 - mean[c]) / stddev[c], v = images[s, y + dy, x' + dx, c] or 0 where that falls
-// outside the image, x' = W - 1 - x where the sample is flipped, else x; (dy, dx, flip) = draws[n, 0..2];
+// outside the image, x' = W - 1 - x where flip is not 0, else x; (dy, dx, flip) = draws[n, 0..2];
 // s = n, or indices[n] where indices is defined (images then hold a whole data set, resident on the device).
 // images uint8 (S, H, W, C), indices int32 (N) or undefined (S = N), draws int32 (N, 3), mean and stddev
 // float32 (C), out float32 (N, H, W, C). The same values, bit for bit, as data::random_crop,
