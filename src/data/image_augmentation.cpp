@@ -4,6 +4,7 @@
 
 #include "cohort/core/check.hpp"
 #include "cohort/tensor/ops.hpp"
+#include "data/random_draws.hpp"
 
 namespace cohort::data {
 
@@ -29,11 +30,11 @@ std::array<std::int32_t, 3> draw(const ImageAugmentation& augmentation, std::mt1
   COHORT_CHECK(augmentation.crop_padding >= 0, "random_crop padding must be >= 0, got {}", augmentation.crop_padding);
   std::array<std::int32_t, 3> drawn{0, 0, 0};
   if (augmentation.crop_padding != 0) {
-    std::uniform_int_distribution<int> offset(-augmentation.crop_padding, augmentation.crop_padding);
-    drawn[0] = offset(rng);
-    drawn[1] = offset(rng);
+    const auto [dy, dx] = draw_crop_offset(augmentation.crop_padding, rng);
+    drawn[0] = dy;
+    drawn[1] = dx;
   }
-  if (augmentation.flip_horizontal) drawn[2] = std::uniform_int_distribution<int>(0, 1)(rng);
+  if (augmentation.flip_horizontal) drawn[2] = draw_flip(rng) ? 1 : 0;
   return drawn;
 }
 

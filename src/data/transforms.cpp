@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "cohort/core/check.hpp"
+#include "data/random_draws.hpp"
 
 namespace cohort::data {
 namespace {
@@ -19,8 +20,7 @@ Transform random_crop(int padding) {
   return [padding](std::span<float> sample, const Shape& shape, std::mt19937_64& rng) {
     check_image(shape, "random_crop");
     const std::int64_t h = shape[0], w = shape[1], c = shape[2];
-    std::uniform_int_distribution<int> offset(-padding, padding);
-    const int dy = offset(rng), dx = offset(rng);
+    const auto [dy, dx] = draw_crop_offset(padding, rng);
     const std::vector<float> source(sample.begin(), sample.end());
     for (std::int64_t y = 0; y < h; ++y)
       for (std::int64_t x = 0; x < w; ++x) {
@@ -35,7 +35,7 @@ Transform random_crop(int padding) {
 Transform random_flip_horizontal() {
   return [](std::span<float> sample, const Shape& shape, std::mt19937_64& rng) {
     check_image(shape, "random_flip_horizontal");
-    if (std::uniform_int_distribution<int>(0, 1)(rng) == 0) return;
+    if (!draw_flip(rng)) return;
     const std::int64_t h = shape[0], w = shape[1], c = shape[2];
     for (std::int64_t y = 0; y < h; ++y)
       for (std::int64_t x = 0; x < w / 2; ++x)
