@@ -17,6 +17,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <optional>
 #include <string>
 
 #include "cohort/train/update.hpp"
@@ -76,20 +77,27 @@ std::optional<std::size_t> step_peak(Device device, nn::Precision precision, std
   return peak;
 }
 
+struct LargestBatch {
+  std::int64_t batch;
+  std::size_t step_peak;
+};
+
 // The largest batch that fits, within 1/64 (exact below 128): doubling from `start` to the first that does
 // not, then halving the gap.
-std::int64_t largest_batch(Device device, nn::Precision precision, std::int64_t start) {
-  if (!step_peak(device, precision, 1))
-    throw DeviceError(fmt::format("{} cannot train the flagship even at batch 1", cohort::device_name(device)));
-  std::int64_t fits = 1, fails = std::max<std::int64_t>(start, 2);
-  while (step_peak(device, precision, fails)) {
-    fits = fails;
+LargestBatch largest_batch(Device device, nn::Precision precision, std::int64_t start) {
+  std::optional<std::size_t> peak = step_peak(device, precision, 1);
+  if (!peak) throw DeviceError(fmt::format("{} cannot train the flagship even at batch 1", cohort::device_name(device)));
+  LargestBatch fits{1, *peak};
+  std::int64_t fails = std::max<std::int64_t>(start, 2);
+  while ((peak = step_peak(device, precision, fails))) {
+    fits = {fails, *peak};
     if (fails > (std::int64_t{1} << 40)) throw DeviceError("the device's memory seems to have no end");
     fails *= 2;
   }
-  while (fails - fits > std::max<std::int64_t>(1, fits / 64)) {
-    const std::int64_t middle = fits + (fails - fits) / 2;
-    (step_peak(device, precision, middle) ? fits : fails) = middle;
+  while (fails - fits.batch > std::max<std::int64_t>(1, fits.batch / 64)) {
+    const std::int64_t middle = fits.batch + (fails - fits.batch) / 2;
+    if ((peak = step_peak(device, precision, middle))) fits = {middle, *peak};
+    else fails = middle;
   }
   return fits;
 }
@@ -160,10 +168,9 @@ int main(int argc, char** argv) try {
     if (device == Device::Emulated && std::getenv("COHORT_EMULATED_MEMORY") == nullptr)
       throw InvalidArgument("--largest-batch on the emulated device needs its memory set (COHORT_EMULATED_MEMORY=BYTES): "
                             "without it the host's memory is the limit");
-    const std::int64_t largest = largest_batch(device, precision, batch);
+    const LargestBatch largest = largest_batch(device, precision, batch);
     fmt::print("cohort device={} precision={} largest_batch={} step_peak_MiB={:.0f}\n", cohort::device_name(device),
-               nn::precision_name(precision), largest,
-               static_cast<double>(*step_peak(device, precision, largest)) / (1024.0 * 1024.0));
+               nn::precision_name(precision), largest.batch, static_cast<double>(largest.step_peak) / (1024.0 * 1024.0));
     return 0;
   }
   Flagship flagship(device, precision, batch);
