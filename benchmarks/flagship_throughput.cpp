@@ -5,7 +5,8 @@
 //   cohort device=cuda precision=float32 batch=128 train_images/s=X inference_images/s=Y train_tflop/s=A inference_tflop/s=B
 // counting 2 FLOPs per multiply-add of the convolutions and products (nn::Sequential::multiply_adds_per_sample),
 // 3 passes' worth per training step (forward, and the data and weight gradients).
-// A training step is forward, the fused softmax cross-entropy (its loss read back, as fit() does), backward
+// A training step is forward, the fused softmax cross-entropy (its loss summed on the device, read by no one,
+// as fit() does between progress-bar redraws), backward
 // and Adam; inference is a forward pass in evaluation mode. Inputs live on the device, as after the
 // trainer's asynchronous copy. Under mixed_bfloat16 the layers compute in bfloat16 from float32 variables,
 // as fit() runs them; mixed_float16 is left to fit(), whose loss scaling a bare step would leave out.
@@ -31,7 +32,7 @@ using Clock = std::chrono::steady_clock;
 // The flagship model on a device with a batch of inputs there, its optimizer and its gradient buffer.
 struct Flagship {
   Flagship(Device device, nn::Precision precision, std::int64_t batch)
-      : model(nn::cifar10_cnn({32, 32, 3}, 1, device)), gradient({batch, 10}, device) {
+      : model(nn::cifar10_cnn({32, 32, 3}, 1, device)), gradient({batch, 10}, device), loss_sum(device, 1) {
     model.set_precision(precision);
     adam.to(device);
     Tensor host_images({batch, 32, 32, 3}), host_labels({batch});
@@ -44,7 +45,7 @@ struct Flagship {
   void train_step() {
     model.train();
     const Tensor logits = model.forward_logits(images);
-    ops::softmax_cross_entropy(logits, labels, gradient);
+    ops::softmax_cross_entropy(logits, labels, gradient, loss_sum, 0);
     model.backward(gradient);
     train::update_variables(adam, model.trainable_variables());
   }
@@ -56,6 +57,7 @@ struct Flagship {
   nn::Sequential model;
   optim::Adam adam;
   Tensor images, labels, gradient;
+  RunningSums loss_sum;
 };
 
 // The most bytes in use during a training step and an inference at `batch`, or nothing where the device ran

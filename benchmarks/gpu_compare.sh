@@ -93,6 +93,6 @@ for m in filter(None, largest):
     print(f"largest batch that trains in the GPU's memory, {m.group(1)}: {m.group(2)} (a step's peak {m.group(3)} MiB)")
 if not any(k.startswith("pytorch") for r in rows.values() for k in r):
     print("(no PyTorch numbers: see the PyTorch script's message above)")
-print("cohort: deterministic cuDNN algorithms; cohort fastest: timed ones (COHORT_DETERMINISTIC=0); loss read back "
-      "every step. PyTorch: cudnn.benchmark, loss.item() every step. Ratios: cohort fastest / PyTorch")
+print("cohort: deterministic cuDNN algorithms; cohort fastest: timed ones (COHORT_DETERMINISTIC=0). Both sum the loss "
+      "on the GPU without reading it back per step. PyTorch: cudnn.benchmark. Ratios: cohort fastest / PyTorch")
 PY

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The flagship CIFAR-10 CNN in PyTorch on one GPU, in eager mode and under torch.compile when it works:
-training steps (forward, cross-entropy, backward, Adam, and the loss read back with .item() as a training
-loop that logs does, and as cohort's fit() does) and inference (eval mode, torch.inference_mode),
+training steps (forward, cross-entropy, backward, Adam, and the loss summed on the GPU without a read-back,
+as cohort's fit() does between progress-bar redraws) and inference (eval mode, torch.inference_mode),
 channels_last, cudnn.benchmark on (PyTorch's fastest setting; cohort prefers deterministic cuDNN
 algorithms). Precisions: float32 (no TF32, as COHORT_ALLOW_TF32=0), tf32 (TF32 tensor cores for
 convolutions and products, cohort's default), mixed_bfloat16 (torch.autocast to bfloat16 around the forward
@@ -49,13 +49,15 @@ def measure(mode, precision, batch, seconds):
     torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
     torch.backends.cudnn.allow_tf32 = precision == "tf32"
 
+    loss_sum = torch.zeros((), device="cuda")
+
     def train_step():
         optimizer.zero_grad(set_to_none=True)
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
             loss = loss_fn(runnable(images), labels)
         loss.backward()
         optimizer.step()
-        loss.item()
+        loss_sum.add_(loss.detach())
 
     def inference_step():
         with torch.inference_mode(), torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):

@@ -29,6 +29,11 @@ double mean_over_elements(const char* loss, const Tensor& prediction, const Tens
   });
 }
 
+void check_class_indices(const Tensor& labels) {
+  COHORT_CHECK(labels.rank() == 1, "sparse_categorical_crossentropy takes class indices of shape (N), got {}",
+               labels.shape());
+}
+
 std::string last_layer_phrase(const LossFit& fit) {
   return fit.final_activation == cohort::Activation::Linear ? "no final activation" : std::string("a final ") + activation_name(fit.final_activation);
 }
@@ -75,8 +80,7 @@ double CategoricalCrossentropy::compute(const Tensor& prediction, const Tensor& 
 }
 
 double SparseCategoricalCrossentropy::compute(const Tensor& prediction, const Tensor& labels, const Tensor& gradient) const {
-  COHORT_CHECK(labels.rank() == 1, "sparse_categorical_crossentropy takes class indices of shape (N), got {}",
-               labels.shape());
+  check_class_indices(labels);
   return CategoricalCrossentropy{.from_logits = from_logits}.compute(prediction, labels, gradient);
 }
 
@@ -164,6 +168,17 @@ double compute_loss(const Loss& loss, const Tensor& prediction, bool logits, con
         return l.compute(prediction, targets, gradient);
       },
       loss);
+}
+
+void add_loss(const Loss& loss, const Tensor& prediction, bool logits, const Tensor& targets, RunningSums& sums, int slot,
+              const Tensor& gradient) {
+  if (!is_categorical(loss)) {
+    sums.add(slot, compute_loss(loss, prediction, logits, targets, gradient) * static_cast<double>(prediction.dim(0)));
+    return;
+  }
+  if (std::holds_alternative<SparseCategoricalCrossentropy>(loss)) check_class_indices(targets);
+  if (logits) ops::softmax_cross_entropy(prediction, targets, gradient, sums, slot);
+  else ops::categorical_cross_entropy(prediction, targets, gradient, sums, slot);
 }
 
 double accuracy(const Tensor& scores, const Tensor& labels) {

@@ -126,4 +126,10 @@ double Metric::batch_sum(const Loss& loss, const Tensor& prediction, bool logits
   return 0;
 }
 
+void Metric::add_batch_sum(const Loss& loss, const Tensor& prediction, bool logits, const Tensor& targets,
+                           RunningSums& sums, int slot) const {
+  if (kind_ == Kind::Accuracy && is_categorical(loss)) ops::count_correct(prediction, targets, sums, slot);
+  else sums.add(slot, batch_sum(loss, prediction, logits, targets));
+}
+
 }  // namespace cohort::nn

@@ -11,6 +11,7 @@
 
 #include "cohort/tensor/allocator.hpp"
 #include "cohort/tensor/ops.hpp"
+#include "cohort/tensor/running_sums.hpp"
 
 namespace cohort {
 
@@ -157,11 +158,14 @@ class Backend {
   virtual void rmsprop_update(const std::vector<ops::RmspropOperands>& variables, float learning_rate, float rho,
                               float momentum, float epsilon, float weight_decay) = 0;
 
-  // ---- losses and metrics
-  virtual double softmax_cross_entropy(const Tensor& logits, const Tensor& labels, const Tensor& dlogits) = 0;
-  virtual double categorical_cross_entropy(const Tensor& probabilities, const Tensor& labels,
-                                           const Tensor& dprobabilities) = 0;
-  virtual std::int64_t count_correct(const Tensor& scores, const Tensor& labels) = 0;
+  // ---- losses and metrics: each adds its batch's sum (of the rows' losses; of the right rows) to slot `slot` of
+  // `sums` without waiting for it; sum_target() (backend_access.hpp) gives the slot's and the bad-label record's
+  // addresses. A backend that cannot check the labels before its kernels run records the first bad one there.
+  virtual void softmax_cross_entropy(const Tensor& logits, const Tensor& labels, const Tensor& dlogits,
+                                     const RunningSums& sums, int slot) = 0;
+  virtual void categorical_cross_entropy(const Tensor& probabilities, const Tensor& labels, const Tensor& dprobabilities,
+                                         const RunningSums& sums, int slot) = 0;
+  virtual void count_correct(const Tensor& scores, const Tensor& labels, const RunningSums& sums, int slot) = 0;
 };
 
 // The backend of `device`; DeviceError naming the build option when this build has none for it.

@@ -1,5 +1,7 @@
 #pragma once
 // How backends reach a tensor's memory: only code under src/tensor/ includes this.
+#include "cohort/core/check.hpp"
+#include "cohort/tensor/running_sums.hpp"
 #include "cohort/tensor/tensor.hpp"
 #include "tensor/storage.hpp"
 
@@ -9,6 +11,8 @@ class BackendAccess {
  public:
   static std::byte* bytes(const Tensor& t) { return t.values_; }
   static Storage* storage(const Tensor& t) { return t.storage_.get(); }
+  static const Tensor& storage(const RunningSums& sums) { return sums.storage_; }
+  static constexpr int kBadLabelRecord = RunningSums::kBadLabelRecord;
 };
 
 }  // namespace cohort::detail
@@ -18,4 +22,15 @@ namespace cohort {
 // element types before a kernel runs, so float32 kernels take device_data() and others device_bytes().
 inline void* device_bytes(const Tensor& t) { return detail::BackendAccess::bytes(t); }
 inline float* device_data(const Tensor& t) { return reinterpret_cast<float*>(detail::BackendAccess::bytes(t)); }
+
+// Where a loss or a count adds its batch's sum: one slot of a RunningSums, on the backend's device.
+struct SumTarget {
+  double* sum;
+  double* bad_label;  // the first label that was not a class index: its row + 1 (zero while none), value, the classes
+};
+inline SumTarget sum_target(const RunningSums& sums, int slot) {
+  COHORT_CHECK(slot >= 0 && slot < sums.size(), "slot {} of running sums with {} slots", slot, sums.size());
+  auto* base = static_cast<double*>(device_bytes(detail::BackendAccess::storage(sums)));
+  return {base + slot, base + sums.size()};
+}
 }  // namespace cohort

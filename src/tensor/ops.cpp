@@ -125,6 +125,16 @@ Tensor checked_labels(const char* op, const Tensor& scores, const Tensor& labels
   return labels.to(DType::Float32);
 }
 
+void check_sums_device(const char* op, const Tensor& scores, const RunningSums& sums) {
+  if (sums.device() != scores.device()) [[unlikely]]
+    throw DeviceError(fmt::format("{}: scores {} on {}, the running sums on {}; make the sums on the scores' device", op,
+                                  scores.shape(), device_name(scores.device()), device_name(sums.device())));
+}
+
+double mean_over_rows(const RunningSums& sums, const Tensor& scores) {
+  return scores.dim(0) == 0 ? 0.0 : sums.read()[0] / static_cast<double>(scores.dim(0));
+}
+
 void check_conv(const Tensor& x, const Tensor& kernel, const Tensor& y, const Conv2dGeometry& g) {
   COHORT_CHECK(x.shape() == Shape({g.batch, g.in_h, g.in_w, g.in_c}), "conv2d: input {} does not match geometry",
                x.shape());
@@ -591,30 +601,51 @@ void rmsprop_update(const std::vector<RmspropOperands>& variables, float learnin
   }).rmsprop_update(variables, learning_rate, rho, momentum, epsilon, weight_decay);
 }
 
-double softmax_cross_entropy(const Tensor& logits, const Tensor& labels, const Tensor& dlogits) {
+void softmax_cross_entropy(const Tensor& logits, const Tensor& labels, const Tensor& dlogits, const RunningSums& sums,
+                           int slot) {
   const Tensor float_labels = checked_labels("softmax_cross_entropy", logits, labels);
   if (dlogits.defined()) check_same_shape("softmax_cross_entropy", logits, dlogits);
   Backend& backend = backend_of("softmax_cross_entropy", {&logits, &float_labels, &dlogits});
+  check_sums_device("softmax_cross_entropy", logits, sums);
   const Float32StandIns f({&logits}, {&dlogits});
-  const double loss = backend.softmax_cross_entropy(f(logits), float_labels, f(dlogits));
+  backend.softmax_cross_entropy(f(logits), float_labels, f(dlogits), sums, slot);
   f.write_back();
-  return loss;
 }
 
-double categorical_cross_entropy(const Tensor& probabilities, const Tensor& labels, const Tensor& dprobabilities) {
+void categorical_cross_entropy(const Tensor& probabilities, const Tensor& labels, const Tensor& dprobabilities,
+                               const RunningSums& sums, int slot) {
   const Tensor float_labels = checked_labels("categorical_cross_entropy", probabilities, labels);
   if (dprobabilities.defined()) check_same_shape("categorical_cross_entropy", probabilities, dprobabilities);
   Backend& backend = backend_of("categorical_cross_entropy", {&probabilities, &float_labels, &dprobabilities});
+  check_sums_device("categorical_cross_entropy", probabilities, sums);
   const Float32StandIns f({&probabilities}, {&dprobabilities});
-  const double loss = backend.categorical_cross_entropy(f(probabilities), float_labels, f(dprobabilities));
+  backend.categorical_cross_entropy(f(probabilities), float_labels, f(dprobabilities), sums, slot);
   f.write_back();
-  return loss;
+}
+
+void count_correct(const Tensor& scores, const Tensor& labels, const RunningSums& sums, int slot) {
+  const Tensor float_labels = checked_labels("count_correct", scores, labels);
+  Backend& backend = backend_of("count_correct", {&scores, &float_labels});
+  check_sums_device("count_correct", scores, sums);
+  backend.count_correct(Float32StandIns({&scores}, {})(scores), float_labels, sums, slot);
+}
+
+double softmax_cross_entropy(const Tensor& logits, const Tensor& labels, const Tensor& dlogits) {
+  const RunningSums sums(logits.device(), 1);
+  softmax_cross_entropy(logits, labels, dlogits, sums, 0);
+  return mean_over_rows(sums, logits);
+}
+
+double categorical_cross_entropy(const Tensor& probabilities, const Tensor& labels, const Tensor& dprobabilities) {
+  const RunningSums sums(probabilities.device(), 1);
+  categorical_cross_entropy(probabilities, labels, dprobabilities, sums, 0);
+  return mean_over_rows(sums, probabilities);
 }
 
 std::int64_t count_correct(const Tensor& scores, const Tensor& labels) {
-  const Tensor float_labels = checked_labels("count_correct", scores, labels);
-  Backend& backend = backend_of("count_correct", {&scores, &float_labels});
-  return backend.count_correct(Float32StandIns({&scores}, {})(scores), float_labels);
+  const RunningSums sums(scores.device(), 1);
+  count_correct(scores, labels, sums, 0);
+  return static_cast<std::int64_t>(sums.read()[0]);
 }
 
 }  // namespace ops

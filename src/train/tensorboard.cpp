@@ -26,8 +26,12 @@ void TensorBoard::on_train_begin(TrainingControl& control) {
   validation_ = std::make_unique<EventFileWriter>(root / "validation");
 }
 
+bool TensorBoard::needs_batch_logs(std::int64_t step) const {
+  return train_ && options_.update_every_steps > 0 && step % options_.update_every_steps == 0;
+}
+
 void TensorBoard::on_batch_end(std::int64_t step, const Logs& logs, TrainingControl&) {
-  if (!train_ || options_.update_every_steps == 0 || step % options_.update_every_steps != 0) return;
+  if (!needs_batch_logs(step)) return;
   for (const auto& [name, value] : logs) train_->add_scalar("batch_" + name, step, value);
 }
 

@@ -64,6 +64,11 @@ class ReplicaSumBinding {
   nn::Sequential& model_;
 };
 
+// Whether fit() saves a checkpoint after `step` within an epoch.
+bool saves_checkpoint_after(const FitOptions& options, std::int64_t step) {
+  return !options.checkpoint_dir.empty() && options.checkpoint_every_steps > 0 && step % options.checkpoint_every_steps == 0;
+}
+
 // Batches on the model's device. On the CPU they are the loader's own; elsewhere each batch is copied on
 // a CopyStream into one of two device buffers, so that the copy of batch k + 1 overlaps step k.
 class DeviceBatches {
@@ -188,16 +193,23 @@ Trainer::Trainer(nn::Sequential& model, std::unique_ptr<optim::Optimizer> optimi
       COHORT_CHECK(metrics_[i].name() != metrics_[j].name(), "metric '{}' is listed twice", metrics_[i].name());
 }
 
-void Trainer::Totals::add(const Totals& other) {
-  for (std::size_t i = 0; i < values.size(); ++i) values[i] += other.values[i];
+Trainer::Totals Trainer::new_totals() const { return {0.0, RunningSums(model_.device(), 1 + static_cast<int>(metrics_.size()))}; }
+
+std::vector<double> Trainer::read(const Totals& totals) {
+  std::vector<double> values{totals.samples};
+  const std::vector<double> sums = [&] {
+    if (totals.sums.read_is_free()) return totals.sums.read();
+      const timeline::Span span("device", "read loss and metrics");
+    return totals.sums.read();
+  }();
+  values.insert(values.end(), sums.begin(), sums.end());
+  return values;
 }
 
-Trainer::Totals Trainer::new_totals() const { return {std::vector<double>(2 + metrics_.size(), 0.0)}; }
-
-Logs Trainer::logs_of(const Totals& totals, const std::string& prefix) const {
-  const double samples = std::max(totals.values[0], 1.0);
-  Logs logs{{prefix + "loss", totals.values[1] / samples}};
-  for (std::size_t i = 0; i < metrics_.size(); ++i) logs[prefix + metrics_[i].name()] = totals.values[2 + i] / samples;
+Logs Trainer::logs_of(const std::vector<double>& values, const std::string& prefix) const {
+  const double samples = std::max(values[0], 1.0);
+  Logs logs{{prefix + "loss", values[1] / samples}};
+  for (std::size_t i = 0; i < metrics_.size(); ++i) logs[prefix + metrics_[i].name()] = values[2 + i] / samples;
   return logs;
 }
 
@@ -250,20 +262,16 @@ Trainer::Scored Trainer::score(const Tensor& images, bool inference_only) {
   return {prediction, fused || nn::expects_logits(loss_)};
 }
 
-Trainer::Totals Trainer::totals_of(const Scored& scored, const Tensor& targets, double loss) const {
-  Totals totals = new_totals();
-  const auto samples = static_cast<double>(scored.prediction.dim(0));
-  totals.values[0] = samples;
-  totals.values[1] = loss * samples;
+void Trainer::add_to(Totals& totals, const Scored& scored, const Tensor& targets, const Tensor& gradient) const {
+  totals.samples += static_cast<double>(scored.prediction.dim(0));
+  nn::add_loss(loss_, scored.prediction, scored.logits, targets, totals.sums, 0, gradient);
   for (std::size_t i = 0; i < metrics_.size(); ++i)
-    totals.values[2 + i] = metrics_[i].batch_sum(loss_, scored.prediction, scored.logits, targets);
-  return totals;
+    metrics_[i].add_batch_sum(loss_, scored.prediction, scored.logits, targets, totals.sums, 1 + static_cast<int>(i));
 }
 
-Trainer::Totals Trainer::train_step(const Tensor& images, const Tensor& targets, bool completes_update) {
+void Trainer::train_step(const Tensor& images, const Tensor& targets, bool completes_update, Totals& totals) {
   const std::int64_t samples = images.dim(0);
   const std::int64_t update_samples = accumulated_samples_ + samples;
-  Totals totals = new_totals();
   // An empty batch is this replica's empty share of an epoch's last step: it contributes no gradients, but
   // takes part in the sums over the replicas that layers make within a pass.
   if (samples == 0 && model_.replica_sum_elements() > 0) {
@@ -280,7 +288,7 @@ Trainer::Totals Trainer::train_step(const Tensor& images, const Tensor& targets,
       model_.backward_without_batch();
       accumulated_samples_ = update_samples;
     }
-    return totals;
+    return;
   }
   if (samples > 0) {
     const Scored scored = score(images, false);
@@ -288,14 +296,10 @@ Trainer::Totals Trainer::train_step(const Tensor& images, const Tensor& targets,
     if (!output_gradient_.defined() || output_gradient_.shape() != prediction.shape() ||
         output_gradient_.device() != prediction.device())
       output_gradient_ = Tensor(prediction.shape(), prediction.device());
-    const double loss = [&] {
+    {
       const timeline::Span span("forward", "loss");
-      return nn::compute_loss(loss_, prediction, scored.logits, targets, output_gradient_);
-    }();
-    if (!std::isfinite(loss))
-      throw Error(fmt::format("the training loss became {} at step {} (learning rate {:.3g}){}", loss, optimizer_->iterations(),
-                              optimizer_->learning_rate(), non_finite_advice()));
-    totals = totals_of(scored, targets, loss);
+      add_to(totals, scored, targets, output_gradient_);
+    }
     if (loss_scale_) ops::scale(output_gradient_, loss_scale_->value());
     if (completes_update) {
       // Each layer's gradients, made final, go to the strategy while the layers before it are computed.
@@ -311,18 +315,11 @@ Trainer::Totals Trainer::train_step(const Tensor& images, const Tensor& targets,
   }
   if (!completes_update) {
     accumulated_samples_ = update_samples;
-    return totals;
+    return;
   }
   if (samples == 0) accumulator_.finish(model_.trainable_variables(), 0, update_samples);
   strategy_->apply_gradients(model_, *optimizer_, update_samples);
   accumulated_samples_ = 0;
-  return totals;
-}
-
-Trainer::Totals Trainer::evaluate_batch(const Tensor& images, const Tensor& targets) {
-  if (images.dim(0) == 0) return new_totals();
-  const Scored scored = score(images, true);
-  return totals_of(scored, targets, nn::compute_loss(loss_, scored.prediction, scored.logits, targets));
 }
 
 Trainer::Totals Trainer::evaluate_share(const data::Dataset& dataset, std::int64_t batch_size, int replica, int replicas) {
@@ -340,7 +337,8 @@ Trainer::Totals Trainer::evaluate_share(const data::Dataset& dataset, std::int64
   Totals totals = new_totals();
   auto host_batches = loader.epoch(0);
   DeviceBatches batches(*host_batches, model_.device());
-  while (auto batch = batches.next()) totals.add(evaluate_batch(batch->images, batch->labels));
+  while (auto batch = batches.next())
+    if (batch->images.dim(0) > 0) add_to(totals, score(batch->images, true), batch->labels);
   return totals;
 }
 
@@ -753,7 +751,7 @@ bool Trainer::train_epoch(FitState& fit, std::int64_t epoch) {
 }
 
 Trainer::EpochTotals Trainer::train_batches(FitState& fit, std::int64_t epoch, ProgressBar& progress) {
-  EpochTotals epoch_totals{.training = new_totals(), .started = Clock::now()};
+  EpochTotals epoch_totals{.training = new_totals(), .started = Clock::now(), .unchecked_from_step = optimizer_->iterations()};
   Totals& totals = epoch_totals.training;
   auto host_batches = fit.loader->epoch(epoch, fit.position.batch_in_epoch);
   DeviceBatches batches(*host_batches, model_.device());
@@ -779,13 +777,19 @@ Trainer::EpochTotals Trainer::train_batches(FitState& fit, std::int64_t epoch, P
         !fit.expander ? batch->images
                       : (*fit.expander)(batch->indices.defined() ? fit.resident_images : batch->images, batch->indices,
                                         batch->draws);
-    totals.add(train_step(images, batch->labels, completes_update));
+    train_step(images, batch->labels, completes_update, totals);
     if (device_memory != nullptr) note_device_memory(*device_memory, epoch_totals);
     fit.position.batch_in_epoch = batch->index + 1;
-    Logs logs = logs_of(totals, "");
-    logs["samples_per_second"] = totals.values[0] / seconds_since(epoch_totals.started);  // this process's, so far
+    // The loss and metrics wait for the device: they are read only where they are shown, where a callback reads
+    // them, and before a checkpoint, which must not save a run whose loss stopped being finite.
+    const bool draws = fit.verbose && progress.advance(fit.position.batch_in_epoch);
+    const std::int64_t step = fit.position.global_step + 1;  // once this batch's update is made
+    const bool read = draws || totals.sums.read_is_free() ||
+                      (completes_update && (callbacks_read_batch_logs(fit, step) || saves_checkpoint_after(fit.options, step)));
+    Logs logs = read ? logs_of(read_training_totals(epoch_totals), "") : Logs{};
+    logs["samples_per_second"] = totals.samples / seconds_since(epoch_totals.started);  // this process's, so far
     logs["learning_rate"] = optimizer_->learning_rate();
-    if (fit.verbose) progress.update(fit.position.batch_in_epoch, shown(logs, false), logs["samples_per_second"]);
+    if (draws) progress.draw(shown(logs, false), logs["samples_per_second"]);
     // Checkpoints, limits and stops take effect between updates only.
     if (!completes_update) continue;
     passes = 0;
@@ -793,6 +797,22 @@ Trainer::EpochTotals Trainer::train_batches(FitState& fit, std::int64_t epoch, P
   }
   epoch_totals.mean_training_seconds = seconds_since(epoch_totals.started);
   return epoch_totals;
+}
+
+std::vector<double> Trainer::read_training_totals(EpochTotals& epoch_totals) const {
+  std::vector<double> values = read(epoch_totals.training);
+  const std::int64_t first = epoch_totals.unchecked_from_step, last = std::max(optimizer_->iterations() - 1, first);
+  if (!std::isfinite(values[1]))
+    throw Error(fmt::format("the training loss became {} {} (learning rate {:.3g}){}", values[1],
+                            first == last ? fmt::format("at step {}", last) : fmt::format("between steps {} and {}", first, last),
+                            optimizer_->learning_rate(), non_finite_advice()));
+  epoch_totals.unchecked_from_step = optimizer_->iterations();
+  return values;
+}
+
+bool Trainer::callbacks_read_batch_logs(const FitState& fit, std::int64_t step) {
+  return std::any_of(fit.options.callbacks.begin(), fit.options.callbacks.end(),
+                     [&](const auto& callback) { return callback->needs_batch_logs(step); });
 }
 
 bool Trainer::after_update(FitState& fit, std::int64_t epoch, const Logs& logs) {
@@ -814,7 +834,7 @@ bool Trainer::after_update(FitState& fit, std::int64_t epoch, const Logs& logs) 
                    strategy_->name(), epoch + 1);
     }
   }
-  if (options.checkpoint_every_steps > 0 && step % options.checkpoint_every_steps == 0) save(fit);
+  if (saves_checkpoint_after(options, step)) save(fit);
   fit.step_limit_reached = options.max_steps > 0 && step >= options.max_steps;
   fit.run_ended = strategy_->should_stop();
   if (fit.run_ended && !fit.chief) log::info("{}: the chief ended the run after step {}", strategy_->process_name(), step);
@@ -842,22 +862,23 @@ Logs Trainer::epoch_logs(FitState& fit, std::int64_t epoch, EpochTotals& epoch_t
   // may be empty.
   Logs strategy_logs;
   strategy_->add_epoch_logs(strategy_logs);
-  Totals& totals = epoch_totals.training;
-  Totals validation = new_totals();
+  std::vector<double> sums = read_training_totals(epoch_totals);
+  const std::size_t width = sums.size();
+  std::vector<double> validation_values(width, 0.0);
   if (options.validation != nullptr)
-    validation = evaluate_share(*options.validation, std::max<std::int64_t>(options.batch_size, 256),
-                                fit.processes_agree ? fit.share.replica : 0, fit.processes_agree ? fit.share.replicas : 1);
-  std::vector<double> sums = totals.values;
-  sums.insert(sums.end(), validation.values.begin(), validation.values.end());
+    validation_values = read(evaluate_share(*options.validation, std::max<std::int64_t>(options.batch_size, 256),
+                                            fit.processes_agree ? fit.share.replica : 0,
+                                            fit.processes_agree ? fit.share.replicas : 1));
+  sums.insert(sums.end(), validation_values.begin(), validation_values.end());
   sums.push_back(seconds_since(epoch_totals.started));
   sums.push_back(epoch_totals.mean_training_seconds);
   sums.push_back(epoch_totals.data_seconds);
   for (const auto& [name, value] : strategy_logs) sums.push_back(value);
   const double replicas = strategy_->sum_over_replicas(sums) ? static_cast<double>(strategy_->replicas()) : 1.0;
-  const std::size_t width = totals.values.size();
-  std::copy_n(sums.begin(), width, totals.values.begin());
-  std::copy_n(sums.begin() + static_cast<std::ptrdiff_t>(width), width, validation.values.begin());
-  Logs logs = logs_of(totals, "");
+  const std::vector<double> training_sums(sums.begin(), sums.begin() + static_cast<std::ptrdiff_t>(width));
+  const std::vector<double> validation_sums(sums.begin() + static_cast<std::ptrdiff_t>(width),
+                                            sums.begin() + static_cast<std::ptrdiff_t>(2 * width));
+  Logs logs = logs_of(training_sums, "");
   const double seconds = sums[2 * width] / replicas;
   epoch_totals.mean_training_seconds = sums[2 * width + 1] / replicas;
   std::size_t next = 2 * width + 3;
@@ -865,10 +886,10 @@ Logs Trainer::epoch_logs(FitState& fit, std::int64_t epoch, EpochTotals& epoch_t
   logs["seconds"] = seconds;
   logs["data_seconds"] = sums[2 * width + 2] / replicas;
   if (options.validation != nullptr) logs["validation_seconds"] = seconds - epoch_totals.mean_training_seconds;
-  logs["samples_per_second"] = totals.values[0] > 0 ? totals.values[0] / seconds : 0.0;
+  logs["samples_per_second"] = training_sums[0] > 0 ? training_sums[0] / seconds : 0.0;
   logs["learning_rate"] = optimizer_->learning_rate();
   if (options.validation != nullptr) {
-    logs.merge(logs_of(validation, std::string(kValidationPrefix)));
+    logs.merge(logs_of(validation_sums, std::string(kValidationPrefix)));
     const double loss = logs.at("val_loss");
     if (!std::isfinite(loss))
       throw Error(fmt::format("the validation loss became {} after epoch {}{}", loss, epoch + 1, non_finite_advice()));
@@ -891,7 +912,7 @@ History Trainer::finish_run(FitState& fit) {
 Logs Trainer::evaluate(const data::Dataset& dataset, std::int64_t batch_size) {
   check_fits(dataset);
   COHORT_CHECK(dataset.size() > 0, "evaluate() got an empty data set '{}'", dataset.description());
-  return logs_of(evaluate_share(dataset, batch_size, 0, 1), "");
+  return logs_of(read(evaluate_share(dataset, batch_size, 0, 1)), "");
 }
 
 Tensor Trainer::predict(const Tensor& images, std::int64_t batch_size) {

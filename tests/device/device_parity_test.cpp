@@ -548,6 +548,51 @@ TEST_CASE("losses and accuracy match the CPU for class indices and targets", "[o
                     Catch::Contains("label 12 of row 1 is not a class index in [0, 10)"));
 }
 
+TEST_CASE("running sums add losses and counts over batches on the device and read them once", "[ops]") {
+  const std::int64_t classes = 10;
+  RunningSums on_cpu(Device::CPU, 3), on_device(dut(), 3);
+  REQUIRE(on_device.device() == dut());
+  std::vector<Tensor> cpu_labels;
+  for (std::int64_t batch = 0; batch < 3; ++batch) {
+    const std::int64_t rows = 40 + 300 * batch;  // one row per thread and many
+    const Pair logits = random({rows, classes}, 60 + static_cast<std::uint64_t>(batch), -5.0f, 5.0f);
+    Tensor labels({rows});
+    for (std::int64_t r = 0; r < rows; ++r) labels.data()[r] = static_cast<float>((r * 3 + batch) % classes);
+    const Tensor device_labels = labels.to(dut());
+    Pair probabilities = zeros({rows, classes}), dlogits = zeros({rows, classes});
+    ops::activation_forward(Activation::Softmax, logits.cpu, probabilities.cpu);
+    ops::activation_forward(Activation::Softmax, logits.device, probabilities.device);
+    ops::softmax_cross_entropy(logits.cpu, labels, dlogits.cpu, on_cpu, 0);
+    ops::softmax_cross_entropy(logits.device, device_labels, dlogits.device, on_device, 0);
+    require_close(dlogits.cpu, dlogits.device, kOpTolerance, "dlogits");
+    ops::categorical_cross_entropy(probabilities.cpu, labels, Tensor(), on_cpu, 1);
+    ops::categorical_cross_entropy(probabilities.device, device_labels, Tensor(), on_device, 1);
+    ops::count_correct(logits.cpu, labels, on_cpu, 2);
+    ops::count_correct(logits.device, device_labels, on_device, 2);
+    on_device.add(2, 1.0);  // a host value joins the device's
+  }
+  const std::vector<double> expected = on_cpu.read(), got = on_device.read();
+  REQUIRE(got.size() == 3);
+  require_close(expected[0], got[0], 1e-5, "summed softmax cross-entropy");
+  require_close(expected[1], got[1], 1e-5, "summed categorical cross-entropy");
+  CHECK(got[2] == expected[2] + 3.0);
+  CHECK(on_device.read() == got);  // reading leaves them as they are
+  on_device.reset();
+  CHECK(on_device.read() == std::vector<double>(3, 0.0));
+  // A bad label is reported, by the op or at the latest by the next read, naming the first one.
+  const Pair logits = random({5, classes}, 70);
+  const Tensor bad = Tensor::from_values({5}, std::vector<float>{1, 2, 3, 11, 12});
+  CHECK_THROWS_WITH(
+      [&] {
+        ops::count_correct(logits.device, bad.to(dut()), on_device, 2);
+        on_device.read();
+      }(),
+      Catch::Contains("label 11 of row 3 is not a class index in [0, 10)"));
+  CHECK_THROWS_WITH(ops::count_correct(logits.device, bad.to(dut()), RunningSums(Device::CPU, 1), 0),
+                    Catch::Contains("running sums on cpu"));
+  CHECK_THROWS_WITH(ops::count_correct(logits.device, bad.to(dut()), on_device, 3), Catch::Contains("slot 3"));
+}
+
 TEST_CASE("dropout masks are those of the CPU, element for element, for any seed", "[ops][dropout]") {
   for (const std::uint64_t seed : {0ull, 1ull, 123456789ull}) {
     Pair mask = zeros({1000, 7});

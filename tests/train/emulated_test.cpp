@@ -248,6 +248,73 @@ TEST_CASE("training on a device charts its memory per step on the timeline and l
   }
 }
 
+TEST_CASE("on a device, fit reads the loss and metrics only where they are shown or a callback reads them",
+          "[device][train][timeline]") {
+  test_util::ScratchDirectory directory("device_reads");
+  const auto reads_in = [](const std::filesystem::path& trace) {
+    std::ifstream in(trace);
+    REQUIRE(in);
+    const nlohmann::json parsed = nlohmann::json::parse(in);
+    std::size_t reads = 0;
+    for (const auto& event : parsed["traceEvents"])
+      reads += event["ph"] == "X" && event["name"] == "read loss and metrics" ? 1 : 0;
+    return reads;
+  };
+  // Two epochs of 6 steps each, over `callbacks`; returns the reads.
+  const auto train = [&](Device device, const std::vector<std::shared_ptr<train::Callback>>& callbacks,
+                         train::History* history = nullptr, std::int64_t checkpoint_every_steps = 0) {
+    nn::Sequential model = full_model(device);
+    Trainer trainer(model, optim::Adam());
+    const train::History result = trainer.fit(
+        kSet, {.epochs = 2, .batch_size = 8, .seed = 4, .callbacks = callbacks, .verbosity = train::Verbosity::Silent,
+               .checkpoint_dir = checkpoint_every_steps > 0 ? directory.path() / "checkpoints" : std::filesystem::path(),
+               .checkpoint_every_steps = checkpoint_every_steps, .timeline = directory.path() / "trace.json"});
+    if (history != nullptr) *history = result;
+    return reads_in(directory.path() / "trace.json");
+  };
+  std::vector<train::Logs> seen;
+  const auto recorder = std::make_shared<train::LambdaCallback>();
+  recorder->batch_end = [&](std::int64_t, const train::Logs& logs, train::TrainingControl&) { seen.push_back(logs); };
+  struct Overrider : train::Callback {  // overrides on_batch_end, so it is given the loss at every step
+    std::size_t with_loss = 0;
+    void on_batch_end(std::int64_t, const train::Logs& logs, train::TrainingControl&) override {
+      with_loss += logs.contains("loss") ? 1 : 0;
+    }
+  };
+  struct Counter : Overrider {  // says it reads no logs
+    bool needs_batch_logs(std::int64_t) const override { return false; }
+  };
+  train::History quiet_history, read_history, cpu_history;
+  // Silent and without a callback that reads them: once per epoch, at its end.
+  const auto counter = std::make_shared<Counter>();
+  CHECK(train(Device::Emulated, {counter}, &quiet_history) == 2);
+  CHECK(counter->with_loss == 0);
+  // A checkpoint every 4 steps reads them first (steps 4, 8 and 12), so as not to save a run whose loss went bad.
+  CHECK(train(Device::Emulated, {}, nullptr, 4) == 2 + 3);
+  // A plain callback costs one read, at the first step, until its on_batch_end shows that it is not overridden.
+  CHECK(train(Device::Emulated, {std::make_shared<train::Callback>()}) == 3);
+  // A callback reading batch logs makes every step read them; they hold this epoch's running loss.
+  CHECK(train(Device::Emulated, {recorder}, &read_history) == 2 * 6 + 2);
+  REQUIRE(seen.size() == 12);
+  for (const auto& logs : seen) CHECK((logs.contains("loss") && logs.contains("accuracy") && logs.contains("learning_rate")));
+  CHECK(seen[5].at("loss") == quiet_history.epochs[0].at("loss"));
+  const auto overrider = std::make_shared<Overrider>();
+  CHECK(train(Device::Emulated, {overrider}) == 2 * 6 + 2);
+  CHECK(overrider->with_loss == 12);
+  // Where the sums were read makes no difference to them, nor does the device.
+  train(Device::CPU, {}, &cpu_history);
+  for (const char* key : {"loss", "accuracy"})
+    for (std::size_t e = 0; e < 2; ++e) {
+      CHECK(quiet_history.epochs[e].at(key) == read_history.epochs[e].at(key));
+      CHECK(quiet_history.epochs[e].at(key) == cpu_history.epochs[e].at(key));
+    }
+  // A diverging run says between which steps its loss stopped being finite.
+  nn::Sequential model = full_model(Device::Emulated);
+  Trainer diverging(model, optim::SGD({.learning_rate = optim::constant(1e30)}));
+  CHECK_THROWS_WITH(diverging.fit(kSet, {.epochs = 2, .batch_size = 8, .verbosity = train::Verbosity::Silent}),
+                    Catch::Contains("the training loss became") && Catch::Contains("between steps 0 and 5"));
+}
+
 TEST_CASE("a model moved with to() trains on its new device, checkpoints cross devices", "[device][train]") {
   test_util::ScratchDirectory directory("emulated_checkpoint");
   const auto path = directory.path() / "latest.ckpt";

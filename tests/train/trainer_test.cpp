@@ -170,6 +170,24 @@ TEST_CASE("the progress bar: loss first, metrics in the order given, time per st
     ::unsetenv("COLUMNS");
   }
   std::fclose(out);
+  {
+    // advance() says when a draw is due, so that the values are read only then.
+    std::FILE* null = std::fopen("/dev/null", "w");
+    REQUIRE(null != nullptr);
+    train::ProgressBar lines(20, null, train::ProgressBar::Style::Lines), bar(20, null, train::ProgressBar::Style::Bar),
+        quiet(20, null, train::ProgressBar::Style::EpochOnly);
+    std::vector<int> due;
+    for (int step = 1; step <= 20; ++step) {
+      if (lines.advance(step)) {
+        due.push_back(step);
+        lines.draw(logs, 100);
+      }
+      CHECK(!quiet.advance(step));
+    }
+    CHECK(due == std::vector<int>{1, 3, 5, 7, 9, 11, 13, 15, 17, 19});
+    CHECK(bar.advance(20));  // the last step always, however soon
+    std::fclose(null);
+  }
   std::ifstream in(path);
   std::string text((std::istreambuf_iterator<char>(in)), {});
   const auto first_line = text.substr(0, text.find('\n'));

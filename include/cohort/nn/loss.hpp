@@ -17,6 +17,7 @@
 #include <variant>
 
 #include "cohort/tensor/geometry.hpp"
+#include "cohort/tensor/running_sums.hpp"
 #include "cohort/tensor/tensor.hpp"
 
 namespace cohort::nn {
@@ -80,6 +81,12 @@ bool fuses_final_activation(const Loss& loss, cohort::Activation final_activatio
 // loss asked for logits or fused it); writes dL/dprediction into `gradient` when it is defined.
 double compute_loss(const Loss& loss, const Tensor& prediction, bool logits, const Tensor& targets,
                     const Tensor& gradient = Tensor());
+
+// Adds the batch's summed loss (its mean times the rows) to slot `slot` of `sums`, which must be on the
+// prediction's device: the categorical losses there without waiting for it, the others computed on the host.
+// Writes dL/dprediction into `gradient` when it is defined, as compute_loss does.
+void add_loss(const Loss& loss, const Tensor& prediction, bool logits, const Tensor& targets, RunningSums& sums, int slot,
+              const Tensor& gradient = Tensor());
 
 // Fraction of rows whose arg-max matches the label.
 double accuracy(const Tensor& scores, const Tensor& labels);

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "cohort/tensor/geometry.hpp"
+#include "cohort/tensor/running_sums.hpp"
 #include "cohort/tensor/tensor.hpp"
 
 namespace cohort {
@@ -182,6 +183,13 @@ double softmax_cross_entropy(const Tensor& logits, const Tensor& labels, const T
 double categorical_cross_entropy(const Tensor& probabilities, const Tensor& labels, const Tensor& dprobabilities);
 // Number of rows whose arg-max matches the label.
 std::int64_t count_correct(const Tensor& scores, const Tensor& labels);
+// The same three, adding the batch's sum (of the rows' losses, not their mean; of the right rows) to slot `slot`
+// of `sums` on the tensors' device, without waiting for it: the value is there for the next sums.read().
+void softmax_cross_entropy(const Tensor& logits, const Tensor& labels, const Tensor& dlogits, const RunningSums& sums,
+                           int slot);
+void categorical_cross_entropy(const Tensor& probabilities, const Tensor& labels, const Tensor& dprobabilities,
+                               const RunningSums& sums, int slot);
+void count_correct(const Tensor& scores, const Tensor& labels, const RunningSums& sums, int slot);
 
 }  // namespace ops
 }  // namespace cohort

@@ -9,7 +9,9 @@
 // processes ask for different ones) applies from the next step on every process and parameter server.
 // Change the rate through the control, not the optimizer, so that it is agreed.
 // Epoch logs hold metrics over all processes (the same numbers everywhere); batch logs are this
-// process's share of the epoch so far (loss, metrics, samples_per_second, learning_rate). With backup
+// process's share of the epoch so far (loss, metrics, samples_per_second, learning_rate); the loss and
+// metrics are there at the steps where some callback's needs_batch_logs() says it reads them (by default:
+// every step, for a callback that overrides on_batch_end). With backup
 // workers (ps::Sync::backup_workers), whose processes never wait for each other, nothing is agreed: each
 // process acts on its own stop, at the end of the epoch, and metrics (its validation over the whole
 // validation set), and warns that it does; the chief's stop still ends the run for every process, and the
@@ -90,9 +92,19 @@ class Callback {
   // `step` counts optimizer steps since the start of training (resumed runs continue the count): the
   // steps taken before this batch, and including it at its end.
   virtual void on_batch_begin(std::int64_t /*step*/, TrainingControl&) {}
-  virtual void on_batch_end(std::int64_t /*step*/, const Logs& /*logs*/, TrainingControl&) {}
+  virtual void on_batch_end(std::int64_t /*step*/, const Logs& /*logs*/, TrainingControl&) { overrides_batch_end_ = false; }
   virtual void on_epoch_end(std::int64_t /*epoch*/, const Logs& /*logs*/, TrainingControl&) {}
   virtual void on_train_end(const Logs& /*logs*/) {}
+
+  // Whether on_batch_end after `step` reads the loss or the metrics from its logs. On a device they are
+  // summed there and reading them makes the host wait for it, so fit() reads them only at the steps where
+  // a callback needs them (and where the progress bar redraws); at the others the logs hold the learning
+  // rate and samples_per_second alone. By default: at every step when the callback overrides on_batch_end
+  // (one that also calls Callback::on_batch_end must override this too).
+  virtual bool needs_batch_logs(std::int64_t /*step*/) const { return overrides_batch_end_; }
+
+ private:
+  bool overrides_batch_end_ = true;  // until the base on_batch_end runs
 };
 
 // A callback from plain functions, for the hooks one needs.
@@ -108,6 +120,7 @@ struct LambdaCallback : Callback {
   void on_batch_end(std::int64_t step, const Logs& logs, TrainingControl& control) override;
   void on_epoch_end(std::int64_t epoch, const Logs& logs, TrainingControl& control) override;
   void on_train_end(const Logs& logs) override;
+  bool needs_batch_logs(std::int64_t) const override { return static_cast<bool>(batch_end); }
 };
 
 // Whether a smaller or a larger value of the monitored metric is better; Auto: larger for names with

@@ -8,6 +8,7 @@
 //
 //   ProgressBar bar(steps, stdout);
 //   bar.update(step, {{"loss", 0.52}, {"accuracy", 0.81}}, images_per_second);  ...  bar.finish(values, seconds, training_seconds, rate);
+//   if (bar.advance(step)) bar.draw(read_values(), images_per_second);   // the same, reading values only to draw
 
 #include <chrono>
 #include <cstdint>
@@ -27,7 +28,14 @@ class ProgressBar {
   // `rate_unit` names the samples' rate: "img/s", or "samples/s" where the samples are not images.
   ProgressBar(std::int64_t total_steps, std::FILE* out, Style style = Style::Auto, std::string rate_unit = "img/s");
 
+  // advance() and, when it returns true, draw(): the values are needed only when the bar is drawn (on a
+  // terminal at most every 100 ms, in lines about every tenth of the epoch), so a caller whose values wait
+  // for a device reads them only then.
   void update(std::int64_t steps_done, const OrderedLogs& logs, double samples_per_second);
+  // Counts the steps done; true when the bar is due to be drawn now.
+  bool advance(std::int64_t steps_done);
+  // Draws the bar at the steps of the last advance().
+  void draw(const OrderedLogs& logs, double samples_per_second);
   // The epoch's line: `seconds` the whole epoch, validation included (as the History's seconds and
   // samples_per_second), the step time over the `training_seconds` of its steps alone.
   void finish(const OrderedLogs& logs, double seconds, double training_seconds, double samples_per_second);
@@ -45,7 +53,7 @@ class ProgressBar {
   std::int64_t first_step_ = -1;
   std::int64_t steps_done_ = -1;  // the last update's; the whole epoch until one comes
   std::int64_t next_plain_report_ = 0;
-  std::chrono::steady_clock::time_point start_, last_draw_;
+  std::chrono::steady_clock::time_point start_, last_draw_, last_advance_;
 };
 
 }  // namespace cohort::train

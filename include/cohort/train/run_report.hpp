@@ -30,6 +30,7 @@ class RunReport : public Callback {
   void on_train_begin(TrainingControl& control) override;
   void on_epoch_begin(std::int64_t epoch, TrainingControl& control) override;
   void on_batch_end(std::int64_t step, const Logs& logs, TrainingControl& control) override;
+  bool needs_batch_logs(std::int64_t) const override { return false; }  // it counts the steps only
   void on_epoch_end(std::int64_t epoch, const Logs& logs, TrainingControl& control) override;
   void on_train_end(const Logs& logs) override;
 

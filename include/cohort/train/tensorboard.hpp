@@ -33,6 +33,7 @@ class TensorBoard : public Callback {
   // Creates the run folders and event files: IoError naming the path, before any step, when it cannot.
   void on_train_begin(TrainingControl& control) override;
   void on_batch_end(std::int64_t step, const Logs& logs, TrainingControl& control) override;
+  bool needs_batch_logs(std::int64_t step) const override;
   void on_epoch_end(std::int64_t epoch, const Logs& logs, TrainingControl& control) override;
   void on_train_end(const Logs& logs) override;
 

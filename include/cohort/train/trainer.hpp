@@ -32,6 +32,7 @@
 #include "cohort/nn/sequential.hpp"
 #include "cohort/optim/optimizer.hpp"
 #include "cohort/tensor/allocator.hpp"
+#include "cohort/tensor/running_sums.hpp"
 #include "cohort/train/callbacks.hpp"
 #include "cohort/train/checkpoint.hpp"
 #include "cohort/train/history.hpp"
@@ -115,13 +116,17 @@ class Trainer {
   const std::vector<nn::Metric>& metrics() const { return metrics_; }
 
  private:
-  // Per batch and summed over an epoch: the samples, then the loss and each metric summed over them.
+  // Over an epoch's batches, or an evaluation's: the samples, counted on the host, and the loss and each
+  // metric summed over them on the model's device, read only when they are shown or reported.
   struct Totals {
-    std::vector<double> values;
-    void add(const Totals& other);
+    double samples = 0;
+    RunningSums sums;  // slot 0 the loss, then the metrics in order
   };
   Totals new_totals() const;
-  Logs logs_of(const Totals& totals, const std::string& prefix) const;
+  // The samples, then the sums: read from the device, which waits for it.
+  static std::vector<double> read(const Totals& totals);
+  // The loss and metrics as means over the samples, from read()'s values.
+  Logs logs_of(const std::vector<double>& values, const std::string& prefix) const;
   // The values the progress bar shows, loss first, then the metrics in the order given.
   OrderedLogs shown(const Logs& logs, bool with_validation) const;
   // A batch's outputs, without the final activation when the loss fuses it, and whether they are logits.
@@ -130,8 +135,8 @@ class Trainer {
     bool logits = false;
   };
   Scored score(const Tensor& images, bool inference_only);
-  // A scored batch's totals, its mean loss given.
-  Totals totals_of(const Scored& scored, const Tensor& targets, double loss) const;
+  // Adds a scored batch's loss and metrics to `totals`; writes dL/dprediction into `gradient` when it is defined.
+  void add_to(Totals& totals, const Scored& scored, const Tensor& targets, const Tensor& gradient = Tensor()) const;
   // Refuses a layer that sums over the replicas under a strategy that cannot sum them.
   void check_replica_sum() const;
   // Checks that the loss and metrics fit the model and `dataset`.
@@ -140,9 +145,7 @@ class Trainer {
   std::string non_finite_advice() const;
   // One forward/backward pass on a batch; when `completes_update`, then the update over the samples of
   // the passes accumulated since the last one and this one.
-  Totals train_step(const Tensor& images, const Tensor& targets, bool completes_update);
-  // The loss and metrics of one batch in inference mode.
-  Totals evaluate_batch(const Tensor& images, const Tensor& targets);
+  void train_step(const Tensor& images, const Tensor& targets, bool completes_update, Totals& totals);
   // Totals over this process's share of `dataset`.
   Totals evaluate_share(const data::Dataset& dataset, std::int64_t batch_size, int replica, int replicas);
   // fit() itself; fit() tells the other processes why when it throws. Its steps follow, in order.
@@ -175,8 +178,13 @@ class Trainer {
     double data_seconds = 0;           // waiting for the input pipeline
     double mean_training_seconds = 0;  // this process's, then the mean over the processes
     std::optional<DeviceMemory> device_memory = std::nullopt;
+    std::int64_t unchecked_from_step = 0;  // the first step whose loss no read has seen yet
   };
   EpochTotals train_batches(FitState& fit, std::int64_t epoch, ProgressBar& progress);
+  // The epoch's training totals so far (read()); Error when the loss stopped being finite since the last read.
+  std::vector<double> read_training_totals(EpochTotals& epoch_totals) const;
+  // Whether a callback reads the loss and metrics in on_batch_end after `step`.
+  static bool callbacks_read_batch_logs(const FitState& fit, std::int64_t step);
   // Takes a step's device memory into the epoch's figures and the timeline.
   static void note_device_memory(const Allocator& allocator, EpochTotals& epoch_totals);
   // After each update: callbacks, agreement, checkpoints, limits; false when the epoch ends here.

@@ -97,10 +97,11 @@ class CpuBackend final : public Backend {
   void rmsprop_update(const std::vector<ops::RmspropOperands>& variables, float learning_rate, float rho,
                       float momentum, float epsilon, float weight_decay) override;
 
-  double softmax_cross_entropy(const Tensor& logits, const Tensor& labels, const Tensor& dlogits) override;
-  double categorical_cross_entropy(const Tensor& probabilities, const Tensor& labels,
-                                   const Tensor& dprobabilities) override;
-  std::int64_t count_correct(const Tensor& scores, const Tensor& labels) override;
+  void softmax_cross_entropy(const Tensor& logits, const Tensor& labels, const Tensor& dlogits, const RunningSums& sums,
+                             int slot) override;
+  void categorical_cross_entropy(const Tensor& probabilities, const Tensor& labels, const Tensor& dprobabilities,
+                                 const RunningSums& sums, int slot) override;
+  void count_correct(const Tensor& scores, const Tensor& labels, const RunningSums& sums, int slot) override;
 
  private:
   Device device_;

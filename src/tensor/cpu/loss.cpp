@@ -40,7 +40,9 @@ Targets targets_of(const Tensor& labels, std::int64_t classes) {
 
 }  // namespace
 
-double CpuBackend::softmax_cross_entropy(const Tensor& logits, const Tensor& labels, const Tensor& dlogits) {
+void CpuBackend::softmax_cross_entropy(const Tensor& logits, const Tensor& labels, const Tensor& dlogits,
+                                       const RunningSums& sums, int slot) {
+  double* sum = sum_target(sums, slot).sum;
   const std::int64_t rows = logits.dim(0);
   const std::int64_t classes = logits.dim(1);
   const Targets targets = targets_of(labels, classes);
@@ -69,10 +71,12 @@ double CpuBackend::softmax_cross_entropy(const Tensor& logits, const Tensor& lab
       }
     }
   }
-  return total * inverse_rows;
+  *sum += total;
 }
 
-double CpuBackend::categorical_cross_entropy(const Tensor& probabilities, const Tensor& labels, const Tensor& dprobabilities) {
+void CpuBackend::categorical_cross_entropy(const Tensor& probabilities, const Tensor& labels, const Tensor& dprobabilities,
+                                           const RunningSums& sums, int slot) {
+  double* sum = sum_target(sums, slot).sum;
   constexpr float kEpsilon = 1e-7f;
   const std::int64_t rows = probabilities.dim(0);
   const std::int64_t classes = probabilities.dim(1);
@@ -93,10 +97,11 @@ double CpuBackend::categorical_cross_entropy(const Tensor& probabilities, const 
       }
     }
   }
-  return total * inverse_rows;
+  *sum += total;
 }
 
-std::int64_t CpuBackend::count_correct(const Tensor& scores, const Tensor& labels) {
+void CpuBackend::count_correct(const Tensor& scores, const Tensor& labels, const RunningSums& sums, int slot) {
+  double* sum = sum_target(sums, slot).sum;
   const std::int64_t rows = scores.dim(0);
   const std::int64_t classes = scores.dim(1);
   const Targets targets = targets_of(labels, classes);
@@ -105,7 +110,7 @@ std::int64_t CpuBackend::count_correct(const Tensor& scores, const Tensor& label
     const float* row = device_data(scores) + r * classes;
     correct += (std::max_element(row, row + classes) - row) == targets.label(r) ? 1 : 0;
   }
-  return correct;
+  *sum += static_cast<double>(correct);
 }
 
 }  // namespace cohort::cpu

@@ -579,56 +579,40 @@ void CudaBackend::rmsprop_update(const std::vector<ops::RmspropOperands>& variab
 }
 
 template <class Launch>
-double CudaBackend::row_total(const char* what, const Tensor& scores, const Tensor& labels, Launch&& launch) {
+void CudaBackend::add_row_sums(const char* what, const Tensor& scores, const Tensor& labels, const RunningSums& sums,
+                               int slot, Launch&& launch) {
   activate();
+  const SumTarget target = sum_target(sums, slot);
   const std::int64_t rows = scores.dim(0), classes = scores.dim(1);
-  if (rows == 0) return 0.0;
+  if (rows == 0) return;
+  // Freed before the kernels run: the caching allocator hands it out again only to later work on this stream.
   Scratch values(*allocator_, rows * sizeof(double) + sizeof(unsigned long long));
   kernels::LossRows loss{in(scores), in(labels), labels.rank() == 1, rows, classes, values.as<double>(),
                          reinterpret_cast<unsigned long long*>(values.as<double>() + rows)};
   COHORT_CUDA_CHECK(cudaMemsetAsync(loss.bad_row, 0xFF, sizeof(unsigned long long), compute_), "{} of {}", what,
                     scores.shape());
   launch(loss);
+  kernels::add_rows(loss, target.sum, target.bad_label, compute_);
   COHORT_CUDA_LAUNCHED("{} of {}", what, scores.shape());
-  std::vector<double> host(static_cast<std::size_t>(rows));
-  unsigned long long bad_row = 0;
-  COHORT_CUDA_CHECK(cudaMemcpyAsync(host.data(), loss.row_values, host.size() * sizeof(double), cudaMemcpyDeviceToHost,
-                                    compute_),
-                    "{} of {}", what, scores.shape());
-  COHORT_CUDA_CHECK(cudaMemcpyAsync(&bad_row, loss.bad_row, sizeof bad_row, cudaMemcpyDeviceToHost, compute_), "{} of {}",
-                    what, scores.shape());
-  wait(what);
-  if (bad_row != ~0ull) {
-    float label = 0;
-    COHORT_CUDA_CHECK(cudaMemcpy(&label, in(labels) + bad_row, sizeof label, cudaMemcpyDeviceToHost), "{} of {}", what,
-                      scores.shape());
-    COHORT_CHECK(false, "label {} of row {} is not a class index in [0, {})", label, bad_row, classes);
-  }
-  double total = 0;
-  for (double v : host) total += v;
-  return total;
 }
 
-double CudaBackend::softmax_cross_entropy(const Tensor& logits, const Tensor& labels, const Tensor& dlogits) {
-  const double total = row_total("softmax_cross_entropy", logits, labels, [&](const kernels::LossRows& rows) {
+void CudaBackend::softmax_cross_entropy(const Tensor& logits, const Tensor& labels, const Tensor& dlogits,
+                                        const RunningSums& sums, int slot) {
+  add_row_sums("softmax_cross_entropy", logits, labels, sums, slot, [&](const kernels::LossRows& rows) {
     kernels::softmax_cross_entropy(rows, out(dlogits), compute_);
   });
-  return logits.dim(0) == 0 ? 0.0 : total / static_cast<double>(logits.dim(0));
 }
 
-double CudaBackend::categorical_cross_entropy(const Tensor& probabilities, const Tensor& labels,
-                                              const Tensor& dprobabilities) {
-  const double total =
-      row_total("categorical_cross_entropy", probabilities, labels, [&](const kernels::LossRows& rows) {
-        kernels::categorical_cross_entropy(rows, out(dprobabilities), compute_);
-      });
-  return probabilities.dim(0) == 0 ? 0.0 : total / static_cast<double>(probabilities.dim(0));
+void CudaBackend::categorical_cross_entropy(const Tensor& probabilities, const Tensor& labels,
+                                            const Tensor& dprobabilities, const RunningSums& sums, int slot) {
+  add_row_sums("categorical_cross_entropy", probabilities, labels, sums, slot, [&](const kernels::LossRows& rows) {
+    kernels::categorical_cross_entropy(rows, out(dprobabilities), compute_);
+  });
 }
 
-std::int64_t CudaBackend::count_correct(const Tensor& scores, const Tensor& labels) {
-  return static_cast<std::int64_t>(row_total("count_correct", scores, labels, [&](const kernels::LossRows& rows) {
-    kernels::count_correct(rows, compute_);
-  }));
+void CudaBackend::count_correct(const Tensor& scores, const Tensor& labels, const RunningSums& sums, int slot) {
+  add_row_sums("count_correct", scores, labels, sums, slot,
+               [&](const kernels::LossRows& rows) { kernels::count_correct(rows, compute_); });
 }
 
 // ---- the plugin's entry points (cuda_plugin.hpp)

@@ -133,10 +133,11 @@ class CudaBackend final : public Backend {
   void rmsprop_update(const std::vector<ops::RmspropOperands>& variables, float learning_rate, float rho,
                       float momentum, float epsilon, float weight_decay) override;
 
-  double softmax_cross_entropy(const Tensor& logits, const Tensor& labels, const Tensor& dlogits) override;
-  double categorical_cross_entropy(const Tensor& probabilities, const Tensor& labels,
-                                   const Tensor& dprobabilities) override;
-  std::int64_t count_correct(const Tensor& scores, const Tensor& labels) override;
+  void softmax_cross_entropy(const Tensor& logits, const Tensor& labels, const Tensor& dlogits, const RunningSums& sums,
+                             int slot) override;
+  void categorical_cross_entropy(const Tensor& probabilities, const Tensor& labels, const Tensor& dprobabilities,
+                                 const RunningSums& sums, int slot) override;
+  void count_correct(const Tensor& scores, const Tensor& labels, const RunningSums& sums, int slot) override;
 
   int ordinal() const { return ordinal_; }
   cudaStream_t compute_stream() const { return compute_; }
@@ -160,9 +161,10 @@ class CudaBackend final : public Backend {
   void parameter_gradients(const BatchNormGeometry& g, const Tensor& x, const Tensor& dy, const Tensor& activated,
                            Activation activation, const Tensor& mean, const Tensor& variance, float* inv_std,
                            const Tensor& dgamma, const Tensor& dbeta);
-  // Runs a loss or metric kernel per row and sums the rows' values on the host.
+  // Runs a loss or metric kernel per row and adds the rows' values to a slot of `sums`, on the device.
   template <class Launch>
-  double row_total(const char* what, const Tensor& scores, const Tensor& labels, Launch&& launch);
+  void add_row_sums(const char* what, const Tensor& scores, const Tensor& labels, const RunningSums& sums, int slot,
+                    Launch&& launch);
 
   int ordinal_ = 0;
   bool allow_tf32_ = false;

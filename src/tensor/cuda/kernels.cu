@@ -465,6 +465,7 @@ __device__ bool label_valid(const LossRows& l, std::int64_t r) {
   const float v = l.labels[r];
   if (v >= 0 && v < static_cast<float>(l.classes) && v == floorf(v)) return true;
   atomicMin(l.bad_row, static_cast<unsigned long long>(r));
+  l.row_values[r] = 0;
   return false;
 }
 
@@ -527,6 +528,27 @@ __global__ void count_correct_kernel(LossRows l) {
         l.sparse ? static_cast<std::int64_t>(l.labels[r]) : arg_max(l.labels + r * l.classes, l.classes);
     l.row_values[r] = arg_max(l.scores + r * l.classes, l.classes) == label ? 1.0 : 0.0;
   }
+}
+
+// One block adds the rows' values to the slot in an order fixed by the row count, so that a run repeats its
+// sums bit for bit, and keeps the first bad label the sums have met.
+__global__ void add_rows_kernel(LossRows l, double* sum, double* bad_label) {
+  __shared__ double partial[kThreads];
+  double mine = 0;
+  for (std::int64_t r = threadIdx.x; r < l.rows; r += kThreads) mine += l.row_values[r];
+  partial[threadIdx.x] = mine;
+  __syncthreads();
+  for (int width = kThreads / 2; width > 0; width /= 2) {
+    if (static_cast<int>(threadIdx.x) < width) partial[threadIdx.x] += partial[threadIdx.x + width];
+    __syncthreads();
+  }
+  if (threadIdx.x != 0) return;
+  *sum += partial[0];
+  const unsigned long long row = *l.bad_row;
+  if (row == ~0ull || bad_label[0] != 0) return;
+  bad_label[0] = static_cast<double>(row) + 1;
+  bad_label[1] = l.labels[row];
+  bad_label[2] = static_cast<double>(l.classes);
 }
 
 }  // namespace
@@ -751,6 +773,10 @@ void categorical_cross_entropy(const LossRows& rows, float* dprobabilities, cuda
 
 void count_correct(const LossRows& rows, cudaStream_t stream) {
   if (rows.rows > 0) count_correct_kernel<<<blocks_for(rows.rows), kThreads, 0, stream>>>(rows);
+}
+
+void add_rows(const LossRows& rows, double* sum, double* bad_label, cudaStream_t stream) {
+  if (rows.rows > 0) add_rows_kernel<<<1, kThreads, 0, stream>>>(rows, sum, bad_label);
 }
 
 // The element types of the templated launchers (kernels.hpp).

@@ -160,5 +160,8 @@ struct LossRows {
 void softmax_cross_entropy(const LossRows& rows, float* dlogits, cudaStream_t stream);
 void categorical_cross_entropy(const LossRows& rows, float* dprobabilities, cudaStream_t stream);
 void count_correct(const LossRows& rows, cudaStream_t stream);
+// Adds the rows' values to *sum in a fixed order; records the first bad label (row + 1, value, classes) in
+// bad_label unless one is recorded already.
+void add_rows(const LossRows& rows, double* sum, double* bad_label, cudaStream_t stream);
 
 }  // namespace cohort::cuda::kernels
