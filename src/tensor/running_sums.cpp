@@ -2,16 +2,24 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 
 #include "cohort/core/check.hpp"
 #include "tensor/backend.hpp"
 
 namespace cohort {
 
-RunningSums::RunningSums(Device device, int size)
-    : storage_(Shape{static_cast<std::int64_t>((size + kBadLabelRecord) * sizeof(double))}, DType::UInt8, device),
-      host_(static_cast<std::size_t>(size), 0.0) {
+namespace {
+
+std::size_t checked_size(int size) {
   COHORT_CHECK(size >= 0, "running sums need a slot count of zero or more, got {}", size);
+  return static_cast<std::size_t>(size);
+}
+
+}  // namespace
+
+RunningSums::RunningSums(Device device, int size) : host_(checked_size(size), 0.0) {
+  storage_ = Tensor(Shape{static_cast<std::int64_t>((host_.size() + kBadLabelRecord) * sizeof(double))}, DType::UInt8, device);
 }
 
 void RunningSums::add(int slot, double value) {

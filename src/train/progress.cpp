@@ -48,8 +48,7 @@ ProgressBar::ProgressBar(std::int64_t total_steps, std::FILE* out, Style style, 
       style_(resolve(style, out)),
       rate_unit_(std::move(rate_unit)),
       start_(std::chrono::steady_clock::now()),
-      last_draw_(start_),
-      last_advance_(start_) {}
+      last_draw_(start_) {}
 
 std::size_t ProgressBar::width() const {
   int columns = 0;
@@ -73,12 +72,12 @@ void ProgressBar::update(std::int64_t steps_done, const OrderedLogs& logs, doubl
 }
 
 bool ProgressBar::advance(std::int64_t steps_done) {
-  last_advance_ = std::chrono::steady_clock::now();
   if (first_step_ < 0) first_step_ = steps_done - 1;  // a resumed epoch starts part-way
   steps_done_ = steps_done;
   switch (style_) {
     case Style::EpochOnly: return false;
-    case Style::Bar: return last_advance_ - last_draw_ >= std::chrono::milliseconds(100) || steps_done >= total_;
+    case Style::Bar:
+      return std::chrono::steady_clock::now() - last_draw_ >= std::chrono::milliseconds(100) || steps_done >= total_;
     default: return steps_done >= next_plain_report_ && steps_done != total_;
   }
 }
@@ -86,13 +85,14 @@ bool ProgressBar::advance(std::int64_t steps_done) {
 void ProgressBar::draw(const OrderedLogs& logs, double samples_per_second) {
   if (style_ == Style::EpochOnly) return;
   const std::int64_t steps_done = steps_done_;
-  const double elapsed = std::chrono::duration<double>(last_advance_ - start_).count();
+  const auto now = std::chrono::steady_clock::now();  // after the values were read, as the caller's rate is
+  const double elapsed = std::chrono::duration<double>(now - start_).count();
   const auto taken = static_cast<double>(std::max<std::int64_t>(steps_done - first_step_, 1));
   const double per_step = elapsed / taken;
   const double eta = per_step * static_cast<double>(total_ - steps_done);
   const int digits = static_cast<int>(std::to_string(total_).size());
   if (style_ == Style::Bar) {
-    last_draw_ = last_advance_;
+    last_draw_ = now;
     const auto filled = total_ > 0 ? static_cast<int>(kBarWidth * steps_done / total_) : kBarWidth;
     std::string bar(static_cast<std::size_t>(filled), '=');
     if (filled < kBarWidth) bar += '>' + std::string(static_cast<std::size_t>(kBarWidth - filled - 1), '.');

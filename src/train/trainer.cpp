@@ -269,7 +269,8 @@ void Trainer::add_to(Totals& totals, const Scored& scored, const Tensor& targets
     metrics_[i].add_batch_sum(loss_, scored.prediction, scored.logits, targets, totals.sums, 1 + static_cast<int>(i));
 }
 
-void Trainer::train_step(const Tensor& images, const Tensor& targets, bool completes_update, Totals& totals) {
+void Trainer::train_step(const Tensor& images, const Tensor& targets, bool completes_update, EpochTotals& epoch_totals,
+                         bool check_loss) {
   const std::int64_t samples = images.dim(0);
   const std::int64_t update_samples = accumulated_samples_ + samples;
   // An empty batch is this replica's empty share of an epoch's last step: it contributes no gradients, but
@@ -298,8 +299,11 @@ void Trainer::train_step(const Tensor& images, const Tensor& targets, bool compl
       output_gradient_ = Tensor(prediction.shape(), prediction.device());
     {
       const timeline::Span span("forward", "loss");
-      add_to(totals, scored, targets, output_gradient_);
+      add_to(epoch_totals.training, scored, targets, output_gradient_);
     }
+    if (epoch_totals.first_unread_step < 0) epoch_totals.first_unread_step = optimizer_->iterations();
+    epoch_totals.last_unread_step = optimizer_->iterations();
+    if (check_loss) read_training_totals(epoch_totals);
     if (loss_scale_) ops::scale(output_gradient_, loss_scale_->value());
     if (completes_update) {
       // Each layer's gradients, made final, go to the strategy while the layers before it are computed.
@@ -507,6 +511,9 @@ struct Trainer::FitState {
   TrainingControl control;
   // Whether the processes agree at all (not under backup workers), and whether after every step.
   bool processes_agree = false, agree_after_steps = false;
+  // Whether each step reads its loss before its backward pass (see start_callbacks); else reads wait for a
+  // redraw, a callback, a checkpoint or the epoch's end.
+  bool checks_each_step = true;
   bool deferral_told = false;  // a mid-epoch request that waits for the epoch's end was warned about
   Logs last_logs;
   std::optional<Logs> partial_epoch;  // reported, but the checkpoint resumes inside it
@@ -694,6 +701,12 @@ void Trainer::start_callbacks(FitState& fit) {
   fit.processes_agree = strategy_->sum_over_replicas(with_callbacks);
   fit.agree_after_steps =
       strategy_->steps_in_lockstep() && (fit.processes_agree ? with_callbacks[0] > 0 : !callbacks.empty());
+  // A loss that is not finite stops its own step, before the update, where reading it costs nothing (the CPU);
+  // under mixed_float16, whose loss scale waits for every step's gradients anyway and would otherwise skip bad
+  // steps until it gives up; and where the processes do not step in lockstep, as nothing else would stop a bad
+  // process's gradients from reaching the others' variables.
+  fit.checks_each_step = model_.device() == Device::CPU || model_.precision() == nn::Precision::MixedFloat16 ||
+                         (strategy_->replicas() > 1 && !(fit.processes_agree && strategy_->steps_in_lockstep()));
   agree(fit.control, "at the start of training");
 }
 
@@ -751,7 +764,7 @@ bool Trainer::train_epoch(FitState& fit, std::int64_t epoch) {
 }
 
 Trainer::EpochTotals Trainer::train_batches(FitState& fit, std::int64_t epoch, ProgressBar& progress) {
-  EpochTotals epoch_totals{.training = new_totals(), .started = Clock::now(), .unchecked_from_step = optimizer_->iterations()};
+  EpochTotals epoch_totals{.training = new_totals(), .started = Clock::now()};
   Totals& totals = epoch_totals.training;
   auto host_batches = fit.loader->epoch(epoch, fit.position.batch_in_epoch);
   DeviceBatches batches(*host_batches, model_.device());
@@ -777,16 +790,17 @@ Trainer::EpochTotals Trainer::train_batches(FitState& fit, std::int64_t epoch, P
         !fit.expander ? batch->images
                       : (*fit.expander)(batch->indices.defined() ? fit.resident_images : batch->images, batch->indices,
                                         batch->draws);
-    train_step(images, batch->labels, completes_update, totals);
+    train_step(images, batch->labels, completes_update, epoch_totals, fit.checks_each_step);
     if (device_memory != nullptr) note_device_memory(*device_memory, epoch_totals);
     fit.position.batch_in_epoch = batch->index + 1;
-    // The loss and metrics wait for the device: they are read only where they are shown, where a callback reads
-    // them, and before a checkpoint, which must not save a run whose loss stopped being finite.
+    // The loss and metrics wait for the device: the logs hold them only where they are shown or a callback
+    // reads them, on every device alike. A checkpoint reads them first, not to save a run whose loss went bad.
     const bool draws = fit.verbose && progress.advance(fit.position.batch_in_epoch);
     const std::int64_t step = fit.position.global_step + 1;  // once this batch's update is made
-    const bool read = draws || totals.sums.read_is_free() ||
-                      (completes_update && (callbacks_read_batch_logs(fit, step) || saves_checkpoint_after(fit.options, step)));
-    Logs logs = read ? logs_of(read_training_totals(epoch_totals), "") : Logs{};
+    const bool with_values = draws || (completes_update && callbacks_read_batch_logs(fit, step));
+    if (!with_values && !fit.checks_each_step && completes_update && saves_checkpoint_after(fit.options, step))
+      read_training_totals(epoch_totals);
+    Logs logs = with_values ? logs_of(read_training_totals(epoch_totals), "") : Logs{};
     logs["samples_per_second"] = totals.samples / seconds_since(epoch_totals.started);  // this process's, so far
     logs["learning_rate"] = optimizer_->learning_rate();
     if (draws) progress.draw(shown(logs, false), logs["samples_per_second"]);
@@ -801,12 +815,12 @@ Trainer::EpochTotals Trainer::train_batches(FitState& fit, std::int64_t epoch, P
 
 std::vector<double> Trainer::read_training_totals(EpochTotals& epoch_totals) const {
   std::vector<double> values = read(epoch_totals.training);
-  const std::int64_t first = epoch_totals.unchecked_from_step, last = std::max(optimizer_->iterations() - 1, first);
+  const std::int64_t first = epoch_totals.first_unread_step, last = epoch_totals.last_unread_step;
   if (!std::isfinite(values[1]))
     throw Error(fmt::format("the training loss became {} {} (learning rate {:.3g}){}", values[1],
                             first == last ? fmt::format("at step {}", last) : fmt::format("between steps {} and {}", first, last),
                             optimizer_->learning_rate(), non_finite_advice()));
-  epoch_totals.unchecked_from_step = optimizer_->iterations();
+  epoch_totals.first_unread_step = epoch_totals.last_unread_step = -1;
   return values;
 }
 
@@ -834,7 +848,15 @@ bool Trainer::after_update(FitState& fit, std::int64_t epoch, const Logs& logs) 
                    strategy_->name(), epoch + 1);
     }
   }
-  if (saves_checkpoint_after(options, step)) save(fit);
+  if (saves_checkpoint_after(options, step)) {
+    // A process whose loss went bad stopped at the read before this checkpoint, but in lockstep its gradients
+    // reached every replica: the others wait for it here (its failure ends the wait) rather than save them.
+    if (several && !fit.agree_after_steps && !fit.checks_each_step) {
+      std::array<double, 1> nothing{0.0};
+      strategy_->sum_over_replicas(nothing);
+    }
+    save(fit);
+  }
   fit.step_limit_reached = options.max_steps > 0 && step >= options.max_steps;
   fit.run_ended = strategy_->should_stop();
   if (fit.run_ended && !fit.chief) log::info("{}: the chief ended the run after step {}", strategy_->process_name(), step);

@@ -579,18 +579,32 @@ TEST_CASE("running sums add losses and counts over batches on the device and rea
   CHECK(on_device.read() == got);  // reading leaves them as they are
   on_device.reset();
   CHECK(on_device.read() == std::vector<double>(3, 0.0));
-  // A bad label is reported, by the op or at the latest by the next read, naming the first one.
-  const Pair logits = random({5, classes}, 70);
-  const Tensor bad = Tensor::from_values({5}, std::vector<float>{1, 2, 3, 11, 12});
-  CHECK_THROWS_WITH(
-      [&] {
-        ops::count_correct(logits.device, bad.to(dut()), on_device, 2);
-        on_device.read();
-      }(),
-      Catch::Contains("label 11 of row 3 is not a class index in [0, 10)"));
-  CHECK_THROWS_WITH(ops::count_correct(logits.device, bad.to(dut()), RunningSums(Device::CPU, 1), 0),
+  // A bad label is reported, by the op or at the latest by the next read, naming the first one; the rows past
+  // one block's threads count too. A device that reports at the next read zeroes the bad rows' gradients.
+  const std::int64_t rows = 300;
+  const Pair logits = random({rows, classes}, 70);
+  Tensor labels({rows}), later({rows});
+  labels.data()[280] = 11.0f;
+  labels.data()[290] = 12.0f;
+  later.data()[1] = 13.0f;
+  Pair dlogits{Tensor::full({rows, classes}, 7.0f), Tensor::full({rows, classes}, 7.0f).to(dut())};
+  const auto add_and_read = [&](const Tensor& bad) {
+    ops::softmax_cross_entropy(logits.device, bad.to(dut()), dlogits.device, on_device, 0);
+    on_device.read();
+  };
+  CHECK_THROWS_WITH(add_and_read(labels), Catch::Contains("label 11 of row 280 is not a class index in [0, 10)"));
+  if (dut() == Device::CUDA) {
+    const std::vector<float> gradient = dlogits.device.to_vector();
+    for (std::int64_t r : {280, 290})
+      for (std::int64_t j = 0; j < classes; ++j) CHECK(gradient[static_cast<std::size_t>(r * classes + j)] == 0.0f);
+  }
+  // Until a reset, the first bad label stays the one reported (a CPU-like device reports each batch's at once).
+  CHECK_THROWS_WITH(add_and_read(later), Catch::Contains(dut() == Device::CUDA ? "label 11 of row 280" : "label 13 of row 1"));
+  on_device.reset();
+  CHECK_NOTHROW(on_device.read());
+  CHECK_THROWS_WITH(ops::count_correct(logits.device, labels.to(dut()), RunningSums(Device::CPU, 1), 0),
                     Catch::Contains("running sums on cpu"));
-  CHECK_THROWS_WITH(ops::count_correct(logits.device, bad.to(dut()), on_device, 3), Catch::Contains("slot 3"));
+  CHECK_THROWS_WITH(ops::count_correct(logits.device, labels.to(dut()), on_device, 3), Catch::Contains("slot 3"));
 }
 
 TEST_CASE("dropout masks are those of the CPU, element for element, for any seed", "[ops][dropout]") {

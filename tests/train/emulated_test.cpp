@@ -289,6 +289,10 @@ TEST_CASE("on a device, fit reads the loss and metrics only where they are shown
   const auto counter = std::make_shared<Counter>();
   CHECK(train(Device::Emulated, {counter}, &quiet_history) == 2);
   CHECK(counter->with_loss == 0);
+  // The CPU reads every step, and still gives batch logs only as a device would.
+  counter->with_loss = 0;
+  train(Device::CPU, {counter});
+  CHECK(counter->with_loss == 0);
   // A checkpoint every 4 steps reads them first (steps 4, 8 and 12), so as not to save a run whose loss went bad.
   CHECK(train(Device::Emulated, {}, nullptr, 4) == 2 + 3);
   // A plain callback costs one read, at the first step, until its on_batch_end shows that it is not overridden.
@@ -313,6 +317,56 @@ TEST_CASE("on a device, fit reads the loss and metrics only where they are shown
   Trainer diverging(model, optim::SGD({.learning_rate = optim::constant(1e30)}));
   CHECK_THROWS_WITH(diverging.fit(kSet, {.epochs = 2, .batch_size = 8, .verbosity = train::Verbosity::Silent}),
                     Catch::Contains("the training loss became") && Catch::Contains("between steps 0 and 5"));
+  // Under mixed_float16 each step's loss is read (its loss scale waits for the step anyway): the error names
+  // the overflow rather than a loss scale that gave up after skipping every step.
+  nn::Sequential mixed = full_model(Device::Emulated);
+  mixed.set_precision(nn::Precision::MixedFloat16);
+  Trainer overflowing(mixed, optim::SGD({.learning_rate = optim::constant(1e30)}));
+  CHECK_THROWS_WITH(overflowing.fit(kSet, {.epochs = 2, .batch_size = 8, .verbosity = train::Verbosity::Silent}),
+                    Catch::Contains("the training loss became") && Catch::Contains("activations overflow float16"));
+}
+
+TEST_CASE("a replica whose loss goes bad on a device stops the others before they save its gradients",
+          "[device][distributed]") {
+  // kSet's samples made infinite: the replica that trains on them has a loss that is not finite at once.
+  struct Overflowing : data::Dataset {
+    std::int64_t size() const override { return kSet.size(); }
+    Shape sample_shape() const override { return kSet.sample_shape(); }
+    int num_classes() const override { return kSet.num_classes(); }
+    int load(std::int64_t index, float* out) const override {
+      const int label = kSet.load(index, out);
+      std::fill_n(out, sample_shape().numel(), std::numeric_limits<float>::infinity());
+      return label;
+    }
+    std::string description() const override { return "overflowing"; }
+  } overflowing;
+  test_util::ScratchDirectory directory("bad_replica");
+  comm::InProcessGroup group(2);
+  std::vector<nn::Sequential> models;  // no ReLU, which would turn the NaN of infinite inputs into zeros
+  for (int r = 0; r < 2; ++r) {
+    models.emplace_back(kSet.sample_shape(), 1, Device::Emulated);
+    models.back().add(nn::Flatten()).add(nn::Dense(4)).add(nn::Softmax());
+  }
+  std::vector<std::string> errors(2);
+  comm_test::run_ranks(2, [&](int r) {
+    Trainer trainer(models[static_cast<std::size_t>(r)], optim::SGD(),
+                    std::make_shared<train::RingAllreduce>(group.transport(r)));
+    try {
+      trainer.fit(r == 1 ? static_cast<const data::Dataset&>(overflowing) : kSet,
+                  {.epochs = 1, .batch_size = 8, .seed = 4, .verbosity = train::Verbosity::Silent,
+                   .checkpoint_dir = directory.path() / "checkpoints", .checkpoint_every_steps = 1});
+    } catch (const std::exception& e) {
+      errors[static_cast<std::size_t>(r)] = e.what();
+    }
+  });
+  CHECK_THAT(errors[1], Catch::Contains("the training loss became") && Catch::Contains("at step 0"));
+  CHECK_FALSE(errors[0].empty());
+  // Rank 1's gradients reached rank 0's variables in step 0; no checkpoint holds them.
+  std::vector<std::string> saved;
+  if (std::filesystem::exists(directory.path() / "checkpoints"))
+    for (const auto& entry : std::filesystem::recursive_directory_iterator(directory.path() / "checkpoints"))
+      saved.push_back(entry.path().filename().string());
+  CHECK(saved.empty());
 }
 
 TEST_CASE("a model moved with to() trains on its new device, checkpoints cross devices", "[device][train]") {

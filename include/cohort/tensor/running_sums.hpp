@@ -23,6 +23,11 @@ class RunningSums {
   RunningSums() = default;
   // `size` slots, each zero.
   RunningSums(Device device, int size);
+  // Move-only: a copy would share the device's sums but not the host's.
+  RunningSums(RunningSums&&) = default;
+  RunningSums& operator=(RunningSums&&) = default;
+  RunningSums(const RunningSums&) = delete;
+  RunningSums& operator=(const RunningSums&) = delete;
 
   Device device() const { return storage_.device(); }
   int size() const { return static_cast<int>(host_.size()); }

@@ -10,8 +10,8 @@
 // Change the rate through the control, not the optimizer, so that it is agreed.
 // Epoch logs hold metrics over all processes (the same numbers everywhere); batch logs are this
 // process's share of the epoch so far (loss, metrics, samples_per_second, learning_rate); the loss and
-// metrics are there at the steps where some callback's needs_batch_logs() says it reads them (by default:
-// every step, for a callback that overrides on_batch_end). With backup
+// metrics are there, on every device alike, at least at the steps where some callback's needs_batch_logs()
+// says it reads them (by default: every step, for a callback that overrides on_batch_end). With backup
 // workers (ps::Sync::backup_workers), whose processes never wait for each other, nothing is agreed: each
 // process acts on its own stop, at the end of the epoch, and metrics (its validation over the whole
 // validation set), and warns that it does; the chief's stop still ends the run for every process, and the
@@ -160,6 +160,7 @@ class EarlyStopping : public Callback {
   explicit EarlyStopping(EarlyStoppingOptions options = {});
   void on_train_begin(TrainingControl& control) override;
   void on_epoch_end(std::int64_t epoch, const Logs& logs, TrainingControl& control) override;
+  bool needs_batch_logs(std::int64_t) const override { return false; }  // acts on epochs only
   // The epoch after which training stopped, when it did, counted from 1 as the log and History count it
   // (the hooks' `epoch` arguments are indices from 0).
   std::optional<std::int64_t> stopped_epoch() const { return stopped_epoch_; }
@@ -191,6 +192,7 @@ class ReduceLROnPlateau : public Callback {
  public:
   explicit ReduceLROnPlateau(ReduceLROnPlateauOptions options = {});
   void on_epoch_end(std::int64_t epoch, const Logs& logs, TrainingControl& control) override;
+  bool needs_batch_logs(std::int64_t) const override { return false; }  // acts on epochs only
 
  private:
   ReduceLROnPlateauOptions options_;
@@ -213,6 +215,7 @@ class ModelCheckpoint : public Callback {
  public:
   explicit ModelCheckpoint(ModelCheckpointOptions options);
   void on_epoch_end(std::int64_t epoch, const Logs& logs, TrainingControl& control) override;
+  bool needs_batch_logs(std::int64_t) const override { return false; }  // acts on epochs only
   // Files written and still kept, oldest first.
   const std::vector<std::filesystem::path>& kept() const { return kept_; }
 
@@ -229,6 +232,7 @@ class CSVLogger : public Callback {
   explicit CSVLogger(std::filesystem::path path, bool append = false);
   void on_train_begin(TrainingControl& control) override;
   void on_epoch_end(std::int64_t epoch, const Logs& logs, TrainingControl& control) override;
+  bool needs_batch_logs(std::int64_t) const override { return false; }  // acts on epochs only
 
  private:
   std::filesystem::path path_;

@@ -53,7 +53,7 @@ class ProgressBar {
   std::int64_t first_step_ = -1;
   std::int64_t steps_done_ = -1;  // the last update's; the whole epoch until one comes
   std::int64_t next_plain_report_ = 0;
-  std::chrono::steady_clock::time_point start_, last_draw_, last_advance_;
+  std::chrono::steady_clock::time_point start_, last_draw_;
 };
 
 }  // namespace cohort::train

@@ -143,9 +143,6 @@ class Trainer {
   void check_fits(const data::Dataset& dataset) const;
   // What follows "the ... loss became nan": under mixed_float16 that activations overflowed float16.
   std::string non_finite_advice() const;
-  // One forward/backward pass on a batch; when `completes_update`, then the update over the samples of
-  // the passes accumulated since the last one and this one.
-  void train_step(const Tensor& images, const Tensor& targets, bool completes_update, Totals& totals);
   // Totals over this process's share of `dataset`.
   Totals evaluate_share(const data::Dataset& dataset, std::int64_t batch_size, int replica, int replicas);
   // fit() itself; fit() tells the other processes why when it throws. Its steps follow, in order.
@@ -178,9 +175,15 @@ class Trainer {
     double data_seconds = 0;           // waiting for the input pipeline
     double mean_training_seconds = 0;  // this process's, then the mean over the processes
     std::optional<DeviceMemory> device_memory = std::nullopt;
-    std::int64_t unchecked_from_step = 0;  // the first step whose loss no read has seen yet
+    // The steps whose losses were added since the last read (first -1: none), for an error to name them.
+    std::int64_t first_unread_step = -1, last_unread_step = -1;
   };
   EpochTotals train_batches(FitState& fit, std::int64_t epoch, ProgressBar& progress);
+  // One forward/backward pass on a batch, its loss and metrics added to the epoch's; when `completes_update`,
+  // then the update over the samples of the passes accumulated since the last one and this one. With
+  // `check_loss`, the loss is read before the backward pass, so that one that is not finite stops the step.
+  void train_step(const Tensor& images, const Tensor& targets, bool completes_update, EpochTotals& epoch_totals,
+                  bool check_loss);
   // The epoch's training totals so far (read()); Error when the loss stopped being finite since the last read.
   std::vector<double> read_training_totals(EpochTotals& epoch_totals) const;
   // Whether a callback reads the loss and metrics in on_batch_end after `step`.

@@ -459,13 +459,16 @@ __device__ float target_weight(const LossRows& l, std::int64_t r, std::int64_t j
   return static_cast<std::int64_t>(l.labels[r]) == j ? 1.0f : 0.0f;
 }
 
-// False (and the row reported) when a sparse label is not a class index.
-__device__ bool label_valid(const LossRows& l, std::int64_t r) {
+// False when a sparse label is not a class index: the row is reported, counts for nothing and, where a
+// gradient is asked for, gets zeros (the error comes at the next read, after this step's backward pass).
+__device__ bool label_valid(const LossRows& l, std::int64_t r, float* gradient = nullptr) {
   if (!l.sparse) return true;
   const float v = l.labels[r];
   if (v >= 0 && v < static_cast<float>(l.classes) && v == floorf(v)) return true;
   atomicMin(l.bad_row, static_cast<unsigned long long>(r));
   l.row_values[r] = 0;
+  if (gradient != nullptr)
+    for (std::int64_t j = 0; j < l.classes; ++j) gradient[r * l.classes + j] = 0.0f;
   return false;
 }
 
@@ -478,7 +481,7 @@ __device__ std::int64_t arg_max(const float* row, std::int64_t width) {
 
 __global__ void softmax_cross_entropy_kernel(LossRows l, float* dlogits) {
   COHORT_GRID_STRIDE(r, l.rows) {
-    if (!label_valid(l, r)) continue;
+    if (!label_valid(l, r, dlogits)) continue;
     const float* row = l.scores + r * l.classes;
     float peak = -FLT_MAX;
     for (std::int64_t j = 0; j < l.classes; ++j) peak = fmaxf(peak, row[j]);
@@ -504,7 +507,7 @@ __global__ void softmax_cross_entropy_kernel(LossRows l, float* dlogits) {
 __global__ void categorical_cross_entropy_kernel(LossRows l, float* dprobabilities) {
   constexpr float kEpsilon = 1e-7f;
   COHORT_GRID_STRIDE(r, l.rows) {
-    if (!label_valid(l, r)) continue;
+    if (!label_valid(l, r, dprobabilities)) continue;
     const double inverse_rows = 1.0 / static_cast<double>(l.rows);
     double loss = 0;
     for (std::int64_t j = 0; j < l.classes; ++j) {
@@ -533,17 +536,11 @@ __global__ void count_correct_kernel(LossRows l) {
 // One block adds the rows' values to the slot in an order fixed by the row count, so that a run repeats its
 // sums bit for bit, and keeps the first bad label the sums have met.
 __global__ void add_rows_kernel(LossRows l, double* sum, double* bad_label) {
-  __shared__ double partial[kThreads];
   double mine = 0;
   for (std::int64_t r = threadIdx.x; r < l.rows; r += kThreads) mine += l.row_values[r];
-  partial[threadIdx.x] = mine;
-  __syncthreads();
-  for (int width = kThreads / 2; width > 0; width /= 2) {
-    if (static_cast<int>(threadIdx.x) < width) partial[threadIdx.x] += partial[threadIdx.x + width];
-    __syncthreads();
-  }
+  const double total = block_sum(mine);
   if (threadIdx.x != 0) return;
-  *sum += partial[0];
+  *sum += total;
   const unsigned long long row = *l.bad_row;
   if (row == ~0ull || bad_label[0] != 0) return;
   bad_label[0] = static_cast<double>(row) + 1;
