@@ -59,6 +59,13 @@ nn::Sequential full_model(Device device) {
   return model;
 }
 
+// The events of a timeline written by fit().
+nlohmann::json trace_events(const std::filesystem::path& trace) {
+  std::ifstream in(trace);
+  REQUIRE(in);
+  return nlohmann::json::parse(in)["traceEvents"];
+}
+
 // Two data-parallel replicas of full_model on `device`, five steps; make_strategy gives each rank's strategy
 // from its transport.
 std::vector<nn::Sequential> train_two_replicas(
@@ -214,11 +221,8 @@ TEST_CASE("training on a device charts its memory per step on the timeline and l
           "[device][train][timeline]") {
   test_util::ScratchDirectory directory("device_memory");
   const auto counters_of = [](const std::filesystem::path& trace) {
-    std::ifstream in(trace);
-    REQUIRE(in);
-    const nlohmann::json parsed = nlohmann::json::parse(in);
     std::vector<nlohmann::json> counters;
-    for (const auto& event : parsed["traceEvents"])
+    for (const auto& event : trace_events(trace))
       if (event["ph"] == "C" && event["name"] == "device memory (MiB)") counters.push_back(event["args"]);
     return counters;
   };
@@ -252,11 +256,8 @@ TEST_CASE("on a device, fit reads the loss and metrics only where they are shown
           "[device][train][timeline]") {
   test_util::ScratchDirectory directory("device_reads");
   const auto reads_in = [](const std::filesystem::path& trace) {
-    std::ifstream in(trace);
-    REQUIRE(in);
-    const nlohmann::json parsed = nlohmann::json::parse(in);
     std::size_t reads = 0;
-    for (const auto& event : parsed["traceEvents"])
+    for (const auto& event : trace_events(trace))
       reads += event["ph"] == "X" && event["name"] == "read loss and metrics" ? 1 : 0;
     return reads;
   };
