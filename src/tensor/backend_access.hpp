@@ -12,7 +12,6 @@ class BackendAccess {
   static std::byte* bytes(const Tensor& t) { return t.values_; }
   static Storage* storage(const Tensor& t) { return t.storage_.get(); }
   static const Tensor& storage(const RunningSums& sums) { return sums.storage_; }
-  static constexpr int kBadLabelRecord = RunningSums::kBadLabelRecord;
 };
 
 }  // namespace cohort::detail
