@@ -42,6 +42,7 @@ std::vector<double> RunningSums::read() const {
 }
 
 void RunningSums::reset() {
+  COHORT_CHECK(storage_.defined(), "resetting running sums that were never made");
   backend_for(device()).zero(storage_);
   std::fill(host_.begin(), host_.end(), 0.0);
 }

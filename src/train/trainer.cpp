@@ -793,17 +793,19 @@ Trainer::EpochTotals Trainer::train_batches(FitState& fit, std::int64_t epoch, P
     train_step(images, batch->labels, completes_update, epoch_totals, fit.checks_each_step);
     if (device_memory != nullptr) note_device_memory(*device_memory, epoch_totals);
     fit.position.batch_in_epoch = batch->index + 1;
-    // The loss and metrics wait for the device: the logs hold them only where they are shown or a callback
-    // reads them, on every device alike. A checkpoint reads them first, not to save a run whose loss went bad.
+    // The loss and metrics wait for the device: they are read only where the bar shows them or a callback
+    // reads them, and the callbacks' logs hold them only at the steps a callback asked for, on every device
+    // and at every verbosity alike. A checkpoint reads them first, not to save a run whose loss went bad.
     const bool draws = fit.verbose && progress.advance(fit.position.batch_in_epoch);
     const std::int64_t step = fit.position.global_step + 1;  // once this batch's update is made
-    const bool with_values = draws || (completes_update && callbacks_read_batch_logs(fit, step));
-    if (!with_values && !fit.checks_each_step && completes_update && saves_checkpoint_after(fit.options, step))
+    const bool asked = completes_update && callbacks_read_batch_logs(fit, step);
+    if (!draws && !asked && !fit.checks_each_step && completes_update && saves_checkpoint_after(fit.options, step))
       read_training_totals(epoch_totals);
-    Logs logs = with_values ? logs_of(read_training_totals(epoch_totals), "") : Logs{};
+    const Logs values = draws || asked ? logs_of(read_training_totals(epoch_totals), "") : Logs{};
+    Logs logs = asked ? values : Logs{};
     logs["samples_per_second"] = totals.samples / seconds_since(epoch_totals.started);  // this process's, so far
     logs["learning_rate"] = optimizer_->learning_rate();
-    if (draws) progress.draw(shown(logs, false), logs["samples_per_second"]);
+    if (draws) progress.draw(shown(values, false), logs["samples_per_second"]);
     // Checkpoints, limits and stops take effect between updates only.
     if (!completes_update) continue;
     passes = 0;

@@ -290,9 +290,18 @@ TEST_CASE("on a device, fit reads the loss and metrics only where they are shown
   const auto counter = std::make_shared<Counter>();
   CHECK(train(Device::Emulated, {counter}, &quiet_history) == 2);
   CHECK(counter->with_loss == 0);
-  // The CPU reads every step, and still gives batch logs only as a device would.
+  // The CPU reads every step, and still gives batch logs only as a device would; so does a run whose progress
+  // bar reads them to draw.
   counter->with_loss = 0;
   train(Device::CPU, {counter});
+  CHECK(counter->with_loss == 0);
+  {
+    test_util::CapturedOutput bar(STDOUT_FILENO);
+    nn::Sequential model = full_model(Device::Emulated);
+    Trainer(model, optim::Adam()).fit(kSet, {.epochs = 1, .batch_size = 8, .callbacks = {counter},
+                                             .verbosity = train::Verbosity::Lines});
+    CHECK_THAT(bar.text(), Catch::Contains("loss: "));
+  }
   CHECK(counter->with_loss == 0);
   // A checkpoint every 4 steps reads them first (steps 4, 8 and 12), so as not to save a run whose loss went bad.
   CHECK(train(Device::Emulated, {}, nullptr, 4) == 2 + 3);

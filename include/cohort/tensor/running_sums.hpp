@@ -4,10 +4,10 @@
 // only when it shows or reports them never makes the host wait for the device within a step, and an
 // evaluation waits once at its end.
 // Values computed on the host (a loss without a device kernel) go in with add(); read() includes them.
-// A label that is not a class index, met by a device kernel, is recorded and reported by the next read()
-// (the CPU reports it at once).
+// A label that is not a class index, met by a GPU kernel, is recorded and reported by the next read() (the
+// CPU and the emulated device, which runs the CPU's kernels, report it at once).
 //
-//   RunningSums sums(Device::CUDA, 2);                            // slot 0: loss, slot 1: correct rows
+//   RunningSums sums(Device::CUDA, 2);                            // slot 0: the rows' losses summed, slot 1: right rows
 //   ops::softmax_cross_entropy(logits, labels, dlogits, sums, 0);
 //   ops::count_correct(logits, labels, sums, 1);
 //   std::vector<double> totals = sums.read();                     // waits for the device here, once
