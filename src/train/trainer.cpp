@@ -199,7 +199,7 @@ std::vector<double> Trainer::read(const Totals& totals) {
   std::vector<double> values{totals.samples};
   const std::vector<double> sums = [&] {
     if (totals.sums.read_is_free()) return totals.sums.read();
-      const timeline::Span span("device", "read loss and metrics");
+    const timeline::Span span("device", "read loss and metrics");
     return totals.sums.read();
   }();
   values.insert(values.end(), sums.begin(), sums.end());
