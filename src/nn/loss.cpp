@@ -1,32 +1,26 @@
 #include "cohort/nn/loss.hpp"
 
-#include <algorithm>
-#include <cmath>
 #include <optional>
 
 #include "cohort/core/check.hpp"
 #include "cohort/core/error.hpp"
 #include "cohort/tensor/ops.hpp"
-#include "host_batch.hpp"
+#include "elementwise_targets.hpp"
 
 namespace cohort::nn {
 namespace {
 
-template <class PerElement>
-double mean_over_elements(const char* loss, const Tensor& prediction, const Tensor& targets, const Tensor& gradient,
-                          PerElement per_element) {
-  check_elementwise(loss, prediction, targets);
-  return on_host(prediction, targets, gradient, [&](const float* p, const float* z, float* g) {
-    const std::int64_t n = prediction.numel();
-    const double inverse = n == 0 ? 0.0 : 1.0 / static_cast<double>(n);
-    double total = 0;
-    for (std::int64_t i = 0; i < n; ++i) {
-      double d = 0;
-      total += per_element(p[i], z[i], d);
-      if (g != nullptr) g[i] = static_cast<float>(d * inverse);
-    }
-    return total * inverse;
-  });
+// The element-wise kind of a loss that is not categorical; `logits`: the prediction lacks its final activation.
+ElementwiseLoss elementwise_kind(const Loss& loss, bool logits) {
+  if (std::holds_alternative<MeanSquaredError>(loss)) return ElementwiseLoss::SquaredError;
+  if (std::holds_alternative<MeanAbsoluteError>(loss)) return ElementwiseLoss::AbsoluteError;
+  return logits ? ElementwiseLoss::BinaryCrossEntropyOfLogits : ElementwiseLoss::BinaryCrossEntropy;
+}
+
+double mean_over_elements(const Loss& loss, bool logits, const Tensor& prediction, const Tensor& targets,
+                          const Tensor& gradient) {
+  check_elementwise(loss_name(loss), prediction, targets);
+  return ops::elementwise_loss(elementwise_kind(loss, logits), prediction, targets, gradient);
 }
 
 void check_class_indices(const Tensor& labels) {
@@ -85,31 +79,15 @@ double SparseCategoricalCrossentropy::compute(const Tensor& prediction, const Te
 }
 
 double BinaryCrossentropy::compute(const Tensor& prediction, const Tensor& targets, const Tensor& gradient) const {
-  constexpr double kEpsilon = 1e-7;
-  if (from_logits)
-    return mean_over_elements("binary_crossentropy", prediction, targets, gradient, [](double x, double z, double& d) {
-      d = 1.0 / (1.0 + std::exp(-x)) - z;
-      return std::max(x, 0.0) - x * z + std::log1p(std::exp(-std::abs(x)));
-    });
-  return mean_over_elements("binary_crossentropy", prediction, targets, gradient, [&](double raw, double z, double& d) {
-    const double p = std::clamp(raw, kEpsilon, 1.0 - kEpsilon);
-    d = raw == p ? (1.0 - z) / (1.0 - p) - z / p : 0.0;
-    return -(z * std::log(p) + (1.0 - z) * std::log(1.0 - p));
-  });
+  return mean_over_elements(*this, from_logits, prediction, targets, gradient);
 }
 
 double MeanSquaredError::compute(const Tensor& prediction, const Tensor& targets, const Tensor& gradient) const {
-  return mean_over_elements("mean_squared_error", prediction, targets, gradient, [](double p, double z, double& d) {
-    d = 2.0 * (p - z);
-    return (p - z) * (p - z);
-  });
+  return mean_over_elements(*this, false, prediction, targets, gradient);
 }
 
 double MeanAbsoluteError::compute(const Tensor& prediction, const Tensor& targets, const Tensor& gradient) const {
-  return mean_over_elements("mean_absolute_error", prediction, targets, gradient, [](double p, double z, double& d) {
-    d = p > z ? 1.0 : (p < z ? -1.0 : 0.0);
-    return std::abs(p - z);
-  });
+  return mean_over_elements(*this, false, prediction, targets, gradient);
 }
 
 std::string loss_name(const Loss& loss) {
@@ -173,7 +151,8 @@ double compute_loss(const Loss& loss, const Tensor& prediction, bool logits, con
 void add_loss(const Loss& loss, const Tensor& prediction, bool logits, const Tensor& targets, RunningSums& sums, int slot,
               const Tensor& gradient) {
   if (!is_categorical(loss)) {
-    sums.add(slot, compute_loss(loss, prediction, logits, targets, gradient) * static_cast<double>(prediction.dim(0)));
+    check_elementwise(loss_name(loss), prediction, targets);
+    ops::elementwise_loss(elementwise_kind(loss, logits), prediction, targets, gradient, sums, slot);
     return;
   }
   if (std::holds_alternative<SparseCategoricalCrossentropy>(loss)) check_class_indices(targets);

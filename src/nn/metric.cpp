@@ -1,13 +1,11 @@
 #include "cohort/nn/metric.hpp"
 
-#include <algorithm>
 #include <charconv>
-#include <cmath>
 
 #include "cohort/core/check.hpp"
 #include "cohort/core/error.hpp"
 #include "cohort/tensor/ops.hpp"
-#include "host_batch.hpp"
+#include "elementwise_targets.hpp"
 
 namespace cohort::nn {
 namespace {
@@ -24,45 +22,6 @@ int top_k_of(const std::string& name) {
   int k = 0;
   const auto [end, error] = std::from_chars(first, last, k);
   return error == std::errc() && end == last ? k : 0;
-}
-
-// Per sample: the number of its outputs that are right, over the outputs per sample.
-double binary_hits(const Tensor& prediction, bool logits, const Tensor& targets) {
-  const double threshold = logits ? 0.0 : 0.5;
-  return on_host(prediction, targets, Tensor(), [&](const float* p, const float* z, float*) {
-    std::int64_t hits = 0;
-    for (std::int64_t i = 0; i < prediction.numel(); ++i) hits += (p[i] > threshold) == (z[i] > 0.5f) ? 1 : 0;
-    return static_cast<double>(hits) / outputs_per_sample(prediction);
-  });
-}
-
-double top_k_hits(const Tensor& scores, const Tensor& labels, int k) {
-  return on_host(scores, labels, Tensor(), [&](const float* s, const float* z, float*) {
-    const std::int64_t rows = scores.dim(0), classes = scores.dim(1);
-    std::int64_t hits = 0;
-    for (std::int64_t r = 0; r < rows; ++r) {
-      const float* row = s + r * classes;
-      const std::int64_t label =
-          labels.rank() == 1 ? static_cast<std::int64_t>(z[r]) : std::max_element(z + r * classes, z + (r + 1) * classes) - (z + r * classes);
-      COHORT_CHECK(label >= 0 && label < classes, "label {} of row {} is not a class index in [0, {})", label, r, classes);
-      // Ties count against the label, as a strict ranking would place it last among equals.
-      const std::int64_t better = std::count_if(row, row + classes, [&](float v) { return v >= row[label]; }) - 1;
-      hits += better < k ? 1 : 0;
-    }
-    return static_cast<double>(hits);
-  });
-}
-
-double regression_sum(const Tensor& prediction, const Tensor& targets, bool squared) {
-  check_elementwise(squared ? "mse" : "mae", prediction, targets);
-  return on_host(prediction, targets, Tensor(), [&](const float* p, const float* z, float*) {
-    double total = 0;
-    for (std::int64_t i = 0; i < prediction.numel(); ++i) {
-      const double d = static_cast<double>(p[i]) - z[i];
-      total += squared ? d * d : std::abs(d);
-    }
-    return total / outputs_per_sample(prediction);
-  });
 }
 
 }  // namespace
@@ -115,21 +74,27 @@ void Metric::check_fits(const Loss& loss, const LossFit& fit) const {
 }
 
 double Metric::batch_sum(const Loss& loss, const Tensor& prediction, bool logits, const Tensor& targets) const {
-  switch (kind_) {
-    case Kind::Accuracy:
-      if (std::holds_alternative<BinaryCrossentropy>(loss)) return binary_hits(prediction, logits, targets);
-      return static_cast<double>(ops::count_correct(prediction, targets));
-    case Kind::TopKAccuracy: return top_k_hits(prediction, targets, k_);
-    case Kind::MeanAbsoluteError: return regression_sum(prediction, targets, false);
-    case Kind::MeanSquaredError: return regression_sum(prediction, targets, true);
-  }
-  return 0;
+  RunningSums sums(prediction.device(), 1);
+  add_batch_sum(loss, prediction, logits, targets, sums, 0);
+  return sums.read()[0];
 }
 
 void Metric::add_batch_sum(const Loss& loss, const Tensor& prediction, bool logits, const Tensor& targets,
                            RunningSums& sums, int slot) const {
-  if (kind_ == Kind::Accuracy && is_categorical(loss)) ops::count_correct(prediction, targets, sums, slot);
-  else sums.add(slot, batch_sum(loss, prediction, logits, targets));
+  switch (kind_) {
+    case Kind::Accuracy:
+      if (!std::holds_alternative<BinaryCrossentropy>(loss)) return ops::count_correct(prediction, targets, sums, slot);
+      check_elementwise(name_, prediction, targets);
+      return ops::elementwise_loss(logits ? ElementwiseLoss::BinaryHitsOfLogits : ElementwiseLoss::BinaryHits,
+                                   prediction, targets, Tensor(), sums, slot);
+    case Kind::TopKAccuracy: return ops::count_top_k(prediction, targets, k_, sums, slot);
+    case Kind::MeanAbsoluteError:
+    case Kind::MeanSquaredError:
+      check_elementwise(name_, prediction, targets);
+      return ops::elementwise_loss(
+          kind_ == Kind::MeanSquaredError ? ElementwiseLoss::SquaredError : ElementwiseLoss::AbsoluteError, prediction,
+          targets, Tensor(), sums, slot);
+  }
 }
 
 }  // namespace cohort::nn

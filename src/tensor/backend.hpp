@@ -166,6 +166,10 @@ class Backend {
   virtual void categorical_cross_entropy(const Tensor& probabilities, const Tensor& labels, const Tensor& dprobabilities,
                                          const RunningSums& sums, int slot) = 0;
   virtual void count_correct(const Tensor& scores, const Tensor& labels, const RunningSums& sums, int slot) = 0;
+  virtual void count_top_k(const Tensor& scores, const Tensor& labels, int k, const RunningSums& sums, int slot) = 0;
+  // Targets are float32 with the prediction's element count, `gradient` undefined or float32 like the prediction.
+  virtual void elementwise_loss(ElementwiseLoss loss, const Tensor& prediction, const Tensor& targets,
+                                const Tensor& gradient, const RunningSums& sums, int slot) = 0;
 };
 
 // The backend of `device`; DeviceError naming the build option when this build has none for it.

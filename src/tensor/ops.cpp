@@ -630,6 +630,38 @@ void count_correct(const Tensor& scores, const Tensor& labels, const RunningSums
   backend.count_correct(Float32StandIns({&scores}, {})(scores), float_labels, sums, slot);
 }
 
+void count_top_k(const Tensor& scores, const Tensor& labels, int k, const RunningSums& sums, int slot) {
+  COHORT_CHECK(k >= 1, "count_top_k: k must be at least 1, got {}", k);
+  const Tensor float_labels = checked_labels("count_top_k", scores, labels);
+  Backend& backend = backend_of("count_top_k", {&scores, &float_labels});
+  check_sums_device("count_top_k", scores, sums);
+  backend.count_top_k(Float32StandIns({&scores}, {})(scores), float_labels, k, sums, slot);
+}
+
+void elementwise_loss(ElementwiseLoss loss, const Tensor& prediction, const Tensor& targets, const Tensor& gradient,
+                      const RunningSums& sums, int slot) {
+  COHORT_CHECK(prediction.rank() >= 1 && targets.rank() >= 1 && targets.dim(0) == prediction.dim(0) &&
+                   targets.numel() == prediction.numel(),
+               "elementwise_loss: needs targets shaped like the prediction {}, got {}", prediction.shape(),
+               targets.shape());
+  COHORT_CHECK(targets.dtype() == DType::Float32 || targets.dtype() == DType::Int32,
+               "elementwise_loss: targets must be float32, or int32 classes, got {} {}", dtype_name(targets.dtype()),
+               targets.shape());
+  if (gradient.defined()) check_same_shape("elementwise_loss", prediction, gradient);
+  const Tensor float_targets = targets.to(DType::Float32);
+  Backend& backend = backend_of("elementwise_loss", {&prediction, &float_targets, &gradient});
+  check_sums_device("elementwise_loss", prediction, sums);
+  const Float32StandIns f({&prediction}, {&gradient});
+  backend.elementwise_loss(loss, f(prediction), float_targets, f(gradient), sums, slot);
+  f.write_back();
+}
+
+double elementwise_loss(ElementwiseLoss loss, const Tensor& prediction, const Tensor& targets, const Tensor& gradient) {
+  const RunningSums sums(prediction.device(), 1);
+  elementwise_loss(loss, prediction, targets, gradient, sums, 0);
+  return mean_over_rows(sums, prediction);
+}
+
 double softmax_cross_entropy(const Tensor& logits, const Tensor& labels, const Tensor& dlogits) {
   const RunningSums sums(logits.device(), 1);
   softmax_cross_entropy(logits, labels, dlogits, sums, 0);

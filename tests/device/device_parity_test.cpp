@@ -607,6 +607,70 @@ TEST_CASE("running sums add losses and counts over batches on the device and rea
   CHECK_THROWS_WITH(ops::count_correct(logits.device, labels.to(dut()), on_device, 3), Catch::Contains("slot 3"));
 }
 
+TEST_CASE("element-wise losses and top-k counts add on the device what they add on the CPU", "[ops]") {
+  const std::int64_t rows = 300, outputs = 3;  // past one block's threads
+  const Pair logits = random({rows, outputs}, 80, -6.0f, 6.0f);
+  Tensor host_probabilities = test_util::random_tensor({rows, outputs}, 81, 0.0f, 1.0f);
+  host_probabilities.data()[0] = 0.0f;  // clipped to 1e-7 and 1 - 1e-7, where the gradient is zero
+  host_probabilities.data()[1] = 1.0f;
+  const Pair clipped{host_probabilities, host_probabilities.to(dut())};
+  Tensor targets({rows, outputs});
+  for (std::int64_t i = 0; i < targets.numel(); ++i) targets.data()[i] = i % 4 == 0 ? 0.25f : static_cast<float>(i % 2);
+  const Tensor device_targets = targets.to(dut());
+  const std::vector<std::pair<ElementwiseLoss, const Pair*>> cases = {
+      {ElementwiseLoss::SquaredError, &logits},       {ElementwiseLoss::AbsoluteError, &logits},
+      {ElementwiseLoss::BinaryCrossEntropy, &clipped}, {ElementwiseLoss::BinaryCrossEntropyOfLogits, &logits},
+      {ElementwiseLoss::BinaryHits, &clipped},         {ElementwiseLoss::BinaryHitsOfLogits, &logits}};
+  RunningSums on_cpu(Device::CPU, 2), on_device(dut(), 2);
+  for (const auto& [loss, prediction] : cases) {
+    INFO("element-wise loss " << static_cast<int>(loss));
+    on_cpu.reset();
+    on_device.reset();
+    Pair gradient = zeros({rows, outputs});
+    for (int batch = 0; batch < 2; ++batch) {
+      ops::elementwise_loss(loss, prediction->cpu, targets, gradient.cpu, on_cpu, 0);
+      ops::elementwise_loss(loss, prediction->device, device_targets, gradient.device, on_device, 0);
+    }
+    require_close(gradient.cpu, gradient.device, kOpTolerance, "gradient");
+    require_close(on_cpu.read()[0], on_device.read()[0], 1e-6, "summed loss");
+  }
+  // One output per row, its targets one value per row.
+  const Pair column = random({rows, 1}, 82);
+  Tensor column_targets({rows});
+  for (std::int64_t r = 0; r < rows; ++r) column_targets.data()[r] = static_cast<float>(r % 2);
+  on_cpu.reset();
+  on_device.reset();
+  ops::elementwise_loss(ElementwiseLoss::BinaryHitsOfLogits, column.cpu, column_targets, Tensor(), on_cpu, 1);
+  ops::elementwise_loss(ElementwiseLoss::BinaryHitsOfLogits, column.device, column_targets.to(dut()), Tensor(), on_device, 1);
+  CHECK(on_device.read()[1] == on_cpu.read()[1]);
+
+  // Top-k over scores with ties (ties count against the label), sparse labels and one-hot targets.
+  const std::int64_t classes = 6;
+  Tensor scores({rows, classes}), labels({rows}), one_hot({rows, classes});
+  for (std::int64_t i = 0; i < scores.numel(); ++i) scores.data()[i] = static_cast<float>((i * 7) % 5);
+  for (std::int64_t r = 0; r < rows; ++r) {
+    labels.data()[r] = static_cast<float>((r * 5) % classes);
+    one_hot.data()[r * classes + (r * 5) % classes] = 1.0f;
+  }
+  const Tensor device_scores = scores.to(dut());
+  for (const int k : {1, 2, 5}) {
+    on_cpu.reset();
+    on_device.reset();
+    ops::count_top_k(scores, labels, k, on_cpu, 0);
+    ops::count_top_k(device_scores, labels.to(dut()), k, on_device, 0);
+    ops::count_top_k(scores, one_hot, k, on_cpu, 1);
+    ops::count_top_k(device_scores, one_hot.to(dut()), k, on_device, 1);
+    CHECK(on_device.read() == on_cpu.read());
+    CHECK(on_cpu.read()[0] == on_cpu.read()[1]);
+  }
+  labels.data()[290] = 6.0f;
+  CHECK_THROWS_WITH(([&] {
+                      ops::count_top_k(device_scores, labels.to(dut()), 2, on_device, 0);
+                      on_device.read();
+                    }()),
+                    Catch::Contains("label 6 of row 290 is not a class index in [0, 6)"));
+}
+
 TEST_CASE("dropout masks are those of the CPU, element for element, for any seed", "[ops][dropout]") {
   for (const std::uint64_t seed : {0ull, 1ull, 123456789ull}) {
     Pair mask = zeros({1000, 7});

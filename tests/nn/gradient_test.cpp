@@ -11,6 +11,7 @@
 #include "cohort/nn/flatten.hpp"
 #include "cohort/nn/gradcheck.hpp"
 #include "cohort/nn/loss.hpp"
+#include "cohort/nn/metric.hpp"
 #include "cohort/nn/pooling2d.hpp"
 #include "test_util.hpp"
 
@@ -131,6 +132,32 @@ TEST_CASE("binary cross-entropy and regression losses: values and gradients", "[
   CHECK(nn::MeanSquaredError{}.compute(logits, z) == Approx((0.25 + 1.0) / 2));
   CHECK(nn::MeanAbsoluteError{}.compute(logits, z) == Approx((0.5 + 1.0) / 2));
   CHECK_THROWS_WITH(nn::MeanSquaredError{}.compute(logits, Tensor({1, 3})), Catch::Contains("shaped like the prediction"));
+}
+
+TEST_CASE("metrics sum per sample: top-k counts ties against the label, the others average over outputs", "[nn][loss]") {
+  const nn::Loss categorical = nn::SparseCategoricalCrossentropy{};
+  const Tensor scores = Tensor::from_values({3, 4}, std::vector<float>{0.1f, 0.7f, 0.1f, 0.1f,    // label 0 ties two others
+                                                                       0.4f, 0.3f, 0.2f, 0.1f,    // label 1 second
+                                                                       0.25f, 0.25f, 0.25f, 0.25f});  // all tied
+  const Tensor labels = Tensor::from_values({3}, std::vector<float>{0, 1, 3});
+  CHECK(nn::Metric("accuracy").batch_sum(categorical, scores, false, labels) == 0.0);
+  CHECK(nn::Metric::top_k_accuracy(1).batch_sum(categorical, scores, false, labels) == 0.0);
+  CHECK(nn::Metric::top_k_accuracy(2).batch_sum(categorical, scores, false, labels) == 1.0);
+  CHECK(nn::Metric::top_k_accuracy(3).batch_sum(categorical, scores, false, labels) == 1.0);
+  CHECK(nn::Metric::top_k_accuracy(4).batch_sum(categorical, scores, false, labels) == 3.0);
+  CHECK_THROWS_WITH(nn::Metric::top_k_accuracy(2).batch_sum(categorical, scores, false, Tensor::from_values({3}, std::vector<float>{0, 4, 1})),
+                    Catch::Contains("label 4 of row 1 is not a class index in [0, 4)"));
+
+  const nn::Loss binary = nn::BinaryCrossentropy{};
+  const Tensor outputs = Tensor::from_values({2, 2}, std::vector<float>{0.6f, 0.4f, 0.5f, 0.9f});
+  const Tensor targets = Tensor::from_values({2, 2}, std::vector<float>{1, 1, 0, 1});
+  CHECK(nn::Metric("accuracy").batch_sum(binary, outputs, false, targets) == 0.5 + 1.0);  // 0.5 is not above 0.5
+  const Tensor logits = Tensor::from_values({2, 2}, std::vector<float>{0.1f, -0.1f, 0.0f, 2.0f});
+  CHECK(nn::Metric("accuracy").batch_sum(binary, logits, true, targets) == 0.5 + 1.0);
+  CHECK(nn::Metric("mae").batch_sum(binary, outputs, false, targets) == Approx((0.4 + 0.6) / 2 + (0.5 + 0.1) / 2));
+  CHECK(nn::Metric("mse").batch_sum(binary, outputs, false, targets) == Approx((0.16 + 0.36) / 2 + (0.25 + 0.01) / 2));
+  CHECK_THROWS_WITH(nn::Metric("mse").batch_sum(binary, outputs, false, Tensor({2, 3})),
+                    Catch::Contains("mse needs targets shaped like the prediction"));
 }
 
 TEST_CASE("the gradient checker catches a wrong gradient", "[nn][gradcheck]") {

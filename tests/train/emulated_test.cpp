@@ -30,6 +30,7 @@
 #include "cohort/train/trainer.hpp"
 #include "cohort/train/update.hpp"
 #include "comm/comm_test_util.hpp"
+#include "tensor/cpu/cpu_backend.hpp"
 #include "ps/ps_test_util.hpp"
 #include "test_util.hpp"
 
@@ -334,6 +335,46 @@ TEST_CASE("on a device, fit reads the loss and metrics only where they are shown
   Trainer overflowing(mixed, optim::SGD({.learning_rate = optim::constant(1e30)}));
   CHECK_THROWS_WITH(overflowing.fit(kSet, {.epochs = 2, .batch_size = 8, .verbosity = train::Verbosity::Silent}),
                     Catch::Contains("the training loss became") && Catch::Contains("activations overflow float16"));
+}
+
+TEST_CASE("on a device, every loss and metric sums there: reads back to the host do not grow with the steps",
+          "[device][train]") {
+  const auto& emulated = dynamic_cast<const cpu::CpuBackend&>(backend_for(Device::Emulated));
+  const auto two_classes = data::make_synthetic({.samples = 44, .sample_shape = {8, 8, 2}, .classes = 2, .seed = 6});
+  struct Case {
+    const char* name;
+    nn::Loss loss;
+    std::vector<nn::Metric> metrics;
+    std::int64_t outputs;
+    bool sigmoid;
+    const data::Dataset* set;
+  };
+  const std::vector<Case> cases = {
+      {"mse", nn::MeanSquaredError{}, {"mae", "mse"}, 1, false, &kSet},
+      {"mae", nn::MeanAbsoluteError{}, {"mse"}, 1, false, &kSet},
+      {"bce", nn::BinaryCrossentropy{}, {"accuracy", "mae"}, 1, true, &two_classes},
+      {"bce of logits", nn::BinaryCrossentropy{.from_logits = true}, {"accuracy"}, 1, false, &two_classes},
+      {"top-k", nn::SparseCategoricalCrossentropy{.from_logits = true}, {"top_2_accuracy"}, 4, false, &kSet}};
+  for (const Case& c : cases) {
+    INFO(c.name);
+    // One epoch in 6 steps of 8 samples, or in 11 of 4; returns the epoch's logs and the reads it took.
+    const auto train = [&](Device device, std::int64_t batch_size) {
+      nn::Sequential model({8, 8, 2}, 5, device);
+      model.add(nn::Flatten()).add(nn::Dense(c.outputs));
+      if (c.sigmoid) model.add(nn::Sigmoid());
+      Trainer trainer(model, optim::Adam(), std::make_shared<train::Local>(), {.loss = c.loss, .metrics = c.metrics});
+      const std::uint64_t before = emulated.copies_to_host();
+      const train::Logs logs =
+          trainer.fit(*c.set, {.epochs = 1, .batch_size = batch_size, .seed = 4, .verbosity = train::Verbosity::Silent})
+              .epochs.back();
+      return std::pair{logs, emulated.copies_to_host() - before};
+    };
+    const auto [logs, reads] = train(Device::Emulated, 8);
+    CHECK(train(Device::Emulated, 4).second == reads);
+    const train::Logs on_cpu = train(Device::CPU, 8).first;
+    CHECK(on_cpu.at("loss") == logs.at("loss"));
+    for (const nn::Metric& metric : c.metrics) CHECK(on_cpu.at(metric.name()) == logs.at(metric.name()));
+  }
 }
 
 TEST_CASE("a replica whose loss goes bad on a device stops the others before they save its gradients",

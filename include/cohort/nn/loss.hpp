@@ -83,8 +83,8 @@ double compute_loss(const Loss& loss, const Tensor& prediction, bool logits, con
                     const Tensor& gradient = Tensor());
 
 // Adds the batch's summed loss (its mean times the rows) to slot `slot` of `sums`, which must be on the
-// prediction's device: the categorical losses there without waiting for it, the others computed on the host.
-// Writes dL/dprediction into `gradient` when it is defined, as compute_loss does.
+// prediction's device, without waiting for it. Writes dL/dprediction into `gradient` when it is defined, as
+// compute_loss does.
 void add_loss(const Loss& loss, const Tensor& prediction, bool logits, const Tensor& targets, RunningSums& sums, int slot,
               const Tensor& gradient = Tensor());
 

@@ -31,8 +31,7 @@ class Metric {
   void check_fits(const Loss& loss, const LossFit& fit) const;
   // Sum over the batch's samples of the metric. `logits`: the prediction lacks its final activation.
   double batch_sum(const Loss& loss, const Tensor& prediction, bool logits, const Tensor& targets) const;
-  // Adds that sum to slot `slot` of `sums`: accuracy on classes on the sums' device without waiting for it,
-  // the rest computed on the host.
+  // Adds that sum to slot `slot` of `sums`, on the sums' device without waiting for it.
   void add_batch_sum(const Loss& loss, const Tensor& prediction, bool logits, const Tensor& targets, RunningSums& sums,
                      int slot) const;
 

@@ -1,6 +1,6 @@
 #pragma once
-// The shapes of the ops that take a plan (ops.hpp), and the activation functions: plain values that
-// device code (the CUDA kernels) includes as well, so this header needs nothing beyond C++17.
+// The shapes of the ops that take a plan (ops.hpp), the activation functions and the element-wise losses:
+// plain values that device code (the CUDA kernels) includes as well, so this header needs nothing beyond C++17.
 
 #include <cstdint>
 
@@ -19,6 +19,12 @@ constexpr const char* activation_name(Activation activation) {
   }
   return "?";
 }
+
+// What ops::elementwise_loss adds up per output, prediction p against target z: Keras' losses on values
+// (squared and absolute error, binary cross-entropy of probabilities or of logits), and binary accuracy's
+// hits (the output, thresholded at 0.5 or at logit 0, is on the target's side of 0.5).
+enum class ElementwiseLoss { SquaredError, AbsoluteError, BinaryCrossEntropy, BinaryCrossEntropyOfLogits, BinaryHits,
+                             BinaryHitsOfLogits };
 
 // Geometry of a 2-D convolution over NHWC input with an HWIO kernel.
 struct Conv2dGeometry {

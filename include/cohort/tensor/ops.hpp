@@ -190,6 +190,16 @@ void softmax_cross_entropy(const Tensor& logits, const Tensor& labels, const Ten
 void categorical_cross_entropy(const Tensor& probabilities, const Tensor& labels, const Tensor& dprobabilities,
                                const RunningSums& sums, int slot);
 void count_correct(const Tensor& scores, const Tensor& labels, const RunningSums& sums, int slot);
+// Number of rows whose label is among the k highest scores (ties count against the label); adding to a slot as above.
+void count_top_k(const Tensor& scores, const Tensor& labels, int k, const RunningSums& sums, int slot);
+// Element-wise losses and hits (geometry.hpp) over a prediction (N, ...) and targets of as many values per row
+// (float32, or int32 classes 0/1): adds each row's mean over its outputs to slot `slot` of `sums`, without
+// waiting, and writes the gradient of the mean over every output into `gradient` when it is defined.
+void elementwise_loss(ElementwiseLoss loss, const Tensor& prediction, const Tensor& targets, const Tensor& gradient,
+                      const RunningSums& sums, int slot);
+// The mean over every output, read back at once.
+double elementwise_loss(ElementwiseLoss loss, const Tensor& prediction, const Tensor& targets,
+                        const Tensor& gradient = Tensor());
 
 }  // namespace ops
 }  // namespace cohort

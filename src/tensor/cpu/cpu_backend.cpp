@@ -97,6 +97,7 @@ void CpuBackend::copy_from_host(const void* source, const Tensor& destination) {
 }
 
 void CpuBackend::copy_to_host(const Tensor& source, void* destination) {
+  copies_to_host_.fetch_add(1, std::memory_order_relaxed);
   if (source.numel() > 0) std::memcpy(destination, device_bytes(source), source.bytes());
 }
 

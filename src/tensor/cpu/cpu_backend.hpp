@@ -2,6 +2,7 @@
 // The CPU backend: Eigen GEMM, im2col and Winograd convolutions, OpenMP loops. Its kernels live in the
 // files of this folder, one family each. One instance serves Device::CPU with host memory; another
 // serves Device::Emulated with storage of its own (backend.cpp).
+#include <atomic>
 #include <cstdint>
 
 #include "tensor/backend.hpp"
@@ -26,6 +27,9 @@ class CpuBackend final : public Backend {
   std::string kernels_for(DType type) const override;
   void copy_from_host(const void* source, const Tensor& destination) override;
   void copy_to_host(const Tensor& source, void* destination) override;
+  // How many times values were read back to the host so far: on the emulated device, each is a point where a
+  // GPU's host would wait for its work.
+  std::uint64_t copies_to_host() const { return copies_to_host_.load(std::memory_order_relaxed); }
   void zero(const Tensor& x) override;
   void convert(const Tensor& source, const Tensor& destination) override;
 
@@ -102,10 +106,14 @@ class CpuBackend final : public Backend {
   void categorical_cross_entropy(const Tensor& probabilities, const Tensor& labels, const Tensor& dprobabilities,
                                  const RunningSums& sums, int slot) override;
   void count_correct(const Tensor& scores, const Tensor& labels, const RunningSums& sums, int slot) override;
+  void count_top_k(const Tensor& scores, const Tensor& labels, int k, const RunningSums& sums, int slot) override;
+  void elementwise_loss(ElementwiseLoss loss, const Tensor& prediction, const Tensor& targets, const Tensor& gradient,
+                        const RunningSums& sums, int slot) override;
 
  private:
   Device device_;
   std::unique_ptr<Allocator> allocator_;
+  std::atomic<std::uint64_t> copies_to_host_{0};
 };
 
 }  // namespace cohort::cpu

@@ -1,11 +1,13 @@
-// Cross-entropy losses and accuracy for the CPU backend. Labels are class indices of shape (N) or
-// targets of shape (N, C); both reduce to "the target weight of class j in row r".
+// Losses and metrics for the CPU backend. The categorical ones take class indices of shape (N) or targets of
+// shape (N, C), both reduced to "the target weight of class j in row r"; the element-wise ones follow
+// loss_rules.hpp, as the CUDA kernels do.
 #include <algorithm>
 #include <cmath>
 
 #include "cohort/core/check.hpp"
 #include "cpu_backend.hpp"
 #include "tensor/backend_access.hpp"
+#include "tensor/loss_rules.hpp"
 
 namespace cohort::cpu {
 namespace {
@@ -111,6 +113,46 @@ void CpuBackend::count_correct(const Tensor& scores, const Tensor& labels, const
     correct += (std::max_element(row, row + classes) - row) == targets.label(r) ? 1 : 0;
   }
   *sum += static_cast<double>(correct);
+}
+
+void CpuBackend::count_top_k(const Tensor& scores, const Tensor& labels, int k, const RunningSums& sums, int slot) {
+  double* sum = sum_target(sums, slot).sum;
+  const std::int64_t rows = scores.dim(0);
+  const std::int64_t classes = scores.dim(1);
+  const Targets targets = targets_of(labels, classes);
+  std::int64_t hits = 0;
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const float* row = device_data(scores) + r * classes;
+    const float labelled = row[targets.label(r)];
+    // Ties count against the label, as a strict ranking would place it last among equals.
+    const std::int64_t at_least_as_high = std::count_if(row, row + classes, [&](float v) { return v >= labelled; });
+    hits += at_least_as_high - 1 < k ? 1 : 0;
+  }
+  *sum += static_cast<double>(hits);
+}
+
+void CpuBackend::elementwise_loss(ElementwiseLoss loss, const Tensor& prediction, const Tensor& targets,
+                                  const Tensor& gradient, const RunningSums& sums, int slot) {
+  double* sum = sum_target(sums, slot).sum;
+  const std::int64_t rows = prediction.dim(0);
+  if (rows == 0) return;
+  const std::int64_t outputs = prediction.numel() / rows;
+  const float* p = device_data(prediction);
+  const float* z = device_data(targets);
+  float* g = gradient.defined() ? device_data(gradient) : nullptr;
+  const double inverse_outputs = 1.0 / static_cast<double>(outputs);
+  const double inverse_elements = 1.0 / static_cast<double>(prediction.numel());
+  double total = 0;
+  for (std::int64_t r = 0; r < rows; ++r) {
+    double row_total = 0;
+    for (std::int64_t i = r * outputs; i < (r + 1) * outputs; ++i) {
+      double d = 0;
+      row_total += loss_rules::elementwise_loss(loss, p[i], z[i], d);
+      if (g != nullptr) g[i] = static_cast<float>(d * inverse_elements);
+    }
+    total += row_total * inverse_outputs;
+  }
+  *sum += total;
 }
 
 }  // namespace cohort::cpu

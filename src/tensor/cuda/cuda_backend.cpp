@@ -583,8 +583,9 @@ void CudaBackend::add_row_sums(const char* what, const Tensor& scores, const Ten
                                int slot, Launch&& launch) {
   activate();
   const SumTarget target = sum_target(sums, slot);
-  const std::int64_t rows = scores.dim(0), classes = scores.dim(1);
+  const std::int64_t rows = scores.dim(0);
   if (rows == 0) return;
+  const std::int64_t classes = scores.numel() / rows;  // or outputs per row, for the element-wise losses
   // Freed before the kernels run: the caching allocator hands it out again only to later work on this stream.
   Scratch values(*allocator_, rows * sizeof(double) + sizeof(unsigned long long));
   kernels::LossRows loss{in(scores), in(labels), labels.rank() == 1, rows, classes, values.as<double>(),
@@ -613,6 +614,18 @@ void CudaBackend::categorical_cross_entropy(const Tensor& probabilities, const T
 void CudaBackend::count_correct(const Tensor& scores, const Tensor& labels, const RunningSums& sums, int slot) {
   add_row_sums("count_correct", scores, labels, sums, slot,
                [&](const kernels::LossRows& rows) { kernels::count_correct(rows, compute_); });
+}
+
+void CudaBackend::count_top_k(const Tensor& scores, const Tensor& labels, int k, const RunningSums& sums, int slot) {
+  add_row_sums("count_top_k", scores, labels, sums, slot,
+               [&](const kernels::LossRows& rows) { kernels::count_top_k(rows, k, compute_); });
+}
+
+void CudaBackend::elementwise_loss(ElementwiseLoss loss, const Tensor& prediction, const Tensor& targets,
+                                   const Tensor& gradient, const RunningSums& sums, int slot) {
+  add_row_sums("elementwise_loss", prediction, targets, sums, slot, [&](const kernels::LossRows& rows) {
+    kernels::elementwise_loss(loss, rows, out(gradient), compute_);
+  });
 }
 
 // ---- the plugin's entry points (cuda_plugin.hpp)

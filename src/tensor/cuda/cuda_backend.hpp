@@ -138,6 +138,9 @@ class CudaBackend final : public Backend {
   void categorical_cross_entropy(const Tensor& probabilities, const Tensor& labels, const Tensor& dprobabilities,
                                  const RunningSums& sums, int slot) override;
   void count_correct(const Tensor& scores, const Tensor& labels, const RunningSums& sums, int slot) override;
+  void count_top_k(const Tensor& scores, const Tensor& labels, int k, const RunningSums& sums, int slot) override;
+  void elementwise_loss(ElementwiseLoss loss, const Tensor& prediction, const Tensor& targets, const Tensor& gradient,
+                        const RunningSums& sums, int slot) override;
 
   int ordinal() const { return ordinal_; }
   cudaStream_t compute_stream() const { return compute_; }

@@ -10,6 +10,7 @@
 
 #include "kernels.hpp"
 #include "tensor/activation_rules.hpp"
+#include "tensor/loss_rules.hpp"
 #include "tensor/update_rules.hpp"
 
 namespace cohort::cuda::kernels {
@@ -533,6 +534,34 @@ __global__ void count_correct_kernel(LossRows l) {
   }
 }
 
+__global__ void count_top_k_kernel(LossRows l, int k) {
+  COHORT_GRID_STRIDE(r, l.rows) {
+    if (!label_valid(l, r)) continue;
+    const float* row = l.scores + r * l.classes;
+    const std::int64_t label =
+        l.sparse ? static_cast<std::int64_t>(l.labels[r]) : arg_max(l.labels + r * l.classes, l.classes);
+    // Ties count against the label, as a strict ranking would place it last among equals.
+    std::int64_t at_least_as_high = 0;
+    for (std::int64_t j = 0; j < l.classes; ++j) at_least_as_high += row[j] >= row[label] ? 1 : 0;
+    l.row_values[r] = at_least_as_high - 1 < k ? 1.0 : 0.0;
+  }
+}
+
+// l.classes is the outputs per row and l.labels the targets, one per output.
+__global__ void elementwise_loss_kernel(ElementwiseLoss loss, LossRows l, float* gradient) {
+  const double inverse_outputs = 1.0 / static_cast<double>(l.classes);
+  const double inverse_elements = inverse_outputs / static_cast<double>(l.rows);
+  COHORT_GRID_STRIDE(r, l.rows) {
+    double row_total = 0;
+    for (std::int64_t i = r * l.classes; i < (r + 1) * l.classes; ++i) {
+      double d = 0;
+      row_total += loss_rules::elementwise_loss(loss, l.scores[i], l.labels[i], d);
+      if (gradient != nullptr) gradient[i] = static_cast<float>(d * inverse_elements);
+    }
+    l.row_values[r] = row_total * inverse_outputs;
+  }
+}
+
 // One block adds the rows' values to the slot in an order fixed by the row count, so that a run repeats its
 // sums bit for bit, and keeps the first bad label the sums have met.
 __global__ void add_rows_kernel(LossRows l, double* sum, double* bad_label) {
@@ -770,6 +799,14 @@ void categorical_cross_entropy(const LossRows& rows, float* dprobabilities, cuda
 
 void count_correct(const LossRows& rows, cudaStream_t stream) {
   if (rows.rows > 0) count_correct_kernel<<<blocks_for(rows.rows), kThreads, 0, stream>>>(rows);
+}
+
+void count_top_k(const LossRows& rows, int k, cudaStream_t stream) {
+  if (rows.rows > 0) count_top_k_kernel<<<blocks_for(rows.rows), kThreads, 0, stream>>>(rows, k);
+}
+
+void elementwise_loss(ElementwiseLoss loss, const LossRows& rows, float* gradient, cudaStream_t stream) {
+  if (rows.rows > 0) elementwise_loss_kernel<<<blocks_for(rows.rows), kThreads, 0, stream>>>(loss, rows, gradient);
 }
 
 void add_rows(const LossRows& rows, double* sum, double* bad_label, cudaStream_t stream) {

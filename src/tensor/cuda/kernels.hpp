@@ -160,6 +160,12 @@ struct LossRows {
 void softmax_cross_entropy(const LossRows& rows, float* dlogits, cudaStream_t stream);
 void categorical_cross_entropy(const LossRows& rows, float* dprobabilities, cudaStream_t stream);
 void count_correct(const LossRows& rows, cudaStream_t stream);
+// row_values[r] receives 1.0 when the row's label is among its k highest scores.
+void count_top_k(const LossRows& rows, int k, cudaStream_t stream);
+// Element-wise losses (loss_rules.hpp): `classes` counts a row's outputs and `labels` holds one target per
+// output. row_values[r] receives the mean over the row's outputs, `gradient` (unless null) the derivative of
+// the mean over every output.
+void elementwise_loss(ElementwiseLoss loss, const LossRows& rows, float* gradient, cudaStream_t stream);
 // Adds the rows' values to *sum in a fixed order; records the first bad label (row + 1, value, classes) in
 // bad_label unless one is recorded already.
 void add_rows(const LossRows& rows, double* sum, double* bad_label, cudaStream_t stream);
