@@ -341,39 +341,50 @@ TEST_CASE("on a device, every loss and metric sums there: reads back to the host
           "[device][train]") {
   const auto& emulated = dynamic_cast<const cpu::CpuBackend&>(backend_for(Device::Emulated));
   const auto two_classes = data::make_synthetic({.samples = 44, .sample_shape = {8, 8, 2}, .classes = 2, .seed = 6});
+  // A Dense layer of `outputs` on the flattened samples, then a sigmoid when asked.
+  const auto dense = [](int outputs, bool sigmoid) {
+    return [=](Device device) {
+      nn::Sequential model({8, 8, 2}, 5, device);
+      model.add(nn::Flatten()).add(nn::Dense(outputs));
+      if (sigmoid) model.add(nn::Sigmoid());
+      return model;
+    };
+  };
   struct Case {
     const char* name;
+    std::function<nn::Sequential(Device)> model;
     nn::Loss loss;
     std::vector<nn::Metric> metrics;
-    std::int64_t outputs;
-    bool sigmoid;
     const data::Dataset* set;
   };
   const std::vector<Case> cases = {
-      {"mse", nn::MeanSquaredError{}, {"mae", "mse"}, 1, false, &kSet},
-      {"mae", nn::MeanAbsoluteError{}, {"mse"}, 1, false, &kSet},
-      {"bce", nn::BinaryCrossentropy{}, {"accuracy", "mae"}, 1, true, &two_classes},
-      {"bce of logits", nn::BinaryCrossentropy{.from_logits = true}, {"accuracy"}, 1, false, &two_classes},
-      {"top-k", nn::SparseCategoricalCrossentropy{.from_logits = true}, {"top_2_accuracy"}, 4, false, &kSet}};
+      {"mse", dense(1, false), nn::MeanSquaredError{}, {"mae", "mse"}, &kSet},
+      {"mae", dense(1, false), nn::MeanAbsoluteError{}, {"mse"}, &kSet},
+      {"bce", dense(1, true), nn::BinaryCrossentropy{}, {"accuracy", "mae"}, &two_classes},
+      {"bce of logits", dense(1, false), nn::BinaryCrossentropy{.from_logits = true}, {"accuracy"}, &two_classes},
+      {"top-k", dense(4, false), nn::SparseCategoricalCrossentropy{.from_logits = true}, {"top_2_accuracy"}, &kSet},
+      {"convolutions, batch normalization, dropout", full_model, nn::SparseCategoricalCrossentropy{}, {"accuracy"}, &kSet}};
   for (const Case& c : cases) {
     INFO(c.name);
-    // One epoch in 6 steps of 8 samples, or in 11 of 4; returns the epoch's logs and the reads it took.
+    // One epoch in 6 steps of 8 samples, or in 11 of 4, validated in as many batches, then evaluated; returns
+    // the epoch's logs and the reads that fit() and evaluate() took.
     const auto train = [&](Device device, std::int64_t batch_size) {
-      nn::Sequential model({8, 8, 2}, 5, device);
-      model.add(nn::Flatten()).add(nn::Dense(c.outputs));
-      if (c.sigmoid) model.add(nn::Sigmoid());
+      nn::Sequential model = c.model(device);
       Trainer trainer(model, optim::Adam(), std::make_shared<train::Local>(), {.loss = c.loss, .metrics = c.metrics});
       const std::uint64_t before = emulated.copies_to_host();
-      const train::Logs logs =
-          trainer.fit(*c.set, {.epochs = 1, .batch_size = batch_size, .seed = 4, .verbosity = train::Verbosity::Silent})
-              .epochs.back();
+      const train::Logs logs = trainer.fit(*c.set, {.epochs = 1, .batch_size = batch_size, .seed = 4, .validation = c.set,
+                                                    .verbosity = train::Verbosity::Silent})
+                                   .epochs.back();
+      trainer.evaluate(*c.set, batch_size);
       return std::pair{logs, emulated.copies_to_host() - before};
     };
     const auto [logs, reads] = train(Device::Emulated, 8);
     CHECK(train(Device::Emulated, 4).second == reads);
     const train::Logs on_cpu = train(Device::CPU, 8).first;
-    CHECK(on_cpu.at("loss") == logs.at("loss"));
-    for (const nn::Metric& metric : c.metrics) CHECK(on_cpu.at(metric.name()) == logs.at(metric.name()));
+    for (const std::string prefix : {"", "val_"}) {
+      CHECK(on_cpu.at(prefix + "loss") == logs.at(prefix + "loss"));
+      for (const nn::Metric& metric : c.metrics) CHECK(on_cpu.at(prefix + metric.name()) == logs.at(prefix + metric.name()));
+    }
   }
 }
 
