@@ -648,6 +648,7 @@ void elementwise_loss(ElementwiseLoss loss, const Tensor& prediction, const Tens
                "elementwise_loss: targets must be float32, or int32 classes, got {} {}", dtype_name(targets.dtype()),
                targets.shape());
   if (gradient.defined()) check_same_shape("elementwise_loss", prediction, gradient);
+  if (prediction.numel() == 0) return;  // rows of no outputs add nothing, as no rows do
   const Tensor float_targets = targets.to(DType::Float32);
   Backend& backend = backend_of("elementwise_loss", {&prediction, &float_targets, &gradient});
   check_sums_device("elementwise_loss", prediction, sums);

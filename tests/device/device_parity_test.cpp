@@ -14,6 +14,7 @@
 #include <functional>
 #include <map>
 #include <set>
+#include <tuple>
 
 #include "cohort/core/error.hpp"
 #include "cohort/data/loader.hpp"
@@ -634,15 +635,32 @@ TEST_CASE("element-wise losses and top-k counts add on the device what they add 
     require_close(gradient.cpu, gradient.device, kOpTolerance, "gradient");
     require_close(on_cpu.read()[0], on_device.read()[0], 1e-6, "summed loss");
   }
-  // One output per row, its targets one value per row.
+  // One output per row with int32 targets, one per row; rows of an image each; bfloat16 predictions and
+  // gradients. Each case: the prediction, its targets, the tolerance of the gradient.
   const Pair column = random({rows, 1}, 82);
-  Tensor column_targets({rows});
-  for (std::int64_t r = 0; r < rows; ++r) column_targets.data()[r] = static_cast<float>(r % 2);
-  on_cpu.reset();
-  on_device.reset();
-  ops::elementwise_loss(ElementwiseLoss::BinaryHitsOfLogits, column.cpu, column_targets, Tensor(), on_cpu, 1);
-  ops::elementwise_loss(ElementwiseLoss::BinaryHitsOfLogits, column.device, column_targets.to(dut()), Tensor(), on_device, 1);
-  CHECK(on_device.read()[1] == on_cpu.read()[1]);
+  std::vector<std::int32_t> classes_of_rows(static_cast<std::size_t>(rows));
+  for (std::int64_t r = 0; r < rows; ++r) classes_of_rows[static_cast<std::size_t>(r)] = static_cast<std::int32_t>(r % 2);
+  const Pair wide = random({3, 5000}, 83, -3.0f, 3.0f);
+  const Tensor wide_targets = test_util::random_tensor({3, 5000}, 84);
+  const Pair narrow{logits.cpu.to(DType::BFloat16), logits.device.to(DType::BFloat16)};
+  const std::vector<std::tuple<const char*, const Pair*, Tensor, double>> shapes = {
+      {"(N, 1) against (N) int32", &column, Tensor::from_values({rows}, classes_of_rows), kOpTolerance},
+      {"rows of 5000 outputs", &wide, wide_targets, kOpTolerance},
+      {"bfloat16", &narrow, targets, 1e-2}};
+  for (const auto& [what, prediction, shape_targets, tolerance] : shapes) {
+    INFO(what);
+    for (const ElementwiseLoss loss : {ElementwiseLoss::BinaryCrossEntropyOfLogits, ElementwiseLoss::SquaredError,
+                                       ElementwiseLoss::BinaryHitsOfLogits}) {
+      on_cpu.reset();
+      on_device.reset();
+      const DType type = prediction->cpu.dtype();
+      Pair gradient{Tensor(prediction->cpu.shape(), type), Tensor(prediction->cpu.shape(), type, dut())};
+      ops::elementwise_loss(loss, prediction->cpu, shape_targets, gradient.cpu, on_cpu, 1);
+      ops::elementwise_loss(loss, prediction->device, shape_targets.to(dut()), gradient.device, on_device, 1);
+      require_close(gradient.cpu.to(DType::Float32), gradient.device.to(DType::Float32), tolerance, "gradient");
+      require_close(on_cpu.read()[1], on_device.read()[1], 1e-6, "summed loss");
+    }
+  }
 
   // Top-k over scores with ties (ties count against the label), sparse labels and one-hot targets.
   const std::int64_t classes = 6;

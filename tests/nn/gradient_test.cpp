@@ -132,6 +132,7 @@ TEST_CASE("binary cross-entropy and regression losses: values and gradients", "[
   CHECK(nn::MeanSquaredError{}.compute(logits, z) == Approx((0.25 + 1.0) / 2));
   CHECK(nn::MeanAbsoluteError{}.compute(logits, z) == Approx((0.5 + 1.0) / 2));
   CHECK_THROWS_WITH(nn::MeanSquaredError{}.compute(logits, Tensor({1, 3})), Catch::Contains("shaped like the prediction"));
+  CHECK(nn::MeanSquaredError{}.compute(Tensor({4, 0}), Tensor({4, 0})) == 0.0);  // rows of no outputs
 }
 
 TEST_CASE("metrics sum per sample: top-k counts ties against the label, the others average over outputs", "[nn][loss]") {

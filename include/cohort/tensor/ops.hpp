@@ -193,7 +193,7 @@ void count_correct(const Tensor& scores, const Tensor& labels, const RunningSums
 // Number of rows whose label is among the k highest scores (ties count against the label); adding to a slot as above.
 void count_top_k(const Tensor& scores, const Tensor& labels, int k, const RunningSums& sums, int slot);
 // Element-wise losses and hits (geometry.hpp) over a prediction (N, ...) and targets of as many values per row
-// (float32, or int32 classes 0/1): adds each row's mean over its outputs to slot `slot` of `sums`, without
+// (float32, or int32): adds each row's mean over its outputs to slot `slot` of `sums`, without
 // waiting, and writes the gradient of the mean over every output into `gradient` when it is defined.
 void elementwise_loss(ElementwiseLoss loss, const Tensor& prediction, const Tensor& targets, const Tensor& gradient,
                       const RunningSums& sums, int slot);

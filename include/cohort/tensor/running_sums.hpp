@@ -3,7 +3,7 @@
 // for the device; read() brings every slot to the host in one transfer. A training loop that reads them
 // only when it shows or reports them never makes the host wait for the device within a step, and an
 // evaluation waits once at its end.
-// Values computed on the host (a loss without a device kernel) go in with add(); read() includes them.
+// Values a caller computes on the host go in with add(); read() includes them.
 // A label that is not a class index, met by a GPU kernel, is recorded and reported by the next read() (the
 // CPU and the emulated device, which runs the CPU's kernels, report it at once).
 //

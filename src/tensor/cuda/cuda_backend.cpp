@@ -579,8 +579,8 @@ void CudaBackend::rmsprop_update(const std::vector<ops::RmspropOperands>& variab
 }
 
 template <class Launch>
-void CudaBackend::add_row_sums(const char* what, const Tensor& scores, const Tensor& labels, const RunningSums& sums,
-                               int slot, Launch&& launch) {
+void CudaBackend::add_row_sums(const char* what, const Tensor& scores, const Tensor& labels, bool class_indices,
+                               const RunningSums& sums, int slot, Launch&& launch) {
   activate();
   const SumTarget target = sum_target(sums, slot);
   const std::int64_t rows = scores.dim(0);
@@ -588,7 +588,7 @@ void CudaBackend::add_row_sums(const char* what, const Tensor& scores, const Ten
   const std::int64_t classes = scores.numel() / rows;  // or outputs per row, for the element-wise losses
   // Freed before the kernels run: the caching allocator hands it out again only to later work on this stream.
   Scratch values(*allocator_, rows * sizeof(double) + sizeof(unsigned long long));
-  kernels::LossRows loss{in(scores), in(labels), labels.rank() == 1, rows, classes, values.as<double>(),
+  kernels::LossRows loss{in(scores), in(labels), class_indices, rows, classes, values.as<double>(),
                          reinterpret_cast<unsigned long long*>(values.as<double>() + rows)};
   COHORT_CUDA_CHECK(cudaMemsetAsync(loss.bad_row, 0xFF, sizeof(unsigned long long), compute_), "{} of {}", what,
                     scores.shape());
@@ -599,31 +599,31 @@ void CudaBackend::add_row_sums(const char* what, const Tensor& scores, const Ten
 
 void CudaBackend::softmax_cross_entropy(const Tensor& logits, const Tensor& labels, const Tensor& dlogits,
                                         const RunningSums& sums, int slot) {
-  add_row_sums("softmax_cross_entropy", logits, labels, sums, slot, [&](const kernels::LossRows& rows) {
-    kernels::softmax_cross_entropy(rows, out(dlogits), compute_);
-  });
+  add_row_sums("softmax_cross_entropy", logits, labels, labels.rank() == 1, sums, slot,
+               [&](const kernels::LossRows& rows) { kernels::softmax_cross_entropy(rows, out(dlogits), compute_); });
 }
 
 void CudaBackend::categorical_cross_entropy(const Tensor& probabilities, const Tensor& labels,
                                             const Tensor& dprobabilities, const RunningSums& sums, int slot) {
-  add_row_sums("categorical_cross_entropy", probabilities, labels, sums, slot, [&](const kernels::LossRows& rows) {
-    kernels::categorical_cross_entropy(rows, out(dprobabilities), compute_);
-  });
+  add_row_sums("categorical_cross_entropy", probabilities, labels, labels.rank() == 1, sums, slot,
+               [&](const kernels::LossRows& rows) {
+                 kernels::categorical_cross_entropy(rows, out(dprobabilities), compute_);
+               });
 }
 
 void CudaBackend::count_correct(const Tensor& scores, const Tensor& labels, const RunningSums& sums, int slot) {
-  add_row_sums("count_correct", scores, labels, sums, slot,
+  add_row_sums("count_correct", scores, labels, labels.rank() == 1, sums, slot,
                [&](const kernels::LossRows& rows) { kernels::count_correct(rows, compute_); });
 }
 
 void CudaBackend::count_top_k(const Tensor& scores, const Tensor& labels, int k, const RunningSums& sums, int slot) {
-  add_row_sums("count_top_k", scores, labels, sums, slot,
+  add_row_sums("count_top_k", scores, labels, labels.rank() == 1, sums, slot,
                [&](const kernels::LossRows& rows) { kernels::count_top_k(rows, k, compute_); });
 }
 
 void CudaBackend::elementwise_loss(ElementwiseLoss loss, const Tensor& prediction, const Tensor& targets,
                                    const Tensor& gradient, const RunningSums& sums, int slot) {
-  add_row_sums("elementwise_loss", prediction, targets, sums, slot, [&](const kernels::LossRows& rows) {
+  add_row_sums("elementwise_loss", prediction, targets, false, sums, slot, [&](const kernels::LossRows& rows) {
     kernels::elementwise_loss(loss, rows, out(gradient), compute_);
   });
 }

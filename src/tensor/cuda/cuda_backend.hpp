@@ -165,9 +165,10 @@ class CudaBackend final : public Backend {
                            Activation activation, const Tensor& mean, const Tensor& variance, float* inv_std,
                            const Tensor& dgamma, const Tensor& dbeta);
   // Runs a loss or metric kernel per row and adds the rows' values to a slot of `sums`, on the device.
+  // `class_indices`: the labels are one class index per row, which the kernels check.
   template <class Launch>
-  void add_row_sums(const char* what, const Tensor& scores, const Tensor& labels, const RunningSums& sums, int slot,
-                    Launch&& launch);
+  void add_row_sums(const char* what, const Tensor& scores, const Tensor& labels, bool class_indices,
+                    const RunningSums& sums, int slot, Launch&& launch);
 
   int ordinal_ = 0;
   bool allow_tf32_ = false;

@@ -547,10 +547,10 @@ __global__ void count_top_k_kernel(LossRows l, int k) {
   }
 }
 
-// l.classes is the outputs per row and l.labels the targets, one per output.
+// l.classes is the outputs per row and l.labels the targets, one per output. Narrow rows take a thread each.
 __global__ void elementwise_loss_kernel(ElementwiseLoss loss, LossRows l, float* gradient) {
   const double inverse_outputs = 1.0 / static_cast<double>(l.classes);
-  const double inverse_elements = inverse_outputs / static_cast<double>(l.rows);
+  const double inverse_elements = 1.0 / static_cast<double>(l.rows * l.classes);
   COHORT_GRID_STRIDE(r, l.rows) {
     double row_total = 0;
     for (std::int64_t i = r * l.classes; i < (r + 1) * l.classes; ++i) {
@@ -559,6 +559,24 @@ __global__ void elementwise_loss_kernel(ElementwiseLoss loss, LossRows l, float*
       if (gradient != nullptr) gradient[i] = static_cast<float>(d * inverse_elements);
     }
     l.row_values[r] = row_total * inverse_outputs;
+  }
+}
+
+// Wide rows (an image per sample) take a block each: its threads stride over the row, reading neighbouring
+// outputs together, and sum in a fixed order.
+__global__ void elementwise_loss_wide_kernel(ElementwiseLoss loss, LossRows l, float* gradient) {
+  const double inverse_outputs = 1.0 / static_cast<double>(l.classes);
+  const double inverse_elements = 1.0 / static_cast<double>(l.rows * l.classes);
+  for (std::int64_t r = blockIdx.x; r < l.rows; r += gridDim.x) {
+    double mine = 0;
+    for (std::int64_t i = r * l.classes + threadIdx.x; i < (r + 1) * l.classes; i += blockDim.x) {
+      double d = 0;
+      mine += loss_rules::elementwise_loss(loss, l.scores[i], l.labels[i], d);
+      if (gradient != nullptr) gradient[i] = static_cast<float>(d * inverse_elements);
+    }
+    const double row_total = block_sum(mine);
+    if (threadIdx.x == 0) l.row_values[r] = row_total * inverse_outputs;
+    __syncthreads();  // every thread has read the sum before the next row's block_sum overwrites it
   }
 }
 
@@ -806,7 +824,13 @@ void count_top_k(const LossRows& rows, int k, cudaStream_t stream) {
 }
 
 void elementwise_loss(ElementwiseLoss loss, const LossRows& rows, float* gradient, cudaStream_t stream) {
-  if (rows.rows > 0) elementwise_loss_kernel<<<blocks_for(rows.rows), kThreads, 0, stream>>>(loss, rows, gradient);
+  if (rows.rows == 0 || rows.classes == 0) return;
+  if (rows.classes < kThreads / 4) {
+    elementwise_loss_kernel<<<blocks_for(rows.rows), kThreads, 0, stream>>>(loss, rows, gradient);
+  } else {
+    const auto blocks = static_cast<int>(rows.rows < 65535 * 16 ? rows.rows : 65535 * 16);
+    elementwise_loss_wide_kernel<<<blocks, kThreads, 0, stream>>>(loss, rows, gradient);
+  }
 }
 
 void add_rows(const LossRows& rows, double* sum, double* bad_label, cudaStream_t stream) {
