@@ -24,8 +24,8 @@
 namespace cohort::nn {
 namespace {
 
-constexpr std::string_view kMagic = "COHORTMD";
-constexpr std::uint32_t kFormatVersion = 2;  // 2: tensors record their element type
+constexpr std::string_view kModelFileMagic = "COHORTMD";
+constexpr std::uint32_t kModelFileFormatVersion = 2;  // 2: tensors record their element type
 constexpr const char* kInputNormalization = "input_normalization";
 
 struct LayerRecord {
@@ -138,13 +138,13 @@ void save_model(const Sequential& model, const std::filesystem::path& path, cons
   }
   const auto weights = named_values(model);
   record.weights.insert(record.weights.end(), weights.begin(), weights.end());
-  write_sealed_file(path, kMagic, kFormatVersion, to_archive_bytes(record));
+  write_sealed_file(path, kModelFileMagic, kModelFileFormatVersion, to_archive_bytes(record));
 }
 
 Sequential load_model(const std::filesystem::path& path, Device device) {
   const std::string what = fmt::format("model file {}", path.string());
-  const auto record =
-      from_archive_bytes<DataError, ModelRecord>(read_sealed_file(path, kMagic, kFormatVersion, "model file"), what);
+  const auto record = from_archive_bytes<DataError, ModelRecord>(
+      read_sealed_file(path, kModelFileMagic, kModelFileFormatVersion, "model file"), what);
   for (const auto d : record.input_shape)
     if (d <= 0 || d > (1 << 24)) throw DataError(fmt::format("{}: input shape has an extent of {}", what, d));
   Sequential model(Shape(record.input_shape), record.seed, device);

@@ -21,7 +21,7 @@
 namespace cohort::train {
 namespace {
 
-constexpr std::string_view kMagic = "COHORTCK";
+constexpr std::string_view kCheckpointMagic = "COHORTCK";
 
 // Where training stands, with the model's step counter (dropout's seed).
 struct PositionRecord {
@@ -90,7 +90,7 @@ void save_checkpoint(const std::filesystem::path& path, const nn::Sequential& mo
   optimizer.save_state(optimizer_state, /*with_slots=*/optimizer_shards.empty());
   payload.optimizer_state = optimizer_state.str();
   payload.position = PositionRecord(position, model.step());
-  write_sealed_file(path, kMagic, kCheckpointFormatVersion, to_archive_bytes(payload));
+  write_sealed_file(path, kCheckpointMagic, kCheckpointFormatVersion, to_archive_bytes(payload));
   // Once this checkpoint is in place, the shards of earlier ones are not needed (nor read) again.
   remove_optimizer_shards_except(path.parent_path(), optimizer_shards);
 }
@@ -98,7 +98,8 @@ void save_checkpoint(const std::filesystem::path& path, const nn::Sequential& mo
 TrainingPosition load_checkpoint(const std::filesystem::path& path, nn::Sequential& model, optim::Optimizer& optimizer) {
   const std::string name = path.string();
   const auto payload = from_archive_bytes<DataError, Payload>(
-      read_sealed_file(path, kMagic, kCheckpointFormatVersion, "checkpoint"), fmt::format("checkpoint {}: payload", name));
+      read_sealed_file(path, kCheckpointMagic, kCheckpointFormatVersion, "checkpoint"),
+      fmt::format("checkpoint {}: payload", name));
 
   // Check everything before changing anything.
   const std::string what = fmt::format("checkpoint {}", name);

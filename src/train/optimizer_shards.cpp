@@ -15,7 +15,7 @@
 namespace cohort::train {
 namespace {
 
-constexpr std::string_view kMagic = "COHORTOS";
+constexpr std::string_view kShardMagic = "COHORTOS";
 constexpr std::string_view kShardPrefix = "optimizer-";
 constexpr std::uint32_t kShardFormatVersion = 1;
 
@@ -87,7 +87,7 @@ void write_optimizer_shard(const std::filesystem::path& path, const nn::Sequenti
     if (slots.empty()) continue;
     record.pieces.push_back({piece.variable, variable->value.numel(), piece.begin, piece.end, std::move(slots)});
   }
-  write_sealed_file(path, kMagic, kShardFormatVersion, to_archive_bytes(record));
+  write_sealed_file(path, kShardMagic, kShardFormatVersion, to_archive_bytes(record));
 }
 
 std::map<std::string, optim::SlotState> read_optimizer_shards(const std::vector<std::filesystem::path>& paths,
@@ -103,7 +103,8 @@ std::map<std::string, optim::SlotState> read_optimizer_shards(const std::vector<
   for (const auto& path : paths) {
     const std::string name = path.string();
     const auto record = from_archive_bytes<DataError, ShardRecord>(
-        read_sealed_file(path, kMagic, kShardFormatVersion, "optimizer shard"), fmt::format("optimizer shard {}", name));
+        read_sealed_file(path, kShardMagic, kShardFormatVersion, "optimizer shard"),
+        fmt::format("optimizer shard {}", name));
     COHORT_CHECK_AS(DataError, record.optimizer == optimizer.name(), "optimizer shard {} holds the state of {}, not of {}", name,
                     record.optimizer, optimizer.name());
     for (const PieceRecord& piece : record.pieces) {

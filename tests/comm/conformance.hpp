@@ -5,6 +5,7 @@
 #include <bit>
 #include <cmath>
 #include <limits>
+#include <memory>
 #include <catch2/catch.hpp>
 #include <numeric>
 #include <thread>
@@ -25,6 +26,12 @@ inline std::span<std::byte> bytes(std::vector<int>& v) { return std::as_writable
 
 // Ranks of one connected group, indexed by rank.
 using Group = std::vector<Transport*>;
+
+inline Group members_of(const std::vector<std::unique_ptr<Transport>>& transports) {
+  Group group;
+  for (const auto& t : transports) group.push_back(t.get());
+  return group;
+}
 
 // Rank bodies run on threads and check with comm_test::expect (Catch2 assertions are not thread-safe).
 

@@ -52,12 +52,6 @@ std::vector<std::unique_ptr<Transport>> connect_ranks(int n, const SharedMemoryO
   return transports;
 }
 
-conformance::Group members(const std::vector<std::unique_ptr<Transport>>& transports) {
-  conformance::Group out;
-  for (const auto& t : transports) out.push_back(t.get());
-  return out;
-}
-
 const shm::ShmTransport* shm_of(const std::unique_ptr<Transport>& transport) {
   return dynamic_cast<const shm::ShmTransport*>(transport.get());
 }
@@ -207,7 +201,7 @@ TEST_CASE("shm: the conformance checks, through the rings and by single copy", "
       const SharedMemoryOptions options{.ring_bytes = ring_bytes, .single_copy_bytes = single_copy_bytes};
       {
         auto group = connect_ranks(3, options);
-        conformance::ordering_and_tags(members(group));
+        conformance::ordering_and_tags(conformance::members_of(group));
         // Pairs share memory once they talk: ranks 0 and 2 never do.
         CHECK(shared_peers(group[0]) == 1);
         CHECK(shared_peers(group[1]) == 2);
@@ -215,7 +209,7 @@ TEST_CASE("shm: the conformance checks, through the rings and by single copy", "
       }
       {
         auto group = connect_ranks(2, options);
-        conformance::sizes_and_mismatch(members(group));
+        conformance::sizes_and_mismatch(conformance::members_of(group));
         CHECK((single_copy_messages(group[0]) + single_copy_messages(group[1]) > 0) == (single_copy_bytes > 0));
       }
     }
@@ -224,33 +218,33 @@ TEST_CASE("shm: the conformance checks, through the rings and by single copy", "
 
 TEST_CASE("shm: progress and a stuck rank travel with the liveness, over TCP", "[comm][shm]") {
   auto group = connect_ranks(3);
-  conformance::progress_and_stuck(members(group));
+  conformance::progress_and_stuck(conformance::members_of(group));
 }
 
 TEST_CASE("shm: a rank that announces its failure is named with its reason by all", "[comm][shm]") {
   auto group = connect_ranks(3);
-  conformance::failure_announced(members(group));
+  conformance::failure_announced(conformance::members_of(group));
 }
 
 TEST_CASE("shm: a message larger than the run expects, which no receive awaits, is refused at once", "[comm][shm][security]") {
   auto group = connect_ranks(2);
-  conformance::unexpected_messages_bounded(members(group));
+  conformance::unexpected_messages_bounded(conformance::members_of(group));
 }
 
 TEST_CASE("shm: collectives match the serial reference on 2 to 5 ranks, on one host and across two", "[comm][shm][collectives]") {
   for (int n : {2, 3, 4, 5}) {
     INFO(n << " ranks on one host");
     auto group = connect_ranks(n, {.ring_bytes = 64 * 1024, .single_copy_bytes = 4096});
-    conformance::allreduce_matches_reference(members(group), {0, 1, static_cast<std::size_t>(n - 1), 7, 1000, 300001});
-    conformance::allreduce_bfloat16_wire(members(group), {0, 1, 7, 1001, 30001});
-    conformance::reduce_scatter_then_allgather(members(group), {0, 1, 7, 75001});
-    conformance::broadcast_allgather_barrier(members(group));
+    conformance::allreduce_matches_reference(conformance::members_of(group), {0, 1, static_cast<std::size_t>(n - 1), 7, 1000, 300001});
+    conformance::allreduce_bfloat16_wire(conformance::members_of(group), {0, 1, 7, 1001, 30001});
+    conformance::reduce_scatter_then_allgather(conformance::members_of(group), {0, 1, 7, 75001});
+    conformance::broadcast_allgather_barrier(conformance::members_of(group));
   }
   // Ranks 0, 2 on "a" and 1, 3 on "b": each rank has one shared-memory peer and two TCP peers.
   auto mixed = connect_ranks(4, {.hosts = {"a", "b", "a", "b"}});
-  conformance::allreduce_matches_reference(members(mixed), {0, 5, 300001});
-  conformance::reduce_scatter_then_allgather(members(mixed), {3, 75001});
-  conformance::broadcast_allgather_barrier(members(mixed));
+  conformance::allreduce_matches_reference(conformance::members_of(mixed), {0, 5, 300001});
+  conformance::reduce_scatter_then_allgather(conformance::members_of(mixed), {3, 75001});
+  conformance::broadcast_allgather_barrier(conformance::members_of(mixed));
   for (const auto& t : mixed) CHECK(shared_peers(t) == 1);
 }
 
@@ -512,13 +506,13 @@ TEST_CASE("shm: a pair shares memory from its first message, a segment is unlink
     CHECK(shared_peers(group[1]) == 1);
     CHECK(shared_peers(group[2]) == 0);
     CHECK(own_segments().size() == 3);  // rank 2 has paired with nobody, and ranks 0 and 1 not with it
-    conformance::broadcast_allgather_barrier(members(group));
+    conformance::broadcast_allgather_barrier(conformance::members_of(group));
     for (const auto& t : group) CHECK(shared_peers(t) == 2);
     CHECK(own_segments().empty());
   }
   // Rings of other sizes: each side refuses the other's segment, and the pair talks over TCP.
   auto group = connect_ranks(2, {}, [](int r, SharedMemoryOptions& options) { options.ring_bytes = r == 0 ? 4096 : 8192; });
-  conformance::sizes_and_mismatch(members(group));
+  conformance::sizes_and_mismatch(conformance::members_of(group));
   CHECK(own_segments().empty());
   for (const auto& t : group) CHECK(shared_peers(t) == 0);
 }
@@ -575,7 +569,7 @@ TEST_CASE("shm: a mailbox shares its budget among its peers' rings, 64 KiB each 
   const SharedMemoryOptions tight{.ring_bytes = 128 * 1024, .mailbox_bytes = 256 * 1024, .single_copy_bytes = 0};
   auto group = connect_ranks(4, tight);
   for (const auto& t : group) CHECK(shm_of(t)->ring_bytes() == 86016);  // 256 KiB / 3, in whole pages
-  conformance::broadcast_allgather_barrier(members(group));
+  conformance::broadcast_allgather_barrier(conformance::members_of(group));
   for (const auto& t : group) CHECK(shared_peers(t) == 3);
   group.clear();
 
@@ -621,7 +615,7 @@ TEST_CASE("shm: a host whose ranks would reserve more than half its available me
   auto group = connect_ranks(n, huge);
   for (const auto& t : group) CHECK(shared_peers(t) == 0);
   CHECK(own_segments().empty());
-  conformance::sizes_and_mismatch(members(group));
+  conformance::sizes_and_mismatch(conformance::members_of(group));
 }
 
 TEST_CASE("shm: a ring whose peer moves a counter out of range is broken and copies nothing more", "[comm][shm][security]") {

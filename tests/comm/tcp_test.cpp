@@ -72,12 +72,6 @@ std::function<void(GroupOptions&)> with_certificates(const std::string& node, co
   };
 }
 
-conformance::Group members(const std::vector<std::unique_ptr<Transport>>& transports) {
-  conformance::Group out;
-  for (const auto& t : transports) out.push_back(t.get());
-  return out;
-}
-
 // A raw TCP client for feeding the listener bytes of our choosing.
 class RawClient {
  public:
@@ -217,38 +211,38 @@ TEST_CASE("tcp: the conformance checks", "[comm][tcp]") {
   {
     const auto addresses = comm_test::free_addresses(3);
     auto group = connect_group(3, addresses);
-    conformance::ordering_and_tags(members(group));
+    conformance::ordering_and_tags(conformance::members_of(group));
   }
   {
     const auto addresses = comm_test::free_addresses(2);
     auto group = connect_group(2, addresses);
-    conformance::sizes_and_mismatch(members(group));
+    conformance::sizes_and_mismatch(conformance::members_of(group));
   }
 }
 
 TEST_CASE("tcp: heartbeats carry each rank's progress, and a rank declared stuck is named by all", "[comm][tcp]") {
   const auto addresses = comm_test::free_addresses(3);
-  conformance::progress_and_stuck(members(connect_group(3, addresses)));
+  conformance::progress_and_stuck(conformance::members_of(connect_group(3, addresses)));
 }
 
 TEST_CASE("tcp: a rank that announces its failure is named with its reason by all", "[comm][tcp]") {
   const auto addresses = comm_test::free_addresses(3);
-  conformance::failure_announced(members(connect_group(3, addresses)));
+  conformance::failure_announced(conformance::members_of(connect_group(3, addresses)));
 }
 
 TEST_CASE("tcp: a message larger than the run expects, which no receive awaits, is refused at once", "[comm][tcp][security]") {
   const auto addresses = comm_test::free_addresses(2);
-  conformance::unexpected_messages_bounded(members(connect_group(2, addresses)));
+  conformance::unexpected_messages_bounded(conformance::members_of(connect_group(2, addresses)));
 }
 
 TEST_CASE("tcp: collectives match the serial reference on 1 to 4 ranks", "[comm][tcp][collectives]") {
   for (int n : {1, 2, 3, 4}) {
     const auto addresses = comm_test::free_addresses(n);
     auto group = connect_group(n, addresses);
-    conformance::allreduce_matches_reference(members(group), {0, 1, static_cast<std::size_t>(n > 1 ? n - 1 : 0), 7, 1000, 300001});
-    conformance::allreduce_bfloat16_wire(members(group), {0, 1, 7, 1001, 30001});
-    conformance::reduce_scatter_then_allgather(members(group), {0, 1, 7, 75001});
-    conformance::broadcast_allgather_barrier(members(group));
+    conformance::allreduce_matches_reference(conformance::members_of(group), {0, 1, static_cast<std::size_t>(n > 1 ? n - 1 : 0), 7, 1000, 300001});
+    conformance::allreduce_bfloat16_wire(conformance::members_of(group), {0, 1, 7, 1001, 30001});
+    conformance::reduce_scatter_then_allgather(conformance::members_of(group), {0, 1, 7, 75001});
+    conformance::broadcast_allgather_barrier(conformance::members_of(group));
     if (n == 2) {  // both send the vector once by default: in one exchange below 4 MiB, in two halves from there
       CHECK(allreduce_algorithm(*group[0], (std::size_t{4} << 20) - 4) == "recursive doubling");
       CHECK(allreduce_algorithm(*group[0], std::size_t{4} << 20) == "ring");
@@ -263,7 +257,7 @@ TEST_CASE("tcp: processes may start in any order", "[comm][tcp]") {
     std::this_thread::sleep_for(std::chrono::milliseconds(300 * (2 - r)));  // rank 2 first, rank 0 last
     group[static_cast<std::size_t>(r)] = connect_tcp(options_for(r, addresses));
   });
-  conformance::broadcast_allgather_barrier(members(group));
+  conformance::broadcast_allgather_barrier(conformance::members_of(group));
 }
 
 TEST_CASE("tcp: a missing peer is a TimeoutError naming it, no secret is refused at once", "[comm][tcp]") {
@@ -1229,7 +1223,7 @@ TEST_CASE("tcp: on demand, set-up waits for every rank, a late one included, and
       options.timeout = 1s;
       group[static_cast<std::size_t>(r)] = connect_tcp(options);
     });
-    conformance::broadcast_allgather_barrier(members(group));
+    conformance::broadcast_allgather_barrier(conformance::members_of(group));
   }
   // Rank 3 never comes: every rank's set-up fails naming it, not a neighbour that gave up before it.
   const auto addresses = comm_test::free_addresses(n);
@@ -1463,19 +1457,19 @@ TEST_CASE("tcp over TLS: the conformance checks and the collectives", "[comm][tc
   {
     const auto addresses = comm_test::free_addresses(3);
     auto group = connect_group(3, addresses, with_tls);
-    conformance::ordering_and_tags(members(group));
-    conformance::allreduce_matches_reference(members(group), {0, 1, 2, 7, 1000, 300001});
-    conformance::broadcast_allgather_barrier(members(group));
+    conformance::ordering_and_tags(conformance::members_of(group));
+    conformance::allreduce_matches_reference(conformance::members_of(group), {0, 1, 2, 7, 1000, 300001});
+    conformance::broadcast_allgather_barrier(conformance::members_of(group));
   }
   {
     const auto addresses = comm_test::free_addresses(2);
     auto group = connect_group(2, addresses, with_tls);
-    conformance::sizes_and_mismatch(members(group));
+    conformance::sizes_and_mismatch(conformance::members_of(group));
   }
   {
     const auto addresses = comm_test::free_addresses(2);
     auto group = connect_group(2, addresses, with_certificates("node"));
-    conformance::broadcast_allgather_barrier(members(group));
+    conformance::broadcast_allgather_barrier(conformance::members_of(group));
   }
 }
 

@@ -22,8 +22,6 @@ namespace proto = ps::protocol;
 
 namespace {
 
-const auto kSet = data::make_synthetic({.samples = 44, .sample_shape = {8, 8, 2}, .classes = 4, .seed = 3});
-
 // `n` ranks of one host over shared memory, each connected on its own thread.
 std::vector<std::unique_ptr<comm::Transport>> shared_memory_group(int n) {
   const auto addresses = comm_test::free_addresses(n);
@@ -121,7 +119,7 @@ TEST_CASE("over shared memory, pushes and answers read in place train bit for bi
       std::vector<ps::ClientTraffic> traffic(static_cast<std::size_t>(setup.workers));
       ps_test::run_cluster(transports, setup.workers, setup.options, [&](int r, auto strategy) {
         Trainer trainer(models[static_cast<std::size_t>(r)], ps_test::momentum_sgd(), strategy);
-        trainer.fit(kSet, {.epochs = 1000, .max_steps = 12, .batch_size = 8, .seed = 4, .verbosity = train::Verbosity::Silent});
+        trainer.fit(ps_test::small_set(), {.epochs = 1000, .max_steps = 12, .batch_size = 8, .seed = 4, .verbosity = train::Verbosity::Silent});
         if (r < setup.workers) traffic[static_cast<std::size_t>(r)] = strategy->store().traffic();
       });
       return std::pair(std::move(models), std::move(traffic));

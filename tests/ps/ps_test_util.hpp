@@ -36,6 +36,12 @@ inline nn::Sequential small_model(bool batch_norm = false) {
   return model;
 }
 
+// 44 samples of 4 classes, for small_model().
+inline const data::ImageDataset& small_set() {
+  static const auto set = data::make_synthetic({.samples = 44, .sample_shape = {8, 8, 2}, .classes = 4, .seed = 3});
+  return set;
+}
+
 inline optim::SGD momentum_sgd() { return optim::SGD({.learning_rate = optim::constant(0.1), .momentum = 0.9}); }
 
 // Every variable of `got` equals the one of the same name in `expected`, within `tolerance`.

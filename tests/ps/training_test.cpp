@@ -19,8 +19,6 @@ using ps_test::small_model;
 
 namespace {
 
-const auto kSet = data::make_synthetic({.samples = 44, .sample_shape = {8, 8, 2}, .classes = 4, .seed = 3});
-
 // Sleeps after every batch: a slow worker.
 struct Slowdown : train::Callback {
   std::chrono::milliseconds delay;
@@ -51,7 +49,7 @@ struct TempDir {
 TEST_CASE("Sync: W workers at batch B take the steps of one process at batch W x B", "[ps][train]") {
   nn::Sequential reference = small_model();
   Trainer single(reference, momentum_sgd());
-  single.fit(kSet, {.epochs = 1000, .max_steps = 7, .batch_size = 16, .seed = 4, .verbosity = train::Verbosity::Silent});
+  single.fit(ps_test::small_set(), {.epochs = 1000, .max_steps = 7, .batch_size = 16, .seed = 4, .verbosity = train::Verbosity::Silent});
 
   // Two servers, and the dense kernel cut into shards: the worker must see whole variables.
   for (const std::int64_t max_shard_bytes : {std::int64_t{0}, std::int64_t{256}}) {
@@ -63,7 +61,7 @@ TEST_CASE("Sync: W workers at batch B take the steps of one process at batch W x
     for (float& v : models[1].variable("dense/kernel")->value.values()) v += 1.0f;
     ps_test::run_cluster(group, 2, 2, {.max_shard_bytes = max_shard_bytes}, [&](int r, auto strategy) {
       Trainer trainer(models[static_cast<std::size_t>(r)], momentum_sgd(), strategy);
-      trainer.fit(kSet, {.epochs = 1000, .max_steps = 7, .batch_size = 8, .seed = 4, .verbosity = train::Verbosity::Silent});
+      trainer.fit(ps_test::small_set(), {.epochs = 1000, .max_steps = 7, .batch_size = 8, .seed = 4, .verbosity = train::Verbosity::Silent});
     });
     require_same_variables(reference, models[0]);
     require_same_variables(reference, models[1]);
@@ -74,13 +72,13 @@ TEST_CASE("bfloat16 pushes train as float32 ones do, within bfloat16's rounding"
   nn::Sequential reference = small_model();
   const std::vector<float> start = reference.variable("dense/kernel")->value.to_vector();
   Trainer single(reference, momentum_sgd());
-  single.fit(kSet, {.epochs = 1000, .max_steps = 7, .batch_size = 16, .seed = 4, .verbosity = train::Verbosity::Silent});
+  single.fit(ps_test::small_set(), {.epochs = 1000, .max_steps = 7, .batch_size = 16, .seed = 4, .verbosity = train::Verbosity::Silent});
   comm::InProcessGroup group(4);
   std::vector<nn::Sequential> models;
   for (int r = 0; r < 4; ++r) models.push_back(small_model());
   ps_test::run_cluster(group, 2, 2, {.gradient_dtype = DType::BFloat16}, [&](int r, auto strategy) {
     Trainer trainer(models[static_cast<std::size_t>(r)], momentum_sgd(), strategy);
-    trainer.fit(kSet, {.epochs = 1000, .max_steps = 7, .batch_size = 8, .seed = 4, .verbosity = train::Verbosity::Silent});
+    trainer.fit(ps_test::small_set(), {.epochs = 1000, .max_steps = 7, .batch_size = 8, .seed = 4, .verbosity = train::Verbosity::Silent});
   });
   require_same_variables(models[0], models[1]);
   // The kernel's change over the 7 steps: each step's gradients rounded once to bfloat16 on the way.
@@ -108,7 +106,7 @@ TEST_CASE("a rate cut after the last push still reaches the servers", "[ps][trai
       if (epoch == 1) control.set_learning_rate(0.01);  // after the run's last push
     };
     options.callbacks.push_back(cutter);
-    trainer.fit(kSet, options);
+    trainer.fit(ps_test::small_set(), options);
     rates[static_cast<std::size_t>(r)] = trainer.optimizer().learning_rate();
   });
   CHECK(rates[0] == Approx(0.01));
@@ -122,7 +120,7 @@ TEST_CASE("BatchNorm moving statistics are kept on the servers and agree everywh
   for (int r = 0; r < 3; ++r) models.push_back(small_model(true));
   ps_test::run_cluster(group, 2, 1, {}, [&](int r, auto strategy) {
     Trainer trainer(models[static_cast<std::size_t>(r)], optim::Adam(), strategy);
-    trainer.fit(kSet, {.epochs = 1000, .max_steps = 6, .batch_size = 8, .seed = 4, .verbosity = train::Verbosity::Silent});
+    trainer.fit(ps_test::small_set(), {.epochs = 1000, .max_steps = 6, .batch_size = 8, .seed = 4, .verbosity = train::Verbosity::Silent});
   });
   const auto moving_mean = models[0].variable("batch_normalization/moving_mean")->value.to_vector();
   bool moved = false;
@@ -186,7 +184,7 @@ TEST_CASE("under asynchronous servers a stop asked for mid-epoch waits for the e
         };
         options.callbacks.push_back(stopper);
       }
-      histories[static_cast<std::size_t>(r)] = trainer.fit(kSet, options);
+      histories[static_cast<std::size_t>(r)] = trainer.fit(ps_test::small_set(), options);
     });
     const std::string said = log.text();
     INFO(said);
@@ -213,7 +211,7 @@ TEST_CASE("under asynchronous servers a rate asked for mid-epoch enters every Hi
       };
       options.callbacks.push_back(asker);
     }
-    histories[static_cast<std::size_t>(r)] = trainer.fit(kSet, options);
+    histories[static_cast<std::size_t>(r)] = trainer.fit(ps_test::small_set(), options);
   });
   const auto rates = [&](int worker) {
     std::vector<double> column;
@@ -236,7 +234,7 @@ TEST_CASE("Sync with a backup worker: late gradients are dropped and counted, tr
     Trainer trainer(models[static_cast<std::size_t>(r)], momentum_sgd(), strategy);
     train::FitOptions options{.epochs = 1000, .max_steps = 20, .batch_size = 4, .seed = 4, .verbosity = train::Verbosity::Silent};
     options.callbacks.push_back(std::make_shared<Slowdown>(std::chrono::milliseconds(r == 2 ? 60 : 5)));
-    trainer.fit(kSet, options);
+    trainer.fit(ps_test::small_set(), options);
   });
   const auto& stats = strategies[0]->final_server_stats();
   REQUIRE(stats.size() == 1);
@@ -250,7 +248,7 @@ TEST_CASE("Sync with a backup worker: late gradients are dropped and counted, tr
   ps_test::run_cluster(named, 2, 1, {.consistency = ps::Sync{.backup_workers = 1}}, [&](int r, auto strategy) {
     Trainer trainer(two[static_cast<std::size_t>(r)], momentum_sgd(), strategy);
     train::FitOptions options{.epochs = 2, .batch_size = 4, .seed = 4, .verbosity = train::Verbosity::Silent};
-    options.validation = &kSet;
+    options.validation = &ps_test::small_set();
     if (r == 1) {
       auto stopper = std::make_shared<train::LambdaCallback>();
       stopper->epoch_end = [](std::int64_t, const train::Logs&, train::TrainingControl& control) {
@@ -259,7 +257,7 @@ TEST_CASE("Sync with a backup worker: late gradients are dropped and counted, tr
       };
       options.callbacks.push_back(stopper);
     }
-    histories[static_cast<std::size_t>(r)] = trainer.fit(kSet, options);
+    histories[static_cast<std::size_t>(r)] = trainer.fit(ps_test::small_set(), options);
   });
   // Each worker's figures are its own, its validation over the whole set (a share of 44 samples in batches
   // of 256 would leave worker 1 none).
@@ -298,7 +296,7 @@ TEST_CASE("Sync with a backup worker: late gradients are dropped and counted, tr
         // Slow, so that it pushes after the chief's first push at the new rate.
         options.callbacks.push_back(std::make_shared<Slowdown>(std::chrono::milliseconds(40)));
       }
-      trainer.fit(kSet, options);
+      trainer.fit(ps_test::small_set(), options);
       rates[static_cast<std::size_t>(r)] = trainer.optimizer().learning_rate();
     });
     CHECK(rates[0] == Approx(0.004));
@@ -319,7 +317,7 @@ TEST_CASE("Sync with a backup worker: late gradients are dropped and counted, tr
       stopper->epoch_end = [](std::int64_t, const train::Logs&, train::TrainingControl& control) { control.stop(); };
       options.callbacks.push_back(stopper);
     }
-    trainer.fit(kSet, options);
+    trainer.fit(ps_test::small_set(), options);
   });
   const std::string chief_said = chief_log.text();
   INFO(chief_said);
@@ -347,7 +345,7 @@ TEST_CASE("a worker whose share is done waits for a chief that trains on, and na
           fit.callbacks.push_back(std::make_shared<Slowdown>(chief_delay));
           fit.callbacks.push_back(std::make_shared<BlockAtThirdBatch>(chief_block));
         }
-        trainer.fit(kSet, fit);
+        trainer.fit(ps_test::small_set(), fit);
       } catch (const std::exception& e) {
         errors[static_cast<std::size_t>(r)] = e.what();
       }
@@ -379,7 +377,7 @@ TEST_CASE("checkpoints restore onto another number of servers and another placem
     comm::InProcessGroup group(4);
     for (int r = 0; r < 4; ++r) straight.push_back(small_model());
     ps_test::run_cluster(group, 2, 2, {}, [&](int r, auto strategy) {
-      Trainer(straight[static_cast<std::size_t>(r)], adam(), strategy).fit(kSet, options(8, straight_dir.path));
+      Trainer(straight[static_cast<std::size_t>(r)], adam(), strategy).fit(ps_test::small_set(), options(8, straight_dir.path));
     });
   }
   // 4 steps on 2 + 2, then the rest on 2 workers + 3 servers placed round-robin with partitioning.
@@ -389,7 +387,7 @@ TEST_CASE("checkpoints restore onto another number of servers and another placem
     std::vector<nn::Sequential> models;
     for (int r = 0; r < 4; ++r) models.push_back(small_model());
     ps_test::run_cluster(group, 2, 2, {}, [&](int r, auto strategy) {
-      Trainer(models[static_cast<std::size_t>(r)], adam(), strategy).fit(kSet, options(4, dir.path));
+      Trainer(models[static_cast<std::size_t>(r)], adam(), strategy).fit(ps_test::small_set(), options(4, dir.path));
     });
   }
   REQUIRE(std::filesystem::exists(dir.path / ps::kManifestName));
@@ -399,7 +397,7 @@ TEST_CASE("checkpoints restore onto another number of servers and another placem
   for (float& v : models[0].variable("dense/kernel")->value.values()) v = 0;  // must come from the snapshots
   const train::ParameterServerOptions moved{.placement = ps::placement::RoundRobin{}, .max_shard_bytes = 200};
   ps_test::run_cluster(group, 2, 3, moved, [&](int r, auto strategy) {
-    Trainer(models[static_cast<std::size_t>(r)], adam(), strategy).fit(kSet, options(8, dir.path));
+    Trainer(models[static_cast<std::size_t>(r)], adam(), strategy).fit(ps_test::small_set(), options(8, dir.path));
   });
   require_same_variables(straight[0], models[0]);
   require_same_variables(straight[0], models[1]);
@@ -420,7 +418,7 @@ TEST_CASE("a lost worker or server ends every process of a 2 + 2 run with an err
       threads.emplace_back([&, r] {
         try {
           Trainer trainer(models[static_cast<std::size_t>(r)], momentum_sgd(), strategies[static_cast<std::size_t>(r)]);
-          trainer.fit(kSet, {.epochs = 1000, .batch_size = 8, .verbosity = train::Verbosity::Silent});
+          trainer.fit(ps_test::small_set(), {.epochs = 1000, .batch_size = 8, .verbosity = train::Verbosity::Silent});
         } catch (const std::exception& e) {
           errors[static_cast<std::size_t>(r)] = e.what();
         }

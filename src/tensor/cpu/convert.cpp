@@ -17,8 +17,6 @@
 namespace cohort::cpu {
 namespace {
 
-constexpr std::int64_t kParallelThreshold = 1 << 15;
-
 template <class From, class To, class Rule>
 void convert_all(const void* from, void* to, std::int64_t n, Rule rule) {
   const auto* in = static_cast<const From*>(from);

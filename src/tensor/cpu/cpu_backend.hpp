@@ -15,6 +15,10 @@ void gemm(bool transpose_a, bool transpose_b, std::int64_t m, std::int64_t n, st
           const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float beta, float* c,
           std::int64_t ldc);
 
+// Element counts above which an element-wise loop is split across the OpenMP threads; smaller ones stay on
+// the calling thread, where starting the threads would cost more than they save.
+inline constexpr std::int64_t kParallelThreshold = 1 << 15;
+
 class CpuBackend final : public Backend {
  public:
   CpuBackend(Device device, std::unique_ptr<Allocator> allocator);

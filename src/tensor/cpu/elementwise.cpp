@@ -15,11 +15,6 @@
 #include "tensor/dropout_rule.hpp"
 
 namespace cohort::cpu {
-namespace {
-
-constexpr std::int64_t kParallelThreshold = 1 << 15;
-
-}  // namespace
 
 void CpuBackend::fill(const Tensor& x, float value) {
   float* p = device_data(x);

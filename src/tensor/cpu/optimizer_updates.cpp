@@ -8,8 +8,6 @@
 namespace cohort::cpu {
 namespace {
 
-constexpr std::int64_t kParallelThreshold = 1 << 15;
-
 float* optional_data(const Tensor& t) { return t.defined() ? device_data(t) : nullptr; }
 
 // SGD in one of its three forms (plain, with momentum, Nesterov), and RMSprop in one of its four (centered
