@@ -40,6 +40,18 @@ Targets targets_of(const Tensor& labels, std::int64_t classes) {
   return {device_data(labels), classes, sparse};
 }
 
+// Adds to slot `slot` of `sums` the rows of `scores` for which hit(row, classes, the row's label) holds.
+template <class Hit>
+void add_hits(const Tensor& scores, const Tensor& labels, const RunningSums& sums, int slot, Hit hit) {
+  double* sum = sum_target(sums, slot).sum;
+  const std::int64_t rows = scores.dim(0);
+  const std::int64_t classes = scores.dim(1);
+  const Targets targets = targets_of(labels, classes);
+  std::int64_t hits = 0;
+  for (std::int64_t r = 0; r < rows; ++r) hits += hit(device_data(scores) + r * classes, classes, targets.label(r)) ? 1 : 0;
+  *sum += static_cast<double>(hits);
+}
+
 }  // namespace
 
 void CpuBackend::softmax_cross_entropy(const Tensor& logits, const Tensor& labels, const Tensor& dlogits,
@@ -103,32 +115,17 @@ void CpuBackend::categorical_cross_entropy(const Tensor& probabilities, const Te
 }
 
 void CpuBackend::count_correct(const Tensor& scores, const Tensor& labels, const RunningSums& sums, int slot) {
-  double* sum = sum_target(sums, slot).sum;
-  const std::int64_t rows = scores.dim(0);
-  const std::int64_t classes = scores.dim(1);
-  const Targets targets = targets_of(labels, classes);
-  std::int64_t correct = 0;
-  for (std::int64_t r = 0; r < rows; ++r) {
-    const float* row = device_data(scores) + r * classes;
-    correct += (std::max_element(row, row + classes) - row) == targets.label(r) ? 1 : 0;
-  }
-  *sum += static_cast<double>(correct);
+  add_hits(scores, labels, sums, slot, [](const float* row, std::int64_t classes, std::int64_t label) {
+    return std::max_element(row, row + classes) - row == label;
+  });
 }
 
 void CpuBackend::count_top_k(const Tensor& scores, const Tensor& labels, int k, const RunningSums& sums, int slot) {
-  double* sum = sum_target(sums, slot).sum;
-  const std::int64_t rows = scores.dim(0);
-  const std::int64_t classes = scores.dim(1);
-  const Targets targets = targets_of(labels, classes);
-  std::int64_t hits = 0;
-  for (std::int64_t r = 0; r < rows; ++r) {
-    const float* row = device_data(scores) + r * classes;
-    const float labelled = row[targets.label(r)];
+  add_hits(scores, labels, sums, slot, [k](const float* row, std::int64_t classes, std::int64_t label) {
     // Ties count against the label, as a strict ranking would place it last among equals.
-    const std::int64_t at_least_as_high = std::count_if(row, row + classes, [&](float v) { return v >= labelled; });
-    hits += at_least_as_high - 1 < k ? 1 : 0;
-  }
-  *sum += static_cast<double>(hits);
+    const std::int64_t at_least_as_high = std::count_if(row, row + classes, [&](float v) { return v >= row[label]; });
+    return at_least_as_high - 1 < k;
+  });
 }
 
 void CpuBackend::elementwise_loss(ElementwiseLoss loss, const Tensor& prediction, const Tensor& targets,
