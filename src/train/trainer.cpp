@@ -549,6 +549,8 @@ void Trainer::check_fit_arguments(const data::Dataset& train, const FitOptions& 
   check_cpu_kernel_settings();
   COHORT_CHECK(options.epochs > 0 || options.max_steps > 0, "fit() needs epochs > 0 or max_steps > 0");
   COHORT_CHECK(train.size() > 0, "fit() got an empty training set '{}'", train.description());
+  COHORT_CHECK(options.validation == nullptr || options.validation->size() > 0, "fit() got an empty validation set '{}'",
+               options.validation->description());
   COHORT_CHECK(options.accumulate_steps >= 1, "accumulate_steps must be at least 1, got {}", options.accumulate_steps);
   if (options.augmentation) {
     COHORT_CHECK(options.transforms.empty(), "fit() got both transforms and an image augmentation: the augmentation "

@@ -109,6 +109,8 @@ TEST_CASE("regression on in-memory data, binary cross-entropy, top-k accuracy", 
   CHECK_THROWS_WITH(no_accuracy.fit(plane, quiet(1)), Catch::Contains("accuracy needs classes"));
   const Tensor prediction = regression.predict(Tensor::from_values({1, 2}, std::vector<float>{0.3f, 0.4f}));
   CHECK(prediction.data()[0] == Approx(0.6 - 0.4 + 0.5).margin(0.05));
+  const data::TensorDataset nothing({2}, std::vector<float>{}, Shape{1}, std::vector<float>{}, "nothing");
+  CHECK_THROWS_WITH(regression.fit(plane, quiet(1, &nothing)), Catch::Contains("empty validation set 'nothing'"));
 
   // Two classes, one sigmoid output, class indices as targets.
   const auto two = data::make_synthetic({.samples = 200, .sample_shape = {4, 4, 1}, .classes = 2, .noise = 60});
