@@ -105,7 +105,6 @@ bool is_categorical(const Loss& loss) {
   return std::holds_alternative<CategoricalCrossentropy>(loss) || std::holds_alternative<SparseCategoricalCrossentropy>(loss);
 }
 
-// The activation that turns a loss's logits into the probabilities it expects; none for the regressions.
 std::optional<cohort::Activation> probability_activation(const Loss& loss) {
   if (is_categorical(loss)) return cohort::Activation::Softmax;
   if (std::holds_alternative<BinaryCrossentropy>(loss)) return cohort::Activation::Sigmoid;

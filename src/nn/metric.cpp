@@ -89,11 +89,19 @@ void Metric::add_batch_sum(const Loss& loss, const Tensor& prediction, bool logi
                                    prediction, targets, Tensor(), sums, slot);
     case Kind::TopKAccuracy: return ops::count_top_k(prediction, targets, k_, sums, slot);
     case Kind::MeanAbsoluteError:
-    case Kind::MeanSquaredError:
+    case Kind::MeanSquaredError: {
       check_elementwise(name_, prediction, targets);
-      return ops::elementwise_loss(
-          kind_ == Kind::MeanSquaredError ? ElementwiseLoss::SquaredError : ElementwiseLoss::AbsoluteError, prediction,
-          targets, Tensor(), sums, slot);
+      const ElementwiseLoss error =
+          kind_ == Kind::MeanSquaredError ? ElementwiseLoss::SquaredError : ElementwiseLoss::AbsoluteError;
+      // Keras measures the model's output: where the loss took the model's final activation into itself (not
+      // from_logits, whose logits are the output), the metric applies it to the logits it is given.
+      const auto activation = probability_activation(loss);
+      if (!logits || expects_logits(loss) || !activation)
+        return ops::elementwise_loss(error, prediction, targets, Tensor(), sums, slot);
+      const Tensor output(prediction.shape(), prediction.dtype(), prediction.device());
+      ops::activation_forward(*activation, prediction, output);
+      return ops::elementwise_loss(error, output, targets, Tensor(), sums, slot);
+    }
   }
 }
 

@@ -666,6 +666,7 @@ TEST_CASE("element-wise losses and top-k counts add on the device what they add 
   const std::int64_t classes = 6;
   Tensor scores({rows, classes}), labels({rows}), one_hot({rows, classes});
   for (std::int64_t i = 0; i < scores.numel(); ++i) scores.data()[i] = static_cast<float>((i * 7) % 5);
+  scores.data()[0] = NAN;  // row 0's label scores NaN: in no top k
   for (std::int64_t r = 0; r < rows; ++r) {
     labels.data()[r] = static_cast<float>((r * 5) % classes);
     one_hot.data()[r * classes + (r * 5) % classes] = 1.0f;

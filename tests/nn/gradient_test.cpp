@@ -157,6 +157,19 @@ TEST_CASE("metrics sum per sample: top-k counts ties against the label, the othe
   CHECK(nn::Metric("accuracy").batch_sum(binary, logits, true, targets) == 0.5 + 1.0);
   CHECK(nn::Metric("mae").batch_sum(binary, outputs, false, targets) == Approx((0.4 + 0.6) / 2 + (0.5 + 0.1) / 2));
   CHECK(nn::Metric("mse").batch_sum(binary, outputs, false, targets) == Approx((0.16 + 0.36) / 2 + (0.25 + 0.01) / 2));
+  // Given the logits of a sigmoid the loss took into itself, mae measures the model's output, the probabilities;
+  // given a from_logits loss's logits, which are the output, the logits themselves.
+  const auto sigmoid = [](double x) { return 1 / (1 + std::exp(-x)); };
+  CHECK(nn::Metric("mae").batch_sum(binary, logits, true, targets) ==
+        Approx((2 - sigmoid(0.1) - sigmoid(-0.1)) / 2 + (sigmoid(0.0) + 1 - sigmoid(2.0)) / 2));
+  CHECK(nn::Metric("mae").batch_sum(nn::BinaryCrossentropy{.from_logits = true}, logits, true, targets) ==
+        Approx((0.9 + 1.1) / 2 + (0.0 + 1.0) / 2));
+  // A label whose score is not finite is in no top k; one elsewhere in the row does not rank.
+  const Tensor broken = Tensor::from_values({2, 3}, std::vector<float>{NAN, 0, 0, 0.5f, NAN, 0.2f});
+  const Tensor broken_labels = Tensor::from_values({2}, std::vector<float>{0, 2});
+  CHECK(nn::Metric::top_k_accuracy(1).batch_sum(categorical, broken, false, broken_labels) == 0.0);
+  CHECK(nn::Metric::top_k_accuracy(2).batch_sum(categorical, broken, false, broken_labels) == 1.0);
+  CHECK(nn::Metric::top_k_accuracy(3).batch_sum(categorical, broken, false, broken_labels) == 1.0);
   CHECK_THROWS_WITH(nn::Metric("mse").batch_sum(binary, outputs, false, Tensor({2, 3})),
                     Catch::Contains("mse needs targets shaped like the prediction"));
 }

@@ -13,6 +13,7 @@
 //   Trainer trainer(model, optim::Adam(), strategy, {.loss = nn::SparseCategoricalCrossentropy{.from_logits = true}});
 //   double value = nn::CategoricalCrossentropy{.from_logits = true}.compute(logits, labels, dlogits);
 
+#include <optional>
 #include <string>
 #include <variant>
 
@@ -71,6 +72,9 @@ void check_loss_fits(const Loss& loss, const LossFit& fit);
 
 // Whether the loss was told that predictions are logits (from_logits).
 bool expects_logits(const Loss& loss);
+// The activation that turns the loss's logits into the probabilities it expects (Softmax for the categorical
+// losses, Sigmoid for binary cross-entropy); none for the regressions.
+std::optional<cohort::Activation> probability_activation(const Loss& loss);
 // InvalidArgument naming `who` unless the data set's targets are shaped like the model's output (or are
 // one value per sample for a single output): what the element-wise losses and metrics need.
 void check_targets_shaped_like_output(const std::string& who, const LossFit& fit);

@@ -122,7 +122,9 @@ void CpuBackend::count_correct(const Tensor& scores, const Tensor& labels, const
 
 void CpuBackend::count_top_k(const Tensor& scores, const Tensor& labels, int k, const RunningSums& sums, int slot) {
   add_hits(scores, labels, sums, slot, [k](const float* row, std::int64_t classes, std::int64_t label) {
-    // Ties count against the label, as a strict ranking would place it last among equals.
+    // Ties count against the label, as a strict ranking would place it last among equals; a score that is
+    // not finite ranks nowhere.
+    if (!std::isfinite(row[label])) return false;
     const std::int64_t at_least_as_high = std::count_if(row, row + classes, [&](float v) { return v >= row[label]; });
     return at_least_as_high - 1 < k;
   });

@@ -540,10 +540,11 @@ __global__ void count_top_k_kernel(LossRows l, int k) {
     const float* row = l.scores + r * l.classes;
     const std::int64_t label =
         l.sparse ? static_cast<std::int64_t>(l.labels[r]) : arg_max(l.labels + r * l.classes, l.classes);
-    // Ties count against the label, as a strict ranking would place it last among equals.
+    // Ties count against the label, as a strict ranking would place it last among equals; a score that is
+    // not finite ranks nowhere.
     std::int64_t at_least_as_high = 0;
     for (std::int64_t j = 0; j < l.classes; ++j) at_least_as_high += row[j] >= row[label] ? 1 : 0;
-    l.row_values[r] = at_least_as_high - 1 < k ? 1.0 : 0.0;
+    l.row_values[r] = isfinite(row[label]) && at_least_as_high - 1 < k ? 1.0 : 0.0;
   }
 }
 
