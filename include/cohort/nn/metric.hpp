@@ -4,7 +4,8 @@
 //   "accuracy"                    arg-max matches the class (categorical losses); for binary_crossentropy,
 //                                 the share of outputs on the right side of 0.5 (of 0 for logits)
 //   "top_k_accuracy", "top_3_accuracy"   the class is among the k highest scores (k = 5 by default)
-//   "mean_absolute_error" / "mae", "mean_squared_error" / "mse"   per sample, averaged over its outputs
+//   "mean_absolute_error" / "mae", "mean_squared_error" / "mse"   per sample, averaged over its outputs (the
+//                                 model's outputs, after a final activation the loss takes into itself)
 //
 //   Trainer trainer(model, optim::Adam(), strategy, {.metrics = {"accuracy", nn::Metric::top_k_accuracy(3)}});
 
