@@ -697,7 +697,10 @@ bool ShmTransport::step_aside(std::uint64_t& polls_seen) {
   // A caller going to sleep either sees stepping_aside_ and rings, or is seen here and the thread stays.
   stepping_aside_.store(true, std::memory_order_seq_cst);
   const std::uint32_t seen = own_.header().bell.load(std::memory_order_seq_cst);
-  if (callers_sleeping_.load(std::memory_order_seq_cst) == 0 && !stopping_.load()) own_.wait_for_bell(seen, kStepAside);
+  if (callers_sleeping_.load(std::memory_order_seq_cst) == 0 && !stopping_.load()) {
+    step_asides_.fetch_add(1, std::memory_order_relaxed);
+    own_.wait_for_bell(seen, kStepAside);
+  }
   stepping_aside_.store(false, std::memory_order_seq_cst);
   return true;
 }

@@ -108,6 +108,8 @@ class ShmTransport : public Transport, private PeerMemory {
   // How many reads and writes of peers' memory the collectives made through peer_memory().
   std::uint64_t peer_memory_reads() const { return peer_memory_reads_.load(std::memory_order_relaxed); }
   std::uint64_t peer_memory_writes() const { return peer_memory_writes_.load(std::memory_order_relaxed); }
+  // How often the progress thread has stepped aside for polling callers; never while a caller sleeps.
+  std::uint64_t step_asides() const { return step_asides_.load(std::memory_order_relaxed); }
 
  private:
   bool can_reach_every_peer() override;
@@ -285,6 +287,7 @@ class ShmTransport : public Transport, private PeerMemory {
   std::atomic<std::uint64_t> caller_polls_{0};  // begun so far
   std::atomic<int> callers_sleeping_{0};        // after polling in vain
   std::atomic<bool> stepping_aside_{false};     // the progress thread is parked for them
+  std::atomic<std::uint64_t> step_asides_{0};
   CallerPoll caller_poll_{*this};
   std::atomic<bool> stopping_{false};
   std::thread progress_thread_;
