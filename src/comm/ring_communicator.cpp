@@ -47,7 +47,7 @@ class RingCommunicator final : public Communicator {
     check_host("allreduce", data);
     const std::string_view algorithm =
         hierarchical_ ? "hierarchical" : allreduce_algorithm(transport_, data.bytes(), {.type = data.type, .wire = data.wire});
-    return run(fmt::format("{} allreduce of {} bytes", algorithm, data.bytes()), [this, data, op] {
+    return run(fmt::format("{} allreduce of {} bytes", algorithm, data.bytes()), data.ready, [this, data, op] {
       if (hierarchical_)
         comm::hierarchical_allreduce(transport_, host_of_, bytes_of(data), {.op = op, .type = data.type, .wire = data.wire});
       else comm::allreduce(transport_, bytes_of(data), {.op = op, .type = data.type, .wire = data.wire});
@@ -56,7 +56,7 @@ class RingCommunicator final : public Communicator {
 
   WorkPtr broadcast(Buffer data, int root) override {
     check_host("broadcast", data);
-    return run(fmt::format("broadcast of {} bytes from rank {}", data.bytes(), root),
+    return run(fmt::format("broadcast of {} bytes from rank {}", data.bytes(), root), data.ready,
                [this, data, root] { comm::broadcast(transport_, root, bytes_of(data)); });
   }
 
@@ -64,14 +64,14 @@ class RingCommunicator final : public Communicator {
     check_host("allgather", mine);
     check_host("allgather", all);
     COHORT_CHECK(mine.type == all.type, "allgather: elements of different types");
-    return run(fmt::format("allgather of {} bytes", all.bytes()),
+    return run(fmt::format("allgather of {} bytes", all.bytes()), mine.ready,
                [this, mine, all] { comm::allgather(transport_, bytes_of(mine), bytes_of(all)); });
   }
 
   // Over the flat ring, also in a hierarchy: a reduce-scatter moves (n - 1) / n of the vector whatever the layout.
   WorkPtr reduce_scatter(Buffer data, ReduceOp op) override {
     check_host("reduce_scatter", data);
-    return run(fmt::format("reduce-scatter of {} bytes", data.bytes()), [this, data, op] {
+    return run(fmt::format("reduce-scatter of {} bytes", data.bytes()), data.ready, [this, data, op] {
       comm::reduce_scatter(transport_, bytes_of(data), {.op = op, .type = data.type, .wire = data.wire});
     });
   }
@@ -84,9 +84,9 @@ class RingCommunicator final : public Communicator {
                                     op, device_name(buffer.device)));
   }
 
-  // Runs `collective` as the next job, counted in the progress the transport tells the peers; when one of its
-  // waits times out, the peers that never started it are the stuck ones.
-  WorkPtr run(std::string what, std::function<void()> collective) {
+  // Runs `collective` as the next job once its buffer is `ready`, counted in the progress the transport tells
+  // the peers; when one of its waits times out, the peers that never started it are the stuck ones.
+  WorkPtr run(std::string what, DeviceEventPtr ready, std::function<void()> collective) {
     return executor_.submit(what, [this, what, collective = std::move(collective)] {
       transport_.report_progress(++started_);
       try {
@@ -95,7 +95,7 @@ class RingCommunicator final : public Communicator {
         name_the_stuck(what);
         throw;
       }
-    });
+    }, std::move(ready), timeout());
   }
 
   // After a wait in the current collective timed out: declares the peers that have not started it stuck

@@ -32,6 +32,16 @@ WorkPtr SerialExecutor::submit(std::string what, std::function<void()> job) {
   return work;
 }
 
+WorkPtr SerialExecutor::submit(std::string what, std::function<void()> job, DeviceEventPtr ready,
+                               std::chrono::milliseconds timeout) {
+  if (ready == nullptr) return submit(std::move(what), std::move(job));
+  auto after_ready = [job = std::move(job), ready = std::move(ready), timeout, what] {
+    wait_until_finished(ready, timeout, what);
+    job();
+  };
+  return submit(std::move(what), std::move(after_ready));
+}
+
 void SerialExecutor::run() {
   std::unique_lock lock(mutex_);
   for (;;) {

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "cohort/comm/work.hpp"
+#include "cohort/core/device_event.hpp"
 
 namespace cohort::comm {
 
@@ -26,6 +27,9 @@ class SerialExecutor {
   // `what` names the job in a timeout ("allreduce of 4096 bytes over ring") and on the timeline, where
   // its run is an event of category "communication"; a job that throws fails its Work with that exception.
   WorkPtr submit(std::string what, std::function<void()> job);
+  // As submit(), but the job begins once `ready` is passed (the device has written the buffer it reads),
+  // awaited on the executor's thread within `timeout`.
+  WorkPtr submit(std::string what, std::function<void()> job, DeviceEventPtr ready, std::chrono::milliseconds timeout);
 
  private:
   void run();

@@ -9,6 +9,7 @@
 #include <memory>
 #include <string>
 
+#include "cohort/core/device_event.hpp"
 #include "cohort/tensor/allocator.hpp"
 #include "cohort/tensor/ops.hpp"
 #include "cohort/tensor/running_sums.hpp"
@@ -51,6 +52,8 @@ class Backend {
   virtual std::unique_ptr<BackendStream> make_stream() = 0;
   // Returns when every op queued so far has finished (a no-op where ops finish before they return).
   virtual void synchronize() = 0;
+  // A point after every op queued so far; null where ops finish before they return.
+  virtual DeviceEventPtr record_event() { return nullptr; }
 
   // ---- 16-bit operands: whether this backend computes `kernel` on operands of `type` itself (ops.cpp says which
   // operands are then 16-bit and which float32); the op layer runs the rest through float32 stand-ins.
@@ -67,6 +70,12 @@ class Backend {
   // ---- memory: host pointers are on the CPU; the tensors on this device
   virtual void copy_from_host(const void* source, const Tensor& destination) = 0;
   virtual void copy_to_host(const Tensor& source, void* destination) = 0;
+  // copy_to_host queued after the ops queued so far, returning at once: `destination` (page-locked) holds the
+  // bytes once the returned point is passed. By default the copy is done on return.
+  virtual DeviceEventPtr copy_to_host_async(const Tensor& source, void* destination) {
+    copy_to_host(source, destination);
+    return nullptr;
+  }
   // Every byte of x zero: zero in any element type.
   virtual void zero(const Tensor& x) = 0;
   // destination = source in destination's element type (ops::convert's rules): one of them float32, the

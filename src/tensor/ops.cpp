@@ -172,6 +172,23 @@ void check_batch_norm(const char* op, const BatchNormPlan& plan, const Tensor& x
 
 void synchronize(Device device) { backend_for(device).synchronize(); }
 
+DeviceEventPtr record_event(Device device) { return backend_for(device).record_event(); }
+
+DeviceEventPtr copy_to_host_async(const Tensor& source, const Tensor& destination) {
+  COHORT_CHECK(source.numel() == destination.numel(), "copy_to_host_async: {} into {}", source.shape(), destination.shape());
+  COHORT_CHECK(destination.device() == Device::CPU, "copy_to_host_async: the destination of shape {} is on {}, not the host",
+               destination.shape(), device_name(destination.device()));
+  const std::array both{&source, &destination};
+  COHORT_CHECK(source.dtype() == destination.dtype(), "copy_to_host_async: takes same-typed operands, got {}",
+               describe_operands(both));
+  if (source.device() == Device::CPU) {
+    copy(source, destination);
+    return nullptr;
+  }
+  backend_of("copy_to_host_async", {&source}, Types::Same);
+  return backend_for(source.device()).copy_to_host_async(source, destination.host_bytes().data());
+}
+
 void fill(const Tensor& x, float value) {
   Backend& backend = backend_of("fill", {&x});
   const Float32StandIns f({}, {&x});

@@ -78,17 +78,15 @@ void ProcessGroup::expect_buffers_up_to(std::uint64_t bytes) {
 
 comm::WorkPtr ProcessGroup::start(Collective collective, const Tensor& buffer, const Tensor& staging, DType wire) {
   const auto [communicator, direct] = communicator_for(buffer.device());
-  if (direct) {
-    // A communicator with a stream of its own reads the buffer only after the ops that wrote it.
-    ops::synchronize(buffer.device());
-  } else {
-    ops::copy(buffer, staging);
-  }
+  // Nothing here waits for the device: the communicator reads the buffer, or its copy into the staging,
+  // once the device has passed the point recorded after the ops that wrote it, while this thread queues the
+  // next ones (the rest of the backward pass).
+  DeviceEventPtr ready = direct ? ops::record_event(buffer.device()) : ops::copy_to_host_async(buffer, staging);
   const Tensor& exchanged = direct ? buffer : staging;
   // The buffer owns a reference to the storage: a collective still running after a failed wait writes
   // into memory that is still there.
   const comm::Buffer data{exchanged.device_pointer(), static_cast<std::size_t>(exchanged.numel()), DType::Float32,
-                          exchanged.device(), std::make_shared<const Tensor>(exchanged), wire};
+                          exchanged.device(), std::make_shared<const Tensor>(exchanged), wire, std::move(ready)};
   switch (collective) {
     case Collective::Allreduce: return communicator->allreduce(data, comm::ReduceOp::Sum);
     case Collective::Broadcast: return communicator->broadcast(data, 0);

@@ -1,11 +1,17 @@
 #pragma once
 // The contract every Communicator meets, run on each rank of a group: allreduce of sizes that do not
 // divide evenly (and zero) with exact sums and means, broadcast from every root, allgather (also in place),
-// reduce-scatter of several block lengths (and zero), calls in flight at once completing in call order, and
-// a device buffer it does not accept refused by name.
+// reduce-scatter of several block lengths (and zero), calls in flight at once completing in call order, buffers
+// read only once their device has written them (Buffer::ready), and a device buffer it does not accept
+// refused by name.
 // Rank bodies check with comm_test::expect, which throws (Catch2 assertions are not thread-safe).
 
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <limits>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "cohort/comm/communicator.hpp"
@@ -13,6 +19,56 @@
 #include "comm/comm_test_util.hpp"
 
 namespace comm_test {
+
+// A device's point that its test passes by hand (open()): until then the buffer's bytes are not there.
+class GatedEvent final : public cohort::DeviceEvent {
+ public:
+  bool finished() const override { return open_.load(); }
+  void open() { open_ = true; }
+
+ private:
+  std::atomic<bool> open_{false};
+};
+
+// Each collective started on a buffer that its device has yet to write: the call returns, the collective
+// waits, and the bytes written before the gate opens are the ones reduced.
+inline void check_reads_after_ready(cohort::comm::Communicator& communicator) {
+  using namespace cohort;
+  const int n = communicator.size(), r = communicator.rank();
+  const auto timeout = communicator.timeout();
+  constexpr std::size_t kBlock = 1000;
+  const auto count = kBlock * static_cast<std::size_t>(n);
+  const float ranks = static_cast<float>(n * (n + 1) / 2);
+  enum class Kind { Allreduce, Broadcast, Allgather, ReduceScatter };
+  for (Kind kind : {Kind::Allreduce, Kind::Broadcast, Kind::Allgather, Kind::ReduceScatter}) {
+    const std::string what = "collective " + std::to_string(static_cast<int>(kind)) + " after its ready point";
+    std::vector<float> values(count, std::numeric_limits<float>::quiet_NaN());
+    auto gate = std::make_shared<GatedEvent>();
+    comm::Buffer buffer = comm::Buffer::of(values);
+    buffer.ready = gate;
+    comm::Buffer mine = buffer;
+    mine.data = values.data() + static_cast<std::size_t>(r) * kBlock;
+    mine.count = kBlock;
+    comm::WorkPtr work = kind == Kind::Allreduce   ? communicator.allreduce(buffer, comm::ReduceOp::Sum)
+                         : kind == Kind::Broadcast ? communicator.broadcast(buffer, 0)
+                         : kind == Kind::Allgather ? communicator.allgather(mine, buffer)
+                                                   : communicator.reduce_scatter(buffer, comm::ReduceOp::Sum);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    expect(!work->done(), what + " has not run before it");
+    for (std::size_t i = 0; i < count; ++i) values[i] = static_cast<float>((r + 1) * (i % 7));
+    gate->open();
+    work->wait(timeout);
+    for (std::size_t i = 0; i < count; ++i) {
+      const auto block = static_cast<int>(i / kBlock);
+      const float pattern = static_cast<float>(i % 7);
+      const float expected = kind == Kind::Allreduce || (kind == Kind::ReduceScatter && block == r) ? ranks * pattern
+                             : kind == Kind::Broadcast                                              ? pattern
+                             : kind == Kind::Allgather                                              ? (block + 1) * pattern
+                                                                                                    : values[i];
+      if (values[i] != expected) expect(false, what + ": element " + std::to_string(i));
+    }
+  }
+}
 
 inline void check_communicator_contract(cohort::comm::Communicator& communicator) {
   using namespace cohort;
@@ -62,6 +118,7 @@ inline void check_communicator_contract(cohort::comm::Communicator& communicator
     for (std::size_t i = 0; i < count; ++i)
       expect(values[i] == ranks * static_cast<float>(i % 13), "allgather in place of blocks of " + std::to_string(block));
   }
+  check_reads_after_ready(communicator);
   std::vector<float> device_values(4);
   comm::Buffer on_device = comm::Buffer::of(device_values);
   on_device.device = Device::Emulated;

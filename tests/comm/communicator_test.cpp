@@ -46,6 +46,39 @@ TEST_CASE("after a failed collective the ring communicator starts no other, so p
                     Catch::Contains("was not started: an earlier one on this communicator failed") && Catch::Contains("rank 1 is stuck"));
 }
 
+namespace {
+
+// A device whose queued work failed: what a GPU reports for a kernel that faulted.
+struct FailedDevice final : DeviceEvent {
+  bool finished() const override { throw DeviceError("an illegal memory access was encountered"); }
+};
+
+}  // namespace
+
+TEST_CASE("a collective whose buffer its device never writes fails, naming the device's wait, and starts nothing after it",
+          "[comm]") {
+  // Rank 1 never starts: rank 0 alone shows what its own device's stall does.
+  comm::InProcessGroup group(2, std::chrono::milliseconds(100));
+  auto communicator = comm::make_ring_communicator(group.transport(0));
+  std::vector<float> values(1000, 1.0f), next(10, 1.0f);
+  comm::Buffer stalled = comm::Buffer::of(values);
+  stalled.ready = std::make_shared<comm_test::GatedEvent>();
+  const auto began = std::chrono::steady_clock::now();
+  auto failed = communicator->allreduce(stalled, comm::ReduceOp::Sum);
+  auto after = communicator->allreduce(comm::Buffer::of(next), comm::ReduceOp::Sum);
+  CHECK_THROWS_WITH(failed->wait(std::chrono::seconds(5)),
+                    Catch::Contains("allreduce of 4000 bytes") && Catch::Contains("the device did not finish the work that writes its buffer within 400 ms"));
+  CHECK(std::chrono::steady_clock::now() - began < std::chrono::seconds(3));
+  CHECK_THROWS_WITH(after->wait(std::chrono::seconds(5)), Catch::Contains("was not started"));
+  CHECK(group.transport(1).progress_of(0).value_or(0) == 0);  // the stalled collective never told the peers it began
+
+  comm::InProcessGroup pair(2, std::chrono::milliseconds(100));
+  auto faulted = comm::make_ring_communicator(pair.transport(0));
+  comm::Buffer broken = comm::Buffer::of(values);
+  broken.ready = std::make_shared<FailedDevice>();
+  CHECK_THROWS_AS(faulted->allreduce(broken, comm::ReduceOp::Sum)->wait(std::chrono::seconds(5)), DeviceError);
+}
+
 TEST_CASE("a rank that never starts a collective is named stuck by every rank, not the neighbour each waited on",
           "[comm]") {
   // Worker 1 joins the first allreduce, then its training stops (its transport goes on). Worker 0 waits on

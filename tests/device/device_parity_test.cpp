@@ -898,6 +898,36 @@ TEST_CASE("asynchronous copies between host and device arrive whole", "[memory]"
   CHECK(back.to_vector() == host.to_vector());
 }
 
+TEST_CASE("a copy to the host lands as its source was when it was queued, once its point is passed; a recorded point "
+          "follows every op queued before it", "[memory]") {
+  const Tensor host = test_util::random_tensor({333, 77}, 41);
+  Tensor doubled = host.clone(), sextupled = host.clone();
+  ops::scale(doubled, 2.0f);
+  ops::scale(sextupled, 2.0f);
+  ops::scale(sextupled, 3.0f);
+  const Tensor source = host.to(dut());
+  const Tensor landed = Tensor::pinned(host.shape());
+  ops::scale(source, 2.0f);  // queued before the copy: in it
+  const DeviceEventPtr copied = ops::copy_to_host_async(source, landed);
+  ops::scale(source, 3.0f);  // queued after it: not in it
+  wait_until_finished(copied, std::chrono::seconds(10), "the copy");
+  CHECK(landed.to_vector() == doubled.to_vector());
+  const DeviceEventPtr scaled = ops::record_event(dut());
+  wait_until_finished(scaled, std::chrono::seconds(10), "the scale");
+  CHECK((scaled != nullptr && scaled->cuda_event() != nullptr) == (dut() == Device::CUDA));
+  CHECK(source.to(Device::CPU).to_vector() == sextupled.to_vector());
+  if (dut() == Device::Emulated) {
+    // As on a GPU, a reader that does not await the point may see the old bytes: here it always does.
+    const Tensor unread = Tensor::pinned(host.shape());
+    ops::fill(unread, -1.0f);
+    const DeviceEventPtr pending = ops::copy_to_host_async(source, unread);
+    CHECK(unread.to_vector() == std::vector<float>(unread.numel(), -1.0f));
+    CHECK(pending->finished());
+    CHECK(unread.to_vector() == sextupled.to_vector());
+  }
+  CHECK_THROWS_WITH(ops::copy_to_host_async(landed, source), Catch::Contains("not the host"));
+}
+
 TEST_CASE("running out of device memory is a DeviceError naming the bytes and the allocator", "[memory]") {
   if (dut() != Device::CUDA) SUCCEED("only a real device runs out of memory");
   else {

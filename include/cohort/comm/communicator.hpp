@@ -20,6 +20,7 @@
 #include "cohort/comm/transport.hpp"
 #include "cohort/comm/work.hpp"
 #include "cohort/core/device.hpp"
+#include "cohort/core/device_event.hpp"
 
 namespace cohort::comm {
 
@@ -35,6 +36,11 @@ struct Buffer {
   // What float32 elements travel as in an allreduce: bfloat16 halves the bytes (AllreduceOptions::wire);
   // communicators that cannot carry it refuse it by name.
   DType wire = DType::Float32;
+  // The point in its device's work after which the bytes are there (a GPU's gradients, or their copy into
+  // pinned memory, still queued when the collective was started); null: there now. The collective reads
+  // them only after it: a GPU communicator's stream waits for it, a host communicator's thread within
+  // timeout(); the caller goes on at once.
+  DeviceEventPtr ready{};
 
   std::size_t bytes() const { return count * element_size(type); }
   static Buffer of(std::span<float> values) { return {values.data(), values.size(), DType::Float32, Device::CPU, {}}; }

@@ -21,6 +21,7 @@
 #include <memory>
 #include <vector>
 
+#include "cohort/core/device_event.hpp"
 #include "cohort/tensor/geometry.hpp"
 #include "cohort/tensor/running_sums.hpp"
 #include "cohort/tensor/tensor.hpp"
@@ -64,6 +65,14 @@ namespace ops {
 // Returns when every op queued on `device` so far has finished: what a communicator with a stream of its
 // own (NCCL) needs before it reads a tensor. Ops return before they finish only on asynchronous devices.
 void synchronize(Device device);
+// A point after every op queued on `device` so far, for a reader on another stream or thread to await
+// (core/device_event.hpp) instead of stopping this thread; null where ops finish before they return.
+DeviceEventPtr record_event(Device device);
+// Queues source -> destination (same type and count; destination in page-locked host memory, Tensor::pinned)
+// after the ops queued on source's device so far, and returns at once with the point at which destination
+// holds the bytes: nothing may touch destination before it. Ops queued later on source's device may write
+// source.
+DeviceEventPtr copy_to_host_async(const Tensor& source, const Tensor& destination);
 
 // ---- elementwise and reductions
 void fill(const Tensor& x, float value);

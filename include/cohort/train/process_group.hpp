@@ -63,7 +63,8 @@ class ProcessGroup final : public ReplicaReduction, public Replicas {
   // Starts `collective` (sums; a broadcast from rank 0; an allgather of this rank's equal block) on the
   // float32 `buffer`, on any device, through `staging` (pinned host memory of the same size) where
   // staged(buffer.device()); the caller copies the staging back once the work is done. `wire`: the type the
-  // values travel as.
+  // values travel as. Returns without waiting for the device: the communicator awaits the ops that wrote
+  // `buffer` (Buffer::ready).
   comm::WorkPtr start(Collective collective, const Tensor& buffer, const Tensor& staging, DType wire = DType::Float32);
 
   // Every rank's `variables` take rank 0's values.

@@ -90,7 +90,7 @@ class MpiCommunicator final : public Communicator {
         const float inverse = 1.0f / static_cast<float>(size_);
         for (std::size_t i = 0; i < data.count; ++i) values[i] *= inverse;
       }
-    });
+    }, data.ready, options_.timeout);
   }
 
   WorkPtr broadcast(Buffer data, int root) override {
@@ -98,7 +98,7 @@ class MpiCommunicator final : public Communicator {
     COHORT_CHECK(root >= 0 && root < size_, "broadcast root {} outside a group of {}", root, size_);
     return executor_.submit(fmt::format("MPI_Bcast of {} bytes from rank {}", data.bytes(), root), [data, root] {
       check_mpi(MPI_Bcast(data.data, count_of(data), mpi_type(data.type), root, MPI_COMM_WORLD), "MPI_Bcast");
-    });
+    }, data.ready, options_.timeout);
   }
 
   WorkPtr allgather(Buffer mine, Buffer all) override {
@@ -111,7 +111,7 @@ class MpiCommunicator final : public Communicator {
       check_mpi(MPI_Allgather(in_place ? MPI_IN_PLACE : mine.data, count_of(mine), mpi_type(mine.type), all.data,
                               count_of(mine), mpi_type(all.type), MPI_COMM_WORLD),
                 "MPI_Allgather");
-    });
+    }, mine.ready, options_.timeout);
   }
 
   WorkPtr reduce_scatter(Buffer data, ReduceOp op) override {
@@ -129,7 +129,7 @@ class MpiCommunicator final : public Communicator {
       std::memcpy(mine, reduced_.data(), block.bytes());
       if (op == ReduceOp::Mean)
         for (std::size_t i = 0; i < block.count; ++i) mine[i] *= 1.0f / static_cast<float>(size_);
-    });
+    }, data.ready, options_.timeout);
   }
 
  private:

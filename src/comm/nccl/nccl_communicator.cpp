@@ -89,7 +89,7 @@ class NcclCommunicator final : public Communicator {
     COHORT_CHECK(data.wire == data.type, "NCCL communicator: carries {} as it is, not as {}; bfloat16 on the wire takes the "
                  "ring communicator", dtype_name(data.type), dtype_name(data.wire));
     return executor_.submit(fmt::format("ncclAllReduce of {} bytes", data.bytes()), [this, data, op] {
-      run("ncclAllReduce", [&] {
+      run("ncclAllReduce", data.ready, [&] {
         return ncclAllReduce(data.data, data.data, data.count, nccl_type(data.type),
                              op == ReduceOp::Mean ? ncclAvg : ncclSum, comm_, stream_);
       });
@@ -100,7 +100,7 @@ class NcclCommunicator final : public Communicator {
     check_gpu("broadcast", data);
     COHORT_CHECK(root >= 0 && root < size_, "broadcast root {} outside a group of {}", root, size_);
     return executor_.submit(fmt::format("ncclBroadcast of {} bytes from rank {}", data.bytes(), root), [this, data, root] {
-      run("ncclBroadcast", [&] {
+      run("ncclBroadcast", data.ready, [&] {
         return ncclBroadcast(data.data, data.data, data.count, nccl_type(data.type), root, comm_, stream_);
       });
     });
@@ -112,7 +112,7 @@ class NcclCommunicator final : public Communicator {
     COHORT_CHECK(mine.type == all.type && all.count == mine.count * static_cast<std::size_t>(size_),
                  "allgather: {} elements cannot hold {} blocks of {}", all.count, size_, mine.count);
     return executor_.submit(fmt::format("ncclAllGather of {} bytes", all.bytes()), [this, mine, all] {
-      run("ncclAllGather", [&] {
+      run("ncclAllGather", mine.ready, [&] {
         return ncclAllGather(mine.data, all.data, mine.count, nccl_type(mine.type), comm_, stream_);
       });
     });
@@ -125,7 +125,7 @@ class NcclCommunicator final : public Communicator {
       const std::size_t block = data.count / static_cast<std::size_t>(size_);
       // In place: NCCL's result buffer may be the sender's own block.
       auto* mine = static_cast<std::byte*>(data.data) + static_cast<std::size_t>(rank_) * block * element_size(data.type);
-      run("ncclReduceScatter", [&] {
+      run("ncclReduceScatter", data.ready, [&] {
         return ncclReduceScatter(data.data, mine, block, nccl_type(data.type), op == ReduceOp::Mean ? ncclAvg : ncclSum,
                                  comm_, stream_);
       });
@@ -139,10 +139,15 @@ class NcclCommunicator final : public Communicator {
                                     device_name(buffer.device)));
   }
 
+  // Enqueues the call on the communicator's stream, after the point its buffer is written at (`ready`, an
+  // event of the compute stream that the stream waits for: this thread does not), and watches it finish.
   template <class Enqueue>
-  void run(const char* call, Enqueue&& enqueue) {
+  void run(const char* call, const DeviceEventPtr& ready, Enqueue&& enqueue) {
     if (aborted_) throw IoError(fmt::format("{}: the NCCL communicator was aborted after an earlier failure", call));
     check_cuda(cudaSetDevice(gpu_), "cudaSetDevice");
+    if (ready != nullptr && ready->cuda_event() != nullptr)
+      check_cuda(cudaStreamWaitEvent(stream_, static_cast<cudaEvent_t>(ready->cuda_event()), 0), "cudaStreamWaitEvent");
+    else wait_until_finished(ready, timeout_, call);
     check_nccl(enqueue(), call);
     watch(call, /*stream_work=*/true);
   }

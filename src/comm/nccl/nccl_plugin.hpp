@@ -13,7 +13,7 @@
 
 namespace cohort::comm {
 
-inline constexpr int kNcclPluginLayout = 2;  // 2: Communicator::reduce_scatter
+inline constexpr int kNcclPluginLayout = 3;  // 2: Communicator::reduce_scatter; 3: Buffer::ready
 
 struct NcclPlugin {
   using Uuid = std::array<char, 16>;

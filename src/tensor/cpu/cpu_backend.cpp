@@ -7,6 +7,7 @@
 #include <mutex>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "onednn.hpp"
 #include "tensor/backend_access.hpp"
@@ -99,6 +100,29 @@ void CpuBackend::copy_from_host(const void* source, const Tensor& destination) {
 void CpuBackend::copy_to_host(const Tensor& source, void* destination) {
   copies_to_host_.fetch_add(1, std::memory_order_relaxed);
   if (source.numel() > 0) std::memcpy(destination, device_bytes(source), source.bytes());
+}
+
+namespace {
+
+class DeferredCopy final : public DeviceEvent {
+ public:
+  DeferredCopy(std::vector<std::byte> bytes, void* destination) : bytes_(std::move(bytes)), destination_(destination) {}
+  bool finished() const override {
+    std::call_once(landed_, [this] { std::memcpy(destination_, bytes_.data(), bytes_.size()); });
+    return true;
+  }
+
+ private:
+  std::vector<std::byte> bytes_;
+  void* destination_;
+  mutable std::once_flag landed_;
+};
+
+}  // namespace
+
+DeviceEventPtr CpuBackend::copy_to_host_async(const Tensor& source, void* destination) {
+  const auto* bytes = static_cast<const std::byte*>(device_bytes(source));
+  return std::make_shared<DeferredCopy>(std::vector<std::byte>(bytes, bytes + source.bytes()), destination);
 }
 
 std::shared_ptr<const PlanState> CpuBackend::plan(const Pool2dGeometry&) { return std::make_shared<NoPlan>(); }

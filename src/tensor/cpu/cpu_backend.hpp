@@ -34,6 +34,10 @@ class CpuBackend final : public Backend {
   // How many times values were read back to the host so far: on the emulated device, each is a point where a
   // GPU's host would wait for its work.
   std::uint64_t copies_to_host() const { return copies_to_host_.load(std::memory_order_relaxed); }
+  // The bytes are taken at once, as a GPU takes them at that point of its queue, but land in `destination`
+  // only when a reader first asks whether the point is passed: on the emulated device, a reader that does not
+  // await it sees the old bytes, as it could on a GPU.
+  DeviceEventPtr copy_to_host_async(const Tensor& source, void* destination) override;
   void zero(const Tensor& x) override;
   void convert(const Tensor& source, const Tensor& destination) override;
 

@@ -135,6 +135,34 @@ class CopyStreamImpl final : public BackendStream {
   std::vector<Tensor> held_;
 };
 
+// A point on the compute stream. Destroyed while still pending, CUDA releases it once the stream passes it.
+class CudaEvent final : public DeviceEvent {
+ public:
+  explicit CudaEvent(cudaStream_t stream) {
+    COHORT_CUDA_CHECK(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming), "creating an event");
+    const cudaError_t recorded = cudaEventRecord(event_, stream);
+    if (recorded != cudaSuccess) cudaEventDestroy(event_);
+    COHORT_CUDA_CHECK(recorded, "recording an event");
+  }
+  ~CudaEvent() override { cudaEventDestroy(event_); }
+  CudaEvent(const CudaEvent&) = delete;
+  CudaEvent& operator=(const CudaEvent&) = delete;
+
+  bool finished() const override {
+    const cudaError_t status = cudaEventQuery(event_);
+    if (status == cudaErrorNotReady) {
+      cudaGetLastError();  // not an error: nothing for this thread's next check to find
+      return false;
+    }
+    COHORT_CUDA_CHECK(status, "waiting for the GPU's queued work (an earlier kernel may have failed)");
+    return true;
+  }
+  void* cuda_event() const override { return event_; }
+
+ private:
+  cudaEvent_t event_ = nullptr;
+};
+
 }  // namespace
 
 CudaBackend::CudaBackend() {
@@ -194,6 +222,19 @@ void CudaBackend::copy_to_host(const Tensor& source, void* destination) {
   COHORT_CUDA_CHECK(cudaMemcpyAsync(destination, device_bytes(source), source.bytes(), cudaMemcpyDeviceToHost, compute_),
                     "copying {} from the GPU", source.shape());
   wait("copying from the GPU");
+}
+
+DeviceEventPtr CudaBackend::copy_to_host_async(const Tensor& source, void* destination) {
+  activate();
+  if (source.numel() > 0)
+    COHORT_CUDA_CHECK(cudaMemcpyAsync(destination, device_bytes(source), source.bytes(), cudaMemcpyDeviceToHost, compute_),
+                      "copying {} from the GPU", source.shape());
+  return std::make_shared<CudaEvent>(compute_);
+}
+
+DeviceEventPtr CudaBackend::record_event() {
+  activate();
+  return std::make_shared<CudaEvent>(compute_);
 }
 
 std::shared_ptr<const PlanState> CudaBackend::plan(const Pool2dGeometry&) { return std::make_shared<NoPlan>(); }

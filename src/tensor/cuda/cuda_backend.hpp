@@ -65,8 +65,10 @@ class CudaBackend final : public Backend {
   Allocator& pinned_allocator() { return *pinned_; }
   std::unique_ptr<BackendStream> make_stream() override;
   void synchronize() override { wait("synchronize"); }
+  DeviceEventPtr record_event() override;
   void copy_from_host(const void* source, const Tensor& destination) override;
   void copy_to_host(const Tensor& source, void* destination) override;
+  DeviceEventPtr copy_to_host_async(const Tensor& source, void* destination) override;
   void zero(const Tensor& x) override;
   void convert(const Tensor& source, const Tensor& destination) override;
 

@@ -7,7 +7,7 @@
 
 namespace cohort::cuda {
 
-inline constexpr int kCudaPluginLayout = 1;
+inline constexpr int kCudaPluginLayout = 2;  // 2: Backend::record_event, copy_to_host_async
 
 struct CudaPlugin {
   PluginHeader header;
