@@ -62,8 +62,8 @@ extern template class Plan<BatchNormGeometry>;
 
 namespace ops {
 
-// Returns when every op queued on `device` so far has finished: what a communicator with a stream of its
-// own (NCCL) needs before it reads a tensor. Ops return before they finish only on asynchronous devices.
+// Returns when every op queued on `device` so far has finished (a benchmark's clock). Ops return before they
+// finish only on asynchronous devices.
 void synchronize(Device device);
 // A point after every op queued on `device` so far, for a reader on another stream or thread to await
 // (core/device_event.hpp) instead of stopping this thread; null where ops finish before they return.
