@@ -70,10 +70,12 @@ class Backend {
   // ---- memory: host pointers are on the CPU; the tensors on this device
   virtual void copy_from_host(const void* source, const Tensor& destination) = 0;
   virtual void copy_to_host(const Tensor& source, void* destination) = 0;
-  // copy_to_host queued after the ops queued so far, returning at once: `destination` (page-locked) holds the
-  // bytes once the returned point is passed. By default the copy is done on return.
-  virtual DeviceEventPtr copy_to_host_async(const Tensor& source, void* destination) {
-    copy_to_host(source, destination);
+  // copy_to_host queued after the ops queued so far, returning at once: `destination` (a host tensor,
+  // page-locked for the copy to overlap) holds the bytes once the returned point is passed. Both tensors stay
+  // allocated until the device has passed it, even where nobody awaits the point. By default the copy is done
+  // on return.
+  virtual DeviceEventPtr copy_to_host_async(const Tensor& source, const Tensor& destination) {
+    copy_to_host(source, destination.host_bytes().data());
     return nullptr;
   }
   // Every byte of x zero: zero in any element type.

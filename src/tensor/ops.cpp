@@ -186,7 +186,7 @@ DeviceEventPtr copy_to_host_async(const Tensor& source, const Tensor& destinatio
     return nullptr;
   }
   backend_of("copy_to_host_async", {&source}, Types::Same);
-  return backend_for(source.device()).copy_to_host_async(source, destination.host_bytes().data());
+  return backend_for(source.device()).copy_to_host_async(source, destination);
 }
 
 void fill(const Tensor& x, float value) {

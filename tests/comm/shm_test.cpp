@@ -419,15 +419,13 @@ namespace {
 // from rank 1, a millisecond apart; with `sleeper`, while its first thread slept on a receive meanwhile.
 std::uint64_t step_asides_beside_brief_waits(std::vector<std::unique_ptr<Transport>>& group, bool sleeper) {
   std::vector<int> ping{3}, pong(1), value(1), token{4};
-  std::atomic<bool> waiting{false};
   std::thread asleep;
   if (sleeper) {
-    asleep = std::thread([&] {
-      waiting = true;
-      group[0]->recv(1, 20, conformance::bytes(value))->wait(5s);
-    });
-    while (!waiting.load()) std::this_thread::yield();
-    std::this_thread::sleep_for(20ms);  // its polling (200 us) is over: it sleeps
+    asleep = std::thread([&] { group[0]->recv(1, 20, conformance::bytes(value))->wait(5s); });
+    const auto deadline = std::chrono::steady_clock::now() + 5s;
+    while (shm_of(group[0])->callers_sleeping() == 0 && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(100us);
+    REQUIRE(shm_of(group[0])->callers_sleeping() == 1);
   }
   const std::uint64_t before = shm_of(group[0])->step_asides();
   for (int i = 0; i < 30; ++i) {
@@ -462,7 +460,8 @@ TEST_CASE("shm: another thread's brief waits do not keep the progress thread asi
     }
   });
   CHECK(step_asides_beside_brief_waits(group, false) > 0);  // callers poll, and nobody sleeps
-  // A sleeper that other processes kept from its sleep past the brief waits' start gets another round.
+  // A step aside that had passed its last look at the sleepers when the sleeper fell asleep counts after the
+  // test saw it sleep: another round then.
   std::uint64_t with_sleeper = 1;
   for (int round = 0; round < 3 && with_sleeper > 0; ++round) with_sleeper = step_asides_beside_brief_waits(group, true);
   CHECK(with_sleeper == 0);

@@ -8,7 +8,7 @@
 
 namespace cohort::comm {
 
-inline constexpr int kMpiPluginLayout = 2;  // 2: Communicator::reduce_scatter
+inline constexpr int kMpiPluginLayout = 3;  // 2: Communicator::reduce_scatter; 3: Buffer::ready
 
 struct MpiPlugin {
   PluginHeader header;

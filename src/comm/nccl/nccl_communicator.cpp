@@ -149,14 +149,20 @@ class NcclCommunicator final : public Communicator {
       check_cuda(cudaStreamWaitEvent(stream_, static_cast<cudaEvent_t>(ready->cuda_event()), 0), "cudaStreamWaitEvent");
     else wait_until_finished(ready, timeout_, call);
     check_nccl(enqueue(), call);
-    watch(call, /*stream_work=*/true);
+    watch(call, /*stream_work=*/true, ready);
   }
 
   // Waits until NCCL has finished the call (and its stream work), polling for errors; aborts on an error
-  // or when the timeout passes, so that a dead peer never hangs this thread.
-  void watch(const char* call, bool stream_work) {
-    const auto deadline = Clock::now() + timeout_;
+  // or when the timeout passes, so that a dead peer never hangs this thread. The timeout counts from the point
+  // `ready`, which the stream waits for first: until then the GPU's own work is what the call waits for.
+  void watch(const char* call, bool stream_work, const DeviceEventPtr& ready = nullptr) {
+    auto deadline = Clock::now() + timeout_;
+    bool buffer_written = ready == nullptr;
     for (;;) {
+      if (!buffer_written && ready->finished()) {
+        buffer_written = true;
+        deadline = Clock::now() + timeout_;
+      }
       ncclResult_t state = ncclSuccess;
       const ncclResult_t queried = ncclCommGetAsyncError(comm_, &state);
       if (queried != ncclSuccess) state = queried;
@@ -176,6 +182,10 @@ class NcclCommunicator final : public Communicator {
       }
       if (Clock::now() > deadline) {
         abort();
+        if (!buffer_written)
+          throw TimeoutError(fmt::format("{} on rank {} of {}: the GPU did not finish the work that writes its buffer "
+                                         "within {} ms; the NCCL communicator was aborted",
+                                         call, rank_, size_, timeout_.count()));
         throw TimeoutError(fmt::format("{} on rank {} of {} did not finish within {} ms: a peer stopped joining the "
                                        "collective; the NCCL communicator was aborted",
                                        call, rank_, size_, timeout_.count()));

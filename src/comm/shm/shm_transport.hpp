@@ -110,6 +110,8 @@ class ShmTransport : public Transport, private PeerMemory {
   std::uint64_t peer_memory_writes() const { return peer_memory_writes_.load(std::memory_order_relaxed); }
   // How often the progress thread has stepped aside for polling callers; never while a caller sleeps.
   std::uint64_t step_asides() const { return step_asides_.load(std::memory_order_relaxed); }
+  // How many callers sleep on an operation now, after polling in vain.
+  int callers_sleeping() const { return callers_sleeping_.load(std::memory_order_seq_cst); }
 
  private:
   bool can_reach_every_peer() override;

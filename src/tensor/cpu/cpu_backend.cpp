@@ -104,25 +104,30 @@ void CpuBackend::copy_to_host(const Tensor& source, void* destination) {
 
 namespace {
 
+// Lands in a destination it holds, so that the bytes never go into memory given to another tensor.
 class DeferredCopy final : public DeviceEvent {
  public:
-  DeferredCopy(std::vector<std::byte> bytes, void* destination) : bytes_(std::move(bytes)), destination_(destination) {}
+  DeferredCopy(std::vector<std::byte> bytes, Tensor destination) : bytes_(std::move(bytes)), destination_(std::move(destination)) {}
   bool finished() const override {
-    std::call_once(landed_, [this] { std::memcpy(destination_, bytes_.data(), bytes_.size()); });
+    std::call_once(landed_, [this] {
+      if (!bytes_.empty()) std::memcpy(destination_.host_bytes().data(), bytes_.data(), bytes_.size());
+    });
     return true;
   }
 
  private:
   std::vector<std::byte> bytes_;
-  void* destination_;
+  Tensor destination_;
   mutable std::once_flag landed_;
 };
 
 }  // namespace
 
-DeviceEventPtr CpuBackend::copy_to_host_async(const Tensor& source, void* destination) {
+DeviceEventPtr CpuBackend::copy_to_host_async(const Tensor& source, const Tensor& destination) {
   const auto* bytes = static_cast<const std::byte*>(device_bytes(source));
-  return std::make_shared<DeferredCopy>(std::vector<std::byte>(bytes, bytes + source.bytes()), destination);
+  std::vector<std::byte> taken;
+  if (source.numel() > 0) taken.assign(bytes, bytes + source.bytes());
+  return std::make_shared<DeferredCopy>(std::move(taken), destination);
 }
 
 std::shared_ptr<const PlanState> CpuBackend::plan(const Pool2dGeometry&) { return std::make_shared<NoPlan>(); }

@@ -37,7 +37,7 @@ class CpuBackend final : public Backend {
   // The bytes are taken at once, as a GPU takes them at that point of its queue, but land in `destination`
   // only when a reader first asks whether the point is passed: on the emulated device, a reader that does not
   // await it sees the old bytes, as it could on a GPU.
-  DeviceEventPtr copy_to_host_async(const Tensor& source, void* destination) override;
+  DeviceEventPtr copy_to_host_async(const Tensor& source, const Tensor& destination) override;
   void zero(const Tensor& x) override;
   void convert(const Tensor& source, const Tensor& destination) override;
 

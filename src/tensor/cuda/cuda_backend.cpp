@@ -135,20 +135,30 @@ class CopyStreamImpl final : public BackendStream {
   std::vector<Tensor> held_;
 };
 
-// A point on the compute stream. Destroyed while still pending, CUDA releases it once the stream passes it.
+// A point on the compute stream, holding the tensors that the work before it uses. Polled and destroyed on
+// other threads (a communicator's), which it points at its GPU first: a thread without a current device
+// would otherwise open a context on GPU 0.
 class CudaEvent final : public DeviceEvent {
  public:
-  explicit CudaEvent(cudaStream_t stream) {
+  CudaEvent(CudaBackend& backend, std::vector<Tensor> held) : backend_(backend), held_(std::move(held)) {
     COHORT_CUDA_CHECK(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming), "creating an event");
-    const cudaError_t recorded = cudaEventRecord(event_, stream);
+    const cudaError_t recorded = cudaEventRecord(event_, backend.compute_stream());
     if (recorded != cudaSuccess) cudaEventDestroy(event_);
     COHORT_CUDA_CHECK(recorded, "recording an event");
   }
-  ~CudaEvent() override { cudaEventDestroy(event_); }
+  ~CudaEvent() override {
+    if (cudaSetDevice(backend_.ordinal()) != cudaSuccess || held_.empty() || cudaEventQuery(event_) == cudaSuccess) {
+      cudaGetLastError();
+      cudaEventDestroy(event_);
+    } else {
+      backend_.hold_until_passed(event_, std::move(held_));
+    }
+  }
   CudaEvent(const CudaEvent&) = delete;
   CudaEvent& operator=(const CudaEvent&) = delete;
 
   bool finished() const override {
+    backend_.activate();
     const cudaError_t status = cudaEventQuery(event_);
     if (status == cudaErrorNotReady) {
       cudaGetLastError();  // not an error: nothing for this thread's next check to find
@@ -160,6 +170,8 @@ class CudaEvent final : public DeviceEvent {
   void* cuda_event() const override { return event_; }
 
  private:
+  CudaBackend& backend_;
+  std::vector<Tensor> held_;
   cudaEvent_t event_ = nullptr;
 };
 
@@ -224,17 +236,36 @@ void CudaBackend::copy_to_host(const Tensor& source, void* destination) {
   wait("copying from the GPU");
 }
 
-DeviceEventPtr CudaBackend::copy_to_host_async(const Tensor& source, void* destination) {
+DeviceEventPtr CudaBackend::copy_to_host_async(const Tensor& source, const Tensor& destination) {
   activate();
+  release_passed_holds();
   if (source.numel() > 0)
-    COHORT_CUDA_CHECK(cudaMemcpyAsync(destination, device_bytes(source), source.bytes(), cudaMemcpyDeviceToHost, compute_),
+    COHORT_CUDA_CHECK(cudaMemcpyAsync(destination.host_bytes().data(), device_bytes(source), source.bytes(),
+                                      cudaMemcpyDeviceToHost, compute_),
                       "copying {} from the GPU", source.shape());
-  return std::make_shared<CudaEvent>(compute_);
+  return std::make_shared<CudaEvent>(*this, std::vector<Tensor>{source, destination});
 }
 
 DeviceEventPtr CudaBackend::record_event() {
   activate();
-  return std::make_shared<CudaEvent>(compute_);
+  release_passed_holds();
+  return std::make_shared<CudaEvent>(*this, std::vector<Tensor>{});
+}
+
+void CudaBackend::hold_until_passed(cudaEvent_t event, std::vector<Tensor> tensors) {
+  release_passed_holds();
+  const std::lock_guard lock(held_mutex_);
+  held_.push_back({event, std::move(tensors)});
+}
+
+void CudaBackend::release_passed_holds() {
+  const std::lock_guard lock(held_mutex_);
+  std::erase_if(held_, [](const Held& held) {
+    if (cudaEventQuery(held.event) == cudaErrorNotReady) return false;
+    cudaGetLastError();  // a failed GPU keeps the tensors no longer: its work is over
+    cudaEventDestroy(held.event);
+    return true;
+  });
 }
 
 std::shared_ptr<const PlanState> CudaBackend::plan(const Pool2dGeometry&) { return std::make_shared<NoPlan>(); }

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <mutex>
+#include <vector>
 
 #include "tensor/backend.hpp"
 
@@ -68,7 +69,7 @@ class CudaBackend final : public Backend {
   DeviceEventPtr record_event() override;
   void copy_from_host(const void* source, const Tensor& destination) override;
   void copy_to_host(const Tensor& source, void* destination) override;
-  DeviceEventPtr copy_to_host_async(const Tensor& source, void* destination) override;
+  DeviceEventPtr copy_to_host_async(const Tensor& source, const Tensor& destination) override;
   void zero(const Tensor& x) override;
   void convert(const Tensor& source, const Tensor& destination) override;
 
@@ -153,6 +154,11 @@ class CudaBackend final : public Backend {
   void activate() const;
   // Waits for the compute stream; `what` names the op in an error.
   void wait(const char* what);
+  // Keeps `tensors`, which queued work before `event` still uses, until the GPU has passed it, then destroys
+  // the event: a copy whose reader gave up must not write into memory handed to another tensor meanwhile.
+  void hold_until_passed(cudaEvent_t event, std::vector<Tensor> tensors);
+  // Destroys the held events that the GPU has passed, letting their tensors go.
+  void release_passed_holds();
   // TF32 tensor cores for float32 products and convolutions (devices.hpp allow_tf32).
   bool allow_tf32() const { return allow_tf32_; }
   // Convolution algorithms: deterministic ones by cuDNN's heuristics, else the fastest by timing (devices.hpp).
@@ -180,6 +186,12 @@ class CudaBackend final : public Backend {
   cublasHandle_t cublas_ = nullptr;
   cudnnHandle_t cudnn_ = nullptr;
   std::mutex handle_mutex_;
+  struct Held {
+    cudaEvent_t event;
+    std::vector<Tensor> tensors;
+  };
+  std::mutex held_mutex_;
+  std::vector<Held> held_;  // by hold_until_passed; released as later events are recorded
 };
 
 }  // namespace cohort::cuda
