@@ -3,14 +3,18 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <string>
 #include <thread>
 
 #include "cohort/core/error.hpp"
+#include "cohort/core/timeline.hpp"
 
 namespace cohort {
 
 void wait_until_finished(const DeviceEventPtr& event, std::chrono::milliseconds timeout, std::string_view what) {
   if (event == nullptr || event->finished()) return;
+  const std::string waiting = fmt::format("{}: waiting for the device to write its buffer", what);
+  const timeline::Span span("device", waiting);  // the rest of backward, on the timeline of the reader's thread
   // A bucket's gradients are usually a kernel or two away: look again soon, then less often.
   constexpr std::chrono::microseconds kFirstLook{5}, kLongestSleep{200};
   const auto deadline = std::chrono::steady_clock::now() + timeout;

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "cohort/comm/communicator.hpp"
 #include "cohort/comm/inproc.hpp"
 #include "cohort/core/error.hpp"
 #include "cohort/core/timeline.hpp"
@@ -121,6 +122,31 @@ TEST_CASE("a timeline holds spans per thread as a Chrome trace, merged, a track 
   timeline::stop_and_write(dir.path / "link.json");
   CHECK(std::filesystem::is_symlink(dir.path / "link.json"));
   CHECK(read_json(dir.path / "target.json").contains("traceEvents"));
+}
+
+TEST_CASE("a collective that waits for its device to write the buffer shows the wait on the communicator's track",
+          "[train][timeline]") {
+  // The point is passed 20 ms after the collective is started, as the rest of a backward pass would take.
+  struct Later final : DeviceEvent {
+    std::chrono::steady_clock::time_point at = std::chrono::steady_clock::now() + std::chrono::milliseconds(20);
+    bool finished() const override { return std::chrono::steady_clock::now() >= at; }
+  };
+  const TempDir dir("cohort_timeline_device_wait_");
+  comm::InProcessGroup group(1);
+  auto communicator = comm::make_ring_communicator(group.transport(0));
+  std::vector<float> values(16, 1.0f);
+  comm::Buffer waiting = comm::Buffer::of(values), ready = comm::Buffer::of(values);
+  waiting.ready = std::make_shared<Later>();
+  timeline::start("rank 0");
+  communicator->allreduce(waiting, comm::ReduceOp::Sum)->wait(std::chrono::seconds(5));
+  communicator->allreduce(ready, comm::ReduceOp::Sum)->wait(std::chrono::seconds(5));
+  timeline::stop_and_write(dir.path / "device_wait.json");
+  const json trace = read_json(dir.path / "device_wait.json");
+  const auto waits = events_of(trace, "device", "ring communicator");
+  REQUIRE(waits.size() == 1);  // the buffer that was there at once waited for nothing
+  CHECK_THAT(waits[0]["name"].get<std::string>(), Catch::Contains("allreduce of 64 bytes: waiting for the device to write its buffer"));
+  CHECK(waits[0]["dur"].get<std::int64_t>() >= 10000);
+  CHECK(events_of(trace, "communication", "ring communicator").size() == 2);
 }
 
 TEST_CASE("the timeline shows a bucket's allreduce starting before backward ends, one bucket for all after it", "[train][timeline][distributed]") {
