@@ -68,10 +68,10 @@ void synchronize(Device device);
 // A point after every op queued on `device` so far, for a reader on another stream or thread to await
 // (core/device_event.hpp) instead of stopping this thread; null where ops finish before they return.
 DeviceEventPtr record_event(Device device);
-// Queues source -> destination (same type and count; destination in page-locked host memory, Tensor::pinned)
-// after the ops queued on source's device so far, and returns at once with the point at which destination
-// holds the bytes: nothing may touch destination before it. Ops queued later on source's device may write
-// source.
+// Queues source -> destination (same type and count; destination on the host, page-locked by Tensor::pinned
+// for a GPU's copy to overlap: other host memory is filled before the call returns) after the ops queued on
+// source's device so far, and returns at once with the point at which destination holds the bytes: nothing
+// may touch destination before it. Ops queued later on source's device may write source.
 DeviceEventPtr copy_to_host_async(const Tensor& source, const Tensor& destination);
 
 // ---- elementwise and reductions
