@@ -53,6 +53,10 @@ void check_class_targets(const std::string& name, const LossFit& fit, bool soft_
                  fit.output_shape[0], fit.num_classes);
     return;
   }
+  // One value per sample is a class index in a float (Keras takes labels shaped (N, 1)); ours come as integers.
+  COHORT_CHECK(soft_targets_allowed || fit.target_shape != Shape{1},
+               "{} takes class indices, the data set gives one float target per sample (shape (1)): give the labels as "
+               "integers (data::TensorDataset(samples, std::vector<int> labels, classes))", name);
   COHORT_CHECK(soft_targets_allowed, "{} takes class indices, the data set gives targets of shape {}: use "
                "categorical_crossentropy for one-hot targets", name, fit.target_shape);
   COHORT_CHECK(fit.target_shape == fit.output_shape, "the data set's targets {} and the model's outputs {} differ in shape",

@@ -123,6 +123,12 @@ TEST_CASE("regression on in-memory data, binary cross-entropy, top-k accuracy", 
   Trainer bce_on_classes(three_sigmoids, adam(), std::make_shared<train::Local>(), {.loss = nn::BinaryCrossentropy{}});
   CHECK_THROWS_WITH(bce_on_classes.fit(three_classes(), quiet(1)),
                     Catch::Contains("needs 2 classes, the data set has 3") && Catch::Contains("use sparse_categorical_crossentropy"));
+  // Labels as one float per sample, as Keras users hold them: the message says how to give class indices.
+  nn::Sequential two_scores({2}, 2);
+  two_scores.add(nn::Dense(2)).add(nn::Softmax());
+  Trainer sparse(two_scores, adam(), std::make_shared<train::Local>(), {.loss = nn::SparseCategoricalCrossentropy{}});
+  CHECK_THROWS_WITH(sparse.fit(plane, quiet(1)), Catch::Contains("one float target per sample (shape (1))") &&
+                                                     Catch::Contains("std::vector<int> labels"));
   CHECK_THROWS_WITH(bce.predict(Tensor::full({4, 4, 1}, 0.0f)),
                     Catch::Contains("samples of shape (4, 4, 1), that is (N, 4, 4, 1) for N samples; got (4, 4, 1)"));
 
