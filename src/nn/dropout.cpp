@@ -20,7 +20,8 @@ Tensor Dropout::forward(const Tensor& x, const ForwardContext& context) {
   if (!active_) return x;
   reuse(mask_, x.shape(), x);
   reuse(output_, x.shape(), x);
-  ops::dropout_mask(mask_, rate_, derive_seed(seed_, context.step));
+  if (context.step_counter != nullptr) ops::dropout_mask(mask_, rate_, seed_, *context.step_counter);
+  else ops::dropout_mask(mask_, rate_, derive_seed(seed_, context.step));
   ops::multiply(x, mask_, output_);
   return output_;
 }

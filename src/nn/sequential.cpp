@@ -8,6 +8,8 @@
 #include "cohort/core/timeline.hpp"
 #include "cohort/nn/activation_layer.hpp"
 #include "cohort/tensor/allocator.hpp"
+#include "cohort/tensor/capture.hpp"
+#include "cohort/tensor/ops.hpp"
 
 namespace cohort::nn {
 namespace {
@@ -53,13 +55,19 @@ Sequential& Sequential::add(std::unique_ptr<Layer> layer) {
   return *this;
 }
 
-Tensor Sequential::run(const Tensor& x, std::size_t end, const ForwardContext& context) {
+Tensor Sequential::run(const Tensor& x, std::size_t end, const ForwardContext& asked) {
   COHORT_CHECK(!layers_.empty(), "the model has no layers");
   COHORT_CHECK(x.shape() == input_shape_.batched(x.rank() > 0 ? x.dim(0) : 0),
                "model input must be a batch of {}, got {}", input_shape_, x.shape());
   if (x.device() != device_)
     throw DeviceError(fmt::format("the model is on {}, its input batch {} on {}: copy the batch with to()",
                                   device_name(device_), x.shape(), device_name(x.device())));
+  ForwardContext context = asked;
+  if (context.training && std::ranges::any_of(layers_, [](const auto& layer) { return layer->draws_each_step(); })) {
+    if (!step_counter_.defined() || step_counter_.device() != device_) step_counter_ = ops::step_counter(device_);
+    ops::set_step_counter(step_counter_, [this] { return step_; });
+    context.step_counter = &step_counter_;
+  }
   ran_.clear();  // a forward that throws leaves nothing for backward()
   std::vector<std::size_t> ran;
   std::vector<DType> output_types;

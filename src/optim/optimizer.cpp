@@ -7,6 +7,8 @@
 #include <iterator>
 #include <ostream>
 
+#include "cohort/tensor/capture.hpp"
+#include "cohort/tensor/ops.hpp"
 #include "core/bounded_archive.hpp"
 #include "tensor/tensor_archive.hpp"
 
@@ -50,7 +52,11 @@ void Optimizer::apply(const std::vector<Gradient>& gradients) {
   std::vector<VariableState> variables;
   variables.reserve(gradients.size());
   for (const Gradient& g : gradients) variables.push_back({&g.value, &g.gradient, &slots_for(g.name, g.value)});
-  update(variables, learning_rate());
+  const Device device = gradients.front().value.device();
+  Tensor& step = step_sizes_[device];
+  if (!step.defined()) step = ops::scalar(0.0f, device);
+  ops::set_step_scalar(step, [this] { return static_cast<float>(step_size(learning_rate())); });
+  update(variables, step);
 }
 
 std::vector<Tensor>& Optimizer::slots_for(const std::string& variable_name, const Tensor& value) {

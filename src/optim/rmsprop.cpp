@@ -10,7 +10,7 @@ RMSprop::RMSprop(RMSpropOptions options) : Optimizer(options.learning_rate, opti
   COHORT_CHECK(options_.momentum >= 0 && options_.momentum < 1, "RMSprop momentum must be in [0, 1)");
 }
 
-void RMSprop::update(const std::vector<VariableState>& variables, double learning_rate) {
+void RMSprop::update(const std::vector<VariableState>& variables, const Tensor& step_size) {
   std::vector<ops::RmspropOperands> operands;
   operands.reserve(variables.size());
   for (const VariableState& v : variables) {
@@ -21,7 +21,7 @@ void RMSprop::update(const std::vector<VariableState>& variables, double learnin
     const Tensor velocity = options_.momentum > 0 ? slots[next++] : Tensor();
     operands.push_back({*v.value, *v.gradient, slots[0], mean_gradient, velocity});
   }
-  ops::rmsprop_update(operands, static_cast<float>(learning_rate), static_cast<float>(options_.rho),
+  ops::rmsprop_update(operands, step_size, static_cast<float>(options_.rho),
                       static_cast<float>(options_.momentum), static_cast<float>(options_.epsilon),
                       static_cast<float>(options_.weight_decay));
 }

@@ -11,12 +11,12 @@ SGD::SGD(SGDOptions options) : Optimizer(options.learning_rate, options.decay), 
   COHORT_CHECK(!options_.nesterov || options_.momentum > 0, "Nesterov SGD needs momentum > 0");
 }
 
-void SGD::update(const std::vector<VariableState>& variables, double learning_rate) {
+void SGD::update(const std::vector<VariableState>& variables, const Tensor& step_size) {
   std::vector<ops::SgdOperands> operands;
   operands.reserve(variables.size());
   for (const VariableState& v : variables)
     operands.push_back({*v.value, *v.gradient, v.slots->empty() ? Tensor() : v.slots->front()});
-  ops::sgd_update(operands, static_cast<float>(learning_rate), static_cast<float>(options_.momentum), options_.nesterov,
+  ops::sgd_update(operands, step_size, static_cast<float>(options_.momentum), options_.nesterov,
                   static_cast<float>(options_.weight_decay));
 }
 

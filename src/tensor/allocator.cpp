@@ -75,9 +75,26 @@ std::size_t CachingAllocator::size_class(std::size_t bytes) {
   return (bytes + step - 1) / step * step;
 }
 
+// The free blocks a pool keeps for its captured work; `live` while its hold (the work) exists.
+struct CachingAllocator::PrivatePool {
+  std::map<std::size_t, std::vector<void*>> bins;
+  bool live = true;
+};
+
 void* CachingAllocator::allocate(std::size_t bytes) {
   const std::size_t size = size_class(bytes);
   std::lock_guard lock(mutex_);
+  if (filling_) {
+    // A capture reuses the blocks its own work freed before taking any other.
+    auto& own = filling_->bins[size];
+    if (!own.empty()) {
+      void* block = own.back();
+      own.pop_back();
+      stats_.cached -= size;
+      count_allocation(stats_, size);
+      return block;
+    }
+  }
   auto& bin = bins_[size];
   void* block = nullptr;
   if (!bin.empty()) {
@@ -100,6 +117,14 @@ void* CachingAllocator::allocate(std::size_t bytes) {
     }
     ++stats_.upstream_allocations;
   }
+  if (filling_) {
+    try {
+      owners_.emplace(block, filling_);
+    } catch (const std::bad_alloc&) {
+      upstream_->deallocate(block, size);
+      throw DeviceError(fmt::format("{} allocator: no host memory left to record a block of captured work", name()));
+    }
+  }
   count_allocation(stats_, size);
   return block;
 }
@@ -107,6 +132,22 @@ void* CachingAllocator::allocate(std::size_t bytes) {
 void CachingAllocator::deallocate(void* pointer, std::size_t bytes) noexcept {
   const std::size_t size = size_class(bytes);
   std::lock_guard lock(mutex_);
+  if (const auto owner = owners_.find(pointer); owner != owners_.end()) {
+    PrivatePool& pool = *owner->second;
+    if (pool.live) {
+      try {
+        pool.bins[size].push_back(pointer);
+        stats_.in_use -= size;
+        stats_.cached += size;
+        return;
+      } catch (const std::bad_alloc&) {
+        // No room to keep it for the pool: it must never serve another tensor while the captured work lives, so it
+        // stays out of use for good.
+        return;
+      }
+    }
+    owners_.erase(owner);  // the work is gone: an ordinary block again
+  }
   try {
     bins_[size].push_back(pointer);
   } catch (const std::bad_alloc&) {
@@ -131,6 +172,37 @@ void CachingAllocator::reset_peak() {
 void CachingAllocator::release_cached() {
   std::lock_guard lock(mutex_);
   release_cached_locked();
+}
+
+std::shared_ptr<void> CachingAllocator::begin_private_pool() {
+  std::lock_guard lock(mutex_);
+  if (filling_) throw DeviceError(fmt::format("{} allocator: a private pool is being filled already", name()));
+  auto pool = std::make_shared<PrivatePool>();
+  filling_ = pool;
+  // The hold: when the captured work goes, its pool's free blocks become ordinary cached blocks.
+  return std::shared_ptr<void>(pool.get(), [this, pool](void*) { drop_pool(pool.get()); });
+}
+
+void CachingAllocator::end_private_pool() {
+  std::lock_guard lock(mutex_);
+  filling_.reset();
+}
+
+void CachingAllocator::drop_pool(PrivatePool* pool) noexcept {
+  std::lock_guard lock(mutex_);
+  pool->live = false;
+  for (auto& [size, blocks] : pool->bins) {
+    for (void* block : blocks) {
+      owners_.erase(block);
+      try {
+        bins_[size].push_back(block);
+      } catch (const std::bad_alloc&) {
+        upstream_->deallocate(block, size);
+        stats_.cached -= size;
+      }
+    }
+    blocks.clear();
+  }
 }
 
 void CachingAllocator::release_cached_locked() noexcept {

@@ -9,6 +9,7 @@
 #include "cohort/core/settings.hpp"
 #include "cohort/tensor/devices.hpp"
 #include "tensor/cpu/cpu_backend.hpp"
+#include "tensor/cpu/recording_backend.hpp"
 #include "tensor/cuda/cuda_plugin.hpp"
 
 namespace cohort {
@@ -22,12 +23,13 @@ Backend& backend_for(Device device) {
       return *cpu;
     }
     case Device::Emulated: {
-      // The CPU kernels on storage of its own, drawn through a caching allocator as a GPU's would be.
-      static auto* emulated = new cpu::CpuBackend(
+      // The CPU kernels on storage of its own, drawn through a caching allocator as a GPU's would be, and a
+      // GPU's capture of work.
+      static auto* emulated = new cpu::RecordingBackend(std::make_unique<cpu::CpuBackend>(
           Device::Emulated,
           std::make_unique<CachingAllocator>(std::make_unique<HostAllocator>(
               "emulated", static_cast<std::size_t>(count_setting("COHORT_EMULATED_MEMORY", kEmulatedMemoryMeaning)
-                                                        .value_or(std::numeric_limits<std::int64_t>::max())))));
+                                                        .value_or(std::numeric_limits<std::int64_t>::max()))))));
       return *emulated;
     }
     case Device::CUDA: {

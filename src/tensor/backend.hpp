@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include <memory>
+#include <span>
 #include <string>
 
 #include "cohort/core/device_event.hpp"
@@ -43,6 +44,14 @@ inline Rows rows_of(const Tensor& t) {
 // The plan of an op a backend does not prepare for (its geometry, passed with each call, is enough).
 struct NoPlan : PlanState {};
 
+// Ops recorded on a device (a CUDA graph): launch() queues them again, in order, on the buffers they were
+// recorded with.
+class BackendGraph {
+ public:
+  virtual ~BackendGraph() = default;
+  virtual void launch() = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -54,6 +63,16 @@ class Backend {
   virtual void synchronize() = 0;
   // A point after every op queued so far; null where ops finish before they return.
   virtual DeviceEventPtr record_event() { return nullptr; }
+
+  // ---- capture: between begin_capture() and end_capture(), the ops the calling thread queues on this device
+  // are recorded instead of run (capture.hpp). An op that makes the host wait (synchronize, sum, a copy to or
+  // from the host, an event) cannot be recorded: it throws DeviceError, and so does end_capture() after it,
+  // which always ends the capture. The default: this backend cannot record (begin_capture() says so).
+  virtual void begin_capture();
+  virtual std::unique_ptr<BackendGraph> end_capture();
+  // destination (4 or 8 bytes on this device) = the low bytes of `bits`, queued after the ops before it with
+  // the value as the kernel's argument: a value the host sets for a step, without waiting.
+  virtual void write_bits(const Tensor& destination, std::uint64_t bits) = 0;
 
   // ---- 16-bit operands: whether this backend computes `kernel` on operands of `type` itself (ops.cpp says which
   // operands are then 16-bit and which float32); the op layer runs the rest through float32 stand-ins.
@@ -131,7 +150,8 @@ class Backend {
                                              const Tensor& variance, const Tensor& dx, const Tensor& dgamma,
                                              const Tensor& dbeta) = 0;
   virtual void moving_average_update(const Tensor& moving, const Tensor& batch, float momentum) = 0;
-  virtual void dropout_mask(const Tensor& mask, float rate, std::uint64_t seed) = 0;
+  // The mask of derive_seed(seed, *step) where `step` (a step counter, ops.hpp) is defined, else of `seed`.
+  virtual void dropout_mask(const Tensor& mask, float rate, std::uint64_t seed, const Tensor& step) = 0;
   virtual void expand_images(const Tensor& images, const Tensor& indices, const Tensor& draws, const Tensor& mean,
                              const Tensor& stddev, const Tensor& out) = 0;
 
@@ -161,13 +181,13 @@ class Backend {
                                               Activation activation, const Tensor& dx, const Tensor& dgamma,
                                               const Tensor& dbeta);
 
-  // ---- optimizer updates
-  virtual void sgd_update(const std::vector<ops::SgdOperands>& variables, float learning_rate, float momentum,
+  // ---- optimizer updates: the learning rate is a float32 scalar on this device, read when the update runs
+  virtual void sgd_update(const std::vector<ops::SgdOperands>& variables, const Tensor& learning_rate, float momentum,
                           bool nesterov, float weight_decay) = 0;
-  virtual void adam_update(const std::vector<ops::AdamOperands>& variables, float learning_rate, float beta_1,
+  virtual void adam_update(const std::vector<ops::AdamOperands>& variables, const Tensor& learning_rate, float beta_1,
                            float beta_2, float epsilon, float weight_decay) = 0;
-  virtual void rmsprop_update(const std::vector<ops::RmspropOperands>& variables, float learning_rate, float rho,
-                              float momentum, float epsilon, float weight_decay) = 0;
+  virtual void rmsprop_update(const std::vector<ops::RmspropOperands>& variables, const Tensor& learning_rate,
+                              float rho, float momentum, float epsilon, float weight_decay) = 0;
 
   // ---- losses and metrics: each adds its batch's sum (of the rows' losses; of the right rows) to slot `slot` of
   // `sums` without waiting for it; sum_target() (backend_access.hpp) gives the slot's and the bad-label record's
@@ -185,6 +205,10 @@ class Backend {
 
 // The backend of `device`; DeviceError naming the build option when this build has none for it.
 Backend& backend_for(Device device);
+
+// Where this thread captures work on their device, keeps the operands of an op for as long as the captured work
+// lives: its replays read and write their memory (capture.cpp).
+void keep_while_captured(std::span<const Tensor* const> operands);
 
 // The choices of devices.hpp, for the GPU backend as it starts: from then on they may not change.
 struct GpuChoices {

@@ -1,5 +1,7 @@
 #pragma once
 // How backends reach a tensor's memory: only code under src/tensor/ includes this.
+#include <cstring>
+
 #include "cohort/core/check.hpp"
 #include "cohort/tensor/running_sums.hpp"
 #include "cohort/tensor/tensor.hpp"
@@ -21,6 +23,12 @@ namespace cohort {
 // element types before a kernel runs, so float32 kernels take device_data() and others device_bytes().
 inline void* device_bytes(const Tensor& t) { return detail::BackendAccess::bytes(t); }
 inline float* device_data(const Tensor& t) { return reinterpret_cast<float*>(detail::BackendAccess::bytes(t)); }
+// A step counter's value (ops::step_counter), for a backend whose device memory is the host's.
+inline std::uint64_t step_of(const Tensor& step) {
+  std::uint64_t value = 0;
+  std::memcpy(&value, device_bytes(step), sizeof value);
+  return value;
+}
 
 // Where a loss or a count adds its batch's sum: one slot of a RunningSums, on the backend's device.
 struct SumTarget {

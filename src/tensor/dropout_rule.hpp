@@ -14,9 +14,11 @@ struct DropoutRule {
   float keep_scale;
 
   static DropoutRule of(float rate, std::uint64_t seed) {
-    return {mix64(seed), static_cast<std::uint64_t>(static_cast<double>(rate) * 9007199254740992.0),
+    return {key_of(seed), static_cast<std::uint64_t>(static_cast<double>(rate) * 9007199254740992.0),
             1.0f / (1.0f - rate)};
   }
+  // The key of a mask's seed, for a kernel that reads its step on the device (derive_seed(seed, step)).
+  COHORT_HOST_DEVICE static std::uint64_t key_of(std::uint64_t seed) { return mix64(seed); }
   COHORT_HOST_DEVICE float operator()(std::uint64_t i) const {
     return (mix64(key ^ i) >> 11) < threshold ? 0.0f : keep_scale;
   }

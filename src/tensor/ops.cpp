@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <initializer_list>
 #include <optional>
 #include <span>
@@ -88,6 +89,7 @@ Backend& backend_of(const char* op, std::span<const Tensor* const> operands, Typ
                                     op, t->shape(), device_name(t->device())));
   }
   COHORT_CHECK(first != nullptr, "{}: no defined operand", op);
+  keep_while_captured(operands);
   return backend_for(first->device());
 }
 
@@ -106,6 +108,21 @@ bool computes_itself(const Backend& backend, Backend::Kernel16 kernel, std::init
   };
   return all(low, [&](DType t) { return t == type; }) && all(wide, [](DType t) { return t == DType::Float32; }) &&
          all(either, [&](DType t) { return t == type || t == DType::Float32; });
+}
+
+void check_step_counter(const char* op, const Tensor& step) {
+  COHORT_CHECK(step.dtype() == DType::Int32 && step.shape() == Shape{2},
+               "{}: a step counter is int32 (2) (ops::step_counter), got {} {}", op, dtype_name(step.dtype()), step.shape());
+}
+
+void check_learning_rate(const char* op, const Tensor& learning_rate, Device device) {
+  COHORT_CHECK(learning_rate.defined() && learning_rate.dtype() == DType::Float32 && learning_rate.numel() == 1,
+               "{}: the learning rate is a float32 scalar (ops::scalar), got {}", op,
+               learning_rate.defined() ? fmt::format("{} {}", dtype_name(learning_rate.dtype()), learning_rate.shape())
+                                       : std::string("an undefined tensor"));
+  if (learning_rate.device() != device)
+    throw DeviceError(fmt::format("{}: the variables are on {}, the learning rate on {}", op, device_name(device),
+                                  device_name(learning_rate.device())));
 }
 
 void check_same_shape(const char* op, const Tensor& a, const Tensor& b) {
@@ -431,13 +448,32 @@ void moving_average_update(const Tensor& moving, const Tensor& batch, float mome
   f.write_back();
 }
 
-void dropout_mask(const Tensor& mask, float rate, std::uint64_t seed) {
+void dropout_mask(const Tensor& mask, float rate, std::uint64_t seed) { dropout_mask(mask, rate, seed, Tensor()); }
+
+void dropout_mask(const Tensor& mask, float rate, std::uint64_t seed, const Tensor& step) {
   COHORT_CHECK(rate >= 0.0f && rate < 1.0f, "dropout rate must be in [0, 1), got {}", rate);
   Backend& backend = backend_of("dropout_mask", {&mask});
-  if (computes_itself(backend, Backend::Kernel16::Elementwise, {&mask}, {})) return backend.dropout_mask(mask, rate, seed);
+  if (step.defined()) {
+    check_step_counter("dropout_mask", step);
+    const Tensor* counter = &step;
+    keep_while_captured({&counter, 1});
+    if (step.device() != mask.device())
+      throw DeviceError(fmt::format("dropout_mask: the mask is on {}, the step counter on {}", device_name(mask.device()),
+                                    device_name(step.device())));
+  }
+  if (computes_itself(backend, Backend::Kernel16::Elementwise, {&mask}, {}))
+    return backend.dropout_mask(mask, rate, seed, step);
   const Float32StandIns f({}, {&mask});
-  backend.dropout_mask(f(mask), rate, seed);
+  backend.dropout_mask(f(mask), rate, seed, step);
   f.write_back();
+}
+
+Tensor step_counter(Device device) { return Tensor(Shape{2}, DType::Int32, device); }
+
+Tensor scalar(float value, Device device) {
+  Tensor scalar = Tensor::uninitialized(Shape{}, device);
+  backend_for(device).write_bits(scalar, std::bit_cast<std::uint32_t>(value));
+  return scalar;
 }
 
 void expand_images(const Tensor& images, const Tensor& indices, const Tensor& draws, const Tensor& mean,
@@ -569,9 +605,11 @@ void batch_norm_activation_backward(BatchNormPlan& plan, const Tensor& x, const 
 
 namespace {
 
-// The backend of every operand of every variable, each variable's operands shaped like its value.
+// The backend of every operand of every variable, each variable's operands shaped like its value, and of the
+// learning rate.
 template <class Operands, class Each>
-Backend& update_backend(const char* op, const std::vector<Operands>& variables, Each&& operands_of) {
+Backend& update_backend(const char* op, const std::vector<Operands>& variables, const Tensor& learning_rate,
+                        Each&& operands_of) {
   COHORT_CHECK(!variables.empty(), "{}: no variables", op);
   Backend* backend = nullptr;
   for (const Operands& variable : variables) {
@@ -584,36 +622,39 @@ Backend& update_backend(const char* op, const std::vector<Operands>& variables, 
                                     device_name(mine.device())));
     backend = &mine;
   }
+  check_learning_rate(op, learning_rate, backend->device());
+  const Tensor* rate = &learning_rate;
+  keep_while_captured({&rate, 1});
   return *backend;
 }
 
 }  // namespace
 
-void sgd_update(const std::vector<SgdOperands>& variables, float learning_rate, float momentum, bool nesterov,
+void sgd_update(const std::vector<SgdOperands>& variables, const Tensor& learning_rate, float momentum, bool nesterov,
                 float weight_decay) {
   for (const SgdOperands& v : variables)
     COHORT_CHECK(momentum == 0.0f || v.velocity.defined(), "sgd_update: momentum needs a velocity slot");
-  update_backend("sgd_update", variables, [](const SgdOperands& v) {
+  update_backend("sgd_update", variables, learning_rate, [](const SgdOperands& v) {
     return std::array<const Tensor*, 3>{&v.value, &v.gradient, &v.velocity};
   }).sgd_update(variables, learning_rate, momentum, nesterov, weight_decay);
 }
 
-void adam_update(const std::vector<AdamOperands>& variables, float learning_rate, float beta_1, float beta_2,
+void adam_update(const std::vector<AdamOperands>& variables, const Tensor& learning_rate, float beta_1, float beta_2,
                  float epsilon, float weight_decay) {
   for (const AdamOperands& v : variables)
     COHORT_CHECK(v.m.defined() && v.v.defined(), "adam_update: both moments are needed");
-  update_backend("adam_update", variables, [](const AdamOperands& v) {
+  update_backend("adam_update", variables, learning_rate, [](const AdamOperands& v) {
     return std::array<const Tensor*, 4>{&v.value, &v.gradient, &v.m, &v.v};
   }).adam_update(variables, learning_rate, beta_1, beta_2, epsilon, weight_decay);
 }
 
-void rmsprop_update(const std::vector<RmspropOperands>& variables, float learning_rate, float rho, float momentum,
+void rmsprop_update(const std::vector<RmspropOperands>& variables, const Tensor& learning_rate, float rho, float momentum,
                     float epsilon, float weight_decay) {
   for (const RmspropOperands& v : variables) {
     COHORT_CHECK(v.mean_square.defined(), "rmsprop_update: the mean_square slot is needed");
     COHORT_CHECK(momentum == 0.0f || v.velocity.defined(), "rmsprop_update: momentum needs a velocity slot");
   }
-  update_backend("rmsprop_update", variables, [](const RmspropOperands& v) {
+  update_backend("rmsprop_update", variables, learning_rate, [](const RmspropOperands& v) {
     return std::array<const Tensor*, 5>{&v.value, &v.gradient, &v.mean_square, &v.mean_gradient, &v.velocity};
   }).rmsprop_update(variables, learning_rate, rho, momentum, epsilon, weight_decay);
 }

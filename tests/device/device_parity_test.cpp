@@ -17,12 +17,14 @@
 #include <tuple>
 
 #include "cohort/core/error.hpp"
+#include "cohort/core/seed.hpp"
 #include "cohort/data/loader.hpp"
 #include "cohort/data/synthetic.hpp"
 #include "cohort/nn/zoo.hpp"
 #include "cohort/optim/adam.hpp"
 #include "cohort/optim/sgd.hpp"
 #include "cohort/tensor/allocator.hpp"
+#include "cohort/tensor/capture.hpp"
 #include "cohort/tensor/copy_stream.hpp"
 #include "cohort/tensor/ops.hpp"
 #include "cohort/train/checkpoint.hpp"
@@ -504,10 +506,11 @@ TEST_CASE("optimizer updates of many variables at once match the CPU over severa
         adam.push_back({pick(x.w), pick(g), pick(x.m), pick(x.s)});
         rmsprop.push_back({pick(x.w), pick(g), pick(x.s), pick(x.mg), pick(x.v)});
       }
-      ops::sgd_update(sgd, 0.1f, 0.9f, step == 1, 1e-4f);
-      ops::sgd_update(plain_sgd, 0.05f, 0.0f, false, 0.0f);
-      ops::adam_update(adam, 1e-3f, 0.9f, 0.999f, 1e-7f, 0.0f);
-      ops::rmsprop_update(rmsprop, 1e-3f, 0.9f, 0.5f, 1e-7f, 1e-4f);
+      const auto rate = [&](float value) { return ops::scalar(value, on_device ? dut() : Device::CPU); };
+      ops::sgd_update(sgd, rate(0.1f), 0.9f, step == 1, 1e-4f);
+      ops::sgd_update(plain_sgd, rate(0.05f), 0.0f, false, 0.0f);
+      ops::adam_update(adam, rate(1e-3f), 0.9f, 0.999f, 1e-7f, 0.0f);
+      ops::rmsprop_update(rmsprop, rate(1e-3f), 0.9f, 0.5f, 1e-7f, 1e-4f);
     }
   }
   for (const Variable& x : variables) {
@@ -699,6 +702,18 @@ TEST_CASE("dropout masks are those of the CPU, element for element, for any seed
     const Tensor again({1000, 7}, dut());
     ops::dropout_mask(again, 0.3f, seed);
     CHECK(again.to_vector() == mask.device.to_vector());
+  }
+}
+
+TEST_CASE("a dropout mask drawn from a step counter on the device is the mask of the step's seed",
+          "[ops][dropout][capture]") {
+  const Tensor step = ops::step_counter(dut());
+  for (const std::uint64_t at : {0ull, 7ull, (1ull << 40) + 3}) {
+    ops::set_step_counter(step, [&] { return at; });
+    Pair mask = zeros({513, 3});
+    ops::dropout_mask(mask.cpu, 0.25f, derive_seed(42, at));
+    ops::dropout_mask(mask.device, 0.25f, 42, step);
+    require_close(mask.cpu, mask.device, 0.0, fmt::format("mask at step {}", at));
   }
 }
 

@@ -355,9 +355,9 @@ TEST_CASE("a server with backup workers refuses a push flagged as not finite, on
 class TeamSizeRecordingSgd : public optim::SGD {
  public:
   using SGD::SGD;
-  void update(const std::vector<VariableState>& variables, double learning_rate) override {
+  void update(const std::vector<VariableState>& variables, const Tensor& step_size) override {
     team_size = omp_get_max_threads();
-    SGD::update(variables, learning_rate);
+    SGD::update(variables, step_size);
   }
   std::atomic<int> team_size{0};
 };

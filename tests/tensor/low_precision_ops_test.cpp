@@ -221,6 +221,6 @@ TEST_CASE("dropout masks, losses and accuracy in 16-bit types match float32", "[
   }
   // The master variables' updates take float32 only.
   const Tensor value({4}), low_gradient({4}, DType::BFloat16);
-  CHECK_THROWS_WITH(ops::sgd_update({{value, low_gradient, Tensor()}}, 0.1f, 0.0f, false, 0.0f),
+  CHECK_THROWS_WITH(ops::sgd_update({{value, low_gradient, Tensor()}}, ops::scalar(0.1f, Device::CPU), 0.0f, false, 0.0f),
                     Catch::Contains("sgd_update: takes float32 operands") && Catch::Contains("bfloat16 (4,)"));
 }

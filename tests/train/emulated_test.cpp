@@ -30,7 +30,7 @@
 #include "cohort/train/trainer.hpp"
 #include "cohort/train/update.hpp"
 #include "comm/comm_test_util.hpp"
-#include "tensor/cpu/cpu_backend.hpp"
+#include "tensor/cpu/recording_backend.hpp"
 #include "ps/ps_test_util.hpp"
 #include "test_util.hpp"
 
@@ -339,7 +339,7 @@ TEST_CASE("on a device, fit reads the loss and metrics only where they are shown
 
 TEST_CASE("on a device, every loss and metric sums there: reads back to the host do not grow with the steps",
           "[device][train]") {
-  const auto& emulated = dynamic_cast<const cpu::CpuBackend&>(backend_for(Device::Emulated));
+  const auto& emulated = dynamic_cast<const cpu::RecordingBackend&>(backend_for(Device::Emulated)).kernels();
   const auto two_classes = data::make_synthetic({.samples = 44, .sample_shape = {8, 8, 2}, .classes = 2, .seed = 6});
   // A Dense layer of `outputs` on the flattened samples, then a sigmoid when asked.
   const auto dense = [](int outputs, bool sigmoid) {

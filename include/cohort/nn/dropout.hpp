@@ -19,6 +19,7 @@ class Dropout : public Layer {
   Tensor forward(const Tensor& x, const ForwardContext& context) override;
   Tensor backward(const Tensor& dy, bool need_input_gradient) override;
   std::optional<LayerConfig> config() const override;
+  bool draws_each_step() const override { return rate_ > 0.0f; }
 
  private:
   float rate_;

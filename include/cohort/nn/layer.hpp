@@ -38,6 +38,9 @@ struct ForwardContext {
   // The sum over the replicas of a data-parallel job, for layers that compute over every replica's batch;
   // null for one process.
   ReplicaSum* replica_sum = nullptr;
+  // `step` on the model's device (ops::step_counter), in training where a layer draws from it: a layer that
+  // reads its step there draws each replay's own values in a captured step (tensor/capture.hpp).
+  const Tensor* step_counter = nullptr;
 };
 
 // Creates the variables of one layer with scoped names and a reproducible per-variable random stream.
@@ -97,6 +100,8 @@ class Layer {
   // Multiply-adds of one sample's forward pass once built (convolutions and matrix products; 0 for layers
   // whose work is elementwise), for FLOP rates: a forward pass is 2 FLOPs each, a training step about 6.
   virtual std::int64_t multiply_adds_per_sample() const { return 0; }
+  // Whether forward() in training draws random values from the step (ForwardContext::step_counter).
+  virtual bool draws_each_step() const { return false; }
 
   const std::string& name() const { return name_; }
   void set_name(std::string name) { name_ = std::move(name); }

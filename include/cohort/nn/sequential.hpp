@@ -104,7 +104,7 @@ class Sequential {
   std::string summary(const std::string& model_name = "sequential") const;
 
  private:
-  Tensor run(const Tensor& x, std::size_t end, const ForwardContext& context);
+  Tensor run(const Tensor& x, std::size_t end, const ForwardContext& asked);
   std::size_t logits_end() const;
 
   Shape input_shape_;
@@ -116,6 +116,7 @@ class Sequential {
   int next_creation_order_ = 0;
   bool training_ = false;
   std::uint64_t step_ = 0;
+  Tensor step_counter_;  // step_ on the device, for the layers that draw from it
   Precision precision_ = Precision::Float32;
   ReplicaSum* replica_sum_ = nullptr;
   // The layers whose forward() the last forward call ran (the others were absorbed into them), for backward(),

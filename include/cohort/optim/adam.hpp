@@ -24,7 +24,8 @@ class Adam : public Optimizer {
   int slots_per_variable() const override { return 2; }
 
  protected:
-  void update(const std::vector<VariableState>& variables, double learning_rate) override;
+  double step_size(double learning_rate) const override;
+  void update(const std::vector<VariableState>& variables, const Tensor& step_size) override;
 
  private:
   AdamOptions options_;

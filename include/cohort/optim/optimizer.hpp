@@ -80,7 +80,11 @@ class Optimizer {
     const Tensor* gradient;
     std::vector<Tensor>* slots;
   };
-  virtual void update(const std::vector<VariableState>& variables, double learning_rate) = 0;
+  // The step the update rule takes at this iteration for `learning_rate` (Adam folds its bias correction in).
+  virtual double step_size(double learning_rate) const { return learning_rate; }
+  // `step_size` is a float32 scalar on the variables' device, written before the update runs: a captured
+  // step (tensor/capture.hpp) writes it anew for each replay.
+  virtual void update(const std::vector<VariableState>& variables, const Tensor& step_size) = 0;
 
  private:
   std::vector<Tensor>& slots_for(const std::string& variable_name, const Tensor& value);
@@ -91,6 +95,7 @@ class Optimizer {
   std::int64_t iterations_ = 0;
   double learning_rate_factor_ = 1.0;
   std::map<std::string, SlotState> state_;
+  std::map<Device, Tensor> step_sizes_;  // the step-size scalar of each device updated so far
 };
 
 }  // namespace cohort::optim

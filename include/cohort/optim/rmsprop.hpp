@@ -24,7 +24,7 @@ class RMSprop : public Optimizer {
   int slots_per_variable() const override { return 1 + (options_.centered ? 1 : 0) + (options_.momentum > 0 ? 1 : 0); }
 
  protected:
-  void update(const std::vector<VariableState>& variables, double learning_rate) override;
+  void update(const std::vector<VariableState>& variables, const Tensor& step_size) override;
 
  private:
   RMSpropOptions options_;

@@ -22,7 +22,7 @@ class SGD : public Optimizer {
   int slots_per_variable() const override { return options_.momentum > 0 ? 1 : 0; }
 
  protected:
-  void update(const std::vector<VariableState>& variables, double learning_rate) override;
+  void update(const std::vector<VariableState>& variables, const Tensor& step_size) override;
 
  private:
   SGDOptions options_;

@@ -4,7 +4,8 @@
 //   HostAllocator     64-byte aligned host memory.
 //   CachingAllocator  keeps freed blocks in size-class bins and hands them out again, so that a training
 //                     step that allocates the same buffers every time costs no device allocation after
-//                     the first; release_cached() returns the cached blocks to the allocator below.
+//                     the first; release_cached() returns the cached blocks to the allocator below. A private
+//                     pool keeps the blocks of captured work (tensor/capture.hpp) for that work alone.
 // Statistics: bytes in use (size-class rounded), the peak of that, and bytes cached.
 //
 //   const AllocatorStats s = allocator_for(Device::Emulated).stats();
@@ -79,13 +80,24 @@ class CachingAllocator : public Allocator {
   // power of two (at most 25 % of a block unused).
   static std::size_t size_class(std::size_t bytes);
 
+  // From now until end_private_pool(), every block handed out belongs to a new pool: work captured meanwhile
+  // reads and writes those blocks at each replay, so once freed they are handed out again only within a
+  // capture into the same pool, never to other tensors, until the returned hold is gone (the captured work
+  // with it). One pool at a time. Blocks still in use when the hold goes are this allocator's again once freed.
+  std::shared_ptr<void> begin_private_pool();
+  void end_private_pool();
+
  private:
+  struct PrivatePool;
   void release_cached_locked() noexcept;
+  void drop_pool(PrivatePool* pool) noexcept;
 
   std::unique_ptr<Allocator> upstream_;
   mutable std::mutex mutex_;
   std::map<std::size_t, std::vector<void*>> bins_;
   AllocatorStats stats_;
+  std::shared_ptr<PrivatePool> filling_;                   // the pool of the capture under way
+  std::map<void*, std::shared_ptr<PrivatePool>> owners_;  // the pool each block handed out during a capture is in
 };
 
 // The allocator of a device's backend; DeviceError for a device this build has no backend for.

@@ -28,8 +28,9 @@
 
 namespace cohort {
 
-// What a backend prepared for one geometry; each backend derives its own.
-struct PlanState {
+// What a backend prepared for one geometry; each backend derives its own. Shared, so that recorded work
+// (capture.hpp) keeps the plans it was recorded with.
+struct PlanState : std::enable_shared_from_this<PlanState> {
   virtual ~PlanState() = default;
 };
 
@@ -129,6 +130,14 @@ void moving_average_update(const Tensor& moving, const Tensor& batch, float mome
 // ---- dropout: mask[i] = 0 with probability rate, else 1 / (1 - rate); drawn from a counter-based
 // generator keyed by (seed, i), so the mask does not depend on the thread count.
 void dropout_mask(const Tensor& mask, float rate, std::uint64_t seed);
+// The mask of derive_seed(seed, step), `step` read on the device from a step counter (step_counter()): the
+// mask of each replay of a captured step (capture.hpp) is that step's own.
+void dropout_mask(const Tensor& mask, float rate, std::uint64_t seed, const Tensor& step);
+// A 64-bit counter on `device` (int32 (2), low word first), zero, for dropout_mask() and capture.hpp's
+// set_step_counter().
+Tensor step_counter(Device device);
+// A float32 scalar on `device` holding `value` (a learning rate for the updates below).
+Tensor scalar(float value, Device device);
 
 // ---- 8-bit images to the float32 a model takes, on the device that trains (a quarter of the bytes to copy):
 // out[n, y, x, c] = (v / 255 - mean[c]) / stddev[c], v = images[s, y + dy, x' + dx, c] or 0 where that falls
@@ -164,25 +173,27 @@ void batch_norm_activation_backward(BatchNormPlan& plan, const Tensor& x, const 
                                     const Tensor& dbeta);
 
 // ---- optimizer updates (Keras semantics, see optim/), fused into one pass over each variable, for any
-// number of variables at once with the same hyperparameters: a GPU updates them all in one launch.
+// number of variables at once with the same hyperparameters: a GPU updates them all in one launch. The
+// learning rate is a float32 scalar on the variables' device, read when the update runs, so that a captured
+// step (capture.hpp) takes each replay's rate.
 // L2 weight decay adds weight_decay * w to the gradient first.
 // SGD: with momentum, v = momentum * v - lr * g; w += v (Nesterov: w += momentum * v - lr * g).
 struct SgdOperands {
   Tensor value, gradient, velocity;  // velocity undefined without momentum
 };
-void sgd_update(const std::vector<SgdOperands>& variables, float learning_rate, float momentum, bool nesterov,
+void sgd_update(const std::vector<SgdOperands>& variables, const Tensor& learning_rate, float momentum, bool nesterov,
                 float weight_decay);
 // Adam: m, v moments; the caller folds bias correction into the learning rate.
 struct AdamOperands {
   Tensor value, gradient, m, v;
 };
-void adam_update(const std::vector<AdamOperands>& variables, float learning_rate, float beta_1, float beta_2,
+void adam_update(const std::vector<AdamOperands>& variables, const Tensor& learning_rate, float beta_1, float beta_2,
                  float epsilon, float weight_decay);
 // RMSprop: mean_square (and mean_gradient when centered, velocity when momentum > 0) as in Keras.
 struct RmspropOperands {
   Tensor value, gradient, mean_square, mean_gradient, velocity;
 };
-void rmsprop_update(const std::vector<RmspropOperands>& variables, float learning_rate, float rho, float momentum,
+void rmsprop_update(const std::vector<RmspropOperands>& variables, const Tensor& learning_rate, float rho, float momentum,
                     float epsilon, float weight_decay);
 
 // ---- losses and metrics. labels: shape (N) of class indices, or (N, C) one-hot / soft targets.

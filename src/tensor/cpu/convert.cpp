@@ -4,6 +4,7 @@
 // processor's F16C conversions where it has them, which give the rules' bits for every float (their
 // branches for subnormals keep the scalar loop from vectorizing).
 #include <algorithm>
+#include <bit>
 #include <cstring>
 
 #if defined(__x86_64__)
@@ -67,6 +68,11 @@ void in_blocks(const void* from, void* to, std::int64_t n, Convert convert) {
 
 void CpuBackend::zero(const Tensor& x) {
   if (x.numel() > 0) std::memset(device_bytes(x), 0, x.bytes());
+}
+
+void CpuBackend::write_bits(const Tensor& destination, std::uint64_t bits) {
+  static_assert(std::endian::native == std::endian::little, "the low bytes of `bits` come first");
+  std::memcpy(device_bytes(destination), &bits, destination.bytes());
 }
 
 void CpuBackend::convert(const Tensor& source, const Tensor& destination) {

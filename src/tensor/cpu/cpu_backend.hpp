@@ -39,6 +39,7 @@ class CpuBackend final : public Backend {
   // await it sees the old bytes, as it could on a GPU.
   DeviceEventPtr copy_to_host_async(const Tensor& source, const Tensor& destination) override;
   void zero(const Tensor& x) override;
+  void write_bits(const Tensor& destination, std::uint64_t bits) override;
   void convert(const Tensor& source, const Tensor& destination) override;
 
   std::shared_ptr<const PlanState> plan(const Conv2dGeometry& geometry) override;
@@ -79,7 +80,7 @@ class CpuBackend final : public Backend {
                                      const Tensor& gamma, const Tensor& dy, const Tensor& mean, const Tensor& variance,
                                      const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta) override;
   void moving_average_update(const Tensor& moving, const Tensor& batch, float momentum) override;
-  void dropout_mask(const Tensor& mask, float rate, std::uint64_t seed) override;
+  void dropout_mask(const Tensor& mask, float rate, std::uint64_t seed, const Tensor& step) override;
   void expand_images(const Tensor& images, const Tensor& indices, const Tensor& draws, const Tensor& mean,
                      const Tensor& stddev, const Tensor& out) override;
 
@@ -102,11 +103,11 @@ class CpuBackend final : public Backend {
                                       const Tensor& batch_variance, Activation activation, const Tensor& dx,
                                       const Tensor& dgamma, const Tensor& dbeta) override;
 
-  void sgd_update(const std::vector<ops::SgdOperands>& variables, float learning_rate, float momentum, bool nesterov,
-                  float weight_decay) override;
-  void adam_update(const std::vector<ops::AdamOperands>& variables, float learning_rate, float beta_1, float beta_2,
-                   float epsilon, float weight_decay) override;
-  void rmsprop_update(const std::vector<ops::RmspropOperands>& variables, float learning_rate, float rho,
+  void sgd_update(const std::vector<ops::SgdOperands>& variables, const Tensor& learning_rate, float momentum,
+                  bool nesterov, float weight_decay) override;
+  void adam_update(const std::vector<ops::AdamOperands>& variables, const Tensor& learning_rate, float beta_1,
+                   float beta_2, float epsilon, float weight_decay) override;
+  void rmsprop_update(const std::vector<ops::RmspropOperands>& variables, const Tensor& learning_rate, float rho,
                       float momentum, float epsilon, float weight_decay) override;
 
   void softmax_cross_entropy(const Tensor& logits, const Tensor& labels, const Tensor& dlogits, const RunningSums& sums,

@@ -182,8 +182,8 @@ void CpuBackend::activation_backward(Activation activation, const Tensor& y, con
   });
 }
 
-void CpuBackend::dropout_mask(const Tensor& mask, float rate, std::uint64_t seed) {
-  const DropoutRule rule = DropoutRule::of(rate, seed);
+void CpuBackend::dropout_mask(const Tensor& mask, float rate, std::uint64_t seed, const Tensor& step) {
+  const DropoutRule rule = DropoutRule::of(rate, step.defined() ? derive_seed(seed, step_of(step)) : seed);
   with_stored(mask.dtype(), [&](auto stored) {
     const Elements<decltype(stored)> p(mask);
     in_blocks(mask.numel(), [=](std::int64_t begin, std::int64_t end) {

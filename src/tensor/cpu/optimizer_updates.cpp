@@ -31,8 +31,9 @@ void rmsprop_pass(float* w, const float* g, float* ms, float* mg, float* velocit
 
 }  // namespace
 
-void CpuBackend::sgd_update(const std::vector<ops::SgdOperands>& variables, float learning_rate, float momentum,
+void CpuBackend::sgd_update(const std::vector<ops::SgdOperands>& variables, const Tensor& rate, float momentum,
                             bool nesterov, float weight_decay) {
+  const float learning_rate = *device_data(rate);
   for (const ops::SgdOperands& variable : variables) {
     float* w = device_data(variable.value);
     const float* g = device_data(variable.gradient);
@@ -43,8 +44,9 @@ void CpuBackend::sgd_update(const std::vector<ops::SgdOperands>& variables, floa
   }
 }
 
-void CpuBackend::adam_update(const std::vector<ops::AdamOperands>& variables, float learning_rate, float beta_1,
+void CpuBackend::adam_update(const std::vector<ops::AdamOperands>& variables, const Tensor& rate, float beta_1,
                              float beta_2, float epsilon, float weight_decay) {
+  const float learning_rate = *device_data(rate);
   for (const ops::AdamOperands& variable : variables) {
     float* w = device_data(variable.value);
     const float* g = device_data(variable.gradient);
@@ -57,8 +59,9 @@ void CpuBackend::adam_update(const std::vector<ops::AdamOperands>& variables, fl
   }
 }
 
-void CpuBackend::rmsprop_update(const std::vector<ops::RmspropOperands>& variables, float learning_rate, float rho,
+void CpuBackend::rmsprop_update(const std::vector<ops::RmspropOperands>& variables, const Tensor& rate, float rho,
                                 float momentum, float epsilon, float weight_decay) {
+  const float learning_rate = *device_data(rate);
   for (const ops::RmspropOperands& variable : variables) {
     float* w = device_data(variable.value);
     const float* g = device_data(variable.gradient);

@@ -252,6 +252,64 @@ DeviceEventPtr CudaBackend::record_event() {
   return std::make_shared<CudaEvent>(*this, std::vector<Tensor>{});
 }
 
+namespace {
+
+// Captured work, instantiated. It holds the private pool of the blocks the work was recorded with.
+class CudaGraph final : public BackendGraph {
+ public:
+  CudaGraph(CudaBackend& backend, cudaGraphExec_t graph, std::shared_ptr<void> pool)
+      : backend_(backend), graph_(graph), pool_(std::move(pool)) {}
+  ~CudaGraph() override {
+    backend_.activate();
+    cudaGraphExecDestroy(graph_);  // a launch still in flight completes first
+  }
+  CudaGraph(const CudaGraph&) = delete;
+  CudaGraph& operator=(const CudaGraph&) = delete;
+
+  void launch() override {
+    backend_.activate();
+    COHORT_CUDA_CHECK(cudaGraphLaunch(graph_, backend_.compute_stream()), "launching captured work on cuda:{}",
+                      backend_.ordinal());
+  }
+
+ private:
+  CudaBackend& backend_;
+  cudaGraphExec_t graph_;
+  std::shared_ptr<void> pool_;  // released after the graph: the pool's blocks stay its until it is gone
+};
+
+}  // namespace
+
+void CudaBackend::begin_capture() {
+  activate();
+  capture_pool_ = allocator_->begin_private_pool();
+  const cudaError_t started = cudaStreamBeginCapture(compute_, cudaStreamCaptureModeThreadLocal);
+  if (started != cudaSuccess) {
+    allocator_->end_private_pool();
+    capture_pool_.reset();
+    COHORT_CUDA_CHECK(started, "starting to capture work on cuda:{}", ordinal_);
+  }
+}
+
+std::unique_ptr<BackendGraph> CudaBackend::end_capture() {
+  activate();
+  cudaGraph_t graph = nullptr;
+  const cudaError_t ended = cudaStreamEndCapture(compute_, &graph);
+  allocator_->end_private_pool();
+  std::shared_ptr<void> pool = std::exchange(capture_pool_, nullptr);
+  if (ended != cudaSuccess || graph == nullptr) {
+    cudaGetLastError();
+    throw DeviceError(fmt::format("capturing work on cuda:{} failed: {} ({}); an op of the work made the host wait, or "
+                                  "a library call could not be captured",
+                                  ordinal_, cudaGetErrorString(ended), cudaGetErrorName(ended)));
+  }
+  cudaGraphExec_t instance = nullptr;
+  const cudaError_t made = cudaGraphInstantiate(&instance, graph, 0);
+  cudaGraphDestroy(graph);
+  COHORT_CUDA_CHECK(made, "instantiating the work captured on cuda:{}", ordinal_);
+  return std::make_unique<CudaGraph>(*this, instance, std::move(pool));
+}
+
 void CudaBackend::hold_until_passed(cudaEvent_t event, std::vector<Tensor> tensors) {
   release_passed_holds();
   const std::lock_guard lock(held_mutex_);
@@ -273,6 +331,12 @@ std::shared_ptr<const PlanState> CudaBackend::plan(const BatchNormGeometry&) { r
 
 // Kernel launches report configuration errors at once; faults inside a kernel surface at the next wait.
 #define COHORT_CUDA_LAUNCHED(...) COHORT_CUDA_CHECK(cudaGetLastError(), __VA_ARGS__)
+
+void CudaBackend::write_bits(const Tensor& destination, std::uint64_t bits) {
+  activate();
+  kernels::write_bits(device_bytes(destination), bits, static_cast<int>(destination.bytes()), compute_);
+  COHORT_CUDA_LAUNCHED("write_bits of {} bytes", destination.bytes());
+}
 
 void CudaBackend::zero(const Tensor& x) {
   activate();
@@ -574,10 +638,11 @@ void CudaBackend::moving_average_update(const Tensor& moving, const Tensor& batc
   COHORT_CUDA_LAUNCHED("moving_average_update of {}", moving.shape());
 }
 
-void CudaBackend::dropout_mask(const Tensor& mask, float rate, std::uint64_t seed) {
+void CudaBackend::dropout_mask(const Tensor& mask, float rate, std::uint64_t seed, const Tensor& step) {
   activate();
+  const auto* device_step = step.defined() ? static_cast<const std::uint64_t*>(device_bytes(step)) : nullptr;
   with_element_type(mask.dtype(), [&]<class T>(std::type_identity<T>) {
-    kernels::dropout_mask(out_as<T>(mask), mask.numel(), DropoutRule::of(rate, seed), compute_);
+    kernels::dropout_mask(out_as<T>(mask), mask.numel(), DropoutRule::of(rate, seed), seed, device_step, compute_);
   });
   COHORT_CUDA_LAUNCHED("dropout_mask of {} {}", dtype_name(mask.dtype()), mask.shape());
 }
@@ -613,30 +678,30 @@ void for_each_list(const std::vector<Operands>& variables, Pointers&& operands, 
 
 }  // namespace
 
-void CudaBackend::sgd_update(const std::vector<ops::SgdOperands>& variables, float learning_rate, float momentum,
+void CudaBackend::sgd_update(const std::vector<ops::SgdOperands>& variables, const Tensor& learning_rate, float momentum,
                              bool nesterov, float weight_decay) {
   activate();
   for_each_list(
       variables,
       [](const ops::SgdOperands& v) { return std::array<const Tensor*, 3>{&v.value, &v.gradient, &v.velocity}; },
       [&](const kernels::TensorList& list) {
-        kernels::sgd_update(list, learning_rate, momentum, nesterov, weight_decay, compute_);
+        kernels::sgd_update(list, in(learning_rate), momentum, nesterov, weight_decay, compute_);
       });
   COHORT_CUDA_LAUNCHED("sgd_update of {} variables", variables.size());
 }
 
-void CudaBackend::adam_update(const std::vector<ops::AdamOperands>& variables, float learning_rate, float beta_1,
+void CudaBackend::adam_update(const std::vector<ops::AdamOperands>& variables, const Tensor& learning_rate, float beta_1,
                               float beta_2, float epsilon, float weight_decay) {
   activate();
   for_each_list(
       variables, [](const ops::AdamOperands& v) { return std::array<const Tensor*, 4>{&v.value, &v.gradient, &v.m, &v.v}; },
       [&](const kernels::TensorList& list) {
-        kernels::adam_update(list, learning_rate, beta_1, beta_2, epsilon, weight_decay, compute_);
+        kernels::adam_update(list, in(learning_rate), beta_1, beta_2, epsilon, weight_decay, compute_);
       });
   COHORT_CUDA_LAUNCHED("adam_update of {} variables", variables.size());
 }
 
-void CudaBackend::rmsprop_update(const std::vector<ops::RmspropOperands>& variables, float learning_rate, float rho,
+void CudaBackend::rmsprop_update(const std::vector<ops::RmspropOperands>& variables, const Tensor& learning_rate, float rho,
                                  float momentum, float epsilon, float weight_decay) {
   activate();
   for_each_list(
@@ -645,7 +710,7 @@ void CudaBackend::rmsprop_update(const std::vector<ops::RmspropOperands>& variab
         return std::array<const Tensor*, 5>{&v.value, &v.gradient, &v.mean_square, &v.mean_gradient, &v.velocity};
       },
       [&](const kernels::TensorList& list) {
-        kernels::rmsprop_update(list, learning_rate, rho, momentum, epsilon, weight_decay, compute_);
+        kernels::rmsprop_update(list, in(learning_rate), rho, momentum, epsilon, weight_decay, compute_);
       });
   COHORT_CUDA_LAUNCHED("rmsprop_update of {} variables", variables.size());
 }

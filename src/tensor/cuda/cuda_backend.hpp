@@ -67,6 +67,11 @@ class CudaBackend final : public Backend {
   std::unique_ptr<BackendStream> make_stream() override;
   void synchronize() override { wait("synchronize"); }
   DeviceEventPtr record_event() override;
+  // Stream capture of the calling thread's work on the compute stream; the blocks allocated meanwhile go to a
+  // private pool that the graph holds.
+  void begin_capture() override;
+  std::unique_ptr<BackendGraph> end_capture() override;
+  void write_bits(const Tensor& destination, std::uint64_t bits) override;
   void copy_from_host(const void* source, const Tensor& destination) override;
   void copy_to_host(const Tensor& source, void* destination) override;
   DeviceEventPtr copy_to_host_async(const Tensor& source, const Tensor& destination) override;
@@ -125,15 +130,15 @@ class CudaBackend final : public Backend {
                                       const Tensor& batch_mean, const Tensor& batch_variance, Activation activation,
                                       const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta) override;
   void moving_average_update(const Tensor& moving, const Tensor& batch, float momentum) override;
-  void dropout_mask(const Tensor& mask, float rate, std::uint64_t seed) override;
+  void dropout_mask(const Tensor& mask, float rate, std::uint64_t seed, const Tensor& step) override;
   void expand_images(const Tensor& images, const Tensor& indices, const Tensor& draws, const Tensor& mean,
                      const Tensor& stddev, const Tensor& out) override;
 
-  void sgd_update(const std::vector<ops::SgdOperands>& variables, float learning_rate, float momentum, bool nesterov,
-                  float weight_decay) override;
-  void adam_update(const std::vector<ops::AdamOperands>& variables, float learning_rate, float beta_1, float beta_2,
-                   float epsilon, float weight_decay) override;
-  void rmsprop_update(const std::vector<ops::RmspropOperands>& variables, float learning_rate, float rho,
+  void sgd_update(const std::vector<ops::SgdOperands>& variables, const Tensor& learning_rate, float momentum,
+                  bool nesterov, float weight_decay) override;
+  void adam_update(const std::vector<ops::AdamOperands>& variables, const Tensor& learning_rate, float beta_1,
+                   float beta_2, float epsilon, float weight_decay) override;
+  void rmsprop_update(const std::vector<ops::RmspropOperands>& variables, const Tensor& learning_rate, float rho,
                       float momentum, float epsilon, float weight_decay) override;
 
   void softmax_cross_entropy(const Tensor& logits, const Tensor& labels, const Tensor& dlogits, const RunningSums& sums,
@@ -181,7 +186,9 @@ class CudaBackend final : public Backend {
   int ordinal_ = 0;
   bool allow_tf32_ = false;
   bool deterministic_ = true;
-  std::unique_ptr<Allocator> allocator_, pinned_;
+  std::unique_ptr<CachingAllocator> allocator_;
+  std::unique_ptr<Allocator> pinned_;
+  std::shared_ptr<void> capture_pool_;  // the private pool of the capture under way
   cudaStream_t compute_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
   cudnnHandle_t cudnn_ = nullptr;

@@ -395,8 +395,14 @@ __global__ void crop_kernel(PaddedImage p, const T* padded, T* x, std::int64_t n
 }
 
 template <class T>
-__global__ void dropout_kernel(T* mask, std::int64_t n, DropoutRule rule) {
+__global__ void dropout_kernel(T* mask, std::int64_t n, DropoutRule rule, std::uint64_t seed, const std::uint64_t* step) {
+  if (step != nullptr) rule.key = DropoutRule::key_of(derive_seed(seed, *step));
   COHORT_GRID_STRIDE(i, n) mask[i] = narrow_to<T>(rule(static_cast<std::uint64_t>(i)));
+}
+
+__global__ void write_bits_kernel(std::uint32_t* destination, std::uint64_t bits, int words) {
+  destination[0] = static_cast<std::uint32_t>(bits);
+  if (words == 2) destination[1] = static_cast<std::uint32_t>(bits >> 32);
 }
 
 __global__ void expand_images_kernel(ImageExpansion expansion, const std::uint8_t* images, std::int64_t stored,
@@ -417,31 +423,34 @@ __global__ void expand_images_kernel(ImageExpansion expansion, const std::uint8_
   for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < (list).size[blockIdx.y]; \
        i += static_cast<std::int64_t>(blockDim.x) * gridDim.x)
 
-__global__ void sgd_kernel(TensorList list, float learning_rate, float momentum, bool nesterov, float weight_decay) {
+__global__ void sgd_kernel(TensorList list, const float* step_size, float momentum, bool nesterov, float weight_decay) {
   float* w = list.operand[0][blockIdx.y];
   const float* g = list.operand[1][blockIdx.y];
   float* v = list.operand[2][blockIdx.y];
+  const float learning_rate = *step_size;
   COHORT_LIST_STRIDE(i, list)
   update_rules::sgd(w[i], g[i], v == nullptr ? nullptr : v + i, learning_rate, momentum, nesterov, weight_decay);
 }
 
-__global__ void adam_kernel(TensorList list, float learning_rate, float beta_1, float beta_2, float epsilon,
+__global__ void adam_kernel(TensorList list, const float* step_size, float beta_1, float beta_2, float epsilon,
                             float weight_decay) {
   float* w = list.operand[0][blockIdx.y];
   const float* g = list.operand[1][blockIdx.y];
   float* m = list.operand[2][blockIdx.y];
   float* v = list.operand[3][blockIdx.y];
+  const float learning_rate = *step_size;
   COHORT_LIST_STRIDE(i, list)
   update_rules::adam(w[i], g[i], m[i], v[i], learning_rate, beta_1, beta_2, epsilon, weight_decay);
 }
 
-__global__ void rmsprop_kernel(TensorList list, float learning_rate, float rho, float momentum, float epsilon,
+__global__ void rmsprop_kernel(TensorList list, const float* step_size, float rho, float momentum, float epsilon,
                                float weight_decay) {
   float* w = list.operand[0][blockIdx.y];
   const float* g = list.operand[1][blockIdx.y];
   float* ms = list.operand[2][blockIdx.y];
   float* mg = list.operand[3][blockIdx.y];
   float* velocity = list.operand[4][blockIdx.y];
+  const float learning_rate = *step_size;
   COHORT_LIST_STRIDE(i, list)
   update_rules::rmsprop(w[i], g[i], ms[i], mg == nullptr ? nullptr : mg + i, velocity == nullptr ? nullptr : velocity + i,
                         learning_rate, rho, momentum, epsilon, weight_decay);
@@ -776,8 +785,13 @@ void crop_images(const PaddedImage& p, const T* padded, T* x, cudaStream_t strea
 }
 
 template <class T>
-void dropout_mask(T* mask, std::int64_t n, const DropoutRule& rule, cudaStream_t stream) {
-  if (n > 0) dropout_kernel<<<blocks_for(n), kThreads, 0, stream>>>(mask, n, rule);
+void dropout_mask(T* mask, std::int64_t n, const DropoutRule& rule, std::uint64_t seed, const std::uint64_t* step,
+                  cudaStream_t stream) {
+  if (n > 0) dropout_kernel<<<blocks_for(n), kThreads, 0, stream>>>(mask, n, rule, seed, step);
+}
+
+void write_bits(void* destination, std::uint64_t bits, int bytes, cudaStream_t stream) {
+  write_bits_kernel<<<1, 1, 0, stream>>>(static_cast<std::uint32_t*>(destination), bits, bytes / 4);
 }
 
 void expand_images(const ImageExpansion& expansion, std::int64_t batch, const std::uint8_t* images, std::int64_t stored,
@@ -789,22 +803,22 @@ void expand_images(const ImageExpansion& expansion, std::int64_t batch, const st
                                                                   stddev, out, n);
 }
 
-void sgd_update(const TensorList& list, float learning_rate, float momentum, bool nesterov, float weight_decay,
+void sgd_update(const TensorList& list, const float* step_size, float momentum, bool nesterov, float weight_decay,
                 cudaStream_t stream) {
   if (list.count > 0)
-    sgd_kernel<<<list_grid(list), kThreads, 0, stream>>>(list, learning_rate, momentum, nesterov, weight_decay);
+    sgd_kernel<<<list_grid(list), kThreads, 0, stream>>>(list, step_size, momentum, nesterov, weight_decay);
 }
 
-void adam_update(const TensorList& list, float learning_rate, float beta_1, float beta_2, float epsilon,
+void adam_update(const TensorList& list, const float* step_size, float beta_1, float beta_2, float epsilon,
                  float weight_decay, cudaStream_t stream) {
   if (list.count > 0)
-    adam_kernel<<<list_grid(list), kThreads, 0, stream>>>(list, learning_rate, beta_1, beta_2, epsilon, weight_decay);
+    adam_kernel<<<list_grid(list), kThreads, 0, stream>>>(list, step_size, beta_1, beta_2, epsilon, weight_decay);
 }
 
-void rmsprop_update(const TensorList& list, float learning_rate, float rho, float momentum, float epsilon,
+void rmsprop_update(const TensorList& list, const float* step_size, float rho, float momentum, float epsilon,
                     float weight_decay, cudaStream_t stream) {
   if (list.count > 0)
-    rmsprop_kernel<<<list_grid(list), kThreads, 0, stream>>>(list, learning_rate, rho, momentum, epsilon, weight_decay);
+    rmsprop_kernel<<<list_grid(list), kThreads, 0, stream>>>(list, step_size, rho, momentum, epsilon, weight_decay);
 }
 
 void softmax_cross_entropy(const LossRows& rows, float* dlogits, cudaStream_t stream) {
@@ -859,7 +873,7 @@ void add_rows(const LossRows& rows, double* sum, double* bad_label, cudaStream_t
   template void ohwi_to_hwio<T>(const T*, float*, std::int64_t, std::int64_t, std::int64_t, cudaStream_t);            \
   template void pad_images<T>(const PaddedImage&, const T*, T*, cudaStream_t);                                        \
   template void crop_images<T>(const PaddedImage&, const T*, T*, cudaStream_t);                                       \
-  template void dropout_mask<T>(T*, std::int64_t, const DropoutRule&, cudaStream_t);
+  template void dropout_mask<T>(T*, std::int64_t, const DropoutRule&, std::uint64_t, const std::uint64_t*, cudaStream_t);
 COHORT_FOR_EACH_ELEMENT_TYPE(float)
 COHORT_FOR_EACH_ELEMENT_TYPE(__nv_bfloat16)
 COHORT_FOR_EACH_ELEMENT_TYPE(__half)

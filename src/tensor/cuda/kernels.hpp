@@ -121,8 +121,12 @@ template <class T>
 void crop_images(const PaddedImage& p, const T* padded, T* x, cudaStream_t stream);
 
 // ---- dropout: the CPU backend's counter-based generator, element for element
+// `step` null: the rule's own key; else the key of derive_seed(seed, *step), read on the device.
 template <class T>
-void dropout_mask(T* mask, std::int64_t n, const DropoutRule& rule, cudaStream_t stream);
+void dropout_mask(T* mask, std::int64_t n, const DropoutRule& rule, std::uint64_t seed, const std::uint64_t* step,
+                  cudaStream_t stream);
+// The low `bytes` (4 or 8) of `bits` into `destination`, as a kernel's argument.
+void write_bits(void* destination, std::uint64_t bits, int bytes, cudaStream_t stream);
 
 // ---- 8-bit images to float32, each sample shifted, mirrored and normalized as its draws (N, 3) say; sample n
 // reads image indices[n] of the `stored` ones (zeros outside them), or image n where indices is null
@@ -131,7 +135,7 @@ void expand_images(const ImageExpansion& expansion, std::int64_t batch, const st
                    float* out, cudaStream_t stream);
 
 // ---- optimizer updates (the CPU backend's formulas) of up to kMaxTensorsPerLaunch variables in one
-// launch, passed by value as kernel parameters. operand[k][t] is operand k of variable t: the value, the
+// launch, passed by value as kernel parameters; the step size is read on the device. operand[k][t] is operand k of variable t: the value, the
 // gradient, then the slots in the order of the optimizer's ops:: operands (null where unused).
 constexpr int kMaxTensorsPerLaunch = 32;
 struct TensorList {
@@ -139,11 +143,11 @@ struct TensorList {
   std::int64_t size[kMaxTensorsPerLaunch] = {};
   int count = 0;
 };
-void sgd_update(const TensorList& variables, float learning_rate, float momentum, bool nesterov, float weight_decay,
+void sgd_update(const TensorList& variables, const float* step_size, float momentum, bool nesterov, float weight_decay,
                 cudaStream_t stream);
-void adam_update(const TensorList& variables, float learning_rate, float beta_1, float beta_2, float epsilon,
+void adam_update(const TensorList& variables, const float* step_size, float beta_1, float beta_2, float epsilon,
                  float weight_decay, cudaStream_t stream);
-void rmsprop_update(const TensorList& variables, float learning_rate, float rho, float momentum, float epsilon,
+void rmsprop_update(const TensorList& variables, const float* step_size, float rho, float momentum, float epsilon,
                     float weight_decay, cudaStream_t stream);
 
 // ---- losses and metrics, one thread per row. labels: class indices (sparse) or (rows x classes)

@@ -1,0 +1,171 @@
+// Captured work (tensor/capture.hpp) on the emulated device, which records as a GPU's stream capture does, and
+// the caching allocator's private pools that keep a capture's blocks for it.
+#include <catch2/catch.hpp>
+#include <thread>
+#include <vector>
+
+#include "cohort/core/error.hpp"
+#include "cohort/tensor/allocator.hpp"
+#include "cohort/tensor/capture.hpp"
+#include "cohort/tensor/ops.hpp"
+
+using namespace cohort;
+
+namespace {
+
+constexpr Device kDevice = Device::Emulated;
+
+Tensor on_device(std::vector<float> values) {
+  return Tensor::from_values({static_cast<std::int64_t>(values.size())}, values).to(kDevice);
+}
+
+}  // namespace
+
+TEST_CASE("captured work runs only when replayed, on the buffers it was recorded with", "[capture]") {
+  const Tensor input = on_device({1, 2, 3}), output(Shape{3}, kDevice);
+  auto work = ops::capture(kDevice, [&] {
+    ops::copy(input, output);
+    ops::scale(output, 2.0f);
+  });
+  CHECK(output.to_vector() == std::vector<float>{0, 0, 0});  // recording ran nothing
+  work->replay();
+  CHECK(output.to_vector() == std::vector<float>{2, 4, 6});
+  ops::copy(on_device({5, 6, 7}), input);
+  work->replay();
+  CHECK(output.to_vector() == std::vector<float>{10, 12, 14});
+  CHECK(work->replays() == 2);
+}
+
+TEST_CASE("a step value is written before each replay: the recorded one first, then its source's", "[capture]") {
+  const Tensor value = on_device({0}), gradient = on_device({1});
+  const Tensor rate = ops::scalar(0.0f, kDevice);
+  float source = 0.5f;
+  auto step = ops::capture(kDevice, [&] {
+    ops::set_step_scalar(rate, [&] { return source; });
+    ops::sgd_update({{value, gradient, Tensor()}}, rate, 0.0f, false, 0.0f);
+  });
+  source = 2.0f;  // after recording: the recorded step still takes 0.5
+  step->replay();
+  CHECK(value.to_vector() == std::vector<float>{-0.5f});
+  step->replay();
+  CHECK(value.to_vector() == std::vector<float>{-2.5f});
+  source = 0.25f;
+  step->replay();
+  CHECK(value.to_vector() == std::vector<float>{-2.75f});
+
+  // Outside a capture a step value is written at once.
+  ops::set_step_scalar(rate, [] { return 4.0f; });
+  CHECK(rate.to_vector() == std::vector<float>{4.0f});
+  const Tensor counter = ops::step_counter(kDevice);
+  ops::set_step_counter(counter, [] { return (std::uint64_t{5} << 32) | 9; });
+  const Tensor words = counter.to(Device::CPU);
+  CHECK(words.data<std::int32_t>()[0] == 9);
+  CHECK(words.data<std::int32_t>()[1] == 5);
+  CHECK_THROWS_WITH(ops::set_step_scalar(counter, [] { return 1.0f; }), Catch::Contains("takes a float32 scalar"));
+  CHECK_THROWS_WITH(ops::set_step_counter(rate, [] { return 1u; }), Catch::Contains("takes a step counter"));
+}
+
+TEST_CASE("work that makes the host wait cannot be captured, and nothing of it ran", "[capture]") {
+  const Tensor x = on_device({1, 2});
+  for (const char* wait : {"sum", "copy_to_host", "synchronize"}) {
+    INFO(wait);
+    CHECK_THROWS_WITH(ops::capture(kDevice,
+                                   [&] {
+                                     ops::scale(x, 3.0f);
+                                     if (std::string_view(wait) == "sum") ops::sum(x);
+                                     else if (std::string_view(wait) == "copy_to_host") (void)x.to_vector();
+                                     else ops::synchronize(kDevice);
+                                   }),
+                      Catch::Contains(std::string(wait) + " cannot be captured on emulated") &&
+                          Catch::Contains("makes the host wait"));
+    CHECK_FALSE(ops::capturing(kDevice));
+    CHECK(x.to_vector() == std::vector<float>{1, 2});
+  }
+  // A failure of the work's own ends the capture and propagates unchanged.
+  CHECK_THROWS_WITH(ops::capture(kDevice, [] { throw InvalidArgument("the work's own reason"); }),
+                    Catch::Equals("the work's own reason"));
+  // Then ops run at once again, and a new capture works.
+  ops::scale(x, 2.0f);
+  CHECK(x.to_vector() == std::vector<float>{2, 4});
+  auto work = ops::capture(kDevice, [&] { ops::scale(x, 2.0f); });
+  work->replay();
+  CHECK(x.to_vector() == std::vector<float>{4, 8});
+}
+
+TEST_CASE("the CPU cannot capture, and captures do not nest", "[capture]") {
+  CHECK_THROWS_WITH(ops::capture(Device::CPU, [] {}), Catch::Contains("cpu cannot capture work"));
+  CHECK_THROWS_WITH(ops::capture(kDevice, [] { ops::capture(kDevice, [] {}); }),
+                    Catch::Contains("already under way"));
+  CHECK_FALSE(ops::capturing(kDevice));
+}
+
+TEST_CASE("while one thread captures, another thread's ops run at once", "[capture]") {
+  const Tensor mine = on_device({1}), theirs = on_device({1});
+  std::vector<float> seen_during_capture;
+  auto work = ops::capture(kDevice, [&] {
+    ops::scale(mine, 5.0f);
+    std::thread other([&] {
+      CHECK_FALSE(ops::capturing(kDevice));
+      ops::scale(theirs, 3.0f);
+      seen_during_capture = theirs.to_vector();
+    });
+    other.join();
+  });
+  CHECK(seen_during_capture == std::vector<float>{3});
+  CHECK(mine.to_vector() == std::vector<float>{1});
+  work->replay();
+  CHECK(mine.to_vector() == std::vector<float>{5});
+  CHECK(theirs.to_vector() == std::vector<float>{3});
+}
+
+TEST_CASE("captured work keeps the tensors it was recorded with", "[capture]") {
+  const Tensor output(Shape{4}, kDevice);
+  std::unique_ptr<CapturedWork> work;
+  {
+    const Tensor temporary = on_device({1, 1, 1, 1});
+    work = ops::capture(kDevice, [&] {
+      const Tensor doubled(Shape{4}, kDevice);  // freed before the first replay
+      ops::copy(temporary, doubled);
+      ops::scale(doubled, 2.0f);
+      ops::copy(doubled, output);
+    });
+  }
+  work->replay();
+  work->replay();
+  CHECK(output.to_vector() == std::vector<float>{2, 2, 2, 2});
+}
+
+TEST_CASE("a private pool keeps its blocks for its captured work until the work is gone", "[capture][allocator]") {
+  CachingAllocator allocator(std::make_unique<HostAllocator>("test"));
+  void* before = allocator.allocate(1000);
+  allocator.deallocate(before, 1000);  // an ordinary cached block
+
+  std::shared_ptr<void> hold = allocator.begin_private_pool();
+  void* first = allocator.allocate(1000);
+  CHECK(first == before);  // free ordinary blocks serve a capture too
+  allocator.deallocate(first, 1000);
+  void* again = allocator.allocate(1000);
+  CHECK(again == first);  // the capture reuses what its own work freed
+  void* kept = allocator.allocate(5000);
+  allocator.deallocate(again, 1000);
+  allocator.end_private_pool();
+
+  void* outside = allocator.allocate(1000);
+  CHECK(outside != first);  // the pool's free block is the captured work's alone
+  allocator.deallocate(outside, 1000);
+  {
+    const std::shared_ptr<void> other = allocator.begin_private_pool();
+    CHECK_THROWS_WITH(allocator.begin_private_pool(), Catch::Contains("a private pool is being filled already"));
+    allocator.end_private_pool();
+  }
+
+  hold.reset();  // the work is gone: its blocks are ordinary again
+  void* reused = allocator.allocate(1000);
+  CHECK((reused == first || reused == outside));
+  allocator.deallocate(kept, 5000);  // in use when the work went: an ordinary block once freed
+  void* reused_large = allocator.allocate(5000);
+  CHECK(reused_large == kept);
+  allocator.deallocate(reused, 1000);
+  allocator.deallocate(reused_large, 5000);
+  CHECK(allocator.stats().in_use == 0);
+}
