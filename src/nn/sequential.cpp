@@ -68,6 +68,7 @@ Tensor Sequential::run(const Tensor& x, std::size_t end, const ForwardContext& a
     ops::set_step_counter(step_counter_, [this] { return step_; });
     context.step_counter = &step_counter_;
   }
+  ++passes_;
   ran_.clear();  // a forward that throws leaves nothing for backward()
   std::vector<std::size_t> ran;
   std::vector<DType> output_types;

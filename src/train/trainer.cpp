@@ -28,6 +28,7 @@
 #include "cohort/tensor/ops.hpp"
 #include "cohort/train/progress.hpp"
 #include "process_label.hpp"
+#include "train/step_capture.hpp"
 
 namespace cohort::train {
 namespace {
@@ -184,7 +185,8 @@ Trainer::Trainer(nn::Sequential& model, std::unique_ptr<optim::Optimizer> optimi
       optimizer_(std::move(optimizer)),
       strategy_(std::move(strategy)),
       loss_(std::move(options.loss)),
-      metrics_(std::move(options.metrics)) {
+      metrics_(std::move(options.metrics)),
+      captured_(std::make_unique<StepCapture>()) {
   COHORT_CHECK(optimizer_ != nullptr && strategy_ != nullptr, "Trainer needs an optimizer and a strategy");
   if (metrics_.empty() && (nn::is_categorical(loss_) || std::holds_alternative<nn::BinaryCrossentropy>(loss_)))
     metrics_.push_back(nn::Metric::accuracy());
@@ -192,6 +194,9 @@ Trainer::Trainer(nn::Sequential& model, std::unique_ptr<optim::Optimizer> optimi
     for (std::size_t j = 0; j < i; ++j)
       COHORT_CHECK(metrics_[i].name() != metrics_[j].name(), "metric '{}' is listed twice", metrics_[i].name());
 }
+
+Trainer::~Trainer() = default;
+Trainer::Trainer(Trainer&&) noexcept = default;
 
 Trainer::Totals Trainer::new_totals() const { return {0.0, RunningSums(model_.device(), 1 + static_cast<int>(metrics_.size()))}; }
 
@@ -519,6 +524,7 @@ struct Trainer::FitState {
   std::optional<Logs> partial_epoch;  // reported, but the checkpoint resumes inside it
   bool step_limit_reached = false;
   bool run_ended = false;  // another process ended the run (a parameter-server chief that stopped)
+  bool capture_steps = false;  // FitOptions::capture_steps, where this fit's steps may be captured
 };
 
 History Trainer::run(const data::Dataset& train, const FitOptions& options) {
@@ -709,7 +715,14 @@ void Trainer::start_callbacks(FitState& fit) {
   // process's gradients from reaching the others' variables.
   fit.checks_each_step = model_.device() == Device::CPU || model_.precision() == nn::Precision::MixedFloat16 ||
                          (strategy_->replicas() > 1 && !(fit.processes_agree && strategy_->steps_in_lockstep()));
+  fit.capture_steps = fit.options.capture_steps && steps_capturable(fit);
   agree(fit.control, "at the start of training");
+}
+
+bool Trainer::steps_capturable(const FitState& fit) const {
+  // The CPU runs each op as it is called; every other device records (tensor/capture.hpp).
+  return model_.device() != Device::CPU && strategy_->replicas() == 1 && strategy_->synchronizer().capturable() &&
+         fit.accumulate == 1 && !fit.checks_each_step && !loss_scale_;
 }
 
 void Trainer::save(FitState& fit) {
@@ -767,6 +780,7 @@ bool Trainer::train_epoch(FitState& fit, std::int64_t epoch) {
 
 Trainer::EpochTotals Trainer::train_batches(FitState& fit, std::int64_t epoch, ProgressBar& progress) {
   EpochTotals epoch_totals{.training = new_totals(), .started = Clock::now()};
+  captured_->drop();  // it added to the last epoch's sums
   Totals& totals = epoch_totals.training;
   auto host_batches = fit.loader->epoch(epoch, fit.position.batch_in_epoch);
   DeviceBatches batches(*host_batches, model_.device());
@@ -792,7 +806,7 @@ Trainer::EpochTotals Trainer::train_batches(FitState& fit, std::int64_t epoch, P
         !fit.expander ? batch->images
                       : (*fit.expander)(batch->indices.defined() ? fit.resident_images : batch->images, batch->indices,
                                         batch->draws);
-    train_step(images, batch->labels, completes_update, epoch_totals, fit.checks_each_step);
+    run_step(fit, images, batch->labels, completes_update, epoch_totals);
     if (device_memory != nullptr) note_device_memory(*device_memory, epoch_totals);
     fit.position.batch_in_epoch = batch->index + 1;
     // The loss and metrics wait for the device: they are read only where the bar shows them or a callback
@@ -813,8 +827,50 @@ Trainer::EpochTotals Trainer::train_batches(FitState& fit, std::int64_t epoch, P
     passes = 0;
     if (!after_update(fit, epoch, logs)) break;
   }
+  captured_->drop();
   epoch_totals.mean_training_seconds = seconds_since(epoch_totals.started);
   return epoch_totals;
+}
+
+void Trainer::run_step(FitState& fit, const Tensor& images, const Tensor& targets, bool completes_update,
+                       EpochTotals& epoch_totals) {
+  // Only a full batch: an epoch's last, partial one would be a second recording used once.
+  const bool capturable = fit.capture_steps && completes_update && images.dim(0) == fit.options.batch_size;
+  if (capturable && captured_->replays(images, targets, model_, *optimizer_)) {
+    // What the recorded step did on the host, done again around its replay.
+    if (epoch_totals.first_unread_step < 0) epoch_totals.first_unread_step = optimizer_->iterations();
+    epoch_totals.last_unread_step = optimizer_->iterations();
+    captured_->replay(images, targets);
+    epoch_totals.training.samples += static_cast<double>(images.dim(0));
+    model_.set_step(model_.step() + 1);
+    optimizer_->finish_step();
+    return;
+  }
+  if (capturable && captured_->warmed_for(images, targets)) {
+    const std::int64_t iterations = optimizer_->iterations(), first = epoch_totals.first_unread_step,
+                       last = epoch_totals.last_unread_step;
+    const std::uint64_t model_step = model_.step();
+    const double samples = epoch_totals.training.samples;
+    try {
+      captured_->capture(images, targets, model_, *optimizer_, [&](const Tensor& images_in, const Tensor& targets_in) {
+        train_step(images_in, targets_in, true, epoch_totals, false);
+      });
+      return;
+    } catch (const DeviceError& e) {
+      // Nothing ran on the device: the host's part of the step is undone, and the step runs op by op.
+      optimizer_->set_iterations(iterations);
+      model_.set_step(model_step);
+      epoch_totals.training.samples = samples;
+      epoch_totals.first_unread_step = first;
+      epoch_totals.last_unread_step = last;
+      fit.capture_steps = false;
+      log::warning("the training step could not be captured on {}, so every step runs op by op: {}",
+                   device_name(model_.device()), e.what());
+    }
+  }
+  train_step(images, targets, completes_update, epoch_totals, fit.checks_each_step);
+  if (capturable) captured_->ran_uncaptured(images, targets);
+  else captured_->drop();
 }
 
 std::vector<double> Trainer::read_training_totals(EpochTotals& epoch_totals) const {

@@ -98,6 +98,8 @@ class Sequential {
   // Counter of training steps taken by forward(); it seeds dropout masks and is saved in checkpoints.
   std::uint64_t step() const { return step_; }
   void set_step(std::uint64_t step) { step_ = step; }
+  // Forward passes run so far, in any mode: a pass may have made new buffers in the layers.
+  std::uint64_t passes() const { return passes_; }
   std::uint64_t seed() const { return seed_; }
 
   // The table Keras' model.summary() prints for the same model.
@@ -117,6 +119,7 @@ class Sequential {
   bool training_ = false;
   std::uint64_t step_ = 0;
   Tensor step_counter_;  // step_ on the device, for the layers that draw from it
+  std::uint64_t passes_ = 0;
   Precision precision_ = Precision::Float32;
   ReplicaSum* replica_sum_ = nullptr;
   // The layers whose forward() the last forward call ran (the others were absorbed into them), for backward(),

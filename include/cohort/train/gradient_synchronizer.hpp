@@ -60,6 +60,9 @@ class GradientSynchronizer {
   virtual bool updates_elsewhere() const { return false; }
   // The optimizer's state was replaced (a resumed checkpoint holds the whole of it).
   virtual void optimizer_state_replaced() {}
+  // Whether begin(), gradients_ready() and finish() only queue ops on the model's device, the same ones at every
+  // step, so that a captured step (tensor/capture.hpp) may record them: no messages, no reads to the host.
+  virtual bool capturable() const { return false; }
 
  protected:
   LossScale* loss_scale_ = nullptr;
@@ -74,6 +77,8 @@ class LocalUpdate final : public GradientSynchronizer {
   void finish(nn::Sequential& model, optim::Optimizer& optimizer) override;
   double exposed_seconds() const override { return 0; }
   GradientTraffic traffic() const override { return {}; }
+  // A loss scale reads the gradients back to skip a step that is not finite.
+  bool capturable() const override { return loss_scale_ == nullptr; }
 };
 
 }  // namespace cohort::train

@@ -42,6 +42,8 @@
 
 namespace cohort::train {
 
+class StepCapture;  // train/step_capture.hpp
+
 // Auto: a live bar on a terminal, log lines otherwise; Lines: log lines; Epochs: one line per epoch.
 enum class Verbosity { Silent, Auto, Lines, Epochs };
 
@@ -80,6 +82,12 @@ struct FitOptions {
   // distributed job each process writes <stem>.<process><extension> beside it (trace.chief-0.json); under
   // cohort-launch the launcher merges them into this file, a track per process.
   std::filesystem::path timeline;
+  // On a GPU (and the emulated device), the training step of a full batch is captured once and replayed for
+  // each batch of the same shape (a CUDA graph: one launch per step instead of one per op), from the second
+  // such step of an epoch on. Steps that cannot be captured run op by op: several processes, gradient
+  // accumulation, mixed_float16's loss scale, a partial batch, or a layer that reads values back (which the
+  // log names once). False runs every step op by op.
+  bool capture_steps = true;
 };
 
 struct TrainerOptions {
@@ -97,6 +105,8 @@ class Trainer {
                 std::move(options)) {}
   Trainer(nn::Sequential& model, std::unique_ptr<optim::Optimizer> optimizer,
           std::shared_ptr<Strategy> strategy = std::make_shared<Local>(), TrainerOptions options = {});
+  ~Trainer();
+  Trainer(Trainer&&) noexcept;
 
   // Trains; in a process that serves instead (a parameter server), serve() with the options' checkpoint
   // directory, resume and timeline.
@@ -184,6 +194,12 @@ class Trainer {
   // `check_loss`, the loss is read before the backward pass, so that one that is not finite stops the step.
   void train_step(const Tensor& images, const Tensor& targets, bool completes_update, EpochTotals& epoch_totals,
                   bool check_loss);
+  // train_step(), or the replay of a captured one where it may (FitOptions::capture_steps).
+  void run_step(FitState& fit, const Tensor& images, const Tensor& targets, bool completes_update,
+                EpochTotals& epoch_totals);
+  // Whether every step of this fit() may be captured: a device that records, one process, an update that is
+  // ops on the device alone.
+  bool steps_capturable(const FitState& fit) const;
   // The epoch's training totals so far (read()); Error when the loss stopped being finite since the last read.
   std::vector<double> read_training_totals(EpochTotals& epoch_totals) const;
   // Whether a callback reads the loss and metrics in on_batch_end after `step`.
@@ -222,6 +238,7 @@ class Trainer {
   Tensor output_gradient_;
   GradientAccumulator accumulator_;
   std::int64_t accumulated_samples_ = 0;  // in the passes since the last update
+  std::unique_ptr<StepCapture> captured_;
 };
 
 }  // namespace cohort::train
