@@ -2,14 +2,16 @@
 // (benchmarks/gpu_compare.sh) and for quick checks of any device:
 //   flagship_throughput --device cuda --batch 128 --seconds 10 [--precision mixed_bfloat16]
 // prints
-//   cohort device=cuda precision=float32 batch=128 train_images/s=X inference_images/s=Y train_tflop/s=A inference_tflop/s=B
+//   cohort device=cuda precision=float32 batch=128 train_images/s=X inference_images/s=Y train_tflop/s=A inference_tflop/s=B captured=yes
 // counting 2 FLOPs per multiply-add of the convolutions and products (nn::Sequential::multiply_adds_per_sample),
 // 3 passes' worth per training step (forward, and the data and weight gradients).
 // A training step is forward, the fused softmax cross-entropy (its loss summed on the device, read by no one,
 // as fit() does between progress-bar redraws), backward
 // and Adam; inference is a forward pass in evaluation mode. Inputs live on the device, as after the
 // trainer's asynchronous copy. Under mixed_bfloat16 the layers compute in bfloat16 from float32 variables,
-// as fit() runs them; mixed_float16 is left to fit(), whose loss scaling a bare step would leave out.
+// as fit() runs them; mixed_float16 is left to fit(), whose loss scaling a bare step would leave out. On a device
+// that records work (a GPU, the emulated device), each step and each inference is captured after the warm-up and
+// replayed (tensor/capture.hpp), as fit() replays its steps; --no-capture runs them op by op.
 //   flagship_throughput --device cuda --largest-batch [--precision mixed_bfloat16]
 // instead finds the largest batch whose training step and inference fit in the device's memory, within 1/64
 // (doubling from --batch, then halving the gap; each try a fresh model), and prints
@@ -18,6 +20,8 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -104,14 +108,26 @@ LargestBatch largest_batch(Device device, nn::Precision precision, std::int64_t 
   return fits;
 }
 
+// `step` images/s: op by op, or captured after the warm-up and replayed, `after_replay` doing on the host what the
+// recorded step did there.
 template <class Step>
-double images_per_second(Device device, std::int64_t batch, double seconds, Step&& step) {
+double images_per_second(Device device, std::int64_t batch, double seconds, bool capture, Step&& step,
+                         const std::function<void()>& after_replay = {}) {
   for (int i = 0; i < 3; ++i) step();  // warm-up: plans, algorithm choice, the caching allocator
+  std::function<void()> timed = step;
+  std::shared_ptr<CapturedWork> work;
+  if (capture) {
+    work = ops::capture(device, step);
+    timed = [&] {
+      work->replay();
+      if (after_replay) after_replay();
+    };
+  }
   ops::synchronize(device);
   std::int64_t steps = 0;
   const auto start = Clock::now();
   while (std::chrono::duration<double>(Clock::now() - start).count() < seconds || steps < 5) {
-    step();
+    timed();
     ++steps;
   }
   ops::synchronize(device);
@@ -124,14 +140,15 @@ int main(int argc, char** argv) try {
   std::string device_name = "auto";
   std::int64_t batch = 128;
   double seconds = 5.0;
-  bool find_largest_batch = false;
+  bool find_largest_batch = false, capture = true;
   nn::Precision precision = nn::Precision::Float32;
   constexpr const char* kUsage =
       "usage: flagship_throughput [--device cpu|cuda|emulated|auto] [--batch N] [--seconds S] "
-      "[--precision float32|mixed_bfloat16] [--largest-batch]\n"
+      "[--precision float32|mixed_bfloat16] [--no-capture] [--largest-batch]\n"
       "  --batch N        images per step (128); with --largest-batch, where its doubling starts\n"
       "  --seconds S      how long each of training and inference is measured (5)\n"
       "  --precision P    float32 (the default) or mixed_bfloat16\n"
+      "  --no-capture     run each step op by op, not as the replay of its capture\n"
       "  --largest-batch  instead find the largest batch that trains in the device's memory, within 1/64 (the\n"
       "                   emulated device's memory is COHORT_EMULATED_MEMORY bytes)";
   for (int i = 1; i < argc; i += 2) {
@@ -140,8 +157,9 @@ int main(int argc, char** argv) try {
       fmt::print("{}\n", kUsage);
       return 0;
     }
-    if (flag == "--largest-batch") {
-      find_largest_batch = true;
+    if (flag == "--largest-batch" || flag == "--no-capture") {
+      if (flag == "--largest-batch") find_largest_batch = true;
+      else capture = false;
       --i;  // a flag without a value
       continue;
     }
@@ -175,14 +193,18 @@ int main(int argc, char** argv) try {
                nn::precision_name(precision), largest.batch, static_cast<double>(largest.step_peak) / (1024.0 * 1024.0));
     return 0;
   }
+  capture = capture && device != Device::CPU;  // the CPU runs each op as it is called
   Flagship flagship(device, precision, batch);
-  const double train = images_per_second(device, batch, seconds, [&] { flagship.train_step(); });
-  const double inference = images_per_second(device, batch, seconds, [&] { flagship.infer(); });
+  const double train = images_per_second(device, batch, seconds, capture, [&] { flagship.train_step(); }, [&] {
+    flagship.model.set_step(flagship.model.step() + 1);
+    flagship.adam.finish_step();
+  });
+  const double inference = images_per_second(device, batch, seconds, capture, [&] { flagship.infer(); });
   const double forward_flops = 2.0 * static_cast<double>(flagship.model.multiply_adds_per_sample());
   fmt::print("cohort device={} precision={} batch={} train_images/s={:.1f} inference_images/s={:.1f} "
-             "train_tflop/s={:.2f} inference_tflop/s={:.2f}\n",
+             "train_tflop/s={:.2f} inference_tflop/s={:.2f} captured={}\n",
              cohort::device_name(device), nn::precision_name(precision), batch, train, inference,
-             3 * forward_flops * train * 1e-12, forward_flops * inference * 1e-12);
+             3 * forward_flops * train * 1e-12, forward_flops * inference * 1e-12, capture ? "yes" : "no");
   return 0;
 } catch (const std::exception& e) {
   fmt::print(stderr, "flagship_throughput: {}\n", e.what());

@@ -3,7 +3,7 @@
 # the same run: training and inference images/s at batch 128, 512 and 1024 (BATCHES="..." picks others), one
 # table per precision, cohort with its default deterministic convolution algorithms and with the fastest by
 # timing (COHORT_DETERMINISTIC=0, as PyTorch's cudnn.benchmark, which the PyTorch rows use; the ratios compare
-# those two), the TFLOP/s each achieves (2 FLOPs per multiply-add of the convolutions and products, 3 passes per
+# those two), and the fastest once more op by op (without the replayed CUDA graphs), the TFLOP/s each achieves (2 FLOPs per multiply-add of the convolutions and products, 3 passes per
 # training step) with its share of the GPU's dense peak for that precision (A100, H100 and H200 known), and the
 # largest batch whose training step fits in the GPU's memory (flagship_throughput --largest-batch):
 #   float32         strict FP32 on both sides (COHORT_ALLOW_TF32=0; PyTorch with TF32 off)
@@ -37,6 +37,8 @@ for precision in "${precisions[@]}"; do
     "${cohort[@]}" --device cuda --batch "$batch" --seconds "$seconds" | sed "s/precision=[a-z0-9_]*/precision=$precision/" >>"$results"
     COHORT_DETERMINISTIC=0 "${cohort[@]}" --device cuda --batch "$batch" --seconds "$seconds" |
       sed -e "s/precision=[a-z0-9_]*/precision=$precision/" -e 's/^cohort /cohort-fastest /' >>"$results"
+    COHORT_DETERMINISTIC=0 "${cohort[@]}" --device cuda --batch "$batch" --seconds "$seconds" --no-capture |
+      sed -e "s/precision=[a-z0-9_]*/precision=$precision/" -e 's/^cohort /cohort-op-by-op /' >>"$results"
   done
   if [ "${LARGEST_BATCH:-all}" = all ] || [[ " ${LARGEST_BATCH:-} " == *" $precision "* ]]; then
     "${cohort[@]}" --device cuda --largest-batch --batch 1024 | sed "s/precision=[a-z0-9_]*/precision=$precision/" >>"$results"
@@ -62,7 +64,7 @@ for line in open(sys.argv[1]):
     if f and float(f.group(1)) > 0 and float(f.group(2)) > 0:
         flops_per_image = {"train": float(f.group(3)) * 1e12 / float(f.group(1)),
                            "inference": float(f.group(4)) * 1e12 / float(f.group(2))}
-    m = re.match(r"(cohort-fastest|cohort|pytorch)(?: device=cuda| mode=(\w+)) precision=(\w+) batch=(\d+) "
+    m = re.match(r"(cohort-fastest|cohort-op-by-op|cohort|pytorch)(?: device=cuda| mode=(\w+)) precision=(\w+) batch=(\d+) "
                  r"train_images/s=([\d.]+) inference_images/s=([\d.]+)", line)
     if m:
         name = f"pytorch {m.group(2)}" if m.group(1) == "pytorch" else m.group(1).replace("-", " ")
@@ -93,6 +95,7 @@ for m in filter(None, largest):
     print(f"largest batch that trains in the GPU's memory, {m.group(1)}: {m.group(2)} (a step's peak {m.group(3)} MiB)")
 if not any(k.startswith("pytorch") for r in rows.values() for k in r):
     print("(no PyTorch numbers: see the PyTorch script's message above)")
-print("cohort: deterministic cuDNN algorithms; cohort fastest: timed ones (COHORT_DETERMINISTIC=0). Both sum the loss "
+print("cohort: deterministic cuDNN algorithms; cohort fastest: timed ones (COHORT_DETERMINISTIC=0); both replay each "
+      "step's capture (a CUDA graph), as fit() does; cohort op by op: the fastest without capture. All sum the loss "
       "on the GPU without reading it back per step. PyTorch: cudnn.benchmark. Ratios: cohort fastest / PyTorch")
 PY

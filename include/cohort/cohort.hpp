@@ -49,6 +49,7 @@
 #include "cohort/tensor/copy_stream.hpp"
 #include "cohort/tensor/devices.hpp"
 #include "cohort/tensor/gemm_path.hpp"
+#include "cohort/tensor/capture.hpp"
 #include "cohort/tensor/ops.hpp"
 #include "cohort/tensor/tensor.hpp"
 #include "cohort/ps/consistency.hpp"

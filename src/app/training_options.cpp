@@ -66,6 +66,8 @@ TrainingOptions parse_training_options(int argc, const char* const* argv, std::s
       ->check(CLI::IsMember({"cpu", "cuda", "auto", "emulated"}));
   cli.add_flag("--resident-images", options.resident_images,
                "on a GPU, copy the training set's 8-bit images there once; batches then bring only sample indices");
+  cli.add_flag("!--no-capture-steps", options.capture_steps,
+               "on a GPU, run every training step op by op instead of replaying each full batch's captured step");
   cli.add_option("--precision", options.precision,
                  "float32, or mixed_bfloat16 / mixed_float16: float32 variables, layers computing in the 16-bit type")
       ->check(CLI::IsMember({"float32", "mixed_bfloat16", "mixed_float16"}));
@@ -208,6 +210,7 @@ train::FitOptions fit_options(const TrainingOptions& options) {
   fit.accumulate_steps = options.accumulate_steps;
   fit.seed = options.seed;
   fit.resident_images = options.resident_images;
+  fit.capture_steps = options.capture_steps;
   fit.verbosity = verbosity(options);
   fit.checkpoint_dir = options.checkpoint_dir;
   fit.checkpoint_every_steps = options.checkpoint_every;

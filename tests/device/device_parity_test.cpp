@@ -868,6 +868,30 @@ TEST_CASE("three SGD steps of the flagship in mixed precision give the CPU's los
   }
 }
 
+// The step of every full batch after the first is captured and replayed (FitOptions::capture_steps): the same
+// kernels in the same order as op by op, each replay with its own learning rate and dropout masks.
+TEST_CASE("captured training steps of the flagship equal its op-by-op steps on the device", "[training][capture]") {
+  const auto set = data::make_synthetic({.samples = 88, .sample_shape = {32, 32, 3}, .classes = 10, .seed = 7});
+  for (const nn::Precision precision : {nn::Precision::Float32, nn::Precision::MixedBFloat16}) {
+    INFO(nn::precision_name(precision));
+    std::vector<nn::Sequential> models;
+    std::vector<train::History> histories;
+    std::string said;
+    for (const bool capture : {false, true}) {
+      models.push_back(nn::cifar10_cnn({32, 32, 3}, 11, dut()));
+      models.back().set_precision(precision);
+      Trainer trainer(models.back(), optim::SGD({.learning_rate = optim::step_decay(0.02, 0.5, 2), .momentum = 0.9}));
+      test_util::CapturedOutput log(STDERR_FILENO);
+      histories.push_back(trainer.fit(set, {.epochs = 1, .batch_size = 16, .seed = 2,
+                                            .verbosity = train::Verbosity::Silent, .capture_steps = capture}));
+      said += log.text();
+    }
+    CHECK_THAT(said, !Catch::Contains("could not be captured"));
+    require_close(histories[0].epochs.back().at("loss"), histories[1].epochs.back().at("loss"), 1e-6, "loss");
+    for (const auto& v : models[0].variables()) require_close(v->value, models[1].variable(v->name)->value, 1e-6, v->name);
+  }
+}
+
 TEST_CASE("a model learns on the device", "[training]") {
   const auto set = data::make_synthetic({.samples = 512, .sample_shape = {8, 8, 3}, .classes = 10, .seed = 3});
   nn::Sequential model = nn::small_cnn({8, 8, 3}, 5, dut());

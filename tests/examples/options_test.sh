@@ -69,11 +69,20 @@ if [ -n "$flagship" ]; then
     grep -qF "without --data-dir the flagship trains on Debian's dataset-fashion-mnist" <<<"$output" ||
     fail "the flagship's missing data directory gives no way to get the data: $output"
 fi
+# On a device, replayed captures of the steps train as the steps op by op (--no-capture-steps).
+accuracy_on_emulated() {
+  timeout 300 "$example" --device emulated --epochs 1 --train-samples 640 --batch-size 64 --verbosity epochs "$@" 2>&1 |
+    grep -o 'test accuracy [0-9.]*' | tail -1
+}
+captured=$(accuracy_on_emulated)
+op_by_op=$(accuracy_on_emulated --no-capture-steps)
+[ -n "$captured" ] && [ "$captured" = "$op_by_op" ] ||
+  fail "captured steps gave '$captured', the same steps op by op '$op_by_op'"
 # One line, not the whole usage.
 [ "$(timeout 30 "$example" --bogus 2>&1 | wc -l)" -eq 1 ] || fail "a mistake prints more than one line"
 # Read whole before searching: grep -q leaves at its match, and the rest would meet a closed pipe.
 help=$(timeout 30 "$example" --help 2>/dev/null)
-for option in --each-worker-full-pass --timeline --shard-optimizer --gradient-codec; do
+for option in --each-worker-full-pass --timeline --shard-optimizer --gradient-codec --no-capture-steps; do
   grep -q -- "$option" <<<"$help" || fail "--help does not list $option on stdout"
 done
 summary=$(timeout 60 "$example" --sync-batch-norm --summary)

@@ -37,6 +37,7 @@ struct TrainingOptions {
   std::string device = "auto";
   std::string precision = "float32";  // nn/precision.hpp: float32, mixed_bfloat16 or mixed_float16
   bool resident_images = false;       // on a device, the training set's 8-bit images kept there (FitOptions)
+  bool capture_steps = true;          // on a device, full batches' steps captured and replayed (FitOptions)
   double learning_rate = 1e-3;
   std::uint64_t seed = 1;
   bool summary_only = false;
