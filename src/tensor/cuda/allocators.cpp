@@ -21,8 +21,14 @@ void* CudaAllocator::allocate(std::size_t bytes) {
   COHORT_CUDA_CHECK(cudaSetDevice(ordinal_), "selecting cuda:{} to allocate {} bytes", ordinal_, bytes);
   void* pointer = nullptr;
   const std::size_t asked = bytes == 0 ? 1 : bytes;
+  // While this thread captures work, stream capture counts cudaMalloc as unsafe: the recording could not replay
+  // an allocation. A block handed out then stays the recording's (the caching allocator's private pool), so the
+  // call is let through, as PyTorch's allocator does.
+  cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  cudaThreadExchangeStreamCaptureMode(&mode);
   const cudaError_t status =
       memory_ == Memory::Device ? cudaMalloc(&pointer, asked) : cudaHostAlloc(&pointer, asked, cudaHostAllocPortable);
+  cudaThreadExchangeStreamCaptureMode(&mode);
   std::lock_guard lock(mutex_);
   if (status == cudaErrorMemoryAllocation) {
     cudaGetLastError();
