@@ -7,6 +7,8 @@
 // for: a step of the same shapes that made every plan, slot and buffer before any is recorded.
 #include <functional>
 #include <memory>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "cohort/nn/sequential.hpp"
@@ -17,22 +19,22 @@ namespace cohort::train {
 
 class StepCapture {
  public:
-  using Step = std::function<void(const Tensor& images, const Tensor& targets)>;
+  // A step's parts: `run` does all of it (the device's ops and the host's bookkeeping), `redo_host_part` the
+  // host's bookkeeping alone, after a replay; `save_host_part` returns what undoes the bookkeeping of a `run` that
+  // was being recorded when the recording failed.
+  struct Step {
+    std::function<void(const Tensor& images, const Tensor& targets)> run;
+    std::function<void()> redo_host_part;
+    std::function<std::function<void()>()> save_host_part;
+  };
 
-  // Whether replay() does the step of these inputs now.
-  bool replays(const Tensor& images, const Tensor& targets, const nn::Sequential& model,
-               const optim::Optimizer& optimizer) const;
-  // Copies the inputs into the recorded buffers and replays the step.
-  void replay(const Tensor& images, const Tensor& targets);
-  // Whether the step before ran op by op on inputs of these shapes: the warm-up a capture waits for.
-  bool warmed_for(const Tensor& images, const Tensor& targets) const;
-  // Records `step` run on copies of the inputs, then replays it: the step of these inputs is done, once. A
-  // DeviceError when the step cannot be recorded; nothing of it ran on the device then.
-  void capture(const Tensor& images, const Tensor& targets, const nn::Sequential& model,
-               const optim::Optimizer& optimizer, const Step& step);
-  // A step ran op by op: the recording is dropped, and that step is the warm-up for its shapes.
-  void ran_uncaptured(const Tensor& images, const Tensor& targets);
-  // Drops the recording and the warm-up (a new epoch's sums, the end of training).
+  // Runs `step` on these inputs: as the replay of its recording where one fits them (same shapes, the model and
+  // the optimizer with the buffers it recorded; `optimizer` null where the step updates nothing), recorded now
+  // and replayed where the step before ran op by op on the same shapes (the warm-up), else op by op. Where the
+  // recording fails, its bookkeeping is undone, the step runs op by op and the reason is returned.
+  std::optional<std::string> run(const Tensor& images, const Tensor& targets, const nn::Sequential& model,
+                                 const optim::Optimizer* optimizer, const Step& step);
+  // Drops the recording and the warm-up (a new epoch's sums, a step that may not be captured).
   void drop();
 
  private:
@@ -48,7 +50,10 @@ class StepCapture {
     std::uint64_t passes = 0;
     bool operator==(const Buffers&) const = default;
   };
-  static Buffers buffers_of(const nn::Sequential& model, const optim::Optimizer& optimizer);
+  static Buffers buffers_of(const nn::Sequential& model, const optim::Optimizer* optimizer);
+  // Records `step` on copies of the inputs, then replays it; DeviceError where it cannot be recorded.
+  void capture(const Tensor& images, const Tensor& targets, const nn::Sequential& model,
+               const optim::Optimizer* optimizer, const Step& step);
 
   std::optional<Inputs> warmed_;
   std::unique_ptr<CapturedWork> work_;

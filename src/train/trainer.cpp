@@ -186,6 +186,7 @@ Trainer::Trainer(nn::Sequential& model, std::unique_ptr<optim::Optimizer> optimi
       strategy_(std::move(strategy)),
       loss_(std::move(options.loss)),
       metrics_(std::move(options.metrics)),
+      capture_evaluation_(options.capture_evaluation),
       captured_(std::make_unique<StepCapture>()) {
   COHORT_CHECK(optimizer_ != nullptr && strategy_ != nullptr, "Trainer needs an optimizer and a strategy");
   if (metrics_.empty() && (nn::is_categorical(loss_) || std::holds_alternative<nn::BinaryCrossentropy>(loss_)))
@@ -331,7 +332,8 @@ void Trainer::train_step(const Tensor& images, const Tensor& targets, bool compl
   accumulated_samples_ = 0;
 }
 
-Trainer::Totals Trainer::evaluate_share(const data::Dataset& dataset, std::int64_t batch_size, int replica, int replicas) {
+Trainer::Totals Trainer::evaluate_share(const data::Dataset& dataset, std::int64_t batch_size, int replica, int replicas,
+                                        bool capture) {
   COHORT_CHECK(batch_size > 0, "batch size must be positive, got {}", batch_size);
   ModeGuard mode(model_);
   model_.eval();
@@ -346,8 +348,31 @@ Trainer::Totals Trainer::evaluate_share(const data::Dataset& dataset, std::int64
   Totals totals = new_totals();
   auto host_batches = loader.epoch(0);
   DeviceBatches batches(*host_batches, model_.device());
-  while (auto batch = batches.next())
-    if (batch->images.dim(0) > 0) add_to(totals, score(batch->images, true), batch->labels);
+  // On a device that records, each full batch after the first replays the recorded evaluation of one.
+  capture = capture && model_.device() != Device::CPU;
+  StepCapture captured;
+  const auto evaluate_batch = [&](const Tensor& images, const Tensor& labels) {
+    add_to(totals, score(images, true), labels);
+  };
+  while (auto batch = batches.next()) {
+    const std::int64_t samples = batch->images.dim(0);
+    if (samples == 0) continue;
+    if (!capture || samples != batch_size) {
+      evaluate_batch(batch->images, batch->labels);
+      continue;
+    }
+    const StepCapture::Step step{
+        .run = evaluate_batch,
+        .redo_host_part = [&] { totals.samples += static_cast<double>(samples); },
+        .save_host_part = [&]() -> std::function<void()> {
+          return [&, before = totals.samples] { totals.samples = before; };
+        }};
+    if (const auto failure = captured.run(batch->images, batch->labels, model_, nullptr, step)) {
+      capture = false;
+      log::warning("evaluating a batch could not be captured on {}, so every batch runs op by op: {}",
+                   device_name(model_.device()), *failure);
+    }
+  }
   return totals;
 }
 
@@ -835,42 +860,38 @@ Trainer::EpochTotals Trainer::train_batches(FitState& fit, std::int64_t epoch, P
 void Trainer::run_step(FitState& fit, const Tensor& images, const Tensor& targets, bool completes_update,
                        EpochTotals& epoch_totals) {
   // Only a full batch: an epoch's last, partial one would be a second recording used once.
-  const bool capturable = fit.capture_steps && completes_update && images.dim(0) == fit.options.batch_size;
-  if (capturable && captured_->replays(images, targets, model_, *optimizer_)) {
-    // What the recorded step did on the host, done again around its replay.
-    if (epoch_totals.first_unread_step < 0) epoch_totals.first_unread_step = optimizer_->iterations();
-    epoch_totals.last_unread_step = optimizer_->iterations();
-    captured_->replay(images, targets);
-    epoch_totals.training.samples += static_cast<double>(images.dim(0));
-    model_.set_step(model_.step() + 1);
-    optimizer_->finish_step();
+  if (!fit.capture_steps || !completes_update || images.dim(0) != fit.options.batch_size) {
+    captured_->drop();
+    train_step(images, targets, completes_update, epoch_totals, fit.checks_each_step);
     return;
   }
-  if (capturable && captured_->warmed_for(images, targets)) {
-    const std::int64_t iterations = optimizer_->iterations(), first = epoch_totals.first_unread_step,
-                       last = epoch_totals.last_unread_step;
-    const std::uint64_t model_step = model_.step();
-    const double samples = epoch_totals.training.samples;
-    try {
-      captured_->capture(images, targets, model_, *optimizer_, [&](const Tensor& images_in, const Tensor& targets_in) {
+  const StepCapture::Step step{
+      .run = [&](const Tensor& images_in, const Tensor& targets_in) {
         train_step(images_in, targets_in, true, epoch_totals, false);
-      });
-      return;
-    } catch (const DeviceError& e) {
-      // Nothing ran on the device: the host's part of the step is undone, and the step runs op by op.
-      optimizer_->set_iterations(iterations);
-      model_.set_step(model_step);
-      epoch_totals.training.samples = samples;
-      epoch_totals.first_unread_step = first;
-      epoch_totals.last_unread_step = last;
-      fit.capture_steps = false;
-      log::warning("the training step could not be captured on {}, so every step runs op by op: {}",
-                   device_name(model_.device()), e.what());
-    }
+      },
+      .redo_host_part = [&] {
+        if (epoch_totals.first_unread_step < 0) epoch_totals.first_unread_step = optimizer_->iterations();
+        epoch_totals.last_unread_step = optimizer_->iterations();
+        epoch_totals.training.samples += static_cast<double>(images.dim(0));
+        model_.set_step(model_.step() + 1);
+        optimizer_->finish_step();
+      },
+      .save_host_part = [&]() -> std::function<void()> {
+        return [&, iterations = optimizer_->iterations(), model_step = model_.step(),
+                samples = epoch_totals.training.samples, first = epoch_totals.first_unread_step,
+                last = epoch_totals.last_unread_step] {
+          optimizer_->set_iterations(iterations);
+          model_.set_step(model_step);
+          epoch_totals.training.samples = samples;
+          epoch_totals.first_unread_step = first;
+          epoch_totals.last_unread_step = last;
+        };
+      }};
+  if (const auto failure = captured_->run(images, targets, model_, optimizer_.get(), step)) {
+    fit.capture_steps = false;
+    log::warning("the training step could not be captured on {}, so every step runs op by op: {}",
+                 device_name(model_.device()), *failure);
   }
-  train_step(images, targets, completes_update, epoch_totals, fit.checks_each_step);
-  if (capturable) captured_->ran_uncaptured(images, targets);
-  else captured_->drop();
 }
 
 std::vector<double> Trainer::read_training_totals(EpochTotals& epoch_totals) const {
@@ -950,7 +971,7 @@ Logs Trainer::epoch_logs(FitState& fit, std::int64_t epoch, EpochTotals& epoch_t
   if (options.validation != nullptr)
     validation_values = read(evaluate_share(*options.validation, std::max<std::int64_t>(options.batch_size, 256),
                                             fit.processes_agree ? fit.share.replica : 0,
-                                            fit.processes_agree ? fit.share.replicas : 1));
+                                            fit.processes_agree ? fit.share.replicas : 1, options.capture_steps));
   sums.insert(sums.end(), validation_values.begin(), validation_values.end());
   sums.push_back(seconds_since(epoch_totals.started));
   sums.push_back(epoch_totals.mean_training_seconds);
@@ -994,7 +1015,7 @@ History Trainer::finish_run(FitState& fit) {
 Logs Trainer::evaluate(const data::Dataset& dataset, std::int64_t batch_size) {
   check_fits(dataset);
   COHORT_CHECK(dataset.size() > 0, "evaluate() got an empty data set '{}'", dataset.description());
-  return logs_of(read(evaluate_share(dataset, batch_size, 0, 1)), "");
+  return logs_of(read(evaluate_share(dataset, batch_size, 0, 1, capture_evaluation_)), "");
 }
 
 Tensor Trainer::predict(const Tensor& images, std::int64_t batch_size) {

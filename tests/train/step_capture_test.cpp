@@ -8,6 +8,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "cohort/core/timeline.hpp"
 #include "cohort/data/synthetic.hpp"
 #include "cohort/nn/activation_layer.hpp"
 #include "cohort/nn/batch_normalization.hpp"
@@ -167,4 +168,31 @@ TEST_CASE("a step that reads values back runs op by op, as the same fit without 
   CHECK_THAT(said, Catch::Contains("the training step could not be captured on emulated, so every step runs op by op: "
                                    "sum cannot be captured on emulated: it makes the host wait for the device"));
   CHECK(said.find("could not be captured") == said.rfind("could not be captured"));
+}
+
+TEST_CASE("validation and evaluate() replay the recorded evaluation of a full batch, with the op-by-op values",
+          "[device][train][capture]") {
+  // 1100 samples in batches of 256: four full batches and a partial one.
+  const auto validation = data::make_synthetic({.samples = 1100, .sample_shape = {8, 8, 2}, .classes = 4, .seed = 9});
+  std::vector<train::History> histories;
+  std::vector<train::Logs> evaluations;
+  std::vector<std::int64_t> spans;
+  for (const bool capture : {false, true}) {
+    const test_util::ScratchDirectory dir("capture_evaluation");
+    nn::Sequential model = model_with_everything(Device::Emulated);
+    Trainer trainer(model, optim::SGD({.momentum = 0.9}), std::make_shared<train::Local>(),
+                    {.capture_evaluation = capture});
+    histories.push_back(trainer.fit(kSet, {.epochs = 1, .batch_size = 8, .seed = 4, .validation = &validation,
+                                           .verbosity = train::Verbosity::Silent, .timeline = dir.path() / "fit.json",
+                                           .capture_steps = capture}));
+    timeline::start("evaluate");
+    evaluations.push_back(trainer.evaluate(validation, 256));
+    timeline::stop_and_write(dir.path() / "evaluate.json");
+    spans.push_back(captured_spans(dir.path() / "fit.json"));
+    spans.push_back(captured_spans(dir.path() / "evaluate.json"));
+  }
+  for (const char* key : {"loss", "accuracy", "val_loss", "val_accuracy"})
+    CHECK(histories[0].epochs.back().at(key) == histories[1].epochs.back().at(key));
+  CHECK(evaluations[0] == evaluations[1]);
+  CHECK(spans == std::vector<std::int64_t>{0, 0, 4 + 3, 3});  // training: 4 of 6 batches; evaluation: 3 of 5
 }

@@ -84,9 +84,9 @@ struct FitOptions {
   std::filesystem::path timeline;
   // On a GPU (and the emulated device), the training step of a full batch is captured once and replayed for
   // each batch of the same shape (a CUDA graph: one launch per step instead of one per op), from the second
-  // such step of an epoch on. Steps that cannot be captured run op by op: several processes, gradient
-  // accumulation, mixed_float16's loss scale, a partial batch, or a layer that reads values back (which the
-  // log names once). False runs every step op by op.
+  // such step of an epoch on; the validation's full batches likewise. Steps that cannot be captured run op by
+  // op: several processes, gradient accumulation, mixed_float16's loss scale, a partial batch, or a layer that
+  // reads values back (which the log names once). False runs every step op by op.
   bool capture_steps = true;
 };
 
@@ -94,6 +94,10 @@ struct TrainerOptions {
   nn::Loss loss = nn::CategoricalCrossentropy{};
   // Reported beside the loss, in this order; empty: accuracy for the classification losses.
   std::vector<nn::Metric> metrics;
+  // On a GPU (and the emulated device), evaluate() replays the recorded evaluation of a full batch for the next
+  // ones of that shape, as fit() replays its steps (FitOptions::capture_steps, which also rules fit()'s
+  // validation). False evaluates every batch op by op.
+  bool capture_evaluation = true;
 };
 
 class Trainer {
@@ -154,7 +158,8 @@ class Trainer {
   // What follows "the ... loss became nan": under mixed_float16 that activations overflowed float16.
   std::string non_finite_advice() const;
   // Totals over this process's share of `dataset`.
-  Totals evaluate_share(const data::Dataset& dataset, std::int64_t batch_size, int replica, int replicas);
+  // `capture`: full batches after the first replay the recorded evaluation of one, on a device that records.
+  Totals evaluate_share(const data::Dataset& dataset, std::int64_t batch_size, int replica, int replicas, bool capture);
   // fit() itself; fit() tells the other processes why when it throws. Its steps follow, in order.
   History run(const data::Dataset& train, const FitOptions& options);
   struct FitState;  // what one fit() carries from step to step
@@ -238,6 +243,7 @@ class Trainer {
   Tensor output_gradient_;
   GradientAccumulator accumulator_;
   std::int64_t accumulated_samples_ = 0;  // in the passes since the last update
+  bool capture_evaluation_;
   std::unique_ptr<StepCapture> captured_;
 };
 
