@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <limits>
 #include <new>
+#include <thread>
 
 #include "cohort/core/check.hpp"
 
@@ -84,7 +85,8 @@ struct CachingAllocator::PrivatePool {
 void* CachingAllocator::allocate(std::size_t bytes) {
   const std::size_t size = size_class(bytes);
   std::lock_guard lock(mutex_);
-  if (filling_) {
+  const bool capturing = filling_ && filling_thread_ == std::this_thread::get_id();
+  if (capturing) {
     // A capture reuses the blocks its own work freed before taking any other.
     auto& own = filling_->bins[size];
     if (!own.empty()) {
@@ -105,6 +107,9 @@ void* CachingAllocator::allocate(std::size_t bytes) {
     try {
       block = upstream_->allocate(size);
     } catch (const DeviceError&) {
+      // While a capture is under way no block may go back to the device (a GPU's free would break the capture):
+      // the captured step fails and runs op by op.
+      if (filling_) throw;
       // Out of memory with blocks of other sizes cached: return them and try once more.
       release_cached_locked();
       try {
@@ -117,7 +122,7 @@ void* CachingAllocator::allocate(std::size_t bytes) {
     }
     ++stats_.upstream_allocations;
   }
-  if (filling_) {
+  if (capturing) {
     try {
       owners_.emplace(block, filling_);
     } catch (const std::bad_alloc&) {
@@ -179,6 +184,7 @@ std::shared_ptr<void> CachingAllocator::begin_private_pool() {
   if (filling_) throw DeviceError(fmt::format("{} allocator: a private pool is being filled already", name()));
   auto pool = std::make_shared<PrivatePool>();
   filling_ = pool;
+  filling_thread_ = std::this_thread::get_id();
   // The hold: when the captured work goes, its pool's free blocks become ordinary cached blocks.
   return std::shared_ptr<void>(pool.get(), [this, pool](void*) { drop_pool(pool.get()); });
 }

@@ -18,9 +18,14 @@ struct ActiveCapture {
 thread_local std::optional<ActiveCapture> active;
 
 // Writes `destination` now, or where this thread captures on its device, before each replay.
-void set_step_value(const Tensor& destination, std::function<std::uint64_t()> bits) {
+void set_step_value(const char* op, const Tensor& destination, std::function<std::uint64_t()> bits) {
   const std::uint64_t now = bits();
   if (active && active->device == destination.device()) {
+    for (const CapturedWork::StepValue& value : active->step_values)
+      if (value.destination.shares_storage_with(destination))
+        throw DeviceError(fmt::format("{}: the captured work sets the same step value twice, and each replay can give "
+                                      "it one value only",
+                                      op));
     active->step_values.push_back({destination, std::move(bits), now});
     return;
   }
@@ -88,7 +93,7 @@ void set_step_scalar(const Tensor& scalar, std::function<float()> value) {
   COHORT_CHECK(scalar.defined() && scalar.dtype() == DType::Float32 && scalar.numel() == 1,
                "set_step_scalar: takes a float32 scalar (ops::scalar), got {}",
                scalar.defined() ? fmt::format("{} {}", dtype_name(scalar.dtype()), scalar.shape()) : "an undefined tensor");
-  set_step_value(scalar, [value = std::move(value)] {
+  set_step_value("set_step_scalar", scalar, [value = std::move(value)] {
     return static_cast<std::uint64_t>(std::bit_cast<std::uint32_t>(value()));
   });
 }
@@ -98,7 +103,7 @@ void set_step_counter(const Tensor& counter, std::function<std::uint64_t()> valu
                "set_step_counter: takes a step counter, int32 (2) (ops::step_counter), got {}",
                counter.defined() ? fmt::format("{} {}", dtype_name(counter.dtype()), counter.shape())
                                  : "an undefined tensor");
-  set_step_value(counter, std::move(value));
+  set_step_value("set_step_counter", counter, std::move(value));
 }
 
 }  // namespace ops

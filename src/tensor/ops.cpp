@@ -10,7 +10,9 @@
 #include <span>
 
 #include "cohort/core/check.hpp"
+#include "cohort/tensor/capture.hpp"
 #include "tensor/backend.hpp"
+#include "tensor/backend_access.hpp"
 #include "tensor/float32_stand_ins.hpp"
 
 namespace cohort {
@@ -146,6 +148,8 @@ void check_sums_device(const char* op, const Tensor& scores, const RunningSums& 
   if (sums.device() != scores.device()) [[unlikely]]
     throw DeviceError(fmt::format("{}: scores {} on {}, the running sums on {}; make the sums on the scores' device", op,
                                   scores.shape(), device_name(scores.device()), device_name(sums.device())));
+  const Tensor* storage = &detail::BackendAccess::storage(sums);
+  keep_while_captured({&storage, 1});
 }
 
 double mean_over_rows(const RunningSums& sums, const Tensor& scores) {
@@ -468,9 +472,25 @@ void dropout_mask(const Tensor& mask, float rate, std::uint64_t seed, const Tens
   f.write_back();
 }
 
-Tensor step_counter(Device device) { return Tensor(Shape{2}, DType::Int32, device); }
+namespace {
+
+// A step value made inside a capture would get its first value from a recorded op, which every replay would
+// run again after writing the step's own value.
+void refuse_step_value_in_capture(const char* op, Device device) {
+  if (capturing(device))
+    throw DeviceError(fmt::format("{} while work is captured on {}: make the tensor before the capture", op,
+                                  device_name(device)));
+}
+
+}  // namespace
+
+Tensor step_counter(Device device) {
+  refuse_step_value_in_capture("ops::step_counter", device);
+  return Tensor(Shape{2}, DType::Int32, device);
+}
 
 Tensor scalar(float value, Device device) {
+  refuse_step_value_in_capture("ops::scalar", device);
   Tensor scalar = Tensor::uninitialized(Shape{}, device);
   backend_for(device).write_bits(scalar, std::bit_cast<std::uint32_t>(value));
   return scalar;

@@ -34,8 +34,21 @@ class StepCapture {
   // recording fails, its bookkeeping is undone, the step runs op by op and the reason is returned.
   std::optional<std::string> run(const Tensor& images, const Tensor& targets, const nn::Sequential& model,
                                  const optim::Optimizer* optimizer, const Step& step);
-  // Drops the recording and the warm-up (a new epoch's sums, a step that may not be captured).
+  // Drops the recording and the warm-up (a step that may not be captured).
   void drop();
+
+  // Drops the recording on entering a scope and on leaving it, whichever way: one that adds to sums of that
+  // scope (an epoch's) must never be replayed after them.
+  class Scope {
+   public:
+    explicit Scope(StepCapture& capture) : capture_(capture) { capture_.drop(); }
+    ~Scope() { capture_.drop(); }
+    Scope(const Scope&) = delete;
+    Scope& operator=(const Scope&) = delete;
+
+   private:
+    StepCapture& capture_;
+  };
 
  private:
   struct Inputs {

@@ -349,7 +349,7 @@ Trainer::Totals Trainer::evaluate_share(const data::Dataset& dataset, std::int64
   auto host_batches = loader.epoch(0);
   DeviceBatches batches(*host_batches, model_.device());
   // On a device that records, each full batch after the first replays the recorded evaluation of one.
-  capture = capture && model_.device() != Device::CPU;
+  capture = capture && model_.device() != Device::CPU && !evaluation_not_captured_;
   StepCapture captured;
   const auto evaluate_batch = [&](const Tensor& images, const Tensor& labels) {
     add_to(totals, score(images, true), labels);
@@ -369,7 +369,8 @@ Trainer::Totals Trainer::evaluate_share(const data::Dataset& dataset, std::int64
         }};
     if (const auto failure = captured.run(batch->images, batch->labels, model_, nullptr, step)) {
       capture = false;
-      log::warning("evaluating a batch could not be captured on {}, so every batch runs op by op: {}",
+      evaluation_not_captured_ = true;
+      log::warning("evaluating a batch could not be captured on {}, so this trainer evaluates every batch op by op: {}",
                    device_name(model_.device()), *failure);
     }
   }
@@ -805,7 +806,7 @@ bool Trainer::train_epoch(FitState& fit, std::int64_t epoch) {
 
 Trainer::EpochTotals Trainer::train_batches(FitState& fit, std::int64_t epoch, ProgressBar& progress) {
   EpochTotals epoch_totals{.training = new_totals(), .started = Clock::now()};
-  captured_->drop();  // it added to the last epoch's sums
+  const StepCapture::Scope recording_of_this_epoch(*captured_);  // it adds to this epoch's sums
   Totals& totals = epoch_totals.training;
   auto host_batches = fit.loader->epoch(epoch, fit.position.batch_in_epoch);
   DeviceBatches batches(*host_batches, model_.device());
@@ -852,7 +853,6 @@ Trainer::EpochTotals Trainer::train_batches(FitState& fit, std::int64_t epoch, P
     passes = 0;
     if (!after_update(fit, epoch, logs)) break;
   }
-  captured_->drop();
   epoch_totals.mean_training_seconds = seconds_since(epoch_totals.started);
   return epoch_totals;
 }

@@ -11,7 +11,9 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <fstream>
 #include <functional>
+#include <iterator>
 #include <map>
 #include <set>
 #include <tuple>
@@ -877,16 +879,27 @@ TEST_CASE("captured training steps of the flagship equal its op-by-op steps on t
     std::vector<nn::Sequential> models;
     std::vector<train::History> histories;
     std::string said;
+    std::vector<std::int64_t> replays;  // "captured step" spans on each run's timeline
     for (const bool capture : {false, true}) {
+      const test_util::ScratchDirectory dir("device_capture");
       models.push_back(nn::cifar10_cnn({32, 32, 3}, 11, dut()));
       models.back().set_precision(precision);
       Trainer trainer(models.back(), optim::SGD({.learning_rate = optim::step_decay(0.02, 0.5, 2), .momentum = 0.9}));
       test_util::CapturedOutput log(STDERR_FILENO);
       histories.push_back(trainer.fit(set, {.epochs = 1, .batch_size = 16, .seed = 2,
-                                            .verbosity = train::Verbosity::Silent, .capture_steps = capture}));
+                                            .verbosity = train::Verbosity::Silent, .timeline = dir.path() / "trace.json",
+                                            .capture_steps = capture}));
       said += log.text();
+      std::ifstream trace(dir.path() / "trace.json");
+      const std::string text{std::istreambuf_iterator<char>(trace), {}};
+      std::int64_t spans = 0;
+      for (std::size_t at = text.find("\"captured step\""); at != std::string::npos; at = text.find("\"captured step\"", at + 1))
+        ++spans;
+      replays.push_back(spans);
     }
     CHECK_THAT(said, !Catch::Contains("could not be captured"));
+    // 88 samples in batches of 16: the first warms up, the next four are replays, the partial last runs op by op.
+    CHECK(replays == std::vector<std::int64_t>{0, 4});
     require_close(histories[0].epochs.back().at("loss"), histories[1].epochs.back().at("loss"), 1e-6, "loss");
     for (const auto& v : models[0].variables()) require_close(v->value, models[1].variable(v->name)->value, 1e-6, v->name);
   }

@@ -99,23 +99,49 @@ TEST_CASE("the CPU cannot capture, and captures do not nest", "[capture]") {
   CHECK_FALSE(ops::capturing(kDevice));
 }
 
-TEST_CASE("while one thread captures, another thread's ops run at once", "[capture]") {
+TEST_CASE("while one thread captures, another thread's ops on the device are refused, as a GPU's would join the "
+          "recording", "[capture][threads]") {
   const Tensor mine = on_device({1}), theirs = on_device({1});
-  std::vector<float> seen_during_capture;
+  std::string refusal;
   auto work = ops::capture(kDevice, [&] {
     ops::scale(mine, 5.0f);
     std::thread other([&] {
       CHECK_FALSE(ops::capturing(kDevice));
-      ops::scale(theirs, 3.0f);
-      seen_during_capture = theirs.to_vector();
+      try {
+        ops::scale(theirs, 3.0f);
+      } catch (const DeviceError& e) {
+        refusal = e.what();
+      }
+      CHECK_THROWS_AS(ops::synchronize(kDevice), DeviceError);
     });
     other.join();
   });
-  CHECK(seen_during_capture == std::vector<float>{3});
-  CHECK(mine.to_vector() == std::vector<float>{1});
+  CHECK_THAT(refusal, Catch::Contains("emulated is capturing another thread's work") &&
+                          Catch::Contains("queue it once the capture has ended"));
   work->replay();
   CHECK(mine.to_vector() == std::vector<float>{5});
+  // Once the capture has ended, every thread's ops run again, replays included.
+  std::thread other([&] {
+    ops::scale(theirs, 3.0f);
+    work->replay();
+  });
+  other.join();
   CHECK(theirs.to_vector() == std::vector<float>{3});
+  CHECK(mine.to_vector() == std::vector<float>{25});
+}
+
+TEST_CASE("a step value is set once per capture, on a tensor made before it", "[capture]") {
+  const Tensor rate = ops::scalar(1.0f, kDevice);
+  CHECK_THROWS_WITH(ops::capture(kDevice,
+                                 [&] {
+                                   ops::set_step_scalar(rate, [] { return 1.0f; });
+                                   ops::set_step_scalar(rate, [] { return 2.0f; });
+                                 }),
+                    Catch::Contains("sets the same step value twice"));
+  CHECK_THROWS_WITH(ops::capture(kDevice, [] { (void)ops::scalar(1.0f, kDevice); }),
+                    Catch::Contains("ops::scalar while work is captured on emulated: make the tensor before the capture"));
+  CHECK_THROWS_WITH(ops::capture(kDevice, [] { (void)ops::step_counter(kDevice); }),
+                    Catch::Contains("ops::step_counter while work is captured"));
 }
 
 TEST_CASE("captured work keeps the tensors it was recorded with", "[capture]") {
@@ -150,6 +176,7 @@ TEST_CASE("a private pool keeps its blocks for its captured work until the work 
   allocator.deallocate(again, 1000);
   allocator.end_private_pool();
 
+  CHECK(allocator.stats().in_use == CachingAllocator::size_class(5000));  // `kept`; the freed 1000 is cached
   void* outside = allocator.allocate(1000);
   CHECK(outside != first);  // the pool's free block is the captured work's alone
   allocator.deallocate(outside, 1000);
@@ -159,13 +186,32 @@ TEST_CASE("a private pool keeps its blocks for its captured work until the work 
     allocator.end_private_pool();
   }
 
+  allocator.release_cached();  // the pool's free block stays the captured work's
+  void* after_release = allocator.allocate(1000);
+  CHECK(after_release != first);
+  allocator.deallocate(after_release, 1000);
   hold.reset();  // the work is gone: its blocks are ordinary again
   void* reused = allocator.allocate(1000);
-  CHECK((reused == first || reused == outside));
+  CHECK((reused == first || reused == after_release));
   allocator.deallocate(kept, 5000);  // in use when the work went: an ordinary block once freed
   void* reused_large = allocator.allocate(5000);
   CHECK(reused_large == kept);
   allocator.deallocate(reused, 1000);
   allocator.deallocate(reused_large, 5000);
   CHECK(allocator.stats().in_use == 0);
+}
+
+TEST_CASE("out of memory while a capture fills its pool fails without returning cached blocks", "[capture][allocator]") {
+  CachingAllocator allocator(std::make_unique<HostAllocator>("small", 8192));
+  allocator.deallocate(allocator.allocate(4096), 4096);  // cached: 4096 of the 8192 left in use below
+  {
+    const std::shared_ptr<void> hold = allocator.begin_private_pool();
+    // 5120 more does not fit beside the cached block; returning that block would be a GPU's free mid-capture.
+    CHECK_THROWS_WITH(allocator.allocate(5000), Catch::Contains("out of memory"));
+    CHECK(allocator.stats().cached == 4096);
+    allocator.end_private_pool();
+  }
+  void* fits = allocator.allocate(5000);  // outside a capture the cached block goes back first
+  CHECK(allocator.stats().cached == 0);
+  allocator.deallocate(fits, 5000);
 }

@@ -18,6 +18,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "cohort/core/device.hpp"
@@ -80,10 +81,11 @@ class CachingAllocator : public Allocator {
   // power of two (at most 25 % of a block unused).
   static std::size_t size_class(std::size_t bytes);
 
-  // From now until end_private_pool(), every block handed out belongs to a new pool: work captured meanwhile
-  // reads and writes those blocks at each replay, so once freed they are handed out again only within a
-  // capture into the same pool, never to other tensors, until the returned hold is gone (the captured work
-  // with it). One pool at a time. Blocks still in use when the hold goes are this allocator's again once freed.
+  // From now until end_private_pool(), every block handed out to the calling thread belongs to a new pool: work
+  // it captures meanwhile reads and writes those blocks at each replay, so once freed they are handed out again
+  // only within that capture, never to other tensors, until the returned hold is gone (the captured work with
+  // it). One pool at a time; meanwhile no cached block goes back to the allocator below (an allocation that
+  // does not fit fails instead). Blocks still in use when the hold goes are this allocator's again once freed.
   std::shared_ptr<void> begin_private_pool();
   void end_private_pool();
 
@@ -97,6 +99,7 @@ class CachingAllocator : public Allocator {
   std::map<std::size_t, std::vector<void*>> bins_;
   AllocatorStats stats_;
   std::shared_ptr<PrivatePool> filling_;                   // the pool of the capture under way
+  std::thread::id filling_thread_;                         // and the thread capturing
   std::map<void*, std::shared_ptr<PrivatePool>> owners_;  // the pool each block handed out during a capture is in
 };
 

@@ -7,7 +7,9 @@
 // go into those buffers first (ops::copy), outputs are read from them. A value the host chooses anew for each replay (a learning rate, a
 // step counter) lives on the device and is written before each replay from its source (set_step_scalar(),
 // set_step_counter()); any other host value an op took was fixed when it was recorded. Work that makes the host
-// wait for the device (ops::sum, copies to the host, synchronize) cannot be recorded.
+// wait for the device (ops::sum, copies to the host, synchronize) cannot be recorded. A step value is set once
+// per capture, on a tensor made before it. While a thread captures on a device, other threads' ops there are
+// refused: a GPU captures its stream, so they would join the recording instead of running.
 //
 //   Tensor input = ..., learning_rate = ops::scalar(0.1f, device);
 //   auto step = ops::capture(device, [&] {

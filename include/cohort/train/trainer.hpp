@@ -244,6 +244,7 @@ class Trainer {
   GradientAccumulator accumulator_;
   std::int64_t accumulated_samples_ = 0;  // in the passes since the last update
   bool capture_evaluation_;
+  bool evaluation_not_captured_ = false;  // a recording failed: the log said why, once
   std::unique_ptr<StepCapture> captured_;
 };
 

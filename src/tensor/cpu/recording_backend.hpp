@@ -1,9 +1,10 @@
 #pragma once
 // The emulated device's backend: the CPU backend's kernels, with the capture a GPU has (capture.hpp), so that
 // captured steps are tested where no GPU is. While a thread captures, each op it queues is kept as a call to
-// make at every launch of the recording, holding its operands (tensors, plans) until the recording is gone;
-// the ops that make a GPU's host wait refuse, as CUDA's stream capture refuses them. Other threads' ops run
-// at once, as CUDA captures only the capturing thread's work.
+// make at every launch of the recording, holding its operands (tensors, plans) until the recording is gone,
+// and the blocks handed out meanwhile stay the recording's (a private pool). The ops that make a GPU's host wait
+// refuse, as CUDA's stream capture refuses them, and so do other threads' ops while a thread captures, which on a
+// GPU would join the recording.
 #include <atomic>
 #include <functional>
 #include <memory>
@@ -122,11 +123,14 @@ class RecordingBackend final : public Backend {
   void run(Call call);
   // A host wait: DeviceError while the calling thread records (remembered for end_capture()).
   void refuse_while_recording(const char* op);
+  // DeviceError while another thread records.
+  void refuse_other_threads() const;
 
   std::unique_ptr<CpuBackend> kernels_;
   std::atomic<std::thread::id> recorder_{};  // the capturing thread; none while nobody records
   std::vector<Call> recorded_;
   std::string refused_;  // the first op the capture could not record
+  std::shared_ptr<void> pool_;  // the private pool of the capture under way
 };
 
 }  // namespace cohort::cpu

@@ -202,7 +202,19 @@ CudaBackend::CudaBackend() {
   COHORT_CUDA_CHECK(cudnnSetStream(cudnn_, compute_), "initializing cuDNN on cuda:{}", ordinal_);
 }
 
-void CudaBackend::activate() const { COHORT_CUDA_CHECK(cudaSetDevice(ordinal_), "selecting cuda:{}", ordinal_); }
+void CudaBackend::activate() const {
+  COHORT_CUDA_CHECK(cudaSetDevice(ordinal_), "selecting cuda:{}", ordinal_);
+  const std::thread::id capturer = capturer_.load();
+  if (capturer != std::thread::id{} && capturer != std::this_thread::get_id()) [[unlikely]]
+    throw DeviceError(fmt::format("cuda:{} is capturing another thread's work: an op queued on it now would join that "
+                                  "recording instead of running; queue it once the capture has ended",
+                                  ordinal_));
+}
+
+void CudaBackend::refuse_while_capturing(const char* op) const {
+  if (capturer_.load() == std::this_thread::get_id()) [[unlikely]]
+    throw DeviceError(fmt::format("{} cannot be captured on cuda:{}: it makes the host wait for the device", op, ordinal_));
+}
 
 // Every kernel of a mixed-precision step, on tensor cores where cuDNN and cuBLAS have them (compute
 // capability 8.0 and up; older GPUs run the same calls on slower engines).
@@ -215,6 +227,7 @@ std::string CudaBackend::kernels_for(DType type) const {
 }
 
 void CudaBackend::wait(const char* what) {
+  refuse_while_capturing(what);
   COHORT_CUDA_CHECK(cudaStreamSynchronize(compute_), "{} (an earlier kernel may have failed)", what);
 }
 
@@ -222,6 +235,7 @@ std::unique_ptr<BackendStream> CudaBackend::make_stream() { return std::make_uni
 
 void CudaBackend::copy_from_host(const void* source, const Tensor& destination) {
   activate();
+  refuse_while_capturing("copy_from_host");
   if (destination.numel() == 0) return;
   COHORT_CUDA_CHECK(cudaMemcpyAsync(device_bytes(destination), source, destination.bytes(), cudaMemcpyHostToDevice, compute_),
                     "copying {} to the GPU", destination.shape());
@@ -230,6 +244,7 @@ void CudaBackend::copy_from_host(const void* source, const Tensor& destination) 
 
 void CudaBackend::copy_to_host(const Tensor& source, void* destination) {
   activate();
+  refuse_while_capturing("copy_to_host");
   if (source.numel() == 0) return;
   COHORT_CUDA_CHECK(cudaMemcpyAsync(destination, device_bytes(source), source.bytes(), cudaMemcpyDeviceToHost, compute_),
                     "copying {} from the GPU", source.shape());
@@ -238,6 +253,7 @@ void CudaBackend::copy_to_host(const Tensor& source, void* destination) {
 
 DeviceEventPtr CudaBackend::copy_to_host_async(const Tensor& source, const Tensor& destination) {
   activate();
+  refuse_while_capturing("copy_to_host_async");
   release_passed_holds();
   if (source.numel() > 0)
     COHORT_CUDA_CHECK(cudaMemcpyAsync(destination.host_bytes().data(), device_bytes(source), source.bytes(),
@@ -248,6 +264,7 @@ DeviceEventPtr CudaBackend::copy_to_host_async(const Tensor& source, const Tenso
 
 DeviceEventPtr CudaBackend::record_event() {
   activate();
+  refuse_while_capturing("record_event");
   release_passed_holds();
   return std::make_shared<CudaEvent>(*this, std::vector<Tensor>{});
 }
@@ -260,8 +277,9 @@ class CudaGraph final : public BackendGraph {
   CudaGraph(CudaBackend& backend, cudaGraphExec_t graph, std::shared_ptr<void> pool)
       : backend_(backend), graph_(graph), pool_(std::move(pool)) {}
   ~CudaGraph() override {
-    backend_.activate();
-    cudaGraphExecDestroy(graph_);  // a launch still in flight completes first
+    cudaSetDevice(backend_.ordinal());  // not activate(): a destructor must not throw, even after a device fault
+    cudaGraphExecDestroy(graph_);       // a launch still in flight completes first
+    cudaGetLastError();
   }
   CudaGraph(const CudaGraph&) = delete;
   CudaGraph& operator=(const CudaGraph&) = delete;
@@ -282,21 +300,29 @@ class CudaGraph final : public BackendGraph {
 
 void CudaBackend::begin_capture() {
   activate();
+  std::thread::id none{};
+  if (!capturer_.compare_exchange_strong(none, std::this_thread::get_id()))
+    throw DeviceError(fmt::format("a capture is already under way on cuda:{}", ordinal_));
   capture_pool_ = allocator_->begin_private_pool();
   const cudaError_t started = cudaStreamBeginCapture(compute_, cudaStreamCaptureModeThreadLocal);
   if (started != cudaSuccess) {
     allocator_->end_private_pool();
     capture_pool_.reset();
+    capturer_.store(std::thread::id{});
     COHORT_CUDA_CHECK(started, "starting to capture work on cuda:{}", ordinal_);
   }
 }
 
 std::unique_ptr<BackendGraph> CudaBackend::end_capture() {
-  activate();
+  if (capturer_.load() != std::this_thread::get_id())
+    throw DeviceError(fmt::format("no capture of this thread is under way on cuda:{}", ordinal_));
+  // The capture ends whatever happens next: nothing here may throw before the stream leaves capture mode.
+  cudaSetDevice(ordinal_);
   cudaGraph_t graph = nullptr;
   const cudaError_t ended = cudaStreamEndCapture(compute_, &graph);
-  allocator_->end_private_pool();
   std::shared_ptr<void> pool = std::exchange(capture_pool_, nullptr);
+  allocator_->end_private_pool();
+  capturer_.store(std::thread::id{});
   if (ended != cudaSuccess || graph == nullptr) {
     cudaGetLastError();
     throw DeviceError(fmt::format("capturing work on cuda:{} failed: {} ({}); an op of the work made the host wait, or "
@@ -317,6 +343,7 @@ void CudaBackend::hold_until_passed(cudaEvent_t event, std::vector<Tensor> tenso
 }
 
 void CudaBackend::release_passed_holds() {
+  if (capturer_.load() == std::this_thread::get_id()) return;  // an event query would break the capture
   const std::lock_guard lock(held_mutex_);
   std::erase_if(held_, [](const Held& held) {
     if (cudaEventQuery(held.event) == cudaErrorNotReady) return false;
