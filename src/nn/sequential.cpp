@@ -99,6 +99,12 @@ Tensor Sequential::run(const Tensor& x, std::size_t end, const ForwardContext& a
   return activation.to(DType::Float32);
 }
 
+const Layer* Sequential::first_uncapturable_layer() const {
+  for (const auto& layer : layers_)
+    if (!layer->capturable()) return layer.get();
+  return nullptr;
+}
+
 Tensor Sequential::forward(const Tensor& x) {
   return run(x, layers_.size(), {.training = training_, .step = step_, .replica_sum = replica_sum_});
 }

@@ -13,7 +13,9 @@ StepCapture::Inputs StepCapture::inputs_of(const Tensor& images, const Tensor& t
 StepCapture::Buffers StepCapture::buffers_of(const nn::Sequential& model, const optim::Optimizer* optimizer) {
   Buffers buffers;
   buffers.passes = model.passes();
+  buffers.precision = model.precision();
   for (const auto& variable : model.variables()) {
+    buffers.trainable.push_back(variable->trainable);
     buffers.addresses.push_back(variable->value.device_pointer());
     if (variable->gradient.defined()) buffers.addresses.push_back(variable->gradient.device_pointer());
   }

@@ -57,9 +57,12 @@ class StepCapture {
     bool operator==(const Inputs&) const = default;
   };
   static Inputs inputs_of(const Tensor& images, const Tensor& targets);
-  // The storage of every buffer the step reads or writes that lives on beyond it, and the model's passes.
+  // The storage of every buffer the step reads or writes that lives on beyond it, which variables it updates,
+  // the model's precision and its passes.
   struct Buffers {
     std::vector<void*> addresses;
+    std::vector<bool> trainable;
+    nn::Precision precision = nn::Precision::Float32;
     std::uint64_t passes = 0;
     bool operator==(const Buffers&) const = default;
   };

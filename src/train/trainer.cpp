@@ -349,7 +349,8 @@ Trainer::Totals Trainer::evaluate_share(const data::Dataset& dataset, std::int64
   auto host_batches = loader.epoch(0);
   DeviceBatches batches(*host_batches, model_.device());
   // On a device that records, each full batch after the first replays the recorded evaluation of one.
-  capture = capture && model_.device() != Device::CPU && !evaluation_not_captured_;
+  capture = capture && model_.device() != Device::CPU && !evaluation_not_captured_ &&
+            model_.first_uncapturable_layer() == nullptr;
   StepCapture captured;
   const auto evaluate_batch = [&](const Tensor& images, const Tensor& labels) {
     add_to(totals, score(images, true), labels);
@@ -747,8 +748,16 @@ void Trainer::start_callbacks(FitState& fit) {
 
 bool Trainer::steps_capturable(const FitState& fit) const {
   // The CPU runs each op as it is called; every other device records (tensor/capture.hpp).
-  return model_.device() != Device::CPU && strategy_->replicas() == 1 && strategy_->synchronizer().capturable() &&
-         fit.accumulate == 1 && !fit.checks_each_step && !loss_scale_;
+  if (model_.device() == Device::CPU || strategy_->replicas() != 1 || !strategy_->synchronizer().capturable() ||
+      fit.accumulate != 1 || fit.checks_each_step || loss_scale_)
+    return false;
+  if (const nn::Layer* layer = model_.first_uncapturable_layer()) {
+    if (fit.verbose)
+      log::info("layer '{}' ({}) does not say that it may be captured (Layer::capturable), so every step runs op by op",
+                layer->name(), layer->type_name());
+    return false;
+  }
+  return true;
 }
 
 void Trainer::save(FitState& fit) {

@@ -38,10 +38,11 @@ nn::Sequential model_with_everything(Device device) {
   return model;
 }
 
-// A layer that reads its input's sum back to the host, as no captured step may.
+// A layer that reads its input's sum back to the host, as no captured step may, yet says it may be captured.
 class ReadsBack : public nn::Layer {
  public:
   std::string type_name() const override { return "ReadsBack"; }
+  bool capturable() const override { return true; }
   std::string name_stem() const override { return "reads_back"; }
   Shape build(const Shape& in, nn::VariableFactory&) override { return in; }
   Tensor forward(const Tensor& x, const nn::ForwardContext&) override {
@@ -195,4 +196,45 @@ TEST_CASE("validation and evaluate() replay the recorded evaluation of a full ba
     CHECK(histories[0].epochs.back().at(key) == histories[1].epochs.back().at(key));
   CHECK(evaluations[0] == evaluations[1]);
   CHECK(spans == std::vector<std::int64_t>{0, 0, 4 + 3, 3});  // training: 4 of 6 batches; evaluation: 3 of 5
+}
+
+TEST_CASE("a model with a layer that does not say it may be captured trains op by op, and the log names the layer",
+          "[device][train][capture]") {
+  // A layer of the user's own, computing through ops alone but not declaring itself capturable.
+  class Doubles : public nn::Layer {
+   public:
+    std::string type_name() const override { return "Doubles"; }
+    std::string name_stem() const override { return "doubles"; }
+    Shape build(const Shape& in, nn::VariableFactory&) override { return in; }
+    Tensor forward(const Tensor& x, const nn::ForwardContext&) override {
+      reuse(output_, x.shape(), x);
+      ops::copy(x, output_);
+      ops::scale(output_, 2.0f);
+      return output_;
+    }
+    Tensor backward(const Tensor& dy, bool) override {
+      reuse(gradient_, dy.shape(), dy);
+      ops::copy(dy, gradient_);
+      ops::scale(gradient_, 2.0f);
+      return gradient_;
+    }
+
+   private:
+    Tensor output_, gradient_;
+  };
+  const auto with_doubles = [](nn::Sequential& model) {
+    nn::Sequential rebuilt({8, 8, 2}, 5, Device::Emulated);
+    rebuilt.add(nn::Flatten()).add(Doubles()).add(nn::Dense(4)).add(nn::Softmax());
+    model = std::move(rebuilt);
+  };
+  test_util::CapturedOutput log(STDERR_FILENO);
+  const test_util::ScratchDirectory dir("capture_uncapturable");
+  Run run{model_with_everything(Device::Emulated), {}, 0};
+  with_doubles(run.model);
+  Trainer trainer(run.model, optim::SGD());
+  trainer.fit(kSet, {.epochs = 1, .batch_size = 8, .verbosity = train::Verbosity::Lines,
+                     .timeline = dir.path() / "trace.json"});
+  const std::string said = log.text();
+  CHECK(captured_spans(dir.path() / "trace.json") == 0);
+  CHECK_THAT(said, Catch::Contains("layer 'doubles' (Doubles) does not say that it may be captured"));
 }

@@ -15,6 +15,7 @@ class ActivationLayer : public Layer {
                            std::string name_stem = "activation");
 
   std::string type_name() const override { return type_name_; }
+  bool capturable() const override { return true; }
   std::string name_stem() const override { return name_stem_; }
   Shape build(const Shape& input_sample_shape, VariableFactory& factory) override;
   Tensor forward(const Tensor& x, const ForwardContext& context) override;

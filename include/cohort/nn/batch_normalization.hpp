@@ -21,6 +21,7 @@ class BatchNormalization : public Layer {
   explicit BatchNormalization(BatchNormalizationOptions options = {});
 
   std::string type_name() const override { return "BatchNormalization"; }
+  bool capturable() const override { return true; }
   std::string name_stem() const override { return "batch_normalization"; }
   Shape build(const Shape& input_sample_shape, VariableFactory& factory) override;
   Tensor forward(const Tensor& x, const ForwardContext& context) override;

@@ -16,6 +16,7 @@ class Conv2D : public Layer {
   Conv2D(int filters, int kernel_size, Padding padding = Padding::Valid, int stride = 1, bool use_bias = true);
 
   std::string type_name() const override { return "Conv2D"; }
+  bool capturable() const override { return true; }
   std::string name_stem() const override { return "conv2d"; }
   Shape build(const Shape& input_sample_shape, VariableFactory& factory) override;
   Tensor forward(const Tensor& x, const ForwardContext& context) override;

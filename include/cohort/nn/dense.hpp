@@ -14,6 +14,7 @@ class Dense : public Layer {
   explicit Dense(int units, bool use_bias = true);
 
   std::string type_name() const override { return "Dense"; }
+  bool capturable() const override { return true; }
   std::string name_stem() const override { return "dense"; }
   Shape build(const Shape& input_sample_shape, VariableFactory& factory) override;
   Tensor forward(const Tensor& x, const ForwardContext& context) override;

@@ -14,6 +14,7 @@ class Dropout : public Layer {
   explicit Dropout(float rate);
 
   std::string type_name() const override { return "Dropout"; }
+  bool capturable() const override { return true; }
   std::string name_stem() const override { return "dropout"; }
   Shape build(const Shape& input_sample_shape, VariableFactory& factory) override;
   Tensor forward(const Tensor& x, const ForwardContext& context) override;

@@ -8,6 +8,7 @@ namespace cohort::nn {
 class Flatten : public Layer {
  public:
   std::string type_name() const override { return "Flatten"; }
+  bool capturable() const override { return true; }
   std::string name_stem() const override { return "flatten"; }
   Shape build(const Shape& input_sample_shape, VariableFactory& factory) override;
   Tensor forward(const Tensor& x, const ForwardContext& context) override;

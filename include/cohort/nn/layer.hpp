@@ -102,6 +102,11 @@ class Layer {
   virtual std::int64_t multiply_adds_per_sample() const { return 0; }
   // Whether forward() in training draws random values from the step (ForwardContext::step_counter).
   virtual bool draws_each_step() const { return false; }
+  // Whether fit() may capture this layer's forward and backward once and replay them for later batches of the
+  // same shape (tensor/capture.hpp): every host value its ops take is the same at every step (a per-step value
+  // is read on the device, as Dropout reads ForwardContext::step_counter), and nothing is read back to the
+  // host. False unless a layer says so: a model with such a layer trains op by op.
+  virtual bool capturable() const { return false; }
 
   const std::string& name() const { return name_; }
   void set_name(std::string name) { name_ = std::move(name); }

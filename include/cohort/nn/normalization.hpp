@@ -19,6 +19,7 @@ class Normalization : public Layer {
   Normalization(std::vector<float> mean, std::vector<float> stddev);
 
   std::string type_name() const override { return "Normalization"; }
+  bool capturable() const override { return true; }
   std::string name_stem() const override { return "normalization"; }
   Shape build(const Shape& input_sample_shape, VariableFactory& factory) override;
   Tensor forward(const Tensor& x, const ForwardContext& context) override;

@@ -19,6 +19,7 @@ class Pooling2D : public Layer {
   Tensor forward(const Tensor& x, const ForwardContext& context) override;
   Tensor backward(const Tensor& dy, bool need_input_gradient) override;
   std::optional<LayerConfig> config() const override;
+  bool capturable() const override { return true; }
 
  private:
   PoolMode mode_;

@@ -100,6 +100,8 @@ class Sequential {
   void set_step(std::uint64_t step) { step_ = step; }
   // Forward passes run so far, in any mode: a pass may have made new buffers in the layers.
   std::uint64_t passes() const { return passes_; }
+  // The first layer that may not be captured (Layer::capturable), or null where every layer may.
+  const Layer* first_uncapturable_layer() const;
   std::uint64_t seed() const { return seed_; }
 
   // The table Keras' model.summary() prints for the same model.
