@@ -4,12 +4,13 @@
 // which tests captured work where no GPU is. The CPU runs each op as it is called and cannot record.
 //
 // A replay runs the recorded ops on the buffers they were recorded with, which the captured work keeps: inputs
-// go into those buffers first (ops::copy), outputs are read from them. A value the host chooses anew for each replay (a learning rate, a
-// step counter) lives on the device and is written before each replay from its source (set_step_scalar(),
-// set_step_counter()); any other host value an op took was fixed when it was recorded. Work that makes the host
-// wait for the device (ops::sum, copies to the host, synchronize) cannot be recorded. A step value is set once
-// per capture, on a tensor made before it. While a thread captures on a device, other threads' ops there are
-// refused: a GPU captures its stream, so they would join the recording instead of running.
+// go into those buffers first (ops::copy), outputs are read from them. A value the host chooses anew for each
+// replay (a learning rate, a step counter) lives on the device and is written before each replay from its
+// source (set_step_scalar(), set_step_counter()); any other host value an op took was fixed when it was
+// recorded. Work that makes the host wait for the device (ops::sum, copies to the host, synchronize) cannot be
+// recorded. A step value is set once per capture, on a tensor made before it. While a thread captures on a
+// device, other threads' ops there are refused: a GPU captures its stream, so they would join the recording
+// instead of running.
 //
 //   Tensor input = ..., learning_rate = ops::scalar(0.1f, device);
 //   auto step = ops::capture(device, [&] {
