@@ -209,6 +209,7 @@ Backend& backend_for(Device device);
 // Where this thread captures work on their device, keeps the operands of an op for as long as the captured work
 // lives: its replays read and write their memory (capture.cpp).
 void keep_while_captured(std::span<const Tensor* const> operands);
+void keep_while_captured(const Tensor& operand);
 
 // The choices of devices.hpp, for the GPU backend as it starts: from then on they may not change.
 struct GpuChoices {

@@ -40,6 +40,11 @@ void keep_while_captured(std::span<const Tensor* const> operands) {
     if (t->defined() && t->device() == active->device) active->operands.push_back(*t);
 }
 
+void keep_while_captured(const Tensor& operand) {
+  const Tensor* one = &operand;
+  keep_while_captured({&one, 1});
+}
+
 void Backend::begin_capture() {
   throw DeviceError(fmt::format("{} cannot capture work: it runs each op as it is called", device_name(device())));
 }

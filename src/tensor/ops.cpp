@@ -148,8 +148,7 @@ void check_sums_device(const char* op, const Tensor& scores, const RunningSums& 
   if (sums.device() != scores.device()) [[unlikely]]
     throw DeviceError(fmt::format("{}: scores {} on {}, the running sums on {}; make the sums on the scores' device", op,
                                   scores.shape(), device_name(scores.device()), device_name(sums.device())));
-  const Tensor* storage = &detail::BackendAccess::storage(sums);
-  keep_while_captured({&storage, 1});
+  keep_while_captured(detail::BackendAccess::storage(sums));
 }
 
 double mean_over_rows(const RunningSums& sums, const Tensor& scores) {
@@ -459,8 +458,7 @@ void dropout_mask(const Tensor& mask, float rate, std::uint64_t seed, const Tens
   Backend& backend = backend_of("dropout_mask", {&mask});
   if (step.defined()) {
     check_step_counter("dropout_mask", step);
-    const Tensor* counter = &step;
-    keep_while_captured({&counter, 1});
+    keep_while_captured(step);
     if (step.device() != mask.device())
       throw DeviceError(fmt::format("dropout_mask: the mask is on {}, the step counter on {}", device_name(mask.device()),
                                     device_name(step.device())));
@@ -643,8 +641,7 @@ Backend& update_backend(const char* op, const std::vector<Operands>& variables, 
     backend = &mine;
   }
   check_learning_rate(op, learning_rate, backend->device());
-  const Tensor* rate = &learning_rate;
-  keep_while_captured({&rate, 1});
+  keep_while_captured(learning_rate);
   return *backend;
 }
 
