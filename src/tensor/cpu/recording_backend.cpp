@@ -33,45 +33,35 @@ std::shared_ptr<const PlanState> keep(const PlanState* plan) {
 
 }  // namespace
 
-RecordingBackend::RecordingBackend(std::unique_ptr<CpuBackend> kernels) : kernels_(std::move(kernels)) {}
-
-void RecordingBackend::refuse_other_threads() const {
-  const std::thread::id recorder = recorder_.load();
-  if (recorder != std::thread::id{} && recorder != std::this_thread::get_id()) [[unlikely]]
-    throw DeviceError(fmt::format("{} is capturing another thread's work: an op queued on it now would join that "
-                                  "recording instead of running; queue it once the capture has ended",
-                                  device_name(device())));
+RecordingBackend::RecordingBackend(std::unique_ptr<CpuBackend> kernels) : kernels_(std::move(kernels)) {
+  capturing_.name_device(std::string(device_name(device())));
 }
 
 void RecordingBackend::run(Call call) {
-  refuse_other_threads();
-  if (recording_here()) recorded_.push_back(std::move(call));
+  capturing_.refuse_other_threads();
+  if (capturing_.is_this_thread()) recorded_.push_back(std::move(call));
   else call();
 }
 
 void RecordingBackend::refuse_while_recording(const char* op) {
-  refuse_other_threads();
-  if (!recording_here()) return;
-  if (refused_.empty()) refused_ = op;
-  throw DeviceError(fmt::format("{} cannot be captured on {}: it makes the host wait for the device", op,
-                                device_name(device())));
+  capturing_.refuse_other_threads();
+  if (capturing_.is_this_thread() && refused_.empty()) refused_ = op;
+  capturing_.refuse_host_wait(op);
 }
 
 void RecordingBackend::begin_capture() {
-  std::thread::id none{};
-  if (!recorder_.compare_exchange_strong(none, std::this_thread::get_id()))
-    throw DeviceError(fmt::format("a capture is already under way on {}", device_name(device())));
+  capturing_.claim();
   // The blocks handed out meanwhile are the recording's, as on a GPU.
   if (auto* caching = dynamic_cast<CachingAllocator*>(&kernels_->allocator())) pool_ = caching->begin_private_pool();
 }
 
 std::unique_ptr<BackendGraph> RecordingBackend::end_capture() {
-  if (!recording_here()) throw DeviceError(fmt::format("no capture of this thread is under way on {}", device_name(device())));
+  capturing_.check_claimed();
   std::vector<Call> calls = std::exchange(recorded_, {});
   const std::string refused = std::exchange(refused_, {});
   std::shared_ptr<void> pool = std::exchange(pool_, nullptr);
   if (pool != nullptr) static_cast<CachingAllocator&>(kernels_->allocator()).end_private_pool();
-  recorder_.store(std::thread::id{});
+  capturing_.release();
   if (!refused.empty())
     throw DeviceError(fmt::format("the captured work called {}, which makes the host wait for the device", refused));
   return std::make_unique<Recording>([this](Call call) { run(std::move(call)); }, std::move(calls), std::move(pool));

@@ -5,14 +5,13 @@
 // and the blocks handed out meanwhile stay the recording's (a private pool). The ops that make a GPU's host wait
 // refuse, as CUDA's stream capture refuses them, and so do other threads' ops while a thread captures, which on a
 // GPU would join the recording.
-#include <atomic>
 #include <functional>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "cpu_backend.hpp"
+#include "tensor/capturing_thread.hpp"
 
 namespace cohort::cpu {
 
@@ -118,16 +117,13 @@ class RecordingBackend final : public Backend {
 
  private:
   using Call = std::function<void()>;
-  bool recording_here() const { return recorder_.load() == std::this_thread::get_id(); }
   // Runs `call`, or keeps it where the calling thread records.
   void run(Call call);
-  // A host wait: DeviceError while the calling thread records (remembered for end_capture()).
+  // A host wait: DeviceError while a thread records (remembered for end_capture() where it is the caller).
   void refuse_while_recording(const char* op);
-  // DeviceError while another thread records.
-  void refuse_other_threads() const;
 
   std::unique_ptr<CpuBackend> kernels_;
-  std::atomic<std::thread::id> recorder_{};  // the capturing thread; none while nobody records
+  CapturingThread capturing_;
   std::vector<Call> recorded_;
   std::string refused_;  // the first op the capture could not record
   std::shared_ptr<void> pool_;  // the private pool of the capture under way

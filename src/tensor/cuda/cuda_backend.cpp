@@ -186,6 +186,7 @@ CudaBackend::CudaBackend() {
                                   describe_visible_devices()));
   }
   ordinal_ = choose_ordinal(count);
+  capturing_.name_device(fmt::format("cuda:{}", ordinal_));
   const GpuChoices choices = gpu_choices_from_now_on();
   allow_tf32_ = choices.tf32;
   deterministic_ = choices.deterministic;
@@ -204,16 +205,7 @@ CudaBackend::CudaBackend() {
 
 void CudaBackend::activate() const {
   COHORT_CUDA_CHECK(cudaSetDevice(ordinal_), "selecting cuda:{}", ordinal_);
-  const std::thread::id capturer = capturer_.load();
-  if (capturer != std::thread::id{} && capturer != std::this_thread::get_id()) [[unlikely]]
-    throw DeviceError(fmt::format("cuda:{} is capturing another thread's work: an op queued on it now would join that "
-                                  "recording instead of running; queue it once the capture has ended",
-                                  ordinal_));
-}
-
-void CudaBackend::refuse_while_capturing(const char* op) const {
-  if (capturer_.load() == std::this_thread::get_id()) [[unlikely]]
-    throw DeviceError(fmt::format("{} cannot be captured on cuda:{}: it makes the host wait for the device", op, ordinal_));
+  capturing_.refuse_other_threads();
 }
 
 // Every kernel of a mixed-precision step, on tensor cores where cuDNN and cuBLAS have them (compute
@@ -227,7 +219,7 @@ std::string CudaBackend::kernels_for(DType type) const {
 }
 
 void CudaBackend::wait(const char* what) {
-  refuse_while_capturing(what);
+  capturing_.refuse_host_wait(what);
   COHORT_CUDA_CHECK(cudaStreamSynchronize(compute_), "{} (an earlier kernel may have failed)", what);
 }
 
@@ -235,7 +227,7 @@ std::unique_ptr<BackendStream> CudaBackend::make_stream() { return std::make_uni
 
 void CudaBackend::copy_from_host(const void* source, const Tensor& destination) {
   activate();
-  refuse_while_capturing("copy_from_host");
+  capturing_.refuse_host_wait("copy_from_host");
   if (destination.numel() == 0) return;
   COHORT_CUDA_CHECK(cudaMemcpyAsync(device_bytes(destination), source, destination.bytes(), cudaMemcpyHostToDevice, compute_),
                     "copying {} to the GPU", destination.shape());
@@ -244,7 +236,7 @@ void CudaBackend::copy_from_host(const void* source, const Tensor& destination) 
 
 void CudaBackend::copy_to_host(const Tensor& source, void* destination) {
   activate();
-  refuse_while_capturing("copy_to_host");
+  capturing_.refuse_host_wait("copy_to_host");
   if (source.numel() == 0) return;
   COHORT_CUDA_CHECK(cudaMemcpyAsync(destination, device_bytes(source), source.bytes(), cudaMemcpyDeviceToHost, compute_),
                     "copying {} from the GPU", source.shape());
@@ -253,7 +245,7 @@ void CudaBackend::copy_to_host(const Tensor& source, void* destination) {
 
 DeviceEventPtr CudaBackend::copy_to_host_async(const Tensor& source, const Tensor& destination) {
   activate();
-  refuse_while_capturing("copy_to_host_async");
+  capturing_.refuse_host_wait("copy_to_host_async");
   release_passed_holds();
   if (source.numel() > 0)
     COHORT_CUDA_CHECK(cudaMemcpyAsync(destination.host_bytes().data(), device_bytes(source), source.bytes(),
@@ -264,7 +256,7 @@ DeviceEventPtr CudaBackend::copy_to_host_async(const Tensor& source, const Tenso
 
 DeviceEventPtr CudaBackend::record_event() {
   activate();
-  refuse_while_capturing("record_event");
+  capturing_.refuse_host_wait("record_event");
   release_passed_holds();
   return std::make_shared<CudaEvent>(*this, std::vector<Tensor>{});
 }
@@ -300,29 +292,26 @@ class CudaGraph final : public BackendGraph {
 
 void CudaBackend::begin_capture() {
   activate();
-  std::thread::id none{};
-  if (!capturer_.compare_exchange_strong(none, std::this_thread::get_id()))
-    throw DeviceError(fmt::format("a capture is already under way on cuda:{}", ordinal_));
+  capturing_.claim();
   capture_pool_ = allocator_->begin_private_pool();
   const cudaError_t started = cudaStreamBeginCapture(compute_, cudaStreamCaptureModeThreadLocal);
   if (started != cudaSuccess) {
     allocator_->end_private_pool();
     capture_pool_.reset();
-    capturer_.store(std::thread::id{});
+    capturing_.release();
     COHORT_CUDA_CHECK(started, "starting to capture work on cuda:{}", ordinal_);
   }
 }
 
 std::unique_ptr<BackendGraph> CudaBackend::end_capture() {
-  if (capturer_.load() != std::this_thread::get_id())
-    throw DeviceError(fmt::format("no capture of this thread is under way on cuda:{}", ordinal_));
+  capturing_.check_claimed();
   // The capture ends whatever happens next: nothing here may throw before the stream leaves capture mode.
   cudaSetDevice(ordinal_);
   cudaGraph_t graph = nullptr;
   const cudaError_t ended = cudaStreamEndCapture(compute_, &graph);
   std::shared_ptr<void> pool = std::exchange(capture_pool_, nullptr);
   allocator_->end_private_pool();
-  capturer_.store(std::thread::id{});
+  capturing_.release();
   if (ended != cudaSuccess || graph == nullptr) {
     cudaGetLastError();
     throw DeviceError(fmt::format("capturing work on cuda:{} failed: {} ({}); an op of the work made the host wait, or "
@@ -343,7 +332,7 @@ void CudaBackend::hold_until_passed(cudaEvent_t event, std::vector<Tensor> tenso
 }
 
 void CudaBackend::release_passed_holds() {
-  if (capturer_.load() == std::this_thread::get_id()) return;  // an event query would break the capture
+  if (capturing_.is_this_thread()) return;  // an event query would break the capture
   const std::lock_guard lock(held_mutex_);
   std::erase_if(held_, [](const Held& held) {
     if (cudaEventQuery(held.event) == cudaErrorNotReady) return false;

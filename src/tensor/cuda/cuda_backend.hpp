@@ -8,13 +8,12 @@
 #include <cuda_runtime_api.h>
 #include <cudnn.h>
 
-#include <atomic>
 #include <cstdint>
 #include <mutex>
-#include <thread>
 #include <vector>
 
 #include "tensor/backend.hpp"
+#include "tensor/capturing_thread.hpp"
 
 namespace cohort::cuda {
 
@@ -160,8 +159,6 @@ class CudaBackend final : public Backend {
   // Makes this backend's GPU current on the calling thread; DeviceError while another thread captures work here
   // (CUDA captures the stream, so the op would join that recording).
   void activate() const;
-  // DeviceError naming `op` while the calling thread captures work: it makes the host wait for the device.
-  void refuse_while_capturing(const char* op) const;
   // Waits for the compute stream; `what` names the op in an error.
   void wait(const char* what);
   // Keeps `tensors`, which queued work before `event` still uses, until the GPU has passed it, then destroys
@@ -194,7 +191,7 @@ class CudaBackend final : public Backend {
   std::unique_ptr<CachingAllocator> allocator_;
   std::unique_ptr<Allocator> pinned_;
   std::shared_ptr<void> capture_pool_;  // the private pool of the capture under way
-  std::atomic<std::thread::id> capturer_{};  // the thread capturing work, while one does
+  CapturingThread capturing_;
   cudaStream_t compute_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
   cudnnHandle_t cudnn_ = nullptr;
