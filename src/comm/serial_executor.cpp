@@ -57,8 +57,11 @@ void SerialExecutor::run() {
       continue;
     }
     try {
-      const timeline::Span span("communication", job.what);
-      job.body();
+      {
+        // Ends before the Work completes, so that a caller who stops the timeline once it returns finds it.
+        const timeline::Span span("communication", job.what);
+        job.body();
+      }
       job.work->complete();
     } catch (const std::exception& e) {
       first_failure_ = e.what();

@@ -40,8 +40,6 @@ struct ShardRecord {
   }
 };
 
-Tensor flat(const Tensor& tensor) { return tensor.view({tensor.numel()}); }
-
 // The slots of `piece`, as kept: the piece's own, or cut from the variable's whole ones; none before a step.
 std::vector<Tensor> slots_of(const optim::Optimizer& optimizer, const nn::Variable& variable, const VariablePiece& piece) {
   const auto found = optimizer.state().find(piece.variable);
@@ -50,7 +48,7 @@ std::vector<Tensor> slots_of(const optim::Optimizer& optimizer, const nn::Variab
   for (const Tensor& slot : found->second.slots) {
     const std::int64_t length = piece.end - piece.begin;
     if (slot.numel() == variable.value.numel() && slot.shape() != Shape{length})
-      slots.push_back(flat(slot).slice(piece.begin, piece.end).clone());
+      slots.push_back(slot.flat().slice(piece.begin, piece.end).clone());
     else {
       COHORT_CHECK(slot.numel() == length, "{}: the state of '{}' has {} elements, neither its piece's {} nor the variable's {}",
                    optimizer.name(), piece.variable, slot.numel(), length, variable.value.numel());
@@ -126,7 +124,7 @@ std::map<std::string, optim::SlotState> read_optimizer_shards(const std::vector<
         COHORT_CHECK_AS(DataError, slot.numel() == piece.end - piece.begin && slot.dtype() == DType::Float32,
                         "optimizer shard {}: a slot of '{}' has {} {} elements for a piece of {}", name, piece.variable,
                         slot.numel(), dtype_name(slot.dtype()), piece.end - piece.begin);
-        ops::copy(flat(slot), whole.slots[s].slice(piece.begin, piece.end));
+        ops::copy(slot.flat(), whole.slots[s].slice(piece.begin, piece.end));
       }
       whole.ranges.emplace_back(piece.begin, piece.end);
     }

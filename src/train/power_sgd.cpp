@@ -122,13 +122,13 @@ void PowerSgd::reduce(std::span<const BucketGradient> gradients, ReplicaReductio
     const Tensor packed({plain_elements}, plain.front()->gradient.device());
     std::int64_t at = 0;
     for (const auto* g : plain) {
-      ops::copy(g->gradient.view({g->gradient.numel()}), packed.slice(at, at + g->gradient.numel()));
+      ops::copy(g->gradient.flat(), packed.slice(at, at + g->gradient.numel()));
       at += g->gradient.numel();
     }
     reduction.sum(packed);
     at = 0;
     for (const auto* g : plain) {
-      ops::copy(packed.slice(at, at + g->gradient.numel()), g->gradient.view({g->gradient.numel()}));
+      ops::copy(packed.slice(at, at + g->gradient.numel()), g->gradient.flat());
       at += g->gradient.numel();
     }
   }

@@ -13,12 +13,6 @@
 #include "train/optimizer_shards.hpp"
 
 namespace cohort::train {
-namespace {
-
-Tensor flat(const Tensor& tensor) { return tensor.view({tensor.numel()}); }
-
-}  // namespace
-
 ShardedAllreduce::ShardedAllreduce(ProcessGroup& group, ShardedAllreduceOptions options)
     : BucketedSynchronizer(group, options.buckets, group.size(), true), options_(options) {
   COHORT_CHECK(options_.stage == 1 || options_.stage == 2, "ZeRO stage {}: the sharded stages are 1 and 2", options_.stage);
@@ -88,7 +82,7 @@ void ShardedAllreduce::update(nn::Sequential& model, optim::Optimizer& optimizer
     // Each rank holds the reduced gradients of its pieces only.
     std::vector<Tensor> own;
     for (const Piece& piece : pieces_) {
-      const Tensor gradient = flat(variables[piece.variable]->gradient).slice(piece.begin, piece.end);
+      const Tensor gradient = variables[piece.variable]->gradient.flat().slice(piece.begin, piece.end);
       ops::scale(gradient, inverse);
       own.push_back(gradient);
     }
@@ -101,7 +95,7 @@ void ShardedAllreduce::update(nn::Sequential& model, optim::Optimizer& optimizer
   }
   for (const Piece& piece : pieces_) {
     const auto& v = variables[piece.variable];
-    gradients.push_back({v->name, flat(v->value).slice(piece.begin, piece.end), flat(v->gradient).slice(piece.begin, piece.end)});
+    gradients.push_back({v->name, v->value.flat().slice(piece.begin, piece.end), v->gradient.flat().slice(piece.begin, piece.end)});
   }
   optimizer.apply(gradients);
   optimizer.finish_step();
@@ -127,7 +121,7 @@ bool ShardedAllreduce::pieces_finite_everywhere(const std::vector<Tensor>& gradi
 void ShardedAllreduce::gather_variables() {
   const auto& variables = buckets_.variables();
   for (const Piece& piece : pieces_)
-    ops::copy(flat(variables[piece.variable]->value).slice(piece.begin, piece.end),
+    ops::copy(variables[piece.variable]->value.flat().slice(piece.begin, piece.end),
               gathered_.slice(piece.offset, piece.offset + piece.end - piece.begin));
   {
     const timeline::Span span("communication", "allgather the updated pieces");
@@ -143,7 +137,7 @@ void ShardedAllreduce::gather_variables() {
   if (staged_) ops::copy(gathered_staging_, gathered_);
   for (const auto& v : variables) {
     const std::int64_t offset = buckets_.slot_of(*v).offset;
-    ops::copy(gathered_.slice(offset, offset + v->value.numel()), flat(v->value));
+    ops::copy(gathered_.slice(offset, offset + v->value.numel()), v->value.flat());
   }
 }
 

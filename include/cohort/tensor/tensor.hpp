@@ -84,6 +84,8 @@ class Tensor {
 
   // A tensor with a new shape over the same storage; numel must match.
   Tensor view(Shape shape) const;
+  // Every element along one axis, sharing storage.
+  Tensor flat() const { return view({numel()}); }
   // Rows [begin, end) along axis 0, sharing storage.
   Tensor slice(std::int64_t begin, std::int64_t end) const;
   bool shares_storage_with(const Tensor& other) const { return storage_ == other.storage_; }
