@@ -113,20 +113,6 @@ memory::dims padding_after(const Conv2dGeometry& g) {
   return {std::max<std::int64_t>(bottom, 0), std::max<std::int64_t>(right, 0)};
 }
 
-// Copies between a tensor in its plain layout and the layout a primitive wants; a no-op where they agree.
-class Reorder {
- public:
-  Reorder(const memory::desc& from, const memory::desc& to) : from_(from), to_(to) {
-    if (from != to) reorder_ = dnnl::reorder(dnnl::reorder::primitive_desc(engine(), from, engine(), to));
-  }
-  bool needed() const { return reorder_.has_value(); }
-  void run(dnnl::stream& stream, memory& from, memory& to) const { reorder_->execute(stream, from, to); }
-
- private:
-  memory::desc from_, to_;
-  std::optional<dnnl::reorder> reorder_;
-};
-
 // Whether oneDNN runs its AVX-512 kernels here (the processor has them, and ONEDNN_MAX_CPU_ISA allows them).
 bool onednn_on_avx512() {
   switch (dnnl::get_effective_cpu_isa()) {
@@ -186,6 +172,20 @@ std::string bf16_kernels_description() { return choice().description; }
 // ---- convolution
 
 struct Convolution::Primitives {
+  // Copies between a tensor in its plain layout and the layout a primitive wants; a no-op where they agree.
+  class Reorder {
+   public:
+    Reorder(const memory::desc& from, const memory::desc& to) : from_(from), to_(to) {
+      if (from != to) reorder_ = dnnl::reorder(dnnl::reorder::primitive_desc(engine(), from, engine(), to));
+    }
+    bool needed() const { return reorder_.has_value(); }
+    void run(dnnl::stream& stream, memory& from, memory& to) const { reorder_->execute(stream, from, to); }
+
+   private:
+    memory::desc from_, to_;
+    std::optional<dnnl::reorder> reorder_;
+  };
+
   struct Key {
     std::int64_t batch;
     DType data;  // of x, kernel and y
@@ -267,7 +267,7 @@ void Convolution::forward(const Conv2dGeometry& g, const Tensor& x, const Tensor
   if (found == primitives_->forward.end()) {
     auto pd = forward_pd(g, has_bias, data_type(key.bias_type), activation, data);
     const ConvDescs d = conv_descs(g, data_type(key.bias_type), data, data);
-    Reorder kernel_in(d.weights_hwio, pd.weights_desc());
+    Primitives::Reorder kernel_in(d.weights_hwio, pd.weights_desc());
     found = primitives_->forward.emplace(key, Primitives::Forward{pd, dnnl::convolution_forward(pd), std::move(kernel_in)}).first;
   }
   const Primitives::Forward& f = found->second;
@@ -352,7 +352,7 @@ void Convolution::backward(const Conv2dGeometry& g, const Tensor& x, const Tenso
     const dnnl::convolution_backward_data::desc data_desc(dnnl::algorithm::convolution_direct, d.src, d.weights_any, d.dst,
                                                           d.strides, d.pad_before, d.pad_after);
     const dnnl::convolution_backward_data::primitive_desc data_pd(data_desc, engine(), hint);
-    Reorder kernel_in(d.weights_hwio, data_pd.weights_desc());
+    Primitives::Reorder kernel_in(d.weights_hwio, data_pd.weights_desc());
     Primitives::Backward made{data_pd, dnnl::convolution_backward_data(data_pd), std::move(kernel_in), {}, {}, {}};
     if (!by_products) {
       const auto weights_desc =
