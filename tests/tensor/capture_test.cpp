@@ -1,13 +1,17 @@
 // Captured work (tensor/capture.hpp) on the emulated device, which records as a GPU's stream capture does, and
 // the caching allocator's private pools that keep a capture's blocks for it.
 #include <catch2/catch.hpp>
+#include <atomic>
+#include <chrono>
 #include <thread>
 #include <vector>
 
 #include "cohort/core/error.hpp"
 #include "cohort/tensor/allocator.hpp"
 #include "cohort/tensor/capture.hpp"
+#include "cohort/tensor/copy_stream.hpp"
 #include "cohort/tensor/ops.hpp"
+#include "tensor/capturing_thread.hpp"
 
 using namespace cohort;
 
@@ -99,35 +103,94 @@ TEST_CASE("the CPU cannot capture, and captures do not nest", "[capture]") {
   CHECK_FALSE(ops::capturing(kDevice));
 }
 
-TEST_CASE("while one thread captures, another thread's ops on the device are refused, as a GPU's would join the "
-          "recording", "[capture][threads]") {
+TEST_CASE("while one thread captures, another thread's ops on the device wait for the capture to end, as a GPU's "
+          "would join the recording", "[capture][threads]") {
   const Tensor mine = on_device({1}), theirs = on_device({1});
-  std::string refusal;
+  std::atomic<bool> scaled{false};
+  std::thread other;
   auto work = ops::capture(kDevice, [&] {
     ops::scale(mine, 5.0f);
-    std::thread other([&] {
+    other = std::thread([&] {
       CHECK_FALSE(ops::capturing(kDevice));
-      try {
-        ops::scale(theirs, 3.0f);
-      } catch (const DeviceError& e) {
-        refusal = e.what();
-      }
-      CHECK_THROWS_AS(ops::synchronize(kDevice), DeviceError);
+      ops::scale(theirs, 3.0f);
+      scaled = true;
     });
-    other.join();
-  });
-  CHECK_THAT(refusal, Catch::Contains("emulated is capturing another thread's work") &&
-                          Catch::Contains("queue it once the capture has ended"));
-  work->replay();
-  CHECK(mine.to_vector() == std::vector<float>{5});
-  // Once the capture has ended, every thread's ops run again, replays included.
-  std::thread other([&] {
-    ops::scale(theirs, 3.0f);
-    work->replay();
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    CHECK_FALSE(scaled);  // still waiting: the recording goes on
   });
   other.join();
   CHECK(theirs.to_vector() == std::vector<float>{3});
+  CHECK(mine.to_vector() == std::vector<float>{1});
+  work->replay();  // their op is not part of the recording
+  CHECK(mine.to_vector() == std::vector<float>{5});
+  CHECK(theirs.to_vector() == std::vector<float>{3});
+  // Once the capture has ended, every thread's ops run at once, replays included.
+  std::thread replaying([&] {
+    ops::scale(theirs, 3.0f);
+    work->replay();
+  });
+  replaying.join();
+  CHECK(theirs.to_vector() == std::vector<float>{9});
   CHECK(mine.to_vector() == std::vector<float>{25});
+}
+
+TEST_CASE("two threads capture on one device in turn, each its own work", "[capture][threads]") {
+  const Tensor first = on_device({1}), second = on_device({1});
+  std::unique_ptr<CapturedWork> theirs;
+  std::thread other;
+  auto mine = ops::capture(kDevice, [&] {
+    ops::scale(first, 2.0f);
+    other = std::thread([&] { theirs = ops::capture(kDevice, [&] { ops::scale(second, 3.0f); }); });
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  });
+  other.join();
+  mine->replay();
+  theirs->replay();
+  CHECK(first.to_vector() == std::vector<float>{2});
+  CHECK(second.to_vector() == std::vector<float>{3});
+}
+
+TEST_CASE("a thread waits for another's capture only so long, then fails naming the device", "[capture][threads]") {
+  CapturingThread capturing(std::chrono::milliseconds(100));
+  capturing.name_device("emulated");
+  std::atomic<bool> claimed{false}, finished{false};
+  std::thread capturer([&] {
+    capturing.claim();
+    claimed = true;
+    while (!finished) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    capturing.release();
+  });
+  while (!claimed) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  const auto start = std::chrono::steady_clock::now();
+  CHECK_THROWS_WITH(capturing.wait_for_other_threads(),
+                    Catch::Contains("emulated has been capturing another thread's work for more than 0.1 s") &&
+                        Catch::Contains("does the capturing thread wait on this one?"));
+  CHECK(std::chrono::steady_clock::now() - start >= std::chrono::milliseconds(100));
+  // A capture that ends within the wait lets the waiting thread go on.
+  std::thread ender([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    finished = true;
+  });
+  CHECK_NOTHROW(capturing.wait_for_other_threads());
+  ender.join();
+  capturer.join();
+  CHECK_NOTHROW(capturing.wait_for_other_threads());
+}
+
+TEST_CASE("a copy stream cannot be used in a capture, as a GPU's would join the recording", "[capture]") {
+  const Tensor x = on_device({1, 2}), into = on_device({0, 0});
+  const Tensor host = Tensor::from_values({2}, std::vector<float>{7, 8});
+  CopyStream stream(kDevice);
+  CHECK_THROWS_WITH(ops::capture(kDevice, [&] { stream.copy(host, into); }),
+                    Catch::Contains("CopyStream::copy cannot be captured on emulated") &&
+                        Catch::Contains("copy before the capture or after it"));
+  CHECK_THROWS_WITH(ops::capture(kDevice, [&] { stream.synchronize(); }),
+                    Catch::Contains("CopyStream::synchronize cannot be captured on emulated"));
+  // The stream works before and after a capture.
+  stream.copy(host, into);
+  stream.synchronize();
+  CHECK(into.to_vector() == std::vector<float>{7, 8});
+  CHECK(x.to_vector() == std::vector<float>{1, 2});
 }
 
 TEST_CASE("a step value is set once per capture, on a tensor made before it", "[capture]") {

@@ -9,8 +9,9 @@
 // source (set_step_scalar(), set_step_counter()); any other host value an op took was fixed when it was
 // recorded. Work that makes the host wait for the device (ops::sum, copies to the host, synchronize) cannot be
 // recorded. A step value is set once per capture, on a tensor made before it. While a thread captures on a
-// device, other threads' ops there are refused: a GPU captures its stream, so they would join the recording
-// instead of running.
+// device, other threads' ops there wait for the capture to end: a GPU captures its stream, so they would join
+// the recording instead of running. A capture records without running the work, so the wait is short; the
+// capturing thread must not wait on those threads.
 //
 //   Tensor input = ..., learning_rate = ops::scalar(0.1f, device);
 //   auto step = ops::capture(device, [&] {

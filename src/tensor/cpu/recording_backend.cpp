@@ -31,6 +31,28 @@ std::shared_ptr<const PlanState> keep(const PlanState* plan) {
   return plan == nullptr ? nullptr : plan->shared_from_this();
 }
 
+// The CPU's copies, refused to the capturing thread as a GPU's copy stream is.
+class RecordingStream final : public BackendStream {
+ public:
+  RecordingStream(std::unique_ptr<BackendStream> copies, const CapturingThread& capturing)
+      : copies_(std::move(copies)), capturing_(capturing) {}
+
+  void enqueue_copy(const Tensor& source, const Tensor& destination) override {
+    capturing_.wait_for_other_threads();
+    capturing_.refuse_copy_stream("CopyStream::copy");
+    copies_->enqueue_copy(source, destination);
+  }
+  void synchronize() override {
+    capturing_.wait_for_other_threads();
+    capturing_.refuse_copy_stream("CopyStream::synchronize");
+    copies_->synchronize();
+  }
+
+ private:
+  std::unique_ptr<BackendStream> copies_;
+  const CapturingThread& capturing_;
+};
+
 }  // namespace
 
 RecordingBackend::RecordingBackend(std::unique_ptr<CpuBackend> kernels) : kernels_(std::move(kernels)) {
@@ -38,13 +60,13 @@ RecordingBackend::RecordingBackend(std::unique_ptr<CpuBackend> kernels) : kernel
 }
 
 void RecordingBackend::run(Call call) {
-  capturing_.refuse_other_threads();
+  capturing_.wait_for_other_threads();
   if (capturing_.is_this_thread()) recorded_.push_back(std::move(call));
   else call();
 }
 
 void RecordingBackend::refuse_while_recording(const char* op) {
-  capturing_.refuse_other_threads();
+  capturing_.wait_for_other_threads();
   if (capturing_.is_this_thread() && refused_.empty()) refused_ = op;
   capturing_.refuse_host_wait(op);
 }
@@ -65,6 +87,10 @@ std::unique_ptr<BackendGraph> RecordingBackend::end_capture() {
   if (!refused.empty())
     throw DeviceError(fmt::format("the captured work called {}, which makes the host wait for the device", refused));
   return std::make_unique<Recording>([this](Call call) { run(std::move(call)); }, std::move(calls), std::move(pool));
+}
+
+std::unique_ptr<BackendStream> RecordingBackend::make_stream() {
+  return std::make_unique<RecordingStream>(kernels_->make_stream(), capturing_);
 }
 
 void RecordingBackend::synchronize() {

@@ -3,8 +3,8 @@
 // captured steps are tested where no GPU is. While a thread captures, each op it queues is kept as a call to
 // make at every launch of the recording, holding its operands (tensors, plans) until the recording is gone,
 // and the blocks handed out meanwhile stay the recording's (a private pool). The ops that make a GPU's host wait
-// refuse, as CUDA's stream capture refuses them, and so do other threads' ops while a thread captures, which on a
-// GPU would join the recording.
+// refuse, as CUDA's stream capture refuses them, and other threads' ops wait while a thread captures, as on a
+// GPU they would join the recording.
 #include <functional>
 #include <memory>
 #include <string>
@@ -24,7 +24,7 @@ class RecordingBackend final : public Backend {
 
   Device device() const override { return kernels_->device(); }
   Allocator& allocator() override { return kernels_->allocator(); }
-  std::unique_ptr<BackendStream> make_stream() override { return kernels_->make_stream(); }
+  std::unique_ptr<BackendStream> make_stream() override;
   void synchronize() override;
   DeviceEventPtr record_event() override;
   void begin_capture() override;

@@ -110,13 +110,19 @@ class ConvPlan final : public PlanState {
 
   ConvPlan(CudaBackend& backend, const Conv2dGeometry& g) : backend_(backend), padded_(!symmetric_padding_fits(g)) {}
 
-  // The descriptors and algorithms for elements of type T and g's batch size, chosen on first use. Call under
-  // the handle lock.
+  // The descriptors and algorithms for elements of type T and g's batch size, chosen on first use, which a
+  // capture cannot hold (cudnnFind* times the algorithms, allocating and waiting). Call under the handle lock.
   template <class T>
   const Shapes& shapes(const Conv2dGeometry& g) const {
     std::lock_guard lock(mutex_);
     auto& slot = shapes_[{cudnn_type<T>(), g.batch}];
-    if (!slot) slot = make_shapes(g, cudnn_type<T>());
+    if (!slot) {
+      if (backend_.capturing().is_this_thread())
+        throw DeviceError(fmt::format("a Conv2D with {} has no algorithms chosen for {} yet, and choosing them cannot "
+                                      "be captured: run it once before capturing",
+                                      describe(g), dtype_name(dtype_of<T>())));
+      slot = make_shapes(g, cudnn_type<T>());
+    }
     return *slot;
   }
 

@@ -110,6 +110,7 @@ class CopyStreamImpl final : public BackendStream {
 
   void enqueue_copy(const Tensor& source, const Tensor& destination) override {
     backend_.activate();
+    backend_.capturing().refuse_copy_stream("CopyStream::copy");
     COHORT_CUDA_CHECK(cudaEventRecord(compute_done_, backend_.compute_stream()), "ordering a copy of {}", source.shape());
     COHORT_CUDA_CHECK(cudaStreamWaitEvent(stream_, compute_done_, 0), "ordering a copy of {}", source.shape());
     if (source.numel() > 0)
@@ -123,6 +124,7 @@ class CopyStreamImpl final : public BackendStream {
 
   void synchronize() override {
     backend_.activate();
+    backend_.capturing().refuse_copy_stream("CopyStream::synchronize");
     const cudaError_t status = cudaStreamSynchronize(stream_);
     held_.clear();
     COHORT_CUDA_CHECK(status, "waiting for asynchronous copies");
@@ -147,12 +149,12 @@ class CudaEvent final : public DeviceEvent {
     COHORT_CUDA_CHECK(recorded, "recording an event");
   }
   ~CudaEvent() override {
-    if (cudaSetDevice(backend_.ordinal()) != cudaSuccess || held_.empty() || cudaEventQuery(event_) == cudaSuccess) {
-      cudaGetLastError();
-      cudaEventDestroy(event_);
-    } else {
-      backend_.hold_until_passed(event_, std::move(held_));
-    }
+    // Never queried on a capturing thread: the query would break its capture.
+    const bool passed = cudaSetDevice(backend_.ordinal()) != cudaSuccess || held_.empty() ||
+                        (!backend_.capturing().is_this_thread() && cudaEventQuery(event_) == cudaSuccess);
+    cudaGetLastError();
+    if (passed) cudaEventDestroy(event_);
+    else backend_.hold_until_passed(event_, std::move(held_));
   }
   CudaEvent(const CudaEvent&) = delete;
   CudaEvent& operator=(const CudaEvent&) = delete;
@@ -197,6 +199,13 @@ CudaBackend::CudaBackend() {
                     ordinal_);
   COHORT_CUDA_CHECK(cublasCreate(&cublas_), "initializing cuBLAS on cuda:{}", ordinal_);
   COHORT_CUDA_CHECK(cublasSetStream(cublas_, compute_), "initializing cuBLAS on cuda:{}", ordinal_);
+  // A workspace of cuBLAS's own for the process's life: otherwise cuBLAS allocates one as it goes, inside a
+  // capture too, where the graph would then hold an allocation of its own. 32 MiB is cuBLAS's advice for Hopper.
+  constexpr std::size_t kCublasWorkspace = std::size_t{32} << 20;
+  void* cublas_workspace = nullptr;
+  COHORT_CUDA_CHECK(cudaMalloc(&cublas_workspace, kCublasWorkspace), "allocating cuBLAS's workspace on cuda:{}", ordinal_);
+  COHORT_CUDA_CHECK(cublasSetWorkspace(cublas_, cublas_workspace, kCublasWorkspace), "initializing cuBLAS on cuda:{}",
+                    ordinal_);
   COHORT_CUDA_CHECK(cublasSetMathMode(cublas_, allow_tf32_ ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH),
                     "initializing cuBLAS on cuda:{}", ordinal_);
   COHORT_CUDA_CHECK(cudnnCreate(&cudnn_), "initializing cuDNN on cuda:{}", ordinal_);
@@ -205,7 +214,7 @@ CudaBackend::CudaBackend() {
 
 void CudaBackend::activate() const {
   COHORT_CUDA_CHECK(cudaSetDevice(ordinal_), "selecting cuda:{}", ordinal_);
-  capturing_.refuse_other_threads();
+  capturing_.wait_for_other_threads();
 }
 
 // Every kernel of a mixed-precision step, on tensor cores where cuDNN and cuBLAS have them (compute
@@ -293,7 +302,12 @@ class CudaGraph final : public BackendGraph {
 void CudaBackend::begin_capture() {
   activate();
   capturing_.claim();
-  capture_pool_ = allocator_->begin_private_pool();
+  try {
+    capture_pool_ = allocator_->begin_private_pool();
+  } catch (...) {
+    capturing_.release();
+    throw;
+  }
   const cudaError_t started = cudaStreamBeginCapture(compute_, cudaStreamCaptureModeThreadLocal);
   if (started != cudaSuccess) {
     allocator_->end_private_pool();
@@ -413,6 +427,7 @@ void CudaBackend::multiply(const Tensor& a, const Tensor& b, const Tensor& resul
 
 double CudaBackend::reduce(const Tensor& x, bool squares, const char* what) {
   activate();
+  capturing_.refuse_host_wait(what);  // before its kernel is queued
   if (x.numel() == 0) return 0.0;
   Scratch partials(*allocator_, kernels::kMaxPartials * sizeof(double));
   const int count = kernels::partial_sums(in(x), x.numel(), squares, partials.as<double>(), compute_);

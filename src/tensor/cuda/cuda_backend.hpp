@@ -156,8 +156,8 @@ class CudaBackend final : public Backend {
   cudnnHandle_t cudnn() const { return cudnn_; }
   // Held while a cuBLAS or cuDNN handle is in use.
   std::mutex& handle_mutex() { return handle_mutex_; }
-  // Makes this backend's GPU current on the calling thread; DeviceError while another thread captures work here
-  // (CUDA captures the stream, so the op would join that recording).
+  // Makes this backend's GPU current on the calling thread, once no other thread captures work here (CUDA
+  // captures the stream, so the op would join that recording).
   void activate() const;
   // Waits for the compute stream; `what` names the op in an error.
   void wait(const char* what);
@@ -166,6 +166,8 @@ class CudaBackend final : public Backend {
   void hold_until_passed(cudaEvent_t event, std::vector<Tensor> tensors);
   // Destroys the held events that the GPU has passed, letting their tensors go.
   void release_passed_holds();
+  // The thread capturing work here, if any.
+  const CapturingThread& capturing() const { return capturing_; }
   // TF32 tensor cores for float32 products and convolutions (devices.hpp allow_tf32).
   bool allow_tf32() const { return allow_tf32_; }
   // Convolution algorithms: deterministic ones by cuDNN's heuristics, else the fastest by timing (devices.hpp).

@@ -39,4 +39,12 @@ constexpr cudnnDataType_t cudnn_type() {
   else return CUDNN_DATA_FLOAT;
 }
 
+// The element type T is.
+template <class T>
+constexpr DType dtype_of() {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) return DType::BFloat16;
+  else if constexpr (std::is_same_v<T, __half>) return DType::Float16;
+  else return DType::Float32;
+}
+
 }  // namespace cohort::cuda
