@@ -106,19 +106,22 @@ TEST_CASE("the CPU cannot capture, and captures do not nest", "[capture]") {
 TEST_CASE("while one thread captures, another thread's ops on the device wait for the capture to end, as a GPU's "
           "would join the recording", "[capture][threads]") {
   const Tensor mine = on_device({1}), theirs = on_device({1});
-  std::atomic<bool> scaled{false};
+  // Catch's checks are made on this thread alone.
+  std::atomic<bool> scaled{false}, other_saw_capture{false}, scaled_during_capture{false};
   std::thread other;
   auto work = ops::capture(kDevice, [&] {
     ops::scale(mine, 5.0f);
     other = std::thread([&] {
-      CHECK_FALSE(ops::capturing(kDevice));
+      other_saw_capture = ops::capturing(kDevice);
       ops::scale(theirs, 3.0f);
       scaled = true;
     });
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    CHECK_FALSE(scaled);  // still waiting: the recording goes on
+    scaled_during_capture = scaled.load();  // false: it waits while the recording goes on
   });
   other.join();
+  CHECK_FALSE(other_saw_capture);
+  CHECK_FALSE(scaled_during_capture);
   CHECK(theirs.to_vector() == std::vector<float>{3});
   CHECK(mine.to_vector() == std::vector<float>{1});
   work->replay();  // their op is not part of the recording
@@ -162,7 +165,8 @@ TEST_CASE("a thread waits for another's capture only so long, then fails naming 
   });
   while (!claimed) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   const auto start = std::chrono::steady_clock::now();
-  CHECK_THROWS_WITH(capturing.wait_for_other_threads(),
+  const auto queue_op = [&] { const auto op = capturing.enter_op(); };
+  CHECK_THROWS_WITH(queue_op(),
                     Catch::Contains("emulated has been capturing another thread's work for more than 0.1 s") &&
                         Catch::Contains("does the capturing thread wait on this one?"));
   CHECK(std::chrono::steady_clock::now() - start >= std::chrono::milliseconds(100));
@@ -171,10 +175,44 @@ TEST_CASE("a thread waits for another's capture only so long, then fails naming 
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
     finished = true;
   });
-  CHECK_NOTHROW(capturing.wait_for_other_threads());
+  CHECK_NOTHROW(queue_op());
   ender.join();
   capturer.join();
-  CHECK_NOTHROW(capturing.wait_for_other_threads());
+  CHECK_NOTHROW(queue_op());
+}
+
+TEST_CASE("a capture begins once other threads' ops under way are queued, and later ops wait for it",
+          "[capture][threads]") {
+  CapturingThread capturing;
+  capturing.name_device("emulated");
+  std::atomic<bool> entered{false}, claimed{false}, claimed_during_op{false}, later_op_done{false};
+  std::thread op_thread([&] {
+    const auto op = capturing.enter_op();
+    entered = true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    claimed_during_op = claimed.load();  // false: the capture waits for this op
+  });
+  while (!entered) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  capturing.claim();
+  claimed = true;
+  std::thread later([&] {
+    const auto op = capturing.enter_op();
+    later_op_done = true;
+  });
+  // Within the capture, this thread's ops hold no place, and it may not wait on the later op.
+  { const auto mine = capturing.enter_op(); }
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  CHECK_FALSE(later_op_done);
+  CHECK_THROWS_WITH(capturing.claim(), Catch::Contains("already under way"));
+  capturing.release();
+  op_thread.join();
+  later.join();
+  CHECK_FALSE(claimed_during_op);
+  CHECK(later_op_done);
+  // An op's place is held once per thread, and no capture begins inside one.
+  const auto outer = capturing.enter_op();
+  { const auto inner = capturing.enter_op(); }
+  CHECK_THROWS_WITH(capturing.claim(), Catch::Contains("cannot begin inside an op"));
 }
 
 TEST_CASE("a copy stream cannot be used in a capture, as a GPU's would join the recording", "[capture]") {

@@ -38,12 +38,12 @@ class RecordingStream final : public BackendStream {
       : copies_(std::move(copies)), capturing_(capturing) {}
 
   void enqueue_copy(const Tensor& source, const Tensor& destination) override {
-    capturing_.wait_for_other_threads();
+    const auto active = capturing_.enter_op();
     capturing_.refuse_copy_stream("CopyStream::copy");
     copies_->enqueue_copy(source, destination);
   }
   void synchronize() override {
-    capturing_.wait_for_other_threads();
+    const auto active = capturing_.enter_op();
     capturing_.refuse_copy_stream("CopyStream::synchronize");
     copies_->synchronize();
   }
@@ -60,15 +60,16 @@ RecordingBackend::RecordingBackend(std::unique_ptr<CpuBackend> kernels) : kernel
 }
 
 void RecordingBackend::run(Call call) {
-  capturing_.wait_for_other_threads();
+  const auto active = capturing_.enter_op();
   if (capturing_.is_this_thread()) recorded_.push_back(std::move(call));
   else call();
 }
 
-void RecordingBackend::refuse_while_recording(const char* op) {
-  capturing_.wait_for_other_threads();
+CapturingThread::OpScope RecordingBackend::refuse_while_recording(const char* op) {
+  CapturingThread::OpScope scope = capturing_.enter_op();
   if (capturing_.is_this_thread() && refused_.empty()) refused_ = op;
   capturing_.refuse_host_wait(op);
+  return scope;
 }
 
 void RecordingBackend::begin_capture() {
@@ -94,12 +95,12 @@ std::unique_ptr<BackendStream> RecordingBackend::make_stream() {
 }
 
 void RecordingBackend::synchronize() {
-  refuse_while_recording("synchronize");
+  const auto active = refuse_while_recording("synchronize");
   kernels_->synchronize();
 }
 
 DeviceEventPtr RecordingBackend::record_event() {
-  refuse_while_recording("record_event");
+  const auto active = refuse_while_recording("record_event");
   return kernels_->record_event();
 }
 
@@ -108,17 +109,17 @@ void RecordingBackend::write_bits(const Tensor& destination, std::uint64_t bits)
 }
 
 void RecordingBackend::copy_from_host(const void* source, const Tensor& destination) {
-  refuse_while_recording("copy_from_host");
+  const auto active = refuse_while_recording("copy_from_host");
   kernels_->copy_from_host(source, destination);
 }
 
 void RecordingBackend::copy_to_host(const Tensor& source, void* destination) {
-  refuse_while_recording("copy_to_host");
+  const auto active = refuse_while_recording("copy_to_host");
   kernels_->copy_to_host(source, destination);
 }
 
 DeviceEventPtr RecordingBackend::copy_to_host_async(const Tensor& source, const Tensor& destination) {
-  refuse_while_recording("copy_to_host_async");
+  const auto active = refuse_while_recording("copy_to_host_async");
   return kernels_->copy_to_host_async(source, destination);
 }
 
@@ -151,12 +152,12 @@ void RecordingBackend::multiply(const Tensor& a, const Tensor& b, const Tensor& 
 }
 
 double RecordingBackend::sum(const Tensor& x) {
-  refuse_while_recording("sum");
+  const auto active = refuse_while_recording("sum");
   return kernels_->sum(x);
 }
 
 double RecordingBackend::sum_of_squares(const Tensor& x) {
-  refuse_while_recording("sum_of_squares");
+  const auto active = refuse_while_recording("sum_of_squares");
   return kernels_->sum_of_squares(x);
 }
 

@@ -119,8 +119,9 @@ class RecordingBackend final : public Backend {
   using Call = std::function<void()>;
   // Runs `call`, or keeps it where the calling thread records.
   void run(Call call);
-  // A host wait: DeviceError while a thread records (remembered for end_capture() where it is the caller).
-  void refuse_while_recording(const char* op);
+  // A host wait: DeviceError while a thread records (remembered for end_capture() where it is the caller);
+  // else the op's place (capturing_thread.hpp), held while the wait runs.
+  [[nodiscard]] CapturingThread::OpScope refuse_while_recording(const char* op);
 
   std::unique_ptr<CpuBackend> kernels_;
   CapturingThread capturing_;

@@ -139,7 +139,7 @@ class ConvPlan final : public PlanState {
 
  private:
   std::unique_ptr<Shapes> make_shapes(const Conv2dGeometry& g, cudnnDataType_t type) const {
-    backend_.activate();
+    const auto active = backend_.activate();
     auto made = std::make_unique<Shapes>();
     const auto context = [&] { return describe(g); };
     // Tensor cores: always for 16-bit operands, for float32 only where TF32 is allowed.
@@ -253,7 +253,7 @@ void CudaBackend::conv2d_forward(const PlanState* state, const Conv2dGeometry& g
 void CudaBackend::conv2d_forward_activated(const PlanState* state, const Conv2dGeometry& g, const Tensor& x,
                                            const Tensor& kernel, const Tensor& bias, Activation activation,
                                            const Tensor& y) {
-  activate();
+  const auto active = activate();
   if (g.batch == 0) return;
   const auto& plan = static_cast<const ConvPlan&>(*state);
   // Whether cuDNN applied the bias and the activation itself.
@@ -306,7 +306,7 @@ void CudaBackend::conv2d_forward_activated(const PlanState* state, const Conv2dG
 void CudaBackend::conv2d_backward(const PlanState* state, const Conv2dGeometry& g, const Tensor& x,
                                   const Tensor& kernel, const Tensor& dy, const Tensor& dx, const Tensor& dkernel,
                                   const Tensor& dbias) {
-  activate();
+  const auto active = activate();
   if (dbias.defined()) bias_gradient(dy, dbias);
   if (g.batch == 0) {
     if (dkernel.defined()) fill(dkernel, 0.0f);

@@ -97,7 +97,7 @@ float* out(const Tensor& t) { return t.defined() ? device_data(t) : nullptr; }
 class CopyStreamImpl final : public BackendStream {
  public:
   explicit CopyStreamImpl(CudaBackend& backend) : backend_(backend) {
-    backend_.activate();
+    const auto active = backend_.activate();
     COHORT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "creating a copy stream");
     COHORT_CUDA_CHECK(cudaEventCreateWithFlags(&compute_done_, cudaEventDisableTiming), "creating a copy stream event");
   }
@@ -109,7 +109,7 @@ class CopyStreamImpl final : public BackendStream {
   }
 
   void enqueue_copy(const Tensor& source, const Tensor& destination) override {
-    backend_.activate();
+    const auto active = backend_.activate();
     backend_.capturing().refuse_copy_stream("CopyStream::copy");
     COHORT_CUDA_CHECK(cudaEventRecord(compute_done_, backend_.compute_stream()), "ordering a copy of {}", source.shape());
     COHORT_CUDA_CHECK(cudaStreamWaitEvent(stream_, compute_done_, 0), "ordering a copy of {}", source.shape());
@@ -123,7 +123,7 @@ class CopyStreamImpl final : public BackendStream {
   }
 
   void synchronize() override {
-    backend_.activate();
+    const auto active = backend_.activate();
     backend_.capturing().refuse_copy_stream("CopyStream::synchronize");
     const cudaError_t status = cudaStreamSynchronize(stream_);
     held_.clear();
@@ -160,7 +160,7 @@ class CudaEvent final : public DeviceEvent {
   CudaEvent& operator=(const CudaEvent&) = delete;
 
   bool finished() const override {
-    backend_.activate();
+    const auto active = backend_.activate();
     const cudaError_t status = cudaEventQuery(event_);
     if (status == cudaErrorNotReady) {
       cudaGetLastError();  // not an error: nothing for this thread's next check to find
@@ -192,7 +192,7 @@ CudaBackend::CudaBackend() {
   const GpuChoices choices = gpu_choices_from_now_on();
   allow_tf32_ = choices.tf32;
   deterministic_ = choices.deterministic;
-  activate();
+  const auto active = activate();
   allocator_ = std::make_unique<CachingAllocator>(std::make_unique<CudaAllocator>(CudaAllocator::Memory::Device, ordinal_));
   pinned_ = std::make_unique<CachingAllocator>(std::make_unique<CudaAllocator>(CudaAllocator::Memory::PinnedHost, ordinal_));
   COHORT_CUDA_CHECK(cudaStreamCreateWithFlags(&compute_, cudaStreamNonBlocking), "creating the compute stream of cuda:{}",
@@ -212,9 +212,10 @@ CudaBackend::CudaBackend() {
   COHORT_CUDA_CHECK(cudnnSetStream(cudnn_, compute_), "initializing cuDNN on cuda:{}", ordinal_);
 }
 
-void CudaBackend::activate() const {
+CapturingThread::OpScope CudaBackend::activate() const {
+  CapturingThread::OpScope scope = capturing_.enter_op();
   COHORT_CUDA_CHECK(cudaSetDevice(ordinal_), "selecting cuda:{}", ordinal_);
-  capturing_.wait_for_other_threads();
+  return scope;
 }
 
 // Every kernel of a mixed-precision step, on tensor cores where cuDNN and cuBLAS have them (compute
@@ -235,7 +236,7 @@ void CudaBackend::wait(const char* what) {
 std::unique_ptr<BackendStream> CudaBackend::make_stream() { return std::make_unique<CopyStreamImpl>(*this); }
 
 void CudaBackend::copy_from_host(const void* source, const Tensor& destination) {
-  activate();
+  const auto active = activate();
   capturing_.refuse_host_wait("copy_from_host");
   if (destination.numel() == 0) return;
   COHORT_CUDA_CHECK(cudaMemcpyAsync(device_bytes(destination), source, destination.bytes(), cudaMemcpyHostToDevice, compute_),
@@ -244,7 +245,7 @@ void CudaBackend::copy_from_host(const void* source, const Tensor& destination) 
 }
 
 void CudaBackend::copy_to_host(const Tensor& source, void* destination) {
-  activate();
+  const auto active = activate();
   capturing_.refuse_host_wait("copy_to_host");
   if (source.numel() == 0) return;
   COHORT_CUDA_CHECK(cudaMemcpyAsync(destination, device_bytes(source), source.bytes(), cudaMemcpyDeviceToHost, compute_),
@@ -253,7 +254,7 @@ void CudaBackend::copy_to_host(const Tensor& source, void* destination) {
 }
 
 DeviceEventPtr CudaBackend::copy_to_host_async(const Tensor& source, const Tensor& destination) {
-  activate();
+  const auto active = activate();
   capturing_.refuse_host_wait("copy_to_host_async");
   release_passed_holds();
   if (source.numel() > 0)
@@ -264,7 +265,7 @@ DeviceEventPtr CudaBackend::copy_to_host_async(const Tensor& source, const Tenso
 }
 
 DeviceEventPtr CudaBackend::record_event() {
-  activate();
+  const auto active = activate();
   capturing_.refuse_host_wait("record_event");
   release_passed_holds();
   return std::make_shared<CudaEvent>(*this, std::vector<Tensor>{});
@@ -286,7 +287,7 @@ class CudaGraph final : public BackendGraph {
   CudaGraph& operator=(const CudaGraph&) = delete;
 
   void launch() override {
-    backend_.activate();
+    const auto active = backend_.activate();
     COHORT_CUDA_CHECK(cudaGraphLaunch(graph_, backend_.compute_stream()), "launching captured work on cuda:{}",
                       backend_.ordinal());
   }
@@ -300,9 +301,9 @@ class CudaGraph final : public BackendGraph {
 }  // namespace
 
 void CudaBackend::begin_capture() {
-  activate();
   capturing_.claim();
   try {
+    COHORT_CUDA_CHECK(cudaSetDevice(ordinal_), "selecting cuda:{}", ordinal_);
     capture_pool_ = allocator_->begin_private_pool();
   } catch (...) {
     capturing_.release();
@@ -363,19 +364,19 @@ std::shared_ptr<const PlanState> CudaBackend::plan(const BatchNormGeometry&) { r
 #define COHORT_CUDA_LAUNCHED(...) COHORT_CUDA_CHECK(cudaGetLastError(), __VA_ARGS__)
 
 void CudaBackend::write_bits(const Tensor& destination, std::uint64_t bits) {
-  activate();
+  const auto active = activate();
   kernels::write_bits(device_bytes(destination), bits, static_cast<int>(destination.bytes()), compute_);
   COHORT_CUDA_LAUNCHED("write_bits of {} bytes", destination.bytes());
 }
 
 void CudaBackend::zero(const Tensor& x) {
-  activate();
+  const auto active = activate();
   if (x.numel() == 0) return;
   COHORT_CUDA_CHECK(cudaMemsetAsync(device_bytes(x), 0, x.bytes(), compute_), "zeroing {} on the GPU", x.shape());
 }
 
 void CudaBackend::convert(const Tensor& source, const Tensor& destination) {
-  activate();
+  const auto active = activate();
   const auto half_type = [](DType type) {
     return type == DType::BFloat16 ? kernels::HalfType::BFloat16 : kernels::HalfType::Float16;
   };
@@ -392,13 +393,13 @@ void CudaBackend::convert(const Tensor& source, const Tensor& destination) {
 }
 
 void CudaBackend::fill(const Tensor& x, float value) {
-  activate();
+  const auto active = activate();
   kernels::fill(out(x), x.numel(), value, compute_);
   COHORT_CUDA_LAUNCHED("fill of {}", x.shape());
 }
 
 void CudaBackend::copy(const Tensor& source, const Tensor& destination) {
-  activate();
+  const auto active = activate();
   if (source.numel() == 0 || device_data(source) == device_data(destination)) return;
   COHORT_CUDA_CHECK(cudaMemcpyAsync(device_data(destination), device_data(source), source.bytes(), cudaMemcpyDeviceToDevice,
                                     compute_),
@@ -406,19 +407,19 @@ void CudaBackend::copy(const Tensor& source, const Tensor& destination) {
 }
 
 void CudaBackend::axpy(float alpha, const Tensor& x, const Tensor& y) {
-  activate();
+  const auto active = activate();
   kernels::axpy(alpha, in(x), out(y), x.numel(), compute_);
   COHORT_CUDA_LAUNCHED("axpy of {}", x.shape());
 }
 
 void CudaBackend::scale(const Tensor& x, float alpha) {
-  activate();
+  const auto active = activate();
   kernels::scale(out(x), x.numel(), alpha, compute_);
   COHORT_CUDA_LAUNCHED("scale of {}", x.shape());
 }
 
 void CudaBackend::multiply(const Tensor& a, const Tensor& b, const Tensor& result) {
-  activate();
+  const auto active = activate();
   with_element_type(a.dtype(), [&]<class T>(std::type_identity<T>) {
     kernels::multiply(in_as<T>(a), in_as<T>(b), out_as<T>(result), a.numel(), compute_);
   });
@@ -426,7 +427,7 @@ void CudaBackend::multiply(const Tensor& a, const Tensor& b, const Tensor& resul
 }
 
 double CudaBackend::reduce(const Tensor& x, bool squares, const char* what) {
-  activate();
+  const auto active = activate();
   capturing_.refuse_host_wait(what);  // before its kernel is queued
   if (x.numel() == 0) return 0.0;
   Scratch partials(*allocator_, kernels::kMaxPartials * sizeof(double));
@@ -449,7 +450,7 @@ double CudaBackend::sum_of_squares(const Tensor& x) { return reduce(x, true, "su
 // 16-bit A and B accumulate in float32 into C of either type (cublasGemmEx), float32 ones in cublasSgemm.
 void CudaBackend::matmul(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b, const Tensor& c,
                          float alpha, float beta) {
-  activate();
+  const auto active = activate();
   const std::int64_t m = c.dim(0), n = c.dim(1), k = transpose_a ? a.dim(0) : a.dim(1);
   if (m == 0 || n == 0) return;
   if (k == 0) {  // cuBLAS refuses the zero leading dimension this implies; C = beta * C
@@ -492,7 +493,7 @@ void CudaBackend::matmul(const Tensor& a, bool transpose_a, const Tensor& b, boo
 void CudaBackend::add_bias(const Tensor& y, const Tensor& bias) { bias_activation_forward(y, bias, Activation::Linear); }
 
 void CudaBackend::bias_activation_forward(const Tensor& y, const Tensor& bias, Activation activation) {
-  activate();
+  const auto active = activate();
   const Rows layout = rows_of(y);
   with_element_type(y.dtype(), [&]<class T>(std::type_identity<T>) {
     if (bias.dtype() == DType::Float32)
@@ -505,7 +506,7 @@ void CudaBackend::bias_activation_forward(const Tensor& y, const Tensor& bias, A
 }
 
 void CudaBackend::bias_gradient(const Tensor& dy, const Tensor& dbias) {
-  activate();
+  const auto active = activate();
   const Rows layout = rows_of(dy);
   Scratch scratch(*allocator_, kernels::channel_sums_scratch(layout.count, layout.width) * sizeof(double));
   with_element_type(dy.dtype(), [&]<class T>(std::type_identity<T>) {
@@ -519,7 +520,7 @@ void CudaBackend::bias_gradient(const Tensor& dy, const Tensor& dbias) {
 }
 
 void CudaBackend::activation_forward(Activation activation, const Tensor& x, const Tensor& y) {
-  activate();
+  const auto active = activate();
   COHORT_CHECK(x.dtype() == DType::Float32 || activation != Activation::Softmax,
                "activation_forward: softmax of {} takes float32, got {}", x.shape(), dtype_name(x.dtype()));
   with_element_type(x.dtype(), [&]<class T>(std::type_identity<T>) {
@@ -529,7 +530,7 @@ void CudaBackend::activation_forward(Activation activation, const Tensor& x, con
 }
 
 void CudaBackend::activation_backward(Activation activation, const Tensor& y, const Tensor& dy, const Tensor& dx) {
-  activate();
+  const auto active = activate();
   COHORT_CHECK(y.dtype() == DType::Float32 || activation != Activation::Softmax,
                "activation_backward: softmax of {} takes float32, got {}", y.shape(), dtype_name(y.dtype()));
   with_element_type(y.dtype(), [&]<class T>(std::type_identity<T>) {
@@ -540,7 +541,7 @@ void CudaBackend::activation_backward(Activation activation, const Tensor& y, co
 }
 
 void CudaBackend::pool2d_forward(const PlanState*, const Pool2dGeometry& g, const Tensor& x, const Tensor& y) {
-  activate();
+  const auto active = activate();
   with_element_type(x.dtype(), [&]<class T>(std::type_identity<T>) {
     kernels::pool2d_forward(g, in_as<T>(x), out_as<T>(y), compute_);
   });
@@ -549,7 +550,7 @@ void CudaBackend::pool2d_forward(const PlanState*, const Pool2dGeometry& g, cons
 
 void CudaBackend::pool2d_backward(const PlanState*, const Pool2dGeometry& g, const Tensor& x, const Tensor& y,
                                   const Tensor& dy, const Tensor& dx) {
-  activate();
+  const auto active = activate();
   with_element_type(x.dtype(), [&]<class T>(std::type_identity<T>) {
     kernels::pool2d_backward(g, in_as<T>(x), in_as<T>(y), in_as<T>(dy), out_as<T>(dx), compute_);
   });
@@ -566,7 +567,7 @@ void CudaBackend::batch_norm_activation_forward_training(const PlanState*, const
                                                          const Tensor& gamma, const Tensor& beta, Activation activation,
                                                          const Tensor& y, const Tensor& batch_mean,
                                                          const Tensor& batch_variance) {
-  activate();
+  const auto active = activate();
   const auto [rows, channels] = rows_of(x);
   Scratch sums(*allocator_, kernels::channel_sums_scratch(rows, channels) * sizeof(double));
   with_element_type(x.dtype(), [&]<class T>(std::type_identity<T>) {
@@ -589,7 +590,7 @@ void CudaBackend::batch_norm_activation_forward_inference(const PlanState*, cons
                                                           const Tensor& gamma, const Tensor& beta, const Tensor& mean,
                                                           const Tensor& variance, Activation activation,
                                                           const Tensor& y) {
-  activate();
+  const auto active = activate();
   const auto [rows, channels] = rows_of(x);
   with_element_type(x.dtype(), [&]<class T>(std::type_identity<T>) {
     kernels::batch_norm_normalize(in_as<T>(x), in(mean), in(variance), g.epsilon, in(gamma), in(beta), activation,
@@ -631,7 +632,7 @@ void CudaBackend::batch_norm_activation_backward(const PlanState*, const BatchNo
                                                  const Tensor& batch_mean, const Tensor& batch_variance,
                                                  Activation activation, const Tensor& dx, const Tensor& dgamma,
                                                  const Tensor& dbeta) {
-  activate();
+  const auto active = activate();
   const auto [rows, channels] = rows_of(x);
   const Tensor activated = activation == Activation::Linear ? Tensor() : y;
   Scratch inv_std(*allocator_, channels * sizeof(float));
@@ -650,7 +651,7 @@ void CudaBackend::batch_norm_backward_inference(const PlanState*, const BatchNor
                                                 const Tensor& gamma, const Tensor& dy, const Tensor& mean,
                                                 const Tensor& variance, const Tensor& dx, const Tensor& dgamma,
                                                 const Tensor& dbeta) {
-  activate();
+  const auto active = activate();
   const auto [rows, channels] = rows_of(x);
   Scratch inv_std(*allocator_, channels * sizeof(float));
   parameter_gradients(g, x, dy, Tensor(), Activation::Linear, mean, variance, inv_std.as<float>(), dgamma, dbeta);
@@ -664,13 +665,13 @@ void CudaBackend::batch_norm_backward_inference(const PlanState*, const BatchNor
 }
 
 void CudaBackend::moving_average_update(const Tensor& moving, const Tensor& batch, float momentum) {
-  activate();
+  const auto active = activate();
   kernels::moving_average(out(moving), in(batch), moving.numel(), momentum, compute_);
   COHORT_CUDA_LAUNCHED("moving_average_update of {}", moving.shape());
 }
 
 void CudaBackend::dropout_mask(const Tensor& mask, float rate, std::uint64_t seed, const Tensor& step) {
-  activate();
+  const auto active = activate();
   const auto* device_step = step.defined() ? static_cast<const std::uint64_t*>(device_bytes(step)) : nullptr;
   with_element_type(mask.dtype(), [&]<class T>(std::type_identity<T>) {
     kernels::dropout_mask(out_as<T>(mask), mask.numel(), DropoutRule::of(rate, seed), seed, device_step, compute_);
@@ -680,7 +681,7 @@ void CudaBackend::dropout_mask(const Tensor& mask, float rate, std::uint64_t see
 
 void CudaBackend::expand_images(const Tensor& images, const Tensor& indices, const Tensor& draws, const Tensor& mean,
                                 const Tensor& stddev, const Tensor& expanded) {
-  activate();
+  const auto active = activate();
   kernels::expand_images({images.dim(1), images.dim(2), images.dim(3)}, expanded.dim(0), in_as<std::uint8_t>(images),
                          images.dim(0), indices.defined() ? in_as<std::int32_t>(indices) : nullptr,
                          in_as<std::int32_t>(draws), in(mean), in(stddev), out(expanded), compute_);
@@ -711,7 +712,7 @@ void for_each_list(const std::vector<Operands>& variables, Pointers&& operands, 
 
 void CudaBackend::sgd_update(const std::vector<ops::SgdOperands>& variables, const Tensor& learning_rate, float momentum,
                              bool nesterov, float weight_decay) {
-  activate();
+  const auto active = activate();
   for_each_list(
       variables,
       [](const ops::SgdOperands& v) { return std::array<const Tensor*, 3>{&v.value, &v.gradient, &v.velocity}; },
@@ -723,7 +724,7 @@ void CudaBackend::sgd_update(const std::vector<ops::SgdOperands>& variables, con
 
 void CudaBackend::adam_update(const std::vector<ops::AdamOperands>& variables, const Tensor& learning_rate, float beta_1,
                               float beta_2, float epsilon, float weight_decay) {
-  activate();
+  const auto active = activate();
   for_each_list(
       variables, [](const ops::AdamOperands& v) { return std::array<const Tensor*, 4>{&v.value, &v.gradient, &v.m, &v.v}; },
       [&](const kernels::TensorList& list) {
@@ -734,7 +735,7 @@ void CudaBackend::adam_update(const std::vector<ops::AdamOperands>& variables, c
 
 void CudaBackend::rmsprop_update(const std::vector<ops::RmspropOperands>& variables, const Tensor& learning_rate, float rho,
                                  float momentum, float epsilon, float weight_decay) {
-  activate();
+  const auto active = activate();
   for_each_list(
       variables,
       [](const ops::RmspropOperands& v) {
@@ -749,7 +750,7 @@ void CudaBackend::rmsprop_update(const std::vector<ops::RmspropOperands>& variab
 template <class Launch>
 void CudaBackend::add_row_sums(const char* what, const Tensor& scores, const Tensor& labels, bool class_indices,
                                const RunningSums& sums, int slot, Launch&& launch) {
-  activate();
+  const auto active = activate();
   const SumTarget target = sum_target(sums, slot);
   const std::int64_t rows = scores.dim(0);
   if (rows == 0) return;

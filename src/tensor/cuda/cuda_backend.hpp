@@ -156,9 +156,10 @@ class CudaBackend final : public Backend {
   cudnnHandle_t cudnn() const { return cudnn_; }
   // Held while a cuBLAS or cuDNN handle is in use.
   std::mutex& handle_mutex() { return handle_mutex_; }
-  // Makes this backend's GPU current on the calling thread, once no other thread captures work here (CUDA
-  // captures the stream, so the op would join that recording).
-  void activate() const;
+  // Makes this backend's GPU current on the calling thread, and holds an op's place while it queues its work:
+  // not while another thread captures here, nor across the start of a capture (CUDA captures the stream, so the
+  // op would join that recording; capturing_thread.hpp).
+  [[nodiscard]] CapturingThread::OpScope activate() const;
   // Waits for the compute stream; `what` names the op in an error.
   void wait(const char* what);
   // Keeps `tensors`, which queued work before `event` still uses, until the GPU has passed it, then destroys
