@@ -25,14 +25,12 @@ namespace cohort {
 class CapturingThread {
  public:
   // Held while a thread that does not capture queues an op; holds nothing on the capturing thread and within
-  // another scope of the same thread.
+  // another scope of the same thread. It stays on the thread that made it: it can be neither copied nor moved.
   class OpScope {
    public:
     OpScope() = default;
-    OpScope(OpScope&& other) noexcept : owner_(std::exchange(other.owner_, nullptr)) {}
     OpScope(const OpScope&) = delete;
     OpScope& operator=(const OpScope&) = delete;
-    OpScope& operator=(OpScope&&) = delete;
     ~OpScope() {
       if (owner_ != nullptr) owner_->leave_op();
     }
@@ -59,13 +57,14 @@ class CapturingThread {
                                     "thread waits for that capture to end, as it would otherwise join the recording; "
                                     "does the capturing thread wait on this one?",
                                     device_, seconds(longest_wait_)));
+    scopes_of_this_thread().push_back(this);  // first: it may throw
     ++ops_under_way_;
-    scopes_of_this_thread().push_back(this);
     return OpScope(this);
   }
 
   // The calling thread captures from now on, once another thread's capture and the other threads' ops under
-  // way have ended; DeviceError where this thread captures already (captures do not nest) or is inside an op.
+  // way have ended (each wait bounded by the longest wait); DeviceError where this thread captures already
+  // (captures do not nest) or is inside an op.
   void claim() {
     if (is_this_thread()) throw DeviceError(fmt::format("a capture is already under way on {}", device_));
     if (in_scope()) throw DeviceError(fmt::format("a capture on {} cannot begin inside an op", device_));
@@ -127,7 +126,7 @@ class CapturingThread {
   bool idle_for_ops() const { return thread_.load() == std::thread::id{} && !capture_waiting_; }
   void leave_op() const {
     auto& scopes = scopes_of_this_thread();
-    scopes.erase(std::find(scopes.begin(), scopes.end(), this));
+    if (const auto found = std::find(scopes.begin(), scopes.end(), this); found != scopes.end()) scopes.erase(found);
     {
       const std::lock_guard lock(mutex_);
       --ops_under_way_;

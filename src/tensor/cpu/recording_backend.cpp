@@ -66,16 +66,20 @@ void RecordingBackend::run(Call call) {
 }
 
 CapturingThread::OpScope RecordingBackend::refuse_while_recording(const char* op) {
-  CapturingThread::OpScope scope = capturing_.enter_op();
   if (capturing_.is_this_thread() && refused_.empty()) refused_ = op;
   capturing_.refuse_host_wait(op);
-  return scope;
+  return capturing_.enter_op();
 }
 
 void RecordingBackend::begin_capture() {
   capturing_.claim();
   // The blocks handed out meanwhile are the recording's, as on a GPU.
-  if (auto* caching = dynamic_cast<CachingAllocator*>(&kernels_->allocator())) pool_ = caching->begin_private_pool();
+  try {
+    if (auto* caching = dynamic_cast<CachingAllocator*>(&kernels_->allocator())) pool_ = caching->begin_private_pool();
+  } catch (...) {
+    capturing_.release();
+    throw;
+  }
 }
 
 std::unique_ptr<BackendGraph> RecordingBackend::end_capture() {

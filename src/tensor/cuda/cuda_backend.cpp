@@ -159,8 +159,10 @@ class CudaEvent final : public DeviceEvent {
   CudaEvent(const CudaEvent&) = delete;
   CudaEvent& operator=(const CudaEvent&) = delete;
 
+  // Queues no work, so it holds no op's place (capturing_thread.hpp); the capturing thread may not query.
   bool finished() const override {
-    const auto active = backend_.activate();
+    backend_.capturing().refuse_host_wait("an event's query");
+    COHORT_CUDA_CHECK(cudaSetDevice(backend_.ordinal()), "selecting cuda:{}", backend_.ordinal());
     const cudaError_t status = cudaEventQuery(event_);
     if (status == cudaErrorNotReady) {
       cudaGetLastError();  // not an error: nothing for this thread's next check to find
@@ -213,9 +215,8 @@ CudaBackend::CudaBackend() {
 }
 
 CapturingThread::OpScope CudaBackend::activate() const {
-  CapturingThread::OpScope scope = capturing_.enter_op();
   COHORT_CUDA_CHECK(cudaSetDevice(ordinal_), "selecting cuda:{}", ordinal_);
-  return scope;
+  return capturing_.enter_op();
 }
 
 // Every kernel of a mixed-precision step, on tensor cores where cuDNN and cuBLAS have them (compute
@@ -231,6 +232,11 @@ std::string CudaBackend::kernels_for(DType type) const {
 void CudaBackend::wait(const char* what) {
   capturing_.refuse_host_wait(what);
   COHORT_CUDA_CHECK(cudaStreamSynchronize(compute_), "{} (an earlier kernel may have failed)", what);
+}
+
+void CudaBackend::synchronize() {
+  const auto active = activate();
+  wait("synchronize");
 }
 
 std::unique_ptr<BackendStream> CudaBackend::make_stream() { return std::make_unique<CopyStreamImpl>(*this); }

@@ -66,7 +66,7 @@ class CudaBackend final : public Backend {
   // Page-locked host memory for staging, through a cache of its own.
   Allocator& pinned_allocator() { return *pinned_; }
   std::unique_ptr<BackendStream> make_stream() override;
-  void synchronize() override { wait("synchronize"); }
+  void synchronize() override;
   DeviceEventPtr record_event() override;
   // Stream capture of the calling thread's work on the compute stream; the blocks allocated meanwhile go to a
   // private pool that the graph holds.
