@@ -1,5 +1,5 @@
 // cohort's allreduce (recursive doubling for small vectors, the ring above, reading the peers' memory directly
-// for large vectors on one host) over the cluster's transport
+// for large vectors on one host, between 1 and 64 MiB on 2 ranks where timing chose it) over the cluster's transport
 // (shared memory between ranks on one host, TCP otherwise; COHORT_SHARED_MEMORY=0 for TCP only), swept
 // nccl-tests style (allreduce_sweep.hpp). It takes the cluster from the environment, so it runs under
 // cohort-launch; with COHORT_COMMUNICATOR=mpi under mpirun it measures cohort's MPI communicator instead:
@@ -17,7 +17,8 @@
 //                                                   0: the ring only; to find the crossover)
 //   COHORT_HALVING_DOUBLING_BELOW=N ...             (on a power of two of 4 ranks or more, recursive halving
 //                                                   and doubling below N bytes, the ring above)
-//   COHORT_DIRECT_FROM=N ...                        (on one host, read the peers' memory from N bytes)
+//   COHORT_DIRECT_FROM=N ...                        (on one host, read the peers' memory from N bytes; this
+//                                                   or COHORT_LATENCY_OPTIMAL_BELOW turns off the timing)
 // benchmarks/allreduce_compare.sh puts it beside Open MPI and Gloo.
 #include <cstdio>
 #include <cstdlib>
@@ -60,6 +61,8 @@ int main(int argc, char** argv) try {
   if (const char* below = std::getenv("COHORT_LATENCY_OPTIMAL_BELOW")) allreduce.latency_optimal_below_bytes = std::stoull(below);
   if (const char* below = std::getenv("COHORT_HALVING_DOUBLING_BELOW")) allreduce.halving_doubling_below_bytes = std::stoull(below);
   if (const char* from = std::getenv("COHORT_DIRECT_FROM")) allreduce.direct_from_bytes = std::stoull(from);
+  comm::AllreduceTimings timings;  // as the communicator holds one; a threshold set above turns it off
+  allreduce.timings = &timings;
   auto cluster = cluster::Cluster::from_environment();
   comm::Transport& transport = cluster.transport();
   const char* title = cluster::with_environment_settings({}).transport == "shared-memory"

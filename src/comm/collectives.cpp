@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "cohort/core/check.hpp"
+#include "cohort/core/logging.hpp"
 #include "comm/chunks.hpp"
 #include "comm/direct_allreduce.hpp"
 
@@ -22,6 +23,7 @@ std::span<std::byte> bytes_of(std::span<T> values) { return std::as_writable_byt
 constexpr std::string_view kRecursiveDoubling = "recursive doubling";
 constexpr std::string_view kHalvingDoubling = "recursive halving and doubling";
 constexpr std::string_view kDirect = "direct (from the peers' memory)";
+constexpr std::string_view kBeingTimed = "messages or direct, being timed";
 
 // Where reading the peers' memory overtakes the messages, from the allreduce sweep on 2 cores. On 2 ranks
 // 8 MiB, where the ring's messages (half the vector) no longer fit a shared-memory ring: medians of 7-10
@@ -398,6 +400,40 @@ void allreduce_by_messages(Transport& transport, std::span<float> values, const 
     ring_allreduce(transport, values, options);
 }
 
+// Whether options.timings chooses this allreduce's algorithm: two ranks that may read each other's memory, a
+// timed size, float32 on the wire and neither threshold set by the caller.
+bool timed_here(Transport& transport, std::size_t bytes, const AllreduceOptions& options) {
+  return options.timings != nullptr && transport.size() == 2 && options.wire == DType::Float32 &&
+         !options.direct_from_bytes && !options.latency_optimal_below_bytes && AllreduceTimings::timed(bytes) &&
+         transport.peer_memory() != nullptr;
+}
+
+std::string describe_band(std::size_t bytes) {
+  const std::size_t from = std::bit_floor(bytes) >> 20;
+  return fmt::format("{}-{} MiB", from, 2 * from);
+}
+
+// A trial of the messages or of the direct allreduce, or the one the trials kept. After the last trial both
+// ranks add up their best times in one exchange of 8 bytes, so that both keep the same algorithm.
+void timed_allreduce(Transport& transport, PeerMemory& memory, std::span<float> values, const AllreduceOptions& options) {
+  using Algorithm = AllreduceTimings::Algorithm;
+  AllreduceTimings& timings = *options.timings;
+  const std::size_t bytes = values.size_bytes();
+  const auto [algorithm, trial] = timings.next(bytes);
+  const auto began = trial ? timings.now() : std::chrono::steady_clock::time_point{};
+  const bool direct = algorithm == Algorithm::Direct && direct_allreduce(transport, memory, values, options.tag);
+  if (!direct) allreduce_by_messages(transport, values, options);
+  if (!trial || !timings.record(bytes, began, direct || algorithm == Algorithm::Messages)) return;
+  std::array<float, 2> seconds = timings.best_seconds(bytes);
+  allreduce_by_messages(transport, std::span(seconds), {.tag = options.tag});
+  const Algorithm kept = timings.settle(bytes, seconds);
+  const std::string_view messages = choose_allreduce(bytes, 2, transport.whole_message_bytes(), options);
+  log::info("{}: allreduce of {} with its peer on the host: {} {:.3f} ms, {} {:.3f} ms (best trials, summed over the "
+            "ranks); keeps {}",
+            transport.describe(transport.rank()), describe_band(bytes), messages, 1e3 * seconds[0], kDirect,
+            1e3 * seconds[1], kept == Algorithm::Direct ? kDirect : messages);
+}
+
 }  // namespace
 
 std::string_view allreduce_algorithm(std::size_t bytes, int ranks, const AllreduceOptions& options) {
@@ -405,9 +441,12 @@ std::string_view allreduce_algorithm(std::size_t bytes, int ranks, const Allredu
 }
 
 std::string_view allreduce_algorithm(Transport& transport, std::size_t bytes, const AllreduceOptions& options) {
-  return direct_memory(transport, bytes, options) != nullptr
-             ? kDirect
-             : choose_allreduce(bytes, transport.size(), transport.whole_message_bytes(), options);
+  const auto messages = [&] { return choose_allreduce(bytes, transport.size(), transport.whole_message_bytes(), options); };
+  if (timed_here(transport, bytes, options)) {
+    const auto kept = options.timings->settled(bytes);
+    return !kept ? kBeingTimed : *kept == AllreduceTimings::Algorithm::Direct ? kDirect : messages();
+  }
+  return direct_memory(transport, bytes, options) != nullptr ? kDirect : messages();
 }
 
 void allreduce(Transport& transport, std::span<std::byte> data, const AllreduceOptions& options) {
@@ -417,9 +456,12 @@ void allreduce(Transport& transport, std::span<std::byte> data, const AllreduceO
   const std::size_t element = element_size(options.type);
   COHORT_CHECK(data.size() % element == 0, "allreduce: {} bytes are not whole elements of {} bytes", data.size(), element);
   const std::span values(reinterpret_cast<float*>(data.data()), data.size() / element);
-  PeerMemory* memory = direct_memory(transport, data.size(), options);
-  if (memory == nullptr || !direct_allreduce(transport, *memory, values, options.tag))
+  if (timed_here(transport, data.size(), options)) {
+    timed_allreduce(transport, *transport.peer_memory(), values, options);
+  } else if (PeerMemory* memory = direct_memory(transport, data.size(), options);
+             memory == nullptr || !direct_allreduce(transport, *memory, values, options.tag)) {
     allreduce_by_messages(transport, values, options);
+  }
   if (options.op == ReduceOp::Mean) {
     const float inverse = 1.0f / static_cast<float>(transport.size());
     for (float& v : values) v *= inverse;

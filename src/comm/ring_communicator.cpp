@@ -45,12 +45,11 @@ class RingCommunicator final : public Communicator {
 
   WorkPtr allreduce(Buffer data, ReduceOp op) override {
     check_host("allreduce", data);
-    const std::string_view algorithm =
-        hierarchical_ ? "hierarchical" : allreduce_algorithm(transport_, data.bytes(), {.type = data.type, .wire = data.wire});
-    return run(fmt::format("{} allreduce of {} bytes", algorithm, data.bytes()), data.ready, [this, data, op] {
-      if (hierarchical_)
-        comm::hierarchical_allreduce(transport_, host_of_, bytes_of(data), {.op = op, .type = data.type, .wire = data.wire});
-      else comm::allreduce(transport_, bytes_of(data), {.op = op, .type = data.type, .wire = data.wire});
+    const AllreduceOptions options{.op = op, .type = data.type, .wire = data.wire, .timings = &timings_};
+    const std::string_view algorithm = hierarchical_ ? "hierarchical" : allreduce_algorithm(transport_, data.bytes(), options);
+    return run(fmt::format("{} allreduce of {} bytes", algorithm, data.bytes()), data.ready, [this, data, options] {
+      if (hierarchical_) comm::hierarchical_allreduce(transport_, host_of_, bytes_of(data), options);
+      else comm::allreduce(transport_, bytes_of(data), options);
     });
   }
 
@@ -130,6 +129,7 @@ class RingCommunicator final : public Communicator {
   std::vector<int> host_of_;
   bool hierarchical_;
   std::uint64_t started_ = 0;  // collectives begun; the executor's thread alone
+  AllreduceTimings timings_;    // which allreduce two ranks on one host keep, per size
   SerialExecutor executor_{"ring communicator"};  // last: its thread stops before the members it uses go away
 };
 

@@ -349,6 +349,113 @@ TEST_CASE("shm: where one rank may not read its peers' memory, every rank of the
   for (const auto& t : group) CHECK(shm_of(t)->peer_memory_reads() == 0);
 }
 
+// A clock on which each trial of the messages takes `messages` and each of the direct allreduce `direct`
+// (trials alternate, the messages first; the clock is read as each trial begins and ends).
+AllreduceTimings::Clock scripted_clock(std::chrono::microseconds messages, std::chrono::microseconds direct) {
+  auto reads = std::make_shared<int>(0);
+  auto time = std::make_shared<std::chrono::steady_clock::time_point>();
+  return [=] {
+    if (*reads % 2 == 1) *time += (*reads / 2) % 2 == 0 ? messages : direct;
+    ++*reads;
+    return *time;
+  };
+}
+
+TEST_CASE("allreduce timings: trials alternate, each algorithm's best counts, and the lower sum over the ranks is kept",
+          "[comm][collectives]") {
+  using Algorithm = AllreduceTimings::Algorithm;
+  CHECK_FALSE(AllreduceTimings::timed((std::size_t{1} << 20) - 1));
+  CHECK(AllreduceTimings::timed(std::size_t{1} << 20));
+  CHECK(AllreduceTimings::timed((std::size_t{64} << 20) - 1));
+  CHECK_FALSE(AllreduceTimings::timed(std::size_t{64} << 20));
+  AllreduceTimings timings(scripted_clock(300us, 200us));
+  const std::size_t bytes = std::size_t{3} << 20;
+  for (int trial = 0; trial < AllreduceTimings::kTrials; ++trial) {
+    const auto next = timings.next(bytes + static_cast<std::size_t>(trial));  // one band: 2 MiB to 4 MiB
+    CHECK(next.trial);
+    CHECK(next.algorithm == (trial % 2 == 0 ? Algorithm::Messages : Algorithm::Direct));
+    CHECK(timings.record(bytes, timings.now()) == (trial == AllreduceTimings::kTrials - 1));
+  }
+  CHECK_FALSE(timings.settled(bytes));
+  CHECK(timings.best_seconds(bytes) == std::array<float, 2>{300e-6f, 200e-6f});
+  CHECK(timings.settled(std::size_t{1} << 20) == std::nullopt);  // another band, untouched
+  // The sums over the ranks decide, not this rank's own times; a tie keeps the messages.
+  CHECK(timings.settle(bytes, {0.5f, 0.7f}) == Algorithm::Messages);
+  CHECK(timings.settled(std::size_t{2} << 20) == Algorithm::Messages);
+  CHECK(timings.next((std::size_t{4} << 20) - 1).trial == false);
+  CHECK_THROWS_WITH(timings.record(bytes, timings.now()), Catch::Contains("after the last"));
+  AllreduceTimings tied;
+  for (int trial = 0; trial < AllreduceTimings::kTrials; ++trial) tied.record(bytes, tied.now());
+  CHECK(tied.settle(bytes, {0.5f, 0.5f}) == Algorithm::Messages);
+}
+
+TEST_CASE("shm: two ranks time the messages against the direct allreduce and keep the same one, whatever each saw alone",
+          "[comm][shm][collectives]") {
+  const std::size_t count = (std::size_t{2} << 20) / sizeof(float) + 5;  // 2 MiB and a little
+  const auto run_calls = [&](std::vector<std::unique_ptr<Transport>>& group, std::array<AllreduceTimings*, 2> timings,
+                             int calls, AllreduceOptions options = {}) {
+    for (int call = 0; call < calls; ++call) {
+      std::vector<std::vector<float>> results(2);
+      comm_test::run_ranks(2, [&](int r) {
+        auto data = conformance::input_of(r + call, count);
+        AllreduceOptions mine = options;
+        mine.timings = timings[static_cast<std::size_t>(r)];
+        allreduce(*group[static_cast<std::size_t>(r)], data, mine);
+        results[static_cast<std::size_t>(r)] = std::move(data);
+      });
+      auto expected = conformance::input_of(call, count);
+      const auto other = conformance::input_of(call + 1, count);
+      for (std::size_t i = 0; i < count; ++i) expected[i] += other[i];
+      REQUIRE(results[0] == expected);
+      REQUIRE(results[1] == expected);
+    }
+  };
+  const auto reads = [](const std::vector<std::unique_ptr<Transport>>& group) {
+    return shm_of(group[0])->peer_memory_reads() + shm_of(group[1])->peer_memory_reads();
+  };
+  const std::string_view direct = "direct (from the peers' memory)";
+  for (const bool direct_wins : {true, false}) {
+    INFO("the direct allreduce faster in the sum over the ranks: " << direct_wins);
+    auto group = connect_ranks(2);
+    // Rank 0 alone would keep the other algorithm than rank 1 and than the sum.
+    AllreduceTimings first(direct_wins ? scripted_clock(100us, 110us) : scripted_clock(110us, 100us));
+    AllreduceTimings second(direct_wins ? scripted_clock(900us, 100us) : scripted_clock(100us, 900us));
+    const std::array<AllreduceTimings*, 2> timings{&first, &second};
+    CHECK(allreduce_algorithm(*group[0], count * sizeof(float), {.timings = &first}) == "messages or direct, being timed");
+    // Trials alternate: the direct ones (every second) read the peer's memory, each rank twice.
+    for (int trial = 0; trial < AllreduceTimings::kTrials; ++trial) {
+      const auto before = reads(group);
+      run_calls(group, timings, 1);
+      CHECK((reads(group) > before) == (trial % 2 == 1));
+    }
+    REQUIRE(first.settled(count * sizeof(float)).has_value());
+    CHECK(first.settled(count * sizeof(float)) == second.settled(count * sizeof(float)));
+    CHECK((first.settled(count * sizeof(float)) == AllreduceTimings::Algorithm::Direct) == direct_wins);
+    CHECK((allreduce_algorithm(*group[1], count * sizeof(float), {.timings = &second}) == direct) == direct_wins);
+    const auto before = reads(group);
+    run_calls(group, timings, 3);
+    CHECK((reads(group) > before) == direct_wins);
+  }
+  SECTION("a threshold the caller sets turns the timing off") {
+    auto group = connect_ranks(2);
+    AllreduceTimings first, second;
+    run_calls(group, {&first, &second}, 2, {.direct_from_bytes = 0});
+    CHECK(reads(group) > 0);
+    CHECK_FALSE(first.settled(count * sizeof(float)));
+    CHECK(allreduce_algorithm(*group[0], count * sizeof(float), {.direct_from_bytes = 0, .timings = &first}) == direct);
+  }
+  SECTION("where one rank may not read the other's memory, the direct trials count as never ending") {
+    auto group = connect_ranks(2, {}, [](int r, SharedMemoryOptions& options) {
+      if (r == 1) options.single_copy_bytes = 0;
+    });
+    AllreduceTimings first(scripted_clock(900us, 1us)), second(scripted_clock(900us, 1us));
+    run_calls(group, {&first, &second}, AllreduceTimings::kTrials + 1);
+    CHECK(reads(group) == 0);
+    CHECK(first.settled(count * sizeof(float)) == AllreduceTimings::Algorithm::Messages);
+    CHECK(second.settled(count * sizeof(float)) == AllreduceTimings::Algorithm::Messages);
+  }
+}
+
 TEST_CASE("shm: a peer that names memory it does not have, or another size, for a direct allreduce fails it with "
           "ProtocolError, naming the peer", "[comm][shm][collectives][security]") {
   // Rank 1 speaks the first round itself: a vector at address 8, which no process maps (read below 1 MiB,

@@ -14,6 +14,7 @@
 #include <span>
 #include <string_view>
 
+#include "cohort/comm/allreduce_timings.hpp"
 #include "cohort/comm/transport.hpp"
 #include "cohort/core/dtype.hpp"
 
@@ -53,6 +54,10 @@ struct AllreduceOptions {
   // 2 ranks, and on more 512 KiB where they share cores, 128 KiB where each has its own (default_direct_from()
   // in collectives.cpp says what was measured).
   std::optional<std::size_t> direct_from_bytes{};
+  // Where given, two ranks that read each other's memory choose between the messages and the direct
+  // allreduce by timing both at each power-of-two size from 1 MiB to 64 MiB (allreduce_timings.hpp), unless
+  // one of the two thresholds above is set. Held by the caller across calls, as a communicator does.
+  AllreduceTimings* timings = nullptr;
   Tag tag = kCollectiveTag;
 };
 
@@ -74,7 +79,8 @@ void reduce_scatter(Transport& transport, std::span<std::byte> data, const Allre
 // moves messages whole (TCP): "ring", "recursive doubling", or "ring (bfloat16 on the wire)".
 std::string_view allreduce_algorithm(std::size_t bytes, int ranks, const AllreduceOptions& options = {});
 // As above, on `transport`: "direct (from the peers' memory)" where it reads its peers' memory (which
-// falls back to the others when some rank cannot).
+// falls back to the others when some rank cannot), and "messages or direct, being timed" while
+// options.timings has yet to choose between them for this size.
 std::string_view allreduce_algorithm(Transport& transport, std::size_t bytes, const AllreduceOptions& options = {});
 inline void allreduce(Transport& transport, std::span<float> data, const AllreduceOptions& options = {}) {
   allreduce(transport, std::as_writable_bytes(data), options);

@@ -1,0 +1,70 @@
+#pragma once
+// Chooses by timing, per power-of-two size, between the allreduce by messages and the direct allreduce
+// (from the peers' memory) where two ranks share a host. Which of them leads there depends on the machine:
+// on a Zen 4 EPYC the ring through the shared-memory rings led up to 8 MiB (12-14 GB/s against 10 at
+// 2-4 MiB), on a Sapphire Rapids Xeon the direct allreduce led from 2 MiB (6.6-7.8 GB/s against 4.1-6.4 at
+// 2-4 MiB), so a fixed threshold is wrong on one of them. On two ranks every algorithm adds a + b once per
+// element, so the choice never changes the bits.
+//
+// The first calls of each size band alternate the two, each rank timing its own; after the last trial
+// both ranks add up their best times per algorithm in one small exchange, so that both keep the same one.
+// A communicator holds one (AllreduceOptions::timings); the calls are collective, so both ranks count the
+// same trials.
+#include <array>
+#include <chrono>
+#include <cstddef>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <optional>
+
+namespace cohort::comm {
+
+class AllreduceTimings {
+ public:
+  using Clock = std::function<std::chrono::steady_clock::time_point()>;
+  enum class Algorithm { Messages, Direct };
+
+  // Sizes outside [kTimedFrom, kTimedBelow) keep the fixed thresholds: below, the messages lead on every
+  // machine measured (fewer rounds); from 64 MiB the direct allreduce does (the rings stream in pieces).
+  static constexpr std::size_t kTimedFrom = std::size_t{1} << 20, kTimedBelow = std::size_t{64} << 20;
+  // Messages, direct, messages, direct: each algorithm's better trial counts, the first one paying for
+  // faulting in buffers.
+  static constexpr int kTrials = 8;
+
+  explicit AllreduceTimings(Clock clock = std::chrono::steady_clock::now) : clock_(std::move(clock)) {}
+
+  static bool timed(std::size_t bytes) { return bytes >= kTimedFrom && bytes < kTimedBelow; }
+
+  // What the next allreduce of `bytes` (a timed size) runs, and whether it is a trial.
+  struct Next {
+    Algorithm algorithm;
+    bool trial;
+  };
+  Next next(std::size_t bytes);
+  // A trial's time on this rank (`ran` false: the direct allreduce was refused by some rank, and counts as
+  // never finishing); false while more trials of its band are to come, true after the last, when the caller
+  // adds this rank's best times (best_seconds()) over the ranks and hands them to settle().
+  bool record(std::size_t bytes, std::chrono::steady_clock::time_point began, bool ran = true);
+  std::array<float, 2> best_seconds(std::size_t bytes) const;
+  // Keeps the algorithm whose summed best time is lower (the messages on a tie); returns it.
+  Algorithm settle(std::size_t bytes, std::array<float, 2> summed_seconds);
+  // The algorithm kept for `bytes`, once its trials are done.
+  std::optional<Algorithm> settled(std::size_t bytes) const;
+
+  std::chrono::steady_clock::time_point now() const { return clock_(); }
+
+ private:
+  struct Band {
+    int trials = 0;
+    std::array<float, 2> best_seconds{-1.0f, -1.0f};
+    std::optional<Algorithm> kept;
+  };
+  static int band_of(std::size_t bytes);
+
+  Clock clock_;
+  mutable std::mutex mutex_;  // the executor's thread times, the caller's thread names the algorithm
+  std::map<int, Band> bands_;
+};
+
+}  // namespace cohort::comm

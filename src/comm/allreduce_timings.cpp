@@ -1,0 +1,52 @@
+#include "cohort/comm/allreduce_timings.hpp"
+
+#include <bit>
+#include <limits>
+
+#include "cohort/core/check.hpp"
+
+namespace cohort::comm {
+
+int AllreduceTimings::band_of(std::size_t bytes) {
+  COHORT_CHECK(timed(bytes), "allreduce timings: {} bytes is not a timed size", bytes);
+  return std::bit_width(bytes) - 1;
+}
+
+AllreduceTimings::Next AllreduceTimings::next(std::size_t bytes) {
+  std::lock_guard lock(mutex_);
+  const Band& band = bands_[band_of(bytes)];
+  if (band.kept) return {*band.kept, false};
+  return {band.trials % 2 == 0 ? Algorithm::Messages : Algorithm::Direct, true};
+}
+
+bool AllreduceTimings::record(std::size_t bytes, std::chrono::steady_clock::time_point began, bool ran) {
+  const float seconds = ran ? std::chrono::duration<float>(clock_() - began).count() : std::numeric_limits<float>::infinity();
+  std::lock_guard lock(mutex_);
+  Band& band = bands_[band_of(bytes)];
+  COHORT_CHECK(!band.kept && band.trials < kTrials, "allreduce timings: a trial recorded for {} bytes after the last", bytes);
+  float& best = band.best_seconds[static_cast<std::size_t>(band.trials % 2)];
+  if (best < 0 || seconds < best) best = seconds;
+  return ++band.trials == kTrials;
+}
+
+std::array<float, 2> AllreduceTimings::best_seconds(std::size_t bytes) const {
+  std::lock_guard lock(mutex_);
+  const auto band = bands_.find(band_of(bytes));
+  COHORT_CHECK(band != bands_.end() && band->second.trials == kTrials, "allreduce timings: {} bytes has trials to run", bytes);
+  return band->second.best_seconds;
+}
+
+AllreduceTimings::Algorithm AllreduceTimings::settle(std::size_t bytes, std::array<float, 2> summed_seconds) {
+  std::lock_guard lock(mutex_);
+  Band& band = bands_[band_of(bytes)];
+  band.kept = summed_seconds[1] < summed_seconds[0] ? Algorithm::Direct : Algorithm::Messages;
+  return *band.kept;
+}
+
+std::optional<AllreduceTimings::Algorithm> AllreduceTimings::settled(std::size_t bytes) const {
+  std::lock_guard lock(mutex_);
+  const auto band = bands_.find(band_of(bytes));
+  return band == bands_.end() ? std::nullopt : band->second.kept;
+}
+
+}  // namespace cohort::comm
