@@ -23,7 +23,7 @@ std::span<std::byte> bytes_of(std::span<T> values) { return std::as_writable_byt
 constexpr std::string_view kRecursiveDoubling = "recursive doubling";
 constexpr std::string_view kHalvingDoubling = "recursive halving and doubling";
 constexpr std::string_view kDirect = "direct (from the peers' memory)";
-constexpr std::string_view kBeingTimed = "messages or direct, being timed";
+constexpr std::string_view kBeingTimed = "timed (messages or direct)";
 
 // Where reading the peers' memory overtakes the messages, from the allreduce sweep on 2 cores. On 2 ranks
 // 8 MiB, where the ring's messages (half the vector) no longer fit a shared-memory ring: medians of 7-10

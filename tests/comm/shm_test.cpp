@@ -21,6 +21,7 @@
 #include <fmt/format.h>
 #include <thread>
 
+#include "cohort/comm/communicator.hpp"
 #include "cohort/comm/shared_memory.hpp"
 #include "cohort/core/parallel.hpp"
 #include "comm/shm/host_memory.hpp"
@@ -421,7 +422,7 @@ TEST_CASE("shm: two ranks time the messages against the direct allreduce and kee
     AllreduceTimings first(direct_wins ? scripted_clock(100us, 110us) : scripted_clock(110us, 100us));
     AllreduceTimings second(direct_wins ? scripted_clock(900us, 100us) : scripted_clock(100us, 900us));
     const std::array<AllreduceTimings*, 2> timings{&first, &second};
-    CHECK(allreduce_algorithm(*group[0], count * sizeof(float), {.timings = &first}) == "messages or direct, being timed");
+    CHECK(allreduce_algorithm(*group[0], count * sizeof(float), {.timings = &first}) == "timed (messages or direct)");
     // Trials alternate: the direct ones (every second) read the peer's memory, each rank twice.
     for (int trial = 0; trial < AllreduceTimings::kTrials; ++trial) {
       const auto before = reads(group);
@@ -454,6 +455,29 @@ TEST_CASE("shm: two ranks time the messages against the direct allreduce and kee
     CHECK(first.settled(count * sizeof(float)) == AllreduceTimings::Algorithm::Messages);
     CHECK(second.settled(count * sizeof(float)) == AllreduceTimings::Algorithm::Messages);
   }
+}
+
+TEST_CASE("shm: the ring communicator times its allreduces on two ranks, with several in flight, and their sums stay right",
+          "[comm][shm][collectives]") {
+  auto group = connect_ranks(2);
+  const std::size_t count = (std::size_t{2} << 20) / sizeof(float), calls = AllreduceTimings::kTrials + 4;
+  comm_test::run_ranks(2, [&](int r) {
+    auto communicator = make_ring_communicator(*group[static_cast<std::size_t>(r)]);
+    std::vector<std::vector<float>> data;
+    std::vector<WorkPtr> works;
+    for (std::size_t call = 0; call < calls; ++call) data.push_back(conformance::input_of(r + static_cast<int>(call), count));
+    for (auto& values : data) works.push_back(communicator->allreduce(Buffer::of(values), ReduceOp::Sum));
+    for (std::size_t call = 0; call < calls; ++call) {
+      works[call]->wait(std::chrono::seconds(20));
+      auto expected = conformance::input_of(static_cast<int>(call), count);
+      const auto other = conformance::input_of(static_cast<int>(call) + 1, count);
+      for (std::size_t i = 0; i < count; ++i) expected[i] += other[i];
+      comm_test::expect(data[call] == expected, "a timed allreduce's sum");
+    }
+  });
+  // The direct trials read the peer's memory.
+  CHECK(shm_of(group[0])->peer_memory_reads() > 0);
+  CHECK(shm_of(group[1])->peer_memory_reads() > 0);
 }
 
 TEST_CASE("shm: a peer that names memory it does not have, or another size, for a direct allreduce fails it with "

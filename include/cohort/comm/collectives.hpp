@@ -79,7 +79,7 @@ void reduce_scatter(Transport& transport, std::span<std::byte> data, const Allre
 // moves messages whole (TCP): "ring", "recursive doubling", or "ring (bfloat16 on the wire)".
 std::string_view allreduce_algorithm(std::size_t bytes, int ranks, const AllreduceOptions& options = {});
 // As above, on `transport`: "direct (from the peers' memory)" where it reads its peers' memory (which
-// falls back to the others when some rank cannot), and "messages or direct, being timed" while
+// falls back to the others when some rank cannot), and "timed (messages or direct)" while
 // options.timings has yet to choose between them for this size.
 std::string_view allreduce_algorithm(Transport& transport, std::size_t bytes, const AllreduceOptions& options = {});
 inline void allreduce(Transport& transport, std::span<float> data, const AllreduceOptions& options = {}) {
