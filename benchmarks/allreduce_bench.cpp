@@ -27,6 +27,7 @@
 #include <string_view>
 
 #include <cohort/cohort.hpp>
+#include <cohort/comm/allreduce_timings.hpp>
 
 #include "allreduce_sweep.hpp"
 #include "cross_core.hpp"
@@ -35,7 +36,8 @@ using namespace cohort;
 
 int main(int argc, char** argv) try {
   const auto began = std::chrono::steady_clock::now();
-  const sweep::Options options = sweep::parse(argc, argv);
+  sweep::Options options = sweep::parse(argc, argv);
+  options.least_warm_up = comm::AllreduceTimings::kTrials;  // the timed sizes' trials
   if (options.memcpy_only) {
     sweep::memcpy_ceiling(options);
     return 0;

@@ -26,6 +26,7 @@ struct Options {
   bool memcpy_only = false;  // memcpy_ceiling() instead of an allreduce
   bool cores_only = false;   // cross_core_ceiling() (cross_core.hpp) instead of an allreduce
   bool startup = false;      // report_startup() instead of the sweep
+  int least_warm_up = 0;     // calls an allreduce spends choosing its algorithm, kept out of the timing
 };
 
 inline Options parse(int argc, char** argv) {
@@ -145,7 +146,7 @@ int run(const char* title, int rank, int size, const Options& options, Allreduce
       const int iterations = iterations_for(bytes);
       // Warm-up, as nccl-tests' five (pages mapped), and a whole size's worth before the first size, so that
       // it does not also time the group settling after its start (links paired, threads scheduled).
-      const int warm_up = bytes == options.min_bytes ? iterations : std::min(iterations, 5);
+      const int warm_up = std::max(bytes == options.min_bytes ? iterations : std::min(iterations, 5), options.least_warm_up);
       for (int i = 0; i < warm_up; ++i) allreduce(data.data(), data.size());
       barrier();
       const auto start = Clock::now();

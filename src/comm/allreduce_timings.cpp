@@ -20,26 +20,27 @@ AllreduceTimings::Next AllreduceTimings::next(std::size_t bytes) {
 }
 
 bool AllreduceTimings::record(std::size_t bytes, std::chrono::steady_clock::time_point began, bool ran) {
-  const float seconds = ran ? std::chrono::duration<float>(clock_() - began).count() : std::numeric_limits<float>::infinity();
+  const float seconds = std::chrono::duration<float>(clock_() - began).count();
+  const float per_byte = ran ? seconds / static_cast<float>(bytes) : std::numeric_limits<float>::infinity();
   std::lock_guard lock(mutex_);
   Band& band = bands_[band_of(bytes)];
   COHORT_CHECK(!band.kept && band.trials < kTrials, "allreduce timings: a trial recorded for {} bytes after the last", bytes);
-  float& best = band.best_seconds[static_cast<std::size_t>(band.trials % 2)];
-  if (best < 0 || seconds < best) best = seconds;
+  float& best = band.best_seconds_per_byte[static_cast<std::size_t>(band.trials % 2)];
+  if (best < 0 || per_byte < best) best = per_byte;
   return ++band.trials == kTrials;
 }
 
-std::array<float, 2> AllreduceTimings::best_seconds(std::size_t bytes) const {
+std::array<float, 2> AllreduceTimings::best_seconds_per_byte(std::size_t bytes) const {
   std::lock_guard lock(mutex_);
   const auto band = bands_.find(band_of(bytes));
   COHORT_CHECK(band != bands_.end() && band->second.trials == kTrials, "allreduce timings: {} bytes has trials to run", bytes);
-  return band->second.best_seconds;
+  return band->second.best_seconds_per_byte;
 }
 
-AllreduceTimings::Algorithm AllreduceTimings::settle(std::size_t bytes, std::array<float, 2> summed_seconds) {
+AllreduceTimings::Algorithm AllreduceTimings::settle(std::size_t bytes, std::array<float, 2> summed_seconds_per_byte) {
   std::lock_guard lock(mutex_);
   Band& band = bands_[band_of(bytes)];
-  band.kept = summed_seconds[1] < summed_seconds[0] ? Algorithm::Direct : Algorithm::Messages;
+  band.kept = summed_seconds_per_byte[1] < summed_seconds_per_byte[0] ? Algorithm::Direct : Algorithm::Messages;
   return *band.kept;
 }
 

@@ -9,6 +9,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "cohort/comm/allreduce_timings.hpp"
 #include "cohort/core/check.hpp"
 #include "cohort/core/logging.hpp"
 #include "comm/chunks.hpp"
@@ -33,7 +34,8 @@ constexpr std::string_view kBeingTimed = "timed (messages or direct)";
 // against 5.1). On 3 and 4 ranks the messages stayed ahead up to 256 KiB (1.2-2x), since each of the direct
 // allreduce's rounds waits for every rank, and ranks without a core of their own get there one time slice at
 // a time, where a pairwise exchange waits for one partner. With a core per rank the rounds take microseconds,
-// and the direct allreduce's single copy pays from 128 KiB (not measured on such a host).
+// and the direct allreduce's single copy pays from 128 KiB (not measured on such a host). On 2 ranks a
+// communicator times both from 1 MiB instead (allreduce_timings.hpp): the Xeon measured since led the other way.
 std::size_t default_direct_from(int ranks, const PeerMemory& memory) {
   if (ranks == 2) return std::size_t{8} << 20;
   return memory.ranks_have_own_cores() ? std::size_t{128} << 10 : std::size_t{512} << 10;
@@ -424,14 +426,15 @@ void timed_allreduce(Transport& transport, PeerMemory& memory, std::span<float> 
   const bool direct = algorithm == Algorithm::Direct && direct_allreduce(transport, memory, values, options.tag);
   if (!direct) allreduce_by_messages(transport, values, options);
   if (!trial || !timings.record(bytes, began, direct || algorithm == Algorithm::Messages)) return;
-  std::array<float, 2> seconds = timings.best_seconds(bytes);
-  allreduce_by_messages(transport, std::span(seconds), {.tag = options.tag});
-  const Algorithm kept = timings.settle(bytes, seconds);
+  std::array<float, 2> per_byte = timings.best_seconds_per_byte(bytes);
+  allreduce_by_messages(transport, std::span(per_byte), {.tag = options.tag});
+  const Algorithm kept = timings.settle(bytes, per_byte);
   const std::string_view messages = choose_allreduce(bytes, 2, transport.whole_message_bytes(), options);
-  log::info("{}: allreduce of {} with its peer on the host: {} {:.3f} ms, {} {:.3f} ms (best trials, summed over the "
-            "ranks); keeps {}",
-            transport.describe(transport.rank()), describe_band(bytes), messages, 1e3 * seconds[0], kDirect,
-            1e3 * seconds[1], kept == Algorithm::Direct ? kDirect : messages);
+  const auto rate = [](float summed) { return 2e-9 / summed; };  // GB/s of the two ranks' mean time per byte
+  log::info("{}: allreduce of {} with its peer on the host: {} at {:.2f} GB/s, {} at {:.2f} GB/s (best trials, "
+            "over both ranks); keeps {}",
+            transport.describe(transport.rank()), describe_band(bytes), messages, rate(per_byte[0]), kDirect,
+            rate(per_byte[1]), kept == Algorithm::Direct ? kDirect : messages);
 }
 
 }  // namespace

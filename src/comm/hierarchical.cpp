@@ -31,7 +31,6 @@ void hierarchical_allreduce(Transport& transport, std::span<const int> host_of, 
   const std::span values(reinterpret_cast<float*>(data.data()), data.size() / sizeof(float));
   AllreduceOptions sum = options;
   sum.op = ReduceOp::Sum;
-  sum.timings = nullptr;  // the leaders are on different hosts: nothing to choose
   if (r != leader) {
     transport.send(leader, options.tag, data)->wait(transport.timeout());
   } else {

@@ -11,6 +11,7 @@
 #include <optional>
 #include <vector>
 
+#include "cohort/comm/allreduce_timings.hpp"
 #include "cohort/comm/communicator.hpp"
 #include "cohort/comm/progress_deadline.hpp"
 #include "cohort/core/check.hpp"

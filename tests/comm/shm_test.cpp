@@ -21,6 +21,7 @@
 #include <fmt/format.h>
 #include <thread>
 
+#include "cohort/comm/allreduce_timings.hpp"
 #include "cohort/comm/communicator.hpp"
 #include "cohort/comm/shared_memory.hpp"
 #include "cohort/core/parallel.hpp"
@@ -362,7 +363,8 @@ AllreduceTimings::Clock scripted_clock(std::chrono::microseconds messages, std::
   };
 }
 
-TEST_CASE("allreduce timings: trials alternate, each algorithm's best counts, and the lower sum over the ranks is kept",
+TEST_CASE("allreduce timings: trials alternate, each algorithm's best time per byte counts, and the lower sum over the "
+          "ranks is kept",
           "[comm][collectives]") {
   using Algorithm = AllreduceTimings::Algorithm;
   CHECK_FALSE(AllreduceTimings::timed((std::size_t{1} << 20) - 1));
@@ -370,29 +372,35 @@ TEST_CASE("allreduce timings: trials alternate, each algorithm's best counts, an
   CHECK(AllreduceTimings::timed((std::size_t{64} << 20) - 1));
   CHECK_FALSE(AllreduceTimings::timed(std::size_t{64} << 20));
   AllreduceTimings timings(scripted_clock(300us, 200us));
-  const std::size_t bytes = std::size_t{3} << 20;
+  // One band (2 to 4 MiB): the direct trials on vectors twice the messages' size, 200 us against 300.
+  const std::size_t small = std::size_t{2} << 20, large = (std::size_t{4} << 20) - 4;
   for (int trial = 0; trial < AllreduceTimings::kTrials; ++trial) {
-    const auto next = timings.next(bytes + static_cast<std::size_t>(trial));  // one band: 2 MiB to 4 MiB
+    const std::size_t bytes = trial % 2 == 0 ? small : large;
+    const auto next = timings.next(bytes);
     CHECK(next.trial);
     CHECK(next.algorithm == (trial % 2 == 0 ? Algorithm::Messages : Algorithm::Direct));
     CHECK(timings.record(bytes, timings.now()) == (trial == AllreduceTimings::kTrials - 1));
   }
-  CHECK_FALSE(timings.settled(bytes));
-  CHECK(timings.best_seconds(bytes) == std::array<float, 2>{300e-6f, 200e-6f});
+  CHECK_FALSE(timings.settled(small));
+  const auto per_byte = timings.best_seconds_per_byte(small);
+  CHECK(per_byte[0] == Approx(300e-6 / static_cast<double>(small)));
+  CHECK(per_byte[1] == Approx(200e-6 / static_cast<double>(large)));
   CHECK(timings.settled(std::size_t{1} << 20) == std::nullopt);  // another band, untouched
-  // The sums over the ranks decide, not this rank's own times; a tie keeps the messages.
-  CHECK(timings.settle(bytes, {0.5f, 0.7f}) == Algorithm::Messages);
-  CHECK(timings.settled(std::size_t{2} << 20) == Algorithm::Messages);
-  CHECK(timings.next((std::size_t{4} << 20) - 1).trial == false);
-  CHECK_THROWS_WITH(timings.record(bytes, timings.now()), Catch::Contains("after the last"));
+  // The sums over the ranks decide, not this rank's own times.
+  CHECK(timings.settle(small, {0.5f, 0.7f}) == Algorithm::Messages);
+  CHECK(timings.settled(large) == Algorithm::Messages);
+  CHECK(timings.next(large).trial == false);
+  CHECK_THROWS_WITH(timings.record(small, timings.now()), Catch::Contains("after the last"));
+  // A tie keeps the messages.
   AllreduceTimings tied;
-  for (int trial = 0; trial < AllreduceTimings::kTrials; ++trial) tied.record(bytes, tied.now());
-  CHECK(tied.settle(bytes, {0.5f, 0.5f}) == Algorithm::Messages);
+  for (int trial = 0; trial < AllreduceTimings::kTrials; ++trial) tied.record(small, tied.now());
+  CHECK(tied.settle(small, {0.5f, 0.5f}) == Algorithm::Messages);
 }
 
 TEST_CASE("shm: two ranks time the messages against the direct allreduce and keep the same one, whatever each saw alone",
           "[comm][shm][collectives]") {
   const std::size_t count = (std::size_t{2} << 20) / sizeof(float) + 5;  // 2 MiB and a little
+  const std::size_t bytes = count * sizeof(float);
   const auto run_calls = [&](std::vector<std::unique_ptr<Transport>>& group, std::array<AllreduceTimings*, 2> timings,
                              int calls, AllreduceOptions options = {}) {
     for (int call = 0; call < calls; ++call) {
@@ -415,35 +423,36 @@ TEST_CASE("shm: two ranks time the messages against the direct allreduce and kee
     return shm_of(group[0])->peer_memory_reads() + shm_of(group[1])->peer_memory_reads();
   };
   const std::string_view direct = "direct (from the peers' memory)";
-  for (const bool direct_wins : {true, false}) {
-    INFO("the direct allreduce faster in the sum over the ranks: " << direct_wins);
+  // Rank 0 alone would keep the other algorithm than rank 1 and than the sum of both.
+  const auto agree = [&](bool direct_wins) {
     auto group = connect_ranks(2);
-    // Rank 0 alone would keep the other algorithm than rank 1 and than the sum.
     AllreduceTimings first(direct_wins ? scripted_clock(100us, 110us) : scripted_clock(110us, 100us));
     AllreduceTimings second(direct_wins ? scripted_clock(900us, 100us) : scripted_clock(100us, 900us));
-    const std::array<AllreduceTimings*, 2> timings{&first, &second};
-    CHECK(allreduce_algorithm(*group[0], count * sizeof(float), {.timings = &first}) == "timed (messages or direct)");
-    // Trials alternate: the direct ones (every second) read the peer's memory, each rank twice.
+    CHECK(allreduce_algorithm(*group[0], bytes, {.timings = &first}) == "timed (messages or direct)");
+    // Trials alternate: only the direct ones (every second) read the peer's memory.
     for (int trial = 0; trial < AllreduceTimings::kTrials; ++trial) {
       const auto before = reads(group);
-      run_calls(group, timings, 1);
+      run_calls(group, {&first, &second}, 1);
       CHECK((reads(group) > before) == (trial % 2 == 1));
     }
-    REQUIRE(first.settled(count * sizeof(float)).has_value());
-    CHECK(first.settled(count * sizeof(float)) == second.settled(count * sizeof(float)));
-    CHECK((first.settled(count * sizeof(float)) == AllreduceTimings::Algorithm::Direct) == direct_wins);
-    CHECK((allreduce_algorithm(*group[1], count * sizeof(float), {.timings = &second}) == direct) == direct_wins);
+    REQUIRE(first.settled(bytes).has_value());
+    CHECK(first.settled(bytes) == second.settled(bytes));
+    CHECK((first.settled(bytes) == AllreduceTimings::Algorithm::Direct) == direct_wins);
+    CHECK((allreduce_algorithm(*group[1], bytes, {.timings = &second}) == direct) == direct_wins);
     const auto before = reads(group);
-    run_calls(group, timings, 3);
+    run_calls(group, {&first, &second}, 3);
     CHECK((reads(group) > before) == direct_wins);
-  }
+  };
+  SECTION("the direct allreduce faster over both ranks") { agree(true); }
+  SECTION("the messages faster over both ranks") { agree(false); }
   SECTION("a threshold the caller sets turns the timing off") {
     auto group = connect_ranks(2);
     AllreduceTimings first, second;
-    run_calls(group, {&first, &second}, 2, {.direct_from_bytes = 0});
+    run_calls(group, {&first, &second}, AllreduceTimings::kTrials, {.direct_from_bytes = 0});
     CHECK(reads(group) > 0);
-    CHECK_FALSE(first.settled(count * sizeof(float)));
-    CHECK(allreduce_algorithm(*group[0], count * sizeof(float), {.direct_from_bytes = 0, .timings = &first}) == direct);
+    CHECK_FALSE(first.settled(bytes));
+    CHECK_FALSE(second.settled(bytes));
+    CHECK(allreduce_algorithm(*group[0], bytes, {.direct_from_bytes = 0, .timings = &first}) == direct);
   }
   SECTION("where one rank may not read the other's memory, the direct trials count as never ending") {
     auto group = connect_ranks(2, {}, [](int r, SharedMemoryOptions& options) {
@@ -452,8 +461,8 @@ TEST_CASE("shm: two ranks time the messages against the direct allreduce and kee
     AllreduceTimings first(scripted_clock(900us, 1us)), second(scripted_clock(900us, 1us));
     run_calls(group, {&first, &second}, AllreduceTimings::kTrials + 1);
     CHECK(reads(group) == 0);
-    CHECK(first.settled(count * sizeof(float)) == AllreduceTimings::Algorithm::Messages);
-    CHECK(second.settled(count * sizeof(float)) == AllreduceTimings::Algorithm::Messages);
+    CHECK(first.settled(bytes) == AllreduceTimings::Algorithm::Messages);
+    CHECK(second.settled(bytes) == AllreduceTimings::Algorithm::Messages);
   }
 }
 

@@ -4,7 +4,7 @@
 // on a Zen 4 EPYC the ring through the shared-memory rings led up to 8 MiB (12-14 GB/s against 10 at
 // 2-4 MiB), on a Sapphire Rapids Xeon the direct allreduce led from 2 MiB (6.6-7.8 GB/s against 4.1-6.4 at
 // 2-4 MiB), so a fixed threshold is wrong on one of them. On two ranks every algorithm adds a + b once per
-// element, so the choice never changes the bits.
+// element, so the choice never changes the bits (NaN payloads aside).
 //
 // The first calls of each size band alternate the two (real allreduces: no call is spent on timing alone),
 // each rank timing its own; after the last trial both ranks add up their best times per algorithm in one
@@ -17,6 +17,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <utility>
 
 namespace cohort::comm {
 
@@ -42,13 +43,14 @@ class AllreduceTimings {
     bool trial;
   };
   Next next(std::size_t bytes);
-  // A trial's time on this rank (`ran` false: the direct allreduce was refused by some rank, and counts as
-  // never finishing); false while more trials of its band are to come, true after the last, when the caller
-  // adds this rank's best times (best_seconds()) over the ranks and hands them to settle().
+  // A trial's time on this rank, per byte, since a band holds sizes up to twice apart (`ran` false: the direct
+  // allreduce was refused by some rank, and counts as never finishing); false while more trials of its band
+  // are to come, true after the last, when the caller adds this rank's best times (best_seconds_per_byte())
+  // over the ranks and hands them to settle().
   bool record(std::size_t bytes, std::chrono::steady_clock::time_point began, bool ran = true);
-  std::array<float, 2> best_seconds(std::size_t bytes) const;
+  std::array<float, 2> best_seconds_per_byte(std::size_t bytes) const;
   // Keeps the algorithm whose summed best time is lower (the messages on a tie); returns it.
-  Algorithm settle(std::size_t bytes, std::array<float, 2> summed_seconds);
+  Algorithm settle(std::size_t bytes, std::array<float, 2> summed_seconds_per_byte);
   // The algorithm kept for `bytes`, once its trials are done.
   std::optional<Algorithm> settled(std::size_t bytes) const;
 
@@ -57,7 +59,7 @@ class AllreduceTimings {
  private:
   struct Band {
     int trials = 0;
-    std::array<float, 2> best_seconds{-1.0f, -1.0f};
+    std::array<float, 2> best_seconds_per_byte{-1.0f, -1.0f};
     std::optional<Algorithm> kept;
   };
   static int band_of(std::size_t bytes);

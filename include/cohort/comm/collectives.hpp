@@ -14,7 +14,6 @@
 #include <span>
 #include <string_view>
 
-#include "cohort/comm/allreduce_timings.hpp"
 #include "cohort/comm/transport.hpp"
 #include "cohort/core/dtype.hpp"
 
@@ -23,6 +22,8 @@ namespace cohort::comm {
 inline constexpr Tag kCollectiveTag = 0xC011EC7100000000ull;
 
 enum class ReduceOp { Sum, Mean };
+
+class AllreduceTimings;  // allreduce_timings.hpp
 
 struct AllreduceOptions {
   ReduceOp op = ReduceOp::Sum;
@@ -51,12 +52,13 @@ struct AllreduceOptions {
   // From this size, where the transport can read every peer's memory (shared memory, all ranks on one host),
   // each rank reduces its chunk straight from its peers' vectors and then reads the finished chunks from
   // their owners: one copy per byte and three rounds of small messages (direct_allreduce.hpp). Unset: 8 MiB on
-  // 2 ranks, and on more 512 KiB where they share cores, 128 KiB where each has its own (default_direct_from()
-  // in collectives.cpp says what was measured).
+  // 2 ranks (from 1 to 64 MiB timed instead where `timings` is given), and on more 512 KiB where they share
+  // cores, 128 KiB where each has its own (default_direct_from() in collectives.cpp says what was measured).
   std::optional<std::size_t> direct_from_bytes{};
   // Where given, two ranks that read each other's memory choose between the messages and the direct
   // allreduce by timing both at each power-of-two size from 1 MiB to 64 MiB (allreduce_timings.hpp), unless
-  // one of the two thresholds above is set. Held by the caller across calls, as a communicator does.
+  // latency_optimal_below_bytes or direct_from_bytes is set (on every rank alike, as every option). Held by
+  // the caller across calls, as a communicator does, and dropped with it after a failed collective.
   AllreduceTimings* timings = nullptr;
   Tag tag = kCollectiveTag;
 };
@@ -80,7 +82,8 @@ void reduce_scatter(Transport& transport, std::span<std::byte> data, const Allre
 std::string_view allreduce_algorithm(std::size_t bytes, int ranks, const AllreduceOptions& options = {});
 // As above, on `transport`: "direct (from the peers' memory)" where it reads its peers' memory (which
 // falls back to the others when some rank cannot), and "timed (messages or direct)" while
-// options.timings has yet to choose between them for this size.
+// options.timings has yet to choose between them for this size (also for calls queued before the choice
+// that run after it).
 std::string_view allreduce_algorithm(Transport& transport, std::size_t bytes, const AllreduceOptions& options = {});
 inline void allreduce(Transport& transport, std::span<float> data, const AllreduceOptions& options = {}) {
   allreduce(transport, std::as_writable_bytes(data), options);
