@@ -1,5 +1,6 @@
 #include "cohort/comm/allreduce_timings.hpp"
 
+#include <algorithm>
 #include <bit>
 #include <limits>
 
@@ -16,7 +17,7 @@ AllreduceTimings::Next AllreduceTimings::next(std::size_t bytes) {
   std::lock_guard lock(mutex_);
   const Band& band = bands_[band_of(bytes)];
   if (band.kept) return {*band.kept, false};
-  return {band.trials % 2 == 0 ? Algorithm::Messages : Algorithm::Direct, true};
+  return {static_cast<Algorithm>(band.trials % kCandidates), true};
 }
 
 bool AllreduceTimings::record(std::size_t bytes, std::chrono::steady_clock::time_point began, bool ran) {
@@ -25,22 +26,23 @@ bool AllreduceTimings::record(std::size_t bytes, std::chrono::steady_clock::time
   std::lock_guard lock(mutex_);
   Band& band = bands_[band_of(bytes)];
   COHORT_CHECK(!band.kept && band.trials < kTrials, "allreduce timings: a trial recorded for {} bytes after the last", bytes);
-  float& best = band.best_seconds_per_byte[static_cast<std::size_t>(band.trials % 2)];
+  float& best = band.best_seconds_per_byte[static_cast<std::size_t>(band.trials % kCandidates)];
   if (best < 0 || per_byte < best) best = per_byte;
   return ++band.trials == kTrials;
 }
 
-std::array<float, 2> AllreduceTimings::best_seconds_per_byte(std::size_t bytes) const {
+std::array<float, AllreduceTimings::kCandidates> AllreduceTimings::best_seconds_per_byte(std::size_t bytes) const {
   std::lock_guard lock(mutex_);
   const auto band = bands_.find(band_of(bytes));
   COHORT_CHECK(band != bands_.end() && band->second.trials == kTrials, "allreduce timings: {} bytes has trials to run", bytes);
   return band->second.best_seconds_per_byte;
 }
 
-AllreduceTimings::Algorithm AllreduceTimings::settle(std::size_t bytes, std::array<float, 2> summed_seconds_per_byte) {
+AllreduceTimings::Algorithm AllreduceTimings::settle(std::size_t bytes, std::array<float, kCandidates> summed_seconds_per_byte) {
   std::lock_guard lock(mutex_);
   Band& band = bands_[band_of(bytes)];
-  band.kept = summed_seconds_per_byte[1] < summed_seconds_per_byte[0] ? Algorithm::Direct : Algorithm::Messages;
+  const auto fastest = std::ranges::min_element(summed_seconds_per_byte);  // the first of equals
+  band.kept = static_cast<Algorithm>(fastest - summed_seconds_per_byte.begin());
   return *band.kept;
 }
 

@@ -415,26 +415,37 @@ std::string describe_band(std::size_t bytes) {
   return fmt::format("{}-{} MiB", from, 2 * from);
 }
 
-// A trial of the messages or of the direct allreduce, or the one the trials kept. After the last trial both
-// ranks add up their best times in one exchange of 8 bytes, so that both keep the same algorithm.
+std::string describe_piece(std::size_t bytes) {
+  return bytes % (std::size_t{1} << 20) == 0 ? fmt::format("{} MiB", bytes >> 20) : fmt::format("{} KiB", bytes >> 10);
+}
+
+// A trial of the messages or of the direct allreduce in either pieces, or the one the trials kept. After
+// the last trial both ranks add up their best times in one exchange, so that both keep the same one.
 void timed_allreduce(Transport& transport, PeerMemory& memory, std::span<float> values, const AllreduceOptions& options) {
   using Algorithm = AllreduceTimings::Algorithm;
   AllreduceTimings& timings = *options.timings;
   const std::size_t bytes = values.size_bytes();
   const auto [algorithm, trial] = timings.next(bytes);
   const auto began = trial ? timings.now() : std::chrono::steady_clock::time_point{};
-  const bool direct = algorithm == Algorithm::Direct && direct_allreduce(transport, memory, values, options.tag);
+  const bool direct = algorithm != Algorithm::Messages &&
+                      direct_allreduce(transport, memory, values, options.tag,
+                                       algorithm == Algorithm::DirectFinePieces ? DirectPieces::Fine : DirectPieces::Default);
   if (!direct) allreduce_by_messages(transport, values, options);
   if (!trial || !timings.record(bytes, began, direct || algorithm == Algorithm::Messages)) return;
-  std::array<float, 2> per_byte = timings.best_seconds_per_byte(bytes);
+  auto per_byte = timings.best_seconds_per_byte(bytes);
   allreduce_by_messages(transport, std::span(per_byte), {.tag = options.tag});
   const Algorithm kept = timings.settle(bytes, per_byte);
   const std::string_view messages = choose_allreduce(bytes, 2, transport.whole_message_bytes(), options);
-  const auto rate = [](float summed) { return 2e-9 / summed; };  // GB/s of the two ranks' mean time per byte
-  log::info("{}: allreduce of {} with its peer on the host: {} at {:.2f} GB/s, {} at {:.2f} GB/s (best trials, "
-            "over both ranks); keeps {}",
-            transport.describe(transport.rank()), describe_band(bytes), messages, rate(per_byte[0]), kDirect,
-            rate(per_byte[1]), kept == Algorithm::Direct ? kDirect : messages);
+  const auto rate = [&](Algorithm a) { return 2e-9 / per_byte[static_cast<std::size_t>(a)]; };  // GB/s, both ranks' mean
+  const auto piece = [&](DirectPieces pieces) { return describe_piece(direct_piece_bytes(memory, pieces)); };
+  const std::string kept_name = kept == Algorithm::Messages ? std::string(messages)
+                                : fmt::format("{} in {} pieces", kDirect,
+                                              piece(kept == Algorithm::Direct ? DirectPieces::Default : DirectPieces::Fine));
+  log::info("{}: allreduce of {} with its peer on the host: {} at {:.2f} GB/s, {} at {:.2f} GB/s in {} pieces and "
+            "{:.2f} GB/s in {} ones (best trials, over both ranks); keeps {}",
+            transport.describe(transport.rank()), describe_band(bytes), messages, rate(Algorithm::Messages), kDirect,
+            rate(Algorithm::Direct), piece(DirectPieces::Default), rate(Algorithm::DirectFinePieces), piece(DirectPieces::Fine),
+            kept_name);
 }
 
 }  // namespace
@@ -447,7 +458,7 @@ std::string_view allreduce_algorithm(Transport& transport, std::size_t bytes, co
   const auto messages = [&] { return choose_allreduce(bytes, transport.size(), transport.whole_message_bytes(), options); };
   if (timed_here(transport, bytes, options)) {
     const auto kept = options.timings->settled(bytes);
-    return !kept ? kBeingTimed : *kept == AllreduceTimings::Algorithm::Direct ? kDirect : messages();
+    return !kept ? kBeingTimed : *kept == AllreduceTimings::Algorithm::Messages ? messages() : kDirect;
   }
   return direct_memory(transport, bytes, options) != nullptr ? kDirect : messages();
 }

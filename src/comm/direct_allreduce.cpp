@@ -35,8 +35,11 @@ constexpr std::size_t kStagedBelowBytes = std::size_t{1} << 20;
 // on 2 cores, grouped by the cores' placement (cohort_allreduce_bench --cores): on 2 ranks 1 MiB against
 // 256 KiB measured 1.1-1.25x at 8-32 MiB with the cores far apart, level with them close; on 4 ranks
 // 256 KiB kept 1.1-1.3x at 4-16 MiB with the cores close, level with them far apart.
-std::size_t piece_elements(const PeerMemory& memory) {
-  return memory.ranks_have_own_cores() ? std::size_t{256} << 10 : std::size_t{64} << 10;
+// On a Sapphire Rapids Xeon, 2 ranks, 256 KiB pieces led instead (1.1-1.2x at 4-16 MiB): where a caller
+// times both (allreduce_timings.hpp) it names the piece.
+std::size_t piece_elements(const PeerMemory& memory, DirectPieces pieces) {
+  if (pieces == DirectPieces::Fine || !memory.ranks_have_own_cores()) return std::size_t{64} << 10;
+  return std::size_t{256} << 10;
 }
 
 void add_into(std::span<float> sum, std::span<const float> term) {
@@ -65,7 +68,7 @@ struct Rounds {
   Staging staging;
 };
 
-bool run_rounds(Transport& transport, PeerMemory& memory, std::span<float> data, Tag tag, Rounds& rounds) {
+bool run_rounds(Transport& transport, PeerMemory& memory, std::span<float> data, Tag tag, DirectPieces pieces, Rounds& rounds) {
   const int n = transport.size(), r = transport.rank();
   const bool staged = data.size_bytes() < kStagedBelowBytes;
   std::vector<float>& staging = *rounds.staging;
@@ -100,7 +103,7 @@ bool run_rounds(Transport& transport, PeerMemory& memory, std::span<float> data,
   // peers' staging buffers).
   const auto byte_offset = [&](std::span<float> part) { return static_cast<std::uint64_t>(part.data() - data.data()) * sizeof(float); };
   const auto announced = [&](int peer) -> const Announcement& { return rounds.announcements[static_cast<std::size_t>(peer)]; };
-  const std::size_t piece = piece_elements(memory);
+  const std::size_t piece = piece_elements(memory, pieces);
   thread_local std::vector<float> scratch;  // read into by this thread alone
   if (scratch.size() < 2 * piece) scratch.resize(2 * piece);
   const auto own = ring_chunk(data, n, r);
@@ -159,11 +162,15 @@ bool run_rounds(Transport& transport, PeerMemory& memory, std::span<float> data,
 
 }  // namespace
 
-bool direct_allreduce(Transport& transport, PeerMemory& memory, std::span<float> data, Tag tag) {
+std::size_t direct_piece_bytes(const PeerMemory& memory, DirectPieces pieces) {
+  return piece_elements(memory, pieces) * sizeof(float);
+}
+
+bool direct_allreduce(Transport& transport, PeerMemory& memory, std::span<float> data, Tag tag, DirectPieces pieces) {
   Staging& staging = staging_of_this_thread();
   auto rounds = std::make_shared<Rounds>(static_cast<std::size_t>(transport.size()), staging);
   try {
-    return run_rounds(transport, memory, data, tag, *rounds);
+    return run_rounds(transport, memory, data, tag, pieces, *rounds);
   } catch (...) {
     keep_until_exit(rounds);
     staging = std::make_shared<std::vector<float>>();  // the kept one may still be written

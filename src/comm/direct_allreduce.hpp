@@ -25,7 +25,14 @@
 
 namespace cohort::comm {
 
+// The pieces in which a rank reads and sums its chunk: 1 MiB where each rank has a core of its own and
+// 256 KiB where they share (Default), or 256 KiB (Fine). A rank's choice changes neither the sums nor what
+// its peers see.
+enum class DirectPieces { Default, Fine };
+std::size_t direct_piece_bytes(const PeerMemory& memory, DirectPieces pieces);
+
 // False (data unchanged on every rank) when some rank cannot reach its peers' memory.
-bool direct_allreduce(Transport& transport, PeerMemory& memory, std::span<float> data, Tag tag);
+bool direct_allreduce(Transport& transport, PeerMemory& memory, std::span<float> data, Tag tag,
+                      DirectPieces pieces = DirectPieces::Default);
 
 }  // namespace cohort::comm

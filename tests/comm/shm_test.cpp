@@ -351,54 +351,57 @@ TEST_CASE("shm: where one rank may not read its peers' memory, every rank of the
   for (const auto& t : group) CHECK(shm_of(t)->peer_memory_reads() == 0);
 }
 
-// A clock on which each trial of the messages takes `messages` and each of the direct allreduce `direct`
-// (trials alternate, the messages first; the clock is read as each trial begins and ends).
-AllreduceTimings::Clock scripted_clock(std::chrono::microseconds messages, std::chrono::microseconds direct) {
+// A clock on which each trial takes what `durations` gives its candidate (messages, direct, direct in fine
+// pieces: in turn), read as each trial begins and ends.
+AllreduceTimings::Clock scripted_clock(std::array<std::chrono::microseconds, AllreduceTimings::kCandidates> durations) {
   auto reads = std::make_shared<int>(0);
   auto time = std::make_shared<std::chrono::steady_clock::time_point>();
   return [=] {
-    if (*reads % 2 == 1) *time += (*reads / 2) % 2 == 0 ? messages : direct;
+    if (*reads % 2 == 1) *time += durations[static_cast<std::size_t>((*reads / 2) % AllreduceTimings::kCandidates)];
     ++*reads;
     return *time;
   };
 }
 
-TEST_CASE("allreduce timings: trials alternate, each algorithm's best time per byte counts, and the lower sum over the "
-          "ranks is kept",
+TEST_CASE("allreduce timings: trials take the candidates in turn, each one's best time per byte counts, and the lowest "
+          "sum over the ranks is kept",
           "[comm][collectives]") {
   using Algorithm = AllreduceTimings::Algorithm;
   CHECK_FALSE(AllreduceTimings::timed((std::size_t{1} << 20) - 1));
   CHECK(AllreduceTimings::timed(std::size_t{1} << 20));
   CHECK(AllreduceTimings::timed((std::size_t{64} << 20) - 1));
   CHECK_FALSE(AllreduceTimings::timed(std::size_t{64} << 20));
-  AllreduceTimings timings(scripted_clock(300us, 200us));
-  // One band (2 to 4 MiB): the direct trials on vectors twice the messages' size, 200 us against 300.
+  AllreduceTimings timings(scripted_clock({300us, 200us, 250us}));
+  // One band (2 to 4 MiB), sizes up to twice apart: the messages' trials on the smallest vectors.
   const std::size_t small = std::size_t{2} << 20, large = (std::size_t{4} << 20) - 4;
+  const auto size_of_trial = [&](int trial) { return trial % AllreduceTimings::kCandidates == 0 ? small : large; };
   for (int trial = 0; trial < AllreduceTimings::kTrials; ++trial) {
-    const std::size_t bytes = trial % 2 == 0 ? small : large;
-    const auto next = timings.next(bytes);
+    const auto next = timings.next(size_of_trial(trial));
     CHECK(next.trial);
-    CHECK(next.algorithm == (trial % 2 == 0 ? Algorithm::Messages : Algorithm::Direct));
-    CHECK(timings.record(bytes, timings.now()) == (trial == AllreduceTimings::kTrials - 1));
+    CHECK(next.algorithm == static_cast<Algorithm>(trial % AllreduceTimings::kCandidates));
+    CHECK(timings.record(size_of_trial(trial), timings.now()) == (trial == AllreduceTimings::kTrials - 1));
   }
   CHECK_FALSE(timings.settled(small));
   const auto per_byte = timings.best_seconds_per_byte(small);
   CHECK(per_byte[0] == Approx(300e-6 / static_cast<double>(small)));
   CHECK(per_byte[1] == Approx(200e-6 / static_cast<double>(large)));
+  CHECK(per_byte[2] == Approx(250e-6 / static_cast<double>(large)));
   CHECK(timings.settled(std::size_t{1} << 20) == std::nullopt);  // another band, untouched
   // The sums over the ranks decide, not this rank's own times.
-  CHECK(timings.settle(small, {0.5f, 0.7f}) == Algorithm::Messages);
-  CHECK(timings.settled(large) == Algorithm::Messages);
+  CHECK(timings.settle(small, {0.7f, 0.6f, 0.5f}) == Algorithm::DirectFinePieces);
+  CHECK(timings.settled(large) == Algorithm::DirectFinePieces);
   CHECK(timings.next(large).trial == false);
   CHECK_THROWS_WITH(timings.record(small, timings.now()), Catch::Contains("after the last"));
-  // A tie keeps the messages.
+  // A tie keeps the earlier candidate.
   AllreduceTimings tied;
   for (int trial = 0; trial < AllreduceTimings::kTrials; ++trial) tied.record(small, tied.now());
-  CHECK(tied.settle(small, {0.5f, 0.5f}) == Algorithm::Messages);
+  CHECK(tied.settle(small, {0.5f, 0.5f, 0.5f}) == Algorithm::Messages);
 }
 
-TEST_CASE("shm: two ranks time the messages against the direct allreduce and keep the same one, whatever each saw alone",
+TEST_CASE("shm: two ranks time the messages against the direct allreduce in two piece sizes and keep the same one, "
+          "whatever each saw alone",
           "[comm][shm][collectives]") {
+  using Algorithm = AllreduceTimings::Algorithm;
   const std::size_t count = (std::size_t{2} << 20) / sizeof(float) + 5;  // 2 MiB and a little
   const std::size_t bytes = count * sizeof(float);
   const auto run_calls = [&](std::vector<std::unique_ptr<Transport>>& group, std::array<AllreduceTimings*, 2> timings,
@@ -422,34 +425,45 @@ TEST_CASE("shm: two ranks time the messages against the direct allreduce and kee
   const auto reads = [](const std::vector<std::unique_ptr<Transport>>& group) {
     return shm_of(group[0])->peer_memory_reads() + shm_of(group[1])->peer_memory_reads();
   };
+  // Each rank reads its chunk of just over 1 MiB from its peer in pieces, then the peer's finished chunk at once:
+  // 2 + 1 reads in 1 MiB pieces (each rank a core of its own), 5 + 1 in 256 KiB ones.
+  const bool own_cores = usable_cores() >= 2;
+  const auto reads_by = [&](Algorithm algorithm) -> std::uint64_t {
+    if (algorithm == Algorithm::Messages) return 0;
+    return 2 * ((algorithm == Algorithm::Direct && own_cores ? 2 : 5) + 1);
+  };
   const std::string_view direct = "direct (from the peers' memory)";
-  // Rank 0 alone would keep the other algorithm than rank 1 and than the sum of both.
-  const auto agree = [&](bool direct_wins) {
+  // Rank 0 alone would keep another algorithm than rank 1 and than the sum of both.
+  const auto agree = [&](Algorithm faster, std::array<std::chrono::microseconds, 3> rank0,
+                         std::array<std::chrono::microseconds, 3> rank1) {
     auto group = connect_ranks(2);
-    AllreduceTimings first(direct_wins ? scripted_clock(100us, 110us) : scripted_clock(110us, 100us));
-    AllreduceTimings second(direct_wins ? scripted_clock(900us, 100us) : scripted_clock(100us, 900us));
+    AllreduceTimings first(scripted_clock(rank0)), second(scripted_clock(rank1));
     CHECK(allreduce_algorithm(*group[0], bytes, {.timings = &first}) == "timed (messages or direct)");
-    // Trials alternate: only the direct ones (every second) read the peer's memory.
     for (int trial = 0; trial < AllreduceTimings::kTrials; ++trial) {
       const auto before = reads(group);
       run_calls(group, {&first, &second}, 1);
-      CHECK((reads(group) > before) == (trial % 2 == 1));
+      CHECK(reads(group) - before == reads_by(static_cast<Algorithm>(trial % AllreduceTimings::kCandidates)));
     }
     REQUIRE(first.settled(bytes).has_value());
-    CHECK(first.settled(bytes) == second.settled(bytes));
-    CHECK((first.settled(bytes) == AllreduceTimings::Algorithm::Direct) == direct_wins);
-    CHECK((allreduce_algorithm(*group[1], bytes, {.timings = &second}) == direct) == direct_wins);
+    CHECK(first.settled(bytes) == faster);
+    CHECK(second.settled(bytes) == faster);
+    CHECK((allreduce_algorithm(*group[1], bytes, {.timings = &second}) == direct) == (faster != Algorithm::Messages));
     const auto before = reads(group);
     run_calls(group, {&first, &second}, 3);
-    CHECK((reads(group) > before) == direct_wins);
+    CHECK(reads(group) - before == 3 * reads_by(faster));
   };
-  SECTION("the direct allreduce faster over both ranks") { agree(true); }
-  SECTION("the messages faster over both ranks") { agree(false); }
+  SECTION("the direct allreduce in fine pieces faster over both ranks") {
+    agree(Algorithm::DirectFinePieces, {100us, 105us, 110us}, {900us, 900us, 100us});
+  }
+  SECTION("the direct allreduce in its default pieces faster over both ranks") {
+    agree(Algorithm::Direct, {100us, 110us, 105us}, {900us, 100us, 900us});
+  }
+  SECTION("the messages faster over both ranks") { agree(Algorithm::Messages, {110us, 100us, 105us}, {100us, 900us, 900us}); }
   SECTION("a threshold the caller sets turns the timing off") {
     auto group = connect_ranks(2);
     AllreduceTimings first, second;
     run_calls(group, {&first, &second}, AllreduceTimings::kTrials, {.direct_from_bytes = 0});
-    CHECK(reads(group) > 0);
+    CHECK(reads(group) == AllreduceTimings::kTrials * reads_by(Algorithm::Direct));
     CHECK_FALSE(first.settled(bytes));
     CHECK_FALSE(second.settled(bytes));
     CHECK(allreduce_algorithm(*group[0], bytes, {.direct_from_bytes = 0, .timings = &first}) == direct);
@@ -458,11 +472,11 @@ TEST_CASE("shm: two ranks time the messages against the direct allreduce and kee
     auto group = connect_ranks(2, {}, [](int r, SharedMemoryOptions& options) {
       if (r == 1) options.single_copy_bytes = 0;
     });
-    AllreduceTimings first(scripted_clock(900us, 1us)), second(scripted_clock(900us, 1us));
+    AllreduceTimings first(scripted_clock({900us, 1us, 1us})), second(scripted_clock({900us, 1us, 1us}));
     run_calls(group, {&first, &second}, AllreduceTimings::kTrials + 1);
     CHECK(reads(group) == 0);
-    CHECK(first.settled(bytes) == AllreduceTimings::Algorithm::Messages);
-    CHECK(second.settled(bytes) == AllreduceTimings::Algorithm::Messages);
+    CHECK(first.settled(bytes) == Algorithm::Messages);
+    CHECK(second.settled(bytes) == Algorithm::Messages);
   }
 }
 
