@@ -2,7 +2,7 @@
 // Chooses by timing, per power-of-two size, between the allreduce by messages and the direct allreduce
 // (from the peers' memory) where two ranks share a host. Which of them leads there depends on the machine:
 // on a Zen 4 EPYC the ring through the shared-memory rings led up to 8 MiB (12-14 GB/s against 10 at
-// 2-4 MiB), on a Sapphire Rapids Xeon the direct allreduce led from 2 MiB (6.6-7.8 GB/s against 4.1-6.4 at
+// 2-4 MiB), on a Sapphire Rapids Xeon the direct allreduce led from 2 MiB (6.7-7.8 GB/s against 4.1-6.5 at
 // 2-4 MiB), so a fixed threshold is wrong on one of them. The direct allreduce's pieces differ the same way:
 // 1 MiB led on the EPYC with the cores far apart, 256 KiB on the Xeon (1.1-1.2x at 4-16 MiB), so both are
 // candidates. On two ranks every algorithm adds a + b once per element, so the choice never changes the
