@@ -11,6 +11,7 @@
 
 #include "cohort/comm/allreduce_timings.hpp"
 #include "cohort/core/check.hpp"
+#include "cohort/core/format.hpp"
 #include "cohort/core/logging.hpp"
 #include "comm/chunks.hpp"
 #include "comm/direct_allreduce.hpp"
@@ -415,10 +416,6 @@ std::string describe_band(std::size_t bytes) {
   return fmt::format("{}-{} MiB", from, 2 * from);
 }
 
-std::string describe_piece(std::size_t bytes) {
-  return bytes % (std::size_t{1} << 20) == 0 ? fmt::format("{} MiB", bytes >> 20) : fmt::format("{} KiB", bytes >> 10);
-}
-
 // A trial of the messages or of the direct allreduce in either pieces, or the one the trials kept. After
 // the last trial both ranks add up their best times in one exchange, so that both keep the same one.
 void timed_allreduce(Transport& transport, PeerMemory& memory, std::span<float> values, const AllreduceOptions& options) {
@@ -437,7 +434,7 @@ void timed_allreduce(Transport& transport, PeerMemory& memory, std::span<float> 
   const Algorithm kept = timings.settle(bytes, per_byte);
   const std::string_view messages = choose_allreduce(bytes, 2, transport.whole_message_bytes(), options);
   const auto rate = [&](Algorithm a) { return 2e-9 / per_byte[static_cast<std::size_t>(a)]; };  // GB/s, both ranks' mean
-  const auto piece = [&](DirectPieces pieces) { return describe_piece(direct_piece_bytes(memory, pieces)); };
+  const auto piece = [&](DirectPieces pieces) { return binary_size(direct_piece_bytes(memory, pieces)); };
   const std::string kept_name = kept == Algorithm::Messages ? std::string(messages)
                                 : fmt::format("{} in {} pieces", kDirect,
                                               piece(kept == Algorithm::Direct ? DirectPieces::Default : DirectPieces::Fine));

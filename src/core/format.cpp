@@ -17,4 +17,8 @@ std::string with_thousands(std::int64_t value) {
 
 std::string mebibytes(double bytes) { return fmt::format("{:.2f} MiB", bytes / (1024.0 * 1024.0)); }
 
+std::string binary_size(std::size_t bytes) {
+  return bytes % (std::size_t{1} << 20) == 0 ? fmt::format("{} MiB", bytes >> 20) : fmt::format("{} KiB", bytes >> 10);
+}
+
 }  // namespace cohort

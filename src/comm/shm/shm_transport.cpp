@@ -11,6 +11,7 @@
 
 #include "cohort/core/check.hpp"
 #include "cohort/core/error.hpp"
+#include "cohort/core/format.hpp"
 #include "cohort/core/logging.hpp"
 #include "cohort/core/parallel.hpp"
 #include "comm/delivery.hpp"
@@ -96,7 +97,7 @@ ShmTransport::ShmTransport(std::unique_ptr<Transport> tcp, const std::vector<Loc
   log::info("{}: shared memory with each of the {} peer(s) on its host as they first talk (rings of {}; messages from {} "
             "bytes read straight from the sender's memory)",
             describe(rank()), local.size(),
-            ring_bytes % (1 << 20) == 0 ? fmt::format("{} MiB", ring_bytes >> 20) : fmt::format("{} KiB", ring_bytes >> 10),
+            binary_size(ring_bytes),
             single_copy_bytes_);
   progress_thread_ = std::thread([this] { progress(); });
 }
