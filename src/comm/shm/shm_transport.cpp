@@ -670,13 +670,11 @@ bool ShmTransport::move_bytes() {
 }
 
 void ShmTransport::CallerPoll::begin() {
-  if (!transport_.core_per_rank_) return;
   transport_.callers_polling_.fetch_add(1, std::memory_order_seq_cst);
   transport_.caller_polls_.fetch_add(1, std::memory_order_relaxed);
 }
 
 void ShmTransport::CallerPoll::end(bool done) {
-  if (!transport_.core_per_rank_) return;
   transport_.callers_polling_.fetch_sub(1, std::memory_order_seq_cst);
   // A caller that goes on to sleep hands the bytes back to the progress thread at once. One whose operation
   // completed does not wake it (that would cost each wait a system call, and the caller its core).
@@ -686,7 +684,7 @@ void ShmTransport::CallerPoll::end(bool done) {
 }
 
 void ShmTransport::CallerPoll::slept() {
-  if (transport_.core_per_rank_) transport_.callers_sleeping_.fetch_sub(1, std::memory_order_seq_cst);
+  transport_.callers_sleeping_.fetch_sub(1, std::memory_order_seq_cst);
 }
 
 bool ShmTransport::step_aside(std::uint64_t& polls_seen) {

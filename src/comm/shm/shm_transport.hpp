@@ -29,12 +29,12 @@
 // A thread waiting on one of these operations makes the progress itself for a moment (Work's poll) before
 // it sleeps: on one host the next message of a collective usually arrives within microseconds, and moving
 // it on the waiting thread saves two thread wake-ups per message. It moves every link's bytes, as the
-// progress thread does. Where the host has a core per rank, the progress thread steps aside when it finds
-// nothing to move while callers poll, or began polling in the last 5 ms (a collective between its waits),
-// parked without telling the peers, whose sends then ring no bell, so that the caller keeps its core and
-// the progress thread does not wake for each message. A caller that gives up polling to sleep wakes it at
-// once, and it stays while any such caller sleeps. A caller yields the core between looks, so polling pays
-// even where a host runs more ranks than it has cores.
+// progress thread does. The progress thread steps aside when it finds nothing to move while callers poll,
+// or began polling in the last 5 ms (a collective between its waits), parked without telling the peers,
+// whose sends then ring no bell, so that the caller keeps its core and the progress thread does not wake
+// for each message. A caller that gives up polling to sleep wakes it at once, and it stays while any such
+// caller sleeps. A caller yields the core between looks, so polling pays even where a host runs more ranks
+// than it has cores; there the progress thread's step aside leaves the time slices to the ranks with work.
 //
 // Peer memory: where every peer of the group is on this host and single copy is on, the transport lets the
 // collectives read the peers' buffers themselves (peer_memory(), through the same checked process handles),
@@ -281,10 +281,12 @@ class ShmTransport : public Transport, private PeerMemory {
   std::atomic<std::uint64_t> single_copy_messages_{0};
   std::atomic<std::uint64_t> peer_memory_reads_{0};
   std::atomic<std::uint64_t> peer_memory_writes_{0};
-  // With more ranks on the host than cores, the processes take turns on the cores anyway, and a progress
-  // thread that keeps reading serves a caller that is not running: measured faster on 3 and 4 ranks of 2
-  // cores. Where each rank has a core, the callers and the progress thread take turns (CallerPoll):
+  // Whether the host has a core for each of its ranks: the direct allreduce's pieces and threshold follow it.
   const bool core_per_rank_;
+  // The callers and the progress thread take turns at moving the bytes (CallerPoll), on any number of cores:
+  // with more ranks than cores, a progress thread that polls beside its callers takes time slices from the
+  // ranks that have work. On 3 and 4 ranks of 2 cores of a Sapphire Rapids Xeon, 3 alternating runs, taking
+  // turns measured 1.2-2x from 4 KiB to 512 KiB and level from 1 MiB.
   std::atomic<int> callers_polling_{0};
   std::atomic<std::uint64_t> caller_polls_{0};  // begun so far
   std::atomic<int> callers_sleeping_{0};        // after polling in vain
