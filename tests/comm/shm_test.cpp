@@ -657,7 +657,7 @@ TEST_CASE("shm: another thread's brief waits do not keep the progress thread asi
 TEST_CASE("shm: where the ranks outnumber the cores, the progress thread steps aside for polling callers too",
           "[comm][shm]") {
   // Two ranks on one core: a progress thread that polled beside its callers would take the time slices of the
-  // rank that has work (on 4 ranks of 2 cores, 1.2-2x slower from 4 KiB to 512 KiB).
+  // rank that has work (on 4 ranks of 2 cores, 1.1-2.5x slower from 4 KiB to 256 KiB).
   const OnOneCore pinned;
   REQUIRE(usable_cores() == 1);
   auto group = connect_ranks(2);

@@ -285,8 +285,8 @@ class ShmTransport : public Transport, private PeerMemory {
   const bool core_per_rank_;
   // The callers and the progress thread take turns at moving the bytes (CallerPoll), on any number of cores:
   // with more ranks than cores, a progress thread that polls beside its callers takes time slices from the
-  // ranks that have work. On 3 and 4 ranks of 2 cores of a Sapphire Rapids Xeon, 3 alternating runs, taking
-  // turns measured 1.2-2x from 4 KiB to 512 KiB and level from 1 MiB.
+  // ranks that have work. On 2 cores of a Sapphire Rapids Xeon, 3 alternating runs, taking turns measured
+  // 1.1-2.5x from 4 KiB to 256 KiB on 4 ranks (level from 512 KiB) and 1.1-2x from 4 KiB to 2 MiB on 3.
   std::atomic<int> callers_polling_{0};
   std::atomic<std::uint64_t> caller_polls_{0};  // begun so far
   std::atomic<int> callers_sleeping_{0};        // after polling in vain
