@@ -52,4 +52,15 @@ std::optional<AllreduceTimings::Algorithm> AllreduceTimings::settled(std::size_t
   return band == bands_.end() ? std::nullopt : band->second.kept;
 }
 
+std::optional<std::size_t> AllreduceTimings::segment_bytes() const {
+  std::lock_guard lock(mutex_);
+  return segment_bytes_;
+}
+
+std::size_t AllreduceTimings::keep_segment_bytes(std::size_t bytes) {
+  std::lock_guard lock(mutex_);
+  segment_bytes_ = bytes;
+  return bytes;
+}
+
 }  // namespace cohort::comm

@@ -37,16 +37,16 @@ constexpr std::string_view kBeingTimed = "timed (messages or direct)";
 // a time, where a pairwise exchange waits for one partner. With a core per rank the rounds take microseconds,
 // and the direct allreduce's single copy pays from 128 KiB (not measured on such a host). On 2 ranks a
 // communicator times both from 1 MiB instead (allreduce_timings.hpp): the Xeon measured since led the other way.
-std::size_t default_direct_from(int ranks, const PeerMemory& memory) {
-  if (ranks == 2) return std::size_t{8} << 20;
-  return memory.ranks_have_own_cores() ? std::size_t{128} << 10 : std::size_t{512} << 10;
+std::size_t default_direct_from(const Transport& transport) {
+  if (transport.size() == 2) return std::size_t{8} << 20;
+  return transport.ranks_have_own_cores() ? std::size_t{128} << 10 : std::size_t{512} << 10;
 }
 
 // The peers' memory, where the transport has it and an allreduce of `bytes` reads from it.
 PeerMemory* direct_memory(Transport& transport, std::size_t bytes, const AllreduceOptions& options) {
   if (options.wire != DType::Float32 || transport.size() < 2) return nullptr;
   PeerMemory* memory = transport.peer_memory();
-  if (memory == nullptr || bytes < options.direct_from_bytes.value_or(default_direct_from(transport.size(), *memory))) return nullptr;
+  if (memory == nullptr || bytes < options.direct_from_bytes.value_or(default_direct_from(transport))) return nullptr;
   return memory;
 }
 
@@ -102,10 +102,18 @@ void allgather(Transport& transport, std::span<const std::byte> mine, std::span<
 
 namespace {
 
+// The ring's segments where the caller leaves them to the group (with_segments()). Over loopback TCP on
+// 2 cores, medians of 5 s of back-to-back allreduces, alternating: where 4 ranks share the 2 cores, 128 KiB
+// segments against 256 KiB gave 1.05-1.47x at 1-4 MiB (the ring) and level at 8 MiB, 64 KiB no more than
+// 128 KiB; each rank's turn at the core moves a segment sooner. With a core per rank (2 ranks), 256 KiB
+// led: 1.5x at 4 and 16 MiB. Through shared memory (4 ranks, 256-512 KiB) both measured level.
+constexpr std::size_t kSegmentBytes = std::size_t{256} << 10;
+constexpr std::size_t kSharedCoresSegmentBytes = std::size_t{128} << 10;
+
 // How many elements of type T make one of the options' segments (at least one).
 template <typename T>
 std::size_t segment_elements(const AllreduceOptions& options) {
-  return std::max<std::size_t>(1, options.segment_bytes / sizeof(T));
+  return std::max<std::size_t>(1, options.segment_bytes.value_or(kSegmentBytes) / sizeof(T));
 }
 
 // Calls each(offset, length) for the segments of `segment` elements that cover `size` elements; an empty
@@ -339,6 +347,26 @@ void recursive_doubling_allreduce(Transport& transport, std::span<T> data, const
   if (r < 2 * folded) transport.send(r - 1, options.tag, bytes_of(data))->wait(transport.timeout());
 }
 
+// `options` with their segment size: the caller's; else the one the group agreed on, kept by the timings;
+// without them kSegmentBytes. The group agrees in one small exchange at its first allreduce in segments,
+// which every rank reaches in the same call: the finer segments if any rank's host is short of cores, so
+// that every rank cuts the same segments.
+AllreduceOptions with_segments(Transport& transport, const AllreduceOptions& options) {
+  AllreduceOptions set = options;
+  if (set.segment_bytes) return set;
+  if (options.timings == nullptr) {
+    set.segment_bytes = kSegmentBytes;
+  } else if (const auto agreed = options.timings->segment_bytes()) {
+    set.segment_bytes = agreed;
+  } else {
+    std::array<float, 1> short_of_cores{transport.ranks_have_own_cores() ? 0.0f : 1.0f};
+    // Around the ring, so that where connections are made on demand it links no ranks the ring does not.
+    ring_allreduce(transport, std::span<float>(short_of_cores), {.segment_bytes = kSegmentBytes, .tag = options.tag});
+    set.segment_bytes = options.timings->keep_segment_bytes(short_of_cores[0] > 0 ? kSharedCoresSegmentBytes : kSegmentBytes);
+  }
+  return set;
+}
+
 // Recursive halving and doubling (Rabenseifner; Thakur, Rabenseifner and Gropp 2005), for n a power of two:
 // in round k each rank swaps half of its current range with the rank n / 2^(k+1) away and adds the half it
 // keeps, so that after log2(n) rounds it holds the complete sum of 1/n of the vector; the ranges then travel
@@ -393,14 +421,14 @@ std::string_view choose_allreduce(std::size_t bytes, int ranks, std::size_t whol
 
 void allreduce_by_messages(Transport& transport, std::span<float> values, const AllreduceOptions& options) {
   if (options.wire == DType::BFloat16)
-    ring_allreduce(transport, values, options);
+    ring_allreduce(transport, values, with_segments(transport, options));
   else if (const auto algorithm = choose_allreduce(values.size_bytes(), transport.size(), transport.whole_message_bytes(), options);
            algorithm == kRecursiveDoubling)
     recursive_doubling_allreduce(transport, values, options);
   else if (algorithm == kHalvingDoubling)
-    halving_doubling_allreduce(transport, values, options);
+    halving_doubling_allreduce(transport, values, with_segments(transport, options));
   else
-    ring_allreduce(transport, values, options);
+    ring_allreduce(transport, values, with_segments(transport, options));
 }
 
 // Whether options.timings chooses this allreduce's algorithm: two ranks that may read each other's memory, a
@@ -434,7 +462,7 @@ void timed_allreduce(Transport& transport, PeerMemory& memory, std::span<float> 
   const Algorithm kept = timings.settle(bytes, per_byte);
   const std::string_view messages = choose_allreduce(bytes, 2, transport.whole_message_bytes(), options);
   const auto rate = [&](Algorithm a) { return 2e-9 / per_byte[static_cast<std::size_t>(a)]; };  // GB/s, both ranks' mean
-  const auto piece = [&](DirectPieces pieces) { return binary_size(direct_piece_bytes(memory, pieces)); };
+  const auto piece = [&](DirectPieces pieces) { return binary_size(direct_piece_bytes(transport, pieces)); };
   const std::string kept_name = kept == Algorithm::Messages ? std::string(messages)
                                 : fmt::format("{} in {} pieces", kDirect,
                                               piece(kept == Algorithm::Direct ? DirectPieces::Default : DirectPieces::Fine));
@@ -486,7 +514,7 @@ void reduce_scatter(Transport& transport, std::span<std::byte> data, const Allre
   COHORT_CHECK(data.size() % (element * ranks) == 0, "reduce_scatter: {} bytes are not {} equal blocks of {}-byte elements",
                data.size(), ranks, element);
   const std::span values(reinterpret_cast<float*>(data.data()), data.size() / element);
-  if (ranks > 1) ring_reduce_scatter<float>(transport, values, values, options, /*shift=*/1);
+  if (ranks > 1) ring_reduce_scatter<float>(transport, values, values, with_segments(transport, options), /*shift=*/1);
   if (options.op == ReduceOp::Mean) {
     const float inverse = 1.0f / static_cast<float>(ranks);
     for (float& v : ring_chunk(values, transport.size(), transport.rank())) v *= inverse;

@@ -37,8 +37,8 @@ constexpr std::size_t kStagedBelowBytes = std::size_t{1} << 20;
 // 256 KiB kept 1.1-1.3x at 4-16 MiB with the cores close, level with them far apart.
 // On a Sapphire Rapids Xeon, 2 ranks, 256 KiB pieces led instead (1.1-1.2x at 4-16 MiB): where a caller
 // times both (allreduce_timings.hpp) it names the piece.
-std::size_t piece_elements(const PeerMemory& memory, DirectPieces pieces) {
-  if (pieces == DirectPieces::Fine || !memory.ranks_have_own_cores()) return std::size_t{64} << 10;
+std::size_t piece_elements(const Transport& transport, DirectPieces pieces) {
+  if (pieces == DirectPieces::Fine || !transport.ranks_have_own_cores()) return std::size_t{64} << 10;
   return std::size_t{256} << 10;
 }
 
@@ -103,7 +103,7 @@ bool run_rounds(Transport& transport, PeerMemory& memory, std::span<float> data,
   // peers' staging buffers).
   const auto byte_offset = [&](std::span<float> part) { return static_cast<std::uint64_t>(part.data() - data.data()) * sizeof(float); };
   const auto announced = [&](int peer) -> const Announcement& { return rounds.announcements[static_cast<std::size_t>(peer)]; };
-  const std::size_t piece = piece_elements(memory, pieces);
+  const std::size_t piece = piece_elements(transport, pieces);
   thread_local std::vector<float> scratch;  // read into by this thread alone
   if (scratch.size() < 2 * piece) scratch.resize(2 * piece);
   const auto own = ring_chunk(data, n, r);
@@ -162,8 +162,8 @@ bool run_rounds(Transport& transport, PeerMemory& memory, std::span<float> data,
 
 }  // namespace
 
-std::size_t direct_piece_bytes(const PeerMemory& memory, DirectPieces pieces) {
-  return piece_elements(memory, pieces) * sizeof(float);
+std::size_t direct_piece_bytes(const Transport& transport, DirectPieces pieces) {
+  return piece_elements(transport, pieces) * sizeof(float);
 }
 
 bool direct_allreduce(Transport& transport, PeerMemory& memory, std::span<float> data, Tag tag, DirectPieces pieces) {

@@ -29,7 +29,7 @@ namespace cohort::comm {
 // 256 KiB where they share (Default), or 256 KiB (Fine). A rank's choice changes neither the sums nor what
 // its peers see.
 enum class DirectPieces { Default, Fine };
-std::size_t direct_piece_bytes(const PeerMemory& memory, DirectPieces pieces);
+std::size_t direct_piece_bytes(const Transport& transport, DirectPieces pieces);
 
 // False (data unchanged on every rank) when some rank cannot reach its peers' memory.
 bool direct_allreduce(Transport& transport, PeerMemory& memory, std::span<float> data, Tag tag,

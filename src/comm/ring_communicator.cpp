@@ -72,7 +72,7 @@ class RingCommunicator final : public Communicator {
   WorkPtr reduce_scatter(Buffer data, ReduceOp op) override {
     check_host("reduce_scatter", data);
     return run(fmt::format("reduce-scatter of {} bytes", data.bytes()), data.ready, [this, data, op] {
-      comm::reduce_scatter(transport_, bytes_of(data), {.op = op, .type = data.type, .wire = data.wire});
+      comm::reduce_scatter(transport_, bytes_of(data), {.op = op, .type = data.type, .wire = data.wire, .timings = &timings_});
     });
   }
 

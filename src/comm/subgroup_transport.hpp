@@ -33,6 +33,7 @@ class SubgroupTransport final : public Transport {
   void announce_failure(const std::string& reason) override { base_.announce_failure(reason); }
   bool gathers_in_segments() const override { return base_.gathers_in_segments(); }
   std::size_t whole_message_bytes() const override { return base_.whole_message_bytes(); }
+  bool ranks_have_own_cores() const override { return base_.ranks_have_own_cores(); }
 
  private:
   int real(int member) const { return members_.at(static_cast<std::size_t>(member)); }

@@ -1,8 +1,10 @@
 // The transport contract and the collectives, over the in-process transport.
 #include <catch2/catch.hpp>
 
+#include <atomic>
 #include <thread>
 
+#include "cohort/comm/allreduce_timings.hpp"
 #include "cohort/comm/collectives.hpp"
 #include "cohort/comm/inproc.hpp"
 #include "cohort/comm/progress_deadline.hpp"
@@ -100,6 +102,75 @@ TEST_CASE("in-process: allreduce matches a serial sum for every size and rank co
     conformance::allreduce_matches_reference(members(group, n), {0, 1, static_cast<std::size_t>(n - 1), 7, 1000, 65537});
     conformance::allreduce_bfloat16_wire(members(group, n), {0, 1, 7, 1001, 30001});
     conformance::reduce_scatter_then_allgather(members(group, n), {0, 1, 7, 16001});
+  }
+}
+
+namespace {
+
+// Forwards to a rank's transport, saying whether its host has a core per rank as told, and keeps the
+// largest message it sent; it gathers in segments, as TCP does, so that every message is one.
+struct CoresAndLargestSend : comm_test::ForwardingTransport {
+  CoresAndLargestSend(Transport& inner, bool own_cores) : ForwardingTransport(inner), own_cores(own_cores) {}
+  bool own_cores;
+  std::atomic<std::size_t> largest{0};
+  WorkPtr send(int peer, Tag tag, std::span<const std::byte> data) override {
+    for (std::size_t seen = largest.load(); data.size() > seen && !largest.compare_exchange_weak(seen, data.size());) {
+    }
+    return inner.send(peer, tag, data);
+  }
+  bool ranks_have_own_cores() const override { return own_cores; }
+  bool gathers_in_segments() const override { return true; }
+};
+
+}  // namespace
+
+TEST_CASE("the group agrees on the ring's segments once: the finer ones where any rank's host is short of cores",
+          "[comm][collectives]") {
+  constexpr int n = 4;
+  constexpr std::size_t coarse = std::size_t{256} << 10, fine = std::size_t{128} << 10;
+  const std::size_t count = (std::size_t{4} << 20) / sizeof(float) + 3;  // chunks of about 1 MiB: many segments
+  InProcessGroup group(n, 20s);
+  // The largest message any rank sent in one allreduce on every rank (its sums checked), where `short_rank`
+  // alone says its host is short of cores, each rank with timings[r] where given, else none.
+  const auto largest_message = [&](int short_rank, std::vector<AllreduceTimings>* timings, AllreduceOptions options, bool scatter = false) {
+    std::vector<std::unique_ptr<CoresAndLargestSend>> ranks;
+    for (int r = 0; r < n; ++r) ranks.push_back(std::make_unique<CoresAndLargestSend>(group.transport(r), r != short_rank));
+    std::vector<std::vector<float>> results(n);
+    comm_test::run_ranks(n, [&](int r) {
+      auto data = conformance::input_of(r, count - (scatter ? count % n : 0));
+      AllreduceOptions mine = options;
+      if (timings != nullptr) mine.timings = &(*timings)[static_cast<std::size_t>(r)];
+      if (scatter) reduce_scatter(*ranks[static_cast<std::size_t>(r)], std::as_writable_bytes(std::span(data)), mine);
+      else allreduce(*ranks[static_cast<std::size_t>(r)], std::as_writable_bytes(std::span(data)), mine);
+      results[static_cast<std::size_t>(r)] = std::move(data);
+    });
+    if (!scatter)
+      for (const auto& result : results) REQUIRE(result == conformance::reduction_of_inputs(n, count, ReduceOp::Sum));
+    std::size_t largest = 0;
+    for (const auto& rank : ranks) largest = std::max(largest, rank->largest.load());
+    return largest;
+  };
+  SECTION("one rank short of cores: every rank cuts 128 KiB segments, in every later call too") {
+    std::vector<AllreduceTimings> timings(n);
+    CHECK(largest_message(2, &timings, {}) == fine);
+    for (const auto& mine : timings) CHECK(mine.segment_bytes() == fine);
+    CHECK(largest_message(-1, &timings, {}) == fine);  // agreed once: a rank's later view changes nothing
+    CHECK(largest_message(-1, &timings, {}, /*scatter=*/true) == fine);
+  }
+  SECTION("a core per rank everywhere: 256 KiB segments") {
+    std::vector<AllreduceTimings> timings(n);
+    CHECK(largest_message(-1, &timings, {}) == coarse);
+    for (const auto& mine : timings) CHECK(mine.segment_bytes() == coarse);
+  }
+  SECTION("without timings to keep an agreement, 256 KiB; segments the caller sets stand") {
+    CHECK(largest_message(2, nullptr, {}) == coarse);
+    std::vector<AllreduceTimings> timings(n);
+    CHECK(largest_message(2, &timings, {.segment_bytes = 64 << 10}) == std::size_t{64} << 10);
+    for (const auto& mine : timings) CHECK_FALSE(mine.segment_bytes());
+  }
+  SECTION("recursive halving and doubling cuts the agreed segments too") {
+    std::vector<AllreduceTimings> timings(n);
+    CHECK(largest_message(2, &timings, {.latency_optimal_below_bytes = 0, .halving_doubling_below_bytes = std::size_t{1} << 30}) == fine);
   }
 }
 

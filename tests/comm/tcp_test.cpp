@@ -20,6 +20,7 @@
 #include <thread>
 
 #include "cohort/comm/tcp.hpp"
+#include "cohort/core/parallel.hpp"
 #include "comm/tcp/frame.hpp"
 #include "comm/tcp/handshake.hpp"
 #include "comm/tcp/socket_options.hpp"
@@ -243,6 +244,9 @@ TEST_CASE("tcp: collectives match the serial reference on 1 to 4 ranks", "[comm]
     conformance::allreduce_bfloat16_wire(conformance::members_of(group), {0, 1, 7, 1001, 30001});
     conformance::reduce_scatter_then_allgather(conformance::members_of(group), {0, 1, 7, 75001});
     conformance::broadcast_allgather_barrier(conformance::members_of(group));
+    // Every rank is on this host: a core each while they number no more than the cores (the ring's
+    // segments follow, collectives.cpp).
+    for (const auto& transport : group) CHECK(transport->ranks_have_own_cores() == (n <= usable_cores()));
     if (n == 2) {  // both send the vector once by default: in one exchange below 4 MiB, in two halves from there
       CHECK(allreduce_algorithm(*group[0], (std::size_t{4} << 20) - 4) == "recursive doubling");
       CHECK(allreduce_algorithm(*group[0], std::size_t{4} << 20) == "ring");

@@ -11,7 +11,8 @@
 // The first calls of each size band take the candidates in turn (real allreduces: none spent on timing alone),
 // each rank timing its own; after the last trial both ranks add up their best times per algorithm in one
 // small exchange, so that both keep the same one. A communicator holds one (AllreduceOptions::timings); the
-// calls are collective, so both ranks count the same trials.
+// calls are collective, so both ranks count the same trials. It also keeps the segment size its group agreed
+// on (AllreduceOptions::segment_bytes), on any number of ranks.
 #include <array>
 #include <chrono>
 #include <cstddef>
@@ -61,6 +62,11 @@ class AllreduceTimings {
 
   std::chrono::steady_clock::time_point now() const { return clock_(); }
 
+  // The ring's segment size the group agreed on, once it did.
+  std::optional<std::size_t> segment_bytes() const;
+  // Keeps the agreed segment size; returns it.
+  std::size_t keep_segment_bytes(std::size_t bytes);
+
  private:
   struct Band {
     int trials = 0;
@@ -72,6 +78,7 @@ class AllreduceTimings {
   Clock clock_;
   mutable std::mutex mutex_;  // the executor's thread times, the caller's thread names the algorithm
   std::map<int, Band> bands_;
+  std::optional<std::size_t> segment_bytes_;
 };
 
 }  // namespace cohort::comm

@@ -35,8 +35,11 @@ struct AllreduceOptions {
   DType wire = DType::Float32;
   // The ring moves its chunks in segments of this size, as a pipeline: reducing one segment overlaps
   // receiving the next, and each summed segment goes on at once; finished chunks too, where the transport
-  // gathers in segments (TCP).
-  std::size_t segment_bytes = 256 * 1024;
+  // gathers in segments (TCP). Recursive halving and doubling moves its halves so. Set on every rank alike,
+  // as every option. Unset: 256 KiB, or, where `timings` is given, what the group agrees on at its first
+  // allreduce in segments: 128 KiB where some rank's host has fewer cores than ranks, else 256 KiB
+  // (collectives.cpp says what was measured).
+  std::optional<std::size_t> segment_bytes{};
   // Below this size the latency-optimal recursive doubling (log2 n exchanges of the whole vector) runs
   // instead of the ring (2 (n - 1) exchanges of 1/n of it). Unset: where it stopped beating the others in
   // the allreduce sweep over loopback TCP on 2 cores, 4 MiB on 2 ranks (both send the vector once, the ring
@@ -57,8 +60,9 @@ struct AllreduceOptions {
   std::optional<std::size_t> direct_from_bytes{};
   // Where given, two ranks that read each other's memory choose between the messages and the direct
   // allreduce by timing both at each power-of-two size from 1 MiB to 64 MiB (allreduce_timings.hpp), unless
-  // latency_optimal_below_bytes or direct_from_bytes is set (on every rank alike, as every option). Held by
-  // the caller across calls, as a communicator does, and dropped with it after a failed collective.
+  // latency_optimal_below_bytes or direct_from_bytes is set (on every rank alike, as every option); and the
+  // group agrees on its segments once. Held by the caller across calls, as a communicator does, and dropped
+  // with it after a failed collective.
   AllreduceTimings* timings = nullptr;
   Tag tag = kCollectiveTag;
 };

@@ -67,9 +67,6 @@ class PeerMemory {
   // only while the peer waits for it. Throws as read() does; ProtocolError when the address is not writable
   // memory of that process.
   virtual void write(int peer, std::uint64_t address, std::span<const std::byte> bytes) = 0;
-  // Whether the host has a core for each of its ranks: where it has not, a round that needs every rank to
-  // have spoken waits for the scheduler to run each in turn. A transport that cannot tell says it has.
-  virtual bool ranks_have_own_cores() const { return true; }
 };
 
 // Messages this small are always expected (agreements, a run's history, rendezvous answers).
@@ -114,6 +111,10 @@ class Transport {
   // streams through in pieces, and a collective that sends whole vectors then falls behind one that sends
   // parts of them. Unbounded by default.
   virtual std::size_t whole_message_bytes() const { return std::numeric_limits<std::size_t>::max(); }
+  // Whether this rank's host has a core for each of its ranks in the group: where it has not, a round that
+  // needs every rank to have spoken waits for the scheduler to run each in turn. A rank's own view: ranks on
+  // other hosts may see otherwise. A transport that cannot tell says it has.
+  virtual bool ranks_have_own_cores() const { return true; }
 };
 
 // Every rank's name as `transport` describes it, for the Works of a transport built on it to name their peers.

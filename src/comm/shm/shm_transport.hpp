@@ -95,6 +95,7 @@ class ShmTransport : public Transport, private PeerMemory {
   PeerMemory* peer_memory() override;
   // A ring's size: larger messages stream through the rings in pieces.
   std::size_t whole_message_bytes() const override { return ring_bytes_; }
+  bool ranks_have_own_cores() const override { return core_per_rank_; }
 
   // How many peers share memory with this rank (the others use TCP), and the size of each ring its own
   // mailbox holds for them.
@@ -117,7 +118,6 @@ class ShmTransport : public Transport, private PeerMemory {
   bool can_reach_every_peer() override;
   void read(int peer, std::span<const PeerCopy> copies) override;
   void write(int peer, std::uint64_t address, std::span<const std::byte> bytes) override;
-  bool ranks_have_own_cores() const override { return core_per_rank_; }
   // Throws what a failed read or write of `peer`'s memory amounts to, once news of the peer's own failure
   // had its chance to come first.
   [[noreturn]] void fail_access(int peer, const PeerAccessError& error, bool writing, std::uint64_t address, std::size_t bytes);

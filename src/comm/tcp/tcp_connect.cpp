@@ -87,7 +87,8 @@ TcpTransport::TcpTransport(const GroupOptions& options) : options_(options) {
     if (error) throw IoError(fmt::format("{} cannot listen on its address: {}", describe(options_.rank), error.message()));
   }
   connect_deadline_ = Clock::now() + options_.connect_timeout;
-  io_driver_ = std::make_unique<IoDriver>(io_, ranks_on_own_host(options_) <= usable_cores());
+  own_cores_ = ranks_on_own_host(options_) <= usable_cores();
+  io_driver_ = std::make_unique<IoDriver>(io_, own_cores_);
   if (n == 1) return;
   asio::post(io_, [this] {
     if (acceptor_.is_open()) accept();
