@@ -104,9 +104,9 @@ namespace {
 
 // The ring's segments where the caller leaves them to the group (with_segments()). Over loopback TCP on
 // 2 cores, medians of 5 s of back-to-back allreduces, alternating: where 4 ranks share the 2 cores, 128 KiB
-// segments against 256 KiB gave 1.05-1.47x at 1-4 MiB (the ring) and level at 8 MiB, 64 KiB no more than
-// 128 KiB; each rank's turn at the core moves a segment sooner. With a core per rank (2 ranks), 256 KiB
-// led: 1.5x at 4 and 16 MiB. Through shared memory (4 ranks, 256-512 KiB) both measured level.
+// segments against 256 KiB gave 1.05-1.47x at 1-4 MiB (the ring), and 64 KiB no more than 128 KiB at 1, 2
+// and 8 MiB: each rank's turn at the core moves a segment sooner. With a core per rank (2 ranks) 256 KiB
+// led, 1.4-1.5x at 4 and 16 MiB. Through shared memory (4 ranks, 256-512 KiB) both measured level.
 constexpr std::size_t kSegmentBytes = std::size_t{256} << 10;
 constexpr std::size_t kSharedCoresSegmentBytes = std::size_t{128} << 10;
 
