@@ -52,15 +52,15 @@ std::optional<AllreduceTimings::Algorithm> AllreduceTimings::settled(std::size_t
   return band == bands_.end() ? std::nullopt : band->second.kept;
 }
 
-std::optional<std::size_t> AllreduceTimings::segment_bytes() const {
+std::optional<bool> AllreduceTimings::short_of_cores() const {
   std::lock_guard lock(mutex_);
-  return segment_bytes_;
+  return short_of_cores_;
 }
 
-std::size_t AllreduceTimings::keep_segment_bytes(std::size_t bytes) {
+bool AllreduceTimings::keep_short_of_cores(bool short_of_cores) {
   std::lock_guard lock(mutex_);
-  segment_bytes_ = bytes;
-  return bytes;
+  short_of_cores_ = short_of_cores;
+  return short_of_cores;
 }
 
 }  // namespace cohort::comm

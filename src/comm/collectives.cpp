@@ -37,17 +37,19 @@ constexpr std::string_view kBeingTimed = "timed (messages or direct)";
 // a time, where a pairwise exchange waits for one partner. With a core per rank the rounds take microseconds,
 // and the direct allreduce's single copy pays from 128 KiB (not measured on such a host). On 2 ranks a
 // communicator times both from 1 MiB instead (allreduce_timings.hpp): the Xeon measured since led the other way.
-std::size_t default_direct_from(const Transport& transport) {
-  if (transport.size() == 2) return std::size_t{8} << 20;
-  return transport.ranks_have_own_cores() ? std::size_t{128} << 10 : std::size_t{512} << 10;
+constexpr std::size_t kTwoRanksDirectFrom = std::size_t{8} << 20;
+constexpr std::size_t kOwnCoresDirectFrom = std::size_t{128} << 10, kSharedCoresDirectFrom = std::size_t{512} << 10;
+
+// Where the direct allreduce takes over by default, given whether some rank's host is short of cores (unknown:
+// taken as short).
+std::size_t default_direct_from(int ranks, std::optional<bool> short_of_cores) {
+  if (ranks == 2) return kTwoRanksDirectFrom;
+  return short_of_cores.value_or(true) ? kSharedCoresDirectFrom : kOwnCoresDirectFrom;
 }
 
-// The peers' memory, where the transport has it and an allreduce of `bytes` reads from it.
-PeerMemory* direct_memory(Transport& transport, std::size_t bytes, const AllreduceOptions& options) {
-  if (options.wire != DType::Float32 || transport.size() < 2) return nullptr;
-  PeerMemory* memory = transport.peer_memory();
-  if (memory == nullptr || bytes < options.direct_from_bytes.value_or(default_direct_from(transport))) return nullptr;
-  return memory;
+// The peers' memory, where the transport has it and float32 travels.
+PeerMemory* peer_memory_for(Transport& transport, const AllreduceOptions& options) {
+  return options.wire == DType::Float32 && transport.size() >= 2 ? transport.peer_memory() : nullptr;
 }
 
 }  // namespace
@@ -347,24 +349,42 @@ void recursive_doubling_allreduce(Transport& transport, std::span<T> data, const
   if (r < 2 * folded) transport.send(r - 1, options.tag, bytes_of(data))->wait(transport.timeout());
 }
 
-// `options` with their segment size: the caller's; else the one the group agreed on, kept by the timings;
-// without them kSegmentBytes. The group agrees in one small exchange at its first allreduce in segments,
-// which every rank reaches in the same call: the finer segments if any rank's host is short of cores, so
-// that every rank cuts the same segments.
+// Whether some rank's host has fewer cores than ranks, as the group agreed: each rank knows its own host
+// only, and the defaults that follow (segments, where the direct allreduce takes over) must be the same on
+// every rank. Agreed once per holder of timings, in one exchange at the first call that needs it, which every
+// rank reaches in the same call; nothing without a holder.
+std::optional<bool> group_short_of_cores(Transport& transport, const AllreduceOptions& options) {
+  if (options.timings == nullptr) return std::nullopt;
+  if (const auto agreed = options.timings->short_of_cores()) return agreed;
+  std::array<float, 1> short_here{transport.ranks_have_own_cores() ? 0.0f : 1.0f};
+  // Around the ring, so that where connections are made on demand it links no ranks the ring does not.
+  ring_allreduce(transport, std::span<float>(short_here), {.segment_bytes = kSegmentBytes, .tag = options.tag});
+  return options.timings->keep_short_of_cores(short_here[0] > 0);
+}
+
+// `options` with their segment size: the caller's, else the finer segments where the group is short of cores
+// (kSegmentBytes without timings to keep the group's verdict).
 AllreduceOptions with_segments(Transport& transport, const AllreduceOptions& options) {
   AllreduceOptions set = options;
-  if (set.segment_bytes) return set;
-  if (options.timings == nullptr) {
-    set.segment_bytes = kSegmentBytes;
-  } else if (const auto agreed = options.timings->segment_bytes()) {
-    set.segment_bytes = agreed;
-  } else {
-    std::array<float, 1> short_of_cores{transport.ranks_have_own_cores() ? 0.0f : 1.0f};
-    // Around the ring, so that where connections are made on demand it links no ranks the ring does not.
-    ring_allreduce(transport, std::span<float>(short_of_cores), {.segment_bytes = kSegmentBytes, .tag = options.tag});
-    set.segment_bytes = options.timings->keep_segment_bytes(short_of_cores[0] > 0 ? kSharedCoresSegmentBytes : kSegmentBytes);
-  }
+  if (!set.segment_bytes)
+    set.segment_bytes = group_short_of_cores(transport, options).value_or(false) ? kSharedCoresSegmentBytes : kSegmentBytes;
   return set;
+}
+
+// The peers' memory, where the transport has it and an allreduce of `bytes` reads from it. On 3 or more
+// ranks the default threshold follows the group's verdict on its cores, agreed here where `bytes` could go
+// either way.
+PeerMemory* direct_memory(Transport& transport, std::size_t bytes, const AllreduceOptions& options) {
+  PeerMemory* memory = peer_memory_for(transport, options);
+  if (memory == nullptr) return nullptr;
+  std::size_t from = 0;
+  if (options.direct_from_bytes) {
+    from = *options.direct_from_bytes;
+  } else {
+    const bool either_way = transport.size() > 2 && bytes >= kOwnCoresDirectFrom && bytes < kSharedCoresDirectFrom;
+    from = default_direct_from(transport.size(), either_way ? group_short_of_cores(transport, options) : std::nullopt);
+  }
+  return bytes >= from ? memory : nullptr;
 }
 
 // Recursive halving and doubling (Rabenseifner; Thakur, Rabenseifner and Gropp 2005), for n a power of two:
@@ -485,7 +505,13 @@ std::string_view allreduce_algorithm(Transport& transport, std::size_t bytes, co
     const auto kept = options.timings->settled(bytes);
     return !kept ? kBeingTimed : *kept == AllreduceTimings::Algorithm::Messages ? messages() : kDirect;
   }
-  return direct_memory(transport, bytes, options) != nullptr ? kDirect : messages();
+  // Names only: before the group's verdict, this rank's own view stands in for it.
+  const auto short_of_cores = options.timings == nullptr ? std::nullopt
+                              : options.timings->short_of_cores() ? options.timings->short_of_cores()
+                                                                  : std::optional(!transport.ranks_have_own_cores());
+  const bool direct = peer_memory_for(transport, options) != nullptr &&
+                      bytes >= options.direct_from_bytes.value_or(default_direct_from(transport.size(), short_of_cores));
+  return direct ? kDirect : messages();
 }
 
 void allreduce(Transport& transport, std::span<std::byte> data, const AllreduceOptions& options) {

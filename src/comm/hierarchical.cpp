@@ -31,6 +31,9 @@ void hierarchical_allreduce(Transport& transport, std::span<const int> host_of, 
   const std::span values(reinterpret_cast<float*>(data.data()), data.size() / sizeof(float));
   AllreduceOptions sum = options;
   sum.op = ReduceOp::Sum;
+  // The caller's timings keep what the whole group agreed (collectives.cpp): the leaders alone must not
+  // settle it for the others.
+  sum.timings = nullptr;
   if (r != leader) {
     transport.send(leader, options.tag, data)->wait(transport.timeout());
   } else {

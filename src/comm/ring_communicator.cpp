@@ -130,7 +130,7 @@ class RingCommunicator final : public Communicator {
   std::vector<int> host_of_;
   bool hierarchical_;
   std::uint64_t started_ = 0;  // collectives begun; the executor's thread alone
-  AllreduceTimings timings_;    // which allreduce two ranks on one host keep, per size
+  AllreduceTimings timings_;    // which allreduce two ranks on one host keep, per size; the group's cores
   SerialExecutor executor_{"ring communicator"};  // last: its thread stops before the members it uses go away
 };
 

@@ -79,6 +79,34 @@ TEST_CASE("a collective whose buffer its device never writes fails, naming the d
   CHECK_THROWS_AS(faulted->allreduce(broken, comm::ReduceOp::Sum)->wait(std::chrono::seconds(5)), DeviceError);
 }
 
+TEST_CASE("a hierarchical ring's leaders do not settle for the whole group what it agrees on: a reduce-scatter "
+          "after a large allreduce still pairs up",
+          "[comm]") {
+  // Two hosts of two ranks: the leaders' allreduce of 4 MiB runs their ring in segments; the flat group's
+  // reduce-scatter after it agrees on its segments with every rank.
+  constexpr int n = 4;
+  comm::InProcessGroup group(n, std::chrono::seconds(10));
+  std::vector<std::unique_ptr<comm::Communicator>> communicators;
+  for (int r = 0; r < n; ++r) communicators.push_back(comm::make_ring_communicator(group.transport(r), {0, 0, 1, 1}));
+  REQUIRE(communicators[0]->name() == "hierarchical ring");
+  std::vector<std::vector<float>> values(n, std::vector<float>((std::size_t{4} << 20) / sizeof(float), 1.0f));
+  for (const bool scatter : {false, true}) {
+    std::vector<comm::WorkPtr> works;
+    for (int r = 0; r < n; ++r) {
+      const comm::Buffer buffer = comm::Buffer::of(values[static_cast<std::size_t>(r)]);
+      works.push_back(scatter ? communicators[static_cast<std::size_t>(r)]->reduce_scatter(buffer, comm::ReduceOp::Sum)
+                              : communicators[static_cast<std::size_t>(r)]->allreduce(buffer, comm::ReduceOp::Sum));
+    }
+    for (auto& work : works) work->wait(std::chrono::seconds(20));
+  }
+  // After the allreduce every element is 4; each rank's own block of the reduce-scatter then sums the four.
+  for (int r = 0; r < n; ++r) {
+    const auto& mine = values[static_cast<std::size_t>(r)];
+    const std::size_t block = mine.size() / n;
+    CHECK(mine[static_cast<std::size_t>(r) * block] == 16.0f);
+  }
+}
+
 TEST_CASE("a rank that never starts a collective is named stuck by every rank, not the neighbour each waited on",
           "[comm]") {
   // Worker 1 joins the first allreduce, then its training stops (its transport goes on). Worker 0 waits on

@@ -153,20 +153,20 @@ TEST_CASE("the group agrees on the ring's segments once: the finer ones where an
   SECTION("one rank short of cores: every rank cuts 128 KiB segments, in every later call too") {
     std::vector<AllreduceTimings> timings(n);
     CHECK(largest_message(2, &timings, {}) == fine);
-    for (const auto& mine : timings) CHECK(mine.segment_bytes() == fine);
+    for (const auto& mine : timings) CHECK(mine.short_of_cores() == true);
     CHECK(largest_message(-1, &timings, {}) == fine);  // agreed once: a rank's later view changes nothing
     CHECK(largest_message(-1, &timings, {}, /*scatter=*/true) == fine);
   }
   SECTION("a core per rank everywhere: 256 KiB segments") {
     std::vector<AllreduceTimings> timings(n);
     CHECK(largest_message(-1, &timings, {}) == coarse);
-    for (const auto& mine : timings) CHECK(mine.segment_bytes() == coarse);
+    for (const auto& mine : timings) CHECK(mine.short_of_cores() == false);
   }
   SECTION("without timings to keep an agreement, 256 KiB; segments the caller sets stand") {
     CHECK(largest_message(2, nullptr, {}) == coarse);
     std::vector<AllreduceTimings> timings(n);
     CHECK(largest_message(2, &timings, {.segment_bytes = 64 << 10}) == std::size_t{64} << 10);
-    for (const auto& mine : timings) CHECK_FALSE(mine.segment_bytes());
+    for (const auto& mine : timings) CHECK_FALSE(mine.short_of_cores());
   }
   SECTION("recursive halving and doubling cuts the agreed segments too") {
     std::vector<AllreduceTimings> timings(n);

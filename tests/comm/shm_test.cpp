@@ -307,6 +307,51 @@ TEST_CASE("shm: an allreduce on one host reads its peers' memory directly, and m
   }
 }
 
+namespace {
+
+// Forwards to a rank's shared-memory transport, its peers' memory included, saying whether its host has a
+// core per rank as told.
+struct ToldCores : comm_test::ForwardingTransport {
+  ToldCores(Transport& inner, bool own_cores) : ForwardingTransport(inner), own_cores(own_cores) {}
+  bool own_cores;
+  PeerMemory* peer_memory() override { return inner.peer_memory(); }
+  std::size_t whole_message_bytes() const override { return inner.whole_message_bytes(); }
+  bool ranks_have_own_cores() const override { return own_cores; }
+};
+
+}  // namespace
+
+TEST_CASE("shm: on 3 ranks the direct allreduce takes over where the group agreed, whatever one rank's own view",
+          "[comm][shm][collectives]") {
+  constexpr int n = 3;
+  // 256 KiB: direct where every rank has a core (from 128 KiB), by messages where some host is short (from 512 KiB).
+  const std::size_t count = (std::size_t{256} << 10) / sizeof(float);
+  auto group = connect_ranks(n);
+  for (const int short_rank : {-1, 1}) {
+    INFO("rank short of cores: " << short_rank);
+    std::vector<std::unique_ptr<ToldCores>> told;
+    std::vector<std::uint64_t> reads_before;
+    for (int r = 0; r < n; ++r) {
+      told.push_back(std::make_unique<ToldCores>(*group[static_cast<std::size_t>(r)], r != short_rank));
+      reads_before.push_back(shm_of(group[static_cast<std::size_t>(r)])->peer_memory_reads());
+    }
+    std::vector<AllreduceTimings> timings(n);
+    std::vector<std::vector<float>> results(n);
+    comm_test::run_ranks(n, [&](int r) {
+      auto data = conformance::input_of(r, count);
+      allreduce(*told[static_cast<std::size_t>(r)], std::as_writable_bytes(std::span(data)), {.timings = &timings[static_cast<std::size_t>(r)]});
+      results[static_cast<std::size_t>(r)] = std::move(data);
+    });
+    const auto expected = conformance::reduction_of_inputs(n, count, ReduceOp::Sum);
+    for (int r = 0; r < n; ++r) {
+      CHECK(results[static_cast<std::size_t>(r)] == expected);
+      CHECK(timings[static_cast<std::size_t>(r)].short_of_cores() == (short_rank >= 0));
+      const std::uint64_t reads = shm_of(group[static_cast<std::size_t>(r)])->peer_memory_reads() - reads_before[static_cast<std::size_t>(r)];
+      CHECK((reads > 0) == (short_rank < 0));
+    }
+  }
+}
+
 TEST_CASE("shm: a direct allreduce sums every element in rank order, whichever rank owns it", "[comm][shm][collectives]") {
   // Values whose float sums depend on the order: ((x0 + x1) + x2) + ... is the one the owner must compute.
   const auto value = [](int rank, std::size_t i) { return std::sin(static_cast<float>(i) * 0.37f + static_cast<float>(rank)) * std::pow(10.0f, static_cast<float>(rank % 3) * 3.0f); };

@@ -11,8 +11,9 @@
 // The first calls of each size band take the candidates in turn (real allreduces: none spent on timing alone),
 // each rank timing its own; after the last trial both ranks add up their best times per algorithm in one
 // small exchange, so that both keep the same one. A communicator holds one (AllreduceOptions::timings); the
-// calls are collective, so both ranks count the same trials. It also keeps the segment size its group agreed
-// on (AllreduceOptions::segment_bytes), on any number of ranks.
+// calls are collective, so both ranks count the same trials. On any number of ranks it also keeps the
+// group's verdict on whether some host is short of cores, from which the ring's segments and, on 3 or more
+// ranks sharing memory, where the direct allreduce takes over follow alike on every rank.
 #include <array>
 #include <chrono>
 #include <cstddef>
@@ -62,10 +63,10 @@ class AllreduceTimings {
 
   std::chrono::steady_clock::time_point now() const { return clock_(); }
 
-  // The ring's segment size the group agreed on, once it did.
-  std::optional<std::size_t> segment_bytes() const;
-  // Keeps the agreed segment size; returns it.
-  std::size_t keep_segment_bytes(std::size_t bytes);
+  // Whether some rank's host has fewer cores than ranks, once the group agreed on it (collectives.cpp).
+  std::optional<bool> short_of_cores() const;
+  // Keeps the group's verdict; returns it.
+  bool keep_short_of_cores(bool short_of_cores);
 
  private:
   struct Band {
@@ -76,9 +77,9 @@ class AllreduceTimings {
   static int band_of(std::size_t bytes);
 
   Clock clock_;
-  mutable std::mutex mutex_;  // the executor's thread times, the caller's thread names the algorithm
+  mutable std::mutex mutex_;  // the executor's thread times and agrees, the caller's thread names the algorithm
   std::map<int, Band> bands_;
-  std::optional<std::size_t> segment_bytes_;
+  std::optional<bool> short_of_cores_;
 };
 
 }  // namespace cohort::comm

@@ -36,9 +36,8 @@ struct AllreduceOptions {
   // The ring moves its chunks in segments of this size, as a pipeline: reducing one segment overlaps
   // receiving the next, and each summed segment goes on at once; finished chunks too, where the transport
   // gathers in segments (TCP). Recursive halving and doubling moves its halves so. Set on every rank alike,
-  // as every option. Unset: 256 KiB, or, where `timings` is given, what the group agrees on at its first
-  // allreduce in segments: 128 KiB where some rank's host has fewer cores than ranks, else 256 KiB
-  // (collectives.cpp says what was measured).
+  // as every option. Unset: 256 KiB, or 128 KiB where the group agreed (through `timings`) that some rank's
+  // host has fewer cores than ranks (collectives.cpp says what was measured).
   std::optional<std::size_t> segment_bytes{};
   // Below this size the latency-optimal recursive doubling (log2 n exchanges of the whole vector) runs
   // instead of the ring (2 (n - 1) exchanges of 1/n of it). Unset: where it stopped beating the others in
@@ -55,14 +54,15 @@ struct AllreduceOptions {
   // From this size, where the transport can read every peer's memory (shared memory, all ranks on one host),
   // each rank reduces its chunk straight from its peers' vectors and then reads the finished chunks from
   // their owners: one copy per byte and three rounds of small messages (direct_allreduce.hpp). Unset: 8 MiB on
-  // 2 ranks (from 1 to 64 MiB timed instead where `timings` is given), and on more 512 KiB where they share
-  // cores, 128 KiB where each has its own (default_direct_from() in collectives.cpp says what was measured).
+  // 2 ranks (from 1 to 64 MiB timed instead where `timings` is given), and on more 128 KiB where the group
+  // agreed (through `timings`) that each rank has a core of its own, else 512 KiB (default_direct_from() in
+  // collectives.cpp says what was measured).
   std::optional<std::size_t> direct_from_bytes{};
   // Where given, two ranks that read each other's memory choose between the messages and the direct
   // allreduce by timing both at each power-of-two size from 1 MiB to 64 MiB (allreduce_timings.hpp), unless
   // latency_optimal_below_bytes or direct_from_bytes is set (on every rank alike, as every option); and the
-  // group agrees on its segments once. Held by the caller across calls, as a communicator does, and dropped
-  // with it after a failed collective.
+  // group agrees once whether some host is short of cores, which the defaults above follow. Held by the
+  // caller across calls, as a communicator does, for one group, and dropped with it after a failed collective.
   AllreduceTimings* timings = nullptr;
   Tag tag = kCollectiveTag;
 };
