@@ -506,9 +506,8 @@ std::string_view allreduce_algorithm(Transport& transport, std::size_t bytes, co
     return !kept ? kBeingTimed : *kept == AllreduceTimings::Algorithm::Messages ? messages() : kDirect;
   }
   // Names only: before the group's verdict, this rank's own view stands in for it.
-  const auto short_of_cores = options.timings == nullptr ? std::nullopt
-                              : options.timings->short_of_cores() ? options.timings->short_of_cores()
-                                                                  : std::optional(!transport.ranks_have_own_cores());
+  std::optional<bool> short_of_cores;
+  if (options.timings != nullptr) short_of_cores = options.timings->short_of_cores().value_or(!transport.ranks_have_own_cores());
   const bool direct = peer_memory_for(transport, options) != nullptr &&
                       bytes >= options.direct_from_bytes.value_or(default_direct_from(transport.size(), short_of_cores));
   return direct ? kDirect : messages();

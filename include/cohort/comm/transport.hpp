@@ -112,8 +112,9 @@ class Transport {
   // parts of them. Unbounded by default.
   virtual std::size_t whole_message_bytes() const { return std::numeric_limits<std::size_t>::max(); }
   // Whether this rank's host has a core for each of its ranks in the group: where it has not, a round that
-  // needs every rank to have spoken waits for the scheduler to run each in turn. A rank's own view: ranks on
-  // other hosts may see otherwise. A transport that cannot tell says it has.
+  // needs every rank to have spoken waits for the scheduler to run each in turn. A rank's own view (its host,
+  // the cores its process may run on): other ranks may see otherwise, so collectives agree on it before
+  // acting on it. A transport that cannot tell says it has.
   virtual bool ranks_have_own_cores() const { return true; }
 };
 
