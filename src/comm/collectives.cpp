@@ -47,9 +47,16 @@ std::size_t default_direct_from(int ranks, std::optional<bool> short_of_cores) {
   return short_of_cores.value_or(true) ? kSharedCoresDirectFrom : kOwnCoresDirectFrom;
 }
 
-// The peers' memory, where the transport has it and float32 travels.
-PeerMemory* peer_memory_for(Transport& transport, const AllreduceOptions& options) {
-  return options.wire == DType::Float32 && transport.size() >= 2 ? transport.peer_memory() : nullptr;
+// The peers' memory, where the transport has it and an allreduce of `bytes` reads from it: from the caller's
+// threshold, else the default, for which short_of_cores() gives the group's verdict where the size could go
+// either way.
+template <typename Verdict>
+PeerMemory* direct_memory(Transport& transport, std::size_t bytes, const AllreduceOptions& options, Verdict&& short_of_cores) {
+  PeerMemory* memory = options.wire == DType::Float32 && transport.size() >= 2 ? transport.peer_memory() : nullptr;
+  if (memory == nullptr) return nullptr;
+  if (options.direct_from_bytes) return bytes >= *options.direct_from_bytes ? memory : nullptr;
+  const bool either_way = transport.size() > 2 && bytes >= kOwnCoresDirectFrom && bytes < kSharedCoresDirectFrom;
+  return bytes >= default_direct_from(transport.size(), either_way ? short_of_cores() : std::nullopt) ? memory : nullptr;
 }
 
 }  // namespace
@@ -371,21 +378,6 @@ AllreduceOptions with_segments(Transport& transport, const AllreduceOptions& opt
   return set;
 }
 
-// The peers' memory, where the transport has it and an allreduce of `bytes` reads from it. On 3 or more
-// ranks the default threshold follows the group's verdict on its cores, agreed here where `bytes` could go
-// either way.
-PeerMemory* direct_memory(Transport& transport, std::size_t bytes, const AllreduceOptions& options) {
-  PeerMemory* memory = peer_memory_for(transport, options);
-  if (memory == nullptr) return nullptr;
-  std::size_t from = 0;
-  if (options.direct_from_bytes) {
-    from = *options.direct_from_bytes;
-  } else {
-    const bool either_way = transport.size() > 2 && bytes >= kOwnCoresDirectFrom && bytes < kSharedCoresDirectFrom;
-    from = default_direct_from(transport.size(), either_way ? group_short_of_cores(transport, options) : std::nullopt);
-  }
-  return bytes >= from ? memory : nullptr;
-}
 
 // Recursive halving and doubling (Rabenseifner; Thakur, Rabenseifner and Gropp 2005), for n a power of two:
 // in round k each rank swaps half of its current range with the rank n / 2^(k+1) away and adds the half it
@@ -506,11 +498,11 @@ std::string_view allreduce_algorithm(Transport& transport, std::size_t bytes, co
     return !kept ? kBeingTimed : *kept == AllreduceTimings::Algorithm::Messages ? messages() : kDirect;
   }
   // Names only: before the group's verdict, this rank's own view stands in for it.
-  std::optional<bool> short_of_cores;
-  if (options.timings != nullptr) short_of_cores = options.timings->short_of_cores().value_or(!transport.ranks_have_own_cores());
-  const bool direct = peer_memory_for(transport, options) != nullptr &&
-                      bytes >= options.direct_from_bytes.value_or(default_direct_from(transport.size(), short_of_cores));
-  return direct ? kDirect : messages();
+  const auto verdict_so_far = [&]() -> std::optional<bool> {
+    if (options.timings == nullptr) return std::nullopt;
+    return options.timings->short_of_cores().value_or(!transport.ranks_have_own_cores());
+  };
+  return direct_memory(transport, bytes, options, verdict_so_far) != nullptr ? kDirect : messages();
 }
 
 void allreduce(Transport& transport, std::span<std::byte> data, const AllreduceOptions& options) {
@@ -522,7 +514,8 @@ void allreduce(Transport& transport, std::span<std::byte> data, const AllreduceO
   const std::span values(reinterpret_cast<float*>(data.data()), data.size() / element);
   if (timed_here(transport, data.size(), options)) {
     timed_allreduce(transport, *transport.peer_memory(), values, options);
-  } else if (PeerMemory* memory = direct_memory(transport, data.size(), options);
+  } else if (PeerMemory* memory = direct_memory(transport, data.size(), options,
+                                                [&] { return group_short_of_cores(transport, options); });
              memory == nullptr || !direct_allreduce(transport, *memory, values, options.tag)) {
     allreduce_by_messages(transport, values, options);
   }

@@ -41,6 +41,16 @@ struct ForwardingTransport : cohort::comm::Transport {
   void announce_failure(const std::string& reason) override { inner.announce_failure(reason); }
 };
 
+// Forwards to a rank's transport, its peers' memory included, saying whether its host has a core per rank
+// as told.
+struct ToldCores : ForwardingTransport {
+  ToldCores(cohort::comm::Transport& t, bool own_cores) : ForwardingTransport(t), own_cores(own_cores) {}
+  bool own_cores;
+  cohort::comm::PeerMemory* peer_memory() override { return inner.peer_memory(); }
+  std::size_t whole_message_bytes() const override { return inner.whole_message_bytes(); }
+  bool ranks_have_own_cores() const override { return own_cores; }
+};
+
 // Keeps `buffers` until the process exits when the scope holding it is left by an exception: a send or
 // receive whose wait failed may still read or write them (Work's contract), and freeing them would turn the
 // test's failure into a crash.

@@ -107,18 +107,16 @@ TEST_CASE("in-process: allreduce matches a serial sum for every size and rank co
 
 namespace {
 
-// Forwards to a rank's transport, saying whether its host has a core per rank as told, and keeps the
-// largest message it sent; it gathers in segments, as TCP does, so that every message is one.
-struct CoresAndLargestSend : comm_test::ForwardingTransport {
-  CoresAndLargestSend(Transport& inner, bool own_cores) : ForwardingTransport(inner), own_cores(own_cores) {}
-  bool own_cores;
+// A rank's transport with its cores as told that keeps the largest message it sent; it gathers in segments,
+// as TCP does, so that every message is one.
+struct CoresAndLargestSend : comm_test::ToldCores {
+  using ToldCores::ToldCores;
   std::atomic<std::size_t> largest{0};
   WorkPtr send(int peer, Tag tag, std::span<const std::byte> data) override {
     for (std::size_t seen = largest.load(); data.size() > seen && !largest.compare_exchange_weak(seen, data.size());) {
     }
     return inner.send(peer, tag, data);
   }
-  bool ranks_have_own_cores() const override { return own_cores; }
   bool gathers_in_segments() const override { return true; }
 };
 

@@ -307,20 +307,6 @@ TEST_CASE("shm: an allreduce on one host reads its peers' memory directly, and m
   }
 }
 
-namespace {
-
-// Forwards to a rank's shared-memory transport, its peers' memory included, saying whether its host has a
-// core per rank as told.
-struct ToldCores : comm_test::ForwardingTransport {
-  ToldCores(Transport& inner, bool own_cores) : ForwardingTransport(inner), own_cores(own_cores) {}
-  bool own_cores;
-  PeerMemory* peer_memory() override { return inner.peer_memory(); }
-  std::size_t whole_message_bytes() const override { return inner.whole_message_bytes(); }
-  bool ranks_have_own_cores() const override { return own_cores; }
-};
-
-}  // namespace
-
 TEST_CASE("shm: on 3 ranks the direct allreduce takes over where the group agreed, whatever one rank's own view",
           "[comm][shm][collectives]") {
   constexpr int n = 3;
@@ -329,10 +315,10 @@ TEST_CASE("shm: on 3 ranks the direct allreduce takes over where the group agree
   auto group = connect_ranks(n);
   for (const int short_rank : {-1, 1}) {
     INFO("rank short of cores: " << short_rank);
-    std::vector<std::unique_ptr<ToldCores>> told;
+    std::vector<std::unique_ptr<comm_test::ToldCores>> told;
     std::vector<std::uint64_t> reads_before;
     for (int r = 0; r < n; ++r) {
-      told.push_back(std::make_unique<ToldCores>(*group[static_cast<std::size_t>(r)], r != short_rank));
+      told.push_back(std::make_unique<comm_test::ToldCores>(*group[static_cast<std::size_t>(r)], r != short_rank));
       reads_before.push_back(shm_of(group[static_cast<std::size_t>(r)])->peer_memory_reads());
     }
     std::vector<AllreduceTimings> timings(n);
